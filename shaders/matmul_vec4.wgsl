@@ -1,0 +1,68 @@
+// C = A * B with register blocking: each invocation computes 4 rows x 4 columns straight from
+// global memory with vec4 loads, 4 deep in K. No workgroup memory: on CPU drivers (llvmpipe)
+// "shared" memory is ordinary memory, and fewer, wider loads per multiply-add is what counts.
+// Needs N % 4 == 0, K % 4 == 0 and no transposes (the launcher checks); any M.
+// Layouts and the grouped form are as in matmul_naive.wgsl.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    groups: u32,
+    trans_a: u32,
+    trans_b: u32,
+    max_group_rows: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
+@group(0) @binding(3) var<storage, read_write> c: array<vec4<Elem>>;
+@group(0) @binding(4) var<storage, read> offsets: array<u32>;
+
+@compute @workgroup_size(16, 4, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let g = gid.z;
+    let n4 = p.n / 4u;
+    let k4 = p.k / 4u;
+    let col4 = gid.x;
+    let row0 = offsets[g];
+    let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
+    let r = gid.y * 4u;
+    if (col4 >= n4 || r >= rows) {
+        return;
+    }
+    // Rows past the group's end read its last row (always valid) and are not written.
+    let last = rows - 1u;
+    let a0 = (row0 + min(r, last)) * k4;
+    let a1 = (row0 + min(r + 1u, last)) * k4;
+    let a2 = (row0 + min(r + 2u, last)) * k4;
+    let a3 = (row0 + min(r + 3u, last)) * k4;
+    let b_base = g * p.k * n4 + col4;
+
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    for (var kq = 0u; kq < k4; kq++) {
+        let bo = b_base + kq * 4u * n4;
+        let b0 = vec4<f32>(b[bo]);
+        let b1 = vec4<f32>(b[bo + n4]);
+        let b2 = vec4<f32>(b[bo + 2u * n4]);
+        let b3 = vec4<f32>(b[bo + 3u * n4]);
+        let x0 = vec4<f32>(a[a0 + kq]);
+        let x1 = vec4<f32>(a[a1 + kq]);
+        let x2 = vec4<f32>(a[a2 + kq]);
+        let x3 = vec4<f32>(a[a3 + kq]);
+        c0 += x0.x * b0 + x0.y * b1 + x0.z * b2 + x0.w * b3;
+        c1 += x1.x * b0 + x1.y * b1 + x1.z * b2 + x1.w * b3;
+        c2 += x2.x * b0 + x2.y * b1 + x2.z * b2 + x2.w * b3;
+        c3 += x3.x * b0 + x3.y * b1 + x3.z * b2 + x3.w * b3;
+    }
+    let out = (row0 + r) * n4 + col4;
+    c[out] = vec4<Elem>(c0);
+    if (r + 1u < rows) { c[out + n4] = vec4<Elem>(c1); }
+    if (r + 2u < rows) { c[out + 2u * n4] = vec4<Elem>(c2); }
+    if (r + 3u < rows) { c[out + 3u * n4] = vec4<Elem>(c3); }
+}

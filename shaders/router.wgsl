@@ -1,0 +1,128 @@
+// Switch/GShard router in two passes.
+//   topk:      per token, softmax over expert logits and the top-k experts (k = 1 or 2) with gates.
+//   positions: per expert, each routed token's slot in that expert in token order, all first
+//              choices before any second choice (Switch priority); the slot decides whether the token
+//              fits the capacity; and the load-balancing statistics f_i and P_i.
+// Top-k is taken on the logits (softmax is monotonic), lowest index first on ties, so the choice is
+// exact and reproducible on every device.
+
+struct Params {
+    tokens: u32,
+    experts: u32,
+    k: u32,
+    capacity: u32,
+    normalize: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+struct Route {
+    expert: u32,
+    position: u32,
+    gate: f32,
+    kept: u32,
+}
+
+struct ExpertStat {
+    kept: u32,      // tokens this expert processes (min(demand, capacity))
+    demand: u32,    // tokens that chose this expert, first or second choice
+    fraction: f32,  // f_i: fraction of tokens whose first choice is this expert
+    mean_prob: f32, // P_i: mean router probability of this expert
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> logits: array<f32>;
+@group(0) @binding(2) var<storage, read_write> probs: array<f32>;
+@group(0) @binding(3) var<storage, read_write> routes: array<Route>;
+@group(0) @binding(4) var<storage, read_write> stats: array<ExpertStat>;
+
+@compute @workgroup_size(64, 1, 1)
+fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x;
+    if (t >= p.tokens) {
+        return;
+    }
+    let row = t * p.experts;
+    var best = 0u;
+    var best_logit = logits[row];
+    for (var e = 1u; e < p.experts; e++) {
+        let l = logits[row + e];
+        if (l > best_logit) { best_logit = l; best = e; }
+    }
+    var sum = 0.0;
+    for (var e = 0u; e < p.experts; e++) {
+        sum += exp(logits[row + e] - best_logit);
+    }
+    for (var e = 0u; e < p.experts; e++) {
+        probs[row + e] = exp(logits[row + e] - best_logit) / sum;
+    }
+    let g1 = probs[row + best];
+    if (p.k == 1u) {
+        routes[t] = Route(best, 0u, g1, 0u);
+        return;
+    }
+    var second = select(0u, 1u, best == 0u);
+    var second_logit = logits[row + second];
+    for (var e = 0u; e < p.experts; e++) {
+        let l = logits[row + e];
+        if (e != best && l > second_logit) { second_logit = l; second = e; }
+    }
+    let g2 = probs[row + second];
+    var scale = 1.0;
+    if (p.normalize != 0u) { scale = 1.0 / (g1 + g2); }
+    routes[t * 2u] = Route(best, 0u, g1 * scale, 0u);
+    routes[t * 2u + 1u] = Route(second, 0u, g2 * scale, 0u);
+}
+
+const WG: u32 = 256u;
+var<workgroup> scan: array<u32, 256>;
+var<workgroup> psum: array<f32, 256>;
+
+@compute @workgroup_size(256, 1, 1)
+fn positions(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = wid.x;
+    let i = lid.x;
+    var base = 0u;
+    var first_choices = 0u;
+    for (var c = 0u; c < p.k; c++) {
+        for (var t0 = 0u; t0 < p.tokens; t0 += WG) {
+            let t = t0 + i;
+            var flag = 0u;
+            if (t < p.tokens && routes[t * p.k + c].expert == e) { flag = 1u; }
+            // Inclusive Hillis-Steele scan of the flags of this chunk.
+            scan[i] = flag;
+            workgroupBarrier();
+            for (var off = 1u; off < WG; off *= 2u) {
+                var v = scan[i];
+                if (i >= off) { v += scan[i - off]; }
+                workgroupBarrier();
+                scan[i] = v;
+                workgroupBarrier();
+            }
+            if (flag == 1u) {
+                let pos = base + scan[i] - 1u;
+                routes[t * p.k + c].position = pos;
+                routes[t * p.k + c].kept = select(0u, 1u, pos < p.capacity);
+            }
+            base += scan[WG - 1u];
+            workgroupBarrier();
+        }
+        if (c == 0u) { first_choices = base; }
+    }
+    // P_i: every invocation sums a strided slice, then a tree reduction.
+    var s = 0.0;
+    for (var t = i; t < p.tokens; t += WG) {
+        s += probs[t * p.experts + e];
+    }
+    psum[i] = s;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if (i < stride) { psum[i] += psum[i + stride]; }
+        workgroupBarrier();
+    }
+    if (i == 0u) {
+        let n = f32(max(p.tokens, 1u));
+        stats[e] = ExpertStat(min(base, p.capacity), base, f32(first_choices) / n, psum[0] / n);
+    }
+}

@@ -1,0 +1,421 @@
+//! Devices: discovery on every backend, virtual devices, device info, and the few GPU operations
+//! everything else is built from (buffers, readback, cached pipelines, error capture).
+
+mod backends;
+mod discovery;
+mod info;
+
+pub use backends::{backends_to_string, parse_backends};
+pub use discovery::{
+    BACKEND_ENV, DiscoveryOptions, VIRTUAL_DEVICES_ENV, discover, parse_virtual_devices,
+};
+pub use info::{DeviceFeatures, DeviceInfo, DeviceLimits};
+
+use crate::{DType, Error, Result};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One `wgpu::Device` and its queue. Cheap to clone; clones share the device.
+#[derive(Clone)]
+pub struct Device(Arc<DeviceInner>);
+
+struct DeviceInner {
+    info: DeviceInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    /// Set by wgpu's callbacks: a lost device, or a validation error nobody captured.
+    failure: Arc<Mutex<Option<Error>>>,
+    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    /// Shared by all devices of one GL adapter; see [`Device::serial`].
+    gl_lock: Option<Arc<Mutex<()>>>,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Device").field(&self.0.info.label()).finish()
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for Device {}
+
+impl Device {
+    pub(crate) fn new(
+        info: DeviceInfo,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        gl_lock: Option<Arc<Mutex<()>>>,
+    ) -> Self {
+        let failure: Arc<Mutex<Option<Error>>> = Arc::default();
+        let label = info.label();
+        {
+            // wgpu's default handler panics; we turn uncaptured errors into a typed error instead.
+            let failure = failure.clone();
+            let label = label.clone();
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                let mut slot = failure.lock().unwrap_or_else(PoisonError::into_inner);
+                slot.get_or_insert(Error::Gpu {
+                    what: label.clone(),
+                    message: e.to_string(),
+                });
+            }));
+        }
+        {
+            let failure = failure.clone();
+            device.set_device_lost_callback(move |reason, message| {
+                let mut slot = failure.lock().unwrap_or_else(PoisonError::into_inner);
+                if reason != wgpu::DeviceLostReason::Destroyed || slot.is_none() {
+                    *slot = Some(Error::DeviceLost {
+                        device: label.clone(),
+                        reason: format!("{reason:?}: {message}"),
+                    });
+                }
+            });
+        }
+        Self(Arc::new(DeviceInner {
+            info,
+            device,
+            queue,
+            failure,
+            pipelines: Mutex::default(),
+            gl_lock,
+        }))
+    }
+
+    /// Serialises this adapter's GL work. wgpu's GL backend shares one context per adapter and
+    /// panics when a thread waits over 6 s for it (a long shader compile on llvmpipe while other
+    /// threads queue up is enough), so gangway's own threads queue here instead, without a timeout.
+    fn serial(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.0
+            .gl_lock
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.0.info
+    }
+
+    pub fn label(&self) -> String {
+        self.0.info.label()
+    }
+
+    pub fn id(&self) -> usize {
+        self.0.info.id
+    }
+
+    /// The underlying wgpu device, for code that builds on gangway.
+    pub fn wgpu(&self) -> &wgpu::Device {
+        &self.0.device
+    }
+
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.0.queue
+    }
+
+    pub fn supports(&self, dtype: DType) -> bool {
+        match dtype {
+            DType::F16 => self.0.info.features.shader_f16,
+            DType::F32 | DType::U32 => true,
+        }
+    }
+
+    /// Errors with [`Error::UnsupportedDType`] when the device cannot compute in `dtype`.
+    pub fn require(&self, what: &'static str, dtype: DType) -> Result<()> {
+        if self.supports(dtype) {
+            Ok(())
+        } else {
+            Err(Error::UnsupportedDType {
+                what,
+                dtype,
+                device: self.label(),
+                feature: "shader-f16",
+            })
+        }
+    }
+
+    /// Returns (and clears) an error wgpu reported asynchronously, such as a lost device.
+    pub fn check_health(&self) -> Result<()> {
+        let mut slot = self
+            .0
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match slot.take() {
+            Some(e @ Error::DeviceLost { .. }) => {
+                // A lost device stays lost: keep reporting it.
+                let again = Error::DeviceLost {
+                    device: self.label(),
+                    reason: e.to_string(),
+                };
+                *slot = Some(again);
+                Err(e)
+            }
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks that one storage binding of `bytes` fits this device.
+    pub fn check_storage_size(&self, what: &str, bytes: u64) -> Result<()> {
+        let l = &self.0.info.limits;
+        let (limit_name, limit) = if l.max_storage_buffer_binding_size < l.max_buffer_size {
+            (
+                "max_storage_buffer_binding_size",
+                l.max_storage_buffer_binding_size,
+            )
+        } else {
+            ("max_buffer_size", l.max_buffer_size)
+        };
+        if bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: what.to_string(),
+                device: self.label(),
+                limit_name,
+                requested: bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a dispatch grid against `max_compute_workgroups_per_dimension`.
+    pub fn check_workgroups(&self, what: &str, grid: [u32; 3]) -> Result<()> {
+        let limit = self.0.info.limits.max_compute_workgroups_per_dimension;
+        if let Some(&over) = grid.iter().find(|&&g| g > limit) {
+            return Err(Error::LimitExceeded {
+                what: format!("{what} dispatch grid {grid:?}"),
+                device: self.label(),
+                limit_name: "max_compute_workgroups_per_dimension",
+                requested: over.into(),
+                limit: limit.into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A storage buffer of at least `bytes` (rounded up to 4), checked against the limits.
+    pub fn storage_buffer(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+        self.check_storage_size(label, bytes)?;
+        let _serial = self.serial();
+        Ok(self.0.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded_size(bytes),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A storage buffer holding `data`, checked against the limits.
+    pub fn storage_buffer_init(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let buffer = self.storage_buffer(label, data.len() as u64)?;
+        self.write_buffer(&buffer, 0, data);
+        Ok(buffer)
+    }
+
+    /// A small uniform buffer for kernel parameters.
+    pub fn uniform_buffer<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
+        let bytes = bytemuck::bytes_of(value);
+        let _serial = self.serial();
+        let buffer = self.0.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded_size(bytes.len() as u64).max(16),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.0.queue.write_buffer(&buffer, 0, bytes);
+        buffer
+    }
+
+    /// Writes bytes at `offset`, padding the tail to wgpu's 4-byte copy alignment.
+    pub fn write_buffer(&self, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let _serial = self.serial();
+        if data.len() % 4 == 0 {
+            self.0.queue.write_buffer(buffer, offset, data);
+        } else {
+            let mut padded = data.to_vec();
+            padded.resize(padded_size(data.len() as u64) as usize, 0);
+            self.0.queue.write_buffer(buffer, offset, &padded);
+        }
+    }
+
+    /// Copies `len` bytes at `offset` of a device buffer back to the host (blocking).
+    pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let size = padded_size(len);
+        let serial = self.serial();
+        let staging = self.0.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("gangway readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.encoder("readback");
+        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
+        drop(serial);
+        self.submit(encoder);
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let _serial = self.serial();
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                let _ = tx.send(r);
+            });
+        }
+        self.wait()?;
+        let _serial = self.serial();
+        rx.recv().map_err(|_| Error::DeviceLost {
+            device: self.label(),
+            reason: "buffer map callback never ran".into(),
+        })??;
+        let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu {
+            what: "readback".into(),
+            message: e.to_string(),
+        })?;
+        let out = view[..len as usize].to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+
+    pub fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
+        self.0
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {
+        let commands = encoder.finish();
+        let _serial = self.serial();
+        self.0.queue.submit([commands])
+    }
+
+    /// Blocks until all submitted work finished; reports lost devices and GPU errors.
+    pub fn wait(&self) -> Result<()> {
+        // Wait in short slices: wgpu's GL backend holds the adapter's context lock while it
+        // waits, and another thread needing that context panics after 6 s.
+        let slice = wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: Some(std::time::Duration::from_millis(20)),
+        };
+        loop {
+            let polled = {
+                let _serial = self.serial();
+                self.0.device.poll(slice.clone())
+            };
+            match polled {
+                Ok(_) => break,
+                Err(wgpu::PollError::Timeout) => self.check_health()?,
+                Err(e) => {
+                    return Err(Error::DeviceLost {
+                        device: self.label(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        self.check_health()
+    }
+
+    /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`.
+    ///
+    /// Shader compilation errors come back as [`Error::Shader`] rather than a panic.
+    pub fn pipeline(
+        &self,
+        key: &str,
+        entry: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<wgpu::ComputePipeline> {
+        let cache_key = format!("{key}::{entry}");
+        let mut cache = self
+            .0
+            .pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = cache.get(&cache_key) {
+            return Ok(p.clone());
+        }
+        let _serial = self.serial();
+        let scope = self
+            .0
+            .device
+            .push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .0
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(key),
+                source: wgpu::ShaderSource::Wgsl(source().into()),
+            });
+        let pipeline = self
+            .0
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&cache_key),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(Error::Shader {
+                shader: cache_key,
+                message: err.to_string(),
+            });
+        }
+        cache.insert(cache_key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Records one compute dispatch of `pipeline` with `(binding, buffer)` pairs in group 0.
+    pub fn encode_dispatch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        label: &str,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    ) -> Result<()> {
+        self.check_workgroups(label, grid)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .map(|&(binding, b)| wgpu::BindGroupEntry {
+                binding,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bind_group = self.0.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(label),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(label),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        Ok(())
+    }
+}
+
+/// Rounds a byte size up to wgpu's 4-byte copy alignment (and at least 4).
+pub(crate) fn padded_size(bytes: u64) -> u64 {
+    bytes.div_ceil(wgpu::COPY_BUFFER_ALIGNMENT).max(1) * wgpu::COPY_BUFFER_ALIGNMENT
+}

@@ -1,0 +1,106 @@
+//! The one error type of the library. Every fallible public function returns [`Result`].
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in gangway, with enough structure to act on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "no GPU adapter found on backends [{backends}]. On headless Linux install Mesa's software \
+         drivers (`apt-get install -y mesa-vulkan-drivers libegl1 libgl1-mesa-dri`); elsewhere install \
+         your GPU's Vulkan/Metal/DX12 driver, or widen the search with --backends / WGPU_BACKEND"
+    )]
+    NoAdapter { backends: String },
+
+    #[error(
+        "unknown backend {name:?}: expected a comma list of vulkan|vk, metal|mtl, dx12|d3d12, gl|gles|opengl"
+    )]
+    UnknownBackend { name: String },
+
+    #[error("invalid setting {name}={value:?}: {reason}")]
+    InvalidSetting {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+
+    #[error("requesting a device from adapter {adapter:?} failed: {source}")]
+    RequestDevice {
+        adapter: String,
+        #[source]
+        source: wgpu::RequestDeviceError,
+    },
+
+    #[error("device {device} was lost: {reason}")]
+    DeviceLost { device: String, reason: String },
+
+    #[error("{what}: shape mismatch, expected {expected}, got {got}")]
+    ShapeMismatch {
+        what: &'static str,
+        expected: String,
+        got: String,
+    },
+
+    #[error("{what}: dtype mismatch, expected {expected:?}, got {got:?}")]
+    DTypeMismatch {
+        what: &'static str,
+        expected: crate::DType,
+        got: crate::DType,
+    },
+
+    #[error("{what}: {dtype:?} is not supported by device {device} (missing feature {feature})")]
+    UnsupportedDType {
+        what: &'static str,
+        dtype: crate::DType,
+        device: String,
+        feature: &'static str,
+    },
+
+    #[error("{what}: tensors live on different devices ({a} and {b})")]
+    DeviceMismatch {
+        what: &'static str,
+        a: String,
+        b: String,
+    },
+
+    #[error("{what}: invalid argument: {reason}")]
+    InvalidArgument { what: &'static str, reason: String },
+
+    #[error("{what}: {requested} exceeds device {device}'s limit {limit_name} = {limit}")]
+    LimitExceeded {
+        what: String,
+        device: String,
+        limit_name: &'static str,
+        requested: u64,
+        limit: u64,
+    },
+
+    #[error("shader {shader}: {message}")]
+    Shader { shader: String, message: String },
+
+    #[error("GPU validation error in {what}: {message}")]
+    Gpu { what: String, message: String },
+
+    #[error("mapping a buffer for readback failed: {0}")]
+    Map(#[from] wgpu::BufferAsyncError),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{path}: malformed JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("mesh: {0}")]
+    Mesh(String),
+}
+
+/// `Result` with gangway's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

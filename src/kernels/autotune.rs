@@ -1,0 +1,230 @@
+//! Picks the fastest matmul variant per adapter and shape bucket by measurement, and remembers the
+//! choice on disk so the next run on the same adapter does not measure again.
+//!
+//! Cache file: `$GANGWAY_CACHE_DIR/autotune.json` (else `$XDG_CACHE_HOME/gangway/`, else
+//! `~/.cache/gangway/`). `GANGWAY_AUTOTUNE=off` skips measuring and uses a per-device-type default.
+
+use super::matmul::{MatmulArgs, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, encode};
+use crate::{Device, Error, Result, Rng, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+pub const CACHE_DIR_ENV: &str = "GANGWAY_CACHE_DIR";
+pub const AUTOTUNE_ENV: &str = "GANGWAY_AUTOTUNE";
+
+/// Timing of one variant on one shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Measurement {
+    pub variant: MatmulVariant,
+    /// Median wall time of one matmul, submit to completion, in seconds.
+    pub median_s: f64,
+    pub gflops: f64,
+}
+
+/// Runs `variant` on random data of `shape`: `warmup` untimed runs, then the median of `reps`.
+///
+/// Each timed run is one submit plus a blocking wait, so it includes submission overhead; that is
+/// what a caller of `matmul` pays, and it is negligible at the sizes worth tuning.
+pub fn measure(
+    device: &Device,
+    shape: &MatmulShape,
+    variant: MatmulVariant,
+    warmup: usize,
+    reps: usize,
+) -> Result<Measurement> {
+    let mut rng = Rng::new(0x6a6e);
+    let a_shape = shape.a_shape();
+    let b_shape = shape.b_shape();
+    let a = Tensor::from_f32(
+        device,
+        &a_shape,
+        shape.dtype,
+        &rng.vec(a_shape.iter().product()),
+    )?;
+    let b = Tensor::from_f32(
+        device,
+        &b_shape,
+        shape.dtype,
+        &rng.vec(b_shape.iter().product()),
+    )?;
+    let c = Tensor::zeros(device, &[shape.m, shape.n], shape.dtype)?;
+    let offsets: Vec<u32> = (0..=shape.groups)
+        .map(|g| (g * shape.max_group_rows).min(shape.m) as u32)
+        .collect();
+    let offsets = Tensor::from_u32(device, &[offsets.len()], &offsets)?;
+    let args = MatmulArgs {
+        a: &a,
+        b: &b,
+        c: &c,
+        offsets: &offsets,
+        max_group_rows: shape.max_group_rows,
+        options: MatmulOptions {
+            trans_a: shape.trans_a,
+            trans_b: shape.trans_b,
+            variant: VariantChoice::Fixed(variant),
+        },
+    };
+    let mut samples = Vec::with_capacity(reps);
+    for i in 0..warmup + reps.max(1) {
+        let mut encoder = device.encoder("matmul timing");
+        encode(&mut encoder, &args)?;
+        let start = Instant::now();
+        device.submit(encoder);
+        device.wait()?;
+        if i >= warmup {
+            samples.push(start.elapsed().as_secs_f64());
+        }
+    }
+    let median_s = median(&mut samples);
+    Ok(Measurement {
+        variant,
+        median_s,
+        gflops: shape.flops() / median_s / 1e9,
+    })
+}
+
+/// Median of a non-empty sample (sorts in place).
+pub fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        0.5 * (samples[n / 2 - 1] + samples[n / 2])
+    }
+}
+
+/// The cache key: adapter, dtype, transposes, grouping and power-of-two size buckets.
+pub fn bucket_key(device: &Device, shape: &MatmulShape) -> String {
+    let bucket = |v: usize| v.max(1).next_power_of_two().clamp(16, 8192);
+    format!(
+        "{}#{}/{}{}/g{}/m{}n{}k{}/n4:{}k4:{}",
+        device.info().adapter_key(),
+        shape.dtype.name(),
+        if shape.trans_a { 't' } else { 'n' },
+        if shape.trans_b { 't' } else { 'n' },
+        shape.groups > 1,
+        bucket(shape.max_group_rows),
+        bucket(shape.n),
+        bucket(shape.k),
+        shape.n % 4 == 0,
+        shape.k % 4 == 0,
+    )
+}
+
+/// The variant to use without measuring: workgroup-memory tiles on GPUs, vec4 on CPU drivers.
+pub fn default_variant(device: &Device, shape: &MatmulShape) -> MatmulVariant {
+    if device.info().device_type == "cpu" && MatmulVariant::Vec4.supports(shape) {
+        MatmulVariant::Vec4
+    } else {
+        MatmulVariant::Tiled
+    }
+}
+
+/// Where the cache lives, from the environment.
+pub fn cache_path() -> Option<PathBuf> {
+    let dir = std::env::var_os(CACHE_DIR_ENV)
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("gangway")))
+        .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/gangway")))?;
+    Some(dir.join("autotune.json"))
+}
+
+/// Measured choices, keyed by [`bucket_key`], persisted as JSON.
+#[derive(Debug, Default)]
+pub struct Autotuner {
+    path: Option<PathBuf>,
+    choices: BTreeMap<String, MatmulVariant>,
+}
+
+impl Autotuner {
+    /// Loads the cache at `path` (a missing file is an empty cache; a malformed one is an error).
+    pub fn open(path: Option<PathBuf>) -> Result<Self> {
+        let choices = match &path {
+            Some(p) if p.exists() => {
+                let text = std::fs::read_to_string(p).map_err(|source| Error::Io {
+                    path: p.clone(),
+                    source,
+                })?;
+                serde_json::from_str(&text).map_err(|source| Error::Json {
+                    path: p.clone(),
+                    source,
+                })?
+            }
+            _ => BTreeMap::new(),
+        };
+        Ok(Self { path, choices })
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn cached(&self, device: &Device, shape: &MatmulShape) -> Option<MatmulVariant> {
+        self.choices.get(&bucket_key(device, shape)).copied()
+    }
+
+    /// The cached choice, or measure every applicable variant, remember the fastest and save.
+    pub fn choose(&mut self, device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
+        if let Some(v) = self.cached(device, shape) {
+            return Ok(v);
+        }
+        let mut best: Option<Measurement> = None;
+        for variant in MatmulVariant::ALL.into_iter().filter(|v| v.supports(shape)) {
+            let m = measure(device, shape, variant, 1, 3)?;
+            if best.is_none_or(|b| m.median_s < b.median_s) {
+                best = Some(m);
+            }
+        }
+        let choice = best.map_or(MatmulVariant::Tiled, |b| b.variant);
+        self.choices.insert(bucket_key(device, shape), choice);
+        self.save()?;
+        Ok(choice)
+    }
+
+    fn save(&self) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let text = serde_json::to_string_pretty(&self.choices).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        // Write then rename, so a crash never leaves a half-written cache behind.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+}
+
+static GLOBAL: OnceLock<Mutex<Option<Autotuner>>> = OnceLock::new();
+
+/// The variant `matmul` uses for `shape` on `device` with [`VariantChoice::Auto`].
+pub fn choose(device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
+    if std::env::var(AUTOTUNE_ENV).is_ok_and(|v| v == "off" || v == "0") {
+        return Ok(default_variant(device, shape));
+    }
+    let mut slot = GLOBAL
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if slot.is_none() {
+        *slot = Some(Autotuner::open(cache_path())?);
+    }
+    match slot.as_mut() {
+        Some(tuner) => tuner.choose(device, shape),
+        None => Ok(default_variant(device, shape)),
+    }
+}

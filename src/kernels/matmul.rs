@@ -1,0 +1,449 @@
+//! `C = op(A) · op(B)` in three implementations, plain and grouped (one weight matrix per expert).
+//!
+//! Layouts (row-major): A is `[M, K]`, or `[K, M]` with `trans_a`; B is `[K, N]` / `[G, K, N]`, or
+//! `[N, K]` / `[G, N, K]` with `trans_b`; C is `[M, N]`. In the grouped form, rows
+//! `offsets[g]..offsets[g+1]` of A and C use `B[g]`, and no group has more than `max_group_rows`
+//! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
+
+use super::{MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, Shader, autotune};
+use crate::{DType, Device, Error, Result, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum MatmulVariant {
+    /// One invocation per output; the baseline.
+    Naive,
+    /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
+    Tiled,
+    /// 4×4 register blocks with vec4 loads, no workgroup memory.
+    Vec4,
+}
+
+impl MatmulVariant {
+    pub const ALL: [MatmulVariant; 3] = [Self::Naive, Self::Tiled, Self::Vec4];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Naive => "naive",
+            Self::Tiled => "tiled",
+            Self::Vec4 => "vec4",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    fn shader(self) -> Shader {
+        match self {
+            Self::Naive => MATMUL_NAIVE,
+            Self::Tiled => MATMUL_TILED,
+            Self::Vec4 => MATMUL_VEC4,
+        }
+    }
+
+    /// Output rows and columns one workgroup covers.
+    fn tile(self) -> (usize, usize) {
+        match self {
+            Self::Naive => (8, 8),
+            Self::Tiled => (64, 64),
+            Self::Vec4 => (16, 64),
+        }
+    }
+
+    /// Whether this variant can compute `shape` (vec4 needs aligned, untransposed operands).
+    pub fn supports(self, shape: &MatmulShape) -> bool {
+        match self {
+            Self::Naive | Self::Tiled => true,
+            Self::Vec4 => !shape.trans_a && !shape.trans_b && shape.n % 4 == 0 && shape.k % 4 == 0,
+        }
+    }
+}
+
+/// Everything that decides a matmul's cost and which variant may run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MatmulShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub groups: usize,
+    pub max_group_rows: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub dtype: DType,
+}
+
+impl MatmulShape {
+    /// A plain (one group) matmul.
+    pub fn plain(m: usize, n: usize, k: usize, dtype: DType) -> Self {
+        Self {
+            m,
+            n,
+            k,
+            groups: 1,
+            max_group_rows: m,
+            trans_a: false,
+            trans_b: false,
+            dtype,
+        }
+    }
+
+    /// Floating-point operations of the useful work, at most 2·M·N·K.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    pub fn a_shape(&self) -> [usize; 2] {
+        if self.trans_a {
+            [self.k, self.m]
+        } else {
+            [self.m, self.k]
+        }
+    }
+
+    pub fn b_shape(&self) -> Vec<usize> {
+        let mat = if self.trans_b {
+            [self.n, self.k]
+        } else {
+            [self.k, self.n]
+        };
+        if self.groups == 1 {
+            mat.to_vec()
+        } else {
+            vec![self.groups, mat[0], mat[1]]
+        }
+    }
+}
+
+/// How to pick the implementation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum VariantChoice {
+    /// Measure once per adapter and shape bucket, then reuse (see [`autotune`]).
+    #[default]
+    Auto,
+    Fixed(MatmulVariant),
+}
+
+/// Transposes and implementation of one matmul call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MatmulOptions {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub variant: VariantChoice,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    groups: u32,
+    trans_a: u32,
+    trans_b: u32,
+    max_group_rows: u32,
+    _pad: u32,
+}
+
+/// Pre-allocated operands of one matmul, for callers that encode many kernels up front.
+#[derive(Debug)]
+pub struct MatmulArgs<'a> {
+    pub a: &'a Tensor,
+    pub b: &'a Tensor,
+    pub c: &'a Tensor,
+    /// `[groups + 1]` u32 row offsets.
+    pub offsets: &'a Tensor,
+    pub max_group_rows: usize,
+    pub options: MatmulOptions,
+}
+
+fn u32_dim(what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::InvalidArgument {
+        what,
+        reason: format!("dimension {v} does not fit in u32"),
+    })
+}
+
+/// Checks the operands and returns the shape they describe.
+pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
+    const WHAT: &str = "matmul";
+    let (a, b, c) = (args.a, args.b, args.c);
+    let device = a.device();
+    for t in [b, c, args.offsets] {
+        t.expect_device(WHAT, device)?;
+    }
+    let dtype = a.dtype();
+    if !matches!(dtype, DType::F32 | DType::F16) {
+        return Err(Error::DTypeMismatch {
+            what: WHAT,
+            expected: DType::F32,
+            got: dtype,
+        });
+    }
+    device.require(WHAT, dtype)?;
+    b.expect_dtype(WHAT, dtype)?;
+    c.expect_dtype(WHAT, dtype)?;
+    args.offsets.expect_dtype(WHAT, DType::U32)?;
+    let [a0, a1] = two_d("matmul A", a.shape())?;
+    let (m, k) = if args.options.trans_a {
+        (a1, a0)
+    } else {
+        (a0, a1)
+    };
+    let (groups, b0, b1) = match *b.shape() {
+        [r, c] => (1, r, c),
+        [g, r, c] => (g, r, c),
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: "matmul B",
+                expected: "[K, N] or [groups, K, N]".into(),
+                got: format!("{:?}", b.shape()),
+            });
+        }
+    };
+    let (kb, n) = if args.options.trans_b {
+        (b1, b0)
+    } else {
+        (b0, b1)
+    };
+    if kb != k {
+        return Err(Error::ShapeMismatch {
+            what: "matmul inner dimension (K of op(A) vs op(B))",
+            expected: k.to_string(),
+            got: kb.to_string(),
+        });
+    }
+    if groups == 0 {
+        return Err(Error::InvalidArgument {
+            what: WHAT,
+            reason: "B has zero groups".into(),
+        });
+    }
+    c.expect_shape("matmul C", &[m, n])?;
+    args.offsets
+        .expect_shape("matmul group offsets", &[groups + 1])?;
+    let shape = MatmulShape {
+        m,
+        n,
+        k,
+        groups,
+        max_group_rows: args.max_group_rows.min(m),
+        trans_a: args.options.trans_a,
+        trans_b: args.options.trans_b,
+        dtype,
+    };
+    for v in [m, n, k, groups] {
+        u32_dim(WHAT, v)?;
+    }
+    Ok(shape)
+}
+
+fn two_d(what: &'static str, shape: &[usize]) -> Result<[usize; 2]> {
+    match *shape {
+        [r, c] => Ok([r, c]),
+        _ => Err(Error::ShapeMismatch {
+            what,
+            expected: "a 2-d tensor".into(),
+            got: format!("{shape:?}"),
+        }),
+    }
+}
+
+/// Records the matmul into `encoder` and returns the variant used.
+pub fn encode(encoder: &mut wgpu::CommandEncoder, args: &MatmulArgs<'_>) -> Result<MatmulVariant> {
+    let shape = check_args(args)?;
+    let device = args.a.device();
+    let variant = match args.options.variant {
+        VariantChoice::Fixed(v) => {
+            if !v.supports(&shape) {
+                return Err(Error::InvalidArgument {
+                    what: "matmul",
+                    reason: format!(
+                        "variant {} needs untransposed operands with N and K multiples of 4; got {shape:?}",
+                        v.name()
+                    ),
+                });
+            }
+            v
+        }
+        VariantChoice::Auto => autotune::choose(device, &shape)?,
+    };
+    encode_variant(encoder, device, args, &shape, variant)?;
+    Ok(variant)
+}
+
+fn encode_variant(
+    encoder: &mut wgpu::CommandEncoder,
+    device: &Device,
+    args: &MatmulArgs<'_>,
+    shape: &MatmulShape,
+    variant: MatmulVariant,
+) -> Result<()> {
+    let params = Params {
+        m: shape.m as u32,
+        n: shape.n as u32,
+        k: shape.k as u32,
+        groups: shape.groups as u32,
+        trans_a: shape.trans_a.into(),
+        trans_b: shape.trans_b.into(),
+        max_group_rows: shape.max_group_rows as u32,
+        _pad: 0,
+    };
+    let (tile_m, tile_n) = variant.tile();
+    let cols = if variant == MatmulVariant::Vec4 {
+        shape.n / 4
+    } else {
+        shape.n
+    };
+    let per_wg_cols = if variant == MatmulVariant::Vec4 {
+        tile_n / 4
+    } else {
+        tile_n
+    };
+    let grid = [
+        u32_dim("matmul grid", cols.div_ceil(per_wg_cols))?,
+        u32_dim("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
+        shape.groups as u32,
+    ];
+    let pipeline = variant.shader().pipeline(device, shape.dtype, "main")?;
+    let uniform = device.uniform_buffer("matmul params", &params);
+    device.encode_dispatch(
+        encoder,
+        variant.name(),
+        &pipeline,
+        &[
+            (0, &uniform),
+            (1, args.a.buffer()),
+            (2, args.b.buffer()),
+            (3, args.c.buffer()),
+            (4, args.offsets.buffer()),
+        ],
+        grid,
+    )
+}
+
+/// Validates host row offsets for `groups` groups over `m` rows; returns the largest group.
+pub fn check_offsets(offsets: &[u32], groups: usize, m: usize) -> Result<usize> {
+    let bad = |reason: String| Error::InvalidArgument {
+        what: "grouped matmul offsets",
+        reason,
+    };
+    if offsets.len() != groups + 1 {
+        return Err(bad(format!(
+            "need {} offsets for {groups} groups, got {}",
+            groups + 1,
+            offsets.len()
+        )));
+    }
+    if offsets.windows(2).any(|w| w[1] < w[0]) {
+        return Err(bad(format!("offsets must not decrease: {offsets:?}")));
+    }
+    let last = *offsets.last().unwrap_or(&0) as usize;
+    if last > m {
+        return Err(bad(format!("last offset {last} is past the {m} rows of A")));
+    }
+    Ok(offsets
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as usize)
+        .max()
+        .unwrap_or(0))
+}
+
+/// `op(A) · op(B)` into a new tensor. Blocks until the GPU is done.
+pub fn matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> Result<Tensor> {
+    let m = if options.trans_a {
+        a.shape().get(1)
+    } else {
+        a.shape().first()
+    };
+    let m = *m.ok_or_else(|| Error::ShapeMismatch {
+        what: "matmul A",
+        expected: "a 2-d tensor".into(),
+        got: format!("{:?}", a.shape()),
+    })?;
+    run_grouped(a, b, &[0, u32_dim("matmul M", m)?], options)
+}
+
+/// Grouped matmul: rows `offsets[g]..offsets[g+1]` of `op(A)` times `op(B[g])`. Blocks.
+pub fn grouped_matmul(
+    a: &Tensor,
+    b: &Tensor,
+    offsets: &[u32],
+    options: MatmulOptions,
+) -> Result<Tensor> {
+    run_grouped(a, b, offsets, options)
+}
+
+fn run_grouped(a: &Tensor, b: &Tensor, offsets: &[u32], options: MatmulOptions) -> Result<Tensor> {
+    let device = a.device();
+    let groups = offsets.len().saturating_sub(1);
+    let rows = match (a.shape(), options.trans_a) {
+        ([m, _], false) | ([_, m], true) => *m,
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: "matmul A",
+                expected: "a 2-d tensor".into(),
+                got: format!("{:?}", a.shape()),
+            });
+        }
+    };
+    let max_group_rows = check_offsets(offsets, groups, rows)?;
+    let n = match (b.shape(), options.trans_b) {
+        ([_, n], false) | ([_, _, n], false) | ([n, _], true) | ([_, n, _], true) => *n,
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: "matmul B",
+                expected: "[K, N] or [groups, K, N]".into(),
+                got: format!("{:?}", b.shape()),
+            });
+        }
+    };
+    let c = Tensor::zeros(device, &[rows, n], a.dtype())?;
+    let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
+    let mut encoder = device.encoder("matmul");
+    encode(
+        &mut encoder,
+        &MatmulArgs {
+            a,
+            b,
+            c: &c,
+            offsets: &offsets_t,
+            max_group_rows,
+            options,
+        },
+    )?;
+    device.submit(encoder);
+    device.wait()?;
+    Ok(c)
+}
+
+/// Plain-Rust reference of the grouped matmul (f64 accumulation). Rows outside every group are 0.
+pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> Vec<f32> {
+    let MatmulShape { m, n, k, .. } = *shape;
+    let mut c = vec![0.0f32; m * n];
+    for g in 0..offsets.len().saturating_sub(1) {
+        let b_base = g * k * n;
+        for row in offsets[g] as usize..offsets[g + 1] as usize {
+            for col in 0..n {
+                let mut acc = 0.0f64;
+                for kk in 0..k {
+                    let av = if shape.trans_a {
+                        a[kk * m + row]
+                    } else {
+                        a[row * k + kk]
+                    };
+                    let bv = if shape.trans_b {
+                        b[b_base + col * k + kk]
+                    } else {
+                        b[b_base + kk * n + col]
+                    };
+                    acc += f64::from(av) * f64::from(bv);
+                }
+                c[row * n + col] = acc as f32;
+            }
+        }
+    }
+    c
+}

@@ -1,0 +1,91 @@
+//! WGSL kernels: each shader file under `shaders/` has a typed launcher and a plain-Rust reference
+//! here. Launchers check shapes, dtypes, devices and limits before anything is dispatched.
+
+pub mod autotune;
+pub mod copy_blocks;
+pub mod matmul;
+pub mod moe_dispatch;
+pub mod router;
+
+use crate::DType;
+
+/// One WGSL source file and the element types it is instantiated for.
+#[derive(Debug, Clone, Copy)]
+pub struct Shader {
+    pub name: &'static str,
+    pub source: &'static str,
+    /// `Elem` types this shader is compiled with (the prelude declares `Elem`).
+    pub dtypes: &'static [DType],
+}
+
+const FLOATS: &[DType] = &[DType::F32, DType::F16];
+const F32_ONLY: &[DType] = &[DType::F32];
+const WORDS: &[DType] = &[DType::U32];
+
+pub const MATMUL_NAIVE: Shader = Shader {
+    name: "matmul_naive",
+    source: include_str!("../../shaders/matmul_naive.wgsl"),
+    dtypes: FLOATS,
+};
+pub const MATMUL_TILED: Shader = Shader {
+    name: "matmul_tiled",
+    source: include_str!("../../shaders/matmul_tiled.wgsl"),
+    dtypes: FLOATS,
+};
+pub const MATMUL_VEC4: Shader = Shader {
+    name: "matmul_vec4",
+    source: include_str!("../../shaders/matmul_vec4.wgsl"),
+    dtypes: FLOATS,
+};
+pub const ROUTER: Shader = Shader {
+    name: "router",
+    source: include_str!("../../shaders/router.wgsl"),
+    dtypes: F32_ONLY,
+};
+pub const MOE_DISPATCH: Shader = Shader {
+    name: "moe_dispatch",
+    source: include_str!("../../shaders/moe_dispatch.wgsl"),
+    dtypes: F32_ONLY,
+};
+pub const COPY_BLOCKS: Shader = Shader {
+    name: "copy_blocks",
+    source: include_str!("../../shaders/copy_blocks.wgsl"),
+    dtypes: WORDS,
+};
+
+/// Every shader gangway ships, for validation and translation tests.
+pub const ALL_SHADERS: &[Shader] = &[
+    MATMUL_NAIVE,
+    MATMUL_TILED,
+    MATMUL_VEC4,
+    ROUTER,
+    MOE_DISPATCH,
+    COPY_BLOCKS,
+];
+
+impl Shader {
+    /// The full WGSL text for one element type: a prelude declaring `Elem`, then the file.
+    pub fn instantiate(&self, dtype: DType) -> String {
+        let prelude = match dtype {
+            DType::F32 => "alias Elem = f32;\n",
+            DType::F16 => "enable f16;\nalias Elem = f16;\n",
+            DType::U32 => "alias Elem = u32;\n",
+        };
+        format!("{prelude}{}", self.source)
+    }
+
+    /// Cache key of one instantiation.
+    pub fn key(&self, dtype: DType) -> String {
+        format!("{}<{}>", self.name, dtype.name())
+    }
+
+    /// The device's cached pipeline for `entry` of this shader instantiated for `dtype`.
+    pub fn pipeline(
+        &self,
+        device: &crate::Device,
+        dtype: DType,
+        entry: &str,
+    ) -> crate::Result<wgpu::ComputePipeline> {
+        device.pipeline(&self.key(dtype), entry, || self.instantiate(dtype))
+    }
+}

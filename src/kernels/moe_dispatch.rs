@@ -1,0 +1,166 @@
+//! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
+//! the gates). Dropped choices get nothing from the experts.
+
+use super::MOE_DISPATCH;
+use super::router::{Route, Routing};
+use crate::{DType, Result, Tensor};
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    tokens: u32,
+    k: u32,
+    capacity: u32,
+    d: u32,
+}
+
+fn params(routing: &Routing, d: usize) -> Params {
+    Params {
+        tokens: routing.tokens as u32,
+        k: routing.config.k as u32,
+        capacity: routing.capacity as u32,
+        d: d as u32,
+    }
+}
+
+/// Rows of the expert-major layout: `experts × capacity`.
+pub fn expert_rows(routing: &Routing) -> usize {
+    routing.config.experts * routing.capacity
+}
+
+fn grid(device: &crate::Device, d: usize, rows: usize) -> [u32; 3] {
+    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
+    [
+        d.div_ceil(64) as u32,
+        rows.clamp(1, max.min(4096)) as u32,
+        1,
+    ]
+}
+
+fn encode_pass(
+    encoder: &mut wgpu::CommandEncoder,
+    entry: &str,
+    routing: &Routing,
+    src: &Tensor,
+    dst: &Tensor,
+    d: usize,
+    rows: usize,
+) -> Result<()> {
+    let device = routing.device();
+    for t in [src, dst] {
+        t.expect_device("moe dispatch/combine", device)?;
+        t.expect_dtype("moe dispatch/combine", DType::F32)?;
+    }
+    let pipeline = MOE_DISPATCH.pipeline(device, DType::F32, entry)?;
+    let uniform = device.uniform_buffer("moe dispatch params", &params(routing, d));
+    device.encode_dispatch(
+        encoder,
+        entry,
+        &pipeline,
+        &[
+            (0, &uniform),
+            (1, &routing.routes),
+            (2, src.buffer()),
+            (3, dst.buffer()),
+        ],
+        grid(device, d, rows),
+    )
+}
+
+/// Records dispatch of `x` (`[tokens, d]`) into `out` (`[experts × capacity, d]`, cleared first).
+pub fn encode_dispatch(
+    encoder: &mut wgpu::CommandEncoder,
+    x: &Tensor,
+    routing: &Routing,
+    out: &Tensor,
+) -> Result<()> {
+    let d = x.shape().get(1).copied().unwrap_or(0);
+    x.expect_shape("moe dispatch input", &[routing.tokens, d])?;
+    out.expect_shape("moe dispatch output", &[expert_rows(routing), d])?;
+    encoder.clear_buffer(out.buffer(), 0, None);
+    encode_pass(
+        encoder,
+        "dispatch",
+        routing,
+        x,
+        out,
+        d,
+        routing.tokens * routing.config.k,
+    )
+}
+
+/// Records combine of expert outputs `y` (`[experts × capacity, d]`) into `out` (`[tokens, d]`).
+pub fn encode_combine(
+    encoder: &mut wgpu::CommandEncoder,
+    y: &Tensor,
+    routing: &Routing,
+    out: &Tensor,
+) -> Result<()> {
+    let d = y.shape().get(1).copied().unwrap_or(0);
+    y.expect_shape("moe combine input", &[expert_rows(routing), d])?;
+    out.expect_shape("moe combine output", &[routing.tokens, d])?;
+    encode_pass(encoder, "combine", routing, y, out, d, routing.tokens)
+}
+
+/// Dispatches `x` into a new expert-major tensor. Blocks.
+pub fn dispatch(x: &Tensor, routing: &Routing) -> Result<Tensor> {
+    let device = routing.device();
+    let d = x.shape().get(1).copied().unwrap_or(0);
+    let out = Tensor::zeros(device, &[expert_rows(routing), d], DType::F32)?;
+    let mut encoder = device.encoder("moe dispatch");
+    encode_dispatch(&mut encoder, x, routing, &out)?;
+    device.submit(encoder);
+    device.wait()?;
+    Ok(out)
+}
+
+/// Combines expert outputs into a new `[tokens, d]` tensor. Blocks.
+pub fn combine(y: &Tensor, routing: &Routing) -> Result<Tensor> {
+    let device = routing.device();
+    let d = y.shape().get(1).copied().unwrap_or(0);
+    let out = Tensor::zeros(device, &[routing.tokens, d], DType::F32)?;
+    let mut encoder = device.encoder("moe combine");
+    encode_combine(&mut encoder, y, routing, &out)?;
+    device.submit(encoder);
+    device.wait()?;
+    Ok(out)
+}
+
+/// Reference dispatch: `[experts × capacity, d]`, zeros where no kept token landed.
+pub fn reference_dispatch(
+    x: &[f32],
+    routes: &[Route],
+    k: usize,
+    experts: usize,
+    capacity: usize,
+    d: usize,
+) -> Vec<f32> {
+    let mut out = vec![0.0; experts * capacity * d];
+    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
+        let t = tc / k;
+        let row = r.expert as usize * capacity + r.position as usize;
+        out[row * d..(row + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+    }
+    out
+}
+
+/// Reference combine: `[tokens, d]`, the gate-weighted sum of each token's kept expert rows.
+pub fn reference_combine(
+    y: &[f32],
+    routes: &[Route],
+    tokens: usize,
+    k: usize,
+    capacity: usize,
+    d: usize,
+) -> Vec<f32> {
+    let mut out = vec![0.0; tokens * d];
+    for t in 0..tokens {
+        for r in routes[t * k..(t + 1) * k].iter().filter(|r| r.kept != 0) {
+            let row = r.expert as usize * capacity + r.position as usize;
+            for j in 0..d {
+                out[t * d + j] += r.gate * y[row * d + j];
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,318 @@
+//! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
+//! per-expert counts and the two vectors of the load-balancing loss.
+
+use super::ROUTER;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Router settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RouterConfig {
+    pub experts: usize,
+    /// 1 (Switch) or 2 (GShard).
+    pub k: usize,
+    pub capacity_factor: f32,
+    /// Renormalise top-2 gates to sum to 1 (GShard); Switch (k = 1) uses the raw probability.
+    pub normalize_gates: bool,
+}
+
+impl RouterConfig {
+    /// `ceil(tokens / experts × capacity_factor)`, the most tokens one expert takes.
+    pub fn capacity(&self, tokens: usize) -> usize {
+        let exact = tokens as f64 / self.experts as f64 * f64::from(self.capacity_factor);
+        // Guard against 4.0000001 from float rounding turning into 5.
+        (exact - 1e-9).ceil().max(0.0) as usize
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Error::InvalidArgument {
+            what: "router",
+            reason,
+        };
+        if self.experts == 0 {
+            return Err(bad("experts must be at least 1".into()));
+        }
+        if !(1..=2).contains(&self.k) {
+            return Err(bad(format!("k must be 1 or 2, got {}", self.k)));
+        }
+        if self.k > self.experts {
+            return Err(bad(format!(
+                "k = {} exceeds the {} experts",
+                self.k, self.experts
+            )));
+        }
+        if !(self.capacity_factor.is_finite() && self.capacity_factor > 0.0) {
+            return Err(bad(format!(
+                "capacity factor must be positive, got {}",
+                self.capacity_factor
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where one (token, choice) goes. Layout matches the WGSL `Route` struct.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Route {
+    pub expert: u32,
+    /// Slot inside the expert, in Switch priority order; may exceed the capacity.
+    pub position: u32,
+    pub gate: f32,
+    /// 1 if `position < capacity`, else the choice is dropped.
+    pub kept: u32,
+}
+
+/// Per-expert statistics. Layout matches the WGSL `ExpertStat` struct.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ExpertStat {
+    /// Tokens this expert processes: `min(demand, capacity)`.
+    pub kept: u32,
+    /// Choices that picked this expert.
+    pub demand: u32,
+    /// f_i: fraction of tokens whose first choice is this expert.
+    pub fraction: f32,
+    /// P_i: mean router probability of this expert.
+    pub mean_prob: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    tokens: u32,
+    experts: u32,
+    k: u32,
+    capacity: u32,
+    normalize: u32,
+    _pad: [u32; 3],
+}
+
+/// The router's outputs on the device.
+#[derive(Debug)]
+pub struct Routing {
+    pub tokens: usize,
+    pub config: RouterConfig,
+    pub capacity: usize,
+    /// `[tokens, experts]` softmax probabilities.
+    pub probs: Tensor,
+    /// `[tokens * k]` [`Route`]s, token-major.
+    pub routes: wgpu::Buffer,
+    /// `[experts]` [`ExpertStat`]s.
+    pub stats: wgpu::Buffer,
+}
+
+impl Routing {
+    pub fn device(&self) -> &Device {
+        self.probs.device()
+    }
+
+    pub fn read_routes(&self) -> Result<Vec<Route>> {
+        let bytes = (self.tokens * self.config.k * std::mem::size_of::<Route>()) as u64;
+        Ok(bytemuck::pod_collect_to_vec(&self.device().read_buffer(
+            &self.routes,
+            0,
+            bytes,
+        )?))
+    }
+
+    pub fn read_stats(&self) -> Result<Vec<ExpertStat>> {
+        let bytes = (self.config.experts * std::mem::size_of::<ExpertStat>()) as u64;
+        Ok(bytemuck::pod_collect_to_vec(&self.device().read_buffer(
+            &self.stats,
+            0,
+            bytes,
+        )?))
+    }
+}
+
+/// Allocates the router's outputs and records both passes into `encoder`.
+pub fn encode(
+    encoder: &mut wgpu::CommandEncoder,
+    logits: &Tensor,
+    config: RouterConfig,
+) -> Result<Routing> {
+    config.validate()?;
+    logits.expect_dtype("router logits", DType::F32)?;
+    let device = logits.device();
+    let tokens = match *logits.shape() {
+        [t, e] if e == config.experts => t,
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: "router logits",
+                expected: format!("[tokens, {}]", config.experts),
+                got: format!("{:?}", logits.shape()),
+            });
+        }
+    };
+    let capacity = config.capacity(tokens);
+    let to_u32 = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::InvalidArgument {
+            what: "router",
+            reason: format!("{v} does not fit in u32"),
+        })
+    };
+    let params = Params {
+        tokens: to_u32(tokens)?,
+        experts: to_u32(config.experts)?,
+        k: config.k as u32,
+        capacity: to_u32(capacity)?,
+        normalize: u32::from(config.normalize_gates && config.k == 2),
+        _pad: [0; 3],
+    };
+    let probs = Tensor::zeros(device, &[tokens, config.experts], DType::F32)?;
+    let routes = device.storage_buffer(
+        "router routes",
+        (tokens * config.k * std::mem::size_of::<Route>()) as u64,
+    )?;
+    let stats = device.storage_buffer(
+        "router stats",
+        (config.experts * std::mem::size_of::<ExpertStat>()) as u64,
+    )?;
+    let uniform = device.uniform_buffer("router params", &params);
+    let topk = ROUTER.pipeline(device, DType::F32, "topk")?;
+    let positions = ROUTER.pipeline(device, DType::F32, "positions")?;
+    device.encode_dispatch(
+        encoder,
+        "router topk",
+        &topk,
+        &[
+            (0, &uniform),
+            (1, logits.buffer()),
+            (2, probs.buffer()),
+            (3, &routes),
+        ],
+        [to_u32(tokens.div_ceil(64))?, 1, 1],
+    )?;
+    device.encode_dispatch(
+        encoder,
+        "router positions",
+        &positions,
+        &[
+            (0, &uniform),
+            (2, probs.buffer()),
+            (3, &routes),
+            (4, &stats),
+        ],
+        [params.experts, 1, 1],
+    )?;
+    Ok(Routing {
+        tokens,
+        config,
+        capacity,
+        probs,
+        routes,
+        stats,
+    })
+}
+
+/// Routes `logits` (`[tokens, experts]`, f32). Blocks until the GPU is done.
+pub fn route(logits: &Tensor, config: RouterConfig) -> Result<Routing> {
+    let device = logits.device();
+    let mut encoder = device.encoder("router");
+    let routing = encode(&mut encoder, logits, config)?;
+    device.submit(encoder);
+    device.wait()?;
+    Ok(routing)
+}
+
+/// What the plain-Rust reference router computes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceRouting {
+    pub capacity: usize,
+    pub probs: Vec<f32>,
+    pub routes: Vec<Route>,
+    pub stats: Vec<ExpertStat>,
+}
+
+impl ReferenceRouting {
+    /// Choices dropped because their expert was full.
+    pub fn dropped(&self) -> usize {
+        self.routes.iter().filter(|r| r.kept == 0).count()
+    }
+}
+
+/// Plain-Rust reference of [`route`], same tie-breaking and priority rules.
+pub fn reference(logits: &[f32], tokens: usize, config: RouterConfig) -> Result<ReferenceRouting> {
+    config.validate()?;
+    let e_n = config.experts;
+    if logits.len() != tokens * e_n {
+        return Err(Error::ShapeMismatch {
+            what: "router reference logits",
+            expected: format!("{} values", tokens * e_n),
+            got: format!("{} values", logits.len()),
+        });
+    }
+    let capacity = config.capacity(tokens);
+    let mut probs = vec![0.0f32; tokens * e_n];
+    let mut routes = Vec::with_capacity(tokens * config.k);
+    for t in 0..tokens {
+        let row = &logits[t * e_n..(t + 1) * e_n];
+        let argmax = |skip: Option<usize>| {
+            let mut best: Option<usize> = None;
+            for (e, &l) in row.iter().enumerate() {
+                if Some(e) != skip && best.is_none_or(|b| l > row[b]) {
+                    best = Some(e);
+                }
+            }
+            best.unwrap_or(0)
+        };
+        let first = argmax(None);
+        let max = row[first];
+        let sum: f32 = row.iter().map(|&l| (l - max).exp()).sum();
+        for (e, &l) in row.iter().enumerate() {
+            probs[t * e_n + e] = (l - max).exp() / sum;
+        }
+        let mut chosen = vec![first];
+        if config.k == 2 {
+            chosen.push(argmax(Some(first)));
+        }
+        let gates: Vec<f32> = chosen.iter().map(|&e| probs[t * e_n + e]).collect();
+        let scale = if config.k == 2 && config.normalize_gates {
+            1.0 / gates.iter().sum::<f32>()
+        } else {
+            1.0
+        };
+        for (&e, &g) in chosen.iter().zip(&gates) {
+            routes.push(Route {
+                expert: e as u32,
+                position: 0,
+                gate: g * scale,
+                kept: 0,
+            });
+        }
+    }
+    let mut demand = vec![0usize; e_n];
+    let mut first_choices = vec![0usize; e_n];
+    for c in 0..config.k {
+        for t in 0..tokens {
+            let r = &mut routes[t * config.k + c];
+            let e = r.expert as usize;
+            r.position = demand[e] as u32;
+            r.kept = u32::from(demand[e] < capacity);
+            demand[e] += 1;
+            if c == 0 {
+                first_choices[e] += 1;
+            }
+        }
+    }
+    let n = tokens.max(1) as f32;
+    let stats = (0..e_n)
+        .map(|e| ExpertStat {
+            kept: demand[e].min(capacity) as u32,
+            demand: demand[e] as u32,
+            fraction: first_choices[e] as f32 / n,
+            mean_prob: (0..tokens).map(|t| probs[t * e_n + e]).sum::<f32>() / n,
+        })
+        .collect();
+    Ok(ReferenceRouting {
+        capacity,
+        probs,
+        routes,
+        stats,
+    })
+}
+
+/// Switch Transformer's load-balancing loss `α · N · Σ f_i · P_i` (1.0·α when perfectly balanced).
+pub fn load_balancing_loss(stats: &[ExpertStat], alpha: f32) -> f32 {
+    alpha * stats.len() as f32 * stats.iter().map(|s| s.fraction * s.mean_prob).sum::<f32>()
+}

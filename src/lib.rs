@@ -1,0 +1,24 @@
+//! gangway: Pathways-style sharded ML work on every GPU a machine has, through portable WebGPU.
+//!
+//! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
+//! - [`Mesh`], [`ShardedTensor`]: devices in named-axis grids, tensors laid over them.
+//! - [`kernels`]: WGSL matmul (three variants + autotuner), MoE router, dispatch/combine.
+//! - [`collective`]: host-staged transfers and the expert-parallel all-to-all.
+
+pub mod bench;
+pub mod collective;
+pub mod device;
+mod error;
+pub mod kernels;
+mod mesh;
+pub mod moe_layer;
+mod rng;
+mod sharded;
+pub mod tensor;
+
+pub use device::{Device, DeviceInfo, DiscoveryOptions, discover};
+pub use error::{Error, Result};
+pub use mesh::Mesh;
+pub use rng::Rng;
+pub use sharded::{ShardedTensor, Sharding};
+pub use tensor::{DType, Tensor};

@@ -1,0 +1,164 @@
+//! Every matmul variant against the plain-Rust reference on every adapter, on random shapes that
+//! are mostly not multiples of any tile, with both transposes, plain and grouped, f32 and f16.
+
+mod common;
+
+use common::{assert_close, devices};
+use gangway::kernels::matmul::{
+    self, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, grouped_matmul,
+};
+use gangway::{DType, Device, Error, Rng, Tensor};
+use proptest::prelude::*;
+
+fn check(
+    device: &Device,
+    variant: MatmulVariant,
+    shape: MatmulShape,
+    offsets: &[u32],
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    if !variant.supports(&shape) || !device.supports(shape.dtype) {
+        return Ok(());
+    }
+    let mut rng = Rng::new(seed);
+    let a_host = rng.vec(shape.a_shape().iter().product());
+    let b_host = rng.vec(shape.b_shape().iter().product());
+    // Round inputs to the storage type so the reference sees what the GPU sees.
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        if shape.dtype == DType::F16 {
+            v.into_iter()
+                .map(|x| half::f16::from_f32(x).to_f32())
+                .collect()
+        } else {
+            v
+        }
+    };
+    let (a_host, b_host) = (round(a_host), round(b_host));
+    let a = Tensor::from_f32(device, &shape.a_shape(), shape.dtype, &a_host).unwrap();
+    let b = Tensor::from_f32(device, &shape.b_shape(), shape.dtype, &b_host).unwrap();
+    let options = MatmulOptions {
+        trans_a: shape.trans_a,
+        trans_b: shape.trans_b,
+        variant: VariantChoice::Fixed(variant),
+    };
+    let c = grouped_matmul(&a, &b, offsets, options).unwrap();
+    let want = matmul::reference(&a_host, &b_host, offsets, &shape);
+    let tol = if shape.dtype == DType::F16 {
+        2e-2 * (shape.k as f32).sqrt().max(1.0)
+    } else {
+        1e-5 * (shape.k as f32).max(1.0)
+    };
+    assert_close(
+        &format!("{variant:?} {shape:?} on {}", device.label()),
+        &c.to_f32().unwrap(),
+        &want,
+        tol,
+    );
+    Ok(())
+}
+
+/// Offsets for `groups` groups over `m` rows, with empty and uneven groups.
+fn random_offsets(rng: &mut Rng, groups: usize, m: usize) -> Vec<u32> {
+    let mut cuts: Vec<u32> = (0..groups - 1).map(|_| rng.below(m + 1) as u32).collect();
+    cuts.sort_unstable();
+    let mut offsets = vec![0];
+    offsets.extend(cuts);
+    offsets.push(m as u32);
+    offsets
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plain_matmul_matches_reference(
+        m in 1usize..90, n in 1usize..90, k in 1usize..90,
+        trans_a: bool, trans_b: bool, seed: u64,
+    ) {
+        for device in devices() {
+            for dtype in [DType::F32, DType::F16] {
+                let shape = MatmulShape { trans_a, trans_b, ..MatmulShape::plain(m, n, k, dtype) };
+                for variant in MatmulVariant::ALL {
+                    check(device, variant, shape, &[0, m as u32], seed)?;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vec4_aligned_shapes_match_reference(
+        m in 1usize..70, n4 in 1usize..24, k4 in 1usize..24, seed: u64,
+    ) {
+        for device in devices() {
+            let shape = MatmulShape::plain(m, n4 * 4, k4 * 4, DType::F32);
+            check(device, MatmulVariant::Vec4, shape, &[0, m as u32], seed)?;
+        }
+    }
+
+    #[test]
+    fn grouped_matmul_matches_reference(
+        m in 1usize..80, n4 in 1usize..12, k4 in 1usize..12, groups in 1usize..6,
+        trans_a: bool, trans_b: bool, seed: u64,
+    ) {
+        let mut rng = Rng::new(seed);
+        let offsets = random_offsets(&mut rng, groups, m);
+        let max_rows = matmul::check_offsets(&offsets, groups, m).unwrap();
+        for device in devices() {
+            for variant in MatmulVariant::ALL {
+                let shape = MatmulShape {
+                    groups,
+                    max_group_rows: max_rows,
+                    trans_a,
+                    trans_b,
+                    ..MatmulShape::plain(m, n4 * 4, k4 * 4, DType::F32)
+                };
+                check(device, variant, shape, &offsets, seed)?;
+            }
+        }
+    }
+}
+
+#[test]
+fn larger_than_one_tile_in_every_dimension() {
+    for device in devices() {
+        for variant in MatmulVariant::ALL {
+            let shape = MatmulShape::plain(131, 132, 68, DType::F32);
+            check(device, variant, shape, &[0, 131], 7).unwrap();
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_typed_errors() {
+    for device in devices() {
+        let a = Tensor::zeros(device, &[4, 5], DType::F32).unwrap();
+        let b = Tensor::zeros(device, &[6, 3], DType::F32).unwrap();
+        let err = matmul::matmul(&a, &b, MatmulOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
+
+        let b = Tensor::zeros(device, &[5, 3], DType::F32).unwrap();
+        let err = matmul::matmul(
+            &a,
+            &b,
+            MatmulOptions {
+                variant: VariantChoice::Fixed(MatmulVariant::Vec4),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+
+        let err = grouped_matmul(&a, &b, &[0, 3, 2], MatmulOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    }
+}
+
+#[test]
+fn buffer_over_the_adapter_limit_is_refused_before_dispatch() {
+    for device in devices() {
+        let limit = device.info().limits.max_storage_buffer_binding_size;
+        let rows = (limit / 4 / 1024 + 1) as usize;
+        let err = Tensor::zeros(device, &[rows, 1024], DType::F32).unwrap_err();
+        assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+    }
+}
