@@ -1,6 +1,8 @@
 //! Every matmul variant against the plain-Rust reference on every adapter, on random shapes that
 //! are mostly not multiples of any tile, with both transposes, plain and grouped, f32 and f16.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{assert_close, devices};

@@ -1,6 +1,8 @@
 //! Every shader validates with naga and translates to SPIR-V, MSL, HLSL and GLSL: what "runs on
 //! any GPU" means for gangway.
 
+#![allow(clippy::unwrap_used)]
+
 use gangway::DType;
 use gangway::kernels::ALL_SHADERS;
 use naga::back::{glsl, hlsl, msl, spv};

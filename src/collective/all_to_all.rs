@@ -62,7 +62,7 @@ impl AllToAll {
                 reason: format!("{} inputs and {} count vectors", d_n, counts.len()),
             });
         }
-        if experts == 0 || experts % d_n != 0 {
+        if experts == 0 || !experts.is_multiple_of(d_n) {
             return Err(Error::InvalidArgument {
                 what: WHAT,
                 reason: format!("{experts} experts cannot be split evenly over {d_n} devices"),
@@ -245,11 +245,11 @@ impl AllToAll {
         let mut blocks = Vec::new();
         let mut dst = 0;
         for e in self.local_experts(j) {
-            for s in 0..sources {
+            for (s, &start) in recv_start.iter().enumerate() {
                 let before: usize = (self.local_experts(j).start..e)
                     .map(|e2| self.counts[s][e2])
                     .sum();
-                blocks.push(Block::new(recv_start[s] + before, dst, self.counts[s][e]));
+                blocks.push(Block::new(start + before, dst, self.counts[s][e]));
                 dst += self.counts[s][e];
             }
         }
@@ -310,11 +310,11 @@ impl AllToAll {
             };
             received.push(Tensor::zeros(&self.devices[to], &[rows, d], dtype)?);
         }
-        for from in 0..n {
-            let total = packed[from].shape()[0] as u64 * row_bytes;
-            let host = self.devices[from].read_buffer(packed[from].buffer(), 0, total)?;
+        for (from, sent) in packed.iter().enumerate() {
+            let total = sent.shape()[0] as u64 * row_bytes;
+            let host = self.devices[from].read_buffer(sent.buffer(), 0, total)?;
             let mut src_row = 0;
-            for to in 0..n {
+            for (to, (device, dst)) in self.devices.iter().zip(&received).enumerate() {
                 // Forward: sender `from` is source s, receiver `to` is expert device j.
                 // Reverse: sender `from` is expert device j, receiver `to` is source s.
                 let (s, j) = if reverse { (to, from) } else { (from, to) };
@@ -328,11 +328,7 @@ impl AllToAll {
                 };
                 let bytes = &host[(src_row as u64 * row_bytes) as usize
                     ..((src_row + rows) as u64 * row_bytes) as usize];
-                self.devices[to].write_buffer(
-                    received[to].buffer(),
-                    dst_row as u64 * row_bytes,
-                    bytes,
-                );
+                device.write_buffer(dst.buffer(), dst_row as u64 * row_bytes, bytes);
                 src_row += rows;
             }
         }
@@ -347,7 +343,7 @@ fn swap(b: &Block) -> Block {
 /// 32-bit words per row; rows must be whole words so every copy stays 4-byte aligned.
 fn row_words(d: usize, dtype: DType) -> Result<usize> {
     let bytes = d * dtype.size();
-    if bytes % 4 != 0 {
+    if !bytes.is_multiple_of(4) {
         return Err(Error::InvalidArgument {
             what: "all-to-all",
             reason: format!(

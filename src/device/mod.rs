@@ -240,7 +240,7 @@ impl Device {
             return;
         }
         let _serial = self.serial();
-        if data.len() % 4 == 0 {
+        if data.len().is_multiple_of(4) {
             self.0.queue.write_buffer(buffer, offset, data);
         } else {
             let mut padded = data.to_vec();

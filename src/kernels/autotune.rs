@@ -112,8 +112,8 @@ pub fn bucket_key(device: &Device, shape: &MatmulShape) -> String {
         bucket(shape.max_group_rows),
         bucket(shape.n),
         bucket(shape.k),
-        shape.n % 4 == 0,
-        shape.k % 4 == 0,
+        shape.n.is_multiple_of(4),
+        shape.k.is_multiple_of(4),
     )
 }
 

@@ -57,7 +57,12 @@ impl MatmulVariant {
     pub fn supports(self, shape: &MatmulShape) -> bool {
         match self {
             Self::Naive | Self::Tiled => true,
-            Self::Vec4 => !shape.trans_a && !shape.trans_b && shape.n % 4 == 0 && shape.k % 4 == 0,
+            Self::Vec4 => {
+                !shape.trans_a
+                    && !shape.trans_b
+                    && shape.n.is_multiple_of(4)
+                    && shape.k.is_multiple_of(4)
+            }
         }
     }
 }

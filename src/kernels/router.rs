@@ -2,6 +2,7 @@
 //! per-expert counts and the two vectors of the load-balancing loss.
 
 use super::ROUTER;
+use super::copy_blocks::{self, Block};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Router settings.
@@ -18,8 +19,14 @@ pub struct RouterConfig {
 impl RouterConfig {
     /// `ceil(tokens / experts × capacity_factor)`, the most tokens one expert takes.
     pub fn capacity(&self, tokens: usize) -> usize {
-        let exact = tokens as f64 / self.experts as f64 * f64::from(self.capacity_factor);
-        // Guard against 4.0000001 from float rounding turning into 5.
+        // Use the factor as the user wrote it (1.1, not f32's 1.10000002), so that
+        // 100 tokens / 10 experts × 1.1 is 11 and not 12.
+        let factor: f64 = self
+            .capacity_factor
+            .to_string()
+            .parse()
+            .unwrap_or(f64::from(self.capacity_factor));
+        let exact = tokens as f64 * factor / self.experts as f64;
         (exact - 1e-9).ceil().max(0.0) as usize
     }
 
@@ -113,6 +120,28 @@ impl Routing {
             0,
             bytes,
         )?))
+    }
+
+    /// Kept tokens per expert as a u32 `[experts]` tensor on the device (the all-to-all's counts),
+    /// gathered from the stats on the GPU.
+    pub fn kept_counts(&self) -> Result<Tensor> {
+        let device = self.device();
+        let experts = self.config.experts;
+        let counts = Tensor::zeros(device, &[experts], DType::U32)?;
+        let words = std::mem::size_of::<ExpertStat>() / 4;
+        let blocks: Vec<Block> = (0..experts).map(|e| Block::new(e * words, e, 1)).collect();
+        let mut encoder = device.encoder("router kept counts");
+        copy_blocks::encode(
+            &mut encoder,
+            device,
+            &blocks,
+            1,
+            &self.stats,
+            counts.buffer(),
+        )?;
+        device.submit(encoder);
+        device.wait()?;
+        Ok(counts)
     }
 
     pub fn read_stats(&self) -> Result<Vec<ExpertStat>> {

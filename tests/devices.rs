@@ -1,0 +1,160 @@
+//! Discovery, virtual devices, meshes, sharded tensors, and the autotuner's on-disk cache.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{devices, virtual_devices};
+use gangway::device::{parse_backends, parse_virtual_devices};
+use gangway::kernels::autotune::Autotuner;
+use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
+use gangway::{DType, Error, Mesh, Rng, ShardedTensor, Sharding};
+
+#[test]
+fn virtual_devices_split_every_adapter() {
+    let (one, two) = (devices(), virtual_devices());
+    assert_eq!(two.len(), one.len() * 2);
+    for pair in two.chunks(2) {
+        assert_eq!(pair[0].info().adapter, pair[1].info().adapter);
+        assert_eq!(
+            (pair[0].info().virtual_index, pair[1].info().virtual_index),
+            (0, 1)
+        );
+        assert_ne!(pair[0], pair[1]);
+    }
+    for d in one {
+        if d.info().backend == "gl" {
+            assert!(
+                !d.info().features.shader_f16,
+                "GLSL has no f16; GL must not offer it"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    assert!(matches!(
+        parse_backends("metal,warp"),
+        Err(Error::UnknownBackend { .. })
+    ));
+    assert!(matches!(
+        parse_virtual_devices("N", "0"),
+        Err(Error::InvalidSetting { .. })
+    ));
+    assert!(matches!(
+        parse_virtual_devices("N", "many"),
+        Err(Error::InvalidSetting { .. })
+    ));
+    let msg = Error::NoAdapter {
+        backends: "vulkan".into(),
+    }
+    .to_string();
+    assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
+}
+
+#[test]
+fn mesh_groups_follow_named_axes() {
+    let devs = virtual_devices();
+    if devs.len() < 4 {
+        return;
+    }
+    let mesh = Mesh::new(devs[..4].to_vec(), &[("data", 2), ("expert", 2)]).unwrap();
+    let experts = mesh.groups("expert").unwrap();
+    assert_eq!(experts, vec![devs[0..2].to_vec(), devs[2..4].to_vec()]);
+    let data = mesh.groups("data").unwrap();
+    assert_eq!(
+        data,
+        vec![
+            vec![devs[0].clone(), devs[2].clone()],
+            vec![devs[1].clone(), devs[3].clone()]
+        ]
+    );
+    assert_eq!(mesh.device(&[1, 0]).unwrap(), &devs[2]);
+    assert!(matches!(mesh.axis("stage"), Err(Error::Mesh(_))));
+    assert!(Mesh::new(devs[..3].to_vec(), &[("data", 2), ("expert", 2)]).is_err());
+}
+
+#[test]
+fn sharded_tensors_round_trip_and_move_across_adapters() {
+    let devs = virtual_devices();
+    if devs.is_empty() {
+        return;
+    }
+    let shape = [5, 7, 3];
+    let data = Rng::new(5).vec(105);
+    for sharding in [
+        Sharding::Replicated,
+        Sharding::Split { dim: 0 },
+        Sharding::Split { dim: 1 },
+        Sharding::Split { dim: 2 },
+    ] {
+        let t = ShardedTensor::upload(devs, &data, &shape, DType::F32, sharding).unwrap();
+        assert_eq!(t.download().unwrap(), data, "{sharding:?}");
+        // Reversed device order: every shard changes device, most change adapter.
+        let reversed: Vec<_> = devs.iter().rev().cloned().collect();
+        let moved = t.copy_to(&reversed).unwrap();
+        assert_eq!(moved.download().unwrap(), data, "{sharding:?} after copy");
+    }
+    let f16_devices: Vec<_> = devs
+        .iter()
+        .filter(|d| d.supports(DType::F16))
+        .cloned()
+        .collect();
+    if !f16_devices.is_empty() {
+        let t = ShardedTensor::upload(
+            &f16_devices,
+            &data,
+            &shape,
+            DType::F16,
+            Sharding::Split { dim: 1 },
+        )
+        .unwrap();
+        for (g, w) in t.download().unwrap().iter().zip(&data) {
+            assert!((g - w).abs() < 1e-3);
+        }
+    }
+    assert!(matches!(
+        ShardedTensor::upload(devs, &data[..10], &shape, DType::F32, Sharding::Replicated),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(
+        ShardedTensor::upload(devs, &data, &shape, DType::F32, Sharding::Split { dim: 3 }).is_err()
+    );
+}
+
+#[test]
+fn sharded_upload_over_the_limit_is_refused() {
+    let devs = devices();
+    let Some(d) = devs.first() else { return };
+    let limit = d.info().limits.max_storage_buffer_binding_size as usize;
+    // A replicated tensor one element over the limit: refused before any allocation.
+    let n = limit / 4 + 1;
+    let data = vec![0.0f32; n];
+    let err = ShardedTensor::upload(&devs[..1], &data, &[n], DType::F32, Sharding::Replicated)
+        .unwrap_err();
+    assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+}
+
+#[test]
+fn autotuner_measures_once_and_reuses_its_cache() {
+    let Some(device) = devices().first() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("gangway-autotune-{}", std::process::id()));
+    let path = dir.join("autotune.json");
+    let _ = std::fs::remove_dir_all(&dir);
+    let shape = MatmulShape::plain(40, 48, 36, DType::F32);
+    let mut tuner = Autotuner::open(Some(path.clone())).unwrap();
+    assert_eq!(tuner.cached(device, &shape), None);
+    let chosen = tuner.choose(device, &shape).unwrap();
+    assert!(MatmulVariant::ALL.contains(&chosen));
+    let reopened = Autotuner::open(Some(path.clone())).unwrap();
+    assert_eq!(reopened.cached(device, &shape), Some(chosen));
+    std::fs::write(&path, "{ not json").unwrap();
+    assert!(matches!(
+        Autotuner::open(Some(path)),
+        Err(Error::Json { .. })
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,160 @@
+//! Router, dispatch and combine against the plain-Rust references on every adapter.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_close, devices};
+use gangway::kernels::moe_dispatch::{combine, dispatch, reference_combine, reference_dispatch};
+use gangway::kernels::router::{self, RouterConfig, load_balancing_loss, route};
+use gangway::{DType, Device, Error, Rng, Tensor};
+use proptest::prelude::*;
+
+fn config(experts: usize, k: usize, capacity_factor: f32) -> RouterConfig {
+    RouterConfig {
+        experts,
+        k,
+        capacity_factor,
+        normalize_gates: true,
+    }
+}
+
+/// Routes `logits` on `device`, checks every output against the reference, then checks dispatch
+/// and combine of random activations. Returns the number of dropped choices.
+fn check_routing(
+    device: &Device,
+    logits: &[f32],
+    tokens: usize,
+    cfg: RouterConfig,
+    d: usize,
+) -> usize {
+    let want = router::reference(logits, tokens, cfg).unwrap();
+    let t = Tensor::from_f32(device, &[tokens, cfg.experts], DType::F32, logits).unwrap();
+    let got = route(&t, cfg).unwrap();
+    let label = format!("{cfg:?} T={tokens} on {}", device.label());
+    assert_eq!(got.capacity, want.capacity, "{label}: capacity");
+    assert_close(&label, &got.probs.to_f32().unwrap(), &want.probs, 1e-5);
+    let routes = got.read_routes().unwrap();
+    for (i, (g, w)) in routes.iter().zip(&want.routes).enumerate() {
+        assert_eq!(
+            (g.expert, g.position, g.kept),
+            (w.expert, w.position, w.kept),
+            "{label}: route {i}"
+        );
+        assert!((g.gate - w.gate).abs() < 1e-5, "{label}: gate {i}");
+    }
+    let stats = got.read_stats().unwrap();
+    for (e, (g, w)) in stats.iter().zip(&want.stats).enumerate() {
+        assert_eq!(
+            (g.kept, g.demand),
+            (w.kept, w.demand),
+            "{label}: counts of expert {e}"
+        );
+        assert!((g.fraction - w.fraction).abs() < 1e-6, "{label}: f_{e}");
+        assert!((g.mean_prob - w.mean_prob).abs() < 1e-5, "{label}: P_{e}");
+    }
+    assert!(
+        (load_balancing_loss(&stats, 0.01) - load_balancing_loss(&want.stats, 0.01)).abs() < 1e-5
+    );
+
+    let mut rng = Rng::new(tokens as u64);
+    let x_host = rng.vec(tokens * d);
+    let x = Tensor::from_f32(device, &[tokens, d], DType::F32, &x_host).unwrap();
+    let dispatched = dispatch(&x, &got).unwrap();
+    let want_dispatched =
+        reference_dispatch(&x_host, &want.routes, cfg.k, cfg.experts, want.capacity, d);
+    assert_eq!(
+        dispatched.to_f32().unwrap(),
+        want_dispatched,
+        "{label}: dispatch"
+    );
+    let combined = combine(&dispatched, &got).unwrap();
+    let want_combined = reference_combine(
+        &want_dispatched,
+        &want.routes,
+        tokens,
+        cfg.k,
+        want.capacity,
+        d,
+    );
+    assert_close(&label, &combined.to_f32().unwrap(), &want_combined, 1e-5);
+    want.dropped()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn router_dispatch_combine_match_reference(
+        tokens in 1usize..600, experts in 2usize..12, k in 1usize..=2,
+        capacity_factor in 0.5f32..2.0, d in 1usize..40, seed: u64,
+    ) {
+        let mut rng = Rng::new(seed);
+        let logits: Vec<f32> = (0..tokens * experts).map(|_| rng.symmetric() * 3.0).collect();
+        for device in devices() {
+            check_routing(device, &logits, tokens, config(experts, k, capacity_factor), d);
+        }
+    }
+}
+
+#[test]
+fn forced_imbalance_drops_exactly_what_the_reference_drops() {
+    // Capacity factor 1.0 and every token preferring expert 0: all but `capacity` first choices of
+    // expert 0 are dropped; second choices spread over the rest.
+    let (tokens, experts) = (300, 4);
+    let mut rng = Rng::new(3);
+    let logits: Vec<f32> = (0..tokens * experts)
+        .map(|i| {
+            if i % experts == 0 {
+                5.0
+            } else {
+                rng.symmetric()
+            }
+        })
+        .collect();
+    for device in devices() {
+        for k in [1, 2] {
+            let dropped = check_routing(device, &logits, tokens, config(experts, k, 1.0), 8);
+            let capacity = 75;
+            assert!(dropped >= tokens - capacity, "k={k}: dropped {dropped}");
+        }
+    }
+}
+
+#[test]
+fn ties_pick_the_lowest_expert_on_every_device() {
+    let logits = vec![1.0f32; 7 * 5];
+    for device in devices() {
+        check_routing(device, &logits, 7, config(5, 2, 1.0), 4);
+    }
+}
+
+#[test]
+fn bad_router_input_is_a_typed_error() {
+    for device in devices() {
+        let logits = Tensor::zeros(device, &[10, 4], DType::F32).unwrap();
+        for (cfg, why) in [
+            (config(4, 3, 1.0), "k > 2"),
+            (config(1, 2, 1.0), "k > experts"),
+            (config(4, 1, 0.0), "capacity factor 0"),
+            (config(5, 1, 1.0), "logits are not [tokens, 5]"),
+        ] {
+            let err = route(&logits, cfg).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidArgument { .. } | Error::ShapeMismatch { .. }
+                ),
+                "{why}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn capacity_is_ceil_of_tokens_over_experts_times_factor() {
+    assert_eq!(config(8, 1, 1.25).capacity(100), 16); // 15.625
+    assert_eq!(config(4, 1, 1.0).capacity(300), 75);
+    assert_eq!(config(3, 1, 1.0).capacity(10), 4);
+    assert_eq!(config(10, 1, 1.1).capacity(100), 11);
+}
