@@ -1,4 +1,4 @@
-// C = A * B with register blocking: each invocation computes 4 rows x 4 columns straight from
+// C = A * B with register blocking: each invocation computes 4 rows x 8 columns straight from
 // global memory with vec4 loads, 4 deep in K. No workgroup memory: on CPU drivers (llvmpipe)
 // "shared" memory is ordinary memory, and fewer, wider loads per multiply-add is what counts.
 // Needs N % 4 == 0, K % 4 == 0 and no transposes (the launcher checks); any M.
@@ -26,31 +26,42 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = gid.z;
     let n4 = p.n / 4u;
     let k4 = p.k / 4u;
-    let col4 = gid.x;
+    let col4 = gid.x * 2u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
     let r = gid.y * 4u;
     if (col4 >= n4 || r >= rows) {
         return;
     }
-    // Rows past the group's end read its last row (always valid) and are not written.
+    // Rows past the group's end read its last row, and a second column vector past N reads the
+    // first one again: both always valid, and neither is written.
     let last = rows - 1u;
     let a0 = (row0 + min(r, last)) * k4;
     let a1 = (row0 + min(r + 1u, last)) * k4;
     let a2 = (row0 + min(r + 2u, last)) * k4;
     let a3 = (row0 + min(r + 3u, last)) * k4;
-    let b_base = g * p.k * n4 + col4;
+    let has_hi = col4 + 1u < n4;
+    let b_lo = g * p.k * n4 + col4;
+    let b_hi = b_lo + select(0u, 1u, has_hi);
 
     var c0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
+    var d0 = vec4<f32>(0.0);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    var d3 = vec4<f32>(0.0);
     for (var kq = 0u; kq < k4; kq++) {
-        let bo = b_base + kq * 4u * n4;
-        let b0 = vec4<f32>(b[bo]);
-        let b1 = vec4<f32>(b[bo + n4]);
-        let b2 = vec4<f32>(b[bo + 2u * n4]);
-        let b3 = vec4<f32>(b[bo + 3u * n4]);
+        let bo = kq * 4u * n4;
+        let b0 = vec4<f32>(b[b_lo + bo]);
+        let b1 = vec4<f32>(b[b_lo + bo + n4]);
+        let b2 = vec4<f32>(b[b_lo + bo + 2u * n4]);
+        let b3 = vec4<f32>(b[b_lo + bo + 3u * n4]);
+        let e0 = vec4<f32>(b[b_hi + bo]);
+        let e1 = vec4<f32>(b[b_hi + bo + n4]);
+        let e2 = vec4<f32>(b[b_hi + bo + 2u * n4]);
+        let e3 = vec4<f32>(b[b_hi + bo + 3u * n4]);
         let x0 = vec4<f32>(a[a0 + kq]);
         let x1 = vec4<f32>(a[a1 + kq]);
         let x2 = vec4<f32>(a[a2 + kq]);
@@ -59,10 +70,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         c1 += x1.x * b0 + x1.y * b1 + x1.z * b2 + x1.w * b3;
         c2 += x2.x * b0 + x2.y * b1 + x2.z * b2 + x2.w * b3;
         c3 += x3.x * b0 + x3.y * b1 + x3.z * b2 + x3.w * b3;
+        d0 += x0.x * e0 + x0.y * e1 + x0.z * e2 + x0.w * e3;
+        d1 += x1.x * e0 + x1.y * e1 + x1.z * e2 + x1.w * e3;
+        d2 += x2.x * e0 + x2.y * e1 + x2.z * e2 + x2.w * e3;
+        d3 += x3.x * e0 + x3.y * e1 + x3.z * e2 + x3.w * e3;
     }
     let out = (row0 + r) * n4 + col4;
     c[out] = vec4<Elem>(c0);
-    if (r + 1u < rows) { c[out + n4] = vec4<Elem>(c1); }
-    if (r + 2u < rows) { c[out + 2u * n4] = vec4<Elem>(c2); }
-    if (r + 3u < rows) { c[out + 3u * n4] = vec4<Elem>(c3); }
+    if (has_hi) { c[out + 1u] = vec4<Elem>(d0); }
+    if (r + 1u < rows) {
+        c[out + n4] = vec4<Elem>(c1);
+        if (has_hi) { c[out + n4 + 1u] = vec4<Elem>(d1); }
+    }
+    if (r + 2u < rows) {
+        c[out + 2u * n4] = vec4<Elem>(c2);
+        if (has_hi) { c[out + 2u * n4 + 1u] = vec4<Elem>(d2); }
+    }
+    if (r + 3u < rows) {
+        c[out + 3u * n4] = vec4<Elem>(c3);
+        if (has_hi) { c[out + 3u * n4 + 1u] = vec4<Elem>(d3); }
+    }
 }

@@ -17,7 +17,7 @@ pub enum MatmulVariant {
     Naive,
     /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
     Tiled,
-    /// 4×4 register blocks with vec4 loads, no workgroup memory.
+    /// 4×8 register blocks with vec4 loads, no workgroup memory.
     Vec4,
 }
 
@@ -49,7 +49,7 @@ impl MatmulVariant {
         match self {
             Self::Naive => (8, 8),
             Self::Tiled => (64, 64),
-            Self::Vec4 => (16, 64),
+            Self::Vec4 => (16, 128),
         }
     }
 
