@@ -77,7 +77,7 @@ impl AllToAll {
             c.expect_shape("all-to-all counts", &[experts])?;
             c.expect_device(WHAT, &devices[s])?;
         }
-        row_words(d, dtype)?;
+        let words = row_words(d, dtype)?;
         // 1. Counts first.
         let mut host_counts = Vec::with_capacity(d_n);
         for c in counts {
@@ -107,7 +107,7 @@ impl AllToAll {
                 &mut encoder,
                 device,
                 &plan.dest_blocks(j),
-                row_words(d, dtype)?,
+                words,
                 recv.buffer(),
                 out.buffer(),
             )?;

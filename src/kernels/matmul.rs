@@ -44,7 +44,7 @@ impl MatmulVariant {
         }
     }
 
-    /// Output rows and columns one workgroup covers.
+    /// Output rows and columns (in elements) one workgroup covers.
     fn tile(self) -> (usize, usize) {
         match self {
             Self::Naive => (8, 8),
@@ -297,18 +297,8 @@ fn encode_variant(
         _pad: 0,
     };
     let (tile_m, tile_n) = variant.tile();
-    let cols = if variant == MatmulVariant::Vec4 {
-        shape.n / 4
-    } else {
-        shape.n
-    };
-    let per_wg_cols = if variant == MatmulVariant::Vec4 {
-        tile_n / 4
-    } else {
-        tile_n
-    };
     let grid = [
-        u32_dim("matmul grid", cols.div_ceil(per_wg_cols))?,
+        u32_dim("matmul grid", shape.n.div_ceil(tile_n))?,
         u32_dim("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
         shape.groups as u32,
     ];
@@ -358,33 +348,13 @@ pub fn check_offsets(offsets: &[u32], groups: usize, m: usize) -> Result<usize> 
 
 /// `op(A) · op(B)` into a new tensor. Blocks until the GPU is done.
 pub fn matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> Result<Tensor> {
-    let m = if options.trans_a {
-        a.shape().get(1)
-    } else {
-        a.shape().first()
-    };
-    let m = *m.ok_or_else(|| Error::ShapeMismatch {
-        what: "matmul A",
-        expected: "a 2-d tensor".into(),
-        got: format!("{:?}", a.shape()),
-    })?;
-    run_grouped(a, b, &[0, u32_dim("matmul M", m)?], options)
+    let (m, _) = output_dims(a, b, options)?;
+    grouped_matmul(a, b, &[0, u32_dim("matmul M", m)?], options)
 }
 
-/// Grouped matmul: rows `offsets[g]..offsets[g+1]` of `op(A)` times `op(B[g])`. Blocks.
-pub fn grouped_matmul(
-    a: &Tensor,
-    b: &Tensor,
-    offsets: &[u32],
-    options: MatmulOptions,
-) -> Result<Tensor> {
-    run_grouped(a, b, offsets, options)
-}
-
-fn run_grouped(a: &Tensor, b: &Tensor, offsets: &[u32], options: MatmulOptions) -> Result<Tensor> {
-    let device = a.device();
-    let groups = offsets.len().saturating_sub(1);
-    let rows = match (a.shape(), options.trans_a) {
+/// `(M, N)` of `op(A) · op(B)` from the operands' shapes alone.
+fn output_dims(a: &Tensor, b: &Tensor, options: MatmulOptions) -> Result<(usize, usize)> {
+    let m = match (a.shape(), options.trans_a) {
         ([m, _], false) | ([_, m], true) => *m,
         _ => {
             return Err(Error::ShapeMismatch {
@@ -394,7 +364,6 @@ fn run_grouped(a: &Tensor, b: &Tensor, offsets: &[u32], options: MatmulOptions) 
             });
         }
     };
-    let max_group_rows = check_offsets(offsets, groups, rows)?;
     let n = match (b.shape(), options.trans_b) {
         ([_, n], false) | ([_, _, n], false) | ([n, _], true) | ([_, n, _], true) => *n,
         _ => {
@@ -405,6 +374,20 @@ fn run_grouped(a: &Tensor, b: &Tensor, offsets: &[u32], options: MatmulOptions) 
             });
         }
     };
+    Ok((m, n))
+}
+
+/// Grouped matmul: rows `offsets[g]..offsets[g+1]` of `op(A)` times `op(B[g])`. Blocks.
+pub fn grouped_matmul(
+    a: &Tensor,
+    b: &Tensor,
+    offsets: &[u32],
+    options: MatmulOptions,
+) -> Result<Tensor> {
+    let device = a.device();
+    let groups = offsets.len().saturating_sub(1);
+    let (rows, n) = output_dims(a, b, options)?;
+    let max_group_rows = check_offsets(offsets, groups, rows)?;
     let c = Tensor::zeros(device, &[rows, n], a.dtype())?;
     let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
     let mut encoder = device.encoder("matmul");
