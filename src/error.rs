@@ -100,7 +100,88 @@ pub enum Error {
 
     #[error("mesh: {0}")]
     Mesh(String),
+
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout { what: String, waited_ms: u64 },
+
+    #[error(
+        "device {device}: {requested} bytes do not fit the memory budget ({in_use} of {budget} bytes in use){hint}"
+    )]
+    MemoryBudget {
+        device: String,
+        requested: u64,
+        in_use: u64,
+        budget: u64,
+        hint: &'static str,
+    },
+
+    #[error("resource manager: {requested} devices requested, only {available} exist")]
+    Unavailable { requested: usize, available: usize },
+
+    #[error("program {program:?}: {reason}")]
+    Program { program: String, reason: String },
+
+    #[error("pipeline schedule: {0}")]
+    Schedule(#[from] crate::pipeline::ScheduleError),
 }
 
 /// `Result` with gangway's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A copy to hand to another waiter (a run's error reaches its client and its other tasks).
+    /// Variants holding non-clonable sources keep their message.
+    pub fn clone_for_report(&self) -> Error {
+        match self {
+            Error::NoAdapter { backends } => Error::NoAdapter {
+                backends: backends.clone(),
+            },
+            Error::DeviceLost { device, reason } => Error::DeviceLost {
+                device: device.clone(),
+                reason: reason.clone(),
+            },
+            Error::ShapeMismatch {
+                what,
+                expected,
+                got,
+            } => Error::ShapeMismatch {
+                what,
+                expected: expected.clone(),
+                got: got.clone(),
+            },
+            Error::InvalidArgument { what, reason } => Error::InvalidArgument {
+                what,
+                reason: reason.clone(),
+            },
+            Error::Timeout { what, waited_ms } => Error::Timeout {
+                what: what.clone(),
+                waited_ms: *waited_ms,
+            },
+            Error::MemoryBudget {
+                device,
+                requested,
+                in_use,
+                budget,
+                hint,
+            } => Error::MemoryBudget {
+                device: device.clone(),
+                requested: *requested,
+                in_use: *in_use,
+                budget: *budget,
+                hint,
+            },
+            Error::Program { program, reason } => Error::Program {
+                program: program.clone(),
+                reason: reason.clone(),
+            },
+            Error::Gpu { what, message } => Error::Gpu {
+                what: what.clone(),
+                message: message.clone(),
+            },
+            other => Error::Gpu {
+                what: "reported".into(),
+                message: other.to_string(),
+            },
+        }
+    }
+}

@@ -12,9 +12,13 @@ mod error;
 pub mod kernels;
 mod mesh;
 pub mod moe_layer;
+pub mod pipeline;
+pub mod program;
 mod rng;
+pub mod sched;
 mod sharded;
 pub mod tensor;
+pub mod trace;
 
 pub use device::{Device, DeviceInfo, DiscoveryOptions, discover};
 pub use error::{Error, Result};

@@ -38,6 +38,8 @@ pub struct Tensor {
     buffer: wgpu::Buffer,
     shape: Vec<usize>,
     dtype: DType,
+    /// The bytes this tensor holds in its device's budget; `None` for buffers made elsewhere.
+    _memory: Option<std::sync::Arc<crate::device::Reservation>>,
 }
 
 impl Tensor {
@@ -45,12 +47,17 @@ impl Tensor {
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Self> {
         device.require("tensor", dtype)?;
         let bytes = checked_bytes(shape, dtype)?;
+        let memory = device.reserve(
+            crate::device::padded_size(bytes),
+            crate::device::WhenFull::Fail,
+        )?;
         let buffer = device.storage_buffer(&format!("{} {shape:?}", dtype.name()), bytes)?;
         Ok(Self {
             device: device.clone(),
             buffer,
             shape: shape.to_vec(),
             dtype,
+            _memory: Some(std::sync::Arc::new(memory)),
         })
     }
 
@@ -102,6 +109,7 @@ impl Tensor {
             buffer,
             shape: shape.to_vec(),
             dtype,
+            _memory: None,
         })
     }
 

@@ -10,6 +10,14 @@ use std::sync::Arc;
 pub const VIRTUAL_DEVICES_ENV: &str = "GANGWAY_VIRTUAL_DEVICES";
 /// wgpu's own convention for picking backends.
 pub const BACKEND_ENV: &str = "WGPU_BACKEND";
+/// Environment variable for each device's memory budget, e.g. `512MiB` or `2GiB`.
+pub const MEMORY_BUDGET_ENV: &str = "GANGWAY_MEMORY_BUDGET";
+/// Environment variable for the longest wait on a device, in seconds.
+pub const WAIT_TIMEOUT_ENV: &str = "GANGWAY_WAIT_TIMEOUT";
+
+/// Budget of one adapter when none is set, shared by its virtual devices. WebGPU cannot tell how
+/// much memory an adapter has; 4 GiB suits the software adapters and is easy to raise.
+pub const DEFAULT_ADAPTER_BUDGET: u64 = 4 << 30;
 
 /// How to discover devices.
 #[derive(Debug, Clone)]
@@ -17,6 +25,10 @@ pub struct DiscoveryOptions {
     pub backends: wgpu::Backends,
     /// Devices made from each adapter (each its own `wgpu::Device` and queue). At least 1.
     pub virtual_devices: usize,
+    /// Bytes each device's pool may hold [default: 4 GiB per adapter / virtual devices].
+    pub memory_budget: Option<u64>,
+    /// The longest any wait on a device may take before it becomes [`Error::Timeout`].
+    pub wait_timeout: std::time::Duration,
 }
 
 impl Default for DiscoveryOptions {
@@ -24,6 +36,8 @@ impl Default for DiscoveryOptions {
         Self {
             backends: wgpu::Backends::all(),
             virtual_devices: 1,
+            memory_budget: None,
+            wait_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -37,6 +51,22 @@ impl DiscoveryOptions {
         }
         if let Ok(n) = std::env::var(VIRTUAL_DEVICES_ENV) {
             opts.virtual_devices = parse_virtual_devices(VIRTUAL_DEVICES_ENV, &n)?;
+        }
+        if let Ok(b) = std::env::var(MEMORY_BUDGET_ENV) {
+            opts.memory_budget = Some(parse_bytes(MEMORY_BUDGET_ENV, &b)?);
+        }
+        if let Ok(t) = std::env::var(WAIT_TIMEOUT_ENV) {
+            let secs: f64 = t
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| Error::InvalidSetting {
+                    name: WAIT_TIMEOUT_ENV,
+                    value: t.clone(),
+                    reason: "expected a positive number of seconds".into(),
+                })?;
+            opts.wait_timeout = std::time::Duration::from_secs_f64(secs);
         }
         Ok(opts)
     }
@@ -57,6 +87,29 @@ pub fn parse_virtual_devices(name: &'static str, value: &str) -> Result<usize> {
         return Err(invalid("must be between 1 and 64"));
     }
     Ok(n)
+}
+
+/// Parses a byte count with an optional K/M/G suffix (`KiB`, `MB`, ... are all powers of 1024).
+pub fn parse_bytes(name: &'static str, value: &str) -> Result<u64> {
+    let invalid = || Error::InvalidSetting {
+        name,
+        value: value.to_string(),
+        reason: "expected bytes, e.g. 1048576, 512MiB or 2G".into(),
+    };
+    let v = value.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: u64 = v[..digits].parse().map_err(|_| invalid())?;
+    let shift = match v[digits..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(invalid()),
+    };
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(invalid)
 }
 
 /// Features gangway turns on when an adapter offers them.
@@ -119,7 +172,17 @@ pub fn discover(opts: &DiscoveryOptions) -> Result<Vec<Device>> {
                     adapter: ainfo.name.clone(),
                     source,
                 })?;
-            devices.push(Device::new(info, device, queue, gl_lock.clone()));
+            let budget = opts
+                .memory_budget
+                .unwrap_or(DEFAULT_ADAPTER_BUDGET / opts.virtual_devices as u64);
+            devices.push(Device::new(
+                info,
+                device,
+                queue,
+                gl_lock.clone(),
+                budget,
+                opts.wait_timeout,
+            ));
         }
     }
     Ok(devices)

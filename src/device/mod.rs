@@ -4,17 +4,22 @@
 mod backends;
 mod discovery;
 mod info;
+mod pool;
 
 pub use backends::{backends_to_string, parse_backends};
 pub use discovery::{
-    BACKEND_ENV, DiscoveryOptions, VIRTUAL_DEVICES_ENV, discover, parse_virtual_devices,
+    BACKEND_ENV, DEFAULT_ADAPTER_BUDGET, DiscoveryOptions, MEMORY_BUDGET_ENV, VIRTUAL_DEVICES_ENV,
+    WAIT_TIMEOUT_ENV, discover, parse_bytes, parse_virtual_devices,
 };
 pub use info::{DeviceFeatures, DeviceInfo, DeviceLimits};
+pub use pool::{MemoryStats, Reservation, WhenFull};
 
 use crate::{DType, Error, Result};
+use pool::MemoryPool;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// One `wgpu::Device` and its queue. Cheap to clone; clones share the device.
 #[derive(Clone)]
@@ -29,6 +34,8 @@ struct DeviceInner {
     pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     /// Shared by all devices of one GL adapter; see [`Device::serial`].
     gl_lock: Option<Arc<Mutex<()>>>,
+    memory: Arc<MemoryPool>,
+    wait_timeout: Duration,
 }
 
 impl fmt::Debug for Device {
@@ -50,9 +57,12 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
         gl_lock: Option<Arc<Mutex<()>>>,
+        memory_budget: u64,
+        wait_timeout: Duration,
     ) -> Self {
         let failure: Arc<Mutex<Option<Error>>> = Arc::default();
         let label = info.label();
+        let label_for_pool = label.clone();
         {
             // wgpu's default handler panics; we turn uncaptured errors into a typed error instead.
             let failure = failure.clone();
@@ -84,6 +94,8 @@ impl Device {
             failure,
             pipelines: Mutex::default(),
             gl_lock,
+            memory: MemoryPool::new(label_for_pool, memory_budget),
+            wait_timeout,
         }))
     }
 
@@ -301,31 +313,77 @@ impl Device {
         self.0.queue.submit([commands])
     }
 
-    /// Blocks until all submitted work finished; reports lost devices and GPU errors.
+    /// Submits command buffers recorded ahead of time.
+    pub fn submit_commands(&self, commands: wgpu::CommandBuffer) -> wgpu::SubmissionIndex {
+        let _serial = self.serial();
+        self.0.queue.submit([commands])
+    }
+
+    /// Blocks until all submitted work finished; reports lost devices and GPU errors, and turns a
+    /// wait longer than the device's timeout into [`Error::Timeout`].
     pub fn wait(&self) -> Result<()> {
-        // Wait in short slices: wgpu's GL backend holds the adapter's context lock while it
-        // waits, and another thread needing that context panics after 6 s.
-        let slice = wgpu::PollType::Wait {
-            submission_index: None,
-            timeout: Some(std::time::Duration::from_millis(20)),
-        };
-        loop {
-            let polled = {
-                let _serial = self.serial();
-                self.0.device.poll(slice.clone())
-            };
-            match polled {
-                Ok(_) => break,
-                Err(wgpu::PollError::Timeout) => self.check_health()?,
-                Err(e) => {
-                    return Err(Error::DeviceLost {
-                        device: self.label(),
-                        reason: e.to_string(),
-                    });
-                }
+        self.wait_for(|| format!("device {} to finish its work", self.label()))
+    }
+
+    /// [`Device::wait`], naming what was awaited in the timeout error.
+    pub fn wait_for(&self, what: impl Fn() -> String) -> Result<()> {
+        let start = Instant::now();
+        while !self.poll(Duration::from_millis(20))? {
+            if start.elapsed() > self.0.wait_timeout {
+                return Err(Error::Timeout {
+                    what: what(),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
             }
         }
         self.check_health()
+    }
+
+    /// Waits up to `slice` for submitted work, running completed callbacks (buffer maps, work
+    /// done). True when the queue is empty.
+    pub fn poll(&self, slice: Duration) -> Result<bool> {
+        // Short slices: wgpu's GL backend holds the adapter's context lock while it waits, and
+        // another thread needing that context panics after 6 s.
+        let polled = {
+            let _serial = self.serial();
+            self.0.device.poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(slice),
+            })
+        };
+        match polled {
+            Ok(status) => {
+                self.check_health()?;
+                Ok(status.is_queue_empty())
+            }
+            Err(wgpu::PollError::Timeout) => self.check_health().map(|()| false),
+            Err(e) => Err(Error::DeviceLost {
+                device: self.label(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The longest a wait on this device may take.
+    pub fn wait_timeout(&self) -> Duration {
+        self.0.wait_timeout
+    }
+
+    /// Loses the device on purpose, as a driver reset would: for fault-injection tests.
+    pub fn destroy(&self) {
+        let _serial = self.serial();
+        self.0.device.destroy();
+        // wgpu reports the loss from its next maintenance pass; run one now.
+        let _ = self.0.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// Reserves `bytes` in this device's memory budget.
+    pub fn reserve(&self, bytes: u64, when_full: WhenFull) -> Result<Reservation> {
+        self.0.memory.reserve(bytes, when_full)
+    }
+
+    pub fn memory(&self) -> MemoryStats {
+        self.0.memory.stats()
     }
 
     /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`.
@@ -392,6 +450,18 @@ impl Device {
         if grid.contains(&0) {
             return Ok(());
         }
+        let bind_group = self.bind_group(label, pipeline, buffers);
+        encode_pass(encoder, label, pipeline, &bind_group, grid, None);
+        Ok(())
+    }
+
+    /// A bind group for group 0 of `pipeline`: made once and reused by compiled programs.
+    pub fn bind_group(
+        &self,
+        label: &str,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
         let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
             .iter()
             .map(|&(binding, b)| wgpu::BindGroupEntry {
@@ -399,19 +469,91 @@ impl Device {
                 resource: b.as_entire_binding(),
             })
             .collect();
-        let bind_group = self.0.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let _serial = self.serial();
+        self.0.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
-        });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        })
+    }
+
+    /// A buffer the host can map to read results back.
+    pub fn readback_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        let _serial = self.serial();
+        self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
+            size: padded_size(bytes),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Starts mapping a readback buffer; `done` runs (inside a later [`Device::poll`]) with the
+    /// outcome.
+    pub fn map_read(
+        &self,
+        buffer: &wgpu::Buffer,
+        done: impl FnOnce(std::result::Result<(), wgpu::BufferAsyncError>) + Send + 'static,
+    ) {
+        let _serial = self.serial();
+        buffer.map_async(wgpu::MapMode::Read, .., done);
+    }
+
+    /// Copies the first `len` bytes out of a mapped readback buffer and unmaps it.
+    pub fn take_mapped(&self, buffer: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
+        let _serial = self.serial();
+        let view = buffer.get_mapped_range(..).map_err(|e| Error::Gpu {
+            what: "readback".into(),
+            message: e.to_string(),
+        })?;
+        let out = view[..len as usize].to_vec();
+        drop(view);
+        buffer.unmap();
+        Ok(out)
+    }
+
+    /// Runs `f` with this adapter's GL context serialised (a no-op lock on other backends), for
+    /// wgpu calls gangway's helpers do not wrap.
+    pub fn serialized<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _serial = self.serial();
+        f()
+    }
+
+    /// A timestamp query set of `count` queries, when the device has timestamp queries.
+    pub fn timestamp_queries(&self, label: &str, count: u32) -> Option<wgpu::QuerySet> {
+        (self.0.info.features.timestamp_query && count > 0).then(|| {
+            let _serial = self.serial();
+            self.0.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some(label),
+                ty: wgpu::QueryType::Timestamp,
+                count,
+            })
+        })
+    }
+}
+
+/// Records one compute pass: `pipeline` with `bind_group` over `grid`, writing begin/end timestamps
+/// at `timestamps.1` and `timestamps.1 + 1` when given.
+pub fn encode_pass(
+    encoder: &mut wgpu::CommandEncoder,
+    label: &str,
+    pipeline: &wgpu::ComputePipeline,
+    bind_group: &wgpu::BindGroup,
+    grid: [u32; 3],
+    timestamps: Option<(&wgpu::QuerySet, u32)>,
+) {
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: timestamps.map(|(query_set, at)| wgpu::ComputePassTimestampWrites {
+            query_set,
+            beginning_of_pass_write_index: Some(at),
+            end_of_pass_write_index: Some(at + 1),
+        }),
+    });
+    pass.set_pipeline(pipeline);
+    pass.set_bind_group(0, bind_group, &[]);
+    if !grid.contains(&0) {
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        Ok(())
     }
 }
 

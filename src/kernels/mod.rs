@@ -3,6 +3,7 @@
 
 pub mod autotune;
 pub mod copy_blocks;
+pub mod elementwise;
 pub mod matmul;
 pub mod moe_dispatch;
 pub mod router;
@@ -53,6 +54,12 @@ pub const COPY_BLOCKS: Shader = Shader {
     dtypes: WORDS,
 };
 
+pub const ELEMENTWISE: Shader = Shader {
+    name: "elementwise",
+    source: include_str!("../../shaders/elementwise.wgsl"),
+    dtypes: F32_ONLY,
+};
+
 /// Every shader gangway ships, for validation and translation tests.
 pub const ALL_SHADERS: &[Shader] = &[
     MATMUL_NAIVE,
@@ -61,7 +68,38 @@ pub const ALL_SHADERS: &[Shader] = &[
     ROUTER,
     MOE_DISPATCH,
     COPY_BLOCKS,
+    ELEMENTWISE,
 ];
+
+/// One kernel launch whose pipeline, parameters and bind group were made ahead of time, so that
+/// recording it is all that is left: what compiled programs keep and reuse on every run.
+#[derive(Debug)]
+pub struct PreparedDispatch {
+    pub label: &'static str,
+    pub pipeline: wgpu::ComputePipeline,
+    pub bind_group: wgpu::BindGroup,
+    pub grid: [u32; 3],
+    /// The uniform buffer the bind group points at, kept alive with it.
+    pub _params: Option<wgpu::Buffer>,
+}
+
+impl PreparedDispatch {
+    /// Records the dispatch as one compute pass, with begin/end timestamps when given.
+    pub fn encode(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamps: Option<(&wgpu::QuerySet, u32)>,
+    ) {
+        crate::device::encode_pass(
+            encoder,
+            self.label,
+            &self.pipeline,
+            &self.bind_group,
+            self.grid,
+            timestamps,
+        );
+    }
+}
 
 impl Shader {
     /// The full WGSL text for one element type: a prelude declaring `Elem`, then the file.

@@ -1,0 +1,219 @@
+//! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
+//! dispatch, a fused chain), relu, add, and the row sum all-reduce finishes with.
+
+use super::{ELEMENTWISE, PreparedDispatch};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// One elementwise computation over flat f32 arrays of equal length.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum ElementwiseOp {
+    /// `y = x * scale + shift`, applied `repeat` times.
+    Affine {
+        scale: f32,
+        shift: f32,
+        repeat: u32,
+    },
+    Relu,
+    /// `y = x + z`.
+    Add,
+    /// `y[i] = Σ_r x[r * len + i]` over `rows` rows.
+    SumRows {
+        rows: u32,
+    },
+}
+
+impl ElementwiseOp {
+    pub fn entry(&self) -> &'static str {
+        match self {
+            Self::Affine { .. } => "affine",
+            Self::Relu => "relu",
+            Self::Add => "add",
+            Self::SumRows { .. } => "sum_rows",
+        }
+    }
+
+    /// Inputs the op reads: `x`, and `z` for [`ElementwiseOp::Add`].
+    pub fn inputs(&self) -> usize {
+        if matches!(self, Self::Add) { 2 } else { 1 }
+    }
+
+    /// Elements of `x` the op reads per output element.
+    pub fn input_len(&self, len: usize) -> usize {
+        match *self {
+            Self::SumRows { rows } => len * rows as usize,
+            _ => len,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    len: u32,
+    repeat: u32,
+    rows: u32,
+    _pad: u32,
+    scale: f32,
+    shift: f32,
+    _pad2: [f32; 2],
+}
+
+const WORKGROUP: usize = 256;
+
+/// A 2-D grid of 256-thread workgroups covering `len` elements within the per-dimension limit.
+fn grid(device: &Device, len: usize) -> Result<[u32; 3]> {
+    let groups = len.div_ceil(WORKGROUP);
+    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
+    let y = groups.div_ceil(max.max(1)).max(1);
+    let x = groups.div_ceil(y);
+    let grid = [x as u32, y as u32, 1];
+    device.check_workgroups("elementwise", grid)?;
+    Ok(grid)
+}
+
+/// Builds the pipeline, parameters and bind group of `op` writing `len` values to `y`, once.
+pub fn prepare(
+    device: &Device,
+    op: ElementwiseOp,
+    x: &wgpu::Buffer,
+    z: Option<&wgpu::Buffer>,
+    y: &wgpu::Buffer,
+    len: usize,
+) -> Result<PreparedDispatch> {
+    let what = "elementwise";
+    let need = |b: &wgpu::Buffer, n: usize, name: &str| {
+        if b.size() < (n * 4) as u64 {
+            Err(Error::InvalidArgument {
+                what,
+                reason: format!(
+                    "{name} has {} bytes, {} needs {}",
+                    b.size(),
+                    op.entry(),
+                    n * 4
+                ),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    need(x, op.input_len(len), "x")?;
+    need(y, len, "y")?;
+    let z = match (op.inputs(), z) {
+        (2, Some(z)) => {
+            need(z, len, "z")?;
+            Some(z)
+        }
+        (2, None) => {
+            return Err(Error::InvalidArgument {
+                what,
+                reason: "add needs a second input".into(),
+            });
+        }
+        // Auto layouts hold only what an entry point uses: `z` is bound for `add` alone.
+        _ => None,
+    };
+    let (scale, shift, repeat) = match op {
+        ElementwiseOp::Affine {
+            scale,
+            shift,
+            repeat,
+        } => (scale, shift, repeat),
+        _ => (1.0, 0.0, 1),
+    };
+    let rows = match op {
+        ElementwiseOp::SumRows { rows } => rows,
+        _ => 1,
+    };
+    let params = device.uniform_buffer(
+        "elementwise params",
+        &Params {
+            len: u32::try_from(len).map_err(|_| Error::InvalidArgument {
+                what,
+                reason: format!("{len} elements exceed u32"),
+            })?,
+            repeat,
+            rows,
+            _pad: 0,
+            scale,
+            shift,
+            _pad2: [0.0; 2],
+        },
+    );
+    let pipeline = ELEMENTWISE.pipeline(device, DType::F32, op.entry())?;
+    let mut bindings = vec![(0, &params), (1, x), (2, y)];
+    bindings.extend(z.map(|z| (3, z)));
+    let bind_group = device.bind_group(op.entry(), &pipeline, &bindings);
+    Ok(PreparedDispatch {
+        label: op.entry(),
+        pipeline,
+        bind_group,
+        grid: grid(device, len)?,
+        _params: Some(params),
+    })
+}
+
+/// Runs `op` on `x` (and `z`) and returns `y`, blocking until done.
+pub fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> {
+    let what = "elementwise";
+    let device = x.device();
+    x.expect_dtype(what, DType::F32)?;
+    let len = match op {
+        ElementwiseOp::SumRows { rows } if rows > 0 => {
+            if !x.len().is_multiple_of(rows as usize) {
+                return Err(Error::ShapeMismatch {
+                    what,
+                    expected: format!("a multiple of {rows} values"),
+                    got: format!("{}", x.len()),
+                });
+            }
+            x.len() / rows as usize
+        }
+        ElementwiseOp::SumRows { .. } => {
+            return Err(Error::InvalidArgument {
+                what,
+                reason: "sum_rows needs at least one row".into(),
+            });
+        }
+        _ => x.len(),
+    };
+    if let Some(z) = z {
+        z.expect_device(what, device)?;
+        z.expect_shape("elementwise z", x.shape())?;
+    }
+    let y = Tensor::zeros(device, &[len], DType::F32)?;
+    let prepared = prepare(
+        device,
+        op,
+        x.buffer(),
+        z.map(Tensor::buffer),
+        y.buffer(),
+        len,
+    )?;
+    let mut encoder = device.encoder(what);
+    prepared.encode(&mut encoder, None);
+    device.submit(encoder);
+    device.wait()?;
+    Ok(y)
+}
+
+/// The plain-Rust reference.
+pub fn reference(op: ElementwiseOp, x: &[f32], z: Option<&[f32]>) -> Vec<f32> {
+    match op {
+        ElementwiseOp::Affine {
+            scale,
+            shift,
+            repeat,
+        } => x
+            .iter()
+            .map(|&v| (0..repeat).fold(v, |v, _| v * scale + shift))
+            .collect(),
+        ElementwiseOp::Relu => x.iter().map(|&v| v.max(0.0)).collect(),
+        ElementwiseOp::Add => x.iter().zip(z.unwrap_or(&[])).map(|(a, b)| a + b).collect(),
+        ElementwiseOp::SumRows { rows } => {
+            let len = x.len() / (rows.max(1) as usize);
+            (0..len)
+                .map(|i| (0..rows as usize).map(|r| x[r * len + i]).sum())
+                .collect()
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! Runs a schedule op by op, the way devices would: each stage in its own order, a receive
+//! blocking until the matching send has happened. Validation runs it with zero costs, simulation
+//! with real ones, so both accept exactly the same schedules.
+//!
+//! Work is O(total ops): a stage runs until it blocks on a receive, and is woken only by the send
+//! it waits for; every readiness check is an array or hash lookup.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::trace::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+
+use super::error::ScheduleError;
+use super::schedule::{Op, OpKind, Schedule};
+
+/// Durations of each op kind in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Timing {
+    pub forward: u64,
+    /// The B op's cost, which includes the weight gradient when the backward is not split.
+    pub backward: u64,
+    pub weight_grad: u64,
+    /// One activation or gradient transfer, latency included.
+    pub transfer: u64,
+}
+
+/// One op placed in time; `at_ns` is when it starts (a receive: when its data is in hand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OpAt {
+    pub stage: usize,
+    /// Index into `Schedule::ops[stage]`.
+    pub index: usize,
+    pub at_ns: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Run {
+    pub peak_activations: Vec<usize>,
+    pub busy: Vec<u64>,
+    pub makespan: u64,
+    /// Compute and transfer events; empty unless recording.
+    pub events: Vec<Event>,
+    /// Every op by start time, ties in causal order; empty unless recording.
+    pub order: Vec<OpAt>,
+}
+
+// Per (microbatch, virtual stage) progress bits.
+const F_DONE: u8 = 1;
+const B_DONE: u8 = 2;
+const W_DONE: u8 = 4;
+const ACT_SENT: u8 = 8;
+const ACT_RECV: u8 = 16;
+const GRAD_SENT: u8 = 32;
+const GRAD_RECV: u8 = 64;
+
+#[derive(Debug, Clone, Copy)]
+struct Message {
+    arrival: u64,
+    flow: u64,
+}
+
+struct Engine<'a> {
+    s: &'a Schedule,
+    t: Timing,
+    record: bool,
+    vstages: usize,
+    state: Vec<u8>,
+    /// Sent messages not yet consumed by their compute op, by `msg_key`.
+    in_flight: HashMap<u64, Message>,
+    link_free: HashMap<(usize, usize), u64>,
+    clock: Vec<u64>,
+    next: Vec<usize>,
+    waiting: Vec<Option<u64>>,
+    live: Vec<usize>,
+    run: Run,
+    next_flow: u64,
+    woken: VecDeque<usize>,
+}
+
+/// Executes `s`; records events and the global order when `record` is set.
+pub(crate) fn execute(s: &Schedule, t: Timing, record: bool) -> Result<Run, ScheduleError> {
+    if s.ops.len() != s.stages {
+        return Err(ScheduleError::StageCount {
+            stages: s.stages,
+            got: s.ops.len(),
+        });
+    }
+    let p = s.stages;
+    let vstages = s.virtual_stages();
+    let mut e = Engine {
+        s,
+        t,
+        record,
+        vstages,
+        state: vec![0; s.microbatches.saturating_mul(vstages)],
+        in_flight: HashMap::new(),
+        link_free: HashMap::new(),
+        clock: vec![0; p],
+        next: vec![0; p],
+        waiting: vec![None; p],
+        live: vec![0; p],
+        run: Run {
+            peak_activations: vec![0; p],
+            busy: vec![0; p],
+            ..Run::default()
+        },
+        next_flow: 1,
+        woken: (0..p).collect(),
+    };
+    if record {
+        e.run.events.reserve(s.op_count());
+        e.run.order.reserve(s.op_count());
+    }
+    while let Some(stage) = e.woken.pop_front() {
+        e.advance(stage)?;
+    }
+    e.check_stuck()?;
+    e.check_complete()?;
+    e.run.makespan = e.clock.iter().copied().max().unwrap_or(0);
+    // Stable: equal start times keep the causal order in which they were executed.
+    e.run.order.sort_by_key(|o| o.at_ns);
+    Ok(e.run)
+}
+
+fn msg_key(key: usize, gradient: bool) -> u64 {
+    key as u64 * 2 + u64::from(gradient)
+}
+
+fn bad(stage: usize, index: usize, op: &Op, reason: impl Into<String>) -> ScheduleError {
+    ScheduleError::BadOp {
+        stage,
+        index,
+        op: op.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn out_of_order(stage: usize, index: usize, op: &Op, needs: String) -> ScheduleError {
+    ScheduleError::OutOfOrder {
+        stage,
+        index,
+        op: op.to_string(),
+        needs,
+    }
+}
+
+impl Engine<'_> {
+    fn key(&self, mb: usize, vs: usize) -> usize {
+        mb * self.vstages + vs
+    }
+
+    /// Runs `stage` until it finishes or blocks on a receive whose send has not happened.
+    fn advance(&mut self, stage: usize) -> Result<(), ScheduleError> {
+        let ops = &self.s.ops[stage];
+        while let Some(&op) = ops.get(self.next[stage]) {
+            let index = self.next[stage];
+            if !self.step(stage, index, op)? {
+                return Ok(());
+            }
+            self.next[stage] += 1;
+        }
+        Ok(())
+    }
+
+    /// Executes one op; `Ok(false)` when it must wait for a send.
+    fn step(&mut self, stage: usize, index: usize, op: Op) -> Result<bool, ScheduleError> {
+        let (p, m, v) = (self.s.stages, self.s.microbatches, self.s.chunks);
+        if op.microbatch >= m {
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                format!("there are only {m} microbatches"),
+            ));
+        }
+        if op.chunk >= v {
+            return Err(bad(stage, index, &op, format!("there are only {v} chunks")));
+        }
+        let vs = op.chunk * p + stage;
+        let key = self.key(op.microbatch, vs);
+        if op.kind.is_compute() {
+            if op.peer.is_some() {
+                return Err(bad(stage, index, &op, "compute ops have no peer"));
+            }
+            self.compute(stage, index, op, vs, key)?;
+            return Ok(true);
+        }
+        let gradient = matches!(op.kind, OpKind::SendGradient | OpKind::RecvGradient);
+        let sending = matches!(op.kind, OpKind::SendActivation | OpKind::SendGradient);
+        // The virtual stage on the other end of this transfer.
+        let other = match (gradient, sending) {
+            (false, true) | (true, false) => vs + 1,
+            (false, false) | (true, true) => vs.wrapping_sub(1),
+        };
+        if other >= self.vstages {
+            let end = if vs == 0 { "first" } else { "last" };
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                format!("the {end} virtual stage has no peer"),
+            ));
+        }
+        let expected = other % p;
+        if expected == stage {
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                "both ends are on this stage; nothing to move",
+            ));
+        }
+        if op.peer != Some(expected) {
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                format!("that tensor lives on stage {expected}"),
+            ));
+        }
+        if sending {
+            self.send(stage, index, op, key, other, expected, gradient)?;
+            Ok(true)
+        } else {
+            self.receive(stage, index, op, key, gradient)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        stage: usize,
+        index: usize,
+        op: Op,
+        key: usize,
+        dest_vs: usize,
+        dest: usize,
+        gradient: bool,
+    ) -> Result<(), ScheduleError> {
+        let (made, made_name, sent) = if gradient {
+            (B_DONE, 'B', GRAD_SENT)
+        } else {
+            (F_DONE, 'F', ACT_SENT)
+        };
+        if self.state[key] & made == 0 {
+            let needs = format!(
+                "{made_name}(mb {}, chunk {}) produces it",
+                op.microbatch, op.chunk
+            );
+            return Err(out_of_order(stage, index, &op, needs));
+        }
+        let dest_key = self.key(op.microbatch, dest_vs);
+        if self.state[dest_key] & sent != 0 {
+            return Err(ScheduleError::Duplicate {
+                stage,
+                index,
+                op: op.to_string(),
+            });
+        }
+        self.state[dest_key] |= sent;
+        let link = self.link_free.entry((stage, dest)).or_insert(0);
+        let start = self.clock[stage].max(*link);
+        let arrival = start.saturating_add(self.t.transfer);
+        *link = arrival;
+        let flow = self.next_flow;
+        self.next_flow += 1;
+        let mk = msg_key(dest_key, gradient);
+        self.in_flight.insert(mk, Message { arrival, flow });
+        if self.waiting[dest] == Some(mk) {
+            self.waiting[dest] = None;
+            self.woken.push_back(dest);
+        }
+        if self.record {
+            let what = if gradient { "grad" } else { "act" };
+            self.run.events.push(Event {
+                device: stage,
+                lane: Lane::Transfer,
+                kind: EventKind::Transfer,
+                name: self.name(what, op.chunk),
+                program: None,
+                node: None,
+                microbatch: u32::try_from(op.microbatch).ok(),
+                start_ns: start,
+                end_ns: arrival,
+                clock: Clock::Simulated,
+                flow: Some(Flow {
+                    id: flow,
+                    role: FlowRole::Out,
+                }),
+            });
+            self.run.order.push(OpAt {
+                stage,
+                index,
+                at_ns: self.clock[stage],
+            });
+        }
+        Ok(())
+    }
+
+    fn receive(
+        &mut self,
+        stage: usize,
+        index: usize,
+        op: Op,
+        key: usize,
+        gradient: bool,
+    ) -> Result<bool, ScheduleError> {
+        let recv = if gradient { GRAD_RECV } else { ACT_RECV };
+        if self.state[key] & recv != 0 {
+            return Err(ScheduleError::Duplicate {
+                stage,
+                index,
+                op: op.to_string(),
+            });
+        }
+        let mk = msg_key(key, gradient);
+        let Some(msg) = self.in_flight.get(&mk) else {
+            self.waiting[stage] = Some(mk);
+            return Ok(false);
+        };
+        self.state[key] |= recv;
+        self.clock[stage] = self.clock[stage].max(msg.arrival);
+        if self.record {
+            self.run.order.push(OpAt {
+                stage,
+                index,
+                at_ns: self.clock[stage],
+            });
+        }
+        Ok(true)
+    }
+
+    fn compute(
+        &mut self,
+        stage: usize,
+        index: usize,
+        op: Op,
+        vs: usize,
+        key: usize,
+    ) -> Result<(), ScheduleError> {
+        let (mb, c) = (op.microbatch, op.chunk);
+        let (done, duration) = match op.kind {
+            OpKind::Forward => (F_DONE, self.t.forward),
+            OpKind::Backward => (B_DONE, self.t.backward),
+            _ => (W_DONE, self.t.weight_grad),
+        };
+        if self.state[key] & done != 0 {
+            return Err(ScheduleError::Duplicate {
+                stage,
+                index,
+                op: op.to_string(),
+            });
+        }
+        // Same-device inputs must already be done; cross-device ones received.
+        let mut flow = None;
+        match op.kind {
+            OpKind::Forward if vs > 0 => {
+                flow = self.input(stage, index, op, vs - 1, key, false)?;
+            }
+            OpKind::Backward => {
+                if self.state[key] & F_DONE == 0 {
+                    let needs = format!("its own F(mb {mb}, chunk {c})");
+                    return Err(out_of_order(stage, index, &op, needs));
+                }
+                if vs + 1 < self.vstages {
+                    flow = self.input(stage, index, op, vs + 1, key, true)?;
+                }
+            }
+            OpKind::WeightGrad => {
+                if !self.s.split_backward {
+                    let reason = format!(
+                        "{} folds the weight gradient into B, so it has no W ops",
+                        self.s.kind
+                    );
+                    return Err(bad(stage, index, &op, reason));
+                }
+                if self.state[key] & B_DONE == 0 {
+                    let needs = format!("its B(mb {mb}, chunk {c})");
+                    return Err(out_of_order(stage, index, &op, needs));
+                }
+            }
+            _ => {}
+        }
+        self.state[key] |= done;
+        // Activations are held from F until the last backward op that reads them.
+        let frees = match op.kind {
+            OpKind::Backward => !self.s.split_backward,
+            OpKind::WeightGrad => true,
+            _ => false,
+        };
+        if op.kind == OpKind::Forward {
+            self.live[stage] += 1;
+            let peak = &mut self.run.peak_activations[stage];
+            *peak = (*peak).max(self.live[stage]);
+        } else if frees {
+            self.live[stage] = self.live[stage].saturating_sub(1);
+        }
+        let start = self.clock[stage];
+        let end = start.saturating_add(duration);
+        self.clock[stage] = end;
+        self.run.busy[stage] = self.run.busy[stage].saturating_add(duration);
+        if self.record {
+            let letter = op.kind.letter().unwrap_or('?');
+            self.run.events.push(Event {
+                device: stage,
+                lane: Lane::Compute,
+                kind: EventKind::Kernel,
+                name: self.name(letter.encode_utf8(&mut [0; 4]), c),
+                program: None,
+                node: None,
+                microbatch: u32::try_from(mb).ok(),
+                start_ns: start,
+                end_ns: end,
+                clock: Clock::Simulated,
+                flow: flow.map(|id| Flow {
+                    id,
+                    role: FlowRole::In,
+                }),
+            });
+            self.run.order.push(OpAt {
+                stage,
+                index,
+                at_ns: start,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks that the input from virtual stage `from` is here; returns its flow id if it came
+    /// from another stage.
+    fn input(
+        &mut self,
+        stage: usize,
+        index: usize,
+        op: Op,
+        from: usize,
+        key: usize,
+        gradient: bool,
+    ) -> Result<Option<u64>, ScheduleError> {
+        let p = self.s.stages;
+        let (src, src_chunk) = (from % p, from / p);
+        let mb = op.microbatch;
+        if src == stage {
+            let (bit, letter) = if gradient {
+                (B_DONE, 'B')
+            } else {
+                (F_DONE, 'F')
+            };
+            if self.state[self.key(mb, from)] & bit == 0 {
+                let needs = format!("{letter}(mb {mb}, chunk {src_chunk}), which feeds it");
+                return Err(out_of_order(stage, index, &op, needs));
+            }
+            return Ok(None);
+        }
+        let (bit, what) = if gradient {
+            (GRAD_RECV, "gradient")
+        } else {
+            (ACT_RECV, "activation")
+        };
+        if self.state[key] & bit == 0 {
+            let needs = format!("receiving its {what} from stage {src}");
+            return Err(out_of_order(stage, index, &op, needs));
+        }
+        let flow = self
+            .in_flight
+            .remove(&msg_key(key, gradient))
+            .map(|m| m.flow);
+        Ok(flow)
+    }
+
+    fn name(&self, base: &str, chunk: usize) -> String {
+        if self.s.chunks > 1 {
+            format!("{base}.c{chunk}")
+        } else {
+            base.to_owned()
+        }
+    }
+
+    /// Every stage is blocked or done; any blocked one means deadlock.
+    fn check_stuck(&self) -> Result<(), ScheduleError> {
+        let mut stuck = Vec::new();
+        for (stage, ops) in self.s.ops.iter().enumerate() {
+            let index = self.next[stage];
+            let Some(op) = ops.get(index) else { continue };
+            let mut line = format!("stage {stage} waits at op #{index} {op}");
+            if let Some(peer) = op.peer {
+                let sent_at = self.s.ops.get(peer).and_then(|peer_ops| {
+                    peer_ops
+                        .iter()
+                        .position(|o| matching_send(self.s, peer, o, stage, op))
+                });
+                match sent_at {
+                    Some(at) => line += &format!(", which stage {peer} sends only at its op #{at}"),
+                    None => line += &format!(", which stage {peer} never sends"),
+                }
+            }
+            stuck.push(line);
+        }
+        if stuck.is_empty() {
+            Ok(())
+        } else {
+            Err(ScheduleError::Deadlock { stuck })
+        }
+    }
+
+    /// Every F, B (and W) ran once; every sent tensor was received.
+    fn check_complete(&self) -> Result<(), ScheduleError> {
+        let p = self.s.stages;
+        for (key, &bits) in self.state.iter().enumerate() {
+            let (mb, vs) = (key / self.vstages, key % self.vstages);
+            let (stage, chunk) = (vs % p, vs / p);
+            for (sent, recv, what, from) in [
+                (ACT_SENT, ACT_RECV, "activation", vs.wrapping_sub(1)),
+                (GRAD_SENT, GRAD_RECV, "gradient", vs + 1),
+            ] {
+                if bits & sent != 0 && bits & recv == 0 {
+                    return Err(ScheduleError::Unreceived {
+                        stage: from % p,
+                        peer: stage,
+                        what: format!("the {what} of mb {mb} for chunk {chunk}"),
+                    });
+                }
+            }
+            for (bit, kind, needed) in [
+                (F_DONE, OpKind::Forward, true),
+                (B_DONE, OpKind::Backward, true),
+                (W_DONE, OpKind::WeightGrad, self.s.split_backward),
+            ] {
+                if needed && bits & bit == 0 {
+                    return Err(ScheduleError::Missing {
+                        stage,
+                        op: Op::compute(kind, mb, chunk).to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `o` on stage `sender` is the send that `recv` on stage `receiver` waits for.
+fn matching_send(s: &Schedule, sender: usize, o: &Op, receiver: usize, recv: &Op) -> bool {
+    let want = match recv.kind {
+        OpKind::RecvActivation => OpKind::SendActivation,
+        OpKind::RecvGradient => OpKind::SendGradient,
+        _ => return false,
+    };
+    if o.kind != want || o.microbatch != recv.microbatch || o.peer != Some(receiver) {
+        return false;
+    }
+    let sent_from = s.virtual_stage(sender, o.chunk);
+    let to = s.virtual_stage(receiver, recv.chunk);
+    match want {
+        OpKind::SendActivation => sent_from + 1 == to,
+        _ => to + 1 == sent_from,
+    }
+}

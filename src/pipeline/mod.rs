@@ -1,0 +1,57 @@
+//! Pipeline parallelism without GPUs: schedules as data, a validator, a cost-model simulator and
+//! an ASCII timeline. Executing a schedule on devices lives elsewhere and consumes these types.
+//!
+//! A model is cut into `p` stages (one per device), optionally each into `v` chunks; a batch is
+//! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
+//! forwards (F), backwards (B), weight-gradient passes (W, only when the backward is split) and
+//! the sends and receives between them. While the first microbatch travels down the pipeline and
+//! the last one's gradient travels back up, some stages have nothing to do: the *bubble*.
+//!
+//! The textbook bubbles, with per-op (per-chunk) times `F`, `B`, `W`, free transfers, and
+//! "ideal" meaning `m · v · (F + B + W)` of work per stage. [`simulate`] reproduces each one
+//! exactly (the tests compare integers):
+//!
+//! | schedule | idle time per stage | bubble / ideal | as a fraction of total |
+//! | --- | --- | --- | --- |
+//! | GPipe, 1F1B | `(p − 1)(F + B + W)` | `(p − 1) / m` | `(p − 1) / (m + p − 1)` |
+//! | interleaved | `(p − 1)(F + B + W)` | `(p − 1) / (v · m)` | `(p − 1) / (v · m + p − 1)` |
+//! | ZB-H1 (m ≥ p) | `(p − 1) · max(F, B, F + B − W)` | `(p − 1) / (3m)` if F = B = W | `(p − 1) / (3m + p − 1)` if F = B = W |
+//!
+//! ZB-H1's is the paper's `(p − 1)(F + B − W)` whenever `W ≤ min(F, B)`; with `F = B = W` it is
+//! a third of 1F1B's. A bubble/ideal ratio `x` is `x / (1 + x)` of total time.
+
+mod ascii;
+mod engine;
+mod error;
+mod orders;
+mod schedule;
+mod simulate;
+mod validate;
+
+pub use ascii::timeline;
+pub use engine::OpAt;
+pub use error::ScheduleError;
+pub use schedule::{MAX_OPS, Op, OpKind, Schedule, ScheduleKind};
+pub use simulate::{Costs, Simulation, simulate};
+pub use validate::{Validation, validate};
+
+/// The textbook bubble of `kind` as a fraction of total time, for showing "theory" next to a
+/// measurement (see the table above). Assumes free transfers and, for ZB-H1, `F = B = W`; the
+/// others hold for any op costs. Returns 0 for empty shapes.
+pub fn bubble_formula(
+    kind: ScheduleKind,
+    stages: usize,
+    microbatches: usize,
+    chunks: usize,
+) -> f64 {
+    if stages == 0 || microbatches == 0 || chunks == 0 {
+        return 0.0;
+    }
+    let (p, m, v) = (stages as f64, microbatches as f64, chunks as f64);
+    let over_ideal = match kind {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB => (p - 1.0) / m,
+        ScheduleKind::Interleaved => (p - 1.0) / (v * m),
+        ScheduleKind::ZbH1 => (p - 1.0) / (3.0 * m),
+    };
+    over_ideal / (1.0 + over_ideal)
+}

@@ -1,0 +1,386 @@
+//! A cost model: every op gets a duration, every transfer a latency and a bandwidth, and the
+//! schedule is replayed to see where each stage idles. The bubble it measures is the quantity the
+//! textbook formulas predict, and what a real run's trace can be compared against.
+
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::trace::Event;
+
+use super::ascii;
+use super::engine::{self, OpAt, Timing};
+use super::error::ScheduleError;
+use super::schedule::Schedule;
+
+/// Durations of one op on one model chunk, and the link between two stages.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Costs {
+    /// One forward of one microbatch through one model chunk.
+    pub forward_ns: u64,
+    /// One input-gradient backward. When the schedule does not split the backward, its B op
+    /// costs `backward_ns + weight_grad_ns` ("W folded in").
+    pub backward_ns: u64,
+    /// One weight-gradient pass.
+    pub weight_grad_ns: u64,
+    /// Fixed cost of each transfer.
+    pub latency_ns: u64,
+    /// Link bandwidth; `f64::INFINITY` makes transfers cost only their latency.
+    pub bytes_per_ns: f64,
+    /// Size of one microbatch's activation at a stage boundary (its gradient is the same size).
+    pub activation_bytes: u64,
+}
+
+impl Costs {
+    /// Compute costs only: transfers are free and instant, as the textbook formulas assume.
+    pub fn compute_only(forward_ns: u64, backward_ns: u64, weight_grad_ns: u64) -> Costs {
+        Costs {
+            forward_ns,
+            backward_ns,
+            weight_grad_ns,
+            latency_ns: 0,
+            bytes_per_ns: f64::INFINITY,
+            activation_bytes: 0,
+        }
+    }
+
+    /// Time one activation or gradient takes from send to arrival.
+    pub fn transfer_ns(&self) -> Result<u64, ScheduleError> {
+        let bw = self.bytes_per_ns;
+        if bw.is_nan() || bw <= 0.0 {
+            return Err(ScheduleError::InvalidCosts {
+                reason: format!("link bandwidth must be positive, got {bw} bytes/ns"),
+            });
+        }
+        let wire = if self.activation_bytes == 0 {
+            0
+        } else {
+            // Float-to-int casts saturate, so an absurdly slow link cannot wrap around.
+            (self.activation_bytes as f64 / bw).ceil() as u64
+        };
+        Ok(self.latency_ns.saturating_add(wire))
+    }
+}
+
+/// The outcome of replaying a schedule under a cost model.
+#[derive(Debug, Clone, Serialize)]
+pub struct Simulation {
+    pub stages: usize,
+    /// Device = stage. Compute ops on [`crate::trace::Lane::Compute`] as kernels named `F`, `B`,
+    /// `W` (with `.c<chunk>` when v > 1); sends on the sender's transfer lane named `act` or
+    /// `grad`. Each send's flow (Out) points at the compute op that consumes it (In).
+    pub events: Vec<Event>,
+    pub makespan_ns: u64,
+    /// Per stage, time spent computing.
+    pub busy_ns: Vec<u64>,
+    /// Idle compute time over `stages × makespan`.
+    pub bubble_fraction: f64,
+    /// Per stage, the makespan with no bubble at all: `m · v · (F + B + W)`.
+    pub ideal_ns: u64,
+    /// Every op of the schedule by simulated start time, ties in causal order. Issuing ops in
+    /// this order from one host thread never waits on an op not yet issued.
+    pub order: Vec<OpAt>,
+}
+
+impl Simulation {
+    /// Bubble relative to useful work, `(makespan − ideal) / ideal`: the form in which Megatron
+    /// states the interleaved bubble, `(p − 1) / (v · m)`.
+    pub fn bubble_over_ideal(&self) -> f64 {
+        if self.ideal_ns == 0 {
+            return 0.0;
+        }
+        (self.makespan_ns as f64 - self.ideal_ns as f64) / self.ideal_ns as f64
+    }
+
+    /// Per stage, time not spent computing.
+    pub fn idle_ns(&self) -> Vec<u64> {
+        self.busy_ns
+            .iter()
+            .map(|b| self.makespan_ns.saturating_sub(*b))
+            .collect()
+    }
+
+    /// The ASCII timeline of the whole run in at most `width` columns; see [`ascii::timeline`].
+    pub fn timeline(&self, width: usize) -> String {
+        let window: Range<u64> = 0..self.makespan_ns;
+        ascii::timeline(&self.events, self.stages, window, width)
+    }
+}
+
+/// Replays `s` under `c`. A stage runs its ops in order; an op starts once the stage is free and
+/// its input has arrived. A send starts when its tensor is ready and its link (one per ordered
+/// stage pair) is free, and costs `latency + bytes / bandwidth` on the sender's transfer lane
+/// without holding up its compute. Fails exactly when [`super::validate`] fails.
+pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
+    let w = if s.split_backward {
+        0
+    } else {
+        c.weight_grad_ns
+    };
+    let timing = Timing {
+        forward: c.forward_ns,
+        backward: c.backward_ns.saturating_add(w),
+        weight_grad: c.weight_grad_ns,
+        transfer: c.transfer_ns()?,
+    };
+    let run = engine::execute(s, timing, true)?;
+    let makespan = run.makespan;
+    let idle: u64 = run.busy.iter().map(|b| makespan.saturating_sub(*b)).sum();
+    let capacity = s.stages as f64 * makespan as f64;
+    let per_unit = c
+        .forward_ns
+        .saturating_add(c.backward_ns)
+        .saturating_add(c.weight_grad_ns);
+    Ok(Simulation {
+        stages: s.stages,
+        events: run.events,
+        makespan_ns: makespan,
+        busy_ns: run.busy,
+        bubble_fraction: if makespan == 0 {
+            0.0
+        } else {
+            idle as f64 / capacity
+        },
+        ideal_ns: ((s.microbatches * s.chunks) as u64).saturating_mul(per_unit),
+        order: run.order,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+    use std::time::Instant;
+
+    use super::*;
+    use crate::pipeline::{OpKind, ScheduleKind, bubble_formula, validate};
+    use crate::trace::{FlowRole, Lane};
+
+    fn sim(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> Simulation {
+        simulate(&Schedule::new(kind, p, m, v).unwrap(), c).unwrap()
+    }
+
+    fn total_idle(s: &Simulation) -> u64 {
+        s.idle_ns().iter().sum()
+    }
+
+    /// GPipe and 1F1B: bubble fraction (p − 1)/(m + p − 1), exactly (compared in integers),
+    /// for any F, B, W; it is the makespan (m + p − 1)(F + B + W).
+    #[test]
+    fn gpipe_and_1f1b_bubble_is_exact() {
+        for kind in [ScheduleKind::GPipe, ScheduleKind::OneFOneB] {
+            for p in 1..=8u64 {
+                for m in 1..=16u64 {
+                    for (f, b, w) in [(1, 1, 0), (2, 3, 1)] {
+                        let s = sim(
+                            kind,
+                            p as usize,
+                            m as usize,
+                            1,
+                            &Costs::compute_only(f, b, w),
+                        );
+                        assert_eq!(s.makespan_ns, (m + p - 1) * (f + b + w));
+                        assert_eq!(total_idle(&s) * (m + p - 1), (p - 1) * p * s.makespan_ns);
+                        let theory = bubble_formula(kind, p as usize, m as usize, 1);
+                        assert!(
+                            (s.bubble_fraction - theory).abs() < 1e-12,
+                            "{kind} p={p} m={m}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Interleaved: (makespan − ideal)/ideal = (p − 1)/(v·m) exactly: Megatron's order leaves
+    /// (p − 1) chunk-op slots idle per stage whatever F and B are.
+    #[test]
+    fn interleaved_bubble_is_exact() {
+        for p in 1..=6u64 {
+            for m in (p..=4 * p).step_by(p as usize) {
+                for v in 2..=4u64 {
+                    for (f, b) in [(1, 1), (1, 2), (3, 2)] {
+                        let c = Costs::compute_only(f, b, 0);
+                        let s = sim(
+                            ScheduleKind::Interleaved,
+                            p as usize,
+                            m as usize,
+                            v as usize,
+                            &c,
+                        );
+                        assert_eq!(s.ideal_ns, m * v * (f + b));
+                        assert_eq!((s.makespan_ns - s.ideal_ns) * v * m, (p - 1) * s.ideal_ns);
+                        let x = (p - 1) as f64 / (v * m) as f64;
+                        assert!((s.bubble_over_ideal() - x).abs() < 1e-12);
+                        let theory = bubble_formula(
+                            ScheduleKind::Interleaved,
+                            p as usize,
+                            m as usize,
+                            v as usize,
+                        );
+                        assert!((s.bubble_fraction - theory).abs() < 1e-12);
+                    }
+                }
+            }
+        }
+    }
+
+    /// ZB-H1 with F = B = W idles (p − 1)·F per stage against 1F1B's 3(p − 1)·F: exactly a third.
+    /// In general (m ≥ p) its idle time per stage is (p − 1)·max(F, B, F + B − W), the paper's
+    /// (p − 1)(F + B − W) whenever W ≤ min(F, B); 1F1B's is (p − 1)(F + B + W).
+    #[test]
+    fn zb_h1_bubble_is_a_third_of_1f1b() {
+        for p in 1..=8u64 {
+            for m in p..=3 * p {
+                let (pu, mu) = (p as usize, m as usize);
+                let c = Costs::compute_only(10, 10, 10);
+                let zb = sim(ScheduleKind::ZbH1, pu, mu, 1, &c);
+                let one = sim(ScheduleKind::OneFOneB, pu, mu, 1, &c);
+                assert_eq!(zb.idle_ns(), vec![(p - 1) * 10; pu]);
+                assert_eq!(one.idle_ns(), vec![(p - 1) * 30; pu]);
+                assert_eq!(3 * total_idle(&zb), total_idle(&one));
+                let theory = bubble_formula(ScheduleKind::ZbH1, pu, mu, 1);
+                assert!((zb.bubble_fraction - theory).abs() < 1e-12);
+                for (f, b, w) in [(2, 3, 1), (1, 2, 2), (3, 1, 2), (1, 1, 3), (2, 2, 0)] {
+                    let zb = sim(ScheduleKind::ZbH1, pu, mu, 1, &Costs::compute_only(f, b, w));
+                    let idle = (p - 1) * f.max(b).max((f + b).saturating_sub(w));
+                    assert_eq!(
+                        zb.idle_ns(),
+                        vec![idle; pu],
+                        "p={p} m={m} F={f} B={b} W={w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn link_latency_and_bandwidth_grow_the_bubble() {
+        let free = sim(
+            ScheduleKind::OneFOneB,
+            4,
+            8,
+            1,
+            &Costs::compute_only(100, 100, 0),
+        );
+        let mut c = Costs::compute_only(100, 100, 0);
+        c.latency_ns = 10;
+        let slow = sim(ScheduleKind::OneFOneB, 4, 8, 1, &c);
+        assert!(slow.bubble_fraction > free.bubble_fraction);
+        assert!(slow.makespan_ns > free.makespan_ns);
+        c.activation_bytes = 1000;
+        c.bytes_per_ns = 50.0;
+        assert_eq!(c.transfer_ns().unwrap(), 30);
+        let slower = sim(ScheduleKind::OneFOneB, 4, 8, 1, &c);
+        assert!(slower.makespan_ns > slow.makespan_ns);
+        c.bytes_per_ns = 0.0;
+        assert!(matches!(
+            simulate(&Schedule::new(ScheduleKind::GPipe, 2, 2, 1).unwrap(), &c),
+            Err(ScheduleError::InvalidCosts { .. })
+        ));
+    }
+
+    #[test]
+    fn events_and_flows_line_up() {
+        let mut c = Costs::compute_only(5, 7, 3);
+        c.latency_ns = 2;
+        for (kind, v) in [(ScheduleKind::Interleaved, 2), (ScheduleKind::ZbH1, 1)] {
+            let s = Schedule::new(kind, 4, 8, v).unwrap();
+            let r = simulate(&s, &c).unwrap();
+            let compute = r.events.iter().filter(|e| e.lane == Lane::Compute).count();
+            let per = if s.split_backward { 3 } else { 2 };
+            assert_eq!(compute, per * 8 * 4 * v);
+            let mut outs = HashMap::new();
+            for e in r.events.iter().filter(|e| e.lane == Lane::Transfer) {
+                let f = e.flow.unwrap();
+                assert_eq!(f.role, FlowRole::Out);
+                assert_eq!(e.end_ns - e.start_ns, 2);
+                assert!(outs.insert(f.id, e).is_none());
+            }
+            let mut ins = HashSet::new();
+            for e in r.events.iter().filter(|e| e.lane == Lane::Compute) {
+                assert!(["F", "B", "W"].contains(&&e.name[..1]));
+                if v > 1 {
+                    assert!(e.name.contains(".c"), "{}", e.name);
+                }
+                if let Some(f) = e.flow {
+                    assert_eq!(f.role, FlowRole::In);
+                    let out = outs[&f.id];
+                    assert_ne!(out.device, e.device);
+                    assert_eq!(out.microbatch, e.microbatch);
+                    assert!(out.end_ns <= e.start_ns);
+                    assert!(ins.insert(f.id));
+                }
+            }
+            assert_eq!(ins.len(), outs.len());
+            let busy: u64 = r.busy_ns.iter().sum();
+            assert_eq!(busy, r.ideal_ns * 4);
+        }
+    }
+
+    /// The simulated trace opens cleanly in Perfetto: flows pair up and bind to slices.
+    #[test]
+    fn simulated_trace_passes_the_chrome_check() {
+        for latency_ns in [0, 3] {
+            let mut c = Costs::compute_only(5, 7, 3);
+            c.latency_ns = latency_ns;
+            for (kind, v) in [(ScheduleKind::Interleaved, 2), (ScheduleKind::ZbH1, 1)] {
+                let r = sim(kind, 4, 8, v, &c);
+                let json = crate::trace::chrome::to_json(&r.events, &[]);
+                let summary = crate::trace::chrome::check(&json).unwrap();
+                let transfers = r.events.iter().filter(|e| e.lane == Lane::Transfer).count();
+                assert_eq!(summary.flow_pairs, transfers, "{kind} latency {latency_ns}");
+            }
+        }
+    }
+
+    /// Issuing ops in `order` from one thread never meets a receive before its send.
+    #[test]
+    fn order_is_an_issue_order() {
+        let s = Schedule::new(ScheduleKind::Interleaved, 4, 8, 2).unwrap();
+        let r = simulate(&s, &Costs::compute_only(0, 0, 0)).unwrap();
+        assert_eq!(r.order.len(), s.op_count());
+        let mut next = vec![0; s.stages];
+        let mut sent = HashSet::new();
+        for at in &r.order {
+            assert_eq!(at.index, next[at.stage]);
+            next[at.stage] += 1;
+            let op = s.ops[at.stage][at.index];
+            let vs = s.virtual_stage(at.stage, op.chunk);
+            match op.kind {
+                OpKind::SendActivation => assert!(sent.insert((0, op.microbatch, vs + 1))),
+                OpKind::SendGradient => assert!(sent.insert((1, op.microbatch, vs - 1))),
+                OpKind::RecvActivation => assert!(sent.contains(&(0, op.microbatch, vs))),
+                OpKind::RecvGradient => assert!(sent.contains(&(1, op.microbatch, vs))),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_schedules_fail_simulation_too() {
+        let mut s = Schedule::new(ScheduleKind::OneFOneB, 3, 4, 1).unwrap();
+        s.ops[2].swap(0, 1);
+        let c = Costs::compute_only(1, 1, 0);
+        assert_eq!(simulate(&s, &c).unwrap_err(), validate(&s).unwrap_err());
+    }
+
+    /// The event loop is O(ops); release builds should take well under a second here.
+    #[test]
+    fn large_pipelines_simulate_quickly() {
+        let c = Costs::compute_only(100, 200, 100);
+        for (kind, v) in [
+            (ScheduleKind::OneFOneB, 1),
+            (ScheduleKind::ZbH1, 1),
+            (ScheduleKind::Interleaved, 2),
+        ] {
+            let start = Instant::now();
+            let s = Schedule::new(kind, 64, 512, v).unwrap();
+            let r = simulate(&s, &c).unwrap();
+            let took = start.elapsed();
+            println!("{kind} p=64 m=512 v={v}: {} ops in {took:?}", s.op_count());
+            assert!(r.makespan_ns > 0);
+            assert!(took.as_secs() < 30, "{kind} took {took:?}");
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Programs, the client API of Pathways (§4.2): a dataflow graph with one node per *sharded*
+//! computation, built with [`ProgramBuilder`] and compiled once for a slice of devices into an
+//! [`Executable`] whose pipelines, buffers and bind groups every run reuses.
+
+mod builder;
+mod compile;
+mod ir;
+
+pub use builder::ProgramBuilder;
+pub use compile::{CompileOptions, Executable};
+pub use ir::{Node, Op, Program, Value, ValueInfo};

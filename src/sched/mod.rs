@@ -1,0 +1,14 @@
+//! Running programs, Pathways-style: a resource manager lends slices of devices, one gang
+//! scheduler orders every sharded computation, and per-device workers dispatch sequentially or with
+//! parallel asynchronous dispatch.
+
+mod clock;
+mod record;
+mod resources;
+mod run;
+mod runtime;
+mod worker;
+
+pub use resources::{ResourceManager, Slice, SliceRequest};
+pub use run::{DispatchMode, RunOptions};
+pub use runtime::{Client, ClientStats, GangRecord, Policy, RunHandle, Runtime, RuntimeOptions};

@@ -1,0 +1,349 @@
+//! One run of an executable in flight: its mailboxes (the futures of transferred buffers), its
+//! pre-encoded command buffers, and the bookkeeping that says when it is done.
+
+use super::record::Recorded;
+use crate::program::{Executable, Op};
+use crate::trace::{EventMeta, Tracer};
+use crate::{Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How the host prepares the work of a run (Pathways §4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DispatchMode {
+    /// The host prepares node i+1 only after node i's outputs are ready.
+    Sequential,
+    /// All host work (command encoding) is done up front, in parallel per device; dependencies
+    /// are kept by queue order on one device and by transfer futures across devices.
+    Parallel,
+}
+
+impl DispatchMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sequential => "sequential",
+            Self::Parallel => "parallel",
+        }
+    }
+}
+
+/// Options of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    pub mode: DispatchMode,
+    /// Put on every trace event of the run (pipeline schedules use it).
+    pub microbatch: Option<u32>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            mode: DispatchMode::Parallel,
+            microbatch: None,
+        }
+    }
+}
+
+/// What one device does for one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Arg: write the host data of this shard.
+    Upload {
+        shard: usize,
+    },
+    Kernel {
+        shard: usize,
+    },
+    /// Transfer, on the source: copy the shard to staging and map it (fills the mailbox).
+    Send {
+        shard: usize,
+    },
+    /// Collective member: the same for its own shard.
+    Stage {
+        shard: usize,
+    },
+    /// Result: copy to staging and map it.
+    Download {
+        shard: usize,
+    },
+    /// Transfer, on the destination: wait for the mailbox, write the shard.
+    Recv {
+        shard: usize,
+    },
+    /// Collective member: wait for every member's mailbox, then combine.
+    Gather {
+        shard: usize,
+    },
+}
+
+impl Role {
+    pub fn shard(self) -> usize {
+        match self {
+            Role::Upload { shard }
+            | Role::Kernel { shard }
+            | Role::Send { shard }
+            | Role::Stage { shard }
+            | Role::Download { shard }
+            | Role::Recv { shard }
+            | Role::Gather { shard } => shard,
+        }
+    }
+
+    /// Roles that wait for other devices run after the ones that never wait.
+    pub fn waits(self) -> bool {
+        matches!(self, Role::Recv { .. } | Role::Gather { .. })
+    }
+
+    /// Roles whose command buffer can be recorded ahead of time.
+    pub fn records_commands(self, op: &Op) -> bool {
+        match self {
+            Role::Kernel { .. }
+            | Role::Send { .. }
+            | Role::Stage { .. }
+            | Role::Download { .. } => true,
+            Role::Gather { .. } => *op == Op::AllReduce,
+            Role::Upload { .. } | Role::Recv { .. } => false,
+        }
+    }
+}
+
+/// The roles of every device for `node`, keyed by the program's logical device.
+pub(crate) fn roles(exec: &Executable, node: usize) -> Vec<(usize, Vec<Role>)> {
+    let prog = exec.program();
+    let n = &prog.nodes()[node];
+    let mut out: Vec<(usize, Vec<Role>)> = Vec::new();
+    let mut add = |d: usize, r: Role| match out.iter_mut().find(|(x, _)| *x == d) {
+        Some((_, v)) => v.push(r),
+        None => out.push((d, vec![r])),
+    };
+    for (shard, &d) in n.gang.iter().enumerate() {
+        match n.op {
+            Op::Arg { .. } => add(d, Role::Upload { shard }),
+            Op::Constant { .. } => {}
+            Op::Elementwise(_) => add(d, Role::Kernel { shard }),
+            Op::Transfer => {
+                add(prog.value(n.inputs[0]).gang[shard], Role::Send { shard });
+                add(d, Role::Recv { shard });
+            }
+            Op::AllToAll | Op::AllReduce => {
+                add(d, Role::Stage { shard });
+                add(d, Role::Gather { shard });
+            }
+            Op::Result { .. } => add(d, Role::Download { shard }),
+        }
+    }
+    for (_, v) in &mut out {
+        v.sort_by_key(|r| r.waits());
+    }
+    out
+}
+
+/// A run in flight.
+#[derive(Debug)]
+pub(crate) struct RunState {
+    pub id: u64,
+    pub client: usize,
+    pub exec: Arc<Executable>,
+    pub slot: usize,
+    pub opts: RunOptions,
+    pub args: Vec<Vec<f32>>,
+    pub tracer: Tracer,
+    /// `[node][shard]`: host bytes sent by a transfer, staged by a collective member, or read back.
+    pub mail: Vec<Vec<OnceLock<Vec<u8>>>>,
+    /// `[node][shard][role waits]`: command buffers recorded ahead of time (parallel dispatch).
+    pub prepared: Vec<Vec<[Mutex<Option<Recorded>>; 2]>>,
+    /// `[node][shard]`: host clock (tracer ns) when the shard's commands were submitted.
+    pub submitted_ns: Vec<Vec<AtomicU64>>,
+    /// `[node]`: roles of the node not yet complete (outputs not ready).
+    pub node_pending: Vec<AtomicUsize>,
+    /// Device tasks not yet finished.
+    pub tasks_left: AtomicUsize,
+    /// GPU callbacks not yet run; the slot's buffers are reused only once this is 0.
+    pub callbacks: AtomicUsize,
+    pub error: OnceLock<Error>,
+    released: AtomicBool,
+    last_progress: Mutex<Instant>,
+    done: (Mutex<bool>, Condvar),
+}
+
+impl RunState {
+    pub fn new(
+        id: u64,
+        client: usize,
+        exec: Arc<Executable>,
+        slot: usize,
+        opts: RunOptions,
+        args: Vec<Vec<f32>>,
+        tracer: Tracer,
+    ) -> Self {
+        let nodes = exec.program().nodes();
+        let per_shard = |n: &crate::program::Node| n.gang.len();
+        let node_pending = (0..nodes.len())
+            .map(|i| AtomicUsize::new(roles(&exec, i).iter().map(|(_, r)| r.len()).sum()))
+            .collect();
+        Self {
+            id,
+            client,
+            slot,
+            opts,
+            args,
+            tracer,
+            mail: nodes
+                .iter()
+                .map(|n| (0..per_shard(n)).map(|_| OnceLock::new()).collect())
+                .collect(),
+            prepared: nodes
+                .iter()
+                .map(|n| {
+                    (0..per_shard(n))
+                        .map(|_| [Mutex::new(None), Mutex::new(None)])
+                        .collect()
+                })
+                .collect(),
+            submitted_ns: nodes
+                .iter()
+                .map(|n| (0..per_shard(n)).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
+            node_pending,
+            tasks_left: AtomicUsize::new(0),
+            callbacks: AtomicUsize::new(0),
+            error: OnceLock::new(),
+            released: AtomicBool::new(false),
+            last_progress: Mutex::new(Instant::now()),
+            done: (Mutex::new(false), Condvar::new()),
+            exec,
+        }
+    }
+
+    /// `meta` with this run's program, `node` and microbatch ids.
+    pub fn event_meta(&self, meta: EventMeta, node: usize) -> EventMeta {
+        let m = meta.program(self.exec.id()).node(node as u32);
+        match self.opts.microbatch {
+            Some(mb) => m.microbatch(mb),
+            None => m,
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        self.error.get().is_some()
+    }
+
+    /// Records the first error; the run's other tasks are skipped and its client is told.
+    pub fn fail(&self, e: Error) {
+        let _ = self.error.set(e);
+        self.signal();
+    }
+
+    /// Takes the command buffer recorded ahead of time for `role`, if any.
+    pub fn take_prepared(&self, node: usize, role: Role) -> Option<Recorded> {
+        self.prepared[node][role.shard()][role.waits() as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    pub fn put_prepared(&self, node: usize, role: Role, recorded: Recorded) {
+        *self.prepared[node][role.shard()][role.waits() as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(recorded);
+    }
+
+    pub fn progress(&self) {
+        *self
+            .last_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// One role of `node` finished: its part of the node's outputs is ready.
+    pub fn role_done(&self, node: usize) {
+        self.node_pending[node].fetch_sub(1, Ordering::AcqRel);
+        self.progress();
+        if self.results_ready() {
+            self.signal();
+        }
+    }
+
+    pub fn node_ready(&self, node: usize) -> bool {
+        self.node_pending[node].load(Ordering::Acquire) == 0
+    }
+
+    fn result_nodes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.exec
+            .program()
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n.op {
+                Op::Result { index } => Some((index, i)),
+                _ => None,
+            })
+    }
+
+    fn results_ready(&self) -> bool {
+        self.result_nodes().all(|(_, node)| self.node_ready(node))
+    }
+
+    fn signal(&self) {
+        let (lock, cv) = &self.done;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cv.notify_all();
+    }
+
+    /// Gives the slot back once no task and no GPU callback of the run can touch it any more.
+    pub fn release_if_idle(&self) {
+        if self.tasks_left.load(Ordering::Acquire) == 0
+            && self.callbacks.load(Ordering::Acquire) == 0
+            && !self.released.swap(true, Ordering::AcqRel)
+        {
+            self.exec.release_slot(self.slot);
+        }
+    }
+
+    /// Blocks until the results are read back or the run failed. No progress for `timeout` is
+    /// [`Error::Timeout`].
+    pub fn wait(&self, timeout: Duration) -> Result<Vec<Vec<f32>>> {
+        let (lock, cv) = &self.done;
+        let mut done = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(e) = self.error.get() {
+                return Err(e.clone_for_report());
+            }
+            if *done && self.results_ready() {
+                break;
+            }
+            let idle = self
+                .last_progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .elapsed();
+            if idle > timeout {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "run {} of program {:?} (no progress)",
+                        self.id,
+                        self.exec.program().name()
+                    ),
+                    waited_ms: idle.as_millis() as u64,
+                });
+            }
+            done = cv
+                .wait_timeout(done, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(done);
+        let mut results = vec![Vec::new(); self.exec.program().results().len()];
+        for (index, node) in self.result_nodes() {
+            let mut out = Vec::new();
+            for shard in &self.mail[node] {
+                let bytes = shard.get().map(Vec::as_slice).unwrap_or(&[]);
+                out.extend_from_slice(&bytemuck::pod_collect_to_vec::<u8, f32>(bytes));
+            }
+            results[index] = out;
+        }
+        Ok(results)
+    }
+}

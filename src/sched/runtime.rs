@@ -1,0 +1,476 @@
+//! The gang scheduler (Pathways §4.4) and the runtime around it.
+//!
+//! Clients submit runs of compiled programs. Admission picks the next run (FIFO, or by
+//! proportional shares) and, under one lock, gives each of its nodes a global sequence number and
+//! appends the node's work to the queue of every device in its gang. Each device's worker runs its
+//! queue in that order, so two gangs that share devices run in the same order on all of them and
+//! collectives of concurrent programs can never deadlock or interleave wrongly.
+
+use super::record::record;
+use super::run::{Role, RunOptions, RunState, roles};
+use super::worker::{self, Inbox, Task};
+use crate::program::Executable;
+use crate::trace::Tracer;
+use crate::{Device, Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// How admission orders runs of different clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Policy {
+    /// In the order they were submitted.
+    Fifo,
+    /// Each client gets admissions in proportion to its share (stride scheduling).
+    Proportional,
+}
+
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    pub policy: Policy,
+    /// Runs admitted (given sequence numbers) and not yet finished, over all clients. Small
+    /// values make the policy bite; large ones let more work overlap.
+    pub max_in_flight: usize,
+    pub tracer: Tracer,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            policy: Policy::Fifo,
+            max_in_flight: 16,
+            tracer: Tracer::off(),
+        }
+    }
+}
+
+/// One gang as one device saw it: the device ran node `node` of run `run` in this position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct GangRecord {
+    pub seq: u64,
+    pub run: u64,
+    pub program: u64,
+    pub node: usize,
+    pub client: usize,
+}
+
+#[derive(Debug)]
+struct ClientState {
+    name: String,
+    share: u32,
+    pass: f64,
+    pending: VecDeque<(u64, Arc<RunState>)>,
+    admitted: u64,
+    finished: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct SchedState {
+    next_seq: u64,
+    next_run: u64,
+    arrivals: u64,
+    /// Virtual time of proportional shares: the pass of the last admitted client.
+    vtime: f64,
+    in_flight: usize,
+    clients: Vec<ClientState>,
+    pub queues: Vec<VecDeque<Task>>,
+    pub order: Vec<Vec<GangRecord>>,
+    pub shutdown: bool,
+    paused: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub devices: Vec<Device>,
+    pub inboxes: Vec<Arc<Inbox>>,
+    pub wake: Condvar,
+    state: Mutex<SchedState>,
+    opts: RuntimeOptions,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, SchedState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A run's last device task finished: it leaves the in-flight window and others may enter.
+    pub fn run_finished(&self, run: &RunState) {
+        let mut state = self.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        if let Some(c) = state.clients.get_mut(run.client)
+            && !run.failed()
+        {
+            c.finished += 1;
+        }
+        self.admit(&mut state);
+    }
+
+    fn worker_of(&self, device: &Device) -> Option<usize> {
+        self.devices.iter().position(|d| d == device)
+    }
+
+    /// Admits runs while the window has room: assigns sequence numbers and queues device tasks.
+    fn admit(&self, state: &mut SchedState) {
+        while !state.paused && state.in_flight < self.opts.max_in_flight.max(1) {
+            let pick = match self.opts.policy {
+                Policy::Fifo => state
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (*a, i)))
+                    .min()
+                    .map(|(_, i)| i),
+                Policy::Proportional => state
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (c.pass, *a, i)))
+                    .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
+                    .map(|(_, _, i)| i),
+            };
+            let Some(ci) = pick else { return };
+            let Some((_, run)) = state.clients[ci].pending.pop_front() else {
+                return;
+            };
+            let client = &mut state.clients[ci];
+            client.admitted += 1;
+            state.vtime = client.pass;
+            client.pass += 1.0 / f64::from(client.share.max(1));
+            state.in_flight += 1;
+            let exec = run.exec.clone();
+            let mut tasks = Vec::new();
+            for node in 0..exec.program().nodes().len() {
+                let per_device = roles(&exec, node);
+                if per_device.is_empty() {
+                    continue;
+                }
+                let seq = state.next_seq;
+                state.next_seq += 1;
+                for (logical, node_roles) in per_device {
+                    let Some(w) = self.worker_of(&exec.devices()[logical]) else {
+                        continue;
+                    };
+                    tasks.push((
+                        w,
+                        Task {
+                            seq,
+                            run: run.clone(),
+                            node,
+                            roles: node_roles,
+                            next: 0,
+                            blocked: None,
+                        },
+                    ));
+                }
+            }
+            run.tasks_left.store(tasks.len(), Ordering::Release);
+            if tasks.is_empty() {
+                state.in_flight -= 1;
+                run.release_if_idle();
+            }
+            for (w, task) in tasks {
+                state.queues[w].push_back(task);
+            }
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// The devices' workers and the gang scheduler in front of them.
+#[derive(Debug)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// One client of a runtime; runs it submits are admitted by its share.
+#[derive(Debug, Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    index: usize,
+}
+
+/// A submitted run: wait for its results.
+#[derive(Debug)]
+pub struct RunHandle {
+    run: Arc<RunState>,
+    timeout: Duration,
+}
+
+/// What a client has been given so far.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ClientStats {
+    pub name: String,
+    pub share: u32,
+    pub admitted: u64,
+    pub finished: u64,
+}
+
+impl Runtime {
+    /// Starts one worker thread per device.
+    pub fn new(devices: Vec<Device>, opts: RuntimeOptions) -> Result<Self> {
+        if devices.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: "runtime",
+                reason: "no devices".into(),
+            });
+        }
+        let n = devices.len();
+        let shared = Arc::new(Shared {
+            inboxes: (0..n).map(|_| Arc::default()).collect(),
+            devices,
+            wake: Condvar::new(),
+            state: Mutex::new(SchedState {
+                next_seq: 0,
+                next_run: 1,
+                arrivals: 0,
+                vtime: 0.0,
+                in_flight: 0,
+                clients: Vec::new(),
+                queues: (0..n).map(|_| VecDeque::new()).collect(),
+                order: vec![Vec::new(); n],
+                shutdown: false,
+                paused: false,
+            }),
+            opts,
+        });
+        let workers = (0..n)
+            .map(|i| worker::spawn(shared.clone(), i))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::InvalidArgument {
+                what: "runtime",
+                reason: format!("cannot start a worker thread: {e}"),
+            })?;
+        Ok(Self { shared, workers })
+    }
+
+    pub fn devices(&self) -> &[Device] {
+        &self.shared.devices
+    }
+
+    pub fn tracer(&self) -> &Tracer {
+        &self.shared.opts.tracer
+    }
+
+    /// A new client with a proportional `share` (ignored under FIFO).
+    pub fn client(&self, name: &str, share: u32) -> Client {
+        let mut state = self.shared.lock();
+        let vtime = state.vtime;
+        state.clients.push(ClientState {
+            name: name.to_string(),
+            share: share.max(1),
+            pass: vtime,
+            pending: VecDeque::new(),
+            admitted: 0,
+            finished: 0,
+        });
+        Client {
+            shared: self.shared.clone(),
+            index: state.clients.len() - 1,
+        }
+    }
+
+    /// The order in which every device ran its gangs, per device.
+    pub fn gang_order(&self) -> Vec<Vec<GangRecord>> {
+        self.shared.lock().order.clone()
+    }
+
+    /// Stops admitting runs: submissions queue up, in flight ones finish. To line clients up.
+    pub fn pause_admission(&self) {
+        self.shared.lock().paused = true;
+    }
+
+    pub fn resume_admission(&self) {
+        let mut state = self.shared.lock();
+        state.paused = false;
+        self.shared.admit(&mut state);
+    }
+
+    pub fn clear_gang_order(&self) {
+        for o in &mut self.shared.lock().order {
+            o.clear();
+        }
+    }
+
+    pub fn client_stats(&self) -> Vec<ClientStats> {
+        self.shared
+            .lock()
+            .clients
+            .iter()
+            .map(|c| ClientStats {
+                name: c.name.clone(),
+                share: c.share,
+                admitted: c.admitted,
+                finished: c.finished,
+            })
+            .collect()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Client {
+    /// Submits a run of `exec` with `args` (argument i: every shard's values, one after another).
+    ///
+    /// Waits for a free run slot of `exec`; in parallel dispatch, records every command buffer of
+    /// the run before it is admitted, one thread per device.
+    pub fn submit(
+        &self,
+        exec: &Arc<Executable>,
+        args: Vec<Vec<f32>>,
+        opts: RunOptions,
+    ) -> Result<RunHandle> {
+        let prog = exec.program();
+        let fail = |reason: String| Error::Program {
+            program: prog.name().to_string(),
+            reason,
+        };
+        if args.len() != prog.args().len() {
+            return Err(fail(format!(
+                "{} arguments given, it takes {}",
+                args.len(),
+                prog.args().len()
+            )));
+        }
+        for (i, (a, &v)) in args.iter().zip(prog.args()).enumerate() {
+            let info = prog.value(v);
+            let want = info.shard_len * info.gang.len();
+            if a.len() != want {
+                return Err(Error::ShapeMismatch {
+                    what: "program argument",
+                    expected: format!("argument {i}: {want} values"),
+                    got: format!("{}", a.len()),
+                });
+            }
+        }
+        let workers: Vec<usize> = exec
+            .devices()
+            .iter()
+            .map(|d| {
+                self.shared
+                    .worker_of(d)
+                    .ok_or_else(|| fail(format!("device {} is not in this runtime", d.label())))
+            })
+            .collect::<Result<_>>()?;
+        if self.shared.lock().shutdown {
+            return Err(fail("the runtime is shutting down".into()));
+        }
+        let timeout = exec
+            .devices()
+            .iter()
+            .map(Device::wait_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(60));
+        let slot = exec.acquire_slot(timeout)?;
+        let id = {
+            let mut state = self.shared.lock();
+            state.next_run += 1;
+            state.next_run - 1
+        };
+        let run = Arc::new(RunState::new(
+            id,
+            self.index,
+            exec.clone(),
+            slot,
+            opts,
+            args,
+            self.shared.opts.tracer.clone(),
+        ));
+        if opts.mode == super::DispatchMode::Parallel
+            && let Err(e) = self.record_up_front(&run, &workers)
+        {
+            run.release_if_idle();
+            return Err(e);
+        }
+        {
+            let mut state = self.shared.lock();
+            state.arrivals += 1;
+            let arrival = state.arrivals;
+            let vtime = state.vtime;
+            let client = &mut state.clients[self.index];
+            if client.pending.is_empty() {
+                // An idle client re-enters at the current virtual time, with no banked credit.
+                client.pass = client.pass.max(vtime);
+            }
+            client.pending.push_back((arrival, run.clone()));
+            self.shared.admit(&mut state);
+        }
+        Ok(RunHandle { run, timeout })
+    }
+
+    /// Submits and waits.
+    pub fn run(
+        &self,
+        exec: &Arc<Executable>,
+        args: Vec<Vec<f32>>,
+        opts: RunOptions,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.submit(exec, args, opts)?.wait()
+    }
+
+    /// Parallel dispatch's host work: every command buffer of the run, one thread per device.
+    fn record_up_front(&self, run: &Arc<RunState>, workers: &[usize]) -> Result<()> {
+        let exec = &run.exec;
+        let mut per_device: Vec<Vec<(usize, Role)>> = vec![Vec::new(); exec.devices().len()];
+        for node in 0..exec.program().nodes().len() {
+            for (logical, node_roles) in roles(exec, node) {
+                per_device[logical].extend(node_roles.into_iter().map(|r| (node, r)));
+            }
+        }
+        let record_device = |logical: usize, work: &[(usize, Role)]| -> Result<()> {
+            let device = &exec.devices()[logical];
+            let inbox = &self.shared.inboxes[workers[logical]];
+            for &(node, role) in work {
+                if let Some(r) = record(run, node, role, device, inbox)? {
+                    run.put_prepared(node, role, r);
+                }
+            }
+            Ok(())
+        };
+        let busy: Vec<usize> = (0..per_device.len())
+            .filter(|&d| !per_device[d].is_empty())
+            .collect();
+        if busy.len() <= 1 {
+            return busy
+                .iter()
+                .try_for_each(|&d| record_device(d, &per_device[d]));
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = busy
+                .iter()
+                .map(|&d| {
+                    let work = &per_device[d];
+                    s.spawn(move || record_device(d, work))
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidArgument {
+                        what: "parallel dispatch",
+                        reason: "a recording thread panicked".into(),
+                    })
+                })
+            })
+        })
+    }
+}
+
+impl RunHandle {
+    /// The run's results (result i: every shard, one after another), or its error.
+    pub fn wait(self) -> Result<Vec<Vec<f32>>> {
+        self.run.wait(self.timeout)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.run.id
+    }
+}

@@ -1,0 +1,499 @@
+//! One worker thread per device: it runs the device's gangs strictly in the scheduler's sequence
+//! order, submits their (pre-recorded or just-recorded) commands, waits for transfer futures, and
+//! turns GPU callbacks into ready outputs and trace events.
+
+use super::clock::GpuClock;
+use super::record::{Recorded, record};
+use super::run::{DispatchMode, Role, RunState};
+use super::runtime::{GangRecord, Shared};
+use crate::program::Op;
+use crate::trace::{Clock, EventMeta, FlowRole};
+use crate::{Device, Error, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A GPU callback's news, handed to the device's worker (callbacks themselves only push here).
+#[derive(Debug)]
+pub(crate) enum Completion {
+    Mapped {
+        run: Arc<RunState>,
+        node: usize,
+        shard: usize,
+        role: Role,
+        buffer: wgpu::Buffer,
+        len: u64,
+        result: std::result::Result<(), wgpu::BufferAsyncError>,
+    },
+    WorkDone {
+        run: Arc<RunState>,
+        node: usize,
+        shard: usize,
+        at_ns: u64,
+        host_timed: bool,
+    },
+    Timestamps {
+        run: Arc<RunState>,
+        node: usize,
+        buffer: wgpu::Buffer,
+        result: std::result::Result<(), wgpu::BufferAsyncError>,
+    },
+}
+
+/// Completions waiting for a worker, and how many callbacks its device still owes.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    items: Mutex<Vec<Completion>>,
+    pub outstanding: AtomicUsize,
+}
+
+impl Inbox {
+    pub fn push(&self, c: Completion) {
+        self.items
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(c);
+    }
+
+    fn take(&self) -> Vec<Completion> {
+        std::mem::take(&mut *self.items.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A gang's work on one device.
+#[derive(Debug)]
+pub(crate) struct Task {
+    pub seq: u64,
+    pub run: Arc<RunState>,
+    pub node: usize,
+    pub roles: Vec<Role>,
+    pub next: usize,
+    /// When the task first had to wait, and for what.
+    pub blocked: Option<(Instant, u64, String)>,
+}
+
+enum Step {
+    Done,
+    Blocked(String),
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    index: usize,
+    device: Device,
+    inbox: Arc<Inbox>,
+    clock: Option<GpuClock>,
+    /// Host-timed kernels: when the previous one ended, so intervals on the lane never overlap.
+    last_kernel_end: u64,
+    lost: Option<String>,
+}
+
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    index: usize,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let device = shared.devices[index].clone();
+    std::thread::Builder::new()
+        .name(format!("gangway device {}", device.id()))
+        .spawn(move || {
+            let clock = GpuClock::calibrate(&device);
+            let inbox = shared.inboxes[index].clone();
+            Worker {
+                shared,
+                index,
+                device,
+                inbox,
+                clock,
+                last_kernel_end: 0,
+                lost: None,
+            }
+            .run();
+        })
+}
+
+impl Worker {
+    fn run(&mut self) {
+        let mut current: Option<Task> = None;
+        loop {
+            self.drain_completions();
+            if current.is_none() {
+                let mut state = self.shared.lock();
+                if state.shutdown
+                    && state.queues[self.index].is_empty()
+                    && (self.inbox.outstanding.load(Ordering::Acquire) == 0 || self.lost.is_some())
+                {
+                    return;
+                }
+                current = state.queues[self.index].pop_front();
+                if let Some(t) = &current {
+                    state.order[self.index].push(GangRecord {
+                        seq: t.seq,
+                        run: t.run.id,
+                        program: t.run.exec.id(),
+                        node: t.node,
+                        client: t.run.client,
+                    });
+                }
+            }
+            let blocked = match current.as_mut() {
+                Some(task) => match self.step(task) {
+                    Step::Done => {
+                        if let Some(task) = current.take() {
+                            self.finish(task);
+                        }
+                        continue;
+                    }
+                    Step::Blocked(reason) => Some(reason),
+                },
+                None => None,
+            };
+            if let (Some(reason), Some(task)) = (blocked, current.as_mut()) {
+                let now = Instant::now();
+                let since = task
+                    .blocked
+                    .get_or_insert_with(|| (now, task.run.tracer.now_ns(), reason.clone()))
+                    .0;
+                if now - since > self.device.wait_timeout() {
+                    let e = Error::Timeout {
+                        what: format!(
+                            "device {}: {} of program {:?} (run {}) waiting for {reason}",
+                            self.device.label(),
+                            task.run.exec.program().nodes()[task.node].name,
+                            task.run.exec.program().name(),
+                            task.run.id
+                        ),
+                        waited_ms: (now - since).as_millis() as u64,
+                    };
+                    task.run.fail(e);
+                    continue;
+                }
+            }
+            self.idle();
+        }
+    }
+
+    /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
+    fn idle(&mut self) {
+        if self.lost.is_none() && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
+            if let Err(e) = self.device.poll(Duration::from_millis(2)) {
+                self.lose(e);
+            }
+            return;
+        }
+        let state = self.shared.lock();
+        let _ = self
+            .shared
+            .wake
+            .wait_timeout(state, Duration::from_millis(5))
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    /// A failed map most often means the device was lost: report that when it is so.
+    fn gpu_error(&mut self, e: wgpu::BufferAsyncError) -> Error {
+        // A loss is reported from wgpu's maintenance pass: give it one.
+        let _ = self.device.poll(Duration::ZERO);
+        match self.device.check_health() {
+            Err(lost @ Error::DeviceLost { .. }) => {
+                self.lose(lost.clone_for_report());
+                lost
+            }
+            _ => Error::Map(e),
+        }
+    }
+
+    fn lose(&mut self, e: Error) {
+        self.lost.get_or_insert(e.to_string());
+    }
+
+    fn finish(&mut self, task: Task) {
+        if let Some((_, start_ns, reason)) = &task.blocked {
+            let end = task.run.tracer.now_ns();
+            task.run.tracer.record(
+                task.run
+                    .event_meta(EventMeta::wait(self.device.id()), task.node),
+                || format!("wait: {reason}"),
+                *start_ns,
+                end,
+            );
+        }
+        let run = task.run;
+        if run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.run_finished(&run);
+        }
+        run.progress();
+        run.release_if_idle();
+        self.shared.wake.notify_all();
+    }
+
+    fn step(&mut self, task: &mut Task) -> Step {
+        let run = task.run.clone();
+        if run.failed() {
+            return Step::Done;
+        }
+        if let Some(reason) = &self.lost {
+            run.fail(Error::DeviceLost {
+                device: self.device.label(),
+                reason: reason.clone(),
+            });
+            return Step::Done;
+        }
+        if let Err(e) = self.device.check_health() {
+            self.lose(e.clone_for_report());
+            run.fail(e);
+            return Step::Done;
+        }
+        if run.opts.mode == DispatchMode::Sequential && task.next == 0 {
+            // The host prepares this node only once the previous node's outputs are ready.
+            if let Some(prev) = task.node.checked_sub(1)
+                && !run.node_ready(prev)
+            {
+                let name = &run.exec.program().nodes()[prev].name;
+                return Step::Blocked(format!("the outputs of {name}"));
+            }
+        }
+        while let Some(&role) = task.roles.get(task.next) {
+            match self.role(&run, task.node, role) {
+                Ok(None) => task.next += 1,
+                Ok(Some(reason)) => return Step::Blocked(reason),
+                Err(e) => {
+                    if matches!(e, Error::DeviceLost { .. }) {
+                        self.lose(e.clone_for_report());
+                    }
+                    run.fail(e);
+                    return Step::Done;
+                }
+            }
+        }
+        Step::Done
+    }
+
+    /// Runs one role; `Some(reason)` when it must wait.
+    fn role(&mut self, run: &Arc<RunState>, node: usize, role: Role) -> Result<Option<String>> {
+        let prog = run.exec.program();
+        let n = &prog.nodes()[node];
+        let shard = role.shard();
+        let res = &run.exec.slots[run.slot].nodes[node][shard];
+        let device = self.device.clone();
+        let tracer = &run.tracer;
+        let missing = || Error::Program {
+            program: prog.name().to_string(),
+            reason: format!("{}: no output buffer", n.name),
+        };
+        match role {
+            Role::Upload { shard } => {
+                let Op::Arg { index } = n.op else {
+                    return Ok(None);
+                };
+                let len = n.output.map(|v| prog.value(v).shard_len).unwrap_or(0);
+                let data = run
+                    .args
+                    .get(index)
+                    .and_then(|a| a.get(shard * len..(shard + 1) * len))
+                    .ok_or_else(|| Error::InvalidArgument {
+                        what: "run",
+                        reason: format!("argument {index} is too short"),
+                    })?;
+                let start = tracer.span();
+                device.write_buffer(
+                    res.output.as_ref().ok_or_else(missing)?,
+                    0,
+                    bytemuck::cast_slice(data),
+                );
+                tracer.finish(
+                    start,
+                    run.event_meta(EventMeta::transfer(device.id()), node),
+                    || format!("upload arg{index}"),
+                );
+                run.role_done(node);
+            }
+            Role::Recv { shard } => {
+                let Some(bytes) = run.mail[node][shard].get() else {
+                    let from = prog.value(n.inputs[0]).gang[shard];
+                    return Ok(Some(format!(
+                        "data from {}",
+                        run.exec.devices()[from].label()
+                    )));
+                };
+                let start = tracer.span();
+                device.write_buffer(res.output.as_ref().ok_or_else(missing)?, 0, bytes);
+                let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                if let Some(id) = flow_id(run, node, shard) {
+                    meta = meta.flow(id, FlowRole::In);
+                }
+                tracer.finish(start, meta, || format!("recv {}", n.name));
+                run.role_done(node);
+            }
+            Role::Gather { shard } => {
+                let mail = &run.mail[node];
+                if let Some(missing_from) = mail.iter().position(|m| m.get().is_none()) {
+                    let from = n.gang[missing_from];
+                    return Ok(Some(format!(
+                        "{} data from {}",
+                        n.op.kind(),
+                        run.exec.devices()[from].label()
+                    )));
+                }
+                let members = n.gang.len();
+                let len_bytes = n.output.map(|v| prog.value(v).shard_len).unwrap_or(0) * 4;
+                let start = tracer.span();
+                if n.op == Op::AllToAll {
+                    let chunk = len_bytes / members;
+                    let out = res.output.as_ref().ok_or_else(missing)?;
+                    for (s, m) in mail.iter().enumerate() {
+                        let bytes = m.get().map(Vec::as_slice).unwrap_or(&[]);
+                        let piece = bytes.get(shard * chunk..(shard + 1) * chunk).unwrap_or(&[]);
+                        device.write_buffer(out, (s * chunk) as u64, piece);
+                    }
+                } else {
+                    let gather = res.gather.as_ref().ok_or_else(missing)?;
+                    for (s, m) in mail.iter().enumerate() {
+                        let bytes = m.get().map(Vec::as_slice).unwrap_or(&[]);
+                        device.write_buffer(gather, (s * len_bytes) as u64, bytes);
+                    }
+                }
+                tracer.finish(
+                    start,
+                    run.event_meta(EventMeta::transfer(device.id()), node),
+                    || format!("gather {}", n.name),
+                );
+                if n.op == Op::AllToAll {
+                    run.role_done(node);
+                } else {
+                    self.submit(run, node, role)?;
+                }
+            }
+            Role::Kernel { .. }
+            | Role::Send { .. }
+            | Role::Stage { .. }
+            | Role::Download { .. } => {
+                self.submit(run, node, role)?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Submits the role's commands, recording them now when they were not recorded up front.
+    fn submit(&mut self, run: &Arc<RunState>, node: usize, role: Role) -> Result<()> {
+        let recorded = match run.take_prepared(node, role) {
+            Some(r) => Some(r),
+            None => record(run, node, role, &self.device, &self.inbox)?,
+        };
+        let Some(Recorded {
+            commands,
+            callbacks,
+        }) = recorded
+        else {
+            run.role_done(node);
+            return Ok(());
+        };
+        run.submitted_ns[node][role.shard()].store(run.tracer.now_ns(), Ordering::Release);
+        self.inbox
+            .outstanding
+            .fetch_add(callbacks, Ordering::AcqRel);
+        run.callbacks.fetch_add(callbacks, Ordering::AcqRel);
+        self.device.submit_commands(commands);
+        Ok(())
+    }
+
+    fn drain_completions(&mut self) {
+        for c in self.inbox.take() {
+            let run = match &c {
+                Completion::Mapped { run, .. }
+                | Completion::WorkDone { run, .. }
+                | Completion::Timestamps { run, .. } => run.clone(),
+            };
+            if let Err(e) = self.complete(c) {
+                run.fail(e);
+            }
+            self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
+            run.callbacks.fetch_sub(1, Ordering::AcqRel);
+            run.release_if_idle();
+            self.shared.wake.notify_all();
+        }
+    }
+
+    fn complete(&mut self, c: Completion) -> Result<()> {
+        match c {
+            Completion::Mapped {
+                run,
+                node,
+                shard,
+                role,
+                buffer,
+                len,
+                result,
+            } => {
+                result.map_err(|e| self.gpu_error(e))?;
+                let bytes = self.device.take_mapped(&buffer, len)?;
+                let _ = run.mail[node][shard].set(bytes);
+                let start = run.submitted_ns[node][shard].load(Ordering::Acquire);
+                let mut meta = run.event_meta(EventMeta::transfer(self.device.id()), node);
+                if role == (Role::Send { shard })
+                    && let Some(id) = flow_id(&run, node, shard)
+                {
+                    meta = meta.flow(id, FlowRole::Out);
+                }
+                let name = &run.exec.program().nodes()[node].name;
+                run.tracer.record(
+                    meta,
+                    || format!("read back {name}"),
+                    start,
+                    run.tracer.now_ns(),
+                );
+                run.role_done(node);
+            }
+            Completion::WorkDone {
+                run,
+                node,
+                shard,
+                at_ns,
+                host_timed,
+            } => {
+                if host_timed && run.tracer.is_on() {
+                    let submitted = run.submitted_ns[node][shard].load(Ordering::Acquire);
+                    let start = submitted.max(self.last_kernel_end).min(at_ns);
+                    self.last_kernel_end = at_ns;
+                    let name = &run.exec.program().nodes()[node].name;
+                    run.tracer.record(
+                        run.event_meta(EventMeta::kernel(self.device.id()), node),
+                        || name.clone(),
+                        start,
+                        at_ns,
+                    );
+                }
+                run.role_done(node);
+            }
+            Completion::Timestamps {
+                run,
+                node,
+                buffer,
+                result,
+            } => {
+                result.map_err(|e| self.gpu_error(e))?;
+                let bytes = self.device.take_mapped(&buffer, 16)?;
+                let ticks: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
+                if let Some(clock) = &self.clock {
+                    let (start, end) = (
+                        clock.host_ns(&run.tracer, ticks[0]),
+                        clock.host_ns(&run.tracer, ticks[1]),
+                    );
+                    let name = &run.exec.program().nodes()[node].name;
+                    run.tracer.record(
+                        run.event_meta(EventMeta::kernel(self.device.id()), node)
+                            .clock(Clock::Gpu),
+                        || name.clone(),
+                        start,
+                        end.max(start),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The id linking a transfer's send and receive events: unique per run, node and shard.
+fn flow_id(run: &RunState, node: usize, shard: usize) -> Option<u64> {
+    (node < 1 << 12 && shard < 1 << 8)
+        .then_some((run.id << 20) | ((node as u64) << 8) | shard as u64)
+}

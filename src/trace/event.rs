@@ -1,0 +1,140 @@
+//! One traced interval: a kernel, a transfer, host encoding or a wait, on one lane of one device.
+//!
+//! Times are nanoseconds on the host clock since the tracer's epoch. GPU times taken from
+//! timestamp queries are mapped onto that clock before they become events; [`Clock`] says which.
+
+use serde::{Deserialize, Serialize};
+
+/// What an event spent its time on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum EventKind {
+    /// A compute dispatch on the GPU.
+    Kernel,
+    /// Moving bytes between devices (or device and host).
+    Transfer,
+    /// The host recording commands, bind groups or staging for a device.
+    HostEncode,
+    /// The host blocked on the device or on another device's data.
+    Wait,
+}
+
+/// A row of a device's timeline: one Chrome-trace thread per lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Lane {
+    /// Host-side work done for this device (encoding, waiting).
+    Host,
+    /// The device's compute queue.
+    Compute,
+    /// Copies into and out of the device.
+    Transfer,
+}
+
+/// Where an event's start and end came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Clock {
+    /// GPU timestamp queries, mapped onto the host clock.
+    Gpu,
+    /// Host timestamps around the work (the adapter has no timestamp queries, or it is host work).
+    Host,
+    /// A cost-model simulation, not a measurement.
+    Simulated,
+}
+
+/// Which end of a cross-device data flow an event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FlowRole {
+    /// The event that sends the data.
+    Out,
+    /// The event that receives it.
+    In,
+}
+
+/// Links the sending and receiving events of one transfer (Chrome flow events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Flow {
+    pub id: u64,
+    pub role: FlowRole,
+}
+
+/// One traced interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub device: usize,
+    pub lane: Lane,
+    pub kind: EventKind,
+    pub name: String,
+    pub program: Option<u64>,
+    pub node: Option<u32>,
+    pub microbatch: Option<u32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub clock: Clock,
+    pub flow: Option<Flow>,
+}
+
+impl EventKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [EventKind; 4] = [
+        EventKind::Kernel,
+        EventKind::Transfer,
+        EventKind::HostEncode,
+        EventKind::Wait,
+    ];
+
+    /// Snake-case name, used as the Chrome-trace category.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::Kernel => "kernel",
+            EventKind::Transfer => "transfer",
+            EventKind::HostEncode => "host_encode",
+            EventKind::Wait => "wait",
+        }
+    }
+
+    /// Whether this kind occupies the device; host encoding and waits are host work.
+    pub const fn is_device_work(self) -> bool {
+        matches!(self, EventKind::Kernel | EventKind::Transfer)
+    }
+}
+
+impl Lane {
+    /// Every lane, in timeline order.
+    pub const ALL: [Lane; 3] = [Lane::Host, Lane::Compute, Lane::Transfer];
+
+    /// Lower-case name, used as the Chrome-trace thread name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Lane::Host => "host",
+            Lane::Compute => "compute",
+            Lane::Transfer => "transfer",
+        }
+    }
+}
+
+impl Clock {
+    /// Human-readable source of the times, shown in trace viewers.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Clock::Gpu => "gpu timestamp",
+            Clock::Host => "host",
+            Clock::Simulated => "simulated",
+        }
+    }
+}
+
+impl Event {
+    /// Length in nanoseconds; 0 when the end is not after the start.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+
+    /// End clamped to the start, so a malformed event is an empty interval, never a negative one.
+    pub fn clamped_end_ns(&self) -> u64 {
+        self.end_ns.max(self.start_ns)
+    }
+
+    /// Whether this event occupies its device (a kernel or a transfer).
+    pub fn is_device_work(&self) -> bool {
+        self.kind.is_device_work()
+    }
+}

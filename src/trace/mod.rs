@@ -1,0 +1,17 @@
+//! Tracing: what each device did and when, as [`Event`] intervals.
+//!
+//! Pure data and arithmetic, independent of any GPU API, so the executor, the simulator, the
+//! viewer and the tests share one model. A [`Tracer`] records and streams events; it is off by
+//! default and then costs a branch per call. [`mod@utilization`] measures device busy time and
+//! [`chrome`] exports traces for Perfetto / `chrome://tracing` and checks their structure.
+
+pub mod chrome;
+pub mod event;
+pub mod meta;
+pub mod tracer;
+pub mod utilization;
+
+pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+pub use meta::EventMeta;
+pub use tracer::{SpanStart, Tracer};
+pub use utilization::{BusyTime, span, utilization, utilization_series};

@@ -1,0 +1,158 @@
+//! Programs on the runtime: Pathways Fig. 4's chain, collectives, both dispatch modes, on every
+//! adapter (two virtual devices each).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use gangway::kernels::elementwise::{ElementwiseOp, reference};
+use gangway::program::{CompileOptions, Program, ProgramBuilder};
+use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use gangway::{Device, Rng};
+use std::sync::Arc;
+
+const MODES: [DispatchMode; 2] = [DispatchMode::Sequential, DispatchMode::Parallel];
+
+fn opts(mode: DispatchMode) -> RunOptions {
+    RunOptions {
+        mode,
+        microbatch: None,
+    }
+}
+
+fn compile(p: &Program, devices: &[Device]) -> Arc<gangway::program::Executable> {
+    Arc::new(p.compile(devices, CompileOptions::default()).unwrap())
+}
+
+/// A → B → C, each on the next device (wrapping), with a length that is not a multiple of 256.
+#[test]
+fn fig4_chain_matches_the_host_in_both_modes() {
+    let devices = common::virtual_devices();
+    if devices.is_empty() {
+        return;
+    }
+    let n = devices.len();
+    let len = 1000;
+    let mut p = ProgramBuilder::new("fig4");
+    let x = p.arg(&[0], len);
+    let a = p.affine("A", &[0], x, 2.0, 1.0);
+    let b = p.affine("B", &[1 % n], a, 0.5, -3.0);
+    let c = p.relu("C", &[2 % n], b);
+    p.result(c);
+    let prog = p.build().unwrap();
+    let exec = compile(&prog, devices);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    let input = Rng::new(3).vec(len);
+    let want = reference(
+        ElementwiseOp::Relu,
+        &reference(
+            ElementwiseOp::Affine {
+                scale: 0.5,
+                shift: -3.0,
+                repeat: 1,
+            },
+            &reference(
+                ElementwiseOp::Affine {
+                    scale: 2.0,
+                    shift: 1.0,
+                    repeat: 1,
+                },
+                &input,
+                None,
+            ),
+            None,
+        ),
+        None,
+    );
+    for mode in MODES {
+        for _ in 0..3 {
+            let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
+            common::assert_close(&format!("fig4 {mode:?}"), &out[0], &want, 1e-6);
+        }
+    }
+}
+
+/// All-to-all then all-reduce over every device, and a sharded add, against host references.
+#[test]
+fn collectives_match_the_host() {
+    let devices = common::virtual_devices();
+    if devices.is_empty() {
+        return;
+    }
+    let n = devices.len();
+    let gang: Vec<usize> = (0..n).collect();
+    let shard = 6 * n; // chunks of 6
+    let mut p = ProgramBuilder::new("collectives");
+    let x = p.arg(&gang, shard);
+    let w = p.constant(
+        "w",
+        &gang,
+        (0..n * shard).map(|i| i as f32 * 0.25).collect(),
+    );
+    let s = p.add("x+w", &gang, x, w);
+    let t = p.all_to_all("a2a", s);
+    let r = p.all_reduce("sum", t);
+    p.result(t);
+    p.result(r);
+    let exec = compile(&p.build().unwrap(), devices);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    let input = Rng::new(5).vec(n * shard);
+    let sum: Vec<f32> = input
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + i as f32 * 0.25)
+        .collect();
+    let chunk = shard / n;
+    let mut a2a = vec![0.0; n * shard];
+    for src in 0..n {
+        for dst in 0..n {
+            for k in 0..chunk {
+                a2a[dst * shard + src * chunk + k] = sum[src * shard + dst * chunk + k];
+            }
+        }
+    }
+    let reduced: Vec<f32> = (0..shard)
+        .map(|i| (0..n).map(|d| a2a[d * shard + i]).sum())
+        .collect();
+    let all_reduced: Vec<f32> = (0..n).flat_map(|_| reduced.clone()).collect();
+    for mode in MODES {
+        let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
+        common::assert_close("all-to-all", &out[0], &a2a, 1e-6);
+        common::assert_close("all-reduce", &out[1], &all_reduced, 1e-5);
+    }
+}
+
+#[test]
+fn wrong_arguments_are_errors() {
+    let devices = common::devices();
+    if devices.is_empty() {
+        return;
+    }
+    let mut p = ProgramBuilder::new("one");
+    let x = p.arg(&[0], 8);
+    p.result(x);
+    let prog = p.build().unwrap();
+    let exec = compile(&prog, devices);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    assert!(
+        client
+            .run(&exec, vec![vec![0.0; 7]], opts(DispatchMode::Parallel))
+            .is_err()
+    );
+    assert!(
+        client
+            .run(&exec, vec![], opts(DispatchMode::Parallel))
+            .is_err()
+    );
+    let mut p = ProgramBuilder::new("wide");
+    let x = p.arg(&[devices.len()], 8);
+    p.result(x);
+    let err = p
+        .build()
+        .unwrap()
+        .compile(devices, CompileOptions::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("uses"), "{err}");
+}

@@ -1,0 +1,404 @@
+//! The runtime under load and under faults: gang order across concurrent clients, memory budgets,
+//! lost devices, proportional shares, and traces.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use gangway::device::WhenFull;
+use gangway::program::{CompileOptions, Executable, ProgramBuilder};
+use gangway::sched::{
+    DispatchMode, GangRecord, Policy, ResourceManager, RunOptions, Runtime, RuntimeOptions,
+    SliceRequest,
+};
+use gangway::trace::{Clock, EventKind, Tracer, chrome};
+use gangway::{DiscoveryOptions, Error, Rng, discover};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn fresh_devices(tweak: impl FnOnce(&mut DiscoveryOptions)) -> Vec<gangway::Device> {
+    if common::devices().is_empty() {
+        return Vec::new();
+    }
+    let mut opts = DiscoveryOptions::from_env().unwrap();
+    opts.virtual_devices = 2;
+    tweak(&mut opts);
+    discover(&opts).unwrap()
+}
+
+/// `x * 2 + c`, then an all-to-all over the gang: the exchange a client's program does.
+fn exchange_program(gang: &[usize], shard: usize, c: f32) -> gangway::program::Program {
+    let mut p = ProgramBuilder::new(format!("exchange {gang:?}"));
+    let x = p.arg(gang, shard);
+    let y = p.affine("scale", gang, x, 2.0, c);
+    let z = p.all_to_all("a2a", y);
+    p.result(z);
+    p.build().unwrap()
+}
+
+fn exchange_reference(x: &[f32], n: usize, shard: usize, c: f32) -> Vec<f32> {
+    let y: Vec<f32> = x.iter().map(|v| v * 2.0 + c).collect();
+    let chunk = shard / n;
+    let mut out = vec![0.0; x.len()];
+    for src in 0..n {
+        for dst in 0..n {
+            for k in 0..chunk {
+                out[dst * shard + src * chunk + k] = y[src * shard + dst * chunk + k];
+            }
+        }
+    }
+    out
+}
+
+/// Every shared device must have seen every pair of gangs in the same order.
+fn assert_consistent_order(order: &[Vec<GangRecord>]) {
+    let mut position: HashMap<(u64, usize), Vec<(usize, usize)>> = HashMap::new();
+    for (device, log) in order.iter().enumerate() {
+        assert!(
+            log.windows(2).all(|w| w[0].seq < w[1].seq),
+            "device {device} ran gangs out of sequence order"
+        );
+        for (pos, r) in log.iter().enumerate() {
+            position
+                .entry((r.run, r.node))
+                .or_default()
+                .push((device, pos));
+        }
+    }
+    let gangs: Vec<_> = position.iter().filter(|(_, v)| v.len() > 1).collect();
+    let mut pairs = 0;
+    for (i, (_, a)) in gangs.iter().enumerate() {
+        for (_, b) in &gangs[i + 1..] {
+            let mut before = None;
+            for &(d, pa) in a.iter() {
+                if let Some(&(_, pb)) = b.iter().find(|(db, _)| *db == d) {
+                    let now = pa < pb;
+                    assert!(
+                        before.is_none_or(|x| x == now),
+                        "two gangs ran in different orders on shared devices"
+                    );
+                    before = Some(now);
+                    pairs += 1;
+                }
+            }
+        }
+    }
+    assert!(pairs > 0, "the test must exercise gangs that share devices");
+}
+
+#[test]
+fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order() {
+    let devices = common::virtual_devices();
+    if devices.is_empty() {
+        return;
+    }
+    let n = devices.len();
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    // Overlapping gangs: pairs that share a device, and one over everything.
+    let gangs: Vec<Vec<usize>> = vec![
+        vec![0, 1 % n],
+        vec![1 % n, 2 % n],
+        (0..n).collect(),
+        vec![(n - 1), 0],
+    ]
+    .into_iter()
+    .map(|mut g| {
+        g.dedup();
+        g
+    })
+    .collect();
+    std::thread::scope(|s| {
+        for (c, gang) in gangs.iter().enumerate() {
+            let client = runtime.client(&format!("client {c}"), 1);
+            s.spawn(move || {
+                let shard = 4 * gang.len();
+                let prog = exchange_program(gang, shard, c as f32);
+                let exec = Arc::new(prog.compile(devices, CompileOptions::default()).unwrap());
+                let mut rng = Rng::new(c as u64);
+                let mut pending = Vec::new();
+                for i in 0..50 {
+                    let x = rng.vec(shard * gang.len());
+                    let mode = if i % 2 == 0 {
+                        DispatchMode::Parallel
+                    } else {
+                        DispatchMode::Sequential
+                    };
+                    let opts = RunOptions {
+                        mode,
+                        microbatch: None,
+                    };
+                    let want = exchange_reference(&x, gang.len(), shard, c as f32);
+                    pending.push((client.submit(&exec, vec![x], opts).unwrap(), want));
+                    if pending.len() == 2 {
+                        let (h, want) = pending.remove(0);
+                        common::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
+                    }
+                }
+                for (h, want) in pending {
+                    common::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
+                }
+            });
+        }
+    });
+    let stats = runtime.client_stats();
+    assert!(stats.iter().all(|s| s.finished == 50), "{stats:?}");
+    assert_consistent_order(&runtime.gang_order());
+}
+
+/// Under proportional shares 1:2:4:8 and a backlog from every client, admissions split 1:2:4:8.
+#[test]
+fn proportional_shares_split_admissions() {
+    let devices = common::devices();
+    if devices.is_empty() {
+        return;
+    }
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            policy: Policy::Proportional,
+            max_in_flight: 1,
+            tracer: Tracer::off(),
+        },
+    )
+    .unwrap();
+    let shares = [1u32, 2, 4, 8];
+    let mut p = ProgramBuilder::new("tiny");
+    let x = p.arg(&[0], 64);
+    let y = p.affine("y", &[0], x, 1.0, 1.0);
+    p.result(y);
+    let prog = p.build().unwrap();
+    let opts = CompileOptions {
+        in_flight: 40,
+        ..CompileOptions::default()
+    };
+    let clients: Vec<_> = shares
+        .iter()
+        .map(|&s| {
+            (
+                runtime.client(&format!("share {s}"), s),
+                Arc::new(prog.compile(devices, opts).unwrap()),
+            )
+        })
+        .collect();
+    // Line every client's backlog up before admission starts.
+    runtime.pause_admission();
+    let mut handles = Vec::new();
+    for (client, exec) in &clients {
+        for _ in 0..30 {
+            handles.push(
+                client
+                    .submit(exec, vec![vec![0.0; 64]], RunOptions::default())
+                    .unwrap(),
+            );
+        }
+    }
+    runtime.resume_admission();
+    for h in handles {
+        h.wait().unwrap();
+    }
+    let mut first_runs: Vec<usize> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for r in &runtime.gang_order()[0] {
+        if seen.insert(r.run) {
+            first_runs.push(r.client);
+        }
+    }
+    let counts: Vec<usize> = (0..4)
+        .map(|c| first_runs[..30].iter().filter(|&&x| x == c).count())
+        .collect();
+    for (got, want) in counts.iter().zip([2, 4, 8, 16]) {
+        assert!(
+            got.abs_diff(want) <= 1,
+            "first 30 admissions split {counts:?}, want 2:4:8:16"
+        );
+    }
+}
+
+#[test]
+fn over_budget_compiles_fail_clearly_or_wait_for_memory() {
+    let devices = fresh_devices(|o| o.memory_budget = Some(64 << 10));
+    if devices.is_empty() {
+        return;
+    }
+    let big = |len: usize| {
+        let mut p = ProgramBuilder::new("big");
+        let x = p.arg(&[0], len);
+        let y = p.relu("y", &[0], x);
+        p.result(y);
+        p.build().unwrap()
+    };
+    let fail = CompileOptions {
+        in_flight: 1,
+        when_full: WhenFull::Fail,
+    };
+    // 3 buffers of 8192 floats: 96 KiB > 64 KiB.
+    let err = big(8192).compile(&devices, fail).unwrap_err();
+    assert!(matches!(err, Error::MemoryBudget { .. }), "{err}");
+    assert!(err.to_string().contains("never fit"), "{err}");
+    // 48 KiB fits once; a second waits until the first is dropped.
+    let first = big(4096).compile(&devices, fail).unwrap();
+    assert!(matches!(
+        big(4096).compile(&devices, fail),
+        Err(Error::MemoryBudget { .. })
+    ));
+    let waiter = std::thread::spawn({
+        let devices = devices.clone();
+        move || {
+            let wait = CompileOptions {
+                in_flight: 1,
+                when_full: WhenFull::Wait(Duration::from_secs(20)),
+            };
+            big(4096).compile(&devices, wait).map(|_| ())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(first);
+    waiter.join().unwrap().unwrap();
+    assert_eq!(devices[0].memory().in_use, 0, "everything was released");
+}
+
+#[test]
+fn a_lost_device_fails_its_programs_and_spares_the_others() {
+    let devices = fresh_devices(|o| o.wait_timeout = Duration::from_secs(20));
+    if devices.len() < 3 {
+        return;
+    }
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    let doomed_client = runtime.client("doomed", 1);
+    let other_client = runtime.client("other", 1);
+    let chain = |a: usize, b: usize| {
+        let mut p = ProgramBuilder::new(format!("chain {a}->{b}"));
+        let x = p.arg(&[a], 256);
+        let y = p.affine("A", &[a], x, 1.0, 1.0);
+        let z = p.affine("B", &[b], y, 1.0, 1.0);
+        p.result(z);
+        Arc::new(
+            p.build()
+                .unwrap()
+                .compile(&devices, CompileOptions::default())
+                .unwrap(),
+        )
+    };
+    let doomed: Arc<Executable> = chain(0, 1);
+    let n = devices.len();
+    let other: Arc<Executable> = chain(n - 1, n - 2);
+    for e in [&doomed, &other] {
+        doomed_client
+            .run(e, vec![vec![1.0; 256]], RunOptions::default())
+            .unwrap();
+    }
+    devices[0].destroy();
+    let start = Instant::now();
+    let err = doomed_client
+        .run(&doomed, vec![vec![1.0; 256]], RunOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "failed in bounded time"
+    );
+    for mode in [DispatchMode::Parallel, DispatchMode::Sequential] {
+        let out = other_client
+            .run(
+                &other,
+                vec![vec![1.0; 256]],
+                RunOptions {
+                    mode,
+                    microbatch: None,
+                },
+            )
+            .unwrap();
+        assert!(out[0].iter().all(|&v| v == 3.0));
+    }
+}
+
+#[test]
+fn traces_export_to_valid_chrome_json() {
+    let devices = common::virtual_devices();
+    if devices.is_empty() {
+        return;
+    }
+    let tracer = Tracer::new();
+    let events = tracer.subscribe();
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: tracer.clone(),
+            ..RuntimeOptions::default()
+        },
+    )
+    .unwrap();
+    let manager = ResourceManager::new(devices.to_vec());
+    let slice = manager
+        .acquire(&SliceRequest::Devices(devices.len()))
+        .unwrap();
+    let last = devices.len() - 1;
+    let mut p = ProgramBuilder::new("traced");
+    let x = p.arg(&[0], 512);
+    let a = p.affine("A", &[0], x, 2.0, 1.0);
+    let b = p.relu("B", &[last], a);
+    p.result(b);
+    let exec = Arc::new(
+        p.build()
+            .unwrap()
+            .compile(slice.devices(), CompileOptions::default())
+            .unwrap(),
+    );
+    let client = runtime.client("t", 1);
+    for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
+        for _ in 0..3 {
+            client
+                .run(
+                    &exec,
+                    vec![vec![1.0; 512]],
+                    RunOptions {
+                        mode,
+                        microbatch: Some(7),
+                    },
+                )
+                .unwrap();
+        }
+    }
+    // GPU timestamp readbacks may land just after the results.
+    std::thread::sleep(Duration::from_millis(200));
+    let recorded = tracer.events();
+    assert_eq!(
+        events.try_iter().count(),
+        recorded.len(),
+        "subscribers see every event"
+    );
+    for kind in [
+        EventKind::Kernel,
+        EventKind::Transfer,
+        EventKind::HostEncode,
+    ] {
+        assert!(
+            recorded.iter().any(|e| e.kind == kind),
+            "no {kind:?} events"
+        );
+    }
+    assert!(
+        recorded
+            .iter()
+            .all(|e| e.microbatch == Some(7) && e.program == Some(exec.id()))
+    );
+    let kernel_clock = |d: &gangway::Device| {
+        recorded
+            .iter()
+            .find(|e| e.kind == EventKind::Kernel && e.device == d.id())
+            .map(|e| e.clock)
+    };
+    if devices[0].info().features.timestamp_query {
+        assert_eq!(kernel_clock(&devices[0]), Some(Clock::Gpu));
+    } else {
+        assert_eq!(kernel_clock(&devices[0]), Some(Clock::Host));
+    }
+    let names: Vec<(usize, String)> = devices.iter().map(|d| (d.id(), d.label())).collect();
+    let json = chrome::to_json(&recorded, &names);
+    let summary = chrome::check(&json).unwrap();
+    assert!(summary.flow_pairs >= 6, "{summary:?}");
+    assert!(
+        summary.counters > 0 && summary.processes >= 2,
+        "{summary:?}"
+    );
+}
