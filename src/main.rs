@@ -7,6 +7,8 @@ use gangway::device::{parse_backends, parse_virtual_devices};
 use gangway::kernels::matmul::MatmulVariant;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
+use gangway::pipeline::ScheduleKind;
+use gangway::trace::Tracer;
 use gangway::{DType, Device, DiscoveryOptions, discover};
 use std::path::PathBuf;
 
@@ -19,6 +21,10 @@ use std::path::PathBuf;
 struct Cli {
     #[command(flatten)]
     devices: DeviceArgs,
+    /// Write a Chrome trace-event JSON of everything dispatched (open in Perfetto or
+    /// chrome://tracing). Commands that dispatch nothing through the runtime write only the devices.
+    #[arg(long, global = true, value_name = "PATH")]
+    trace: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,6 +73,34 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Pipeline-parallel schedules: ASCII timeline, bubble (theory vs simulated), peak activations.
+    Pipeline(PipelineArgs),
+}
+
+#[derive(Args, Debug)]
+struct PipelineArgs {
+    /// gpipe, 1f1b, interleaved or zb-h1.
+    #[arg(long, default_value = "1f1b")]
+    schedule: ScheduleKind,
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    #[arg(long, default_value_t = 8)]
+    microbatches: usize,
+    /// Model chunks per device (interleaved only).
+    #[arg(long, default_value_t = 2)]
+    chunks: usize,
+    /// Simulate with the cost model (the default).
+    #[arg(long, conflicts_with = "run")]
+    simulate: bool,
+    /// Run a pipelined MLP training step on the devices and measure the bubble.
+    #[arg(long)]
+    run: bool,
+    /// Cost-model times per op, in microseconds: forward, backward (input grad), weight grad.
+    #[arg(long, value_delimiter = ',', default_values_t = [100.0, 100.0, 100.0])]
+    costs_us: Vec<f64>,
+    /// Columns of the ASCII timeline.
+    #[arg(long, default_value_t = 100)]
+    width: usize,
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +129,25 @@ struct DemoArgs {
 enum BenchCommand {
     /// GFLOP/s of every matmul variant on every adapter.
     Matmul(MatmulBenchArgs),
+    /// Pathways' dispatch micro-benchmarks: chains, granularity, shares, tracing cost.
+    Dispatch(DispatchBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct DispatchBenchArgs {
+    /// Longest chain (one device per stage; capped at the device count, see --virtual-devices).
+    #[arg(long, default_value_t = 8)]
+    max_stages: usize,
+    /// Runs per timed repetition.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -124,11 +177,124 @@ enum DTypeArg {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Devices { json } => devices(&cli.devices.discover()?, json),
-        Command::Demo(args) => demo(&cli.devices.discover()?, &args),
-        Command::Bench(BenchCommand::Matmul(args)) => bench_matmul(&cli.devices.discover()?, &args),
+    let tracer = if cli.trace.is_some() {
+        Tracer::new()
+    } else {
+        Tracer::off()
+    };
+    let mut names: Vec<(usize, String)> = Vec::new();
+    let mut discover = || -> Result<Vec<Device>> {
+        let found = cli.devices.discover()?;
+        names = found.iter().map(|d| (d.id(), d.label())).collect();
+        Ok(found)
+    };
+    match &cli.command {
+        Command::Devices { json } => devices(&discover()?, *json)?,
+        Command::Demo(args) => demo(&discover()?, args)?,
+        Command::Bench(BenchCommand::Matmul(args)) => bench_matmul(&discover()?, args)?,
+        Command::Bench(BenchCommand::Dispatch(args)) => {
+            bench_dispatch(&discover()?, args, &tracer)?
+        }
+        Command::Pipeline(args) => {
+            let stage_names = pipeline(args, &tracer)?;
+            names = stage_names;
+        }
     }
+    if let Some(path) = &cli.trace {
+        let events = tracer.take_events();
+        std::fs::write(path, gangway::trace::chrome::to_string(&events, &names))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {} events to {}", events.len(), path.display());
+    }
+    Ok(())
+}
+
+fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer) -> Result<()> {
+    use gangway::bench::dispatch::{self as db, DispatchBenchOptions};
+    let o = DispatchBenchOptions {
+        max_stages: args.max_stages,
+        runs: args.runs,
+        warmup: args.warmup,
+        reps: args.reps,
+    };
+    if devices.len() < args.max_stages {
+        eprintln!(
+            "note: {} devices, so chains stop at {} stages (try --virtual-devices {})",
+            devices.len(),
+            devices.len(),
+            args.max_stages.div_ceil(devices.len().max(1)) * 2
+        );
+    }
+    let show = |r: &db::DispatchResult| {
+        eprintln!(
+            "{} {} {}: {:.0} computations/s {}",
+            r.suite, r.case, r.mode, r.computations_per_s, r.note
+        )
+    };
+    let mut results = db::chain_suite(devices, &o, show)?;
+    results.extend(db::granularity_suite(devices, &o, show)?);
+    results.extend(db::shares_suite(devices, &o, show)?);
+    results.extend(db::tracing_suite(devices, &o, tracer, show)?);
+    print!("{}", db::table(&results));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Simulates (or runs) one schedule; returns the trace's process names (one per stage).
+fn pipeline(args: &PipelineArgs, tracer: &Tracer) -> Result<Vec<(usize, String)>> {
+    use gangway::pipeline::{Costs, Schedule, bubble_formula, simulate, validate};
+    if args.run {
+        bail!("--run is not built yet: pipelined execution on devices is in progress (issue 4)");
+    }
+    let chunks = if args.schedule == ScheduleKind::Interleaved {
+        args.chunks
+    } else {
+        1
+    };
+    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
+    let validation = validate(&schedule)?;
+    let [f, b, w] = match args.costs_us[..] {
+        [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
+        _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
+    };
+    let ns = |us: f64| (us * 1e3).round() as u64;
+    let sim = simulate(&schedule, &Costs::compute_only(ns(f), ns(b), ns(w)))?;
+    println!(
+        "{} on {} stages, {} microbatches{} (simulated, F/B/W = {f}/{b}/{w} µs)",
+        args.schedule.name(),
+        args.stages,
+        args.microbatches,
+        if chunks > 1 {
+            format!(", {chunks} chunks per device")
+        } else {
+            String::new()
+        }
+    );
+    print!("{}", sim.timeline(args.width));
+    println!(
+        "bubble: {:.1}% of total time (textbook {:.1}%{})",
+        sim.bubble_fraction * 100.0,
+        bubble_formula(args.schedule, args.stages, args.microbatches, chunks) * 100.0,
+        if args.schedule == ScheduleKind::ZbH1 {
+            ", which assumes F = B = W"
+        } else {
+            ""
+        }
+    );
+    println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
+    println!(
+        "peak activations per stage: {:?}",
+        validation.peak_activations
+    );
+    for e in &sim.events {
+        tracer.emit(e.clone());
+    }
+    Ok((0..args.stages)
+        .map(|s| (s, format!("stage {s}")))
+        .collect())
 }
 
 fn devices(devices: &[Device], json: bool) -> Result<()> {

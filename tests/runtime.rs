@@ -157,7 +157,7 @@ fn proportional_shares_split_admissions() {
         RuntimeOptions {
             policy: Policy::Proportional,
             max_in_flight: 1,
-            tracer: Tracer::off(),
+            ..RuntimeOptions::default()
         },
     )
     .unwrap();

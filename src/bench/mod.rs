@@ -1,6 +1,7 @@
 //! The benchmark suites behind `gangway bench`. Each result is a flat, serializable record so runs
 //! on different machines can be compared; [`markdown_table`] renders them for people.
 
+pub mod dispatch;
 pub mod matmul;
 
 /// Renders rows of cells as a Markdown table.
@@ -14,4 +15,22 @@ pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
     out
+}
+
+/// Runs `f` `warmup` times untimed, then `reps` times timed; the median wall time in seconds.
+pub fn median_seconds(
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> crate::Result<()>,
+) -> crate::Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut samples = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let start = std::time::Instant::now();
+        f()?;
+        samples.push(start.elapsed().as_secs_f64());
+    }
+    Ok(crate::kernels::autotune::median(&mut samples))
 }

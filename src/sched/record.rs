@@ -67,8 +67,12 @@ fn record_commands(
                 .dispatch
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "kernel"))?;
-            // GPU timestamps only while tracing: reading them back costs a map per kernel.
-            let stamps = res.timestamps.as_ref().filter(|_| run.tracer.is_on());
+            // GPU timestamps only while tracing: resolving them is costly on some drivers
+            // (lavapipe stalls on it), see `RuntimeOptions::gpu_timestamps`.
+            let stamps = res
+                .timestamps
+                .as_ref()
+                .filter(|_| run.tracer.is_on() && run.gpu_timestamps);
             dispatch.encode(&mut encoder, stamps.map(|t| (&t.queries, 0)));
             if let Some(t) = stamps {
                 encoder.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);

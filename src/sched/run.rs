@@ -150,6 +150,7 @@ pub(crate) struct RunState {
     pub opts: RunOptions,
     pub args: Vec<Vec<f32>>,
     pub tracer: Tracer,
+    pub gpu_timestamps: bool,
     /// `[node][shard]`: host bytes sent by a transfer, staged by a collective member, or read back.
     pub mail: Vec<Vec<OnceLock<Vec<u8>>>>,
     /// `[node][shard][role waits]`: command buffers recorded ahead of time (parallel dispatch).
@@ -176,7 +177,7 @@ impl RunState {
         slot: usize,
         opts: RunOptions,
         args: Vec<Vec<f32>>,
-        tracer: Tracer,
+        (tracer, gpu_timestamps): (Tracer, bool),
     ) -> Self {
         let nodes = exec.program().nodes();
         let per_shard = |n: &crate::program::Node| n.gang.len();
@@ -190,6 +191,7 @@ impl RunState {
             opts,
             args,
             tracer,
+            gpu_timestamps,
             mail: nodes
                 .iter()
                 .map(|n| (0..per_shard(n)).map(|_| OnceLock::new()).collect())

@@ -33,6 +33,11 @@ pub struct RuntimeOptions {
     /// values make the policy bite; large ones let more work overlap.
     pub max_in_flight: usize,
     pub tracer: Tracer,
+    /// Time traced kernels with GPU timestamp queries where the adapter has them (else host
+    /// timing around submit and completion, marked as such). Resolving timestamps costs about a
+    /// third of the dispatch rate of tiny kernels on lavapipe; `GANGWAY_GPU_TIMESTAMPS=off`
+    /// turns them off.
+    pub gpu_timestamps: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -41,6 +46,7 @@ impl Default for RuntimeOptions {
             policy: Policy::Fifo,
             max_in_flight: 16,
             tracer: Tracer::off(),
+            gpu_timestamps: std::env::var("GANGWAY_GPU_TIMESTAMPS").map_or(true, |v| v != "off"),
         }
     }
 }
@@ -383,7 +389,10 @@ impl Client {
             slot,
             opts,
             args,
-            self.shared.opts.tracer.clone(),
+            (
+                self.shared.opts.tracer.clone(),
+                self.shared.opts.gpu_timestamps,
+            ),
         ));
         if opts.mode == super::DispatchMode::Parallel
             && let Err(e) = self.record_up_front(&run, &workers)
