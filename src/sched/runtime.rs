@@ -13,9 +13,11 @@ use crate::program::Executable;
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 
 /// How admission orders runs of different clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -74,7 +76,6 @@ struct ClientState {
 #[derive(Debug)]
 pub(crate) struct SchedState {
     next_seq: u64,
-    next_run: u64,
     arrivals: u64,
     /// Virtual time of proportional shares: the pass of the last admitted client.
     vtime: f64,
@@ -229,7 +230,6 @@ impl Runtime {
             wake: Condvar::new(),
             state: Mutex::new(SchedState {
                 next_seq: 0,
-                next_run: 1,
                 arrivals: 0,
                 vtime: 0.0,
                 in_flight: 0,
@@ -377,11 +377,8 @@ impl Client {
             .max()
             .unwrap_or(Duration::from_secs(60));
         let slot = exec.acquire_slot(timeout)?;
-        let id = {
-            let mut state = self.shared.lock();
-            state.next_run += 1;
-            state.next_run - 1
-        };
+        // Process-unique, so trace flow ids stay unique across runtimes sharing a tracer.
+        let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         let run = Arc::new(RunState::new(
             id,
             self.index,

@@ -1,0 +1,119 @@
+//! The `gangway` binary end to end: `pipeline` output, `bench dispatch` JSON, and `--trace` files
+//! that pass the Chrome trace structure check.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use gangway::trace::chrome;
+use std::process::Command;
+
+fn gangway(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "gangway {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn checked_trace(path: &std::path::Path) -> chrome::ChromeSummary {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    chrome::check(&json).unwrap()
+}
+
+#[test]
+fn pipeline_prints_the_textbook_bubble_and_traces_the_simulation() {
+    let dir = std::env::temp_dir().join(format!("gangway-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("pipeline.json");
+    let out = gangway(&[
+        "pipeline",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("bubble: 27.3% of total time (textbook 27.3%)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("peak activations per stage: [4, 3, 2, 1]"),
+        "{out}"
+    );
+    assert_eq!(out.lines().filter(|l| l.starts_with("stage ")).count(), 4);
+    let summary = checked_trace(&trace);
+    assert_eq!(summary.processes, 4);
+    assert!(summary.flow_pairs > 0);
+}
+
+#[test]
+fn bad_pipeline_parameters_are_clear_errors() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args([
+            "pipeline",
+            "--schedule",
+            "interleaved",
+            "--stages",
+            "4",
+            "--microbatches",
+            "6",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("multiple"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bench_dispatch_writes_json_and_a_valid_trace() {
+    if common::devices().is_empty() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gangway-cli-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, trace) = (dir.join("dispatch.json"), dir.join("trace.json"));
+    let table = gangway(&[
+        "--virtual-devices",
+        "2",
+        "bench",
+        "dispatch",
+        "--runs",
+        "2",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--max-stages",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(table.contains("| chain | 3 stages | parallel |"), "{table}");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = results.as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["computations_per_s"].as_f64().unwrap() > 0.0)
+    );
+    let summary = checked_trace(&trace);
+    assert!(
+        summary.flow_pairs > 0 && summary.counters > 0,
+        "{summary:?}"
+    );
+}
