@@ -402,3 +402,86 @@ fn traces_export_to_valid_chrome_json() {
         "{summary:?}"
     );
 }
+
+#[test]
+fn the_resource_manager_lends_least_shared_devices_and_takes_them_back() {
+    let devices = common::virtual_devices();
+    if devices.len() < 2 {
+        return;
+    }
+    let n = devices.len();
+    let manager = ResourceManager::new(devices.to_vec());
+    let a = manager.acquire(&SliceRequest::Devices(n / 2)).unwrap();
+    let b = manager.acquire(&SliceRequest::Devices(n - n / 2)).unwrap();
+    assert!(
+        a.physical().iter().all(|d| !b.physical().contains(d)),
+        "disjoint while devices are free"
+    );
+    let c = manager.acquire(&SliceRequest::Devices(n)).unwrap();
+    assert_eq!(
+        manager.load(),
+        vec![2; n],
+        "a full slice overlaps (time-multiplexed)"
+    );
+    let mesh = manager
+        .acquire(&SliceRequest::Mesh {
+            shape: vec![2, n / 2],
+            axes: vec!["data".into(), "expert".into()],
+        })
+        .unwrap();
+    assert_eq!(mesh.mesh().unwrap().axis_size("expert").unwrap(), n / 2);
+    drop((a, b, c, mesh));
+    assert_eq!(
+        manager.load(),
+        vec![0; n],
+        "dropping slices returns the devices"
+    );
+    assert!(matches!(
+        manager.acquire(&SliceRequest::Devices(n + 1)),
+        Err(Error::Unavailable { requested, available }) if requested == n + 1 && available == n
+    ));
+}
+
+#[test]
+fn a_wait_that_cannot_finish_times_out_naming_what_it_awaited() {
+    let devices = fresh_devices(|o| {
+        o.virtual_devices = 1;
+        o.wait_timeout = Duration::from_millis(300);
+    });
+    if devices.is_empty() {
+        return;
+    }
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("c", 1);
+    let mut p = ProgramBuilder::new("slot-bound");
+    let x = p.arg(&[0], 16);
+    p.result(x);
+    let exec = Arc::new(
+        p.build()
+            .unwrap()
+            .compile(
+                &devices,
+                CompileOptions {
+                    in_flight: 1,
+                    ..CompileOptions::default()
+                },
+            )
+            .unwrap(),
+    );
+    // Admission paused: the first run holds the only slot, so the second cannot get one.
+    runtime.pause_admission();
+    let first = client
+        .submit(&exec, vec![vec![1.0; 16]], RunOptions::default())
+        .unwrap();
+    let err = client
+        .submit(&exec, vec![vec![1.0; 16]], RunOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("free run slot of program \"slot-bound\""),
+        "{err}"
+    );
+    runtime.resume_admission();
+    assert_eq!(first.wait().unwrap()[0], vec![1.0; 16]);
+}

@@ -165,6 +165,7 @@ pub(crate) struct RunState {
     pub callbacks: AtomicUsize,
     pub error: OnceLock<Error>,
     released: AtomicBool,
+    pub admitted: AtomicBool,
     last_progress: Mutex<Instant>,
     done: (Mutex<bool>, Condvar),
 }
@@ -213,6 +214,7 @@ impl RunState {
             callbacks: AtomicUsize::new(0),
             error: OnceLock::new(),
             released: AtomicBool::new(false),
+            admitted: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),
             done: (Mutex::new(false), Condvar::new()),
             exec,
@@ -321,7 +323,8 @@ impl RunState {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .elapsed();
-            if idle > timeout {
+            // Queued behind admission is not a stall; admitted without progress is.
+            if idle > timeout && self.admitted.load(Ordering::Acquire) {
                 return Err(Error::Timeout {
                     what: format!(
                         "run {} of program {:?} (no progress)",

@@ -145,6 +145,9 @@ impl Shared {
             state.vtime = client.pass;
             client.pass += 1.0 / f64::from(client.share.max(1));
             state.in_flight += 1;
+            // Waiting for admission is not a stall: the no-progress clock starts now.
+            run.progress();
+            run.admitted.store(true, Ordering::Release);
             let exec = run.exec.clone();
             let mut tasks = Vec::new();
             for node in 0..exec.program().nodes().len() {
