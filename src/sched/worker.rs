@@ -114,15 +114,20 @@ pub(crate) fn spawn(
 impl Worker {
     fn run(&mut self) {
         let mut current: Option<Task> = None;
+        let mut shutdown_since: Option<Instant> = None;
         loop {
             self.drain_completions();
             if current.is_none() {
                 let mut state = self.shared.lock();
-                if state.shutdown
-                    && state.queues[self.index].is_empty()
-                    && (self.inbox.outstanding.load(Ordering::Acquire) == 0 || self.lost.is_some())
-                {
-                    return;
+                if state.shutdown && state.queues[self.index].is_empty() {
+                    // Drain the GPU's callbacks, but never wait on them past the timeout.
+                    let since = *shutdown_since.get_or_insert_with(Instant::now);
+                    if self.inbox.outstanding.load(Ordering::Acquire) == 0
+                        || self.lost.is_some()
+                        || since.elapsed() > self.device.wait_timeout()
+                    {
+                        return;
+                    }
                 }
                 current = state.queues[self.index].pop_front();
                 if let Some(t) = &current {
