@@ -131,6 +131,23 @@ enum BenchCommand {
     Matmul(MatmulBenchArgs),
     /// Pathways' dispatch micro-benchmarks: chains, granularity, shares, tracing cost.
     Dispatch(DispatchBenchArgs),
+    /// Every pipeline schedule on real devices: step time, throughput, bubble measured vs simulated.
+    Pipeline(PipelineBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct PipelineBenchArgs {
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    #[arg(long, value_delimiter = ',', default_values_t = [4, 8, 16])]
+    microbatches: Vec<usize>,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -195,9 +212,10 @@ fn main() -> Result<()> {
         Command::Bench(BenchCommand::Dispatch(args)) => {
             bench_dispatch(&discover()?, args, &tracer)?
         }
+        Command::Bench(BenchCommand::Pipeline(args)) => bench_pipeline(&discover()?, args)?,
         Command::Pipeline(args) => {
-            let stage_names = pipeline(args, &tracer)?;
-            names = stage_names;
+            let devices = if args.run { discover()? } else { Vec::new() };
+            names = pipeline(args, &devices, &tracer)?;
         }
     }
     if let Some(path) = &cli.trace {
@@ -243,11 +261,121 @@ fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer)
     Ok(())
 }
 
+fn bench_pipeline(devices: &[Device], args: &PipelineBenchArgs) -> Result<()> {
+    use gangway::bench::pipeline as pb;
+    let results = pb::run(
+        devices,
+        args.stages,
+        &args.microbatches,
+        args.warmup,
+        args.reps,
+        |r| {
+            eprintln!(
+                "{} p={} m={}: {:.2} ms, bubble {:.1}% measured / {:.1}% simulated",
+                r.schedule,
+                r.stages,
+                r.microbatches,
+                r.step_ms,
+                r.bubble_measured * 100.0,
+                r.bubble_simulated * 100.0
+            )
+        },
+    )?;
+    print!("{}", pb::table(&results));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs one pipelined training step on the devices and prints measured beside simulated.
+fn pipeline_run(
+    args: &PipelineArgs,
+    devices: &[Device],
+    tracer: &Tracer,
+) -> Result<Vec<(usize, String)>> {
+    use gangway::pipeline::timeline;
+    let (r, report) = gangway::bench::pipeline::run_case(
+        devices,
+        args.schedule,
+        args.stages,
+        args.microbatches,
+        args.chunks,
+        tracer,
+    )?;
+    let chunks = r.chunks;
+    println!(
+        "{} on {} devices, {} microbatches{}: one MLP training step ({} layers of {}, {} rows per microbatch)",
+        args.schedule.name(),
+        args.stages,
+        args.microbatches,
+        if chunks > 1 {
+            format!(", {chunks} chunks per device")
+        } else {
+            String::new()
+        },
+        (args.stages * chunks).max(8),
+        gangway::bench::pipeline::WIDTH,
+        gangway::bench::pipeline::ROWS,
+    );
+    for (_, name) in &report.device_names {
+        println!("  {name}");
+    }
+    let start = report
+        .events
+        .iter()
+        .filter(|e| e.lane == gangway::trace::Lane::Compute)
+        .map(|e| e.start_ns)
+        .min()
+        .unwrap_or(0);
+    println!("measured:");
+    print!(
+        "{}",
+        timeline(
+            &report.events,
+            args.stages,
+            start..start + report.makespan_ns,
+            args.width
+        )
+    );
+    println!("simulated with this run's op times:");
+    print!("{}", report.simulated.timeline(args.width));
+    println!(
+        "bubble: {:.1}% measured, {:.1}% simulated, {:.1}% textbook",
+        r.bubble_measured * 100.0,
+        r.bubble_simulated * 100.0,
+        r.bubble_textbook * 100.0
+    );
+    let c = &report.measured;
+    println!(
+        "step {:.2} ms; mean op µs F {:.0} B {:.0} W {:.0}, transfer {:.0}",
+        r.step_ms,
+        c.forward_ns as f64 / 1e3,
+        c.backward_ns as f64 / 1e3,
+        c.weight_grad_ns as f64 / 1e3,
+        c.latency_ns as f64 / 1e3
+    );
+    println!("peak activations per stage: {:?}", r.peak_activations);
+    println!(
+        "max |pipelined − single-device| weight: {:.1e}",
+        r.max_weight_error
+    );
+    if r.max_weight_error > 1e-3 {
+        bail!("the pipelined step differs from the single-device step");
+    }
+    Ok(report.device_names)
+}
+
 /// Simulates (or runs) one schedule; returns the trace's process names (one per stage).
-fn pipeline(args: &PipelineArgs, tracer: &Tracer) -> Result<Vec<(usize, String)>> {
+fn pipeline(
+    args: &PipelineArgs,
+    devices: &[Device],
+    tracer: &Tracer,
+) -> Result<Vec<(usize, String)>> {
     use gangway::pipeline::{Costs, Schedule, bubble_formula, simulate, validate};
     if args.run {
-        bail!("--run is not built yet: pipelined execution on devices is in progress (issue 4)");
+        return pipeline_run(args, devices, tracer);
     }
     let chunks = if args.schedule == ScheduleKind::Interleaved {
         args.chunks

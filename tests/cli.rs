@@ -117,3 +117,30 @@ fn bench_dispatch_writes_json_and_a_valid_trace() {
         "{summary:?}"
     );
 }
+
+#[test]
+fn pipeline_run_trains_on_devices_and_matches_one_device() {
+    if common::virtual_devices().len() < 2 {
+        return;
+    }
+    let out = gangway(&[
+        "--virtual-devices",
+        "2",
+        "pipeline",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "2",
+        "--microbatches",
+        "2",
+        "--run",
+    ]);
+    assert!(out.contains("measured:") && out.contains("simulated with this run's op times:"));
+    assert!(out.contains("% measured,"), "{out}");
+    let err_line = out
+        .lines()
+        .find(|l| l.starts_with("max |pipelined"))
+        .unwrap();
+    let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(err < 1e-4, "{err_line}");
+}

@@ -3,6 +3,7 @@
 
 pub mod dispatch;
 pub mod matmul;
+pub mod pipeline;
 
 /// Renders rows of cells as a Markdown table.
 pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {

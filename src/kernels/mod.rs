@@ -5,6 +5,7 @@ pub mod autotune;
 pub mod copy_blocks;
 pub mod elementwise;
 pub mod matmul;
+pub mod mlp;
 pub mod moe_dispatch;
 pub mod router;
 
@@ -60,6 +61,12 @@ pub const ELEMENTWISE: Shader = Shader {
     dtypes: F32_ONLY,
 };
 
+pub const MLP: Shader = Shader {
+    name: "mlp",
+    source: include_str!("../../shaders/mlp.wgsl"),
+    dtypes: F32_ONLY,
+};
+
 /// Every shader gangway ships, for validation and translation tests.
 pub const ALL_SHADERS: &[Shader] = &[
     MATMUL_NAIVE,
@@ -69,6 +76,7 @@ pub const ALL_SHADERS: &[Shader] = &[
     MOE_DISPATCH,
     COPY_BLOCKS,
     ELEMENTWISE,
+    MLP,
 ];
 
 /// One kernel launch whose pipeline, parameters and bind group were made ahead of time, so that

@@ -23,6 +23,8 @@
 mod ascii;
 mod engine;
 mod error;
+mod execute;
+mod mlp;
 mod orders;
 mod schedule;
 mod simulate;
@@ -31,6 +33,8 @@ mod validate;
 pub use ascii::timeline;
 pub use engine::OpAt;
 pub use error::ScheduleError;
+pub use execute::{RunReport, execute};
+pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
 pub use schedule::{MAX_OPS, Op, OpKind, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate};
 pub use validate::{Validation, validate};

@@ -1,0 +1,173 @@
+//! MLP training kernels (`shaders/mlp.wgsl`): what a training step needs beside matmul and relu.
+//!
+//! - [`relu_backward`]: `dx = dy * (act > 0)`;
+//! - [`mse_grad`]: `dy = 2 (y − t) / n`, the gradient of `mean((y − t)²)` over the `n` values;
+//! - [`accumulate`]: `acc += x`, in place (gradient accumulation over microbatches);
+//! - [`sgd`]: `w -= lr · g`, in place.
+//!
+//! Every launcher checks dtypes (f32), devices and shapes, then submits and blocks until the GPU
+//! is done. Each has a plain-Rust reference of the same name with `_reference`.
+
+use super::MLP;
+use crate::{DType, Device, Error, Result, Tensor};
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    len: u32,
+    _pad: u32,
+    scale: f32,
+    _pad2: f32,
+}
+
+const WORKGROUP: usize = 256;
+
+/// A 2-D grid of 256-thread workgroups covering `len` elements within the per-dimension limit.
+fn grid(device: &Device, what: &str, len: usize) -> Result<[u32; 3]> {
+    let groups = len.div_ceil(WORKGROUP);
+    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
+    let y = groups.div_ceil(max.max(1)).max(1);
+    let x = groups.div_ceil(y);
+    let to_u32 = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::InvalidArgument {
+            what: "mlp kernel",
+            reason: format!("{what}: grid dimension {v} exceeds u32"),
+        })
+    };
+    let grid = [to_u32(x)?, to_u32(y)?, 1];
+    device.check_workgroups(what, grid)?;
+    Ok(grid)
+}
+
+/// Checks that `others` are f32 tensors on `first`'s device with its shape.
+fn check(what: &'static str, first: &Tensor, others: &[&Tensor]) -> Result<()> {
+    first.expect_dtype(what, DType::F32)?;
+    for t in others {
+        t.expect_device(what, first.device())?;
+        t.expect_dtype(what, DType::F32)?;
+        t.expect_shape(what, first.shape())?;
+    }
+    Ok(())
+}
+
+/// In-place kernels write `y` while reading `x`: one buffer cannot be both in one dispatch.
+fn check_distinct(what: &'static str, y: &Tensor, x: &Tensor) -> Result<()> {
+    if y.buffer() == x.buffer() {
+        return Err(Error::InvalidArgument {
+            what,
+            reason: "the updated tensor and the input must be different buffers".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Records and runs `entry` over `len` elements: `x` at binding 1, `z` (when the entry reads it)
+/// at 2, `y` at 3. Blocks until done.
+fn launch(
+    entry: &'static str,
+    scale: f32,
+    x: &Tensor,
+    z: Option<&Tensor>,
+    y: &Tensor,
+) -> Result<()> {
+    let device = x.device();
+    let len = x.len();
+    let params = device.uniform_buffer(
+        "mlp params",
+        &Params {
+            len: u32::try_from(len).map_err(|_| Error::InvalidArgument {
+                what: entry,
+                reason: format!("{len} elements exceed u32"),
+            })?,
+            _pad: 0,
+            scale,
+            _pad2: 0.0,
+        },
+    );
+    let pipeline = MLP.pipeline(device, DType::F32, entry)?;
+    // Auto layouts hold only what the entry point uses: `z` is bound only when it is read.
+    let mut bindings = vec![(0, &params), (1, x.buffer()), (3, y.buffer())];
+    bindings.extend(z.map(|z| (2, z.buffer())));
+    let mut encoder = device.encoder(entry);
+    device.encode_dispatch(
+        &mut encoder,
+        entry,
+        &pipeline,
+        &bindings,
+        grid(device, entry, len)?,
+    )?;
+    device.submit(encoder);
+    device.wait()
+}
+
+/// `grad * (act > 0)`: the gradient through a relu, given the gradient of its output and its
+/// output (or input: both are positive at the same places).
+pub fn relu_backward(grad: &Tensor, act: &Tensor) -> Result<Tensor> {
+    const WHAT: &str = "relu_backward";
+    check(WHAT, grad, &[act])?;
+    let out = Tensor::zeros(grad.device(), grad.shape(), DType::F32)?;
+    launch(WHAT, 1.0, grad, Some(act), &out)?;
+    Ok(out)
+}
+
+/// `2 (y − target) / n` with `n = y.len()`: the gradient of the mean squared error.
+pub fn mse_grad(y: &Tensor, target: &Tensor) -> Result<Tensor> {
+    const WHAT: &str = "mse_grad";
+    check(WHAT, y, &[target])?;
+    let out = Tensor::zeros(y.device(), y.shape(), DType::F32)?;
+    launch(WHAT, mse_scale(y.len()), y, Some(target), &out)?;
+    Ok(out)
+}
+
+/// `acc += x`, in place.
+pub fn accumulate(acc: &Tensor, x: &Tensor) -> Result<()> {
+    const WHAT: &str = "accumulate";
+    check(WHAT, acc, &[x])?;
+    check_distinct(WHAT, acc, x)?;
+    launch(WHAT, 1.0, x, None, acc)
+}
+
+/// `w -= lr * g`, in place: one SGD step.
+pub fn sgd(w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
+    const WHAT: &str = "sgd";
+    check(WHAT, w, &[g])?;
+    check_distinct(WHAT, w, g)?;
+    if !lr.is_finite() {
+        return Err(Error::InvalidArgument {
+            what: WHAT,
+            reason: format!("learning rate must be finite, got {lr}"),
+        });
+    }
+    launch(WHAT, lr, g, None, w)
+}
+
+fn mse_scale(n: usize) -> f32 {
+    if n == 0 { 0.0 } else { 2.0 / n as f32 }
+}
+
+/// Reference of [`relu_backward`].
+pub fn relu_backward_reference(grad: &[f32], act: &[f32]) -> Vec<f32> {
+    grad.iter()
+        .zip(act)
+        .map(|(&g, &a)| if a > 0.0 { g } else { 0.0 })
+        .collect()
+}
+
+/// Reference of [`mse_grad`].
+pub fn mse_grad_reference(y: &[f32], target: &[f32]) -> Vec<f32> {
+    let scale = mse_scale(y.len());
+    y.iter()
+        .zip(target)
+        .map(|(&y, &t)| scale * (y - t))
+        .collect()
+}
+
+/// Reference of [`accumulate`].
+pub fn accumulate_reference(acc: &mut [f32], x: &[f32]) {
+    acc.iter_mut().zip(x).for_each(|(a, &x)| *a += x);
+}
+
+/// Reference of [`sgd`].
+pub fn sgd_reference(w: &mut [f32], g: &[f32], lr: f32) {
+    w.iter_mut().zip(g).for_each(|(w, &g)| *w -= lr * g);
+}

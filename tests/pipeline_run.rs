@@ -1,0 +1,186 @@
+//! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices, takes the
+//! same SGD step as one device accumulating gradients over the same microbatches; the bubble is
+//! measured from the trace and compared with the simulator fed the run's own op times.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use gangway::pipeline::{
+    Microbatch, Mlp, MlpConfig, Schedule, ScheduleKind, bubble_formula, execute, timeline,
+};
+use gangway::trace::{FlowRole, Lane, Tracer, chrome};
+use gangway::{Error, Rng};
+
+const WIDTHS: [usize; 9] = [24, 32, 32, 32, 32, 16, 16, 16, 8];
+const ROWS: usize = 5;
+const M: usize = 4;
+const LR: f32 = 0.05;
+
+fn model() -> Mlp {
+    Mlp::new(&MlpConfig {
+        widths: WIDTHS.to_vec(),
+        seed: 3,
+    })
+    .unwrap()
+}
+
+fn batch(m: usize) -> Vec<Microbatch> {
+    let mut rng = Rng::new(11);
+    (0..m)
+        .map(|_| Microbatch {
+            input: rng.vec(ROWS * WIDTHS[0]),
+            target: rng.vec(ROWS * WIDTHS[WIDTHS.len() - 1]),
+        })
+        .collect()
+}
+
+fn chunks(kind: ScheduleKind) -> usize {
+    if kind == ScheduleKind::Interleaved {
+        2
+    } else {
+        1
+    }
+}
+
+#[test]
+fn every_schedule_matches_single_device_gradient_accumulation() {
+    let devices = common::virtual_devices();
+    if devices.len() < 2 {
+        eprintln!("SKIPPING: {} devices, need 2", devices.len());
+        return;
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.label()).collect();
+    println!("devices: {names:?}");
+    let mlp = model();
+    let batch = batch(M);
+    let want = mlp.reference_step(&batch, LR).unwrap();
+    for p in [2, 4] {
+        if devices.len() < p {
+            eprintln!("SKIPPING p={p}: only {} devices", devices.len());
+            continue;
+        }
+        for kind in ScheduleKind::ALL {
+            let v = chunks(kind);
+            let schedule = Schedule::new(kind, p, M, v).unwrap();
+            let tracer = Tracer::new();
+            let started = std::time::Instant::now();
+            let run = execute(&schedule, &devices[..p], &mlp, &batch, LR, &tracer).unwrap();
+            let took = started.elapsed();
+            let what = format!("{kind} p={p} v={v}");
+
+            for (layer, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
+                common::assert_close(&format!("{what} layer {layer}"), got, want, 1e-4);
+            }
+            assert!((run.loss - want.loss).abs() <= 1e-4 * (1.0 + want.loss.abs()));
+            assert!(
+                run.measured_bubble > 0.0 && run.measured_bubble < 1.0,
+                "{what}: bubble {}",
+                run.measured_bubble
+            );
+            let per_mb = if schedule.split_backward { 3 } else { 2 };
+            let compute = run
+                .events
+                .iter()
+                .filter(|e| e.lane == Lane::Compute && e.name != "sgd")
+                .count();
+            assert_eq!(compute, per_mb * M * p * v, "{what}");
+            assert_eq!(tracer.events().len(), run.events.len(), "{what}");
+
+            let json = chrome::to_json(&run.events, &run.device_names);
+            let summary = chrome::check(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let transfers = run
+                .events
+                .iter()
+                .filter(|e| e.lane == Lane::Transfer)
+                .count();
+            assert_eq!(summary.flow_pairs * 2, transfers, "{what}");
+
+            for e in &run.events {
+                if let Some(f) = e.flow.filter(|f| f.role == FlowRole::In) {
+                    let out = run.events.iter().find(|o| {
+                        o.flow
+                            .is_some_and(|g| g.id == f.id && g.role == FlowRole::Out)
+                    });
+                    let out = out.unwrap_or_else(|| panic!("{what}: flow {} has no Out", f.id));
+                    assert!(
+                        out.start_ns <= e.start_ns && out.device != e.device,
+                        "{what}"
+                    );
+                }
+            }
+
+            let m = &run.measured;
+            println!(
+                "{what}: {took:?}; measured bubble {:.3}, simulated {:.3}, textbook {:.3}; \
+                 F {} µs, B {} µs, W {} µs, transfer {} µs",
+                run.measured_bubble,
+                run.simulated.bubble_fraction,
+                bubble_formula(kind, p, M, v),
+                m.forward_ns / 1000,
+                m.backward_ns / 1000,
+                m.weight_grad_ns / 1000,
+                m.latency_ns / 1000,
+            );
+            let first = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
+            let end = run.events.iter().map(|e| e.end_ns).max().unwrap_or(0);
+            print!("{}", timeline(&run.events, p, first..end, 72));
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let devices = common::virtual_devices();
+    if devices.len() < 2 {
+        return;
+    }
+    let mlp = model();
+    let batch = batch(M);
+    let tracer = Tracer::off();
+    let s = Schedule::new(ScheduleKind::OneFOneB, 2, M, 1).unwrap();
+    let err = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch]| {
+        execute(s, d, m, b, LR, &tracer).unwrap_err()
+    };
+    let e = err(&s, &devices[..1], &mlp, &batch);
+    assert!(e.to_string().contains("2 stages but 1 devices"), "{e}");
+    let e = err(&s, &devices[..2], &mlp, &[]);
+    assert!(e.to_string().contains("no microbatches"), "{e}");
+    let e = err(&s, &devices[..2], &mlp, &batch[..3]);
+    assert!(
+        e.to_string().contains("4 microbatches but the batch has 3"),
+        "{e}"
+    );
+    let mut wrong = mlp.clone();
+    wrong.weights[2].pop();
+    assert!(matches!(
+        err(&s, &devices[..2], &wrong, &batch),
+        Error::ShapeMismatch { .. }
+    ));
+    let mut short = batch.clone();
+    short[0].target.pop();
+    assert!(matches!(
+        err(&s, &devices[..2], &mlp, &short),
+        Error::ShapeMismatch { .. }
+    ));
+    let tiny = Mlp::new(&MlpConfig {
+        widths: vec![4, 4, 4],
+        seed: 0,
+    })
+    .unwrap();
+    let tb: Vec<Microbatch> = (0..M)
+        .map(|_| Microbatch {
+            input: vec![0.5; 8],
+            target: vec![0.5; 8],
+        })
+        .collect();
+    let il = Schedule::new(ScheduleKind::Interleaved, 2, M, 2).unwrap();
+    let e = err(&il, &devices[..2], &tiny, &tb);
+    assert!(
+        e.to_string()
+            .contains("2 layers cannot fill 4 virtual stages"),
+        "{e}"
+    );
+    // Tracing off still yields a full report.
+    let run = execute(&s, &devices[..2], &tiny, &tb, LR, &tracer).unwrap();
+    assert!(run.events.iter().any(|e| e.flow.is_some()));
+}
