@@ -9,9 +9,11 @@
 
 mod check;
 mod export;
+mod import;
 
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
+pub use import::parse;
 
 use super::event::Lane;
 

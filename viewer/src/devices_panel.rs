@@ -1,0 +1,77 @@
+//! Every device: its adapter, backend, type and virtual split, and its live utilization
+//! (busy time over a sliding window) as a plot and a number.
+
+use egui::Ui;
+use egui_plot::{Legend, Line, Plot, PlotPoints};
+
+use crate::live::{DeviceHub, Discovery};
+use crate::live_view::{LiveView, UTILIZATION_LABEL};
+
+pub fn ui(ui: &mut Ui, hub: &DeviceHub, live: &LiveView) {
+    let infos = match hub.get() {
+        Discovery::Pending => {
+            ui.label("looking for adapters...");
+            return;
+        }
+        Discovery::Unavailable(why) => {
+            ui.label(format!("no devices: {why}"));
+            return;
+        }
+        Discovery::Found(_) => hub.infos(),
+    };
+    let per_adapter = |adapter: usize| infos.iter().filter(|i| i.adapter == adapter).count();
+    egui::Grid::new("devices")
+        .striped(true)
+        .num_columns(6)
+        .show(ui, |ui| {
+            for h in [
+                "device",
+                "adapter",
+                "backend",
+                "type",
+                "virtual device",
+                "utilization",
+            ] {
+                ui.strong(h);
+            }
+            ui.end_row();
+            for info in &infos {
+                ui.label(format!("#{}", info.id));
+                ui.label(format!("{} (adapter {})", info.name, info.adapter));
+                ui.label(&info.backend);
+                ui.label(&info.device_type);
+                ui.label(format!(
+                    "{} of {}",
+                    info.virtual_index + 1,
+                    per_adapter(info.adapter)
+                ));
+                match live.current(info.id) {
+                    Some(u) => ui.label(format!("{:.1}%", u * 100.0)),
+                    None => ui.weak("-"),
+                };
+                ui.end_row();
+            }
+        });
+    ui.separator();
+    ui.label(UTILIZATION_LABEL);
+    if live.runner.is_none() {
+        ui.weak("start the workload on the Live timeline tab to measure utilization");
+    }
+    Plot::new("utilization")
+        .legend(Legend::default())
+        .height(ui.available_height().clamp(120.0, 400.0))
+        .include_y(0.0)
+        .include_y(1.0)
+        .x_axis_label("trace time (s)")
+        .y_axis_label("busy / window")
+        .show(ui, |plot| {
+            for (device, series) in &live.utilization {
+                let label = infos
+                    .iter()
+                    .find(|i| i.id == *device)
+                    .map_or_else(|| format!("device {device}"), |i| i.label());
+                let points: Vec<[f64; 2]> = series.iter().copied().collect();
+                plot.line(Line::new(label, PlotPoints::from(points)));
+            }
+        });
+}

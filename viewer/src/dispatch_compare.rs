@@ -1,0 +1,177 @@
+//! The chain program with sequential and with parallel dispatch, traced, side by side: with
+//! sequential dispatch the host encodes node i+1 only after node i is done, so the devices sit
+//! idle between kernels; parallel dispatch encodes everything up front.
+
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Instant;
+
+use egui::Ui;
+use gangway::Device;
+use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
+use gangway::trace::Tracer;
+
+use crate::live::{DeviceHub, chain, run_chain};
+use crate::timeline::{self, TimelineData, TimelineState, format_ns};
+
+/// Runs of the chain per mode.
+pub const RUNS: usize = 6;
+
+/// One mode's traced run.
+#[derive(Debug)]
+pub struct ModeRun {
+    pub mode: DispatchMode,
+    pub data: TimelineData,
+    pub wall_ns: u64,
+    pub state: TimelineState,
+}
+
+#[derive(Debug, Default)]
+pub struct DispatchCompare {
+    pending: Option<Receiver<Result<Vec<ModeRun>, String>>>,
+    pub runs: Vec<ModeRun>,
+    pub error: Option<String>,
+    /// Whether both views were put on one time scale since the last results.
+    scaled: bool,
+}
+
+fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
+    let tracer = Tracer::new();
+    let exec = chain(devices, 4).map_err(|e| e.to_string())?;
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: tracer.clone(),
+            ..RuntimeOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    // One untraced-in-effect warm-up, then the measured runs.
+    run_chain(&runtime, &exec, mode, 1).map_err(|e| e.to_string())?;
+    drop(tracer.take_events());
+    let t0 = Instant::now();
+    run_chain(&runtime, &exec, mode, RUNS).map_err(|e| e.to_string())?;
+    let wall_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut data = TimelineData::from_events(tracer.take_events());
+    data.device_names = devices
+        .iter()
+        .map(|d| (d.id(), d.info().name.clone()))
+        .collect();
+    Ok(ModeRun {
+        mode,
+        data,
+        wall_ns,
+        state: TimelineState::default(),
+    })
+}
+
+/// Both modes, one after the other, on `devices`.
+pub fn compare(devices: &[Device]) -> Result<Vec<ModeRun>, String> {
+    [DispatchMode::Sequential, DispatchMode::Parallel]
+        .into_iter()
+        .map(|m| run_mode(devices, m))
+        .collect()
+}
+
+impl DispatchCompare {
+    pub fn is_running(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Starts both runs on a background thread.
+    pub fn start(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
+        let (tx, rx) = channel();
+        let spawned = std::thread::Builder::new()
+            .name("gangway-compare".into())
+            .spawn(move || {
+                let _ = tx.send(compare(&devices));
+                if let Some(ctx) = ctx {
+                    ctx.request_repaint();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                self.pending = Some(rx);
+                self.error = None;
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Picks up finished results.
+    pub fn poll(&mut self) -> bool {
+        let Some(rx) = &self.pending else {
+            return false;
+        };
+        match rx.try_recv() {
+            Ok(Ok(runs)) => {
+                self.runs = runs;
+                self.scaled = false;
+            }
+            Ok(Err(e)) => self.error = Some(e),
+            Err(std::sync::mpsc::TryRecvError::Empty) => return false,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                self.error = Some("the comparison thread stopped without a result".into());
+            }
+        }
+        self.pending = None;
+        true
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {
+        self.poll();
+        ui.horizontal(|ui| {
+            let devices = hub.devices();
+            let enabled = devices.is_some() && !self.is_running();
+            if ui
+                .add_enabled(enabled, egui::Button::new("Run comparison"))
+                .on_disabled_hover_text("needs devices, and no comparison running")
+                .clicked()
+                && let Some(devices) = devices
+            {
+                self.start(devices, Some(ui.ctx().clone()));
+            }
+            if self.is_running() {
+                ui.spinner();
+                ui.ctx()
+                    .request_repaint_after(std::time::Duration::from_millis(100));
+            }
+            ui.weak(format!(
+                "the chain program (one tiny kernel per device, up to 4), {RUNS} runs per mode"
+            ));
+        });
+        if let Some(e) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("error: {e}"));
+        }
+        if self.runs.is_empty() {
+            return;
+        }
+        // One time scale for both, so their lengths compare at a glance.
+        if !self.scaled && self.runs.iter().all(|r| r.state.view.is_some()) {
+            let widest = self
+                .runs
+                .iter()
+                .filter_map(|r| r.state.view.map(|v| v.ns_per_px))
+                .fold(0.0, f64::max);
+            for r in &mut self.runs {
+                if let (Some(v), Some(span)) = (&mut r.state.view, r.data.span()) {
+                    v.ns_per_px = widest;
+                    v.start_ns = span.start as f64;
+                }
+            }
+            self.scaled = true;
+        }
+        ui.weak("both on one time scale; double-click a timeline to fit it alone");
+        timeline::legend(ui);
+        ui.columns(self.runs.len(), |cols| {
+            for (col, run) in cols.iter_mut().zip(&mut self.runs) {
+                col.heading(run.mode.name());
+                col.label(format!(
+                    "{RUNS} runs in {} ({:.0} runs/s)",
+                    format_ns(run.wall_ns as f64),
+                    RUNS as f64 / (run.wall_ns.max(1) as f64 / 1e9)
+                ));
+                timeline::timeline(col, run.mode.name(), &run.data, &mut run.state);
+            }
+        });
+    }
+}

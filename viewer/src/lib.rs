@@ -1,0 +1,20 @@
+//! `gangway-viewer`: an egui desktop app for gangway. It reads only the library's public API
+//! and its event stream.
+//!
+//! - [`bubble_lab`]: pipeline schedules on the cost-model simulator (works without any GPU);
+//! - [`live_view`] + [`live`]: the chain program running in the background on the real devices,
+//!   its trace events streamed onto a [`timeline`];
+//! - [`devices_panel`]: adapters, virtual splits, utilization (busy time / sliding window);
+//! - [`dispatch_compare`]: sequential vs parallel dispatch of the same program;
+//! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` plots.
+
+pub mod app;
+pub mod bubble_lab;
+pub mod devices_panel;
+pub mod dispatch_compare;
+pub mod files;
+pub mod live;
+pub mod live_view;
+pub mod timeline;
+
+pub use app::{Options, Tab, ViewerApp};

@@ -1,0 +1,154 @@
+//! The live tab's state: events streamed from the background workload into a timeline, with
+//! follow-live and pause, and per-device utilization sampled over a sliding window.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use egui::Ui;
+use gangway::sched::DispatchMode;
+use gangway::trace::{BusyTime, Event};
+
+use crate::live::{DeviceHub, LiveRunner};
+use crate::timeline::{self, TimelineData, TimelineState, format_ns};
+
+/// Length of the utilization window.
+pub const WINDOW_NS: u64 = 1_000_000_000;
+/// Label of every utilization readout: what the number is, exactly.
+pub const UTILIZATION_LABEL: &str = "utilization = busy time / 1 s sliding window";
+/// Events kept on the live timeline (older ones are forgotten).
+const KEEP_NS: u64 = 60_000_000_000;
+/// Utilization samples kept per device (about 2 minutes at 4 per second).
+const MAX_SAMPLES: usize = 480;
+
+#[derive(Debug, Default)]
+pub struct LiveView {
+    pub runner: Option<LiveRunner>,
+    pub data: TimelineData,
+    pub timeline: TimelineState,
+    /// Frozen display: events wait in the channel until resumed.
+    pub paused: bool,
+    /// Device work of the last window, for utilization.
+    recent: VecDeque<Event>,
+    /// Per device, `(seconds since start, utilization)`.
+    pub utilization: BTreeMap<usize, VecDeque<[f64; 2]>>,
+    last_sample_ns: u64,
+    pub error: Option<String>,
+}
+
+impl LiveView {
+    /// Starts the workload on the hub's devices, if it has any.
+    pub fn start(&mut self, hub: &DeviceHub, ctx: Option<egui::Context>) {
+        if self.runner.is_some() {
+            return;
+        }
+        if let Some(devices) = hub.devices() {
+            self.runner = Some(LiveRunner::start(devices, DispatchMode::Parallel, ctx));
+            self.timeline.follow_live = true;
+        }
+    }
+
+    pub fn stop(&mut self) {
+        self.runner = None;
+    }
+
+    /// Moves new events into the timeline and samples utilization. Call once per frame.
+    pub fn poll(&mut self) {
+        let Some(runner) = &self.runner else {
+            return;
+        };
+        if let Some(e) = runner.error() {
+            self.error = Some(e);
+        }
+        if !self.paused {
+            for e in runner.drain(200_000) {
+                if e.is_device_work() {
+                    self.recent.push_back(e.clone());
+                }
+                self.data.push(e);
+            }
+        }
+        let now = runner.now_ns();
+        if now >= self.last_sample_ns + 250_000_000 {
+            self.last_sample_ns = now;
+            self.sample(now);
+            if let Some(span) = self.data.span()
+                && span.end > KEEP_NS
+            {
+                self.data.forget_before(span.end - KEEP_NS);
+            }
+        }
+    }
+
+    fn sample(&mut self, now: u64) {
+        let from = now.saturating_sub(WINDOW_NS);
+        while self.recent.front().is_some_and(|e| e.end_ns < from) {
+            self.recent.pop_front();
+        }
+        let events: Vec<Event> = self.recent.iter().cloned().collect();
+        let devices: std::collections::BTreeSet<usize> =
+            self.data.tracks().iter().map(|t| t.device).collect();
+        for d in devices {
+            let u = BusyTime::of(&events, d).utilization(from..now);
+            let series = self.utilization.entry(d).or_default();
+            series.push_back([now as f64 / 1e9, u]);
+            if series.len() > MAX_SAMPLES {
+                series.pop_front();
+            }
+        }
+    }
+
+    /// Latest utilization of `device`, in `[0, 1]`.
+    pub fn current(&self, device: usize) -> Option<f64> {
+        self.utilization
+            .get(&device)
+            .and_then(|s| s.back())
+            .map(|p| p[1])
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {
+        ui.horizontal_wrapped(|ui| {
+            let running = self.runner.is_some();
+            if running {
+                if ui.button("Stop workload").clicked() {
+                    self.stop();
+                }
+            } else {
+                let can = hub.devices().is_some();
+                if ui
+                    .add_enabled(can, egui::Button::new("Start workload"))
+                    .on_disabled_hover_text("no devices: see the banner")
+                    .clicked()
+                {
+                    self.start(hub, Some(ui.ctx().clone()));
+                }
+            }
+            ui.toggle_value(&mut self.timeline.follow_live, "follow live");
+            ui.toggle_value(&mut self.paused, "pause");
+            if ui.button("reset view").clicked() {
+                self.timeline.reset(&self.data);
+            }
+            ui.label(format!("{} events", self.data.len()));
+            if let Some(span) = self.data.span() {
+                ui.label(format!(
+                    "span {}",
+                    format_ns((span.end - span.start) as f64)
+                ));
+            }
+        });
+        ui.weak(
+            "workload: the chain program (one tiny kernel per device, up to 4), parallel \
+             dispatch, in batches of 8 runs. Drag pans, ctrl+scroll zooms about the mouse, \
+             click a bar zooms to it, double-click resets.",
+        );
+        if let Some(e) = &self.error {
+            ui.colored_label(ui.visuals().error_fg_color, format!("workload error: {e}"));
+        }
+        timeline::legend(ui);
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            timeline::timeline(ui, "live", &self.data, &mut self.timeline);
+        });
+        if self.runner.is_some() {
+            ui.ctx()
+                .request_repaint_after(std::time::Duration::from_millis(50));
+        }
+    }
+}

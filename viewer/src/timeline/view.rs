@@ -1,0 +1,142 @@
+//! The time ↔ pixel transform of a timeline: which nanosecond sits at the left edge and how many
+//! nanoseconds one pixel spans. Pure arithmetic, so zooming and panning are unit-tested.
+
+use std::ops::Range;
+
+/// Fewest nanoseconds a pixel may span (zoomed all the way in) and the most (all the way out).
+pub const MIN_NS_PER_PX: f64 = 1e-3;
+pub const MAX_NS_PER_PX: f64 = 1e13;
+
+/// A horizontal view onto time. `x` is in pixels from the left edge of the bar area.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeView {
+    /// Nanosecond at `x = 0`.
+    pub start_ns: f64,
+    /// Nanoseconds per pixel, in `[MIN_NS_PER_PX, MAX_NS_PER_PX]`.
+    pub ns_per_px: f64,
+}
+
+impl TimeView {
+    /// A view showing `range` across `width_px` pixels, with 2 % margin on each side.
+    pub fn fit(range: Range<u64>, width_px: f32) -> Self {
+        let len = range.end.saturating_sub(range.start).max(1) as f64;
+        let margin = len * 0.02;
+        let mut v = Self {
+            start_ns: range.start as f64 - margin,
+            ns_per_px: (len + 2.0 * margin) / f64::from(width_px.max(1.0)),
+        };
+        v.clamp();
+        v
+    }
+
+    /// Pixel position of time `ns`.
+    pub fn x_of(&self, ns: f64) -> f32 {
+        ((ns - self.start_ns) / self.ns_per_px) as f32
+    }
+
+    /// Time at pixel position `x`.
+    pub fn ns_at(&self, x: f32) -> f64 {
+        self.start_ns + f64::from(x) * self.ns_per_px
+    }
+
+    /// The nanoseconds visible across `width_px`, widened to whole numbers.
+    pub fn visible(&self, width_px: f32) -> Range<u64> {
+        let start = self.start_ns.max(0.0).floor() as u64;
+        let end = self.ns_at(width_px).max(0.0).ceil() as u64;
+        start..end.max(start)
+    }
+
+    /// Moves the content right by `dx` pixels (a drag to the right shows earlier times).
+    pub fn pan_px(&mut self, dx: f32) {
+        self.start_ns -= f64::from(dx) * self.ns_per_px;
+    }
+
+    /// Zooms by `factor` (> 1 zooms in) keeping the time under pixel `x` where it is.
+    pub fn zoom_about(&mut self, factor: f32, x: f32) {
+        if !(factor.is_finite() && factor > 0.0) {
+            return;
+        }
+        let anchor = self.ns_at(x);
+        self.ns_per_px /= f64::from(factor);
+        self.clamp();
+        self.start_ns = anchor - f64::from(x) * self.ns_per_px;
+    }
+
+    /// Shows exactly `range` (10 % margin) across `width_px`.
+    pub fn zoom_to(&mut self, range: Range<u64>, width_px: f32) {
+        let len = range.end.saturating_sub(range.start).max(1) as f64;
+        let margin = len * 0.1;
+        self.ns_per_px = (len + 2.0 * margin) / f64::from(width_px.max(1.0));
+        self.clamp();
+        let mid = range.start as f64 + len / 2.0;
+        self.start_ns = mid - f64::from(width_px.max(1.0)) / 2.0 * self.ns_per_px;
+    }
+
+    /// Keeps the right edge at `end_ns` without changing the scale (follow-live).
+    pub fn follow(&mut self, end_ns: u64, width_px: f32) {
+        self.start_ns = end_ns as f64 - f64::from(width_px) * self.ns_per_px * 0.98;
+    }
+
+    fn clamp(&mut self) {
+        if !self.ns_per_px.is_finite() {
+            self.ns_per_px = 1.0;
+        }
+        self.ns_per_px = self.ns_per_px.clamp(MIN_NS_PER_PX, MAX_NS_PER_PX);
+    }
+}
+
+/// A duration or time in ns as text with a fitting unit: `850 ns`, `12.5 µs`, `3.20 ms`, `1.50 s`.
+pub fn format_ns(ns: f64) -> String {
+    let a = ns.abs();
+    if a < 0.5 {
+        "0 ns".into()
+    } else if a < 1e3 {
+        format!("{ns:.0} ns")
+    } else if a < 1e6 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if a < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// Tick spacing in ns (1, 2 or 5 × 10^k) so ticks are at least `min_px` apart.
+pub fn tick_step_ns(ns_per_px: f64, min_px: f32) -> f64 {
+    let raw = ns_per_px * f64::from(min_px);
+    let mut step = 10f64.powf(raw.max(1e-3).log10().floor());
+    for mult in [1.0, 2.0, 5.0, 10.0] {
+        if step * mult >= raw {
+            step *= mult;
+            break;
+        }
+    }
+    step
+}
+
+/// A tick label at `t` for ticks `step` apart: the unit fits the step, with just enough
+/// decimals that neighbouring ticks never print the same text (`2940 ms`, `2942 ms`).
+pub fn format_tick(t: f64, step: f64) -> String {
+    let (unit, name) = if step < 1e3 {
+        (1.0, "ns")
+    } else if step < 1e6 {
+        (1e3, "µs")
+    } else if step < 1e9 {
+        (1e6, "ms")
+    } else {
+        (1e9, "s")
+    };
+    let rel = step / unit;
+    let decimals = if rel >= 1.0 {
+        0
+    } else {
+        (-rel.log10()).ceil().clamp(0.0, 6.0) as usize
+    };
+    let v = t / unit;
+    let v = if v.abs() < 0.5 * 10f64.powi(-(decimals as i32)) {
+        0.0
+    } else {
+        v
+    };
+    format!("{v:.decimals$} {name}")
+}

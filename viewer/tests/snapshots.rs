@@ -1,0 +1,101 @@
+#![allow(clippy::unwrap_used)]
+//! Small rendered snapshots (wgpu renderer; lavapipe in CI), compared with tolerant thresholds,
+//! and the README screenshot. Skipped with a message when no adapter can render.
+
+mod common;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::{Harness, SnapshotOptions};
+use gangway::trace::EventMeta;
+use gangway_viewer::ViewerApp;
+use gangway_viewer::timeline::{TimelineData, TimelineState, legend, timeline};
+
+fn tolerant() -> SnapshotOptions {
+    // A little slack for anti-aliasing differences between drivers; layout changes fail.
+    SnapshotOptions::new().threshold(1.0).max_failed_pixels(60)
+}
+
+fn app_harness(size: [f32; 2]) -> Harness<'static, ViewerApp> {
+    Harness::builder()
+        .with_size(size)
+        .wgpu()
+        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), common::app())
+}
+
+#[test]
+fn snapshot_bubble_lab_gpipe() {
+    if !common::can_render("snapshot_bubble_lab_gpipe") {
+        return;
+    }
+    let mut h = app_harness([900.0, 560.0]);
+    h.get_by_label("GPipe").click();
+    h.run();
+    h.state_mut().lab.params.stages = 3;
+    h.state_mut().lab.params.microbatches = 4;
+    h.run();
+    h.remove_cursor();
+    h.run();
+    h.snapshot_options("bubble_lab_gpipe", &tolerant());
+}
+
+#[test]
+fn snapshot_timeline_kinds_and_idle() {
+    if !common::can_render("snapshot_timeline_kinds_and_idle") {
+        return;
+    }
+    let mut events = Vec::new();
+    for (i, name) in ["F0", "B0", "W0", "stage 1", "all_to_all"]
+        .iter()
+        .enumerate()
+    {
+        let t = i as u64 * 3_000;
+        events.push(
+            EventMeta::kernel(0)
+                .microbatch(0)
+                .event((*name).into(), t, t + 2_000),
+        );
+    }
+    events.push(EventMeta::host_encode(0).event("encode".into(), 0, 1_000));
+    events.push(EventMeta::wait(0).event("wait".into(), 1_000, 6_000));
+    events.push(EventMeta::transfer(1).event("send".into(), 7_000, 9_500));
+    let data = TimelineData::from_events(events);
+    let mut h = Harness::builder()
+        .with_size([640.0, 150.0])
+        .wgpu()
+        .build_ui_state(
+            |ui, (data, state): &mut (TimelineData, TimelineState)| {
+                legend(ui);
+                timeline(ui, "t", data, state);
+            },
+            (data, TimelineState::default()),
+        );
+    h.run();
+    h.snapshot_options("timeline_kinds", &tolerant());
+}
+
+/// Renders the README screenshot: the bubble lab, 1F1B with p = 4, m = 8, stepped into the
+/// schedule. Written to `assets/viewer.png` when `GANGWAY_WRITE_SCREENSHOT=1`, else to the
+/// target directory (so CI does not rewrite tracked files).
+#[test]
+fn readme_screenshot() {
+    if !common::can_render("readme_screenshot") {
+        return;
+    }
+    let mut h = app_harness([1280.0, 800.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.state_mut().lab.step = 19;
+    h.run();
+    h.remove_cursor();
+    h.run();
+    let image = h.render().unwrap();
+    assert_eq!((image.width(), image.height()), (1280, 800));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = if std::env::var("GANGWAY_WRITE_SCREENSHOT").as_deref() == Ok("1") {
+        root.join("assets/viewer.png")
+    } else {
+        std::env::temp_dir().join("gangway-viewer.png")
+    };
+    image.save(&path).unwrap();
+    eprintln!("wrote {}", path.display());
+}
