@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod collective;
+pub mod data;
 pub mod device;
 mod error;
 pub mod kernels;
