@@ -29,14 +29,6 @@ impl Default for CompileOptions {
     }
 }
 
-/// Begin/end timestamp queries of one kernel, and where they are read back.
-#[derive(Debug)]
-pub(crate) struct Timestamps {
-    pub queries: wgpu::QuerySet,
-    pub resolve: wgpu::Buffer,
-    pub readback: wgpu::Buffer,
-}
-
 /// The GPU objects of one shard of one node, in one slot.
 #[derive(Debug, Default)]
 pub(crate) struct ShardRes {
@@ -48,7 +40,6 @@ pub(crate) struct ShardRes {
     pub dispatch: Option<PreparedDispatch>,
     /// All-reduce: every member's shard side by side, summed by `dispatch`.
     pub gather: Option<wgpu::Buffer>,
-    pub timestamps: Option<Timestamps>,
 }
 
 #[derive(Debug)]
@@ -187,7 +178,6 @@ impl Program {
                             None
                         };
                         res.dispatch = Some(elementwise::prepare(device, *op, x, z, &y, out_len)?);
-                        res.timestamps = timestamps(device, &label);
                         res.output = Some(y);
                     }
                     Op::Transfer => {
@@ -225,25 +215,6 @@ impl Program {
         }
         Ok(Slot { nodes })
     }
-}
-
-/// Timestamp queries for one kernel, where the adapter has them.
-fn timestamps(device: &Device, label: &str) -> Option<Timestamps> {
-    let queries = device.timestamp_queries(label, 2)?;
-    let resolve = device.serialized(|| {
-        device.wgpu().create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size: wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        })
-    });
-    let readback = device.readback_buffer(label, 16);
-    Some(Timestamps {
-        queries,
-        resolve,
-        readback,
-    })
 }
 
 impl Executable {

@@ -7,6 +7,7 @@ mod record;
 mod resources;
 mod run;
 mod runtime;
+mod timestamps;
 mod worker;
 
 pub use resources::{ResourceManager, Slice, SliceRequest};

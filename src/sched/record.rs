@@ -14,6 +14,8 @@ use std::sync::Arc;
 pub(crate) struct Recorded {
     pub commands: wgpu::CommandBuffer,
     pub callbacks: usize,
+    /// The timestamp pair the kernel writes, resolved later by the device's worker.
+    pub stamp: Option<u32>,
 }
 
 fn missing(run: &RunState, node: usize, what: &str) -> Error {
@@ -61,35 +63,25 @@ fn record_commands(
     let res = &run.exec.slots[run.slot].nodes[node][shard];
     let mut encoder = device.encoder(&n.name);
     let mut callbacks = 0;
+    let mut stamp = None;
     match role {
         Role::Kernel { .. } | Role::Gather { .. } => {
             let dispatch = res
                 .dispatch
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "kernel"))?;
-            // GPU timestamps only while tracing: resolving them is costly on some drivers
-            // (lavapipe stalls on it), see `RuntimeOptions::gpu_timestamps`.
-            let stamps = res
-                .timestamps
+            // GPU timestamps only while tracing, into the device's ring (resolved in batches).
+            let ring = inbox
+                .ring
                 .as_ref()
                 .filter(|_| run.tracer.is_on() && run.gpu_timestamps);
-            dispatch.encode(&mut encoder, stamps.map(|t| (&t.queries, 0)));
-            if let Some(t) = stamps {
-                encoder.resolve_query_set(&t.queries, 0..2, &t.resolve, 0);
-                encoder.copy_buffer_to_buffer(&t.resolve, 0, &t.readback, 0, 16);
-                let (inbox, run, buffer) = (inbox.clone(), run.clone(), t.readback.clone());
-                encoder.map_buffer_on_submit(&t.readback, wgpu::MapMode::Read, .., move |r| {
-                    inbox.push(Completion::Timestamps {
-                        run,
-                        node,
-                        buffer,
-                        result: r,
-                    });
-                });
-                callbacks += 1;
-            }
+            stamp = ring.map(|r| r.allocate());
+            dispatch.encode(
+                &mut encoder,
+                ring.zip(stamp).map(|(r, pair)| (&r.queries, 2 * pair)),
+            );
             let (inbox2, run2) = (inbox.clone(), run.clone());
-            let host_timed = stamps.is_none();
+            let host_timed = stamp.is_none();
             encoder.on_submitted_work_done(move || {
                 let at_ns = run2.tracer.now_ns();
                 inbox2.push(Completion::WorkDone {
@@ -135,5 +127,6 @@ fn record_commands(
     Ok(Some(Recorded {
         commands: encoder.finish(),
         callbacks,
+        stamp,
     }))
 }

@@ -228,7 +228,7 @@ impl Runtime {
         }
         let n = devices.len();
         let shared = Arc::new(Shared {
-            inboxes: (0..n).map(|_| Arc::default()).collect(),
+            inboxes: devices.iter().map(|d| Arc::new(Inbox::new(d))).collect(),
             devices,
             wake: Condvar::new(),
             state: Mutex::new(SchedState {

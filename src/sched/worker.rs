@@ -6,6 +6,7 @@ use super::clock::GpuClock;
 use super::record::{Recorded, record};
 use super::run::{DispatchMode, Role, RunState};
 use super::runtime::{GangRecord, Shared};
+use super::timestamps::{BATCH, TimestampRing, contiguous};
 use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Device, Error, Result};
@@ -32,22 +33,32 @@ pub(crate) enum Completion {
         at_ns: u64,
         host_timed: bool,
     },
+    /// A resolved batch of timestamp pairs, in the order of `kernels`.
     Timestamps {
-        run: Arc<RunState>,
-        node: usize,
+        kernels: Vec<(Arc<RunState>, usize)>,
         buffer: wgpu::Buffer,
         result: std::result::Result<(), wgpu::BufferAsyncError>,
     },
 }
 
 /// Completions waiting for a worker, and how many callbacks its device still owes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Inbox {
     items: Mutex<Vec<Completion>>,
     pub outstanding: AtomicUsize,
+    /// The device's timestamp queries, when it has them.
+    pub ring: Option<TimestampRing>,
 }
 
 impl Inbox {
+    pub fn new(device: &Device) -> Self {
+        Self {
+            items: Mutex::default(),
+            outstanding: AtomicUsize::new(0),
+            ring: TimestampRing::new(device),
+        }
+    }
+
     pub fn push(&self, c: Completion) {
         self.items
             .lock()
@@ -86,7 +97,14 @@ struct Worker {
     /// Host-timed kernels: when the previous one ended, so intervals on the lane never overlap.
     last_kernel_end: u64,
     lost: Option<String>,
+    /// Submitted kernels whose timestamp pair is not resolved yet: (pair, run, node).
+    stamps: Vec<(u32, Arc<RunState>, usize)>,
+    /// When the oldest of `stamps` was submitted.
+    stamps_since: Option<Instant>,
 }
+
+/// The longest a traced kernel's GPU times wait for their batch to be resolved.
+const STAMP_LATENCY: Duration = Duration::from_millis(100);
 
 pub(crate) fn spawn(
     shared: Arc<Shared>,
@@ -106,6 +124,8 @@ pub(crate) fn spawn(
                 clock,
                 last_kernel_end: 0,
                 lost: None,
+                stamps: Vec::new(),
+                stamps_since: None,
             }
             .run();
         })
@@ -179,6 +199,14 @@ impl Worker {
 
     /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
     fn idle(&mut self) {
+        // Resolve a partial batch only once it has waited a while: workers idle between nearly
+        // every task, and resolving each time would undo the batching.
+        if self
+            .stamps_since
+            .is_some_and(|t| t.elapsed() > STAMP_LATENCY)
+        {
+            self.resolve_stamps();
+        }
         if self.lost.is_none() && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
             if let Err(e) = self.device.poll(Duration::from_millis(2)) {
                 self.lose(e);
@@ -386,6 +414,7 @@ impl Worker {
         let Some(Recorded {
             commands,
             callbacks,
+            stamp,
         }) = recorded
         else {
             run.role_done(node);
@@ -397,22 +426,77 @@ impl Worker {
             .fetch_add(callbacks, Ordering::AcqRel);
         run.callbacks.fetch_add(callbacks, Ordering::AcqRel);
         self.device.submit_commands(commands);
+        if let Some(pair) = stamp {
+            self.stamps_since.get_or_insert_with(Instant::now);
+            self.stamps.push((pair, run.clone(), node));
+            if self.stamps.len() >= BATCH {
+                self.resolve_stamps();
+            }
+        }
         Ok(())
+    }
+
+    /// Resolves the pending timestamp pairs, one resolve per contiguous range of the ring.
+    fn resolve_stamps(&mut self) {
+        let Some(ring) = self.inbox.ring.as_ref() else {
+            self.stamps.clear();
+            return;
+        };
+        self.stamps_since = None;
+        let mut stamps = std::mem::take(&mut self.stamps);
+        if stamps.is_empty() {
+            return;
+        }
+        stamps.sort_by_key(|s| s.0);
+        let pairs: Vec<u32> = stamps.iter().map(|s| s.0).collect();
+        let mut kernels = stamps.into_iter().map(|(_, run, node)| (run, node));
+        let mut encoder = self.device.encoder("resolve timestamps");
+        for (first, count) in contiguous(&pairs) {
+            let bytes = u64::from(count) * 16;
+            let resolve = self.device.serialized(|| {
+                self.device.wgpu().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                })
+            });
+            let readback = self.device.readback_buffer("timestamps", bytes);
+            encoder.resolve_query_set(&ring.queries, 2 * first..2 * (first + count), &resolve, 0);
+            encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
+            let batch: Vec<(Arc<RunState>, usize)> =
+                kernels.by_ref().take(count as usize).collect();
+            let (inbox, buffer) = (self.inbox.clone(), readback.clone());
+            encoder.map_buffer_on_submit(&readback, wgpu::MapMode::Read, .., move |r| {
+                inbox.push(Completion::Timestamps {
+                    kernels: batch,
+                    buffer,
+                    result: r,
+                });
+            });
+            self.inbox.outstanding.fetch_add(1, Ordering::AcqRel);
+        }
+        self.device.submit(encoder);
     }
 
     fn drain_completions(&mut self) {
         for c in self.inbox.take() {
+            // Timestamp batches belong to the device, not to one run's slot.
             let run = match &c {
-                Completion::Mapped { run, .. }
-                | Completion::WorkDone { run, .. }
-                | Completion::Timestamps { run, .. } => run.clone(),
+                Completion::Mapped { run, .. } | Completion::WorkDone { run, .. } => {
+                    Some(run.clone())
+                }
+                Completion::Timestamps { .. } => None,
             };
-            if let Err(e) = self.complete(c) {
-                run.fail(e);
-            }
+            let outcome = self.complete(c);
             self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
-            run.callbacks.fetch_sub(1, Ordering::AcqRel);
-            run.release_if_idle();
+            if let Some(run) = run {
+                if let Err(e) = outcome {
+                    run.fail(e);
+                }
+                run.callbacks.fetch_sub(1, Ordering::AcqRel);
+                run.release_if_idle();
+            }
             self.shared.wake.notify_all();
         }
     }
@@ -469,22 +553,26 @@ impl Worker {
                 run.role_done(node);
             }
             Completion::Timestamps {
-                run,
-                node,
+                kernels,
                 buffer,
                 result,
             } => {
                 result.map_err(|e| self.gpu_error(e))?;
-                let bytes = self.device.take_mapped(&buffer, 16)?;
-                let ticks: [u64; 2] = bytemuck::pod_read_unaligned(&bytes);
-                if let Some(clock) = &self.clock {
+                let bytes = self
+                    .device
+                    .take_mapped(&buffer, kernels.len() as u64 * 16)?;
+                let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+                let Some(clock) = &self.clock else {
+                    return Ok(());
+                };
+                for ((run, node), t) in kernels.iter().zip(ticks.chunks_exact(2)) {
                     let (start, end) = (
-                        clock.host_ns(&run.tracer, ticks[0]),
-                        clock.host_ns(&run.tracer, ticks[1]),
+                        clock.host_ns(&run.tracer, t[0]),
+                        clock.host_ns(&run.tracer, t[1]),
                     );
-                    let name = &run.exec.program().nodes()[node].name;
+                    let name = &run.exec.program().nodes()[*node].name;
                     run.tracer.record(
-                        run.event_meta(EventMeta::kernel(self.device.id()), node)
+                        run.event_meta(EventMeta::kernel(self.device.id()), *node)
                             .clock(Clock::Gpu),
                         || name.clone(),
                         start,
