@@ -45,6 +45,9 @@ pub struct Options {
     pub discover: bool,
     /// Start the live workload as soon as devices are found.
     pub autostart_live: bool,
+    /// Devices made from each adapter (`--virtual-devices`); `None`: `GANGWAY_VIRTUAL_DEVICES`,
+    /// else 1.
+    pub virtual_devices: Option<usize>,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
         Self {
             discover: true,
             autostart_live: true,
+            virtual_devices: None,
         }
     }
 }
@@ -70,7 +74,7 @@ pub struct ViewerApp {
 impl ViewerApp {
     pub fn new(options: Options, ctx: Option<egui::Context>) -> Self {
         let hub = if options.discover {
-            DeviceHub::discover_in_background(ctx)
+            DeviceHub::discover_with(ctx, options.virtual_devices)
         } else {
             DeviceHub::disabled("device discovery is off (--no-devices)")
         };
@@ -101,10 +105,12 @@ impl ViewerApp {
         if self.options.autostart_live && self.live.runner.is_none() && self.live.error.is_none() {
             self.live.start(&self.hub, Some(ui.ctx().clone()));
         }
-        // The comparison measures dispatch: keep the live workload off the devices meanwhile.
+        // The comparison measures dispatch and the lab's run measures its bubble: keep the live
+        // workload off the devices meanwhile.
+        self.lab.poll();
         if let Some(r) = &self.live.runner {
             r.hold.store(
-                self.compare.is_running(),
+                self.compare.is_running() || self.lab.is_running(),
                 std::sync::atomic::Ordering::Relaxed,
             );
         }
@@ -131,7 +137,7 @@ impl ViewerApp {
         });
         egui::CentralPanel::default_margins().show(ui, |ui| match self.tab {
             Tab::BubbleLab => {
-                egui::ScrollArea::vertical().show(ui, |ui| self.lab.ui(ui));
+                egui::ScrollArea::vertical().show(ui, |ui| self.lab.ui(ui, &self.hub));
             }
             Tab::Live => self.live.ui(ui, &self.hub),
             Tab::Devices => devices_panel::ui(ui, &self.hub, &self.live),

@@ -1,13 +1,21 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the simulated timeline, the
 //! bubble against the textbook formula, peak activations, and a step-by-step walk through the
-//! schedule saying what each stage waits for.
+//! schedule saying what each stage waits for. "Run on devices" trains one MLP step with the same
+//! schedule on the first `p` devices (in the background) and shows the measured timeline under
+//! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
+//! times) and the textbook's.
+
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use egui::{Button, RichText, Slider, Ui};
+use gangway::Device;
+use gangway::bench::pipeline::{PipelineResult, run_case};
 use gangway::pipeline::{
     Costs, OpKind, Schedule, ScheduleKind, Simulation, bubble_formula, simulate, validate,
 };
-use gangway::trace::Lane;
+use gangway::trace::{Lane, Tracer};
 
+use crate::live::{DeviceHub, Discovery};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
 /// One cost unit of the sliders, in simulated nanoseconds.
@@ -51,6 +59,106 @@ impl LabParams {
     }
 }
 
+/// The shape a run on devices is for (costs come from the devices, not the sliders).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunShape {
+    pub kind: ScheduleKind,
+    pub stages: usize,
+    pub microbatches: usize,
+    /// Effective chunks: `v` for interleaved, 1 for the rest.
+    pub chunks: usize,
+}
+
+impl RunShape {
+    pub fn of(p: &LabParams) -> Self {
+        Self {
+            kind: p.kind,
+            stages: p.stages,
+            microbatches: p.microbatches,
+            chunks: p.effective_chunks(),
+        }
+    }
+
+    /// E.g. "1F1B, p = 2, m = 4" (", v = 2" for interleaved).
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{}, p = {}, m = {}",
+            label(self.kind),
+            self.stages,
+            self.microbatches
+        );
+        if self.kind == ScheduleKind::Interleaved {
+            s.push_str(&format!(", v = {}", self.chunks));
+        }
+        s
+    }
+}
+
+/// One pipelined training step measured on devices.
+#[derive(Debug)]
+pub struct DeviceRun {
+    pub result: PipelineResult,
+    /// Mean measured op and transfer times (what the simulation was fed).
+    pub measured: Costs,
+    /// Every event of the run, one device per stage, shifted to start at 0.
+    pub data: TimelineData,
+    pub timeline: TimelineState,
+}
+
+/// Runs `shape` on the first `shape.stages` of `devices` and checks it against a single-device
+/// step (blocking: call it off the UI thread).
+pub fn run_on_devices(devices: &[Device], shape: RunShape) -> Result<DeviceRun, String> {
+    let (result, report) = run_case(
+        devices,
+        shape.kind,
+        shape.stages,
+        shape.microbatches,
+        shape.chunks,
+        &Tracer::off(),
+    )
+    .map_err(|e| e.to_string())?;
+    // Start at 0, as the simulated timeline does, so the two read on the same axis.
+    let t0 = report.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
+    let mut data = TimelineData::from_events(report.events.into_iter().map(|mut e| {
+        e.start_ns = e.start_ns.saturating_sub(t0);
+        e.end_ns = e.end_ns.saturating_sub(t0);
+        e
+    }));
+    data.device_prefix = Some("stage".into());
+    data.device_names = report.device_names.into_iter().collect();
+    Ok(DeviceRun {
+        result,
+        measured: report.measured,
+        data,
+        timeline: TimelineState::default(),
+    })
+}
+
+/// Why "Run on devices" cannot run `stages` stages with what discovery found, if it cannot.
+pub fn run_blocker(stages: usize, discovery: &Discovery) -> Option<String> {
+    match discovery {
+        Discovery::Pending => Some("looking for adapters...".into()),
+        Discovery::Unavailable(why) => Some(format!("real runs are off: {why}")),
+        Discovery::Found(devices) => {
+            (devices.len() < stages).then(|| needs_devices(stages, devices))
+        }
+    }
+}
+
+/// "needs p devices, n found", with the `--virtual-devices` that would make enough.
+fn needs_devices(stages: usize, devices: &[Device]) -> String {
+    let mut adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
+    adapters.sort_unstable();
+    adapters.dedup();
+    let per_adapter = stages.div_ceil(adapters.len().max(1));
+    format!(
+        "needs {stages} devices (one per stage), {} found: start the viewer with \
+         --virtual-devices {per_adapter} (or GANGWAY_VIRTUAL_DEVICES={per_adapter}) to split \
+         each adapter into {per_adapter} devices, or lower p",
+        devices.len()
+    )
+}
+
 /// The result of one simulation, kept until the inputs change.
 #[derive(Debug, Clone)]
 pub struct LabResult {
@@ -70,6 +178,10 @@ pub struct BubbleLab {
     pub timeline: TimelineState,
     /// How many ops of `Simulation::order` have started (0 = before the first).
     pub step: usize,
+    /// The run on devices in progress, and what it is for.
+    pending: Option<(RunShape, Receiver<Result<DeviceRun, String>>)>,
+    /// The last run on devices, with the shape it ran (not necessarily the controls' now).
+    pub measured: Option<(RunShape, Result<DeviceRun, String>)>,
 }
 
 impl Default for BubbleLab {
@@ -80,6 +192,8 @@ impl Default for BubbleLab {
             result: Err(String::new()),
             timeline: TimelineState::default(),
             step: 0,
+            pending: None,
+            measured: None,
         };
         lab.recompute();
         lab
@@ -198,18 +312,74 @@ impl BubbleLab {
             .collect()
     }
 
-    pub fn ui(&mut self, ui: &mut Ui) {
+    pub fn is_running(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Starts a run of the current shape on `devices` on a background thread.
+    pub fn start_run(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
+        let shape = RunShape::of(&self.params);
+        let (tx, rx) = channel();
+        let spawned = std::thread::Builder::new()
+            .name("gangway-pipeline".into())
+            .spawn(move || {
+                let _ = tx.send(run_on_devices(&devices, shape));
+                if let Some(ctx) = ctx {
+                    ctx.request_repaint();
+                }
+            });
+        match spawned {
+            Ok(_) => self.pending = Some((shape, rx)),
+            Err(e) => {
+                self.measured = Some((shape, Err(format!("cannot start the run: {e}"))));
+            }
+        }
+    }
+
+    /// Picks up a finished run; true when one arrived.
+    pub fn poll(&mut self) -> bool {
+        let Some((shape, rx)) = &self.pending else {
+            return false;
+        };
+        let result = match rx.try_recv() {
+            Ok(r) => r,
+            Err(TryRecvError::Empty) => return false,
+            Err(TryRecvError::Disconnected) => Err("the run stopped without a result".to_string()),
+        };
+        self.measured = Some((*shape, result));
+        self.pending = None;
+        true
+    }
+
+    pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {
+        self.poll();
         ui.horizontal_wrapped(|ui| {
             ui.label("schedule:");
             for kind in ScheduleKind::ALL {
                 ui.selectable_value(&mut self.params.kind, kind, label(kind));
             }
             ui.separator();
-            ui.add_enabled(false, Button::new("Run on devices"))
-                .on_disabled_hover_text(
-                    "Coming when pipelined execution on devices lands: the lab runs on the \
-                     cost-model simulator for now",
-                );
+            let discovery = hub.get();
+            let blocker = if self.is_running() {
+                Some("a run is in progress".to_string())
+            } else if let Err(e) = &self.result {
+                Some(format!("this shape does not make a schedule: {e}"))
+            } else {
+                run_blocker(self.params.stages, &discovery)
+            };
+            let button = ui.add_enabled(blocker.is_none(), Button::new("Run on devices"));
+            let button = match &blocker {
+                Some(why) => button.on_disabled_hover_text(why),
+                None => button.on_hover_text(
+                    "train one MLP step with this schedule on the first p devices and measure it",
+                ),
+            };
+            if button.clicked()
+                && blocker.is_none()
+                && let Discovery::Found(devices) = discovery
+            {
+                self.start_run(devices, Some(ui.ctx().clone()));
+            }
         });
         ui.horizontal_wrapped(|ui| {
             ui.add(Slider::new(&mut self.params.stages, 1..=16).text("stages p"));
@@ -226,7 +396,12 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.weight_grad, 0..=10).text("W"));
         });
         self.recompute();
+        self.simulated_ui(ui);
+        self.measured_ui(ui);
+    }
 
+    /// The simulation of the controls' shape: bubble, formula, step walk-through, timeline.
+    fn simulated_ui(&mut self, ui: &mut Ui) {
         let r = match &self.result {
             Ok(r) => r,
             Err(e) => {
@@ -313,5 +488,82 @@ impl BubbleLab {
         ui.separator();
         timeline::legend(ui);
         timeline::timeline(ui, "bubble-lab", &r.data, &mut self.timeline);
+    }
+
+    /// The last run on devices, labelled with the shape it ran.
+    fn measured_ui(&mut self, ui: &mut Ui) {
+        if self.pending.is_none() && self.measured.is_none() {
+            return;
+        }
+        ui.separator();
+        ui.heading("Measured on devices");
+        if let Some((shape, _)) = &self.pending {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!("running {} on devices…", shape.describe()));
+            });
+            ui.ctx()
+                .request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        let current = RunShape::of(&self.params);
+        let Some((shape, result)) = &mut self.measured else {
+            return;
+        };
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(format!("run: {}", shape.describe())).strong());
+            if *shape != current {
+                ui.colored_label(
+                    ui.visuals().warn_fg_color,
+                    "(the controls have changed since: this is not the schedule above; run \
+                     again to measure it)",
+                );
+            }
+        });
+        let run = match result {
+            Ok(run) => run,
+            Err(e) => {
+                ui.colored_label(ui.visuals().error_fg_color, format!("run failed: {e}"));
+                return;
+            }
+        };
+        let r = &run.result;
+        ui.horizontal_wrapped(|ui| {
+            ui.label(
+                RichText::new(format!(
+                    "bubble (measured): {:.1}%",
+                    r.bubble_measured * 100.0
+                ))
+                .strong(),
+            );
+            ui.separator();
+            ui.label(format!(
+                "bubble (simulated from measured op times): {:.1}%",
+                r.bubble_simulated * 100.0
+            ));
+            ui.separator();
+            ui.label(format!(
+                "textbook formula: {:.1}%",
+                r.bubble_textbook * 100.0
+            ));
+        });
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("step time {}", format_ns(r.step_ms * 1e6)));
+            ui.separator();
+            ui.label(format!("{:.0} samples/s", r.samples_per_s));
+            ui.separator();
+            ui.label(format!(
+                "max weight error vs single-device step: {:.2e}",
+                r.max_weight_error
+            ));
+        });
+        let c = &run.measured;
+        ui.weak(format!(
+            "measured per op: F {}, B {}, W {}, transfer {}",
+            format_ns(c.forward_ns as f64),
+            format_ns(c.backward_ns as f64),
+            format_ns(c.weight_grad_ns as f64),
+            format_ns(c.latency_ns as f64)
+        ));
+        timeline::timeline(ui, "bubble-lab-measured", &run.data, &mut run.timeline);
     }
 }

@@ -3,12 +3,12 @@
 //! idle between kernels; parallel dispatch encodes everything up front.
 
 use std::sync::mpsc::{Receiver, channel};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use egui::Ui;
 use gangway::Device;
 use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
-use gangway::trace::Tracer;
+use gangway::trace::{EventKind, Tracer};
 
 use crate::live::{DeviceHub, chain, run_chain};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
@@ -45,12 +45,15 @@ fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
         },
     )
     .map_err(|e| e.to_string())?;
+    let kernels_per_run = devices.len().clamp(1, 4);
     // One untraced-in-effect warm-up, then the measured runs.
     run_chain(&runtime, &exec, mode, 1).map_err(|e| e.to_string())?;
+    wait_for_kernels(&tracer, kernels_per_run);
     drop(tracer.take_events());
     let t0 = Instant::now();
     run_chain(&runtime, &exec, mode, RUNS).map_err(|e| e.to_string())?;
     let wall_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    wait_for_kernels(&tracer, RUNS * kernels_per_run);
     let mut data = TimelineData::from_events(tracer.take_events());
     data.device_names = devices
         .iter()
@@ -62,6 +65,22 @@ fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
         wall_ns,
         state: TimelineState::default(),
     })
+}
+
+/// Waits (at most 5 s) until `tracer` holds `kernels` kernel events: GPU-timestamped kernels
+/// reach the tracer in batches, up to ~100 ms after their run finished.
+fn wait_for_kernels(tracer: &Tracer, kernels: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tracer
+        .events()
+        .iter()
+        .filter(|e| e.kind == EventKind::Kernel)
+        .count()
+        < kernels
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Both modes, one after the other, on `devices`.

@@ -1,7 +1,8 @@
 //! `gangway-viewer`: an egui desktop app for gangway. It reads only the library's public API
 //! and its event stream.
 //!
-//! - [`bubble_lab`]: pipeline schedules on the cost-model simulator (works without any GPU);
+//! - [`bubble_lab`]: pipeline schedules on the cost-model simulator (works without any GPU), and
+//!   the same schedule run for real on the devices, measured beside the simulation;
 //! - [`live_view`] + [`live`]: the chain program running in the background on the real devices,
 //!   its trace events streamed onto a [`timeline`];
 //! - [`devices_panel`]: adapters, virtual splits, utilization (busy time / sliding window);

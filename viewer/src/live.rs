@@ -34,6 +34,12 @@ pub struct DeviceHub {
 impl DeviceHub {
     /// Starts discovery (honouring `WGPU_BACKEND` and `GANGWAY_VIRTUAL_DEVICES`).
     pub fn discover_in_background(ctx: Option<egui::Context>) -> Self {
+        Self::discover_with(ctx, None)
+    }
+
+    /// Like [`Self::discover_in_background`], with `virtual_devices` per adapter (when set)
+    /// overriding `GANGWAY_VIRTUAL_DEVICES`.
+    pub fn discover_with(ctx: Option<egui::Context>, virtual_devices: Option<usize>) -> Self {
         let state = Arc::new(Mutex::new(Discovery::Pending));
         let hub = Self {
             state: state.clone(),
@@ -42,6 +48,12 @@ impl DeviceHub {
             .name("gangway-discover".into())
             .spawn(move || {
                 let found = DiscoveryOptions::from_env()
+                    .map(|mut o| {
+                        if let Some(n) = virtual_devices {
+                            o.virtual_devices = n.max(1);
+                        }
+                        o
+                    })
                     .and_then(|o| discover(&o))
                     .map_or_else(|e| Discovery::Unavailable(e.to_string()), Discovery::Found);
                 *state.lock().unwrap_or_else(PoisonError::into_inner) = found;

@@ -1,24 +1,34 @@
-//! `gangway-viewer [--no-devices] [--no-live] [FILE.json]`: the desktop viewer.
+//! `gangway-viewer [--no-devices] [--no-live] [--virtual-devices N] [FILE.json]`: the desktop
+//! viewer.
 
 use gangway_viewer::{Options, Tab, ViewerApp};
 
 fn main() -> anyhow::Result<()> {
     let mut options = Options::default();
     let mut file = None;
-    for arg in std::env::args().skip(1) {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--no-devices" => options.discover = false,
             "--no-live" => options.autostart_live = false,
+            "--virtual-devices" => {
+                options.virtual_devices = Some(virtual_devices(args.next().as_deref())?);
+            }
             "-h" | "--help" => {
                 println!(
-                    "gangway-viewer [--no-devices] [--no-live] [FILE.json]\n\n  \
-                     --no-devices  simulator only: do not look for adapters\n  \
-                     --no-live     do not start the background workload\n  \
-                     FILE.json     a Chrome trace or gangway bench --json file to open"
+                    "gangway-viewer [--no-devices] [--no-live] [--virtual-devices N] [FILE.json]\n\n  \
+                     --no-devices         simulator only: do not look for adapters\n  \
+                     --no-live            do not start the background workload\n  \
+                     --virtual-devices N  make N devices of each adapter (default: \
+                     GANGWAY_VIRTUAL_DEVICES, else 1)\n  \
+                     FILE.json            a Chrome trace or gangway bench --json file to open"
                 );
                 return Ok(());
             }
-            other => file = Some(other.to_string()),
+            other => match other.strip_prefix("--virtual-devices=") {
+                Some(n) => options.virtual_devices = Some(virtual_devices(Some(n))?),
+                None => file = Some(other.to_string()),
+            },
         }
     }
     let native = eframe::NativeOptions {
@@ -41,4 +51,16 @@ fn main() -> anyhow::Result<()> {
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
+}
+
+/// The value of `--virtual-devices`: a whole number of at least 1.
+fn virtual_devices(arg: Option<&str>) -> anyhow::Result<usize> {
+    arg.and_then(|n| n.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--virtual-devices needs a whole number of at least 1, got {}",
+                arg.unwrap_or("nothing")
+            )
+        })
 }

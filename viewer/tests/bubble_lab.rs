@@ -40,7 +40,7 @@ fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
     h.get_by_label("peak activations per stage: 4, 3, 2, 1");
     let sim = &h.state().lab.result.as_ref().unwrap().sim;
     assert!((sim.bubble_fraction - bubble_formula(ScheduleKind::OneFOneB, 4, 8, 1)).abs() < 1e-12);
-    // The run-on-devices button exists and is disabled until pipelined execution lands.
+    // The run-on-devices button exists, disabled without devices (tests/run_on_devices.rs).
     assert!(
         h.get_by_label("Run on devices")
             .accesskit_node()

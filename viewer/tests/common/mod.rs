@@ -11,6 +11,7 @@ pub fn app() -> ViewerApp {
         Options {
             discover: false,
             autostart_live: false,
+            virtual_devices: None,
         },
         None,
     )

@@ -1,0 +1,206 @@
+#![allow(clippy::unwrap_used)]
+//! The bubble lab's "Run on devices": one pipelined MLP step on real (virtual) devices, driven
+//! through the UI. Skipped with a message when fewer than 2 devices exist (fails instead under
+//! `GANGWAY_REQUIRE_ADAPTER=1`).
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT, Queryable};
+use gangway::pipeline::ScheduleKind;
+use gangway::trace::Lane;
+use gangway_viewer::live::Discovery;
+use gangway_viewer::{Options, ViewerApp};
+
+/// The app with device discovery (2 devices per adapter) and, if `live`, the live workload.
+fn device_harness(test: &str, live: bool) -> Option<Harness<'static, ViewerApp>> {
+    let app = ViewerApp::new(
+        Options {
+            discover: true,
+            autostart_live: live,
+            virtual_devices: Some(2),
+        },
+        None,
+    );
+    // Real trace names contain glyphs the test font lacks ("→").
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1800.0])
+        .allow_missing_glyphs()
+        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.step();
+    let found = h.state().hub.devices().map_or(0, |d| d.len());
+    if found < 2 {
+        assert!(
+            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+            "{test}: {found} devices, and GANGWAY_REQUIRE_ADAPTER=1"
+        );
+        eprintln!("{test}: skipped, needs 2 devices, found {found}");
+        return None;
+    }
+    Some(h)
+}
+
+/// Sets a slider by its label. `run_ok`, not `run`: the live workload keeps asking for frames.
+fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
+    h.get_by_role_and_label(Role::Slider, label)
+        .set_value_accesskit(v);
+    h.run_ok();
+}
+
+/// The whole text of the one label containing `part` (a label's text is its AccessKit value).
+fn label_of(h: &Harness<'_, ViewerApp>, part: &str) -> String {
+    let node = h.get_by_label_contains(part);
+    let node = node.accesskit_node();
+    node.value().or_else(|| node.label()).unwrap_or_default()
+}
+
+#[test]
+fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
+    let test = "one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation";
+    let Some(mut h) = device_harness(test, true) else {
+        return;
+    };
+    h.get_by_label("1F1B").click();
+    h.run_ok();
+    set_slider(&mut h, "stages p", 2.0);
+    set_slider(&mut h, "microbatches m", 2.0);
+    let p = h.state().lab.params;
+    assert_eq!(
+        (p.kind, p.stages, p.microbatches),
+        (ScheduleKind::OneFOneB, 2, 2)
+    );
+    let button = h.get_by_label("Run on devices");
+    assert!(!button.accesskit_node().is_disabled());
+    button.click();
+    h.step();
+    h.step();
+
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(180);
+    let mut saw_hold = false;
+    while h.state().lab.is_running() && Instant::now() < deadline {
+        // The live workload stays off the devices while the run measures them.
+        if let Some(r) = &h.state().live.runner {
+            saw_hold |= r.hold.load(Ordering::Relaxed);
+        }
+        h.get_by_label_contains("running 1F1B, p = 2, m = 2 on devices");
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(!h.state().lab.is_running(), "no result within 180 s");
+    eprintln!("{test}: run took {:.1} s", t0.elapsed().as_secs_f64());
+    h.step();
+    if h.state().live.runner.is_some() {
+        assert!(saw_hold, "the live workload was not held during the run");
+        let r = h.state().live.runner.as_ref().unwrap();
+        assert!(!r.hold.load(Ordering::Relaxed), "still held after the run");
+    }
+
+    h.get_by_label("run: 1F1B, p = 2, m = 2");
+    let measured = label_of(&h, "bubble (measured): ");
+    let simulated = label_of(&h, "bubble (simulated from measured op times): ");
+    h.get_by_label("textbook formula: 33.3%"); // (2 - 1) / (2 + 2 - 1)
+    h.get_by_label_contains("step time ");
+    for l in [&measured, &simulated] {
+        let pct: f64 = l
+            .rsplit(": ")
+            .next()
+            .and_then(|v| v.strip_suffix('%'))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((0.0..=100.0).contains(&pct), "{l}");
+    }
+    let err_label = label_of(&h, "max weight error vs single-device step: ");
+    let err: f32 = err_label.rsplit(": ").next().unwrap().parse().unwrap();
+    assert!(err < 1e-4, "{err_label}");
+    let run = h.state().lab.measured.as_ref().unwrap().1.as_ref().unwrap();
+    assert_eq!(
+        err_label,
+        format!(
+            "max weight error vs single-device step: {:.2e}",
+            run.result.max_weight_error
+        )
+    );
+    // The measured timeline: a compute track per stage, with F and B kernels on each.
+    let compute: Vec<usize> = run
+        .data
+        .tracks()
+        .iter()
+        .filter(|t| t.lane == Lane::Compute)
+        .map(|t| t.device)
+        .collect();
+    assert_eq!(compute, [0, 1]);
+    for t in run.data.tracks().iter().filter(|t| t.lane == Lane::Compute) {
+        let names: Vec<&str> = t.events().iter().map(|e| e.name.as_str()).collect();
+        assert!(
+            names.contains(&"F") && names.contains(&"B"),
+            "stage {}: {names:?}",
+            t.device
+        );
+    }
+    assert_eq!(run.data.device_prefix.as_deref(), Some("stage"));
+
+    // Changing the controls keeps the result, labelled as not matching them.
+    set_slider(&mut h, "microbatches m", 4.0);
+    h.get_by_label("run: 1F1B, p = 2, m = 2");
+    h.get_by_label_contains("the controls have changed since");
+    set_slider(&mut h, "microbatches m", 2.0);
+    assert!(
+        h.query_by_label_contains("the controls have changed since")
+            .is_none()
+    );
+}
+
+#[test]
+fn run_on_devices_is_disabled_with_fewer_devices_than_stages() {
+    let test = "run_on_devices_is_disabled_with_fewer_devices_than_stages";
+    let Some(mut h) = device_harness(test, false) else {
+        return;
+    };
+    let n = h.state().hub.devices().unwrap().len();
+    if n >= 16 {
+        eprintln!("{test}: skipped, {n} devices cover every p the slider allows");
+        return;
+    }
+    set_slider(&mut h, "stages p", (n + 1) as f64);
+    assert_eq!(h.state().lab.params.stages, n + 1);
+    let button = h.get_by_label("Run on devices");
+    assert!(button.accesskit_node().is_disabled());
+    button.hover();
+    for _ in 0..6 {
+        h.step();
+    }
+    h.get_by_label_contains(&format!(
+        "needs {} devices (one per stage), {n} found",
+        n + 1
+    ));
+    h.get_by_label_contains("GANGWAY_VIRTUAL_DEVICES=");
+    // Back to p = n: enabled.
+    set_slider(&mut h, "stages p", n as f64);
+    assert!(
+        !h.get_by_label("Run on devices")
+            .accesskit_node()
+            .is_disabled()
+    );
+}
+
+#[test]
+fn without_devices_the_button_is_disabled_and_says_why() {
+    let mut h = common::harness([1200.0, 900.0]);
+    let button = h.get_by_label("Run on devices");
+    assert!(button.accesskit_node().is_disabled());
+    button.hover();
+    for _ in 0..6 {
+        h.step();
+    }
+    h.get_by_label_contains("real runs are off: device discovery is off");
+}
