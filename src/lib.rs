@@ -12,6 +12,7 @@ pub mod device;
 mod error;
 pub mod kernels;
 mod mesh;
+pub mod moe;
 pub mod moe_layer;
 pub mod pipeline;
 pub mod program;

@@ -4,6 +4,7 @@
 pub mod autotune;
 pub mod copy_blocks;
 pub mod elementwise;
+pub mod lm_train;
 pub mod matmul;
 pub mod mlp;
 pub mod moe_dispatch;
@@ -67,6 +68,12 @@ pub const MLP: Shader = Shader {
     dtypes: F32_ONLY,
 };
 
+pub const LM_TRAIN: Shader = Shader {
+    name: "lm_train",
+    source: include_str!("../../shaders/lm_train.wgsl"),
+    dtypes: F32_ONLY,
+};
+
 /// Every shader gangway ships, for validation and translation tests.
 pub const ALL_SHADERS: &[Shader] = &[
     MATMUL_NAIVE,
@@ -77,6 +84,7 @@ pub const ALL_SHADERS: &[Shader] = &[
     COPY_BLOCKS,
     ELEMENTWISE,
     MLP,
+    LM_TRAIN,
 ];
 
 /// One kernel launch whose pipeline, parameters and bind group were made ahead of time, so that

@@ -1,0 +1,318 @@
+//! The plain-Rust reference of the model (see [`super`]): forward with every activation kept, and
+//! backward to a gradient for every parameter. Built only from the kernel references (matmul,
+//! router, dispatch/combine, relu, add and [`crate::kernels::lm_train`]), so each step of a GPU
+//! trainer can be compared with the step here that mirrors it.
+
+use super::params::{EMBED, W_IN};
+use super::{MoeLmConfig, MoeLmParams, VOCAB};
+use crate::kernels::elementwise::{self, ElementwiseOp};
+use crate::kernels::lm_train as lt;
+use crate::kernels::matmul::{self, MatmulShape};
+use crate::kernels::mlp::{accumulate_reference, relu_backward_reference};
+use crate::kernels::moe_dispatch::{reference_combine, reference_dispatch};
+use crate::kernels::router::{self, ReferenceRouting, load_balancing_loss};
+use crate::{DType, Error, Result};
+
+/// The loss and its parts, summed over blocks (f64: sums of f32 terms).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossParts {
+    /// `mean_t CE(logits[t], y[t])`.
+    pub cross_entropy: f64,
+    /// `Σ_l aux_alpha · E · Σ_i f_i · P_i`.
+    pub aux: f64,
+    /// `Σ_l z_loss · mean_t logsumexp(r[t])²`.
+    pub z: f64,
+    pub total: f64,
+}
+
+/// What one block's router did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingStats {
+    pub capacity: usize,
+    /// Kept (token, choice) pairs per expert.
+    pub tokens_per_expert: Vec<usize>,
+    /// Dropped choices over all `T · K` choices.
+    pub dropped_fraction: f64,
+    /// This block's load-balancing loss.
+    pub aux_loss: f32,
+    /// This block's z-loss.
+    pub z_loss: f32,
+}
+
+/// One block's activations (row-major, `T` tokens).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockCache {
+    /// `h0`, the block input `[T, d]`.
+    pub input: Vec<f32>,
+    /// `u = relu(h0 · W_d)` `[T, d]`.
+    pub dense: Vec<f32>,
+    /// `h1 = h0 + u` `[T, d]`: the router's and experts' input.
+    pub mid: Vec<f32>,
+    /// `r = h1 · W_r` `[T, E]`.
+    pub router_logits: Vec<f32>,
+    /// `logsumexp(r[t])` `[T]`.
+    pub lse: Vec<f32>,
+    /// Probabilities, routes, capacity and stats, as the router reference computes them.
+    pub routing: ReferenceRouting,
+    /// `dispatch(h1)` `[E·capacity, d]`.
+    pub slots: Vec<f32>,
+    /// `relu(slots · W1[e])` `[E·capacity, d_ff]`.
+    pub expert_hidden: Vec<f32>,
+    /// `expert_hidden · W2[e]` `[E·capacity, d]`.
+    pub expert_out: Vec<f32>,
+    /// `h2 = h1 + combine(expert_out)` `[T, d]`.
+    pub output: Vec<f32>,
+}
+
+/// Everything the forward computed; [`backward`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forward {
+    pub tokens: usize,
+    pub loss: LossParts,
+    pub stats: Vec<RoutingStats>,
+    /// `x` `[T, C·d_e]`.
+    pub embedded: Vec<f32>,
+    /// `relu(x · W_in)` `[T, d]`.
+    pub stem: Vec<f32>,
+    pub blocks: Vec<BlockCache>,
+    /// `[T, V]`.
+    pub logits: Vec<f32>,
+    /// Per-example cross-entropy `[T]`.
+    pub row_loss: Vec<f32>,
+    /// `(softmax − onehot) / T` `[T, V]`.
+    pub d_logits: Vec<f32>,
+}
+
+/// `op(A) · op(B)`, `[m, n]`, by the matmul reference.
+fn mm(a: &[f32], b: &[f32], [m, n, k]: [usize; 3], trans_a: bool, trans_b: bool) -> Vec<f32> {
+    let shape = MatmulShape {
+        trans_a,
+        trans_b,
+        ..MatmulShape::plain(m, n, k, DType::F32)
+    };
+    matmul::reference(a, b, &[0, m as u32], &shape)
+}
+
+/// Per-expert `A_e · op(B[e])` over `experts` row blocks of `rows` rows: the grouped matmul.
+fn grouped(
+    a: &[f32],
+    b: &[f32],
+    experts: usize,
+    rows: usize,
+    [n, k]: [usize; 2],
+    trans_b: bool,
+) -> Vec<f32> {
+    let offsets: Vec<u32> = (0..=experts).map(|e| (e * rows) as u32).collect();
+    let shape = MatmulShape {
+        groups: experts,
+        max_group_rows: rows,
+        trans_b,
+        ..MatmulShape::plain(experts * rows, n, k, DType::F32)
+    };
+    matmul::reference(a, b, &offsets, &shape)
+}
+
+fn relu(x: &[f32]) -> Vec<f32> {
+    elementwise::reference(ElementwiseOp::Relu, x, None)
+}
+
+fn add(x: &[f32], z: &[f32]) -> Vec<f32> {
+    elementwise::reference(ElementwiseOp::Add, x, Some(z))
+}
+
+/// Checks the batch against the config: `contexts` `[T, C]`, `targets` `[T]`, `T ≥ 1`.
+fn check_batch(config: &MoeLmConfig, contexts: &[u32], targets: &[u32]) -> Result<usize> {
+    let t = targets.len();
+    if t == 0 || contexts.len() != t * config.context {
+        return Err(Error::ShapeMismatch {
+            what: "moe lm batch",
+            expected: format!("T >= 1 targets and T × {} context bytes", config.context),
+            got: format!("{t} targets, {} context bytes", contexts.len()),
+        });
+    }
+    Ok(t)
+}
+
+/// Runs the model on a batch (`contexts` `[T, C]` byte ids, `targets` `[T]`).
+pub fn forward(params: &MoeLmParams, contexts: &[u32], targets: &[u32]) -> Result<Forward> {
+    params.check()?;
+    let cfg = params.config;
+    let t = check_batch(&cfg, contexts, targets)?;
+    let (c, de, d, ff, e) = (cfg.context, cfg.embed, cfg.model, cfg.hidden, cfg.experts);
+    let router_cfg = cfg.router();
+
+    let embedded = lt::embed_gather_reference(contexts, params.get(EMBED), de)?;
+    let stem = relu(&mm(
+        &embedded,
+        params.get(W_IN),
+        [t, d, c * de],
+        false,
+        false,
+    ));
+    let mut h = stem.clone();
+    let mut blocks = Vec::with_capacity(cfg.blocks);
+    let mut stats = Vec::with_capacity(cfg.blocks);
+    let (mut aux_total, mut z_total) = (0.0f64, 0.0f64);
+    for l in 0..cfg.blocks {
+        let ix = cfg.block_index(l);
+        let input = std::mem::take(&mut h);
+        let dense = relu(&mm(&input, params.get(ix.dense), [t, d, d], false, false));
+        let mid = add(&input, &dense);
+        let router_logits = mm(&mid, params.get(ix.router), [t, e, d], false, false);
+        let routing = router::reference(&router_logits, t, router_cfg)?;
+        let cap = routing.capacity;
+        let lse = lt::row_logsumexp_reference(&router_logits, e);
+        let slots = reference_dispatch(&mid, &routing.routes, cfg.top_k, e, cap, d);
+        let expert_hidden = relu(&grouped(&slots, params.get(ix.w1), e, cap, [ff, d], false));
+        let expert_out = grouped(&expert_hidden, params.get(ix.w2), e, cap, [d, ff], false);
+        let combined = reference_combine(&expert_out, &routing.routes, t, cfg.top_k, cap, d);
+        let output = add(&mid, &combined);
+
+        let aux_loss = load_balancing_loss(&routing.stats, cfg.aux_alpha);
+        let z = f64::from(cfg.z_loss) * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
+            / t as f64;
+        aux_total += f64::from(aux_loss);
+        z_total += z;
+        stats.push(RoutingStats {
+            capacity: cap,
+            tokens_per_expert: routing.stats.iter().map(|s| s.kept as usize).collect(),
+            dropped_fraction: routing.dropped() as f64 / (t * cfg.top_k) as f64,
+            aux_loss,
+            z_loss: z as f32,
+        });
+        h = output.clone();
+        blocks.push(BlockCache {
+            input,
+            dense,
+            mid,
+            router_logits,
+            lse,
+            routing,
+            slots,
+            expert_hidden,
+            expert_out,
+            output,
+        });
+    }
+    let logits = mm(
+        &h,
+        params.get(cfg.w_out_index()),
+        [t, VOCAB, d],
+        false,
+        false,
+    );
+    let (row_loss, d_logits) = lt::cross_entropy_reference(&logits, targets, VOCAB)?;
+    let cross_entropy = row_loss.iter().map(|&v| f64::from(v)).sum::<f64>() / t as f64;
+    Ok(Forward {
+        tokens: t,
+        loss: LossParts {
+            cross_entropy,
+            aux: aux_total,
+            z: z_total,
+            total: cross_entropy + aux_total + z_total,
+        },
+        stats,
+        embedded,
+        stem,
+        blocks,
+        logits,
+        row_loss,
+        d_logits,
+    })
+}
+
+/// The gradient of `forward.loss.total` with respect to every parameter, in parameter order.
+pub fn backward(params: &MoeLmParams, contexts: &[u32], forward: &Forward) -> Result<MoeLmParams> {
+    params.check()?;
+    let cfg = params.config;
+    let t = forward.tokens;
+    if contexts.len() != t * cfg.context || forward.blocks.len() != cfg.blocks {
+        return Err(Error::InvalidArgument {
+            what: "moe lm backward",
+            reason: "the forward does not belong to this batch and config".into(),
+        });
+    }
+    let (c, de, d, ff, e, k) = (
+        cfg.context,
+        cfg.embed,
+        cfg.model,
+        cfg.hidden,
+        cfg.experts,
+        cfg.top_k,
+    );
+    let mut grads = MoeLmParams::zeros(cfg)?;
+
+    let last = forward.blocks.last().map_or(&forward.stem, |b| &b.output);
+    let w_out = cfg.w_out_index();
+    grads.tensors[w_out] = mm(last, &forward.d_logits, [d, VOCAB, t], true, false);
+    let mut dh = mm(
+        &forward.d_logits,
+        params.get(w_out),
+        [t, d, VOCAB],
+        false,
+        true,
+    );
+
+    for (l, b) in forward.blocks.iter().enumerate().rev() {
+        let ix = cfg.block_index(l);
+        let cap = b.routing.capacity;
+        let routes = &b.routing.routes;
+        // MoE: h2 = h1 + combine(o).
+        let mut d_mid = dh.clone();
+        let d_gate = lt::gate_grad_reference(&dh, &b.expert_out, routes, k, cap, d);
+        let d_out = lt::combine_backward_slots_reference(&dh, routes, k, e, cap, d);
+        let offsets: Vec<u32> = (0..=e).map(|g| (g * cap) as u32).collect();
+        grads.tensors[ix.w2] =
+            lt::expert_weight_grad_reference(&b.expert_hidden, &d_out, &offsets, ff, d);
+        let d_hidden = relu_backward_reference(
+            &grouped(&d_out, params.get(ix.w2), e, cap, [ff, d], true),
+            &b.expert_hidden,
+        );
+        grads.tensors[ix.w1] =
+            lt::expert_weight_grad_reference(&b.slots, &d_hidden, &offsets, d, ff);
+        let d_slots = grouped(&d_hidden, params.get(ix.w1), e, cap, [d, ff], true);
+        accumulate_reference(
+            &mut d_mid,
+            &lt::dispatch_backward_reference(&d_slots, routes, t, k, cap, d),
+        );
+        // Router: gates, aux loss and z-loss back to r = h1 · W_r.
+        let d_r = lt::router_backward_reference(
+            &b.router_logits,
+            routes,
+            &b.routing.stats,
+            &d_gate,
+            cfg.router(),
+            cfg.router_loss(),
+        );
+        grads.tensors[ix.router] = mm(&b.mid, &d_r, [d, e, t], true, false);
+        accumulate_reference(
+            &mut d_mid,
+            &mm(&d_r, params.get(ix.router), [t, d, e], false, true),
+        );
+        // Dense: h1 = h0 + relu(h0 · W_d).
+        let d_pre = relu_backward_reference(&d_mid, &b.dense);
+        grads.tensors[ix.dense] = mm(&b.input, &d_pre, [d, d, t], true, false);
+        accumulate_reference(
+            &mut d_mid,
+            &mm(&d_pre, params.get(ix.dense), [t, d, d], false, true),
+        );
+        dh = d_mid;
+    }
+
+    let d_pre = relu_backward_reference(&dh, &forward.stem);
+    grads.tensors[W_IN] = mm(&forward.embedded, &d_pre, [c * de, d, t], true, false);
+    let d_x = mm(&d_pre, params.get(W_IN), [t, c * de, d], false, true);
+    grads.tensors[EMBED] = lt::embed_grad_reference(contexts, &d_x, VOCAB, de)?;
+    Ok(grads)
+}
+
+/// Forward and backward: `(forward, gradients)`.
+pub fn loss_and_grads(
+    params: &MoeLmParams,
+    contexts: &[u32],
+    targets: &[u32],
+) -> Result<(Forward, MoeLmParams)> {
+    let fwd = forward(params, contexts, targets)?;
+    let grads = backward(params, contexts, &fwd)?;
+    Ok((fwd, grads))
+}

@@ -1,0 +1,325 @@
+//! The MoE language-model training kernels (`shaders/lm_train.wgsl`) against their plain-Rust
+//! references on every adapter, at sizes that are not multiples of the 256-thread workgroup, and
+//! their typed errors on bad input.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_close, devices};
+use gangway::kernels::lm_train::{self as lt, AdamConfig, RouterLoss};
+use gangway::kernels::router::{self, RouterConfig, route};
+use gangway::{DType, Device, Error, Rng, Tensor};
+
+fn up(device: &Device, shape: &[usize], data: &[f32]) -> Tensor {
+    Tensor::from_f32(device, shape, DType::F32, data).unwrap()
+}
+
+fn ids(rng: &mut Rng, n: usize, bound: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(bound) as u32).collect()
+}
+
+#[test]
+fn embedding_gather_and_grad_match_the_reference() {
+    for device in devices() {
+        for (t, c, e) in [(1, 1, 1), (37, 3, 5), (130, 4, 7)] {
+            let mut rng = Rng::new((t * c * e) as u64);
+            let ctx = ids(&mut rng, t * c, 256);
+            let table = rng.vec(256 * e);
+            let ctx_t = Tensor::from_u32(device, &[t, c], &ctx).unwrap();
+            let x = lt::embed_gather(&ctx_t, &up(device, &[256, e], &table)).unwrap();
+            assert_eq!(x.shape(), &[t, c * e]);
+            let want = lt::embed_gather_reference(&ctx, &table, e).unwrap();
+            assert_close("embed_gather", &x.to_f32().unwrap(), &want, 0.0);
+
+            let dx = rng.vec(t * c * e);
+            let got = lt::embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), 256).unwrap();
+            let want = lt::embed_grad_reference(&ctx, &dx, 256, e).unwrap();
+            assert_close("embed_grad", &got.to_f32().unwrap(), &want, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_and_logsumexp_match_the_reference() {
+    for device in devices() {
+        for (t, v) in [(1, 256), (37, 256), (300, 256), (9, 3)] {
+            let mut rng = Rng::new(t as u64);
+            // Large logits: the stable form must not overflow.
+            let logits: Vec<f32> = rng.vec(t * v).iter().map(|x| x * 40.0).collect();
+            let targets = ids(&mut rng, t, v);
+            let got = lt::cross_entropy(
+                &up(device, &[t, v], &logits),
+                &Tensor::from_u32(device, &[t], &targets).unwrap(),
+            )
+            .unwrap();
+            let (loss, grad) = lt::cross_entropy_reference(&logits, &targets, v).unwrap();
+            assert_close("ce loss", &got.loss.to_f32().unwrap(), &loss, 1e-5);
+            assert_close("ce grad", &got.d_logits.to_f32().unwrap(), &grad, 1e-6);
+            assert!(loss.iter().all(|l| l.is_finite() && *l >= 0.0));
+
+            let lse = lt::row_logsumexp(&up(device, &[t, v], &logits)).unwrap();
+            let want = lt::row_logsumexp_reference(&logits, v);
+            assert_close("logsumexp", &lse.to_f32().unwrap(), &want, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_ignores_rows_whose_target_is_out_of_range() {
+    for device in devices() {
+        let logits = up(device, &[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+        let targets = Tensor::from_u32(device, &[2], &[1, 3]).unwrap();
+        let got = lt::cross_entropy(&logits, &targets).unwrap();
+        let loss = got.loss.to_f32().unwrap();
+        assert!(loss[0] > 0.0 && loss[1] == 0.0);
+        assert_eq!(&got.d_logits.to_f32().unwrap()[3..], &[0.0; 3]);
+    }
+    assert!(lt::cross_entropy_reference(&[0.0; 3], &[3], 3).is_err());
+}
+
+/// Routes random logits with the reference router, then checks every routing-driven kernel.
+fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usize, gpu: bool) {
+    let label = format!("{cfg:?} T={tokens} d={d} on {}", device.label());
+    let mut rng = Rng::new(tokens as u64 * 31 + d as u64);
+    let logits: Vec<f32> = rng
+        .vec(tokens * cfg.experts)
+        .iter()
+        .map(|x| x * 3.0)
+        .collect();
+    let want = router::reference(&logits, tokens, cfg).unwrap();
+    let logits_t = up(device, &[tokens, cfg.experts], &logits);
+    let routing = if gpu {
+        route(&logits_t, cfg).unwrap()
+    } else {
+        lt::upload_routing(device, &want, tokens, cfg).unwrap()
+    };
+    let cap = want.capacity;
+    let rows = cfg.experts * cap;
+    let dy = rng.vec(tokens * d);
+    let slots = rng.vec(rows * d);
+    let dy_t = up(device, &[tokens, d], &dy);
+
+    let d_gate = lt::gate_grad(&dy_t, &up(device, &[rows, d], &slots), &routing).unwrap();
+    let want_gate = lt::gate_grad_reference(&dy, &slots, &want.routes, cfg.k, cap, d);
+    assert_close(
+        &format!("gate_grad {label}"),
+        &d_gate.to_f32().unwrap(),
+        &want_gate,
+        1e-5,
+    );
+
+    let d_slots = lt::combine_backward_slots(&dy_t, &routing).unwrap();
+    let want_slots =
+        lt::combine_backward_slots_reference(&dy, &want.routes, cfg.k, cfg.experts, cap, d);
+    assert_close(
+        &format!("combine_backward_slots {label}"),
+        &d_slots.to_f32().unwrap(),
+        &want_slots,
+        1e-6,
+    );
+
+    let d_x = lt::dispatch_backward(&up(device, &[rows, d], &slots), &routing).unwrap();
+    let want_x = lt::dispatch_backward_reference(&slots, &want.routes, tokens, cfg.k, cap, d);
+    assert_close(
+        &format!("dispatch_backward {label}"),
+        &d_x.to_f32().unwrap(),
+        &want_x,
+        1e-5,
+    );
+
+    let loss = RouterLoss {
+        alpha: 0.3,
+        z_loss: 0.05,
+    };
+    let d_r = lt::router_backward(&logits_t, &d_gate, &routing, loss).unwrap();
+    let want_r =
+        lt::router_backward_reference(&logits, &want.routes, &want.stats, &want_gate, cfg, loss);
+    assert_close(
+        &format!("router_backward {label}"),
+        &d_r.to_f32().unwrap(),
+        &want_r,
+        1e-5,
+    );
+}
+
+#[test]
+fn moe_backward_kernels_match_the_reference() {
+    for device in devices() {
+        eprintln!("lm_train kernels on {}", device.label());
+        for (tokens, experts, k, factor, normalize, d) in [
+            (1, 2, 1, 1.0, true, 1),
+            (45, 5, 1, 1.0, true, 19),
+            (45, 5, 2, 1.0, true, 19),
+            (45, 5, 2, 1.5, false, 7),
+            (300, 7, 2, 0.75, true, 3),
+        ] {
+            let cfg = RouterConfig {
+                experts,
+                k,
+                capacity_factor: factor,
+                normalize_gates: normalize,
+            };
+            check_moe_backward(device, tokens, cfg, d, false);
+        }
+        // The real router's buffers (routes and stats) bind as well as uploaded ones.
+        let cfg = RouterConfig {
+            experts: 4,
+            k: 2,
+            capacity_factor: 1.0,
+            normalize_gates: true,
+        };
+        check_moe_backward(device, 77, cfg, 11, true);
+    }
+}
+
+#[test]
+fn expert_weight_grad_matches_the_reference() {
+    for device in devices() {
+        // Equal slot blocks, and uneven all-to-all groups with an empty one and unused tail rows.
+        let cases: [(&[u32], usize, usize, usize); 4] = [
+            (&[0, 1], 1, 1, 1),
+            (&[0, 7, 14, 21], 21, 5, 9),
+            (&[0, 40, 40, 97, 130], 140, 17, 20),
+            (&[0, 3], 300, 2, 3),
+        ];
+        for (offsets, rows, inner, n) in cases {
+            let mut rng = Rng::new((rows * inner * n) as u64);
+            let a = rng.vec(rows * inner);
+            let b = rng.vec(rows * n);
+            let got = lt::expert_weight_grad(
+                &up(device, &[rows, inner], &a),
+                &up(device, &[rows, n], &b),
+                offsets,
+            )
+            .unwrap();
+            assert_eq!(got.shape(), &[offsets.len() - 1, inner, n]);
+            let want = lt::expert_weight_grad_reference(&a, &b, offsets, inner, n);
+            assert_close("expert_weight_grad", &got.to_f32().unwrap(), &want, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn adam_matches_the_reference_over_several_steps() {
+    for device in devices() {
+        for len in [1usize, 257, 1000] {
+            let mut rng = Rng::new(len as u64);
+            let mut p = rng.vec(len);
+            let (mut m, mut v) = (vec![0.0; len], vec![0.0; len]);
+            let (pt, mt, vt) = (
+                up(device, &[len], &p),
+                up(device, &[len], &m),
+                up(device, &[len], &v),
+            );
+            let cfg = AdamConfig::new(0.01);
+            for step in 1..=3 {
+                let g = rng.vec(len);
+                lt::adam(&pt, &mt, &vt, &up(device, &[len], &g), cfg, step).unwrap();
+                lt::adam_reference(&mut p, &mut m, &mut v, &g, cfg, step).unwrap();
+            }
+            assert_close("adam param", &pt.to_f32().unwrap(), &p, 1e-5);
+            assert_close("adam m", &mt.to_f32().unwrap(), &m, 1e-6);
+            assert_close("adam v", &vt.to_f32().unwrap(), &v, 1e-6);
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let Some(device) = devices().first() else {
+        return;
+    };
+    let f = |shape: &[usize]| Tensor::zeros(device, shape, DType::F32).unwrap();
+    let u = |shape: &[usize]| Tensor::zeros(device, shape, DType::U32).unwrap();
+    let shape_err = |r: gangway::Result<Tensor>| matches!(r, Err(Error::ShapeMismatch { .. }));
+    let dtype_err = |r: gangway::Result<Tensor>| matches!(r, Err(Error::DTypeMismatch { .. }));
+
+    assert!(dtype_err(lt::embed_gather(&f(&[4, 2]), &f(&[256, 3]))));
+    assert!(shape_err(lt::embed_gather(&u(&[8]), &f(&[256, 3]))));
+    assert!(matches!(
+        lt::embed_grad(&u(&[4, 2]), &f(&[4, 5]), 256),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(shape_err(lt::embed_grad(&u(&[3, 2]), &f(&[4, 6]), 256)));
+    assert!(dtype_err(
+        lt::cross_entropy(&f(&[3, 5]), &f(&[3])).map(|c| c.loss)
+    ));
+    assert!(shape_err(
+        lt::cross_entropy(&f(&[3, 5]), &u(&[4])).map(|c| c.loss)
+    ));
+    assert!(shape_err(lt::row_logsumexp(&f(&[6]))));
+    for offsets in [&[0, 4, 8][..], &[0, 5, 3], &[0], &[]] {
+        assert!(matches!(
+            lt::expert_weight_grad(&f(&[7, 2]), &f(&[7, 3]), offsets),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    assert!(shape_err(lt::expert_weight_grad(
+        &f(&[6, 2]),
+        &f(&[5, 3]),
+        &[0, 3, 6]
+    )));
+
+    let cfg = RouterConfig {
+        experts: 3,
+        k: 2,
+        capacity_factor: 1.0,
+        normalize_gates: true,
+    };
+    let logits = f(&[5, 3]);
+    let routing = route(&logits, cfg).unwrap();
+    assert!(shape_err(lt::gate_grad(&f(&[5, 4]), &f(&[6, 5]), &routing)));
+    assert!(shape_err(lt::gate_grad(&f(&[4, 4]), &f(&[6, 4]), &routing)));
+    assert!(shape_err(lt::combine_backward_slots(&f(&[6, 4]), &routing)));
+    assert!(shape_err(lt::dispatch_backward(&f(&[5, 4]), &routing)));
+    assert!(shape_err(lt::router_backward(
+        &f(&[5, 4]),
+        &f(&[5, 2]),
+        &routing,
+        RouterLoss {
+            alpha: 0.01,
+            z_loss: 0.0
+        }
+    )));
+    assert!(matches!(
+        lt::router_backward(
+            &logits,
+            &f(&[5, 2]),
+            &routing,
+            RouterLoss {
+                alpha: f32::NAN,
+                z_loss: 0.0
+            }
+        ),
+        Err(Error::InvalidArgument { .. })
+    ));
+
+    let (p, m, v, g) = (f(&[4]), f(&[4]), f(&[4]), f(&[4]));
+    let adam = AdamConfig::new(0.1);
+    let invalid = |r: gangway::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    assert!(invalid(lt::adam(&p, &m, &v, &g, adam, 0)));
+    assert!(invalid(lt::adam(&p, &m, &m.clone(), &g, adam, 1)));
+    assert!(invalid(lt::adam(
+        &p,
+        &m,
+        &v,
+        &g,
+        AdamConfig::new(f32::INFINITY),
+        1
+    )));
+    assert!(matches!(
+        lt::adam(&p, &m, &v, &f(&[5]), adam, 1),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    if let Some(other) = devices().get(1) {
+        let g2 = Tensor::zeros(other, &[4], DType::F32).unwrap();
+        assert!(matches!(
+            lt::adam(&p, &m, &v, &g2, adam, 1),
+            Err(Error::DeviceMismatch { .. })
+        ));
+    }
+
+    assert!(lt::embed_gather_reference(&[256], &[0.0; 256 * 2], 2).is_err());
+    assert!(lt::embed_grad_reference(&[1], &[0.0; 3], 256, 2).is_err());
+    assert!(lt::adam_reference(&mut [0.0], &mut [0.0], &mut [0.0], &[0.0, 1.0], adam, 1).is_err());
+}
