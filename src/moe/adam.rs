@@ -2,7 +2,7 @@
 //! parameter tensor, with the moments kept as [`MoeLmParams`] of the same shapes.
 
 use super::MoeLmParams;
-use super::reference::{Forward, loss_and_grads};
+use super::reference::{Forward, GroupedForward, loss_and_grads, loss_and_grads_grouped};
 use crate::Result;
 use crate::kernels::lm_train::{AdamConfig, adam_reference};
 
@@ -59,6 +59,19 @@ impl Adam {
         targets: &[u32],
     ) -> Result<Forward> {
         let (fwd, grads) = loss_and_grads(params, contexts, targets)?;
+        self.update(params, &grads)?;
+        Ok(fwd)
+    }
+
+    /// [`Self::train_step`] with the batch routed in `groups` groups.
+    pub fn train_step_grouped(
+        &mut self,
+        params: &mut MoeLmParams,
+        contexts: &[u32],
+        targets: &[u32],
+        groups: usize,
+    ) -> Result<GroupedForward> {
+        let (fwd, grads) = loss_and_grads_grouped(params, contexts, targets, groups)?;
         self.update(params, &grads)?;
         Ok(fwd)
     }

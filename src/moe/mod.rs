@@ -28,18 +28,30 @@
 //! There are no biases. Experts see their tokens in the dispatch layout `[E × capacity, d]`
 //! (slot `e·capacity + position`); unfilled slots are zero rows and stay zero through the experts.
 //!
+//! **Routing groups** (GShard): a batch may be routed as `G` consecutive groups of `T / G` tokens,
+//! each on its own (capacity `RouterConfig::capacity(T / G)`, its own `f_i`, `P_i`, aux and z);
+//! the loss is then `mean_t CE + mean_g Σ_l aux_{g,l} + mean_g Σ_l z_{g,l}`. `G = 1` is the model
+//! above ([`forward`]); [`forward_grouped`] / [`backward_grouped`] take `G`. Groups make a
+//! data-parallel run on `D` devices (group per device) the same math as one device.
+//!
 //! Parameters, their order, names and initialisation are in [`params`]; the reference in
-//! [`reference`]; Adam in [`adam`].
+//! [`mod@reference`]; Adam in [`adam`]; the GPU trainer (expert- and data-parallel over devices) in
+//! [`train`].
 
 pub mod adam;
 pub mod params;
 pub mod reference;
 #[cfg(test)]
 mod tests;
+pub mod train;
 
 pub use adam::Adam;
 pub use params::{MoeLmParams, ParamSpec};
-pub use reference::{BlockCache, Forward, LossParts, RoutingStats, backward, forward};
+pub use reference::{
+    BlockCache, Forward, GroupedForward, LossParts, RoutingStats, backward, backward_grouped,
+    forward, forward_grouped, loss_and_grads, loss_and_grads_grouped,
+};
+pub use train::{GpuTrainer, StepStats};
 
 use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::router::RouterConfig;

@@ -28,9 +28,12 @@ pub struct LossParts {
 /// What one block's router did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoutingStats {
+    /// Capacity of each expert (per routing group).
     pub capacity: usize,
     /// Kept (token, choice) pairs per expert.
     pub tokens_per_expert: Vec<usize>,
+    /// Dropped (token, choice) pairs.
+    pub dropped: usize,
     /// Dropped choices over all `T · K` choices.
     pub dropped_fraction: f64,
     /// This block's load-balancing loss.
@@ -176,6 +179,7 @@ pub fn forward(params: &MoeLmParams, contexts: &[u32], targets: &[u32]) -> Resul
         stats.push(RoutingStats {
             capacity: cap,
             tokens_per_expert: routing.stats.iter().map(|s| s.kept as usize).collect(),
+            dropped: routing.dropped(),
             dropped_fraction: routing.dropped() as f64 / (t * cfg.top_k) as f64,
             aux_loss,
             z_loss: z as f32,
@@ -314,5 +318,138 @@ pub fn loss_and_grads(
 ) -> Result<(Forward, MoeLmParams)> {
     let fwd = forward(params, contexts, targets)?;
     let grads = backward(params, contexts, &fwd)?;
+    Ok((fwd, grads))
+}
+
+/// A forward over `G` routing groups (GShard): the batch's `T` tokens are `G` consecutive groups
+/// of `T / G`, each routed on its own (capacity `RouterConfig::capacity(T / G)`). Every other part
+/// of the model is per token, so each group is an independent [`forward`] of its sub-batch; the
+/// loss is `mean_t CE + mean_g Σ_l aux_{g,l} + mean_g Σ_l z_{g,l}` (CE is the mean over all `T`
+/// because the groups are equally large). `G = 1` is exactly [`forward`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupedForward {
+    /// One [`forward`] per group, in token order.
+    pub groups: Vec<Forward>,
+    /// The loss of the whole batch (means over groups).
+    pub loss: LossParts,
+    /// Per block, over all groups: capacity per group, kept pairs per expert and dropped pairs
+    /// summed, `dropped_fraction` over all `T · K` choices, aux and z losses averaged.
+    pub stats: Vec<RoutingStats>,
+}
+
+/// Checks `groups` against a batch of `tokens`; returns the group size.
+pub fn group_size(tokens: usize, groups: usize) -> Result<usize> {
+    if groups == 0 || tokens == 0 || !tokens.is_multiple_of(groups) {
+        return Err(Error::InvalidArgument {
+            what: "moe lm routing groups",
+            reason: format!("{tokens} tokens cannot be split into {groups} equal routing groups"),
+        });
+    }
+    Ok(tokens / groups)
+}
+
+/// Runs the model on a batch routed in `groups` groups (see [`GroupedForward`]).
+pub fn forward_grouped(
+    params: &MoeLmParams,
+    contexts: &[u32],
+    targets: &[u32],
+    groups: usize,
+) -> Result<GroupedForward> {
+    params.check()?;
+    let cfg = params.config;
+    let t = check_batch(&cfg, contexts, targets)?;
+    let tg = group_size(t, groups)?;
+    let c = cfg.context;
+    let fwds = (0..groups)
+        .map(|g| {
+            forward(
+                params,
+                &contexts[g * tg * c..(g + 1) * tg * c],
+                &targets[g * tg..(g + 1) * tg],
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let n = groups as f64;
+    let mean = |f: &dyn Fn(&Forward) -> f64| fwds.iter().map(f).sum::<f64>() / n;
+    let cross_entropy = mean(&|f| f.loss.cross_entropy);
+    let aux = mean(&|f| f.loss.aux);
+    let z = mean(&|f| f.loss.z);
+    let stats = (0..cfg.blocks)
+        .map(|l| {
+            let per: Vec<&RoutingStats> = fwds.iter().map(|f| &f.stats[l]).collect();
+            let dropped = per.iter().map(|s| s.dropped).sum::<usize>();
+            RoutingStats {
+                capacity: per[0].capacity,
+                tokens_per_expert: (0..cfg.experts)
+                    .map(|e| per.iter().map(|s| s.tokens_per_expert[e]).sum())
+                    .collect(),
+                dropped,
+                dropped_fraction: dropped as f64 / (t * cfg.top_k) as f64,
+                aux_loss: (per.iter().map(|s| f64::from(s.aux_loss)).sum::<f64>() / n) as f32,
+                z_loss: (per.iter().map(|s| f64::from(s.z_loss)).sum::<f64>() / n) as f32,
+            }
+        })
+        .collect();
+    Ok(GroupedForward {
+        groups: fwds,
+        loss: LossParts {
+            cross_entropy,
+            aux,
+            z,
+            total: cross_entropy + aux + z,
+        },
+        stats,
+    })
+}
+
+/// The gradient of `forward.loss.total`: `(1/G) Σ_g` of each group's [`backward`], summed in
+/// group order, then scaled by `1/G` in f32 (the order and rounding the GPU trainer uses).
+pub fn backward_grouped(
+    params: &MoeLmParams,
+    contexts: &[u32],
+    forward: &GroupedForward,
+) -> Result<MoeLmParams> {
+    let cfg = params.config;
+    let groups = forward.groups.len();
+    let t: usize = forward.groups.iter().map(|f| f.tokens).sum();
+    let tg = group_size(t, groups)?;
+    if contexts.len() != t * cfg.context {
+        return Err(Error::InvalidArgument {
+            what: "moe lm backward",
+            reason: "the forward does not belong to this batch and config".into(),
+        });
+    }
+    let c = cfg.context;
+    let mut total = MoeLmParams::zeros(cfg)?;
+    for (g, f) in forward.groups.iter().enumerate() {
+        if f.tokens != tg {
+            return Err(Error::InvalidArgument {
+                what: "moe lm backward",
+                reason: "routing groups of different sizes".into(),
+            });
+        }
+        let grads = backward(params, &contexts[g * tg * c..(g + 1) * tg * c], f)?;
+        for (acc, x) in total.tensors.iter_mut().zip(&grads.tensors) {
+            accumulate_reference(acc, x);
+        }
+    }
+    let scale = 1.0 / groups as f32;
+    if groups > 1 {
+        for v in total.tensors.iter_mut().flatten() {
+            *v *= scale;
+        }
+    }
+    Ok(total)
+}
+
+/// [`forward_grouped`] and [`backward_grouped`].
+pub fn loss_and_grads_grouped(
+    params: &MoeLmParams,
+    contexts: &[u32],
+    targets: &[u32],
+    groups: usize,
+) -> Result<(GroupedForward, MoeLmParams)> {
+    let fwd = forward_grouped(params, contexts, targets, groups)?;
+    let grads = backward_grouped(params, contexts, &fwd)?;
     Ok((fwd, grads))
 }

@@ -1,0 +1,358 @@
+//! The GPU trainer of the MoE language model against the plain-Rust reference: one device's
+//! gradients and steps, 4 devices (expert- and data-parallel) against 1 device with the same
+//! routing groups, capacity drops under forced imbalance, and bad inputs.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use gangway::kernels::lm_train::AdamConfig;
+use gangway::moe::{
+    Adam, GpuTrainer, MoeLmConfig, MoeLmParams, forward_grouped, loss_and_grads_grouped,
+};
+use gangway::trace::Tracer;
+use gangway::{Device, Rng};
+use std::time::Instant;
+
+fn config() -> MoeLmConfig {
+    MoeLmConfig {
+        context: 8,
+        embed: 8,
+        model: 32,
+        hidden: 32,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.25,
+        blocks: 2,
+        aux_alpha: 0.01,
+        z_loss: 0.001,
+        normalize_gates: true,
+        seed: 3,
+    }
+}
+
+const TEXT: &[u8] = b"the quick brown fox jumps over the lazy dog; a mixture of experts \
+learns which expert should read which byte, and the router learns to balance them. ";
+
+/// `tokens` windows of the text at random offsets: `(contexts, targets)`.
+fn batch(cfg: &MoeLmConfig, tokens: usize, rng: &mut Rng) -> (Vec<u32>, Vec<u32>) {
+    let (mut ctx, mut tgt) = (Vec::new(), Vec::new());
+    for _ in 0..tokens {
+        let at = rng.below(TEXT.len() - cfg.context - 1);
+        ctx.extend(TEXT[at..at + cfg.context].iter().map(|&b| u32::from(b)));
+        tgt.push(u32::from(TEXT[at + cfg.context]));
+    }
+    (ctx, tgt)
+}
+
+fn first_device() -> Option<Device> {
+    let d = common::devices().first().cloned();
+    if d.is_none() {
+        eprintln!("SKIPPING: no GPU adapter");
+    }
+    d
+}
+
+/// max |got − want| / max |want|.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-12);
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
+    f64::from(err / scale)
+}
+
+#[test]
+fn one_device_matches_the_reference() {
+    let Some(device) = first_device() else { return };
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let mut rng = Rng::new(1);
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let adam = AdamConfig::new(0.01);
+    let t0 = Instant::now();
+    for groups in [1, 2] {
+        let trainer =
+            GpuTrainer::with_groups(std::slice::from_ref(&device), &params, adam, groups).unwrap();
+        let (want_fwd, want) = loss_and_grads_grouped(&params, &ctx, &tgt, groups).unwrap();
+        let got = trainer.grads(&ctx, &tgt).unwrap();
+        for (spec, (g, w)) in cfg
+            .param_specs()
+            .iter()
+            .zip(got.tensors.iter().zip(&want.tensors))
+        {
+            let e = rel_err(g, w);
+            assert!(e < 1e-4, "G={groups} {}: relative error {e}", spec.name);
+        }
+        let ce = trainer.eval(&ctx, &tgt).unwrap();
+        assert!((ce - want_fwd.loss.cross_entropy).abs() < 1e-5 * want_fwd.loss.cross_entropy);
+    }
+
+    // Three Adam steps: the same losses, stats and parameters as the reference's.
+    let mut trainer = GpuTrainer::new(std::slice::from_ref(&device), &params, adam).unwrap();
+    let mut ref_params = params.clone();
+    let mut ref_adam = Adam::new(&params, adam).unwrap();
+    for step in 1..=3u32 {
+        let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+        let got = trainer.step(&ctx, &tgt).unwrap();
+        let want = ref_adam
+            .train_step_grouped(&mut ref_params, &ctx, &tgt, 1)
+            .unwrap();
+        assert_eq!(got.step, step);
+        let rel = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-12);
+        assert!(
+            rel(got.loss, want.loss.total) < 1e-5,
+            "{got:?} vs {:?}",
+            want.loss
+        );
+        assert!(rel(got.ce, want.loss.cross_entropy) < 1e-5);
+        assert!(rel(got.aux, want.loss.aux) < 1e-5);
+        assert!(rel(got.z, want.loss.z) < 1e-4);
+        assert_eq!(got.blocks.len(), cfg.blocks);
+        for (g, w) in got.blocks.iter().zip(&want.stats) {
+            assert_eq!(g.tokens_per_expert, w.tokens_per_expert);
+            assert_eq!((g.dropped, g.capacity), (w.dropped, w.capacity));
+        }
+    }
+    let got = trainer.params().unwrap();
+    for (spec, (g, w)) in cfg
+        .param_specs()
+        .iter()
+        .zip(got.tensors.iter().zip(&ref_params.tensors))
+    {
+        // Adam moves each value by about lr per step whatever the gradient's size: compare to lr.
+        let err = g
+            .iter()
+            .zip(w)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err < 0.05 * adam.lr,
+            "{}: max |Δ| {err} after 3 steps",
+            spec.name
+        );
+    }
+    eprintln!(
+        "one device vs reference: {:.2}s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn four_devices_follow_one_device_with_four_groups() {
+    let devices = common::virtual_devices();
+    if devices.len() < 4 {
+        eprintln!("SKIPPING: {} devices, need 4", devices.len());
+        return;
+    }
+    let mesh = &devices[..4];
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let mut one = GpuTrainer::with_groups(&mesh[..1], &params, adam, 4).unwrap();
+    let mut four = GpuTrainer::new(mesh, &params, adam).unwrap();
+    assert_eq!(four.groups(), 4);
+    let tracer = Tracer::new();
+    four.set_tracer(Some(tracer.clone()));
+    let mut rng = Rng::new(2);
+    let (mut t1, mut t4) = (0.0, 0.0);
+    let mut curve = Vec::new();
+    for _ in 0..20 {
+        let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+        let a = one.step(&ctx, &tgt).unwrap();
+        let b = four.step(&ctx, &tgt).unwrap();
+        t1 += a.seconds;
+        t4 += b.seconds;
+        let rel = (a.loss - b.loss).abs() / a.loss;
+        assert!(
+            rel < 1e-4,
+            "step {}: 1 device {} vs 4 devices {}",
+            a.step,
+            a.loss,
+            b.loss
+        );
+        assert_eq!(a.tokens_per_expert, b.tokens_per_expert, "step {}", a.step);
+        curve.push((a.loss, b.loss));
+    }
+    let worst = curve
+        .iter()
+        .map(|(a, b)| (a - b).abs() / a)
+        .fold(0.0f64, f64::max);
+    eprintln!("largest relative loss difference over 20 steps: {worst:.2e}");
+    for (i, (a, b)) in curve.iter().enumerate().step_by(4) {
+        eprintln!("step {:2}: 1 device {a:.6}  4 devices {b:.6}", i + 1);
+    }
+    eprintln!("20 steps: 1 device (4 groups) {t1:.2}s, 4 devices {t4:.2}s");
+    assert!(curve[19].0 < curve[0].0, "the loss should fall: {curve:?}");
+    let p1 = one.params().unwrap();
+    let p4 = four.params().unwrap();
+    for (spec, (a, b)) in cfg
+        .param_specs()
+        .iter()
+        .zip(p1.tensors.iter().zip(&p4.tensors))
+    {
+        let err = a
+            .iter()
+            .zip(b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err < 0.1 * adam.lr, "{}: max |Δ| {err}", spec.name);
+    }
+    // Phases and stats became events on every device.
+    let events = tracer.events();
+    for device in 0..4 {
+        for phase in [
+            "forward",
+            "backward",
+            "all-to-all forward",
+            "all-reduce",
+            "adam",
+        ] {
+            assert!(
+                events.iter().any(|e| e.device == device && e.name == phase),
+                "no {phase} event on device {device}"
+            );
+        }
+        let steps = events
+            .iter()
+            .filter(|e| e.device == device && e.name.starts_with("step "))
+            .count();
+        assert_eq!(steps, 20);
+    }
+}
+
+#[test]
+fn capacity_drops_match_the_reference_router() {
+    let Some(device) = first_device() else { return };
+    let cfg = MoeLmConfig {
+        capacity_factor: 1.0,
+        ..config()
+    };
+    let mut params = MoeLmParams::init(cfg).unwrap();
+    // Block 0's router sends nearly every token to expert 0 first (its input is non-negative).
+    let router = cfg.block_index(0).router;
+    for row in params.tensors[router].chunks_mut(cfg.experts) {
+        row[0] = 1.0;
+    }
+    let mut rng = Rng::new(4);
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let adam = AdamConfig::new(0.01);
+    let mut meshes: Vec<(Vec<Device>, usize)> = vec![(vec![device.clone()], 1), (vec![device], 4)];
+    let virt = common::virtual_devices();
+    if virt.len() >= 4 {
+        meshes.push((virt[..4].to_vec(), 4));
+    }
+    if virt.len() >= 2 {
+        meshes.push((virt[..2].to_vec(), 2));
+    }
+    for (mesh, groups) in meshes {
+        let want = forward_grouped(&params, &ctx, &tgt, groups).unwrap();
+        let mut trainer = GpuTrainer::with_groups(&mesh, &params, adam, groups).unwrap();
+        let got = trainer.step(&ctx, &tgt).unwrap();
+        let b0 = &got.blocks[0];
+        assert!(
+            b0.dropped >= 64 / 2,
+            "the imbalance should drop many choices: {b0:?}"
+        );
+        assert_eq!(b0.tokens_per_expert[0], b0.capacity * groups, "{b0:?}");
+        for (l, (g, w)) in got.blocks.iter().zip(&want.stats).enumerate() {
+            assert_eq!(g.dropped, w.dropped, "{} devices, block {l}", mesh.len());
+            assert_eq!(g.tokens_per_expert, w.tokens_per_expert, "block {l}");
+            assert_eq!(g.capacity, w.capacity);
+            assert!((g.dropped_fraction - w.dropped_fraction).abs() < 1e-12);
+        }
+        eprintln!(
+            "{} device(s), {groups} groups: dropped per block {:?}, block 0 tokens/expert {:?}",
+            mesh.len(),
+            got.blocks.iter().map(|b| b.dropped).collect::<Vec<_>>(),
+            b0.tokens_per_expert
+        );
+        let dropped: usize = want.stats.iter().map(|s| s.dropped).sum();
+        let frac = dropped as f64 / (64 * cfg.top_k * cfg.blocks) as f64;
+        assert!((got.dropped_fraction - frac).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let Some(device) = first_device() else { return };
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let one = std::slice::from_ref(&device);
+    // Experts not divisible by the devices, groups not by the devices, no devices, bad Adam.
+    let three = vec![device.clone(), device.clone(), device.clone()];
+    assert!(GpuTrainer::new(&three, &params, adam).is_err());
+    assert!(GpuTrainer::with_groups(&three[..2], &params, adam, 3).is_err());
+    assert!(GpuTrainer::with_groups(one, &params, adam, 0).is_err());
+    assert!(GpuTrainer::new(&[], &params, adam).is_err());
+    assert!(GpuTrainer::new(one, &params, AdamConfig::new(f32::NAN)).is_err());
+    let mut broken = params.clone();
+    broken.tensors[1].pop();
+    assert!(GpuTrainer::new(one, &broken, adam).is_err());
+
+    let mut trainer = GpuTrainer::with_groups(one, &params, adam, 4).unwrap();
+    let mut rng = Rng::new(5);
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let mut bad_ctx = ctx.clone();
+    bad_ctx[3] = 256;
+    let mut bad_tgt = tgt.clone();
+    bad_tgt[0] = 1000;
+    let cases: Vec<(&[u32], &[u32])> = vec![
+        (&bad_ctx, &tgt),
+        (&ctx, &bad_tgt),
+        (&ctx[..ctx.len() - 1], &tgt),
+        (&ctx[..62 * 8], &tgt[..62]), // 62 tokens are not 4 equal groups
+        (&[], &[]),
+    ];
+    for (c, t) in cases {
+        assert!(trainer.step(c, t).is_err());
+        assert!(trainer.eval(c, t).is_err());
+        assert!(trainer.grads(c, t).is_err());
+    }
+    // Nothing was applied: the first good step is step 1.
+    assert_eq!(trainer.steps(), 0);
+    assert_eq!(trainer.step(&ctx, &tgt).unwrap().step, 1);
+}
+
+#[test]
+fn eight_devices_follow_one_device_with_eight_groups() {
+    let mut opts = gangway::DiscoveryOptions::from_env().unwrap();
+    opts.virtual_devices = 4;
+    let devices = match gangway::discover(&opts) {
+        Ok(d) if d.len() >= 8 => d,
+        found => {
+            eprintln!(
+                "SKIPPING: need 8 (virtual) devices, found {:?}",
+                found.map(|d| d.len())
+            );
+            return;
+        }
+    };
+    let cfg = MoeLmConfig {
+        experts: 8,
+        top_k: 1,
+        ..config()
+    };
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let mut one = GpuTrainer::with_groups(&devices[..1], &params, adam, 8).unwrap();
+    let mut eight = GpuTrainer::new(&devices[..8], &params, adam).unwrap();
+    let mut rng = Rng::new(6);
+    for _ in 0..3 {
+        let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+        let a = one.step(&ctx, &tgt).unwrap();
+        let b = eight.step(&ctx, &tgt).unwrap();
+        assert!((a.loss - b.loss).abs() < 1e-4 * a.loss, "{a:?} vs {b:?}");
+        for (x, y) in a.blocks.iter().zip(&b.blocks) {
+            assert_eq!(x.tokens_per_expert, y.tokens_per_expert);
+            assert_eq!((x.dropped, x.capacity), (y.dropped, y.capacity));
+            assert!((x.aux_loss - y.aux_loss).abs() <= 1e-5 * x.aux_loss);
+        }
+    }
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let (ea, eb) = (
+        one.eval(&ctx, &tgt).unwrap(),
+        eight.eval(&ctx, &tgt).unwrap(),
+    );
+    assert!((ea - eb).abs() < 1e-4 * ea, "{ea} vs {eb}");
+}
