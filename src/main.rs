@@ -75,6 +75,73 @@ enum Command {
     Bench(BenchCommand),
     /// Pipeline-parallel schedules: ASCII timeline, bubble (theory vs simulated), peak activations.
     Pipeline(PipelineArgs),
+    /// Training.
+    #[command(subcommand)]
+    Train(TrainCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum TrainCommand {
+    /// A byte-level MoE language model, experts sharded over the devices (expert parallelism).
+    Moe(TrainMoeArgs),
+}
+
+#[derive(Args, Debug)]
+struct TrainMoeArgs {
+    #[arg(long, default_value_t = 8)]
+    experts: usize,
+    #[arg(long, default_value_t = 2)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.25)]
+    capacity_factor: f32,
+    /// Devices to use (the first N found; the experts are split over them).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    #[arg(long, default_value_t = 300)]
+    steps: u32,
+    /// Tokens per step over all devices.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f32,
+    /// Bytes of context per token.
+    #[arg(long, default_value_t = 16)]
+    context: usize,
+    #[arg(long, default_value_t = 16)]
+    embed: usize,
+    /// Width of the residual stream.
+    #[arg(long, default_value_t = 64)]
+    model: usize,
+    /// Hidden width of each expert.
+    #[arg(long, default_value_t = 128)]
+    hidden: usize,
+    #[arg(long, default_value_t = 1)]
+    blocks: usize,
+    /// Weight α of the load-balancing loss.
+    #[arg(long, default_value_t = 0.01)]
+    aux_alpha: f32,
+    /// Weight of the router z-loss.
+    #[arg(long, default_value_t = 0.0)]
+    z_loss: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Text files or directories to train on [default: the bundled corpora, all domains].
+    #[arg(long, num_args = 1..)]
+    corpus: Vec<PathBuf>,
+    /// Evaluate validation bits per byte every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    eval_every: u32,
+    /// Save a checkpoint here every --checkpoint-every steps and at the end.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    #[arg(long, default_value_t = 100)]
+    checkpoint_every: u32,
+    /// Continue from this checkpoint (its model sizes win over the flags).
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -213,6 +280,7 @@ fn main() -> Result<()> {
             bench_dispatch(&discover()?, args, &tracer)?
         }
         Command::Bench(BenchCommand::Pipeline(args)) => bench_pipeline(&discover()?, args)?,
+        Command::Train(TrainCommand::Moe(args)) => train_moe(&discover()?, args, &tracer)?,
         Command::Pipeline(args) => {
             let devices = if args.run { discover()? } else { Vec::new() };
             names = pipeline(args, &devices, &tracer)?;
@@ -256,6 +324,118 @@ fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer)
     print!("{}", db::table(&results));
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result<()> {
+    use gangway::data::Corpus;
+    use gangway::moe::training::{TrainOptions, train};
+    use gangway::moe::{MoeLmConfig, MoeLmParams};
+    if args.devices == 0 || args.devices > devices.len() {
+        bail!(
+            "--devices {} but {} devices were found (try --virtual-devices {})",
+            args.devices,
+            devices.len(),
+            args.devices.div_ceil(devices.len().max(1))
+        );
+    }
+    let devices = &devices[..args.devices];
+    let corpus = if args.corpus.is_empty() {
+        Corpus::bundled_all()?
+    } else {
+        Corpus::from_paths(&args.corpus)?
+    };
+    let start = match &args.resume {
+        Some(path) => MoeLmParams::load(path)?,
+        None => MoeLmParams::init(MoeLmConfig {
+            context: args.context,
+            embed: args.embed,
+            model: args.model,
+            hidden: args.hidden,
+            experts: args.experts,
+            top_k: args.top_k,
+            capacity_factor: args.capacity_factor,
+            blocks: args.blocks,
+            aux_alpha: args.aux_alpha,
+            z_loss: args.z_loss,
+            normalize_gates: true,
+            seed: args.seed,
+        })?,
+    };
+    let c = start.config;
+    eprintln!(
+        "MoE LM: {} parameters, {} experts (top-{}, capacity factor {}) over {} devices; {} KiB of text in {:?}",
+        start.count(),
+        c.experts,
+        c.top_k,
+        c.capacity_factor,
+        devices.len(),
+        corpus.len_bytes() >> 10,
+        corpus.domains()
+    );
+    let opts = TrainOptions {
+        steps: args.steps,
+        batch: args.batch,
+        lr: args.lr,
+        eval_every: args.eval_every,
+        checkpoint: args.checkpoint.clone(),
+        checkpoint_every: args.checkpoint_every,
+        data_seed: args.seed.wrapping_add(1),
+        ..TrainOptions::default()
+    };
+    let report = train(
+        devices,
+        &corpus,
+        &start,
+        &opts,
+        tracer.is_on().then(|| tracer.clone()),
+        |p| {
+            const WIDTH: usize = 30;
+            let done = (p.stats.step as usize * WIDTH) / p.steps.max(1) as usize;
+            let eval = p
+                .valid_bpb
+                .map(|b| format!("  valid {b:.3} bpb"))
+                .unwrap_or_default();
+            eprint!(
+                "\r[{}{}] {}/{}  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
+                "#".repeat(done),
+                "-".repeat(WIDTH - done),
+                p.stats.step,
+                p.steps,
+                p.stats.loss,
+                p.tokens_per_s,
+                p.stats.dropped_fraction * 100.0
+            );
+            if p.valid_bpb.is_some() {
+                eprintln!();
+            }
+        },
+    )?;
+    eprintln!();
+    let first = report.losses.first().copied().unwrap_or(f64::NAN);
+    let last = report.losses.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "{} steps, {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
+        report.steps, report.tokens, report.seconds, report.tokens_per_s, report.devices
+    );
+    println!("training cross-entropy: {first:.3} → {last:.3} nats");
+    println!(
+        "mean dropped fraction: {:.2}%",
+        report.mean_dropped_fraction * 100.0
+    );
+    println!(
+        "validation: {:.3} bits per byte; unigram byte model of the training data: {:.3} ({:+.3})",
+        report.valid_bpb,
+        report.unigram_bpb,
+        report.valid_bpb - report.unigram_bpb
+    );
+    if let Some(path) = &args.checkpoint {
+        println!("checkpoint: {}", path.display());
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -115,7 +115,9 @@ fn forced_imbalance_drops_exactly_what_the_reference_drops() {
     for device in devices() {
         for k in [1, 2] {
             let dropped = check_routing(device, &logits, tokens, config(experts, k, 1.0), 8);
-            let capacity = 75;
+            // Expert 0 keeps `capacity` of the 300 first choices (75 for top-1, 150 for top-2).
+            let capacity = config(experts, k, 1.0).capacity(tokens);
+            assert_eq!(capacity, 75 * k);
             assert!(dropped >= tokens - capacity, "k={k}: dropped {dropped}");
         }
     }
@@ -157,4 +159,5 @@ fn capacity_is_ceil_of_tokens_over_experts_times_factor() {
     assert_eq!(config(4, 1, 1.0).capacity(300), 75);
     assert_eq!(config(3, 1, 1.0).capacity(10), 4);
     assert_eq!(config(10, 1, 1.1).capacity(100), 11);
+    assert_eq!(config(8, 2, 1.25).capacity(100), 32); // k × 15.625
 }

@@ -17,7 +17,9 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
-    /// `ceil(tokens / experts × capacity_factor)`, the most tokens one expert takes.
+    /// `ceil(k × tokens / experts × capacity_factor)`, the most (token, choice) pairs one expert
+    /// takes. Each token makes k choices, so (as in GShard and fairseq) the capacity scales with
+    /// k: at factor 1.0 and perfect balance nothing is dropped, for top-1 and top-2 alike.
     pub fn capacity(&self, tokens: usize) -> usize {
         // Use the factor as the user wrote it (1.1, not f32's 1.10000002), so that
         // 100 tokens / 10 experts × 1.1 is 11 and not 12.
@@ -26,7 +28,7 @@ impl RouterConfig {
             .to_string()
             .parse()
             .unwrap_or(f64::from(self.capacity_factor));
-        let exact = tokens as f64 * factor / self.experts as f64;
+        let exact = (self.k * tokens) as f64 * factor / self.experts as f64;
         (exact - 1e-9).ceil().max(0.0) as usize
     }
 

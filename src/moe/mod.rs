@@ -44,6 +44,7 @@ pub mod reference;
 #[cfg(test)]
 mod tests;
 pub mod train;
+pub mod training;
 
 pub use adam::Adam;
 pub use params::{MoeLmParams, ParamSpec};

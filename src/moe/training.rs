@@ -1,0 +1,180 @@
+//! A training run of the MoE LM on a corpus: batches, steps on the GPU trainer, validation in
+//! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
+//! Branch-Train-Merge both train through [`train`].
+
+use super::train::{GpuTrainer, StepStats};
+use super::{MoeLmConfig, MoeLmParams};
+use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
+use crate::kernels::lm_train::AdamConfig;
+use crate::trace::Tracer;
+use crate::{Device, Error, Result};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What a run does besides the model's own sizes.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub steps: u32,
+    /// Tokens (windows) per step over all devices; a multiple of the device count.
+    pub batch: usize,
+    pub lr: f32,
+    /// Fraction of every document held out for validation.
+    pub valid_fraction: f64,
+    /// Validation windows scored at the end (and at each evaluation), spread evenly.
+    pub eval_windows: usize,
+    /// Evaluate every this many steps (0: only at the end).
+    pub eval_every: u32,
+    /// Save the parameters here every `checkpoint_every` steps and at the end.
+    pub checkpoint: Option<PathBuf>,
+    pub checkpoint_every: u32,
+    /// Seeds the batches (the model has its own seed in its config).
+    pub data_seed: u64,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        Self {
+            steps: 200,
+            batch: 128,
+            lr: 3e-3,
+            valid_fraction: 0.1,
+            eval_windows: 4096,
+            eval_every: 0,
+            checkpoint: None,
+            checkpoint_every: 100,
+            data_seed: 1,
+        }
+    }
+}
+
+/// Reported after every step.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub stats: StepStats,
+    pub steps: u32,
+    /// Tokens per second over the run so far.
+    pub tokens_per_s: f64,
+    /// Validation bits per byte, when this step evaluated.
+    pub valid_bpb: Option<f64>,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrainReport {
+    pub devices: usize,
+    pub steps: u32,
+    pub tokens: u64,
+    pub seconds: f64,
+    pub tokens_per_s: f64,
+    /// Cross-entropy (nats) of every step's batch.
+    pub losses: Vec<f64>,
+    pub mean_dropped_fraction: f64,
+    pub valid_bpb: f64,
+    /// A unigram byte model fit on the training split, scored on the same validation split.
+    pub unigram_bpb: f64,
+    pub parameters: usize,
+}
+
+/// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
+/// in batches of `batch` (windows that do not fill a last batch are left out).
+pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
+    let context = trainer.config().context;
+    let total = valid.windows(context, 1)?.count();
+    let stride = (total / windows.max(1)).max(1);
+    let mut ctx = Vec::with_capacity(batch * context);
+    let mut tgt = Vec::with_capacity(batch);
+    let (mut nats, mut scored) = (0.0, 0usize);
+    for (inputs, target) in valid.windows(context, stride)? {
+        ctx.extend_from_slice(&inputs);
+        tgt.push(target);
+        if tgt.len() == batch {
+            nats += trainer.eval(&ctx, &tgt)? * batch as f64;
+            scored += batch;
+            ctx.clear();
+            tgt.clear();
+        }
+    }
+    if scored == 0 {
+        return Err(Error::InvalidArgument {
+            what: "evaluate",
+            reason: format!(
+                "the validation split has {total} windows of {context} bytes, fewer than one batch of {batch}"
+            ),
+        });
+    }
+    Ok(bits_per_byte(nats / scored as f64))
+}
+
+/// Trains from `start` (fresh parameters or a checkpoint) on `corpus` over `devices`.
+pub fn train(
+    devices: &[Device],
+    corpus: &Corpus,
+    start: &MoeLmParams,
+    opts: &TrainOptions,
+    tracer: Option<Tracer>,
+    mut progress: impl FnMut(&Progress),
+) -> Result<TrainReport> {
+    let config: MoeLmConfig = start.config;
+    if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
+        return Err(Error::InvalidArgument {
+            what: "train",
+            reason: format!(
+                "a batch of {} tokens cannot be split over {} devices",
+                opts.batch,
+                devices.len()
+            ),
+        });
+    }
+    let split = corpus.split(opts.valid_fraction)?;
+    let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
+    let mut trainer = GpuTrainer::new(devices, start, AdamConfig::new(opts.lr))?;
+    trainer.set_tracer(tracer);
+    let mut batches = Batches::new(&split.train, config.context, opts.batch, opts.data_seed)?;
+    let began = Instant::now();
+    let (mut losses, mut dropped) = (Vec::new(), 0.0);
+    for step in 1..=opts.steps {
+        let (ctx, tgt) = batches.next().ok_or_else(|| Error::InvalidArgument {
+            what: "train",
+            reason: "the batches ran out".into(),
+        })?;
+        let stats = trainer.step(&ctx, &tgt)?;
+        losses.push(stats.ce);
+        dropped += stats.dropped_fraction;
+        let valid_bpb = if opts.eval_every > 0 && step % opts.eval_every == 0 {
+            Some(evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?)
+        } else {
+            None
+        };
+        if let Some(path) = &opts.checkpoint
+            && opts.checkpoint_every > 0
+            && step % opts.checkpoint_every == 0
+        {
+            trainer.params()?.save(path)?;
+        }
+        let tokens = u64::from(step) * opts.batch as u64;
+        progress(&Progress {
+            stats,
+            steps: opts.steps,
+            tokens_per_s: tokens as f64 / began.elapsed().as_secs_f64(),
+            valid_bpb,
+        });
+    }
+    let seconds = began.elapsed().as_secs_f64();
+    let valid_bpb = evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?;
+    if let Some(path) = &opts.checkpoint {
+        trainer.params()?.save(path)?;
+    }
+    let tokens = u64::from(opts.steps) * opts.batch as u64;
+    Ok(TrainReport {
+        devices: devices.len(),
+        steps: opts.steps,
+        tokens,
+        seconds,
+        tokens_per_s: tokens as f64 / seconds.max(1e-9),
+        mean_dropped_fraction: dropped / f64::from(opts.steps.max(1)),
+        losses,
+        valid_bpb,
+        unigram_bpb,
+        parameters: start.count(),
+    })
+}
