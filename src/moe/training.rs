@@ -9,6 +9,8 @@ use crate::kernels::lm_train::AdamConfig;
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// What a run does besides the model's own sizes.
@@ -29,6 +31,9 @@ pub struct TrainOptions {
     pub checkpoint_every: u32,
     /// Seeds the batches (the model has its own seed in its config).
     pub data_seed: u64,
+    /// When set (by another thread), the run stops before its next step and finishes as if
+    /// `steps` were the steps done so far (final evaluation and checkpoint included).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for TrainOptions {
@@ -43,6 +48,7 @@ impl Default for TrainOptions {
             checkpoint: None,
             checkpoint_every: 100,
             data_seed: 1,
+            stop: None,
         }
     }
 }
@@ -73,6 +79,9 @@ pub struct TrainReport {
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
     pub parameters: usize,
+    /// The trained parameters.
+    #[serde(skip)]
+    pub params: MoeLmParams,
 }
 
 /// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
@@ -132,7 +141,11 @@ pub fn train(
     let mut batches = Batches::new(&split.train, config.context, opts.batch, opts.data_seed)?;
     let began = Instant::now();
     let (mut losses, mut dropped) = (Vec::new(), 0.0);
+    let mut done = 0u32;
     for step in 1..=opts.steps {
+        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break;
+        }
         let (ctx, tgt) = batches.next().ok_or_else(|| Error::InvalidArgument {
             what: "train",
             reason: "the batches ran out".into(),
@@ -158,23 +171,26 @@ pub fn train(
             tokens_per_s: tokens as f64 / began.elapsed().as_secs_f64(),
             valid_bpb,
         });
+        done = step;
     }
     let seconds = began.elapsed().as_secs_f64();
     let valid_bpb = evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?;
+    let params = trainer.params()?;
     if let Some(path) = &opts.checkpoint {
-        trainer.params()?.save(path)?;
+        params.save(path)?;
     }
-    let tokens = u64::from(opts.steps) * opts.batch as u64;
+    let tokens = u64::from(done) * opts.batch as u64;
     Ok(TrainReport {
         devices: devices.len(),
-        steps: opts.steps,
+        steps: done,
         tokens,
         seconds,
         tokens_per_s: tokens as f64 / seconds.max(1e-9),
-        mean_dropped_fraction: dropped / f64::from(opts.steps.max(1)),
+        mean_dropped_fraction: dropped / f64::from(done.max(1)),
         losses,
         valid_bpb,
         unigram_bpb,
         parameters: start.count(),
+        params,
     })
 }
