@@ -6,6 +6,7 @@
 //! - [`collective`]: host-staged transfers and the expert-parallel all-to-all.
 
 pub mod bench;
+pub mod btm;
 pub mod collective;
 pub mod data;
 pub mod device;

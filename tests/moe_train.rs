@@ -7,7 +7,8 @@ mod common;
 
 use gangway::kernels::lm_train::AdamConfig;
 use gangway::moe::{
-    Adam, GpuTrainer, MoeLmConfig, MoeLmParams, forward_grouped, loss_and_grads_grouped,
+    Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
+    loss_and_grads_grouped,
 };
 use gangway::trace::Tracer;
 use gangway::{Device, Rng};
@@ -355,4 +356,132 @@ fn eight_devices_follow_one_device_with_eight_groups() {
         eight.eval(&ctx, &tgt).unwrap(),
     );
     assert!((ea - eb).abs() < 1e-4 * ea, "{ea} vs {eb}");
+}
+
+#[test]
+fn a_checkpointed_run_resumes_where_it_stopped() {
+    // 2 devices → 4 when 4 (virtual) devices exist, else 1 → 2 or 1 → 1; groups stay 4.
+    let mut opts = gangway::DiscoveryOptions::from_env().unwrap();
+    opts.virtual_devices = 4;
+    let devices = gangway::discover(&opts).unwrap_or_default();
+    let (before, after) = match devices.len() {
+        0 => {
+            eprintln!("SKIPPING: no GPU adapter");
+            return;
+        }
+        1 => (&devices[..1], &devices[..1]),
+        2 | 3 => (&devices[..1], &devices[..2]),
+        _ => (&devices[..2], &devices[..4]),
+    };
+    let t0 = Instant::now();
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let mut rng = Rng::new(7);
+    let batches: Vec<_> = (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect();
+
+    let mut straight = GpuTrainer::with_groups(before, &params, adam, 4).unwrap();
+    let want: Vec<f64> = batches
+        .iter()
+        .map(|(c, t)| straight.step(c, t).unwrap().loss)
+        .collect();
+    let want_params = straight.params().unwrap();
+
+    let mut first = GpuTrainer::with_groups(before, &params, adam, 4).unwrap();
+    for (c, t) in &batches[..3] {
+        first.step(c, t).unwrap();
+    }
+    let ckpt = first.checkpoint().unwrap();
+    assert_eq!((ckpt.step, ckpt.groups, ckpt.adam), (3, 4, adam));
+    assert!(ckpt.v.tensors.iter().flatten().any(|&x| x > 0.0));
+    let dir = std::env::temp_dir().join(format!("gangway-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.gwckpt");
+    ckpt.save(&path).unwrap();
+    let loaded = TrainerCheckpoint::load(&path).unwrap();
+    assert_eq!(loaded, ckpt);
+
+    for (mesh, exact) in [(before, true), (after, before.len() == after.len())] {
+        let mut resumed = GpuTrainer::resume(mesh, &loaded).unwrap();
+        assert_eq!((resumed.steps(), resumed.groups()), (3, 4));
+        for (i, (c, t)) in batches[3..].iter().enumerate() {
+            let got = resumed.step(c, t).unwrap();
+            assert_eq!(got.step as usize, 4 + i);
+            let rel = (got.loss - want[3 + i]).abs() / want[3 + i];
+            assert!(
+                rel < 1e-5,
+                "{} → {} devices, step {}: {} vs {}",
+                before.len(),
+                mesh.len(),
+                got.step,
+                got.loss,
+                want[3 + i]
+            );
+        }
+        let got = resumed.params().unwrap();
+        for (spec, (a, b)) in cfg
+            .param_specs()
+            .iter()
+            .zip(got.tensors.iter().zip(&want_params.tensors))
+        {
+            if exact {
+                assert_eq!(a, b, "{}: resumed on the same mesh", spec.name);
+            } else {
+                let err = a
+                    .iter()
+                    .zip(b)
+                    .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(err < 1e-3 * adam.lr, "{}: max |Δ| {err}", spec.name);
+            }
+        }
+    }
+
+    // Damaged files and unusable meshes are errors, not panics.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut bad_magic = bytes.clone();
+    bad_magic[0] ^= 0xff;
+    let mut bad_header = bytes.clone();
+    bad_header[17] ^= 0x20; // inside the JSON header
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    let mut nan = bytes.clone();
+    let last = nan.len() - 4;
+    nan[last..].copy_from_slice(&f32::NAN.to_le_bytes());
+    let mut bad_version = bytes.clone();
+    bad_version[8] = 9;
+    let cases = [
+        bad_magic,
+        bad_header,
+        trailing,
+        nan,
+        bad_version,
+        bytes[..bytes.len() - 1].to_vec(),
+        bytes[..bytes.len() / 2].to_vec(),
+        bytes[..10].to_vec(),
+        Vec::new(),
+        params.to_bytes().unwrap(),
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        assert!(
+            TrainerCheckpoint::from_bytes(case).is_err(),
+            "damaged case {i}"
+        );
+    }
+    let corrupt = dir.join("corrupt.gwckpt");
+    std::fs::write(&corrupt, &bytes[..bytes.len() - 7]).unwrap();
+    assert!(TrainerCheckpoint::load(&corrupt).is_err());
+    assert!(TrainerCheckpoint::load(&dir.join("missing.gwckpt")).is_err());
+    let three = vec![before[0].clone(); 3];
+    assert!(GpuTrainer::resume(&three, &loaded).is_err());
+    let mut mismatched = loaded.clone();
+    mismatched.m.tensors[0].pop();
+    assert!(GpuTrainer::resume(before, &mismatched).is_err());
+    assert!(mismatched.to_bytes().is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!(
+        "checkpoint resume ({} → {} devices): {:.2}s",
+        before.len(),
+        after.len(),
+        t0.elapsed().as_secs_f64()
+    );
 }

@@ -3,6 +3,7 @@
 
 pub mod dispatch;
 pub mod matmul;
+pub mod moe;
 pub mod pipeline;
 
 /// Renders rows of cells as a Markdown table.

@@ -11,6 +11,7 @@
 //!
 //! [`AllToAll::reverse`] runs the same steps backwards, so a round trip is bit-identical.
 
+use super::transfer::copy_bytes;
 use crate::kernels::copy_blocks::{self, Block};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -312,7 +313,14 @@ impl AllToAll {
         }
         for (from, sent) in packed.iter().enumerate() {
             let total = sent.shape()[0] as u64 * row_bytes;
-            let host = self.devices[from].read_buffer(sent.buffer(), 0, total)?;
+            // Segments that stay on their device are copied on the GPU; only the others go
+            // through the host.
+            let crosses = self.devices.iter().any(|d| d != &self.devices[from]);
+            let host = if crosses {
+                self.devices[from].read_buffer(sent.buffer(), 0, total)?
+            } else {
+                Vec::new()
+            };
             let mut src_row = 0;
             for (to, (device, dst)) in self.devices.iter().zip(&received).enumerate() {
                 // Forward: sender `from` is source s, receiver `to` is expert device j.
@@ -326,9 +334,19 @@ impl AllToAll {
                 } else {
                     (0..s).map(|s2| seg(s2, j)).sum()
                 };
-                let bytes = &host[(src_row as u64 * row_bytes) as usize
-                    ..((src_row + rows) as u64 * row_bytes) as usize];
-                device.write_buffer(dst.buffer(), dst_row as u64 * row_bytes, bytes);
+                if device == &self.devices[from] {
+                    copy_bytes(
+                        sent,
+                        src_row as u64 * row_bytes,
+                        dst,
+                        dst_row as u64 * row_bytes,
+                        rows as u64 * row_bytes,
+                    )?;
+                } else {
+                    let bytes = &host[(src_row as u64 * row_bytes) as usize
+                        ..((src_row + rows) as u64 * row_bytes) as usize];
+                    device.write_buffer(dst.buffer(), dst_row as u64 * row_bytes, bytes);
+                }
                 src_row += rows;
             }
         }

@@ -216,23 +216,13 @@ impl MoeLmParams {
         put_len(&mut out, config.len())?;
         out.extend_from_slice(&config);
         put_len(&mut out, self.tensors.len())?;
-        for (spec, values) in self.specs().iter().zip(&self.tensors) {
-            put_len(&mut out, spec.name.len())?;
-            out.extend_from_slice(spec.name.as_bytes());
-            put_len(&mut out, spec.shape.len())?;
-            for &dim in &spec.shape {
-                out.extend_from_slice(&(dim as u64).to_le_bytes());
-            }
-            for v in values {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        put_tensors(&mut out, &self.specs(), &self.tensors, "")?;
         Ok(out)
     }
 
     /// Parses checkpoint bytes, checking everything against the stored config.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let mut r = Reader { bytes, at: 0 };
+        let mut r = Reader::new(bytes);
         if r.take(MAGIC.len())? != MAGIC {
             return Err(bad("not a gangway MoE LM checkpoint (bad magic)".into()));
         }
@@ -254,40 +244,8 @@ impl MoeLmParams {
                 specs.len()
             )));
         }
-        let mut tensors = Vec::with_capacity(specs.len());
-        for spec in &specs {
-            let len = r.u32()? as usize;
-            let name = r.take(len)?;
-            if name != spec.name.as_bytes() {
-                return Err(bad(format!(
-                    "tensor {:?} where {} was expected",
-                    String::from_utf8_lossy(name),
-                    spec.name
-                )));
-            }
-            let rank = r.u32()? as usize;
-            let shape = (0..rank)
-                .map(|_| r.u64().map(|d| d as usize))
-                .collect::<Result<Vec<_>>>()?;
-            if shape != spec.shape {
-                return Err(bad(format!(
-                    "{} has shape {shape:?}, the config says {:?}",
-                    spec.name, spec.shape
-                )));
-            }
-            let raw = r.take(4 * spec.len())?;
-            tensors.push(
-                raw.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            );
-        }
-        if r.at != bytes.len() {
-            return Err(bad(format!(
-                "{} bytes trail the last tensor",
-                bytes.len() - r.at
-            )));
-        }
+        let tensors = read_tensors(&mut r, &specs, "")?;
+        r.finish()?;
         Ok(Self { config, tensors })
     }
 
@@ -314,20 +272,94 @@ fn bad(reason: String) -> Error {
     }
 }
 
-fn put_len(out: &mut Vec<u8>, len: usize) -> Result<()> {
+/// Appends `tensors` as `name, rank, dims, values` records, each name prefixed by `prefix`.
+pub(crate) fn put_tensors(
+    out: &mut Vec<u8>,
+    specs: &[ParamSpec],
+    tensors: &[Vec<f32>],
+    prefix: &str,
+) -> Result<()> {
+    for (spec, values) in specs.iter().zip(tensors) {
+        let name = format!("{prefix}{}", spec.name);
+        put_len(out, name.len())?;
+        out.extend_from_slice(name.as_bytes());
+        put_len(out, spec.shape.len())?;
+        for &dim in &spec.shape {
+            out.extend_from_slice(&(dim as u64).to_le_bytes());
+        }
+        for v in values {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// Reads one record per spec, checking each name (with `prefix`) and shape.
+pub(crate) fn read_tensors(
+    r: &mut Reader<'_>,
+    specs: &[ParamSpec],
+    prefix: &str,
+) -> Result<Vec<Vec<f32>>> {
+    let mut tensors = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let want = format!("{prefix}{}", spec.name);
+        let len = r.u32()? as usize;
+        let name = r.take(len)?;
+        if name != want.as_bytes() {
+            return Err(bad(format!(
+                "tensor {:?} where {want} was expected",
+                String::from_utf8_lossy(name),
+            )));
+        }
+        let rank = r.u32()? as usize;
+        let shape = (0..rank)
+            .map(|_| r.u64().map(|d| d as usize))
+            .collect::<Result<Vec<_>>>()?;
+        if shape != spec.shape {
+            return Err(bad(format!(
+                "{want} has shape {shape:?}, the config says {:?}",
+                spec.shape
+            )));
+        }
+        let raw = r.take(4usize.saturating_mul(spec.len()))?;
+        tensors.push(
+            raw.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        );
+    }
+    Ok(tensors)
+}
+
+pub(crate) fn put_len(out: &mut Vec<u8>, len: usize) -> Result<()> {
     let v = u32::try_from(len).map_err(|_| bad(format!("length {len} exceeds u32")))?;
     out.extend_from_slice(&v.to_le_bytes());
     Ok(())
 }
 
 /// A cursor that refuses to read past the end instead of panicking.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    /// Errors unless every byte was read.
+    pub(crate) fn finish(&self) -> Result<()> {
+        if self.at != self.bytes.len() {
+            return Err(bad(format!(
+                "{} bytes trail the last tensor",
+                self.bytes.len() - self.at
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self
             .at
             .checked_add(n)
@@ -344,12 +376,12 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn u32(&mut self) -> Result<u32> {
+    pub(crate) fn u32(&mut self) -> Result<u32> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u64(&mut self) -> Result<u64> {
+    pub(crate) fn u64(&mut self) -> Result<u64> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(b);

@@ -84,6 +84,25 @@ pub struct TrainReport {
     pub params: MoeLmParams,
 }
 
+impl TrainReport {
+    /// A report for parameters loaded from a checkpoint (no training happened in this process).
+    pub fn loaded(params: &MoeLmParams) -> Self {
+        Self {
+            devices: 0,
+            steps: 0,
+            tokens: 0,
+            seconds: 0.0,
+            tokens_per_s: 0.0,
+            losses: Vec::new(),
+            mean_dropped_fraction: 0.0,
+            valid_bpb: f64::NAN,
+            unigram_bpb: f64::NAN,
+            parameters: params.count(),
+            params: params.clone(),
+        }
+    }
+}
+
 /// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
 /// in batches of `batch` (windows that do not fill a last batch are left out).
 pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
@@ -143,7 +162,11 @@ pub fn train(
     let (mut losses, mut dropped) = (Vec::new(), 0.0);
     let mut done = 0u32;
     for step in 1..=opts.steps {
-        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+        {
             break;
         }
         let (ctx, tgt) = batches.next().ok_or_else(|| Error::InvalidArgument {
@@ -154,7 +177,12 @@ pub fn train(
         losses.push(stats.ce);
         dropped += stats.dropped_fraction;
         let valid_bpb = if opts.eval_every > 0 && step % opts.eval_every == 0 {
-            Some(evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?)
+            Some(evaluate(
+                &trainer,
+                &split.valid,
+                opts.eval_windows,
+                opts.batch,
+            )?)
         } else {
             None
         };

@@ -8,6 +8,7 @@ use crate::dispatch_compare::DispatchCompare;
 use crate::files::FilesTab;
 use crate::live::{DeviceHub, Discovery};
 use crate::live_view::LiveView;
+use crate::moe_panel::MoePanel;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tab {
@@ -16,15 +17,17 @@ pub enum Tab {
     Devices,
     Dispatch,
     Files,
+    Moe,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::BubbleLab,
         Tab::Live,
         Tab::Devices,
         Tab::Dispatch,
         Tab::Files,
+        Tab::Moe,
     ];
 
     pub fn title(self) -> &'static str {
@@ -33,6 +36,7 @@ impl Tab {
             Tab::Live => "Live timeline",
             Tab::Devices => "Devices",
             Tab::Dispatch => "Dispatch comparison",
+            Tab::Moe => "MoE training",
             Tab::Files => "Files",
         }
     }
@@ -67,6 +71,7 @@ pub struct ViewerApp {
     pub lab: BubbleLab,
     pub live: LiveView,
     pub compare: DispatchCompare,
+    pub moe: MoePanel,
     pub files: FilesTab,
     options: Options,
 }
@@ -84,6 +89,7 @@ impl ViewerApp {
             lab: BubbleLab::default(),
             live: LiveView::default(),
             compare: DispatchCompare::default(),
+            moe: MoePanel::default(),
             files: FilesTab::default(),
             options,
         }
@@ -105,12 +111,13 @@ impl ViewerApp {
         if self.options.autostart_live && self.live.runner.is_none() && self.live.error.is_none() {
             self.live.start(&self.hub, Some(ui.ctx().clone()));
         }
-        // The comparison measures dispatch and the lab's run measures its bubble: keep the live
-        // workload off the devices meanwhile.
+        // The comparison measures dispatch, the lab's run measures its bubble and MoE training
+        // measures tokens/s: keep the live workload off the devices meanwhile.
         self.lab.poll();
+        self.moe.poll();
         if let Some(r) = &self.live.runner {
             r.hold.store(
-                self.compare.is_running() || self.lab.is_running(),
+                self.compare.is_running() || self.lab.is_running() || self.moe.is_running(),
                 std::sync::atomic::Ordering::Relaxed,
             );
         }
@@ -143,6 +150,9 @@ impl ViewerApp {
             Tab::Devices => devices_panel::ui(ui, &self.hub, &self.live),
             Tab::Dispatch => {
                 egui::ScrollArea::vertical().show(ui, |ui| self.compare.ui(ui, &self.hub));
+            }
+            Tab::Moe => {
+                egui::ScrollArea::vertical().show(ui, |ui| self.moe.ui(ui, &self.hub));
             }
             Tab::Files => {
                 let lab = self.lab.result.as_ref().ok().map(|r| &r.data);

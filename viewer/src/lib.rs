@@ -7,6 +7,8 @@
 //!   its trace events streamed onto a [`timeline`];
 //! - [`devices_panel`]: adapters, virtual splits, utilization (busy time / sliding window);
 //! - [`dispatch_compare`]: sequential vs parallel dispatch of the same program;
+//! - [`moe_panel`]: MoE training on the devices: loss, aux loss, dropped fraction, tokens per
+//!   expert per step;
 //! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` plots.
 
 pub mod app;
@@ -16,6 +18,7 @@ pub mod dispatch_compare;
 pub mod files;
 pub mod live;
 pub mod live_view;
+pub mod moe_panel;
 pub mod timeline;
 
 pub use app::{Options, Tab, ViewerApp};

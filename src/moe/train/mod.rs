@@ -22,6 +22,10 @@
 //!   kernels already take the means over the group's tokens; the batch loss is the mean over
 //!   groups, so every gradient is scaled by `1/G` once, after the sums.
 
+mod checkpoint;
+
+pub use checkpoint::TrainerCheckpoint;
+
 use super::params::{EMBED, W_IN};
 use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
@@ -243,6 +247,66 @@ impl GpuTrainer {
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
+        Self::build(devices, params, None, adam, groups, 0)
+    }
+
+    /// A trainer continuing from `checkpoint` on `devices` (any count dividing both `E` and the
+    /// checkpoint's groups): replicated tensors and their moments are uploaded to every device,
+    /// expert tensors to their owners; the next step is `checkpoint.step + 1`.
+    pub fn resume(devices: &[Device], checkpoint: &TrainerCheckpoint) -> Result<Self> {
+        checkpoint.check()?;
+        Self::build(
+            devices,
+            &checkpoint.params,
+            Some((&checkpoint.m, &checkpoint.v)),
+            checkpoint.adam,
+            checkpoint.groups,
+            checkpoint.step,
+        )
+    }
+
+    /// Downloads everything [`Self::resume`] needs: parameters, Adam's moments (expert tensors
+    /// gathered from their devices), the step, the Adam setting and the groups.
+    pub fn checkpoint(&self) -> Result<TrainerCheckpoint> {
+        let download = |which: fn(&Shard) -> &Vec<Tensor>| -> Result<MoeLmParams> {
+            let tensors = self
+                .expert
+                .iter()
+                .enumerate()
+                .map(|(p, &is_expert)| {
+                    self.gather(is_expert, |d| {
+                        let list = which(&self.shards[d]);
+                        &list[p]
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let out = MoeLmParams {
+                config: self.config,
+                tensors,
+            };
+            out.check()?;
+            Ok(out)
+        };
+        let out = TrainerCheckpoint {
+            params: download(|s| &s.params)?,
+            m: download(|s| &s.m)?,
+            v: download(|s| &s.v)?,
+            step: self.step,
+            adam: self.adam,
+            groups: self.groups,
+        };
+        out.check()?;
+        Ok(out)
+    }
+
+    fn build(
+        devices: &[Device],
+        params: &MoeLmParams,
+        moments: Option<(&MoeLmParams, &MoeLmParams)>,
+        adam: AdamConfig,
+        groups: usize,
+        step: u32,
+    ) -> Result<Self> {
         const WHAT: &str = "moe trainer";
         params.check()?;
         let cfg = params.config;
@@ -284,28 +348,41 @@ impl GpuTrainer {
                 v: Vec::new(),
                 grads: Vec::new(),
             };
-            for ((spec, values), &is_expert) in specs.iter().zip(&params.tensors).zip(&expert) {
-                let (shape, local) = if is_expert {
+            for (p, (spec, &is_expert)) in specs.iter().zip(&expert).enumerate() {
+                let (shape, range) = if is_expert {
                     let per = spec.len() / cfg.experts;
                     let mut shape = spec.shape.clone();
                     shape[0] = el;
-                    (shape, &values[i * el * per..(i + 1) * el * per])
+                    (shape, i * el * per..(i + 1) * el * per)
                 } else {
-                    (spec.shape.clone(), &values[..])
+                    (spec.shape.clone(), 0..spec.len())
                 };
-                shard
-                    .params
-                    .push(Tensor::from_f32(device, &shape, DType::F32, local)?);
-                for list in [&mut shard.m, &mut shard.v, &mut shard.grads] {
-                    list.push(Tensor::zeros(device, &shape, DType::F32)?);
+                let upload = |t: &MoeLmParams| -> Result<Tensor> {
+                    let values = t.tensors.get(p).and_then(|v| v.get(range.clone()));
+                    let values = values.ok_or_else(|| {
+                        invalid(WHAT, format!("{} is shorter than its shape", spec.name))
+                    })?;
+                    Tensor::from_f32(device, &shape, DType::F32, values)
+                };
+                shard.params.push(upload(params)?);
+                match moments {
+                    Some((m, v)) => {
+                        shard.m.push(upload(m)?);
+                        shard.v.push(upload(v)?);
+                    }
+                    None => {
+                        shard.m.push(Tensor::zeros(device, &shape, DType::F32)?);
+                        shard.v.push(Tensor::zeros(device, &shape, DType::F32)?);
+                    }
                 }
+                shard.grads.push(Tensor::zeros(device, &shape, DType::F32)?);
             }
             shards.push(shard);
         }
         Ok(Self {
             config: cfg,
             adam,
-            step: 0,
+            step,
             groups,
             shards,
             expert,
@@ -365,13 +442,17 @@ impl GpuTrainer {
     }
 
     fn trace(&self, start: SpanStart, meta: fn(usize) -> EventMeta, name: &str, round: usize) {
-        if !self.tracer.is_on() {
+        // On one device the exchanges and the all-reduce move nothing between devices (the
+        // all-to-all copies on the GPU): no transfer events, so a trace shows none.
+        if !self.tracer.is_on()
+            || (self.shards.len() == 1 && meta(0).kind == crate::trace::EventKind::Transfer)
+        {
             return;
         }
         let end = self.tracer.now_ns();
-        for i in 0..self.shards.len() {
+        for sh in &self.shards {
             self.tracer.record(
-                meta(i).microbatch(round as u32),
+                meta(sh.device.id()).microbatch(round as u32),
                 || name.to_string(),
                 start.0,
                 end,
@@ -747,9 +828,9 @@ impl GpuTrainer {
         if self.tracer.is_on() {
             let now = self.tracer.now_ns();
             let begin = self.tracer.ns_at(start);
-            for i in 0..self.shards.len() {
+            for sh in &self.shards {
                 self.tracer.record(
-                    EventMeta::host_encode(i),
+                    EventMeta::host_encode(sh.device.id()),
                     || {
                         format!(
                             "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?}",
@@ -768,20 +849,28 @@ impl GpuTrainer {
     /// Mean cross-entropy (nats) of the current parameters on a batch, forward only (routed in
     /// the trainer's groups, as in training).
     pub fn eval(&self, contexts: &[u32], targets: &[u32]) -> Result<f64> {
+        let nats = self.token_nats(contexts, targets)?;
+        Ok(nats.iter().sum::<f64>() / nats.len().max(1) as f64)
+    }
+
+    /// Cross-entropy (nats) of every token of a batch, in batch order, forward only: what
+    /// Branch-Train-Merge's ensemble weighs.
+    pub fn token_nats(&self, contexts: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
         let t = self.check_batch(contexts, targets)?;
-        let mut sum = 0.0;
-        for round in 0..self.groups / self.shards.len() {
+        let per_device = self.groups / self.shards.len();
+        let tg = t / self.groups;
+        let mut out = vec![0.0f64; t];
+        for round in 0..per_device {
             let act = self.forward_round(contexts, targets, round)?;
-            for sh in &act.shards {
-                sum += sh
-                    .row_loss
-                    .to_f32()?
-                    .iter()
-                    .map(|&v| f64::from(v))
-                    .sum::<f64>();
+            for (i, sh) in act.shards.iter().enumerate() {
+                // Device i, round r holds group i · (groups / devices) + r.
+                let g = i * per_device + round;
+                for (k, v) in sh.row_loss.to_f32()?.into_iter().enumerate().take(tg) {
+                    out[g * tg + k] = f64::from(v);
+                }
             }
         }
-        Ok(sum / t as f64)
+        Ok(out)
     }
 
     /// Downloads the parameters (expert tensors gathered from their devices).

@@ -1,0 +1,231 @@
+#![allow(clippy::unwrap_used)]
+//! The MoE training panel driven through its UI: a short run on real (virtual) devices, Stop,
+//! an expert count the devices cannot split, and no devices at all. Runs on devices skip with a
+//! message when too few devices exist (fail instead under `GANGWAY_REQUIRE_ADAPTER=1`).
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT, Queryable};
+use gangway_viewer::live::Discovery;
+use gangway_viewer::{Options, Tab, ViewerApp};
+
+/// The app with device discovery (`virtual_devices` per adapter), on the MoE tab; `None` (after
+/// saying why) when fewer than `needed` devices exist.
+fn device_harness(
+    test: &str,
+    virtual_devices: usize,
+    needed: usize,
+    live: bool,
+) -> Option<Harness<'static, ViewerApp>> {
+    let app = ViewerApp::new(
+        Options {
+            discover: true,
+            autostart_live: live,
+            virtual_devices: Some(virtual_devices),
+        },
+        None,
+    );
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1800.0])
+        .allow_missing_glyphs()
+        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.step();
+    let found = h.state().hub.devices().map_or(0, |d| d.len());
+    if found < needed {
+        assert!(
+            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+            "{test}: {found} devices, and GANGWAY_REQUIRE_ADAPTER=1"
+        );
+        eprintln!("{test}: skipped, needs {needed} devices, found {found}");
+        return None;
+    }
+    h.get_by_label("MoE training").click();
+    h.step();
+    assert_eq!(h.state().tab, Tab::Moe);
+    Some(h)
+}
+
+/// Sets a slider by its label. `run_ok`: background work may keep asking for frames.
+fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
+    h.get_by_role_and_label(Role::Slider, label)
+        .set_value_accesskit(v);
+    h.run_ok();
+}
+
+fn click(h: &mut Harness<'_, ViewerApp>, label: &str) {
+    h.get_by_label(label).click();
+    h.run_ok();
+}
+
+/// Steps the harness until the run is over (at most `limit`); whether the live workload was held
+/// at any point meanwhile.
+fn wait_for_run(h: &mut Harness<'_, ViewerApp>, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut saw_hold = false;
+    while h.state().moe.is_running() && Instant::now() < deadline {
+        if let Some(r) = &h.state().live.runner {
+            saw_hold |= r.hold.load(Ordering::Relaxed);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(!h.state().moe.is_running(), "no result within {limit:?}");
+    h.step();
+    saw_hold
+}
+
+#[test]
+fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
+    let test = "a_short_run_shows_loss_aux_dropped_and_tokens_per_expert";
+    let Some(mut h) = device_harness(test, 1, 1, true) else {
+        return;
+    };
+    click(&mut h, "2 experts");
+    click(&mut h, "top-1 (Switch)");
+    set_slider(&mut h, "devices", 1.0);
+    set_slider(&mut h, "steps", 8.0);
+    set_slider(&mut h, "batch (tokens)", 32.0);
+    set_slider(&mut h, "validate every", 4.0);
+    let s = h.state().moe.settings;
+    assert_eq!(
+        (
+            s.experts,
+            s.top_k,
+            s.devices,
+            s.steps,
+            s.batch,
+            s.eval_every
+        ),
+        (2, 1, 1, 8, 32, 4)
+    );
+    let start = h.get_by_label("Start training");
+    assert!(!start.accesskit_node().is_disabled());
+    assert!(h.get_by_label("Stop").accesskit_node().is_disabled());
+    h.get_by_label("Start training").click();
+    h.step();
+    h.step();
+    let t0 = Instant::now();
+    let saw_hold = wait_for_run(&mut h, Duration::from_secs(120));
+    eprintln!("{test}: run took {:.1} s", t0.elapsed().as_secs_f64());
+    if let Some(r) = &h.state().live.runner {
+        assert!(saw_hold, "the live workload was not held during training");
+        assert!(!r.hold.load(Ordering::Relaxed), "still held after training");
+    }
+
+    let moe = &h.state().moe;
+    assert_eq!(moe.error, None);
+    assert_eq!(moe.history.len(), 8);
+    assert!(moe.history.iter().all(|s| s.tokens_per_expert.len() == 2));
+    assert_eq!(moe.valid.iter().map(|v| v.0).collect::<Vec<_>>(), [4, 8]);
+    let report = moe.report.as_ref().unwrap();
+    assert_eq!(report.steps, 8);
+    let last = moe.history.last().unwrap().clone();
+
+    h.get_by_label("run: 2 experts, top-1, capacity 1.25, 1 device, 8 steps of 32 tokens");
+    h.get_by_label_contains("finished 8 steps in ");
+    h.get_by_label(&format!("loss (ce): {:.3}", last.ce));
+    h.get_by_label(&format!("aux loss: {:.4}", last.aux));
+    h.get_by_label(&format!("dropped: {:.1}%", last.dropped_fraction * 100.0));
+    h.get_by_label_contains("tokens/s: ");
+    h.get_by_label_contains("validation: ");
+    h.get_by_label("loss per step");
+    h.get_by_label("dropped fraction per step (%)");
+    h.get_by_label_contains("tokens per expert at step 8 (");
+
+    // The step slider shows an earlier step's bars; "latest" goes back.
+    set_slider(&mut h, "step shown", 3.0);
+    assert_eq!(h.state().moe.shown_step, Some(3));
+    h.get_by_label_contains("tokens per expert at step 3 (");
+    click(&mut h, "latest");
+    assert_eq!(h.state().moe.shown_step, None);
+    h.get_by_label_contains("tokens per expert at step 8 (");
+}
+
+#[test]
+fn stop_ends_a_long_run_early_with_a_report() {
+    let test = "stop_ends_a_long_run_early_with_a_report";
+    let Some(mut h) = device_harness(test, 1, 1, false) else {
+        return;
+    };
+    click(&mut h, "2 experts");
+    set_slider(&mut h, "steps", 2000.0);
+    set_slider(&mut h, "batch (tokens)", 32.0);
+    set_slider(&mut h, "validate every", 0.0);
+    assert_eq!(h.state().moe.settings.steps, 2000);
+    h.get_by_label("Start training").click();
+    h.step();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while h.state().moe.history.len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(h.state().moe.history.len() >= 2, "no steps within 120 s");
+    let stop = h.get_by_label("Stop");
+    assert!(!stop.accesskit_node().is_disabled());
+    stop.click();
+    h.step();
+    wait_for_run(&mut h, Duration::from_secs(120));
+    let moe = &h.state().moe;
+    assert_eq!(moe.error, None);
+    let report = moe.report.as_ref().unwrap();
+    assert!(report.steps < 2000, "{} steps", report.steps);
+    assert_eq!(report.steps as usize, moe.history.len());
+    h.get_by_label_contains(&format!("stopped after {} of 2000 steps", report.steps));
+}
+
+#[test]
+fn experts_not_divisible_by_devices_disable_start_and_say_why() {
+    let test = "experts_not_divisible_by_devices_disable_start_and_say_why";
+    let Some(mut h) = device_harness(test, 3, 3, false) else {
+        return;
+    };
+    click(&mut h, "8 experts");
+    set_slider(&mut h, "devices", 3.0);
+    assert_eq!(h.state().moe.settings.devices, 3);
+    assert!(
+        h.get_by_label("Start training")
+            .accesskit_node()
+            .is_disabled()
+    );
+    h.get_by_label_contains("cannot start: 8 experts cannot be split evenly over 3 devices");
+    // 2 devices split 8 experts: enabled.
+    set_slider(&mut h, "devices", 2.0);
+    assert!(
+        !h.get_by_label("Start training")
+            .accesskit_node()
+            .is_disabled()
+    );
+    assert!(h.query_by_label_contains("cannot start:").is_none());
+}
+
+#[test]
+fn without_devices_the_panel_says_why_and_start_is_disabled() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("MoE training").click();
+    h.run();
+    assert_eq!(h.state().tab, Tab::Moe);
+    h.get_by_label_contains("MoE training is off: real runs are off: device discovery is off");
+    let start = h.get_by_label("Start training");
+    assert!(start.accesskit_node().is_disabled());
+    start.hover();
+    for _ in 0..6 {
+        h.step();
+    }
+    // The panel's line and the button's tooltip.
+    assert!(
+        h.query_all_by_label_contains("real runs are off: device discovery is off")
+            .count()
+            >= 2
+    );
+    assert!(h.get_by_label("Stop").accesskit_node().is_disabled());
+    assert!(!h.state().moe.is_running());
+}
