@@ -78,32 +78,34 @@ enum Command {
     /// Training.
     #[command(subcommand)]
     Train(TrainCommand),
+    /// Evaluation.
+    #[command(subcommand)]
+    Eval(EvalCommand),
 }
 
 #[derive(Subcommand, Debug)]
 enum TrainCommand {
     /// A byte-level MoE language model, experts sharded over the devices (expert parallelism).
     Moe(TrainMoeArgs),
+    /// Branch-Train-Merge: a seed LM, then one expert LM per domain, each on its own device.
+    Btm(BtmArgs),
 }
 
-#[derive(Args, Debug)]
-struct TrainMoeArgs {
+#[derive(Subcommand, Debug)]
+enum EvalCommand {
+    /// Per-domain validation bits per byte of the models `train btm` saved.
+    Btm(BtmArgs),
+}
+
+/// The model's sizes (a checkpoint's own sizes win when resuming).
+#[derive(Args, Debug, Clone)]
+struct ModelArgs {
     #[arg(long, default_value_t = 8)]
     experts: usize,
     #[arg(long, default_value_t = 2)]
     top_k: usize,
     #[arg(long, default_value_t = 1.25)]
     capacity_factor: f32,
-    /// Devices to use (the first N found; the experts are split over them).
-    #[arg(long, default_value_t = 1)]
-    devices: usize,
-    #[arg(long, default_value_t = 300)]
-    steps: u32,
-    /// Tokens per step over all devices.
-    #[arg(long, default_value_t = 128)]
-    batch: usize,
-    #[arg(long, default_value_t = 3e-3)]
-    lr: f32,
     /// Bytes of context per token.
     #[arg(long, default_value_t = 16)]
     context: usize,
@@ -125,6 +127,71 @@ struct TrainMoeArgs {
     z_loss: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+impl ModelArgs {
+    fn config(&self) -> gangway::moe::MoeLmConfig {
+        gangway::moe::MoeLmConfig {
+            context: self.context,
+            embed: self.embed,
+            model: self.model,
+            hidden: self.hidden,
+            experts: self.experts,
+            top_k: self.top_k,
+            capacity_factor: self.capacity_factor,
+            blocks: self.blocks,
+            aux_alpha: self.aux_alpha,
+            z_loss: self.z_loss,
+            normalize_gates: true,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct BtmArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// One directory of text per domain [default: the bundled corpora].
+    #[arg(long, num_args = 1..)]
+    domains: Vec<PathBuf>,
+    /// Devices to branch on (the first N found; ELMs beyond N share devices).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    #[arg(long, default_value_t = 100)]
+    seed_steps: u32,
+    #[arg(long, default_value_t = 200)]
+    branch_steps: u32,
+    /// Tokens per step.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f32,
+    /// Validation windows scored per document.
+    #[arg(long, default_value_t = 256)]
+    eval_windows: usize,
+    /// Where the seed, every ELM and the baselines are saved (and loaded by `eval btm`).
+    #[arg(long, default_value = "btm-checkpoints")]
+    checkpoint_dir: PathBuf,
+    /// Write the evaluation as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct TrainMoeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Devices to use (the first N found; the experts are split over them).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    #[arg(long, default_value_t = 300)]
+    steps: u32,
+    /// Tokens per step over all devices.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f32,
     /// Text files or directories to train on [default: the bundled corpora, all domains].
     #[arg(long, num_args = 1..)]
     corpus: Vec<PathBuf>,
@@ -200,6 +267,27 @@ enum BenchCommand {
     Dispatch(DispatchBenchArgs),
     /// Every pipeline schedule on real devices: step time, throughput, bubble measured vs simulated.
     Pipeline(PipelineBenchArgs),
+    /// MoE training steps: MoE vs dense, step time as experts grow, all-to-all share per device count.
+    Moe(MoeBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct MoeBenchArgs {
+    /// Tokens per training step.
+    #[arg(long, default_value_t = 1024)]
+    tokens: usize,
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
+    experts: Vec<usize>,
+    /// Device counts of the all-to-all section (needs that many devices; see --virtual-devices).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
+    devices: Vec<usize>,
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -281,6 +369,9 @@ fn main() -> Result<()> {
         }
         Command::Bench(BenchCommand::Pipeline(args)) => bench_pipeline(&discover()?, args)?,
         Command::Train(TrainCommand::Moe(args)) => train_moe(&discover()?, args, &tracer)?,
+        Command::Bench(BenchCommand::Moe(args)) => bench_moe(&discover()?, args)?,
+        Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
+        Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
         Command::Pipeline(args) => {
             let devices = if args.run { discover()? } else { Vec::new() };
             names = pipeline(args, &devices, &tracer)?;
@@ -331,8 +422,8 @@ fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer)
 
 fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result<()> {
     use gangway::data::Corpus;
-    use gangway::moe::training::{TrainOptions, train};
-    use gangway::moe::{MoeLmConfig, MoeLmParams};
+    use gangway::moe::training::{TrainOptions, resume, train};
+    use gangway::moe::{MoeLmParams, TrainerCheckpoint};
     if args.devices == 0 || args.devices > devices.len() {
         bail!(
             "--devices {} but {} devices were found (try --virtual-devices {})",
@@ -347,22 +438,14 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
     } else {
         Corpus::from_paths(&args.corpus)?
     };
-    let start = match &args.resume {
-        Some(path) => MoeLmParams::load(path)?,
-        None => MoeLmParams::init(MoeLmConfig {
-            context: args.context,
-            embed: args.embed,
-            model: args.model,
-            hidden: args.hidden,
-            experts: args.experts,
-            top_k: args.top_k,
-            capacity_factor: args.capacity_factor,
-            blocks: args.blocks,
-            aux_alpha: args.aux_alpha,
-            z_loss: args.z_loss,
-            normalize_gates: true,
-            seed: args.seed,
-        })?,
+    let checkpoint = args
+        .resume
+        .as_deref()
+        .map(TrainerCheckpoint::load)
+        .transpose()?;
+    let start = match &checkpoint {
+        Some(c) => c.params.clone(),
+        None => MoeLmParams::init(args.model.config())?,
     };
     let c = start.config;
     eprintln!(
@@ -382,37 +465,38 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         eval_every: args.eval_every,
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
-        data_seed: args.seed.wrapping_add(1),
+        data_seed: args.model.seed.wrapping_add(1),
         ..TrainOptions::default()
     };
-    let report = train(
-        devices,
-        &corpus,
-        &start,
-        &opts,
-        tracer.is_on().then(|| tracer.clone()),
-        |p| {
-            const WIDTH: usize = 30;
-            let done = (p.stats.step as usize * WIDTH) / p.steps.max(1) as usize;
-            let eval = p
-                .valid_bpb
-                .map(|b| format!("  valid {b:.3} bpb"))
-                .unwrap_or_default();
-            eprint!(
-                "\r[{}{}] {}/{}  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
-                "#".repeat(done),
-                "-".repeat(WIDTH - done),
-                p.stats.step,
-                p.steps,
-                p.stats.loss,
-                p.tokens_per_s,
-                p.stats.dropped_fraction * 100.0
-            );
-            if p.valid_bpb.is_some() {
-                eprintln!();
-            }
-        },
-    )?;
+    let show = |p: &gangway::moe::training::Progress| {
+        const WIDTH: usize = 30;
+        let done = ((p.stats.step as usize * WIDTH) / p.steps.max(1) as usize).min(WIDTH);
+        let eval = p
+            .valid_bpb
+            .map(|b| format!("  valid {b:.3} bpb"))
+            .unwrap_or_default();
+        eprint!(
+            "\r[{}{}] {}/{}  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
+            "#".repeat(done),
+            "-".repeat(WIDTH - done),
+            p.stats.step,
+            p.steps,
+            p.stats.loss,
+            p.tokens_per_s,
+            p.stats.dropped_fraction * 100.0
+        );
+        if p.valid_bpb.is_some() {
+            eprintln!();
+        }
+    };
+    let tracer = tracer.is_on().then(|| tracer.clone());
+    let report = match &checkpoint {
+        Some(c) => {
+            eprintln!("resuming after step {}", c.step);
+            resume(devices, &corpus, c, &opts, tracer, show)?
+        }
+        None => train(devices, &corpus, &start, &opts, tracer, show)?,
+    };
     eprintln!();
     let first = report.losses.first().copied().unwrap_or(f64::NAN);
     let last = report.losses.last().copied().unwrap_or(f64::NAN);
@@ -436,6 +520,131 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn btm_setup(
+    devices: &[Device],
+    args: &BtmArgs,
+) -> Result<(
+    Vec<Device>,
+    gangway::data::Corpus,
+    gangway::btm::experiment::BtmOptions,
+)> {
+    use gangway::btm::{EnsembleOptions, experiment::BtmOptions};
+    use gangway::data::Corpus;
+    use gangway::moe::training::TrainOptions;
+    if args.devices == 0 || args.devices > devices.len() {
+        bail!(
+            "--devices {} but {} devices were found (try --virtual-devices)",
+            args.devices,
+            devices.len()
+        );
+    }
+    let corpus = if args.domains.is_empty() {
+        Corpus::bundled_all()?
+    } else {
+        Corpus::from_paths(&args.domains)?
+    };
+    let opts = BtmOptions {
+        seed_steps: args.seed_steps,
+        branch_steps: args.branch_steps,
+        train: TrainOptions {
+            batch: args.batch,
+            lr: args.lr,
+            data_seed: args.model.seed.wrapping_add(1),
+            ..TrainOptions::default()
+        },
+        eval_windows_per_doc: args.eval_windows,
+        ensemble: EnsembleOptions::default(),
+    };
+    Ok((devices[..args.devices].to_vec(), corpus, opts))
+}
+
+fn print_btm_eval(
+    device: &Device,
+    corpus: &gangway::data::Corpus,
+    models: &gangway::btm::experiment::BtmModels,
+    opts: &gangway::btm::experiment::BtmOptions,
+    json: Option<&std::path::Path>,
+) -> Result<()> {
+    use gangway::btm::experiment::{evaluate, table};
+    let scores = evaluate(device, corpus, models, opts)?;
+    print!("{}", table(&scores));
+    let wins = scores
+        .iter()
+        .filter(|s| s.ensemble < s.random_split_ensemble)
+        .count();
+    println!(
+        "domain split beats random split on {wins} of {} domains (the paper finds it does)",
+        scores.len()
+    );
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&scores)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> {
+    use gangway::btm::experiment::train_all;
+    use gangway::moe::MoeLmParams;
+    let (devices, corpus, opts) = btm_setup(devices, args)?;
+    let init = MoeLmParams::init(args.model.config())?;
+    eprintln!(
+        "BTM over domains {:?} on {} devices: seed {} steps, branch {} steps per domain",
+        corpus.domains(),
+        devices.len(),
+        opts.seed_steps,
+        opts.branch_steps
+    );
+    let models = train_all(
+        &devices,
+        &corpus,
+        &init,
+        &opts,
+        &args.checkpoint_dir,
+        tracer.is_on().then(|| tracer.clone()),
+        |phase, i, step| eprint!("\r{phase} {i}: step {step}      "),
+    )?;
+    eprintln!();
+    let tokens: u64 = models.elms.iter().map(|e| e.report.tokens).sum();
+    println!(
+        "branch phase: {} ELMs, {tokens} tokens in {:.1} s ({:.0} tokens/s over {} devices)",
+        models.elms.len(),
+        models.branch_seconds,
+        tokens as f64 / models.branch_seconds.max(1e-9),
+        devices.len()
+    );
+    println!("checkpoints: {}", args.checkpoint_dir.display());
+    print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
+}
+
+fn eval_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
+    use gangway::btm::experiment::load_all;
+    let (devices, corpus, opts) = btm_setup(devices, args)?;
+    let models = load_all(&args.checkpoint_dir, &corpus.domains())?;
+    print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
+}
+
+fn bench_moe(devices: &[Device], args: &MoeBenchArgs) -> Result<()> {
+    use gangway::bench::moe as mb;
+    let o = mb::MoeBenchOptions {
+        tokens: args.tokens,
+        experts: args.experts.clone(),
+        devices: args.devices.clone(),
+        warmup: args.warmup,
+        reps: args.reps,
+        ..mb::MoeBenchOptions::default()
+    };
+    let results = mb::run(devices, &o, |r| {
+        eprintln!("{} {}: {:.2} ms", r.section, r.case, r.step_s * 1e3)
+    })?;
+    print!("{}", mb::table(&results));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

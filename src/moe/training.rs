@@ -2,7 +2,7 @@
 //! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
 //! Branch-Train-Merge both train through [`train`].
 
-use super::train::{GpuTrainer, StepStats};
+use super::train::{GpuTrainer, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::kernels::lm_train::AdamConfig;
@@ -26,7 +26,8 @@ pub struct TrainOptions {
     pub eval_windows: usize,
     /// Evaluate every this many steps (0: only at the end).
     pub eval_every: u32,
-    /// Save the parameters here every `checkpoint_every` steps and at the end.
+    /// Save a resumable checkpoint (parameters and Adam's state) here every `checkpoint_every`
+    /// steps and at the end.
     pub checkpoint: Option<PathBuf>,
     pub checkpoint_every: u32,
     /// Seeds the batches (the model has its own seed in its config).
@@ -133,15 +134,55 @@ pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usi
     Ok(bits_per_byte(nats / scored as f64))
 }
 
-/// Trains from `start` (fresh parameters or a checkpoint) on `corpus` over `devices`.
+/// Trains fresh `start` parameters on `corpus` over `devices`.
 pub fn train(
     devices: &[Device],
     corpus: &Corpus,
     start: &MoeLmParams,
     opts: &TrainOptions,
     tracer: Option<Tracer>,
+    progress: impl FnMut(&Progress),
+) -> Result<TrainReport> {
+    run(devices, corpus, Start::Fresh(start), opts, tracer, progress)
+}
+
+/// Continues a run saved by [`train`] (parameters, Adam's moments and the step count) for
+/// `opts.steps` more steps; the batches continue where the saved run's stopped.
+pub fn resume(
+    devices: &[Device],
+    corpus: &Corpus,
+    checkpoint: &TrainerCheckpoint,
+    opts: &TrainOptions,
+    tracer: Option<Tracer>,
+    progress: impl FnMut(&Progress),
+) -> Result<TrainReport> {
+    run(
+        devices,
+        corpus,
+        Start::Resume(checkpoint),
+        opts,
+        tracer,
+        progress,
+    )
+}
+
+enum Start<'a> {
+    Fresh(&'a MoeLmParams),
+    Resume(&'a TrainerCheckpoint),
+}
+
+fn run(
+    devices: &[Device],
+    corpus: &Corpus,
+    start: Start<'_>,
+    opts: &TrainOptions,
+    tracer: Option<Tracer>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
+    let (start, resumed_from, prior_steps) = match start {
+        Start::Fresh(p) => (p, None, 0),
+        Start::Resume(c) => (&c.params, Some(c), c.step),
+    };
     let config: MoeLmConfig = start.config;
     if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
         return Err(Error::InvalidArgument {
@@ -155,9 +196,16 @@ pub fn train(
     }
     let split = corpus.split(opts.valid_fraction)?;
     let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
-    let mut trainer = GpuTrainer::new(devices, start, AdamConfig::new(opts.lr))?;
+    let mut trainer = match resumed_from {
+        Some(c) => GpuTrainer::resume(devices, c)?,
+        None => GpuTrainer::new(devices, start, AdamConfig::new(opts.lr))?,
+    };
     trainer.set_tracer(tracer);
     let mut batches = Batches::new(&split.train, config.context, opts.batch, opts.data_seed)?;
+    // The saved run drew `done` batches: draw past them so the data continues, not repeats.
+    for _ in 0..prior_steps {
+        batches.next();
+    }
     let began = Instant::now();
     let (mut losses, mut dropped) = (Vec::new(), 0.0);
     let mut done = 0u32;
@@ -190,7 +238,7 @@ pub fn train(
             && opts.checkpoint_every > 0
             && step % opts.checkpoint_every == 0
         {
-            trainer.params()?.save(path)?;
+            trainer.checkpoint()?.save(path)?;
         }
         let tokens = u64::from(step) * opts.batch as u64;
         progress(&Progress {
@@ -205,7 +253,7 @@ pub fn train(
     let valid_bpb = evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?;
     let params = trainer.params()?;
     if let Some(path) = &opts.checkpoint {
-        params.save(path)?;
+        trainer.checkpoint()?.save(path)?;
     }
     let tokens = u64::from(done) * opts.batch as u64;
     Ok(TrainReport {
