@@ -269,6 +269,8 @@ enum BenchCommand {
     Pipeline(PipelineBenchArgs),
     /// MoE training steps: MoE vs dense, step time as experts grow, all-to-all share per device count.
     Moe(MoeBenchArgs),
+    /// Branch-Train-Merge's branch phase: tokens/s on N devices against 1.
+    Btm(BtmArgs),
 }
 
 #[derive(Args, Debug)]
@@ -370,6 +372,7 @@ fn main() -> Result<()> {
         Command::Bench(BenchCommand::Pipeline(args)) => bench_pipeline(&discover()?, args)?,
         Command::Train(TrainCommand::Moe(args)) => train_moe(&discover()?, args, &tracer)?,
         Command::Bench(BenchCommand::Moe(args)) => bench_moe(&discover()?, args)?,
+        Command::Bench(BenchCommand::Btm(args)) => bench_btm(&discover()?, args)?,
         Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
         Command::Pipeline(args) => {
@@ -620,6 +623,31 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
     );
     println!("checkpoints: {}", args.checkpoint_dir.display());
     print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
+}
+
+fn bench_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
+    use gangway::bench::btm;
+    use gangway::moe::MoeLmParams;
+    use gangway::moe::training::TrainOptions;
+    let (devices, corpus, opts) = btm_setup(devices, args)?;
+    let domains = corpus.by_domain();
+    let seed = MoeLmParams::init(args.model.config())?;
+    let train = TrainOptions {
+        steps: args.branch_steps,
+        ..opts.train
+    };
+    let results = btm::run(&devices, &domains, &seed, &train, &[devices.len()], |r| {
+        eprintln!(
+            "{} devices: {:.0} tokens/s ({:.2}× one device)",
+            r.devices, r.tokens_per_s, r.speedup
+        )
+    })?;
+    print!("{}", btm::table(&results));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn eval_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {

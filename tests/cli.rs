@@ -144,3 +144,62 @@ fn pipeline_run_trains_on_devices_and_matches_one_device() {
     let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(err < 1e-4, "{err_line}");
 }
+
+#[test]
+fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint() {
+    if common::devices().is_empty() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gangway-cli-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("moe.ckpt");
+    let tiny = [
+        "--batch",
+        "32",
+        "--context",
+        "4",
+        "--embed",
+        "4",
+        "--model",
+        "16",
+        "--hidden",
+        "16",
+        "--experts",
+        "2",
+        "--top-k",
+        "1",
+    ];
+    let mut first = vec![
+        "train",
+        "moe",
+        "--steps",
+        "3",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+    ];
+    first.extend(tiny);
+    let out = gangway(&first);
+    assert!(out.contains("3 steps, 96 tokens"), "{out}");
+    assert!(out.contains("bits per byte; unigram byte model"), "{out}");
+    let mut again = vec![
+        "train",
+        "moe",
+        "--steps",
+        "2",
+        "--resume",
+        ckpt.to_str().unwrap(),
+    ];
+    again.extend(tiny);
+    let out = gangway(&again);
+    assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    std::fs::write(&ckpt, b"not a checkpoint").unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["train", "moe", "--resume", ckpt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("checkpoint") && !err.contains("panicked"),
+        "{err}"
+    );
+}

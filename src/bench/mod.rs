@@ -1,6 +1,7 @@
 //! The benchmark suites behind `gangway bench`. Each result is a flat, serializable record so runs
 //! on different machines can be compared; [`markdown_table`] renders them for people.
 
+pub mod btm;
 pub mod dispatch;
 pub mod matmul;
 pub mod moe;
