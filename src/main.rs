@@ -89,6 +89,24 @@ enum TrainCommand {
     Moe(TrainMoeArgs),
     /// Branch-Train-Merge: a seed LM, then one expert LM per domain, each on its own device.
     Btm(BtmArgs),
+    /// Branch a new ELM, for a new domain, from the average of the ELMs `train btm` saved.
+    BtmBranch(BtmBranchArgs),
+}
+
+#[derive(Args, Debug)]
+struct BtmBranchArgs {
+    /// The new domain's text (a directory or files); the ELM is named after the directory.
+    #[arg(long, num_args = 1.., required = true)]
+    domain: Vec<PathBuf>,
+    /// Where `train btm` saved its ELMs; the new one is saved there too.
+    #[arg(long, default_value = "btm-checkpoints")]
+    checkpoint_dir: PathBuf,
+    #[arg(long, default_value_t = 200)]
+    branch_steps: u32,
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -374,6 +392,7 @@ fn main() -> Result<()> {
         Command::Bench(BenchCommand::Moe(args)) => bench_moe(&discover()?, args)?,
         Command::Bench(BenchCommand::Btm(args)) => bench_btm(&discover()?, args)?,
         Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
+        Command::Train(TrainCommand::BtmBranch(args)) => train_btm_branch(&discover()?, args)?,
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
         Command::Pipeline(args) => {
             let devices = if args.run { discover()? } else { Vec::new() };
@@ -646,6 +665,69 @@ fn bench_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
+    use gangway::btm::{average, branch, save_elms};
+    use gangway::data::Corpus;
+    use gangway::moe::MoeLmParams;
+    use gangway::moe::training::TrainOptions;
+    let device = devices.first().context("no device")?;
+    let mut elms = Vec::new();
+    for entry in std::fs::read_dir(&args.checkpoint_dir)
+        .with_context(|| format!("reading {}", args.checkpoint_dir.display()))?
+    {
+        let name = entry?.file_name().to_string_lossy().to_string();
+        if let Some(domain) = name
+            .strip_prefix("elm-")
+            .and_then(|n| n.strip_suffix(".ckpt"))
+            .filter(|d| !d.starts_with("random"))
+        {
+            elms.push((
+                domain.to_string(),
+                MoeLmParams::load(&args.checkpoint_dir.join(&name))?,
+            ));
+        }
+    }
+    if elms.is_empty() {
+        bail!(
+            "no ELMs in {} (run `gangway train btm` first)",
+            args.checkpoint_dir.display()
+        );
+    }
+    let averaged = average(&elms.iter().map(|(_, p)| p).collect::<Vec<_>>(), None)?;
+    let corpus = Corpus::from_paths(&args.domain)?;
+    let name = corpus.domains().join("+");
+    eprintln!(
+        "branching {name:?} from the average of {:?}",
+        elms.iter().map(|(d, _)| d).collect::<Vec<_>>()
+    );
+    let opts = TrainOptions {
+        steps: args.branch_steps,
+        batch: args.batch,
+        lr: args.lr,
+        ..TrainOptions::default()
+    };
+    let new = branch(
+        std::slice::from_ref(device),
+        &[(name, corpus)],
+        &averaged,
+        &opts,
+        None,
+        |_, s| eprint!("\rstep {s}   "),
+    )?;
+    eprintln!();
+    let paths = save_elms(&args.checkpoint_dir, &new)?;
+    for (e, path) in new.iter().zip(&paths) {
+        println!(
+            "ELM {:?}: validation {:.3} bits per byte (unigram {:.3}), saved to {}",
+            e.domain,
+            e.report.valid_bpb,
+            e.report.unigram_bpb,
+            path.display()
+        );
     }
     Ok(())
 }
