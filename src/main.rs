@@ -492,17 +492,18 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
     };
     let show = |p: &gangway::moe::training::Progress| {
         const WIDTH: usize = 30;
-        let done = ((p.stats.step as usize * WIDTH) / p.steps.max(1) as usize).min(WIDTH);
+        let done = ((p.step as usize * WIDTH) / p.steps.max(1) as usize).min(WIDTH);
         let eval = p
             .valid_bpb
             .map(|b| format!("  valid {b:.3} bpb"))
             .unwrap_or_default();
         eprint!(
-            "\r[{}{}] {}/{}  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
+            "\r[{}{}] {}/{} (step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
             "#".repeat(done),
             "-".repeat(WIDTH - done),
-            p.stats.step,
+            p.step,
             p.steps,
+            p.stats.step,
             p.stats.loss,
             p.tokens_per_s,
             p.stats.dropped_fraction * 100.0

@@ -58,6 +58,9 @@ impl Default for TrainOptions {
 #[derive(Debug, Clone)]
 pub struct Progress {
     pub stats: StepStats,
+    /// This run's step, from 1 (`stats.step` counts from the start of training, resumes included).
+    pub step: u32,
+    /// Steps this run takes.
     pub steps: u32,
     /// Tokens per second over the run so far.
     pub tokens_per_s: f64,
@@ -243,6 +246,7 @@ fn run(
         let tokens = u64::from(step) * opts.batch as u64;
         progress(&Progress {
             stats,
+            step,
             steps: opts.steps,
             tokens_per_s: tokens as f64 / began.elapsed().as_secs_f64(),
             valid_bpb,
