@@ -164,3 +164,134 @@ fn drag_pans_in_the_ui_and_reset_fits_again() {
     let reset = h.state().1.view.unwrap();
     assert!(close(reset.start_ns, fitted.start_ns) && close(reset.ns_per_px, fitted.ns_per_px));
 }
+
+/// Bar area and view for picking tests: bars from x = 0, 1 ns per px, rows from y = 0.
+fn pick_setup() -> (TimeView, egui::Rect) {
+    let view = TimeView {
+        start_ns: 0.0,
+        ns_per_px: 1.0,
+    };
+    let rect = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(3_000.0, 400.0));
+    (view, rect)
+}
+
+#[test]
+fn overlapping_events_land_on_distinct_sub_rows_and_hover_finds_each() {
+    // Host encodes of three runs on device 0 overlap; two sends on device 1 at once. Pushed
+    // out of order, one by one (the live path), and in one batch: same rows either way.
+    let events = vec![
+        EventMeta::host_encode(0).event("enc c".into(), 1_200, 2_000),
+        EventMeta::host_encode(0).event("enc a".into(), 0, 1_000),
+        EventMeta::host_encode(0).event("enc b".into(), 500, 1_500),
+        EventMeta::transfer(1).event("send x".into(), 100, 900),
+        EventMeta::transfer(1).event("send y".into(), 100, 900),
+    ];
+    let batch = TimelineData::from_events(events.clone());
+    let mut live = TimelineData::default();
+    for e in events.clone() {
+        live.push(e);
+    }
+    for d in [&batch, &live] {
+        let rows: Vec<(usize, Vec<(&str, u32)>)> = d
+            .tracks()
+            .iter()
+            .map(|t| {
+                let named = t
+                    .events()
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .zip(t.rows().iter().copied());
+                (t.row_count(), named.collect())
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (2, vec![("enc a", 0), ("enc b", 1), ("enc c", 0)]),
+                (2, vec![("send x", 0), ("send y", 1)]),
+            ]
+        );
+    }
+    // As many sub-rows as the Chrome exporter's threads for that lane.
+    let json = gangway::trace::chrome::to_json(&events, &[]);
+    let threads = |pid: u64| {
+        json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["name"] == "thread_name" && m["pid"] == pid)
+            .count()
+    };
+    assert_eq!((threads(0), threads(1)), (2, 2));
+
+    // Picking: track 0 (host encode) has rows at y 0..22 and 22..44, track 1 at 44..88.
+    let (view, rect) = pick_setup();
+    let pick = |x: f32, y: f32| {
+        gangway_viewer::timeline::draw::event_at(&batch, &view, rect, egui::pos2(x, y))
+            .map(|e| e.name.as_str())
+    };
+    assert_eq!(pick(700.0, 11.0), Some("enc a"));
+    assert_eq!(pick(700.0, 33.0), Some("enc b"));
+    assert_eq!(pick(1_400.0, 11.0), Some("enc c"));
+    assert_eq!(pick(1_400.0, 33.0), Some("enc b"));
+    assert_eq!(pick(1_800.0, 33.0), None);
+    assert_eq!(pick(500.0, 55.0), Some("send x"));
+    assert_eq!(pick(500.0, 77.0), Some("send y"));
+    assert_eq!(pick(500.0, 99.0), None);
+
+    // In the UI the widget grows with the sub-rows, and a click on the lower sub-row zooms to
+    // that bar. Bars start at x = 158 (8 margin + 150 labels); rows at y = 8 + 18.
+    let mut h = Harness::builder().with_size([800.0, 300.0]).build_ui_state(
+        |ui, (data, state): &mut (TimelineData, TimelineState)| {
+            timeline(ui, "t", data, state);
+        },
+        (batch.clone(), TimelineState::default()),
+    );
+    h.run();
+    let fitted = h.state().1.view.unwrap();
+    let x = 158.0 + fitted.x_of(1_250.0);
+    let w = f64::from(h.state().1.last_width);
+    let mut click = |y: f32| {
+        h.state_mut().1.view = Some(fitted);
+        h.hover_at(egui::pos2(x, y));
+        h.run();
+        h.drag_at(egui::pos2(x, y));
+        h.run();
+        h.drop_at(egui::pos2(x, y));
+        h.run();
+        let v = h.state().1.view.unwrap();
+        (
+            v.ns_at(h.state().1.last_width / 2.0).round() as u64,
+            v.ns_per_px,
+        )
+    };
+    // zoom_to shows the event with 10 % margin each side: 1.2 × its length across the width.
+    let (mid_b, px_b) = click(8.0 + 18.0 + 22.0 + 11.0);
+    assert_eq!(mid_b, 1_000, "zoomed to enc b (500..1500)");
+    assert!(close(px_b, 1_200.0 / w), "{px_b}");
+    let (mid_c, px_c) = click(8.0 + 18.0 + 11.0);
+    assert_eq!(mid_c, 1_600, "zoomed to enc c (1200..2000)");
+    assert!(close(px_c, 960.0 / w), "{px_c}");
+}
+
+#[test]
+fn non_overlapping_events_stay_on_one_row() {
+    // Back to back (end == next start) and gapped events share one row, on every track.
+    let mut d = TimelineData::from_events(
+        (0..1_000u64)
+            .map(|i| kernel(0, "k", i * 100, i * 100 + 100))
+            .chain((0..1_000u64).map(|i| kernel(1, "k", i * 300, i * 300 + 100))),
+    );
+    assert!(
+        d.tracks()
+            .iter()
+            .all(|t| t.row_count() == 1 && t.rows().iter().all(|&r| r == 0))
+    );
+    // A burst of overlap grows a track; forgetting it shrinks the track back.
+    d.push(kernel(0, "late", 99_950, 100_500));
+    assert_eq!(d.tracks()[0].row_count(), 2);
+    d.push(kernel(0, "later", 100_600, 100_700));
+    d.forget_before(100_550);
+    assert_eq!(d.tracks()[0].row_count(), 1);
+    assert_eq!(d.tracks()[0].rows(), [0]);
+}

@@ -1,5 +1,11 @@
 //! Events grouped into tracks (one per device and lane), each sorted by start time so the
 //! visible slice of a track is two binary searches away, however many events it holds.
+//!
+//! Events of one track that overlap in time go on sub-rows: the greedy lowest-free-row
+//! assignment in start order that the Chrome exporter uses for its overflow threads (a row is
+//! free when its last event ends at or before the new start), so a track takes as many rows as
+//! events it has at once. Rows are assigned as events arrive (O(rows) for an in-order append;
+//! a track that got an out-of-order insert is reassigned once per batch), never per frame.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -13,6 +19,12 @@ pub struct Track {
     pub lane: Lane,
     /// Sorted by `start_ns` (ties keep arrival order).
     events: Vec<Event>,
+    /// Sub-row of each event (parallel to `events`); events on one sub-row never overlap.
+    rows: Vec<u32>,
+    /// Per sub-row, `(start, end)` of its latest-starting event.
+    row_last: Vec<(u64, u64)>,
+    /// An out-of-order insert happened: `rows` must be reassigned.
+    dirty: bool,
     /// Longest event, so a search for events overlapping a window knows how far back to look.
     max_duration_ns: u64,
 }
@@ -23,6 +35,9 @@ impl Track {
             device,
             lane,
             events: Vec::new(),
+            rows: Vec::new(),
+            row_last: Vec::new(),
+            dirty: false,
             max_duration_ns: 0,
         }
     }
@@ -31,6 +46,18 @@ impl Track {
         &self.events
     }
 
+    /// The sub-row of each event of [`Track::events`] (same order).
+    pub fn rows(&self) -> &[u32] {
+        &self.rows
+    }
+
+    /// How many sub-rows the track takes (at least 1).
+    pub fn row_count(&self) -> usize {
+        self.row_last.len().max(1)
+    }
+
+    /// Inserts `e` keeping start order; an out-of-order insert marks the rows for
+    /// [`Track::assign_rows`].
     fn insert(&mut self, e: Event) {
         self.max_duration_ns = self.max_duration_ns.max(e.duration_ns());
         // Live events arrive nearly in order: appending is the common case.
@@ -39,29 +66,100 @@ impl Track {
             .last()
             .is_none_or(|last| last.start_ns <= e.start_ns)
         {
+            if !self.dirty {
+                let row = self.next_row(e.start_ns, e.clamped_end_ns());
+                self.rows.push(row);
+            }
             self.events.push(e);
         } else {
             let at = self.events.partition_point(|x| x.start_ns <= e.start_ns);
             self.events.insert(at, e);
+            self.dirty = true;
         }
+    }
+
+    /// Greedy step: the lowest sub-row free at `start` (its last event ended by then), or a
+    /// new one. Events must come in start order.
+    fn next_row(&mut self, start: u64, end: u64) -> u32 {
+        let free = self.row_last.iter().position(|&(_, e)| e <= start);
+        let row = match free {
+            Some(row) => row,
+            None => {
+                self.row_last.push((start, end));
+                self.row_last.len() - 1
+            }
+        };
+        if let Some(last) = self.row_last.get_mut(row) {
+            *last = (start, end);
+        }
+        u32::try_from(row).unwrap_or(u32::MAX)
+    }
+
+    /// Reassigns every event's sub-row, in start order, if an out-of-order insert asked for it.
+    fn assign_rows(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        self.row_last.clear();
+        let spans: Vec<(u64, u64)> = self
+            .events
+            .iter()
+            .map(|e| (e.start_ns, e.clamped_end_ns()))
+            .collect();
+        self.rows = spans
+            .into_iter()
+            .map(|(start, end)| self.next_row(start, end))
+            .collect();
+    }
+
+    /// The index range of the events that overlap `window` (plus, at the front, possibly a few
+    /// that end just before it), found by binary search: O(log n).
+    fn visible_range(&self, window: Range<u64>) -> Range<usize> {
+        let from = window.start.saturating_sub(self.max_duration_ns);
+        let first = self.events.partition_point(|e| e.start_ns < from);
+        let last = self.events.partition_point(|e| e.start_ns < window.end);
+        first..last.max(first)
     }
 
     /// Events that overlap `window` (plus, at the front, possibly a few that end just before
     /// it), found by binary search: O(log n + visible).
     pub fn visible(&self, window: Range<u64>) -> &[Event] {
-        let from = window.start.saturating_sub(self.max_duration_ns);
-        let first = self.events.partition_point(|e| e.start_ns < from);
-        let last = self.events.partition_point(|e| e.start_ns < window.end);
-        &self.events[first..last.max(first)]
+        self.events
+            .get(self.visible_range(window))
+            .unwrap_or_default()
     }
 
-    /// Drops events that ended before `ns` (keeps memory bounded for a long live session).
+    /// [`Track::visible`] with the sub-row of each of those events.
+    pub fn visible_with_rows(&self, window: Range<u64>) -> (&[Event], &[u32]) {
+        let range = self.visible_range(window);
+        match (self.events.get(range.clone()), self.rows.get(range)) {
+            (Some(events), Some(rows)) => (events, rows),
+            _ => (&[], &[]),
+        }
+    }
+
+    /// Drops events that ended before `ns` (keeps memory bounded for a long live session),
+    /// and the sub-rows at the top left empty.
     fn forget_before(&mut self, ns: u64) {
         let cut = self
             .events
             .partition_point(|e| e.start_ns.saturating_add(self.max_duration_ns) < ns);
-        if cut > 0 {
-            self.events.drain(..cut);
+        if cut == 0 {
+            return;
+        }
+        self.assign_rows();
+        self.events.drain(..cut);
+        self.rows.drain(..cut.min(self.rows.len()));
+        // The cut is a prefix by start (ties are never split), so a row whose latest event
+        // starts before the first kept event is empty.
+        let first_kept = self.events.first().map_or(u64::MAX, |e| e.start_ns);
+        while self
+            .row_last
+            .last()
+            .is_some_and(|&(start, _)| start < first_kept)
+        {
+            self.row_last.pop();
         }
     }
 }
@@ -85,13 +183,27 @@ impl TimelineData {
         data
     }
 
+    /// Adds events; sub-rows of tracks that got out-of-order events are reassigned once, at
+    /// the end.
     pub fn extend(&mut self, events: impl IntoIterator<Item = Event>) {
         for e in events {
-            self.push(e);
+            self.insert(e);
+        }
+        for t in &mut self.tracks {
+            t.assign_rows();
         }
     }
 
     pub fn push(&mut self, e: Event) {
+        let key = (e.device, e.lane);
+        self.insert(e);
+        let at = self.tracks.partition_point(|t| (t.device, t.lane) < key);
+        if let Some(track) = self.tracks.get_mut(at) {
+            track.assign_rows();
+        }
+    }
+
+    fn insert(&mut self, e: Event) {
         let start = e.start_ns;
         let end = e.clamped_end_ns();
         self.span = Some(match self.span.take() {
@@ -244,8 +356,29 @@ pub struct Bar {
 /// The bars of `events` (sorted by start) under `x_of`, culled to `0..width` and with runs of
 /// sub-pixel events merged into one bar, so a frame paints at most a few bars per pixel.
 pub fn bars(events: &[Event], width: f32, x_of: impl Fn(f64) -> f32) -> Vec<Bar> {
-    let mut out: Vec<Bar> = Vec::new();
+    bars_by_row(events, &[], width, x_of)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
+/// [`bars`] per sub-row: `rows[i]` is the sub-row of `events[i]` (missing entries count as
+/// row 0); bars merge only with neighbours on their own row. One pass over `events`.
+pub fn bars_by_row(
+    events: &[Event],
+    rows: &[u32],
+    width: f32,
+    x_of: impl Fn(f64) -> f32,
+) -> Vec<Vec<Bar>> {
+    let mut by_row: Vec<Vec<Bar>> = vec![Vec::new()];
     for (i, e) in events.iter().enumerate() {
+        let row = rows.get(i).map_or(0, |&r| r as usize);
+        if row >= by_row.len() {
+            by_row.resize_with(row + 1, Vec::new);
+        }
+        let Some(out) = by_row.get_mut(row) else {
+            continue;
+        };
         let x0 = x_of(e.start_ns as f64);
         let x1 = x_of(e.clamped_end_ns() as f64);
         if x1 < 0.0 || x0 > width {
@@ -274,5 +407,5 @@ pub fn bars(events: &[Event], width: f32, x_of: impl Fn(f64) -> f32) -> Vec<Bar>
             first: i,
         });
     }
-    out
+    by_row
 }

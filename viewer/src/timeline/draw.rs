@@ -5,7 +5,7 @@
 use egui::{Align2, Color32, CornerRadius, FontId, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 use gangway::trace::Event;
 
-use super::data::{BarKind, TimelineData, bars};
+use super::data::{BarKind, TimelineData, Track, bars_by_row};
 use super::view::{TimeView, format_ns, format_tick, tick_step_ns};
 
 const LABEL_W: f32 = 150.0;
@@ -43,11 +43,16 @@ impl TimelineState {
     }
 }
 
+/// Height of a track: one row per sub-row of overlapping events.
+fn track_height(track: &Track) -> f32 {
+    track.row_count() as f32 * ROW_H
+}
+
 /// Draws `data` and handles navigation. `height` is the most the widget takes (rows scroll off
 /// past it are cut; tracks are few).
 pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut TimelineState) {
-    let rows = data.tracks().len().max(1);
-    let height = AXIS_H + rows as f32 * ROW_H + 4.0;
+    let rows_h: f32 = data.tracks().iter().map(track_height).sum();
+    let height = AXIS_H + rows_h.max(ROW_H) + 4.0;
     let width = ui.available_width().max(LABEL_W + 50.0);
     let (rect, response) =
         ui.allocate_exact_size(Vec2::new(width, height), Sense::click_and_drag());
@@ -148,37 +153,49 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     }
 
     let span = data.span();
-    for (row, track) in data.tracks().iter().enumerate() {
-        let top = bar_rect.top() + row as f32 * ROW_H;
-        let row_rect = Rect::from_min_size(
-            Pos2::new(bar_rect.left(), top + 2.0),
-            Vec2::new(bar_w, ROW_H - 4.0),
-        );
+    let mut top = bar_rect.top();
+    for track in data.tracks() {
+        let track_top = top;
+        top += track_height(track);
         let label_clip = Rect::from_min_max(
-            Pos2::new(rect.left(), top),
-            Pos2::new(bar_rect.left() - 4.0, top + ROW_H),
+            Pos2::new(rect.left(), track_top),
+            Pos2::new(bar_rect.left() - 4.0, track_top + ROW_H),
         );
         painter.with_clip_rect(label_clip).text(
-            Pos2::new(rect.left() + 4.0, top + ROW_H / 2.0),
+            Pos2::new(rect.left() + 4.0, track_top + ROW_H / 2.0),
             Align2::LEFT_CENTER,
             data.track_label(track),
             FontId::proportional(12.0),
             text_color,
         );
+        let row_rect = |sub: usize| {
+            Rect::from_min_size(
+                Pos2::new(bar_rect.left(), track_top + sub as f32 * ROW_H + 2.0),
+                Vec2::new(bar_w, ROW_H - 4.0),
+            )
+        };
         // Idle shading over the data's span: bars paint over the busy parts.
         if let Some(span) = &span {
             let x0 = bar_rect.left() + view.x_of(span.start as f64).max(0.0);
             let x1 = bar_rect.left() + view.x_of(span.end as f64).min(bar_w);
             if x1 > x0 {
-                painter.rect_filled(
-                    Rect::from_x_y_ranges(x0..=x1, row_rect.y_range()),
-                    CornerRadius::ZERO,
-                    idle,
-                );
+                for sub in 0..track.row_count() {
+                    painter.rect_filled(
+                        Rect::from_x_y_ranges(x0..=x1, row_rect(sub).y_range()),
+                        CornerRadius::ZERO,
+                        idle,
+                    );
+                }
             }
         }
-        let visible = track.visible(window.clone());
-        for bar in bars(visible, bar_w, |ns| view.x_of(ns)) {
+        let (visible, rows) = track.visible_with_rows(window.clone());
+        let by_row = bars_by_row(visible, rows, bar_w, |ns| view.x_of(ns));
+        for (sub, bar) in by_row
+            .iter()
+            .enumerate()
+            .flat_map(|(sub, row)| row.iter().map(move |b| (sub, b)))
+        {
+            let row_rect = row_rect(sub);
             let x0 = bar_rect.left() + bar.x0;
             let x1 = bar_rect.left() + bar.x1.max(bar.x0 + 1.0);
             let r = Rect::from_x_y_ranges(x0..=x1, row_rect.y_range());
@@ -240,8 +257,8 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     }
 }
 
-/// The event under `pos`, if any (the last-starting one that covers it, at least 3 px wide
-/// for picking).
+/// The event under `pos`, if any (on the track and sub-row under `pos`, the last-starting one
+/// that covers it, at least 3 px wide for picking).
 pub fn event_at<'a>(
     data: &'a TimelineData,
     view: &TimeView,
@@ -251,18 +268,34 @@ pub fn event_at<'a>(
     if !bar_rect.contains(pos) {
         return None;
     }
-    let row = ((pos.y - bar_rect.top()) / ROW_H).floor() as usize;
-    let track = data.tracks().get(row)?;
+    // The track under `pos`, then its sub-row.
+    let mut top = bar_rect.top();
+    let mut hit = None;
+    for track in data.tracks() {
+        let h = track_height(track);
+        if pos.y < top + h {
+            hit = Some((track, ((pos.y - top) / ROW_H).floor().max(0.0) as u32));
+            break;
+        }
+        top += h;
+    }
+    let (track, sub) = hit?;
     let x = pos.x - bar_rect.left();
     let slack = 2.0 * view.ns_per_px;
     let t = view.ns_at(x);
     let lo = (t - slack).max(0.0) as u64;
     let hi = (t + slack).max(0.0) as u64 + 1;
-    track
-        .visible(lo..hi)
+    let (events, rows) = track.visible_with_rows(lo..hi);
+    events
         .iter()
+        .zip(rows)
         .rev()
-        .find(|e| (e.start_ns as f64) <= t + slack && (e.clamped_end_ns() as f64) >= t - slack)
+        .find(|&(e, &row)| {
+            row == sub
+                && (e.start_ns as f64) <= t + slack
+                && (e.clamped_end_ns() as f64) >= t - slack
+        })
+        .map(|(e, _)| e)
 }
 
 /// The colour key of every bar kind, in one row.
