@@ -8,12 +8,14 @@
 //! - **B** computes the input gradient, and the weight gradients too unless the schedule splits
 //!   the backward, in which case it keeps each layer's output gradient for **W**;
 //! - **W** computes the weight gradients; weight gradients are accumulated on the device;
-//! - sends read the tensor back to the host and hand it to the peer stage's thread over a channel
-//!   (the runtime's cross-device transfers are host-staged too); receives block on that channel,
-//!   up to the device's wait timeout ([`Error::Timeout`] names what was awaited), and upload.
+//! - a send hands the tensor to its stage's *sender thread* and returns at once; that thread
+//!   reads it back to the host and hands it to the peer stage's thread over a channel (the
+//!   runtime's cross-device transfers are host-staged too), while the stage goes on with its next
+//!   op; receives block on that channel, up to the device's wait timeout ([`Error::Timeout`]
+//!   names what was awaited), and upload.
 //!
 //! Every compute op waits for its GPU work, so its host-timed start and end are real. After the
-//! op lists, each device applies `W −= lr · (Σ dW) / m` and the weights are read back: one
+//! op lists (its sends still draining on the sender thread), each device applies `W −= lr · (Σ dW) / m` and the weights are read back: one
 //! pipelined step equals [`Mlp::reference_step`] over the same microbatches.
 //!
 //! **Trace.** Events use the *stage index* as `device` (not [`Device::id`]), so
@@ -26,15 +28,18 @@
 //! channel is an [`EventMeta::wait`] event on the host lane. The final update is a compute-lane
 //! kernel named `sgd`, outside the measured makespan.
 //!
-//! **Model vs. run.** The simulator lets sends run beside compute; here a send's readback blocks
-//! its stage's thread for the transfer's duration, so the measured bubble includes the sender's
-//! side of each transfer, which the simulation (fed the mean transfer time as latency) does not.
+//! **Model vs. run.** As in the simulator, sends run beside compute: the sent tensor moves into the
+//! sender thread's message, so it stays alive (and nothing writes it: every op writes fresh
+//! tensors) until its readback is done. The readback waits only for its own copy's submission,
+//! which the device's queue orders after the op that produced the tensor. A failed readback sets
+//! the run's failure flag like a failed stage, and its error is the stage's. The receiver's
+//! upload still blocks its stage, as it does in the simulator (the op waits for its input).
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
 use super::mlp::{Microbatch, Mlp};
@@ -62,7 +67,8 @@ pub struct RunReport {
     pub makespan_ns: u64,
     /// Mean measured F, B and W per op (per chunk); without split backward, `backward_ns` is the
     /// whole B (weight gradient included) and `weight_grad_ns` is 0, as [`Costs`] expects. The
-    /// latency is the mean transfer (readback + upload; channel waits excluded) with infinite
+    /// latency is the mean transfer (the sender thread's readback + the receiver's upload; time a
+    /// send queues behind the previous one and channel waits are excluded) with infinite
     /// bandwidth; `activation_bytes` is the largest stage-boundary activation.
     pub measured: Costs,
     /// Idle compute time over `p × makespan`, from the compute-lane F/B/W events.
@@ -289,6 +295,17 @@ struct Msg {
     flow: u64,
 }
 
+/// A send handed to a stage's sender thread. Owning the tensor keeps its buffer alive until the
+/// readback is done; no op writes a tensor after producing it.
+struct Outbound {
+    what: Flowing,
+    mb: usize,
+    to_vs: usize,
+    peer: usize,
+    shape: [usize; 2],
+    tensor: Tensor,
+}
+
 /// One model chunk on a stage.
 struct Chunk {
     vs: usize,
@@ -318,6 +335,8 @@ struct Stage<'a, 's> {
     stage: usize,
     device: &'a Device,
     rx: Receiver<Msg>,
+    /// To this stage's sender thread.
+    outbox: Sender<Outbound>,
     stash: HashMap<Key, Msg>,
     chunks: Vec<Chunk>,
     inputs: HashMap<usize, Tensor>,
@@ -337,8 +356,158 @@ const MATMUL: MatmulOptions = MatmulOptions {
     variant: VariantChoice::Fixed(MatmulVariant::Naive),
 };
 
+/// Runs stage `stage`'s op list with its sender thread beside it; a failure of either is the
+/// stage's, and the sender's events join the stage's.
 fn run_stage(shared: &Shared<'_>, stage: usize, rx: Receiver<Msg>) -> StageResult<StageOutput> {
-    let setup = Stage::new(shared, stage, rx);
+    let (outbox, jobs) = mpsc::channel::<Outbound>();
+    std::thread::scope(|scope| {
+        let sender = scope.spawn(move || {
+            let _guard = FailOnPanic(&shared.failed);
+            let out = run_sender(shared, stage, jobs);
+            if matches!(out, Err(Fail::Own(_))) {
+                shared.failed.store(true, Ordering::SeqCst);
+            }
+            out
+        });
+        // Returning drops the outbox, so the sender drains its queue and ends.
+        let out = run_ops(shared, stage, rx, outbox);
+        if matches!(out, Err(Fail::Own(_))) {
+            shared.failed.store(true, Ordering::SeqCst);
+        }
+        let sent = sender.join().unwrap_or_else(|_| {
+            Err(Fail::Own(Error::Gpu {
+                what: format!("pipeline stage {stage} sender"),
+                message: "its host thread panicked".into(),
+            }))
+        });
+        match (out, sent) {
+            (Err(Fail::Own(e)), _) | (_, Err(Fail::Own(e))) => Err(Fail::Own(e)),
+            (Err(Fail::PeerGone), _) | (_, Err(Fail::PeerGone)) => Err(Fail::PeerGone),
+            (Ok(mut o), Ok(events)) => {
+                o.events.extend(events);
+                Ok(o)
+            }
+        }
+    })
+}
+
+/// The sender thread of `stage`: reads each handed-over tensor back, records the transfer-lane
+/// event carrying the flow's `Out` end, and sends the data to the peer stage. It waits for work
+/// until the stage drops its outbox (every stage wait is bounded) or a stage fails.
+fn run_sender(
+    shared: &Shared<'_>,
+    stage: usize,
+    jobs: Receiver<Outbound>,
+) -> StageResult<Vec<Event>> {
+    let mut events = Vec::new();
+    loop {
+        if shared.failed.load(Ordering::SeqCst) {
+            return Err(Fail::PeerGone);
+        }
+        let job = match jobs.recv_timeout(Duration::from_millis(50)) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return Ok(events),
+        };
+        let tx = shared.senders.get(job.peer).ok_or_else(|| {
+            Fail::Own(Error::InvalidArgument {
+                what: "pipeline run",
+                reason: format!("stage {stage}: no stage {} to send to", job.peer),
+            })
+        })?;
+        let start = shared.ns();
+        let data = read_back(&job.tensor)?;
+        let end = shared.ns();
+        let flow = shared.flow_id();
+        let meta = EventMeta::transfer(stage)
+            .microbatch(job.mb as u32)
+            .flow(flow, FlowRole::Out);
+        let e = meta.event(format!("send {}", job.what.name()), start, end);
+        shared.tracer.emit_with(|| e.clone());
+        events.push(e);
+        let msg = Msg {
+            key: (job.what, job.mb, job.to_vs),
+            data,
+            shape: job.shape,
+            flow,
+        };
+        tx.send(msg).map_err(|_| Fail::PeerGone)?;
+    }
+}
+
+/// Reads an f32 tensor back to the host, waiting only for the copy's own submission (not, as
+/// [`Tensor::to_f32`] does, for the whole queue, which the stage thread keeps feeding), up to
+/// the device's wait timeout.
+fn read_back(t: &Tensor) -> Result<Vec<f32>> {
+    if t.dtype() != DType::F32 {
+        return Err(Error::DTypeMismatch {
+            what: "pipeline send",
+            expected: DType::F32,
+            got: t.dtype(),
+        });
+    }
+    let device = t.device();
+    let bytes = t.bytes();
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
+    let staging = device.readback_buffer("pipeline send", bytes);
+    let mut encoder = device.encoder("pipeline send");
+    device.serialized(|| encoder.copy_buffer_to_buffer(t.buffer(), 0, &staging, 0, bytes));
+    let index = device.submit(encoder);
+    let (tx, rx) = mpsc::channel();
+    device.map_read(&staging, move |r| {
+        let _ = tx.send(r);
+    });
+    let started = Instant::now();
+    loop {
+        let polled = device.serialized(|| {
+            device.wgpu().poll(wgpu::PollType::Wait {
+                submission_index: Some(index.clone()),
+                timeout: Some(Duration::from_millis(20)),
+            })
+        });
+        match polled {
+            Ok(_) | Err(wgpu::PollError::Timeout) => {}
+            Err(e) => {
+                return Err(Error::DeviceLost {
+                    device: device.label(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        device.check_health()?;
+        match rx.try_recv() {
+            Ok(mapped) => {
+                mapped?;
+                break;
+            }
+            Err(TryRecvError::Empty) if started.elapsed() <= device.wait_timeout() => {}
+            Err(TryRecvError::Empty) => {
+                return Err(Error::Timeout {
+                    what: format!("device {} to read back a pipeline send", device.label()),
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            Err(TryRecvError::Disconnected) => {
+                return Err(Error::DeviceLost {
+                    device: device.label(),
+                    reason: "buffer map callback never ran".into(),
+                });
+            }
+        }
+    }
+    let raw = device.take_mapped(&staging, bytes)?;
+    Ok(bytemuck::pod_collect_to_vec(&raw))
+}
+
+fn run_ops(
+    shared: &Shared<'_>,
+    stage: usize,
+    rx: Receiver<Msg>,
+    outbox: Sender<Outbound>,
+) -> StageResult<StageOutput> {
+    let setup = Stage::new(shared, stage, rx, outbox);
     // Every thread reaches the barrier exactly once, failed setup or not.
     shared.barrier.wait();
     let mut st = setup?;
@@ -364,7 +533,12 @@ fn run_stage(shared: &Shared<'_>, stage: usize, rx: Receiver<Msg>) -> StageResul
 impl<'a, 's> Stage<'a, 's> {
     /// Uploads this stage's weights, inputs and targets and compiles its kernels, so the timed
     /// op list measures only the work.
-    fn new(shared: &'s Shared<'a>, stage: usize, rx: Receiver<Msg>) -> Result<Self> {
+    fn new(
+        shared: &'s Shared<'a>,
+        stage: usize,
+        rx: Receiver<Msg>,
+        outbox: Sender<Outbound>,
+    ) -> Result<Self> {
         let plan = &shared.plan;
         let device = &plan.devices[stage];
         let mut chunks = Vec::new();
@@ -417,6 +591,7 @@ impl<'a, 's> Stage<'a, 's> {
             stage,
             device,
             rx,
+            outbox,
             stash: HashMap::new(),
             chunks,
             inputs,
@@ -600,32 +775,30 @@ impl<'a, 's> Stage<'a, 's> {
             Flowing::Gradient => vs.wrapping_sub(1),
         };
         let peer = peer.ok_or_else(|| self.missing("the send's peer", mb, c))?;
-        let tx = self
-            .shared
-            .senders
-            .get(peer)
-            .filter(|_| to_vs <= plan.last_vs() && plan.schedule.placement(to_vs).0 == peer)
-            .ok_or_else(|| self.missing("a valid peer for the send", mb, c))?;
-        let t = self
+        if peer >= self.shared.senders.len()
+            || to_vs > plan.last_vs()
+            || plan.schedule.placement(to_vs).0 != peer
+        {
+            return Err(self.missing("a valid peer for the send", mb, c).into());
+        }
+        let tensor = self
             .outgoing
             .remove(&(what, mb, c))
             .ok_or_else(|| self.missing("the tensor to send", mb, c))?;
-        let start = self.shared.ns();
-        let data = t.to_f32()?;
-        let end = self.shared.ns();
-        let flow = self.shared.flow_id();
-        let shape = [t.shape()[0], t.shape()[1]];
-        let meta = EventMeta::transfer(self.stage)
-            .microbatch(mb as u32)
-            .flow(flow, FlowRole::Out);
-        self.push(meta.event(format!("send {}", what.name()), start, end));
-        let msg = Msg {
-            key: (what, mb, to_vs),
-            data,
-            shape,
-            flow,
+        let &[rows, cols] = tensor.shape() else {
+            return Err(self.missing("a matrix to send", mb, c).into());
         };
-        tx.send(msg).map_err(|_| Fail::PeerGone)
+        let job = Outbound {
+            what,
+            mb,
+            to_vs,
+            peer,
+            shape: [rows, cols],
+            tensor,
+        };
+        // The sender thread only hangs up when it failed (its error is the stage's) or saw a
+        // peer fail.
+        self.outbox.send(job).map_err(|_| Fail::PeerGone)
     }
 
     fn recv(&mut self, what: Flowing, mb: usize, c: usize, peer: Option<usize>) -> StageResult<()> {
