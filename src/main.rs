@@ -435,10 +435,7 @@ fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer)
     results.extend(db::shares_suite(devices, &o, show)?);
     results.extend(db::tracing_suite(devices, &o, tracer, show)?);
     print!("{}", db::table(&results));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     Ok(())
 }
 
@@ -541,10 +538,7 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
     if let Some(path) = &args.checkpoint {
         println!("checkpoint: {}", path.display());
     }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &report)?;
     Ok(())
 }
 
@@ -604,10 +598,7 @@ fn print_btm_eval(
         "domain split beats random split on {wins} of {} domains (the paper finds it does)",
         scores.len()
     );
-    if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&scores)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(json, &scores)?;
     Ok(())
 }
 
@@ -663,10 +654,7 @@ fn bench_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
         )
     })?;
     print!("{}", btm::table(&results));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     Ok(())
 }
 
@@ -754,10 +742,7 @@ fn bench_moe(devices: &[Device], args: &MoeBenchArgs) -> Result<()> {
         eprintln!("{} {}: {:.2} ms", r.section, r.case, r.step_s * 1e3)
     })?;
     print!("{}", mb::table(&results));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     Ok(())
 }
 
@@ -782,10 +767,7 @@ fn bench_pipeline(devices: &[Device], args: &PipelineBenchArgs) -> Result<()> {
         },
     )?;
     print!("{}", pb::table(&results));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &results)?;
     Ok(())
 }
 
@@ -1048,8 +1030,14 @@ fn bench_matmul(devices: &[Device], args: &MatmulBenchArgs) -> Result<()> {
         );
     })?;
     print!("{}", mm_bench::table(&results));
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+    write_json(args.json.as_deref(), &results)?;
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path`, when one was given.
+fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, serde_json::to_string_pretty(value)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
