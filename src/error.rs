@@ -129,6 +129,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Turns an I/O failure on `path` into [`Error::Io`]: `fs::read(p).map_err(Error::io(p))`.
+    pub fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+        move |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// A copy to hand to another waiter (a run's error reaches its client and its other tasks).
     /// Variants holding non-clonable sources keep their message.
     pub fn clone_for_report(&self) -> Error {

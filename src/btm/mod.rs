@@ -161,10 +161,7 @@ pub fn validation_windows(
 
 /// Saves every ELM as `<dir>/elm-<domain>.ckpt`.
 pub fn save_elms(dir: &Path, elms: &[Elm]) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     elms.iter()
         .map(|e| {
             let path = dir.join(format!("elm-{}.ckpt", e.domain));

@@ -93,6 +93,14 @@ pub struct Windows<'a> {
 }
 
 impl Corpus {
+    /// How many windows of `context` bytes [`Corpus::windows`] yields with stride 1.
+    pub fn window_count(&self, context: usize) -> usize {
+        self.documents()
+            .iter()
+            .map(|d| d.len().saturating_sub(context))
+            .sum()
+    }
+
     /// Sequential windows for evaluation: with `stride` 1 every byte after the first `context`
     /// of each document is a target once. Errors when `context` or `stride` is 0, or no
     /// document is longer than `context`.
@@ -213,6 +221,8 @@ mod tests {
         assert_eq!(targets, "gh6789");
         assert_eq!(w[0].0, b"abcdef".map(u32::from));
         assert_eq!(c.windows(3, 4)?.count(), 2 + 2);
+        assert_eq!(c.window_count(6), w.len());
+        assert_eq!(c.window_count(3), c.windows(3, 1)?.count());
         Ok(())
     }
 

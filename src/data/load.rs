@@ -36,7 +36,7 @@ impl Corpus {
         }
         let mut documents = Vec::new();
         for path in paths {
-            let meta = fs::metadata(path).map_err(|source| io(path, source))?;
+            let meta = fs::metadata(path).map_err(Error::io(path))?;
             if meta.is_dir() {
                 let domain = label(path);
                 collect(path, &domain, 0, &mut documents)?;
@@ -81,8 +81,8 @@ impl Corpus {
 
 pub(super) fn domains_in(dir: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|source| io(dir, source))? {
-        let entry = entry.map_err(|source| io(dir, source))?;
+    for entry in fs::read_dir(dir).map_err(Error::io(dir))? {
+        let entry = entry.map_err(Error::io(dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if !name.starts_with('.') && entry.path().is_dir() {
             names.push(name);
@@ -121,15 +121,15 @@ fn collect(dir: &Path, domain: &str, depth: usize, out: &mut Vec<Document>) -> R
         });
     }
     let mut entries = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|source| io(dir, source))? {
-        let entry = entry.map_err(|source| io(dir, source))?;
+    for entry in fs::read_dir(dir).map_err(Error::io(dir))? {
+        let entry = entry.map_err(Error::io(dir))?;
         if !entry.file_name().to_string_lossy().starts_with('.') {
             entries.push(entry.path());
         }
     }
     entries.sort();
     for path in entries {
-        let meta = fs::metadata(&path).map_err(|source| io(&path, source))?;
+        let meta = fs::metadata(&path).map_err(Error::io(&path))?;
         if meta.is_dir() {
             collect(&path, domain, depth + 1, out)?;
         } else if meta.is_file() {
@@ -140,7 +140,7 @@ fn collect(dir: &Path, domain: &str, depth: usize, out: &mut Vec<Document>) -> R
 }
 
 fn read(path: &Path, domain: String) -> Result<Document> {
-    let bytes = fs::read(path).map_err(|source| io(path, source))?;
+    let bytes = fs::read(path).map_err(Error::io(path))?;
     Ok(Document::new(domain, path.display().to_string(), bytes))
 }
 
@@ -149,13 +149,6 @@ fn label(path: &Path) -> String {
     match path.file_name() {
         Some(name) => name.to_string_lossy().into_owned(),
         None => path.display().to_string(),
-    }
-}
-
-fn io(path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
-        path: path.to_path_buf(),
-        source,
     }
 }
 
@@ -188,7 +181,7 @@ mod tests {
     #[test]
     fn directories_label_their_documents_and_load_in_name_order() -> Result<()> {
         let root = scratch("order");
-        let io = |e| io(&root, e);
+        let io = |e| Error::io(&root)(e);
         fs::create_dir_all(root.join("poems/deep")).map_err(io)?;
         fs::write(root.join("poems/b.txt"), "bee").map_err(io)?;
         fs::write(root.join("poems/a.txt"), "ay").map_err(io)?;
@@ -226,7 +219,7 @@ mod tests {
     #[test]
     fn missing_and_empty_inputs_are_errors() -> Result<()> {
         let root = scratch("empty");
-        fs::create_dir_all(root.join("nothing")).map_err(|e| io(&root, e))?;
+        fs::create_dir_all(root.join("nothing")).map_err(Error::io(&root))?;
         assert!(matches!(
             Corpus::from_paths(&[root.join("missing.txt")]),
             Err(Error::Io { .. })

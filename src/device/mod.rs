@@ -261,44 +261,46 @@ impl Device {
         }
     }
 
-    /// Copies `len` bytes at `offset` of a device buffer back to the host (blocking).
+    /// Copies `len` bytes at `offset` of a device buffer back to the host (blocking). Waits
+    /// only for the copy's own submission, not for work other threads queue after it.
     pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
         if len == 0 {
             return Ok(Vec::new());
         }
         let size = padded_size(len);
-        let serial = self.serial();
-        let staging = self.0.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("gangway readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.readback_buffer("gangway readback", size);
         let mut encoder = self.encoder("readback");
-        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-        drop(serial);
-        self.submit(encoder);
+        self.serialized(|| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size));
+        let index = self.submit(encoder);
         let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let _serial = self.serial();
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                let _ = tx.send(r);
-            });
+        self.map_read(&staging, move |r| {
+            let _ = tx.send(r);
+        });
+        let start = Instant::now();
+        loop {
+            self.poll_submission(&index, Duration::from_millis(20))?;
+            match rx.try_recv() {
+                Ok(mapped) => {
+                    mapped?;
+                    break;
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty)
+                    if start.elapsed() <= self.0.wait_timeout => {}
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    return Err(Error::Timeout {
+                        what: format!("device {} to read back {len} bytes", self.label()),
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    });
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(Error::DeviceLost {
+                        device: self.label(),
+                        reason: "buffer map callback never ran".into(),
+                    });
+                }
+            }
         }
-        self.wait()?;
-        let _serial = self.serial();
-        rx.recv().map_err(|_| Error::DeviceLost {
-            device: self.label(),
-            reason: "buffer map callback never ran".into(),
-        })??;
-        let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu {
-            what: "readback".into(),
-            message: e.to_string(),
-        })?;
-        let out = view[..len as usize].to_vec();
-        drop(view);
-        staging.unmap();
-        Ok(out)
+        self.take_mapped(&staging, len)
     }
 
     pub fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
@@ -342,19 +344,30 @@ impl Device {
     /// Waits up to `slice` for submitted work, running completed callbacks (buffer maps, work
     /// done). True when the queue is empty.
     pub fn poll(&self, slice: Duration) -> Result<bool> {
+        self.poll_until(None, slice)
+    }
+
+    /// Waits up to `slice` for submission `index` (and what came before it), running completed
+    /// callbacks. True when it finished.
+    pub fn poll_submission(&self, index: &wgpu::SubmissionIndex, slice: Duration) -> Result<bool> {
+        self.poll_until(Some(index.clone()), slice)
+    }
+
+    fn poll_until(&self, index: Option<wgpu::SubmissionIndex>, slice: Duration) -> Result<bool> {
         // Short slices: wgpu's GL backend holds the adapter's context lock while it waits, and
         // another thread needing that context panics after 6 s.
+        let one = index.is_some();
         let polled = {
             let _serial = self.serial();
             self.0.device.poll(wgpu::PollType::Wait {
-                submission_index: None,
+                submission_index: index,
                 timeout: Some(slice),
             })
         };
         match polled {
             Ok(status) => {
                 self.check_health()?;
-                Ok(status.is_queue_empty())
+                Ok(one || status.is_queue_empty())
             }
             Err(wgpu::PollError::Timeout) => self.check_health().map(|()| false),
             Err(e) => Err(Error::DeviceLost {
@@ -517,6 +530,17 @@ impl Device {
     pub fn serialized<T>(&self, f: impl FnOnce() -> T) -> T {
         let _serial = self.serial();
         f()
+    }
+
+    /// A buffer timestamp queries are resolved into (and copied out of): `bytes`, 8 per query.
+    pub fn query_resolve_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        let _serial = self.serial();
+        self.0.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
     }
 
     /// A timestamp query set of `count` queries, when the device has timestamp queries.

@@ -147,10 +147,7 @@ impl Autotuner {
     pub fn open(path: Option<PathBuf>) -> Result<Self> {
         let choices = match &path {
             Some(p) if p.exists() => {
-                let text = std::fs::read_to_string(p).map_err(|source| Error::Io {
-                    path: p.clone(),
-                    source,
-                })?;
+                let text = std::fs::read_to_string(p).map_err(Error::io(p))?;
                 serde_json::from_str(&text).map_err(|source| Error::Json {
                     path: p.clone(),
                     source,

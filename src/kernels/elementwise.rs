@@ -1,7 +1,7 @@
 //! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
 //! dispatch, a fused chain), relu, add, and the row sum all-reduce finishes with.
 
-use super::{ELEMENTWISE, PreparedDispatch};
+use super::{ELEMENTWISE, PreparedDispatch, grid_1d};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// One elementwise computation over flat f32 arrays of equal length.
@@ -56,19 +56,6 @@ struct Params {
     scale: f32,
     shift: f32,
     _pad2: [f32; 2],
-}
-
-const WORKGROUP: usize = 256;
-
-/// A 2-D grid of 256-thread workgroups covering `len` elements within the per-dimension limit.
-fn grid(device: &Device, len: usize) -> Result<[u32; 3]> {
-    let groups = len.div_ceil(WORKGROUP);
-    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
-    let y = groups.div_ceil(max.max(1)).max(1);
-    let x = groups.div_ceil(y);
-    let grid = [x as u32, y as u32, 1];
-    device.check_workgroups("elementwise", grid)?;
-    Ok(grid)
 }
 
 /// Builds the pipeline, parameters and bind group of `op` writing `len` values to `y`, once.
@@ -147,12 +134,13 @@ pub fn prepare(
         label: op.entry(),
         pipeline,
         bind_group,
-        grid: grid(device, len)?,
+        grid: grid_1d(device, "elementwise", len)?,
         _params: Some(params),
     })
 }
 
-/// Runs `op` on `x` (and `z`) and returns `y`, blocking until done.
+/// Runs `op` on `x` (and `z`) and returns `y` (shaped like `x`; flat for a row sum), blocking
+/// until done.
 pub fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> {
     let what = "elementwise";
     let device = x.device();
@@ -180,7 +168,15 @@ pub fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> 
         z.expect_device(what, device)?;
         z.expect_shape("elementwise z", x.shape())?;
     }
-    let y = Tensor::zeros(device, &[len], DType::F32)?;
+    // Shaped like `x`, except a row sum, which is flat.
+    let shape = match op {
+        ElementwiseOp::SumRows { .. } => vec![len],
+        _ => x.shape().to_vec(),
+    };
+    let y = Tensor::zeros(device, &shape, DType::F32)?;
+    if len == 0 {
+        return Ok(y);
+    }
     let prepared = prepare(
         device,
         op,

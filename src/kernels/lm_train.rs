@@ -16,6 +16,7 @@
 
 use super::LM_TRAIN;
 use super::matmul::{self, MatmulShape};
+use super::moe_dispatch::{gather_reference, scatter_reference};
 use super::router::{ExpertStat, ReferenceRouting, Route, RouterConfig, Routing};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -45,8 +46,6 @@ impl Params {
         bytemuck::Zeroable::zeroed()
     }
 }
-
-const WORKGROUP: usize = 256;
 
 /// Weights of the router's auxiliary losses.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -112,15 +111,6 @@ fn bad(what: &'static str, reason: String) -> Error {
     Error::InvalidArgument { what, reason }
 }
 
-/// A 2-D grid of 256-thread workgroups covering `len` threads within the per-dimension limit.
-fn grid(device: &Device, what: &'static str, len: usize) -> Result<[u32; 3]> {
-    let groups = len.div_ceil(WORKGROUP);
-    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
-    let y = groups.div_ceil(max.max(1)).max(1);
-    let x = groups.div_ceil(y);
-    Ok([to_u32(what, x)?, to_u32(what, y)?, 1])
-}
-
 /// Records `entry` over `threads` threads with `bindings` (binding 0, the parameters, added here).
 fn encode(
     encoder: &mut wgpu::CommandEncoder,
@@ -139,7 +129,7 @@ fn encode(
         entry,
         &pipeline,
         &all,
-        grid(device, entry, threads)?,
+        super::grid_1d(device, entry, threads)?,
     )
 }
 
@@ -666,10 +656,6 @@ pub fn dispatch_backward(d_slots: &Tensor, routing: &Routing) -> Result<Tensor> 
     Ok(out)
 }
 
-fn slot(r: &Route, capacity: usize) -> usize {
-    r.expert as usize * capacity + r.position as usize
-}
-
 /// Reference of [`gate_grad`]: `[T·K]`.
 pub fn gate_grad_reference(
     dy: &[f32],
@@ -686,7 +672,7 @@ pub fn gate_grad_reference(
             if r.kept == 0 {
                 return 0.0;
             }
-            let (t, s) = (tc / k, slot(r, capacity));
+            let (t, s) = (tc / k, r.slot(capacity));
             dy[t * d..(t + 1) * d]
                 .iter()
                 .zip(&slots[s * d..(s + 1) * d])
@@ -705,14 +691,7 @@ pub fn combine_backward_slots_reference(
     capacity: usize,
     d: usize,
 ) -> Vec<f32> {
-    let mut out = vec![0.0; experts * capacity * d];
-    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
-        let (t, s) = (tc / k, slot(r, capacity));
-        for j in 0..d {
-            out[s * d + j] = r.gate * dy[t * d + j];
-        }
-    }
-    out
+    scatter_reference(dy, routes, k, experts * capacity, capacity, d, |r| r.gate)
 }
 
 /// Reference of [`dispatch_backward`]: `[tokens, d]`.
@@ -724,14 +703,7 @@ pub fn dispatch_backward_reference(
     capacity: usize,
     d: usize,
 ) -> Vec<f32> {
-    let mut out = vec![0.0; tokens * d];
-    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
-        let (t, s) = (tc / k, slot(r, capacity));
-        for j in 0..d {
-            out[t * d + j] += d_slots[s * d + j];
-        }
-    }
-    out
+    gather_reference(d_slots, routes, tokens, k, capacity, d, |_| 1.0)
 }
 
 // ---- router backward ---------------------------------------------------------------------------

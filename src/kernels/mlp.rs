@@ -8,8 +8,8 @@
 //! Every launcher checks dtypes (f32), devices and shapes, then submits and blocks until the GPU
 //! is done. Each has a plain-Rust reference of the same name with `_reference`.
 
-use super::MLP;
-use crate::{DType, Device, Error, Result, Tensor};
+use super::{MLP, grid_1d};
+use crate::{DType, Error, Result, Tensor};
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -18,25 +18,6 @@ struct Params {
     _pad: u32,
     scale: f32,
     _pad2: f32,
-}
-
-const WORKGROUP: usize = 256;
-
-/// A 2-D grid of 256-thread workgroups covering `len` elements within the per-dimension limit.
-fn grid(device: &Device, what: &str, len: usize) -> Result<[u32; 3]> {
-    let groups = len.div_ceil(WORKGROUP);
-    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
-    let y = groups.div_ceil(max.max(1)).max(1);
-    let x = groups.div_ceil(y);
-    let to_u32 = |v: usize| {
-        u32::try_from(v).map_err(|_| Error::InvalidArgument {
-            what: "mlp kernel",
-            reason: format!("{what}: grid dimension {v} exceeds u32"),
-        })
-    };
-    let grid = [to_u32(x)?, to_u32(y)?, 1];
-    device.check_workgroups(what, grid)?;
-    Ok(grid)
 }
 
 /// Checks that `others` are f32 tensors on `first`'s device with its shape.
@@ -94,7 +75,7 @@ fn launch(
         entry,
         &pipeline,
         &bindings,
-        grid(device, entry, len)?,
+        grid_1d(device, entry, len)?,
     )?;
     device.submit(encoder);
     device.wait()

@@ -87,6 +87,27 @@ pub const ALL_SHADERS: &[Shader] = &[
     LM_TRAIN,
 ];
 
+/// Threads per workgroup of the flat kernels (elementwise, mlp, lm_train).
+pub const WORKGROUP: usize = 256;
+
+/// A 2-D grid of [`WORKGROUP`]-thread workgroups covering `threads` threads within the adapter's
+/// per-dimension limit (the shaders fold `y` back into one index). Too large is an error.
+pub fn grid_1d(device: &crate::Device, what: &str, threads: usize) -> crate::Result<[u32; 3]> {
+    let groups = threads.div_ceil(WORKGROUP);
+    let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
+    let y = groups.div_ceil(max.max(1)).max(1);
+    let x = groups.div_ceil(y);
+    let dim = |v: usize| {
+        u32::try_from(v).map_err(|_| crate::Error::InvalidArgument {
+            what: "kernel grid",
+            reason: format!("{what}: grid dimension {v} exceeds u32"),
+        })
+    };
+    let grid = [dim(x)?, dim(y)?, 1];
+    device.check_workgroups(what, grid)?;
+    Ok(grid)
+}
+
 /// One kernel launch whose pipeline, parameters and bind group were made ahead of time, so that
 /// recording it is all that is left: what compiled programs keep and reuse on every run.
 #[derive(Debug)]

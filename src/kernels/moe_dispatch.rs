@@ -135,16 +135,10 @@ pub fn reference_dispatch(
     capacity: usize,
     d: usize,
 ) -> Vec<f32> {
-    let mut out = vec![0.0; experts * capacity * d];
-    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
-        let t = tc / k;
-        let row = r.expert as usize * capacity + r.position as usize;
-        out[row * d..(row + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
-    }
-    out
+    scatter_reference(x, routes, k, experts * capacity, capacity, d, |_| 1.0)
 }
 
-/// Reference combine: `[tokens, d]`, the gate-weighted sum of each token's kept expert rows.
+/// Reference combine: `y[t] = Σ_{kept choices} gate · slot`.
 pub fn reference_combine(
     y: &[f32],
     routes: &[Route],
@@ -153,13 +147,46 @@ pub fn reference_combine(
     capacity: usize,
     d: usize,
 ) -> Vec<f32> {
+    gather_reference(y, routes, tokens, k, capacity, d, |r| r.gate)
+}
+
+/// Token rows to their slots (`[slots, d]`), scaled by `weight` of the choice; zeros elsewhere.
+/// Dispatch (weight 1) and the backward of combine (weight = gate) are this.
+pub fn scatter_reference(
+    x: &[f32],
+    routes: &[Route],
+    k: usize,
+    slots: usize,
+    capacity: usize,
+    d: usize,
+    weight: impl Fn(&Route) -> f32,
+) -> Vec<f32> {
+    let mut out = vec![0.0; slots * d];
+    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
+        let (t, s, w) = (tc / k, r.slot(capacity), weight(r));
+        for j in 0..d {
+            out[s * d + j] = w * x[t * d + j];
+        }
+    }
+    out
+}
+
+/// Each token's kept slots summed back into its row (`[tokens, d]`), scaled by `weight`.
+/// Combine (weight = gate) and the backward of dispatch (weight 1) are this.
+pub fn gather_reference(
+    slots: &[f32],
+    routes: &[Route],
+    tokens: usize,
+    k: usize,
+    capacity: usize,
+    d: usize,
+    weight: impl Fn(&Route) -> f32,
+) -> Vec<f32> {
     let mut out = vec![0.0; tokens * d];
-    for t in 0..tokens {
-        for r in routes[t * k..(t + 1) * k].iter().filter(|r| r.kept != 0) {
-            let row = r.expert as usize * capacity + r.position as usize;
-            for j in 0..d {
-                out[t * d + j] += r.gate * y[row * d + j];
-            }
+    for (tc, r) in routes.iter().enumerate().filter(|(_, r)| r.kept != 0) {
+        let (t, s, w) = (tc / k, r.slot(capacity), weight(r));
+        for j in 0..d {
+            out[t * d + j] += w * slots[s * d + j];
         }
     }
     out

@@ -71,6 +71,13 @@ pub struct Route {
     pub kept: u32,
 }
 
+impl Route {
+    /// Its row in the expert-major `[experts × capacity, d]` dispatch layout.
+    pub fn slot(&self, capacity: usize) -> usize {
+        self.expert as usize * capacity + self.position as usize
+    }
+}
+
 /// Per-expert statistics. Layout matches the WGSL `ExpertStat` struct.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]

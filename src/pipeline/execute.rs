@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use super::mlp::{Microbatch, Mlp};
@@ -416,7 +416,8 @@ fn run_sender(
             })
         })?;
         let start = shared.ns();
-        let data = read_back(&job.tensor)?;
+        // `to_f32` waits only for its own copy, not for the work the stage keeps queueing.
+        let data = job.tensor.to_f32()?;
         let end = shared.ns();
         let flow = shared.flow_id();
         let meta = EventMeta::transfer(stage)
@@ -433,72 +434,6 @@ fn run_sender(
         };
         tx.send(msg).map_err(|_| Fail::PeerGone)?;
     }
-}
-
-/// Reads an f32 tensor back to the host, waiting only for the copy's own submission (not, as
-/// [`Tensor::to_f32`] does, for the whole queue, which the stage thread keeps feeding), up to
-/// the device's wait timeout.
-fn read_back(t: &Tensor) -> Result<Vec<f32>> {
-    if t.dtype() != DType::F32 {
-        return Err(Error::DTypeMismatch {
-            what: "pipeline send",
-            expected: DType::F32,
-            got: t.dtype(),
-        });
-    }
-    let device = t.device();
-    let bytes = t.bytes();
-    if bytes == 0 {
-        return Ok(Vec::new());
-    }
-    let staging = device.readback_buffer("pipeline send", bytes);
-    let mut encoder = device.encoder("pipeline send");
-    device.serialized(|| encoder.copy_buffer_to_buffer(t.buffer(), 0, &staging, 0, bytes));
-    let index = device.submit(encoder);
-    let (tx, rx) = mpsc::channel();
-    device.map_read(&staging, move |r| {
-        let _ = tx.send(r);
-    });
-    let started = Instant::now();
-    loop {
-        let polled = device.serialized(|| {
-            device.wgpu().poll(wgpu::PollType::Wait {
-                submission_index: Some(index.clone()),
-                timeout: Some(Duration::from_millis(20)),
-            })
-        });
-        match polled {
-            Ok(_) | Err(wgpu::PollError::Timeout) => {}
-            Err(e) => {
-                return Err(Error::DeviceLost {
-                    device: device.label(),
-                    reason: e.to_string(),
-                });
-            }
-        }
-        device.check_health()?;
-        match rx.try_recv() {
-            Ok(mapped) => {
-                mapped?;
-                break;
-            }
-            Err(TryRecvError::Empty) if started.elapsed() <= device.wait_timeout() => {}
-            Err(TryRecvError::Empty) => {
-                return Err(Error::Timeout {
-                    what: format!("device {} to read back a pipeline send", device.label()),
-                    waited_ms: started.elapsed().as_millis() as u64,
-                });
-            }
-            Err(TryRecvError::Disconnected) => {
-                return Err(Error::DeviceLost {
-                    device: device.label(),
-                    reason: "buffer map callback never ran".into(),
-                });
-            }
-        }
-    }
-    let raw = device.take_mapped(&staging, bytes)?;
-    Ok(bytemuck::pod_collect_to_vec(&raw))
 }
 
 fn run_ops(
@@ -900,15 +835,7 @@ impl<'a, 's> Stage<'a, 's> {
 
 /// `max(z, 0)` into a new tensor of `z`'s shape, blocking.
 fn relu(z: &Tensor) -> Result<Tensor> {
-    let device = z.device();
-    let out = Tensor::zeros(device, z.shape(), DType::F32)?;
-    let op = ElementwiseOp::Relu;
-    let prepared = elementwise::prepare(device, op, z.buffer(), None, out.buffer(), z.len())?;
-    let mut encoder = device.encoder("relu");
-    prepared.encode(&mut encoder, None);
-    device.submit(encoder);
-    device.wait()?;
-    Ok(out)
+    elementwise::run(ElementwiseOp::Relu, z, None)
 }
 
 /// Merges the stages' outputs and measures the run.

@@ -34,6 +34,7 @@ impl ProgramBuilder {
                 values: Vec::new(),
                 args: Vec::new(),
                 results: Vec::new(),
+                result_nodes: Vec::new(),
             },
             error: None,
         }
@@ -236,6 +237,7 @@ impl ProgramBuilder {
             return;
         };
         let index = self.program.results.len();
+        self.program.result_nodes.push(self.program.nodes.len());
         self.program.nodes.push(Node {
             name: format!("result{index}"),
             op: Op::Result { index },

@@ -75,6 +75,8 @@ pub struct Program {
     pub(crate) values: Vec<ValueInfo>,
     pub(crate) args: Vec<Value>,
     pub(crate) results: Vec<Value>,
+    /// `result_nodes[i]`: the node that reads back result `i`.
+    pub(crate) result_nodes: Vec<usize>,
 }
 
 impl Program {
@@ -92,6 +94,10 @@ impl Program {
     }
     pub fn results(&self) -> &[Value] {
         &self.results
+    }
+    /// The node reading back each result, in result order.
+    pub fn result_nodes(&self) -> &[usize] {
+        &self.result_nodes
     }
 
     /// Every logical device a node touches: for a transfer, its sources and its destinations.

@@ -22,14 +22,8 @@ impl GpuClock {
     /// `None` when the device has no timestamp queries (or calibration failed): use host timing.
     pub fn calibrate(device: &Device) -> Option<Self> {
         let queries = device.timestamp_queries("clock calibration", 2)?;
-        let resolve = device.serialized(|| {
-            device.wgpu().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("clock calibration"),
-                size: wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT,
-                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            })
-        });
+        let resolve =
+            device.query_resolve_buffer("clock calibration", wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT);
         let period = f64::from(device.queue().get_timestamp_period());
         let mut best: Option<(Duration, Self)> = None;
         for _ in 0..3 {

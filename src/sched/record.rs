@@ -71,10 +71,7 @@ fn record_commands(
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "kernel"))?;
             // GPU timestamps only while tracing, into the device's ring (resolved in batches).
-            let ring = inbox
-                .ring
-                .as_ref()
-                .filter(|_| run.tracer.is_on() && run.gpu_timestamps);
+            let ring = inbox.ring.as_ref().filter(|_| run.gpu_timed);
             stamp = ring.map(|r| r.allocate());
             dispatch.encode(
                 &mut encoder,

@@ -109,8 +109,11 @@ impl Role {
     }
 }
 
+/// What every device of a node does: `(logical device, its roles)`.
+pub(crate) type NodeRoles = Vec<(usize, Vec<Role>)>;
+
 /// The roles of every device for `node`, keyed by the program's logical device.
-pub(crate) fn roles(exec: &Executable, node: usize) -> Vec<(usize, Vec<Role>)> {
+pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
     let prog = exec.program();
     let n = &prog.nodes()[node];
     let mut out: Vec<(usize, Vec<Role>)> = Vec::new();
@@ -150,13 +153,18 @@ pub(crate) struct RunState {
     pub opts: RunOptions,
     pub args: Vec<Vec<f32>>,
     pub tracer: Tracer,
-    pub gpu_timestamps: bool,
+    /// Kernels write GPU timestamps (tracing is on and GPU times were asked for).
+    pub gpu_timed: bool,
     /// `[node][shard]`: host bytes sent by a transfer, staged by a collective member, or read back.
     pub mail: Vec<Vec<OnceLock<Vec<u8>>>>,
     /// `[node][shard][role waits]`: command buffers recorded ahead of time (parallel dispatch).
     pub prepared: Vec<Vec<[Mutex<Option<Recorded>>; 2]>>,
     /// `[node][shard]`: host clock (tracer ns) when the shard's commands were submitted.
     pub submitted_ns: Vec<Vec<AtomicU64>>,
+    /// `[logical device]`: the runtime worker that runs it.
+    pub workers: Vec<usize>,
+    /// `[node]`: what each device does for the node, worked out once per run.
+    pub roles: Vec<NodeRoles>,
     /// `[node]`: roles of the node not yet complete (outputs not ready).
     pub node_pending: Vec<AtomicUsize>,
     /// Device tasks not yet finished.
@@ -170,29 +178,47 @@ pub(crate) struct RunState {
     done: (Mutex<bool>, Condvar),
 }
 
+/// Where a run comes from and goes: its client, the runtime worker of each of its logical
+/// devices, and how to trace it.
+#[derive(Debug)]
+pub(crate) struct RunEnv {
+    pub client: usize,
+    pub workers: Vec<usize>,
+    pub tracer: Tracer,
+    pub gpu_timed: bool,
+}
+
 impl RunState {
     pub fn new(
         id: u64,
-        client: usize,
         exec: Arc<Executable>,
         slot: usize,
         opts: RunOptions,
         args: Vec<Vec<f32>>,
-        (tracer, gpu_timestamps): (Tracer, bool),
+        env: RunEnv,
     ) -> Self {
+        let RunEnv {
+            client,
+            workers,
+            tracer,
+            gpu_timed,
+        } = env;
         let nodes = exec.program().nodes();
         let per_shard = |n: &crate::program::Node| n.gang.len();
-        let node_pending = (0..nodes.len())
-            .map(|i| AtomicUsize::new(roles(&exec, i).iter().map(|(_, r)| r.len()).sum()))
+        let roles: Vec<NodeRoles> = (0..nodes.len()).map(|i| roles(&exec, i)).collect();
+        let node_pending = roles
+            .iter()
+            .map(|per_device| AtomicUsize::new(per_device.iter().map(|(_, r)| r.len()).sum()))
             .collect();
         Self {
             id,
             client,
+            workers,
             slot,
             opts,
             args,
             tracer,
-            gpu_timestamps,
+            gpu_timed,
             mail: nodes
                 .iter()
                 .map(|n| (0..per_shard(n)).map(|_| OnceLock::new()).collect())
@@ -210,6 +236,7 @@ impl RunState {
                 .map(|n| (0..per_shard(n)).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
             node_pending,
+            roles,
             tasks_left: AtomicUsize::new(0),
             callbacks: AtomicUsize::new(0),
             error: OnceLock::new(),
@@ -274,20 +301,12 @@ impl RunState {
         self.node_pending[node].load(Ordering::Acquire) == 0
     }
 
-    fn result_nodes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    fn results_ready(&self) -> bool {
         self.exec
             .program()
-            .nodes()
+            .result_nodes()
             .iter()
-            .enumerate()
-            .filter_map(|(i, n)| match n.op {
-                Op::Result { index } => Some((index, i)),
-                _ => None,
-            })
-    }
-
-    fn results_ready(&self) -> bool {
-        self.result_nodes().all(|(_, node)| self.node_ready(node))
+            .all(|&node| self.node_ready(node))
     }
 
     fn signal(&self) {
@@ -341,7 +360,7 @@ impl RunState {
         }
         drop(done);
         let mut results = vec![Vec::new(); self.exec.program().results().len()];
-        for (index, node) in self.result_nodes() {
+        for (index, &node) in self.exec.program().result_nodes().iter().enumerate() {
             let mut out = Vec::new();
             for shard in &self.mail[node] {
                 let bytes = shard.get().map(Vec::as_slice).unwrap_or(&[]);

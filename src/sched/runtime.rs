@@ -7,7 +7,7 @@
 //! collectives of concurrent programs can never deadlock or interleave wrongly.
 
 use super::record::record;
-use super::run::{Role, RunOptions, RunState, roles};
+use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::worker::{self, Inbox, Task};
 use crate::program::Executable;
 use crate::trace::Tracer;
@@ -97,6 +97,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether kernels are timed with GPU timestamps (tracing on and asked for).
+    pub fn gpu_timed(&self) -> bool {
+        self.opts.tracer.is_on() && self.opts.gpu_timestamps
+    }
+}
+
+impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, SchedState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -148,26 +155,21 @@ impl Shared {
             // Waiting for admission is not a stall: the no-progress clock starts now.
             run.progress();
             run.admitted.store(true, Ordering::Release);
-            let exec = run.exec.clone();
             let mut tasks = Vec::new();
-            for node in 0..exec.program().nodes().len() {
-                let per_device = roles(&exec, node);
+            for (node, per_device) in run.roles.iter().enumerate() {
                 if per_device.is_empty() {
                     continue;
                 }
                 let seq = state.next_seq;
                 state.next_seq += 1;
                 for (logical, node_roles) in per_device {
-                    let Some(w) = self.worker_of(&exec.devices()[logical]) else {
-                        continue;
-                    };
                     tasks.push((
-                        w,
+                        run.workers[*logical],
                         Task {
                             seq,
                             run: run.clone(),
                             node,
-                            roles: node_roles,
+                            roles: node_roles.clone(),
                             next: 0,
                             blocked: None,
                         },
@@ -384,18 +386,19 @@ impl Client {
         let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         let run = Arc::new(RunState::new(
             id,
-            self.index,
             exec.clone(),
             slot,
             opts,
             args,
-            (
-                self.shared.opts.tracer.clone(),
-                self.shared.opts.gpu_timestamps,
-            ),
+            RunEnv {
+                client: self.index,
+                workers,
+                tracer: self.shared.opts.tracer.clone(),
+                gpu_timed: self.shared.gpu_timed(),
+            },
         ));
         if opts.mode == super::DispatchMode::Parallel
-            && let Err(e) = self.record_up_front(&run, &workers)
+            && let Err(e) = self.record_up_front(&run)
         {
             run.release_if_idle();
             return Err(e);
@@ -427,17 +430,17 @@ impl Client {
     }
 
     /// Parallel dispatch's host work: every command buffer of the run, one thread per device.
-    fn record_up_front(&self, run: &Arc<RunState>, workers: &[usize]) -> Result<()> {
+    fn record_up_front(&self, run: &Arc<RunState>) -> Result<()> {
         let exec = &run.exec;
         let mut per_device: Vec<Vec<(usize, Role)>> = vec![Vec::new(); exec.devices().len()];
-        for node in 0..exec.program().nodes().len() {
-            for (logical, node_roles) in roles(exec, node) {
-                per_device[logical].extend(node_roles.into_iter().map(|r| (node, r)));
+        for (node, node_devices) in run.roles.iter().enumerate() {
+            for (logical, node_roles) in node_devices {
+                per_device[*logical].extend(node_roles.iter().map(|&r| (node, r)));
             }
         }
         let record_device = |logical: usize, work: &[(usize, Role)]| -> Result<()> {
             let device = &exec.devices()[logical];
-            let inbox = &self.shared.inboxes[workers[logical]];
+            let inbox = &self.shared.inboxes[run.workers[logical]];
             for &(node, role) in work {
                 if let Some(r) = record(run, node, role, device, inbox)? {
                     run.put_prepared(node, role, r);

@@ -114,7 +114,12 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name(format!("gangway device {}", device.id()))
         .spawn(move || {
-            let clock = GpuClock::calibrate(&device);
+            // Calibrating costs a few round trips: only when GPU times will be taken.
+            let clock = if shared.gpu_timed() {
+                GpuClock::calibrate(&device)
+            } else {
+                None
+            };
             let inbox = shared.inboxes[index].clone();
             Worker {
                 shared,
@@ -453,14 +458,7 @@ impl Worker {
         let mut encoder = self.device.encoder("resolve timestamps");
         for (first, count) in contiguous(&pairs) {
             let bytes = u64::from(count) * 16;
-            let resolve = self.device.serialized(|| {
-                self.device.wgpu().create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("timestamps"),
-                    size: bytes,
-                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                })
-            });
+            let resolve = self.device.query_resolve_buffer("timestamps", bytes);
             let readback = self.device.readback_buffer("timestamps", bytes);
             encoder.resolve_query_set(&ring.queries, 2 * first..2 * (first + count), &resolve, 0);
             encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);

@@ -174,17 +174,11 @@ impl TrainerCheckpoint {
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_bytes()?).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, self.to_bytes()?).map_err(Error::io(path))
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(Error::io(path))?;
         Self::from_bytes(&bytes)
     }
 }

@@ -179,24 +179,7 @@ fn to_u32(v: usize) -> Result<u32> {
 
 /// An elementwise op into a tensor shaped like `x`.
 fn ew(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> {
-    let device = x.device();
-    let y = Tensor::zeros(device, x.shape(), DType::F32)?;
-    if x.is_empty() {
-        return Ok(y);
-    }
-    let prepared = elementwise::prepare(
-        device,
-        op,
-        x.buffer(),
-        z.map(Tensor::buffer),
-        y.buffer(),
-        x.len(),
-    )?;
-    let mut encoder = device.encoder("moe trainer elementwise");
-    prepared.encode(&mut encoder, None);
-    device.submit(encoder);
-    device.wait()?;
-    Ok(y)
+    elementwise::run(op, x, z)
 }
 
 fn relu(x: &Tensor) -> Result<Tensor> {
