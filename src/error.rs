@@ -98,6 +98,15 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    #[error("{what}: the result differs from the reference: {detail}")]
+    Mismatch { what: String, detail: String },
+
+    #[error("{what} panicked: {message}")]
+    Panic { what: String, message: String },
+
+    #[error("{path}: {reason}")]
+    BenchReport { path: PathBuf, reason: String },
+
     #[error("mesh: {0}")]
     Mesh(String),
 

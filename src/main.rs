@@ -2,15 +2,17 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use gangway::bench::{self, matmul as mm_bench};
+use gangway::bench;
 use gangway::device::{parse_backends, parse_virtual_devices};
-use gangway::kernels::matmul::MatmulVariant;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
 use gangway::pipeline::ScheduleKind;
 use gangway::trace::Tracer;
-use gangway::{DType, Device, DiscoveryOptions, discover};
+use gangway::{Device, DiscoveryOptions, discover};
 use std::path::PathBuf;
+
+mod bench_cmd;
+use bench_cmd::{bench_compare, bench_suites};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -49,11 +51,22 @@ fn parse_virtual_arg(s: &str) -> Result<usize, String> {
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
+        self.discover_with(None)
+    }
+
+    /// Discovery that splits each adapter into `split` devices unless the flag or the environment
+    /// says otherwise (the multi-device benchmarks need several).
+    fn discover_split(&self, split: usize) -> Result<Vec<Device>> {
+        let set = std::env::var_os(gangway::device::VIRTUAL_DEVICES_ENV).is_some();
+        self.discover_with((!set).then_some(split))
+    }
+
+    fn discover_with(&self, default_split: Option<usize>) -> Result<Vec<Device>> {
         let mut opts = DiscoveryOptions::from_env()?;
         if let Some(b) = self.backends {
             opts.backends = b;
         }
-        if let Some(n) = self.virtual_devices {
+        if let Some(n) = self.virtual_devices.or(default_split) {
             opts.virtual_devices = n;
         }
         Ok(discover(&opts)?)
@@ -70,9 +83,9 @@ enum Command {
     },
     /// Run one expert-parallel MoE layer over every device and check it against a CPU reference.
     Demo(DemoArgs),
-    /// Benchmarks.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Benchmark suites on every adapter (or those chosen): a Markdown table, and JSON with --json.
+    /// `gangway bench compare old.json new.json` compares two runs.
+    Bench(Box<BenchArgs>),
     /// Pipeline-parallel schedules: ASCII timeline, bubble (theory vs simulated), peak activations.
     Pipeline(PipelineArgs),
     /// Training.
@@ -277,88 +290,93 @@ struct DemoArgs {
     json: bool,
 }
 
-#[derive(Subcommand, Debug)]
-enum BenchCommand {
-    /// GFLOP/s of every matmul variant on every adapter.
-    Matmul(MatmulBenchArgs),
-    /// Pathways' dispatch micro-benchmarks: chains, granularity, shares, tracing cost.
-    Dispatch(DispatchBenchArgs),
-    /// Every pipeline schedule on real devices: step time, throughput, bubble measured vs simulated.
-    Pipeline(PipelineBenchArgs),
-    /// MoE training steps: MoE vs dense, step time as experts grow, all-to-all share per device count.
-    Moe(MoeBenchArgs),
-    /// Branch-Train-Merge's branch phase: tokens/s on N devices against 1.
-    Btm(BtmArgs),
-}
-
+/// `gangway bench`: suites, or `compare`.
 #[derive(Args, Debug)]
-struct MoeBenchArgs {
-    /// Tokens per training step.
-    #[arg(long, default_value_t = 1024)]
-    tokens: usize,
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
-    experts: Vec<usize>,
-    /// Device counts of the all-to-all section (needs that many devices; see --virtual-devices).
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
-    devices: Vec<usize>,
-    #[arg(long, default_value_t = 2)]
-    warmup: usize,
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Write the results as JSON here.
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchArgs {
+    #[command(subcommand)]
+    compare: Option<BenchSub>,
+    /// Suites to run [default: all]: matmul, memory, dispatch, pipeline, moe, btm.
+    #[arg(value_name = "SUITE")]
+    suites: Vec<String>,
+    /// Adapters to run on, by index or part of `name (backend)` [default: every adapter].
+    #[arg(long, value_delimiter = ',')]
+    adapters: Vec<String>,
+    /// Every suite on tiny sizes (well under a minute), 1 warm-up run and 3 samples.
     #[arg(long)]
+    quick: bool,
+    /// Write the report (schema `gangway-bench` version 1) here.
+    #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct PipelineBenchArgs {
-    #[arg(long, default_value_t = 4)]
-    stages: usize,
-    #[arg(long, value_delimiter = ',', default_values_t = [4, 8, 16])]
-    microbatches: Vec<usize>,
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
-    /// Write the results as JSON here.
+    /// Write the Markdown table here too.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+    /// Untimed runs per case [default: 2, --quick 1].
     #[arg(long)]
-    json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct DispatchBenchArgs {
-    /// Longest chain (one device per stage; capped at the device count, see --virtual-devices).
-    #[arg(long, default_value_t = 8)]
-    max_stages: usize,
-    /// Runs per timed repetition.
-    #[arg(long, default_value_t = 20)]
-    runs: usize,
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Write the results as JSON here.
+    warmup: Option<usize>,
+    /// Timed runs per case [default: 5, --quick 3].
     #[arg(long)]
-    json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct MatmulBenchArgs {
-    /// Square sizes to run (a tall-skinny expert shape is always added).
-    #[arg(long, value_delimiter = ',', default_values_t = [256, 512, 1024])]
-    sizes: Vec<usize>,
-    /// Variants to run: naive, tiled, vec4.
-    #[arg(long, value_delimiter = ',', default_values_t = ["naive".to_string(), "tiled".into(), "vec4".into()])]
-    variants: Vec<String>,
-    #[arg(long, value_enum, default_value = "f32")]
+    samples: Option<usize>,
+    /// The adapters' FP32 peak, GFLOP/s (overrides the built-in table).
+    #[arg(long)]
+    peak_gflops: Option<f64>,
+    /// The adapters' memory bandwidth, GB/s (overrides the built-in table).
+    #[arg(long)]
+    peak_gbps: Option<f64>,
+    /// matmul: square sizes [default: 256,512,1024; --quick 64,100].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    matmul_sizes: Option<Vec<usize>>,
+    /// matmul: variants [default: naive,tiled,vec4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    variants: Option<Vec<String>>,
+    /// matmul: element type.
+    #[arg(long, value_enum, default_value = "f32", help_heading = "Suite sizes")]
     dtype: DTypeArg,
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Write the results as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// memory: elements per stream [default: 1048576,16777216; --quick 65536,100003].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    stream_sizes: Option<Vec<usize>>,
+    /// dispatch: longest chain, capped at the adapter's devices [default: 8; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    max_stages: Option<usize>,
+    /// dispatch: runs per sample [default: 20; --quick 4].
+    #[arg(long, help_heading = "Suite sizes")]
+    runs: Option<usize>,
+    /// pipeline: stages (devices) [default: 4; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    stages: Option<usize>,
+    /// pipeline: microbatch counts [default: 4,8,16; --quick 4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    microbatches: Option<Vec<usize>>,
+    /// moe: tokens per training step [default: 1024; --quick 32].
+    #[arg(long, help_heading = "Suite sizes")]
+    tokens: Option<usize>,
+    /// moe: expert counts of the experts sweep [default: 1,2,4,8,16; --quick 1,4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    experts: Option<Vec<usize>>,
+    /// moe: device counts of the all-to-all section [default: 1,2,4,8; --quick 1,2].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    devices: Option<Vec<usize>>,
+    /// btm: training steps per ELM [default: 20; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    branch_steps: Option<u32>,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchSub {
+    /// Each case's median ratio between two reports, flagged when beyond the samples' spread.
+    Compare {
+        old: PathBuf,
+        new: PathBuf,
+        /// Pair cases by suite and case alone, whatever the adapter (two machines; each report
+        /// must hold each case once: run them with --adapters).
+        #[arg(long)]
+        any_adapter: bool,
+        /// Exit with status 1 when a case got slower beyond the noise.
+        #[arg(long)]
+        fail_on_slower: bool,
+    },
+    /// Print the JSON Schema of the report `--json` writes.
+    Schema,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -367,8 +385,32 @@ enum DTypeArg {
     F16,
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, each cause once (gangway's errors already show theirs).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace('\n', " ")
+}
+
+fn run(cli: Cli) -> Result<()> {
     let tracer = if cli.trace.is_some() {
         Tracer::new()
     } else {
@@ -383,14 +425,25 @@ fn main() -> Result<()> {
     match &cli.command {
         Command::Devices { json } => devices(&discover()?, *json)?,
         Command::Demo(args) => demo(&discover()?, args)?,
-        Command::Bench(BenchCommand::Matmul(args)) => bench_matmul(&discover()?, args)?,
-        Command::Bench(BenchCommand::Dispatch(args)) => {
-            bench_dispatch(&discover()?, args, &tracer)?
-        }
-        Command::Bench(BenchCommand::Pipeline(args)) => bench_pipeline(&discover()?, args)?,
+        Command::Bench(args) => match &args.compare {
+            Some(BenchSub::Compare {
+                old,
+                new,
+                any_adapter,
+                fail_on_slower,
+            }) => bench_compare(old, new, *any_adapter, *fail_on_slower)?,
+            Some(BenchSub::Schema) => println!(
+                "{}",
+                serde_json::to_string_pretty(&bench::Report::json_schema())?
+            ),
+            None => {
+                let split = if args.quick { 2 } else { 4 };
+                let found = cli.devices.discover_split(split)?;
+                names = found.iter().map(|d| (d.id(), d.label())).collect();
+                bench_suites(&found, args, &tracer)?
+            }
+        },
         Command::Train(TrainCommand::Moe(args)) => train_moe(&discover()?, args, &tracer)?,
-        Command::Bench(BenchCommand::Moe(args)) => bench_moe(&discover()?, args)?,
-        Command::Bench(BenchCommand::Btm(args)) => bench_btm(&discover()?, args)?,
         Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
         Command::Train(TrainCommand::BtmBranch(args)) => train_btm_branch(&discover()?, args)?,
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
@@ -405,37 +458,6 @@ fn main() -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {} events to {}", events.len(), path.display());
     }
-    Ok(())
-}
-
-fn bench_dispatch(devices: &[Device], args: &DispatchBenchArgs, tracer: &Tracer) -> Result<()> {
-    use gangway::bench::dispatch::{self as db, DispatchBenchOptions};
-    let o = DispatchBenchOptions {
-        max_stages: args.max_stages,
-        runs: args.runs,
-        warmup: args.warmup,
-        reps: args.reps,
-    };
-    if devices.len() < args.max_stages {
-        eprintln!(
-            "note: {} devices, so chains stop at {} stages (try --virtual-devices {})",
-            devices.len(),
-            devices.len(),
-            args.max_stages.div_ceil(devices.len().max(1)) * 2
-        );
-    }
-    let show = |r: &db::DispatchResult| {
-        eprintln!(
-            "{} {} {}: {:.0} computations/s {}",
-            r.suite, r.case, r.mode, r.computations_per_s, r.note
-        )
-    };
-    let mut results = db::chain_suite(devices, &o, show)?;
-    results.extend(db::granularity_suite(devices, &o, show)?);
-    results.extend(db::shares_suite(devices, &o, show)?);
-    results.extend(db::tracing_suite(devices, &o, tracer, show)?);
-    print!("{}", db::table(&results));
-    write_json(args.json.as_deref(), &results)?;
     Ok(())
 }
 
@@ -488,16 +510,13 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         ..TrainOptions::default()
     };
     let show = |p: &gangway::moe::training::Progress| {
-        const WIDTH: usize = 30;
-        let done = ((p.step as usize * WIDTH) / p.steps.max(1) as usize).min(WIDTH);
         let eval = p
             .valid_bpb
             .map(|b| format!("  valid {b:.3} bpb"))
             .unwrap_or_default();
         eprint!(
-            "\r[{}{}] {}/{} (step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
-            "#".repeat(done),
-            "-".repeat(WIDTH - done),
+            "\r{} {}/{} (step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
+            progress_bar(p.step as usize, p.steps as usize),
             p.step,
             p.steps,
             p.stats.step,
@@ -636,28 +655,6 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
     print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
 }
 
-fn bench_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
-    use gangway::bench::btm;
-    use gangway::moe::MoeLmParams;
-    use gangway::moe::training::TrainOptions;
-    let (devices, corpus, opts) = btm_setup(devices, args)?;
-    let domains = corpus.by_domain();
-    let seed = MoeLmParams::init(args.model.config())?;
-    let train = TrainOptions {
-        steps: args.branch_steps,
-        ..opts.train
-    };
-    let results = btm::run(&devices, &domains, &seed, &train, &[devices.len()], |r| {
-        eprintln!(
-            "{} devices: {:.0} tokens/s ({:.2}× one device)",
-            r.devices, r.tokens_per_s, r.speedup
-        )
-    })?;
-    print!("{}", btm::table(&results));
-    write_json(args.json.as_deref(), &results)?;
-    Ok(())
-}
-
 fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
     use gangway::btm::{average, branch, save_elms};
     use gangway::data::Corpus;
@@ -726,49 +723,6 @@ fn eval_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
     let (devices, corpus, opts) = btm_setup(devices, args)?;
     let models = load_all(&args.checkpoint_dir, &corpus.domains())?;
     print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
-}
-
-fn bench_moe(devices: &[Device], args: &MoeBenchArgs) -> Result<()> {
-    use gangway::bench::moe as mb;
-    let o = mb::MoeBenchOptions {
-        tokens: args.tokens,
-        experts: args.experts.clone(),
-        devices: args.devices.clone(),
-        warmup: args.warmup,
-        reps: args.reps,
-        ..mb::MoeBenchOptions::default()
-    };
-    let results = mb::run(devices, &o, |r| {
-        eprintln!("{} {}: {:.2} ms", r.section, r.case, r.step_s * 1e3)
-    })?;
-    print!("{}", mb::table(&results));
-    write_json(args.json.as_deref(), &results)?;
-    Ok(())
-}
-
-fn bench_pipeline(devices: &[Device], args: &PipelineBenchArgs) -> Result<()> {
-    use gangway::bench::pipeline as pb;
-    let results = pb::run(
-        devices,
-        args.stages,
-        &args.microbatches,
-        args.warmup,
-        args.reps,
-        |r| {
-            eprintln!(
-                "{} p={} m={}: {:.2} ms, bubble {:.1}% measured / {:.1}% simulated",
-                r.schedule,
-                r.stages,
-                r.microbatches,
-                r.step_ms,
-                r.bubble_measured * 100.0,
-                r.bubble_simulated * 100.0
-            )
-        },
-    )?;
-    print!("{}", pb::table(&results));
-    write_json(args.json.as_deref(), &results)?;
-    Ok(())
 }
 
 /// Runs one pipelined training step on the devices and prints measured beside simulated.
@@ -1001,37 +955,11 @@ fn demo(devices: &[Device], args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn bench_matmul(devices: &[Device], args: &MatmulBenchArgs) -> Result<()> {
-    let mut variants = args
-        .variants
-        .iter()
-        .map(|v| MatmulVariant::from_name(v).with_context(|| format!("unknown variant {v:?}")))
-        .collect::<Result<Vec<_>>>()?;
-    variants.sort();
-    let dtype = match args.dtype {
-        DTypeArg::F32 => DType::F32,
-        DTypeArg::F16 => DType::F16,
-    };
-    // One device per adapter: virtual devices of one adapter share its hardware.
-    let adapters: Vec<Device> = devices
-        .iter()
-        .filter(|d| d.info().virtual_index == 0)
-        .cloned()
-        .collect();
-    let cases = mm_bench::standard_cases(dtype, &args.sizes);
-    let results = mm_bench::run(&adapters, &cases, &variants, args.warmup, args.reps, |r| {
-        eprintln!(
-            "{} ({}) {} {}: {:.2} GFLOP/s",
-            r.adapter,
-            r.backend,
-            r.case,
-            r.variant.name(),
-            r.gflops
-        );
-    })?;
-    print!("{}", mm_bench::table(&results));
-    write_json(args.json.as_deref(), &results)?;
-    Ok(())
+/// `[#####-----]`: `done` of `total`, 30 columns.
+fn progress_bar(done: usize, total: usize) -> String {
+    const WIDTH: usize = 30;
+    let filled = (done * WIDTH / total.max(1)).min(WIDTH);
+    format!("[{}{}]", "#".repeat(filled), "-".repeat(WIDTH - filled))
 }
 
 /// Writes `value` as pretty JSON to `path`, when one was given.

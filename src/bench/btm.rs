@@ -1,87 +1,110 @@
-//! `gangway bench btm`: the throughput of Branch-Train-Merge's branch phase on N devices against
-//! one device. The ELMs never communicate, so the expectation is near-linear scaling, as far as
-//! the hardware lets the devices run at once.
+//! The `btm` suite: throughput of Branch-Train-Merge's branch phase, one expert LM per bundled
+//! domain trained from a common seed, on N devices against one. The ELMs never communicate, so
+//! the expectation is near-linear scaling, as far as the hardware lets the devices run at once.
+//! A sample is the wall time of the whole branch phase (training, and a small validation pass
+//! per ELM); tokens are training tokens.
 
+use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
+use super::suite::Planned;
 use crate::btm::branch;
 use crate::data::Corpus;
-use crate::moe::MoeLmParams;
 use crate::moe::training::TrainOptions;
-use crate::{Device, Result};
-use serde::Serialize;
+use crate::moe::{MoeLmConfig, MoeLmParams};
+use crate::{Device, Error, Result};
 
-#[derive(Debug, Clone, Serialize)]
-pub struct BtmBenchResult {
-    pub devices: usize,
-    pub elms: usize,
-    pub steps_per_elm: u32,
-    pub tokens: u64,
-    pub seconds: f64,
-    pub tokens_per_s: f64,
-    /// Tokens/s over the one-device run's, measured in the same process.
-    pub speedup: f64,
+#[derive(Debug, Clone)]
+pub struct BtmBenchOptions {
+    pub config: MoeLmConfig,
+    /// Training steps per ELM.
+    pub steps: u32,
+    /// Tokens per step.
+    pub batch: usize,
 }
 
-/// Branches `seed` once per domain for `opts.steps` steps on 1 device, then on every count in
-/// `device_counts` (capped at the devices found).
-pub fn run(
-    devices: &[Device],
-    domains: &[(String, Corpus)],
-    seed: &MoeLmParams,
-    opts: &TrainOptions,
-    device_counts: &[usize],
-    mut progress: impl FnMut(&BtmBenchResult),
-) -> Result<Vec<BtmBenchResult>> {
-    let mut counts: Vec<usize> = std::iter::once(1)
-        .chain(device_counts.iter().copied())
-        .filter(|&n| n >= 1 && n <= devices.len())
-        .collect();
-    counts.dedup();
-    let mut out: Vec<BtmBenchResult> = Vec::new();
-    for n in counts {
-        let start = std::time::Instant::now();
-        let elms = branch(&devices[..n], domains, seed, opts, None, |_, _| {})?;
-        let seconds = start.elapsed().as_secs_f64();
-        let tokens: u64 = elms.iter().map(|e| e.report.tokens).sum();
-        let tokens_per_s = tokens as f64 / seconds.max(1e-9);
-        let base = out.first().map_or(tokens_per_s, |r| r.tokens_per_s);
-        let r = BtmBenchResult {
-            devices: n,
-            elms: elms.len(),
-            steps_per_elm: opts.steps,
-            tokens,
-            seconds,
-            tokens_per_s,
-            speedup: tokens_per_s / base,
-        };
-        progress(&r);
-        out.push(r);
+impl BtmBenchOptions {
+    pub fn standard() -> Self {
+        Self {
+            config: super::moe::MoeBenchOptions::standard().config,
+            steps: 20,
+            batch: 128,
+        }
     }
-    Ok(out)
+
+    pub fn quick() -> Self {
+        Self {
+            config: super::moe::MoeBenchOptions::quick().config,
+            steps: 2,
+            batch: 16,
+        }
+    }
 }
 
-pub fn table(results: &[BtmBenchResult]) -> String {
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            vec![
-                r.devices.to_string(),
-                r.elms.to_string(),
-                r.steps_per_elm.to_string(),
-                format!("{:.1}", r.seconds),
-                format!("{:.0}", r.tokens_per_s),
-                format!("{:.2}×", r.speedup),
-            ]
+struct Branching {
+    devices: Vec<Device>,
+    domains: Vec<(String, Corpus)>,
+    seed: MoeLmParams,
+    opts: TrainOptions,
+}
+
+impl BlockingRun for Branching {
+    fn run(&mut self) -> Result<()> {
+        let elms = branch(
+            &self.devices,
+            &self.domains,
+            &self.seed,
+            &self.opts,
+            None,
+            |_, _| {},
+        )?;
+        let trained: u64 = elms.iter().map(|e| e.report.tokens).sum();
+        let expected = (self.domains.len() * self.opts.batch) as u64 * u64::from(self.opts.steps);
+        if trained != expected {
+            return Err(Error::Mismatch {
+                what: "btm bench".into(),
+                detail: format!("trained {trained} tokens, expected {expected}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn case_name(domains: usize, devices: usize) -> String {
+    format!("branch {domains} domains on {devices} device(s)")
+}
+
+/// Branching on 1 device, and on as many as there are domains (capped at the devices there are).
+pub fn plan(devices: &[Device], o: &BtmBenchOptions) -> Result<Vec<Planned>> {
+    o.config.validate()?;
+    let domains = Corpus::bundled_all()?.by_domain();
+    let n = domains.len();
+    let tokens = (n * o.batch) as f64 * f64::from(o.steps);
+    let work = Work::new(tokens, WorkUnit::Token)
+        .with_flops(6.0 * super::moe::active_params(&o.config) as f64 * tokens);
+    let mut counts = vec![1, devices.len().min(n)];
+    counts.dedup();
+    Ok(counts
+        .into_iter()
+        .map(|count| {
+            let (devices, domains) = (devices[..count].to_vec(), domains.clone());
+            let (config, steps, batch) = (o.config, o.steps, o.batch);
+            let bench = Blocking::new(case_name(n, count), work, move || {
+                Ok(Branching {
+                    devices,
+                    domains,
+                    seed: MoeLmParams::init(config)?,
+                    opts: TrainOptions {
+                        steps,
+                        batch,
+                        eval_windows: 16,
+                        ..TrainOptions::default()
+                    },
+                })
+            });
+            Planned::Run(Box::new(if count == 1 {
+                bench
+            } else {
+                bench.compared_to(case_name(n, 1))
+            }))
         })
-        .collect();
-    super::markdown_table(
-        &[
-            "devices",
-            "ELMs",
-            "steps each",
-            "seconds",
-            "tokens/s",
-            "vs 1 device",
-        ],
-        &rows,
-    )
+        .collect())
 }

@@ -1,47 +1,60 @@
-//! `gangway bench dispatch`: Pathways' dispatch micro-benchmarks on this machine's devices.
+//! The `dispatch` suite: Pathways' dispatch micro-benchmarks on one adapter's (virtual) devices,
+//! timed on the host (what is measured is the host's dispatch work, not the kernels).
 //!
-//! - **chain** (Fig. 7): S stages, each a tiny kernel on a different device, S = 1…max. Sequential
-//!   dispatch runs one node at a time; parallel dispatch records everything up front and keeps up
-//!   to S runs in flight, so successive runs overlap across the stages.
+//! - **chain** (Fig. 7): S stages, each a tiny kernel on a different device, S = 1, 2, 4, 8 up to
+//!   the devices there are. Sequential dispatch runs one node at a time; parallel dispatch records
+//!   everything up front and keeps up to S runs in flight, so successive runs overlap across the
+//!   stages. Parallel is compared to sequential.
 //! - **granularity** (Fig. 5): 128 tiny computations on one device as OpByOp (one host call each),
-//!   Chained (one call runs a 128-node chain) and Fused (one node applying all 128 in one kernel).
+//!   Chained (one call runs a 128-node chain) and Fused (one node applying all 128 in one kernel),
+//!   each compared to OpByOp.
 //! - **shares** (Fig. 9): four clients with proportional shares 1:1:1:1 and 1:2:4:8 competing for
-//!   one admission slot; reported as each client's fraction of the admissions.
-//! - **tracing**: the chain at S = min(4, devices) with tracing off and on, in the same process.
+//!   one admission slot; the metrics give each client's fraction of the admissions while all were
+//!   backlogged.
+//! - **tracing**: the parallel chain at S = min(4, devices) with tracing off and on (GPU timestamps,
+//!   host timing), compared to off; the off case also measures what a disabled tracer call costs.
+//!   The traced cases record into `--trace` when it is given.
 
-use super::median_seconds;
+use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
+use super::suite::Planned;
 use crate::program::{CompileOptions, Executable, Program, ProgramBuilder};
-use crate::sched::{DispatchMode, Policy, RunOptions, Runtime, RuntimeOptions};
+use crate::sched::{Client, DispatchMode, Policy, RunOptions, Runtime, RuntimeOptions};
 use crate::trace::{EventMeta, Tracer};
-use crate::{Device, Result};
-use serde::Serialize;
+use crate::{Device, Error, Result};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Elements each tiny kernel touches.
 pub const TINY: usize = 256;
+/// Computations of the granularity cases.
+const GRANULARITY: usize = 128;
 
 #[derive(Debug, Clone)]
-pub struct DispatchBenchOptions {
+pub struct DispatchOptions {
+    /// Longest chain (capped at the devices there are).
     pub max_stages: usize,
-    /// Runs per timed repetition.
+    /// Runs per timed sample.
     pub runs: usize,
-    pub warmup: usize,
-    pub reps: usize,
+    /// Where the traced cases record (`--trace`); off: a private tracer each.
+    pub trace: Tracer,
 }
 
-/// One measured case.
-#[derive(Debug, Clone, Serialize)]
-pub struct DispatchResult {
-    pub suite: &'static str,
-    pub case: String,
-    pub mode: String,
-    pub stages: usize,
-    /// Kernel computations per timed repetition.
-    pub computations: usize,
-    pub median_s: f64,
-    pub computations_per_s: f64,
-    /// What else the row means (a share split, a ratio).
-    pub note: String,
+impl DispatchOptions {
+    pub fn standard() -> Self {
+        Self {
+            max_stages: 8,
+            runs: 20,
+            trace: Tracer::off(),
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self {
+            max_stages: 2,
+            runs: 4,
+            ..Self::standard()
+        }
+    }
 }
 
 fn chain(stages: usize) -> Result<Program> {
@@ -54,324 +67,344 @@ fn chain(stages: usize) -> Result<Program> {
     p.build()
 }
 
-/// Times `runs` runs of `exec`: sequential dispatch waits for each; parallel keeps the
-/// executable's slots full.
-fn time_runs(
-    runtime: &Runtime,
-    exec: &Arc<Executable>,
+/// A compiled program, a runtime and a client: one case's state.
+struct Chain {
+    _runtime: Runtime,
+    client: Client,
+    exec: Arc<Executable>,
     mode: DispatchMode,
-    o: &DispatchBenchOptions,
-) -> Result<f64> {
-    let client = runtime.client(&format!("bench {}", exec.program().name()), 1);
-    let input = vec![0.0f32; exec.program().value(exec.program().args()[0]).shard_len];
-    let opts = RunOptions {
-        mode,
-        microbatch: None,
-    };
-    median_seconds(o.warmup, o.reps, || {
-        let mut in_flight = std::collections::VecDeque::new();
-        for _ in 0..o.runs {
-            in_flight.push_back(client.submit(exec, vec![input.clone()], opts)?);
-            if (in_flight.len() >= exec.in_flight() || mode == DispatchMode::Sequential)
+    runs: usize,
+    /// Host calls per run (OpByOp calls the one-node program 128 times).
+    calls: usize,
+}
+
+impl BlockingRun for Chain {
+    /// `runs` runs: sequential dispatch waits for each; parallel keeps the executable's slots full.
+    fn run(&mut self) -> Result<()> {
+        let input = vec![0.0f32; TINY];
+        let opts = RunOptions {
+            mode: self.mode,
+            microbatch: None,
+        };
+        let mut in_flight = VecDeque::new();
+        for _ in 0..self.runs * self.calls {
+            in_flight.push_back(self.client.submit(&self.exec, vec![input.clone()], opts)?);
+            if (in_flight.len() >= self.exec.in_flight() || self.mode == DispatchMode::Sequential)
                 && let Some(h) = in_flight.pop_front()
             {
                 h.wait()?;
             }
         }
         in_flight.into_iter().try_for_each(|h| h.wait().map(|_| ()))
+    }
+}
+
+fn compile(
+    program: Program,
+    devices: &[Device],
+    in_flight: usize,
+    runtime: RuntimeOptions,
+    mode: DispatchMode,
+    runs: usize,
+    calls: usize,
+) -> Result<Chain> {
+    let runtime = Runtime::new(devices.to_vec(), runtime)?;
+    let exec = Arc::new(program.compile(
+        devices,
+        CompileOptions {
+            in_flight,
+            ..CompileOptions::default()
+        },
+    )?);
+    Ok(Chain {
+        client: runtime.client(program_name(&exec), 1),
+        _runtime: runtime,
+        exec,
+        mode,
+        runs,
+        calls,
     })
 }
 
-fn result(
-    suite: &'static str,
-    case: String,
-    mode: &str,
-    stages: usize,
+fn program_name(exec: &Executable) -> &str {
+    exec.program().name()
+}
+
+/// A case timed on the host whose state `prepare` builds.
+fn case<R: BlockingRun + 'static>(
+    name: String,
     computations: usize,
-    median_s: f64,
-    note: String,
-) -> DispatchResult {
-    DispatchResult {
-        suite,
-        case,
-        mode: mode.to_string(),
-        stages,
-        computations,
-        median_s,
-        computations_per_s: computations as f64 / median_s,
-        note,
-    }
+    prepare: impl FnOnce() -> Result<R> + 'static,
+) -> Blocking<impl FnOnce() -> Result<R>, R> {
+    Blocking::new(
+        name,
+        Work::new(computations as f64, WorkUnit::Computation),
+        prepare,
+    )
 }
 
-/// Fig. 7: computations per second of an S-stage chain, sequential vs parallel dispatch.
-pub fn chain_suite(
-    devices: &[Device],
-    o: &DispatchBenchOptions,
-    mut progress: impl FnMut(&DispatchResult),
-) -> Result<Vec<DispatchResult>> {
-    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default())?;
-    let mut out = Vec::new();
-    for stages in 1..=o.max_stages.min(devices.len()) {
-        let exec = Arc::new(chain(stages)?.compile(
-            devices,
-            CompileOptions {
-                in_flight: stages.max(2),
-                ..CompileOptions::default()
-            },
-        )?);
-        for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
-            let t = time_runs(&runtime, &exec, mode, o)?;
-            let r = result(
-                "chain",
-                format!("{stages} stages"),
-                mode.name(),
-                stages,
-                stages * o.runs,
-                t,
-                String::new(),
-            );
-            progress(&r);
-            out.push(r);
-        }
-    }
-    Ok(out)
-}
-
-/// Fig. 5: OpByOp, Chained and Fused, 128 computations on the first device.
-pub fn granularity_suite(
-    devices: &[Device],
-    o: &DispatchBenchOptions,
-    mut progress: impl FnMut(&DispatchResult),
-) -> Result<Vec<DispatchResult>> {
-    const N: usize = 128;
-    let device = &devices[..1];
-    let runtime = Runtime::new(device.to_vec(), RuntimeOptions::default())?;
-    let one = Arc::new(chain(1)?.compile(device, CompileOptions::default())?);
-    let mut p = ProgramBuilder::new("chained x128");
-    let mut v = p.arg(&[0], TINY);
-    for i in 0..N {
-        v = p.affine(&format!("op {i}"), &[0], v, 1.0, 1.0);
-    }
-    p.result(v);
-    let chained = Arc::new(p.build()?.compile(device, CompileOptions::default())?);
-    let mut p = ProgramBuilder::new("fused x128");
-    let x = p.arg(&[0], TINY);
-    let y = p.fused_affine("fused", &[0], x, 1.0, 1.0, N as u32);
-    p.result(y);
-    let fused = Arc::new(p.build()?.compile(device, CompileOptions::default())?);
-    let client = runtime.client("granularity", 1);
-    let input = vec![0.0f32; TINY];
-    let mut out = Vec::new();
-    for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
-        let opts = RunOptions {
+fn chain_case(devices: &[Device], stages: usize, mode: DispatchMode, runs: usize) -> Planned {
+    let name = |m: DispatchMode| format!("chain {stages} stages, {}", m.name());
+    let devices = devices[..stages].to_vec();
+    let bench = case(name(mode), stages * runs, move || {
+        compile(
+            chain(stages)?,
+            &devices,
+            stages.max(2),
+            RuntimeOptions::default(),
             mode,
-            microbatch: None,
-        };
-        let cases: [(&str, &Arc<Executable>, usize); 3] = [
-            ("OpByOp", &one, N),
-            ("Chained", &chained, 1),
-            ("Fused", &fused, 1),
-        ];
-        for (name, exec, calls) in cases {
-            let t = median_seconds(o.warmup, o.reps, || {
-                for _ in 0..calls {
-                    client.run(exec, vec![input.clone()], opts)?;
-                }
-                Ok(())
-            })?;
-            let r = result(
-                "granularity",
-                name.to_string(),
-                mode.name(),
-                1,
-                N,
-                t,
-                format!("{calls} host call(s)"),
-            );
-            progress(&r);
-            out.push(r);
-        }
-    }
-    Ok(out)
+            runs,
+            1,
+        )
+    });
+    Planned::Run(Box::new(if mode == DispatchMode::Parallel {
+        bench.compared_to(name(DispatchMode::Sequential))
+    } else {
+        bench
+    }))
 }
 
-/// Fig. 9: four clients with proportional shares, all backlogged, one admission at a time.
-pub fn shares_suite(
-    devices: &[Device],
-    o: &DispatchBenchOptions,
-    mut progress: impl FnMut(&DispatchResult),
-) -> Result<Vec<DispatchResult>> {
-    let device = &devices[..1];
-    let per_client = (o.runs * 2).max(16);
-    let mut out = Vec::new();
-    for shares in [[1u32, 1, 1, 1], [1, 2, 4, 8]] {
-        let runtime = Runtime::new(
-            device.to_vec(),
-            RuntimeOptions {
-                policy: Policy::Proportional,
-                max_in_flight: 1,
-                ..RuntimeOptions::default()
-            },
-        )?;
-        let opts = CompileOptions {
-            in_flight: per_client,
-            ..CompileOptions::default()
+fn granularity_case(device: &Device, kind: &'static str, mode: DispatchMode) -> Planned {
+    let name = |k: &str| format!("granularity {k}, {}", mode.name());
+    let device = vec![device.clone()];
+    let bench = case(name(kind), GRANULARITY, move || {
+        let (program, calls) = match kind {
+            "OpByOp" => (chain(1)?, GRANULARITY),
+            "Chained" => {
+                let mut p = ProgramBuilder::new("chained x128");
+                let mut v = p.arg(&[0], TINY);
+                for i in 0..GRANULARITY {
+                    v = p.affine(&format!("op {i}"), &[0], v, 1.0, 1.0);
+                }
+                p.result(v);
+                (p.build()?, 1)
+            }
+            _ => {
+                let mut p = ProgramBuilder::new("fused x128");
+                let x = p.arg(&[0], TINY);
+                let y = p.fused_affine("fused", &[0], x, 1.0, 1.0, GRANULARITY as u32);
+                p.result(y);
+                (p.build()?, 1)
+            }
         };
-        let clients = shares
-            .iter()
-            .map(|&s| {
-                Ok((
-                    runtime.client(&format!("share {s}"), s),
-                    Arc::new(chain(1)?.compile(device, opts)?),
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        runtime.pause_admission();
-        let start = std::time::Instant::now();
+        compile(
+            program,
+            &device,
+            1,
+            RuntimeOptions::default(),
+            mode,
+            1,
+            calls,
+        )
+    });
+    Planned::Run(Box::new(if kind == "OpByOp" {
+        bench
+    } else {
+        bench.compared_to(name("OpByOp"))
+    }))
+}
+
+/// Four backlogged clients with proportional shares on one admission slot.
+struct Shares {
+    runtime: Runtime,
+    clients: Vec<(Client, Arc<Executable>)>,
+    per_client: usize,
+    /// Each client's fraction of the first `per_client` admissions of the last run.
+    split: Vec<f64>,
+}
+
+impl BlockingRun for Shares {
+    fn run(&mut self) -> Result<()> {
+        let before = self.runtime.gang_order().first().map_or(0, Vec::len);
+        self.runtime.pause_admission();
         let mut handles = Vec::new();
-        for (client, exec) in &clients {
-            for _ in 0..per_client {
+        for (client, exec) in &self.clients {
+            for _ in 0..self.per_client {
                 handles.push(client.submit(exec, vec![vec![0.0; TINY]], RunOptions::default())?);
             }
         }
-        runtime.resume_admission();
+        self.runtime.resume_admission();
         handles.into_iter().try_for_each(|h| h.wait().map(|_| ()))?;
-        let elapsed = start.elapsed().as_secs_f64();
-        // While every client is backlogged: the first `per_client` admissions.
+        let order = self.runtime.gang_order();
         let mut seen = std::collections::HashSet::new();
-        let admitted: Vec<usize> = runtime.gang_order()[0]
+        let admitted: Vec<usize> = order
+            .first()
+            .map(|o| &o[before.min(o.len())..])
+            .unwrap_or_default()
             .iter()
             .filter(|r| seen.insert(r.run))
             .map(|r| r.client)
-            .take(per_client)
+            .take(self.per_client)
             .collect();
-        let split: Vec<String> = (0..shares.len())
+        self.split = (0..self.clients.len())
             .map(|c| {
-                let n = admitted.iter().filter(|&&x| x == c).count();
-                format!("{:.0}%", 100.0 * n as f64 / admitted.len().max(1) as f64)
+                admitted.iter().filter(|&&x| x == c).count() as f64 / admitted.len().max(1) as f64
             })
             .collect();
-        let shares_text: Vec<String> = shares.iter().map(u32::to_string).collect();
-        let r = result(
-            "shares",
-            format!("shares {}", shares_text.join(":")),
-            "parallel",
-            1,
-            per_client * shares.len(),
-            elapsed,
-            format!(
-                "first {per_client} admissions while all are backlogged: {}",
-                split.join(" / ")
-            ),
-        );
-        progress(&r);
-        out.push(r);
+        Ok(())
     }
-    Ok(out)
+
+    fn extras(&mut self) -> Result<Extras> {
+        let mut e = Extras::default();
+        for (c, f) in self.split.iter().enumerate() {
+            e.metrics.insert(format!("admitted c{c}"), *f);
+        }
+        e.note = format!(
+            "admissions while all {} clients are backlogged (first {})",
+            self.clients.len(),
+            self.per_client
+        );
+        Ok(e)
+    }
 }
 
-/// Tracing off vs on, on the parallel chain; plus the measured cost of the off path per call.
-/// The traced repetitions go to `trace` when it is on (else to a private tracer).
-pub fn tracing_suite(
-    devices: &[Device],
-    o: &DispatchBenchOptions,
-    trace: &Tracer,
-    mut progress: impl FnMut(&DispatchResult),
-) -> Result<Vec<DispatchResult>> {
-    let stages = devices.len().min(4);
-    let mut out = Vec::new();
-    let mut times = Vec::new();
-    let on = if trace.is_on() {
-        trace.clone()
+fn shares_case(device: &Device, shares: [u32; 4], runs: usize) -> Planned {
+    let text: Vec<String> = shares.iter().map(u32::to_string).collect();
+    let per_client = (runs * 2).max(16);
+    let device = vec![device.clone()];
+    Planned::Run(Box::new(case(
+        format!("shares {}", text.join(":")),
+        per_client * shares.len(),
+        move || {
+            let runtime = Runtime::new(
+                device.clone(),
+                RuntimeOptions {
+                    policy: Policy::Proportional,
+                    max_in_flight: 1,
+                    ..RuntimeOptions::default()
+                },
+            )?;
+            let opts = CompileOptions {
+                in_flight: per_client,
+                ..CompileOptions::default()
+            };
+            let clients = shares
+                .iter()
+                .map(|&s| {
+                    Ok((
+                        runtime.client(&format!("share {s}"), s),
+                        Arc::new(chain(1)?.compile(&device, opts)?),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Shares {
+                runtime,
+                clients,
+                per_client,
+                split: Vec::new(),
+            })
+        },
+    )))
+}
+
+/// The parallel chain, traced or not.
+struct Traced {
+    chain: Chain,
+    /// Whether to measure the disabled tracer's per-call cost at the end.
+    off: bool,
+    stages: usize,
+    seconds_per_run: f64,
+}
+
+impl BlockingRun for Traced {
+    fn run(&mut self) -> Result<()> {
+        let start = std::time::Instant::now();
+        self.chain.run()?;
+        self.seconds_per_run = start.elapsed().as_secs_f64() / self.chain.runs as f64;
+        Ok(())
+    }
+
+    /// Off: what a disabled tracer call costs, measured; each computation makes about ten
+    /// (encode, submit, completion, transfers), each a branch when off.
+    fn extras(&mut self) -> Result<Extras> {
+        let mut e = Extras::default();
+        if self.off {
+            let off = Tracer::off();
+            const CALLS: u32 = 1_000_000;
+            let start = std::time::Instant::now();
+            for i in 0..CALLS {
+                let s = off.span();
+                off.finish(s, EventMeta::kernel(i as usize), || String::from("x"));
+            }
+            let per_call = start.elapsed().as_secs_f64() / f64::from(CALLS);
+            let per_computation = self.seconds_per_run / self.stages as f64;
+            e.metrics.insert("off ns/call".into(), per_call * 1e9);
+            e.metrics.insert(
+                "off % of a computation".into(),
+                100.0 * 10.0 * per_call / per_computation.max(1e-12),
+            );
+        }
+        Ok(e)
+    }
+}
+
+fn tracing_case(devices: &[Device], mode: &'static str, o: &DispatchOptions) -> Planned {
+    let runs = o.runs;
+    let on = if o.trace.is_on() {
+        o.trace.clone()
     } else {
         Tracer::new()
     };
-    for (tracer, gpu_timestamps) in [(Tracer::off(), false), (on.clone(), true), (on, false)] {
-        let on = tracer.is_on();
-        let runtime = Runtime::new(
-            devices.to_vec(),
-            RuntimeOptions {
-                tracer,
-                gpu_timestamps,
-                ..RuntimeOptions::default()
-            },
-        )?;
-        let exec = Arc::new(chain(stages)?.compile(
-            devices,
-            CompileOptions {
-                in_flight: stages.max(2),
-                ..CompileOptions::default()
-            },
-        )?);
-        let t = time_runs(&runtime, &exec, DispatchMode::Parallel, o)?;
-        times.push(t);
-        let note = if on {
-            format!("{:+.1}% vs off", 100.0 * (t / times[0] - 1.0))
-        } else {
-            off_path_note(t / (stages * o.runs) as f64)
+    let stages = devices.len().min(4);
+    let name = |m: &str| format!("tracing {m}, chain {stages} stages");
+    let devices = devices[..stages].to_vec();
+    let bench = case(name(mode), stages * runs, move || {
+        let (tracer, gpu_timestamps) = match mode {
+            "off" => (Tracer::off(), false),
+            "GPU timestamps" => (on, true),
+            _ => (on, false),
         };
-        let case = match (on, gpu_timestamps) {
-            (false, _) => "off",
-            (true, true) => "on, GPU timestamps",
-            (true, false) => "on, host timing",
-        };
-        let r = result(
-            "tracing",
-            format!("chain {stages} stages, tracing {case}"),
-            "parallel",
+        Ok(Traced {
+            chain: compile(
+                chain(stages)?,
+                &devices,
+                stages.max(2),
+                RuntimeOptions {
+                    tracer,
+                    gpu_timestamps,
+                    ..RuntimeOptions::default()
+                },
+                DispatchMode::Parallel,
+                runs,
+                1,
+            )?,
+            off: mode == "off",
             stages,
-            stages * o.runs,
-            t,
-            note,
-        );
-        progress(&r);
-        out.push(r);
+            seconds_per_run: 0.0,
+        })
+    });
+    Planned::Run(Box::new(if mode == "off" {
+        bench
+    } else {
+        bench.compared_to(name("off"))
+    }))
+}
+
+/// Every case on one adapter's devices.
+pub fn plan(devices: &[Device], o: &DispatchOptions) -> Result<Vec<Planned>> {
+    if o.runs == 0 || o.max_stages == 0 {
+        return Err(Error::InvalidArgument {
+            what: "bench dispatch",
+            reason: "--runs and --max-stages must be positive".into(),
+        });
+    }
+    let mut out = Vec::new();
+    let longest = o.max_stages.min(devices.len());
+    for stages in [1, 2, 4, 8, 16, 32].into_iter().filter(|&s| s <= longest) {
+        for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
+            out.push(chain_case(devices, stages, mode, o.runs));
+        }
+    }
+    for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
+        for kind in ["OpByOp", "Chained", "Fused"] {
+            out.push(granularity_case(&devices[0], kind, mode));
+        }
+    }
+    for shares in [[1, 1, 1, 1], [1, 2, 4, 8]] {
+        out.push(shares_case(&devices[0], shares, o.runs));
+    }
+    for mode in ["off", "GPU timestamps", "host timing"] {
+        out.push(tracing_case(devices, mode, o));
     }
     Ok(out)
-}
-
-/// What the tracer's off path costs per computation, measured: each computation makes about ten
-/// tracing calls (encode, submit, completion, transfers), each a branch when off.
-fn off_path_note(seconds_per_computation: f64) -> String {
-    let off = Tracer::off();
-    const CALLS: u32 = 1_000_000;
-    let start = std::time::Instant::now();
-    for i in 0..CALLS {
-        let s = off.span();
-        off.finish(s, EventMeta::kernel(i as usize), || String::from("x"));
-    }
-    let per_call = start.elapsed().as_secs_f64() / f64::from(CALLS);
-    format!(
-        "off path: {:.1} ns/call, ~{:.4}% of a computation",
-        per_call * 1e9,
-        100.0 * 10.0 * per_call / seconds_per_computation
-    )
-}
-
-/// The Markdown table of results.
-pub fn table(results: &[DispatchResult]) -> String {
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            vec![
-                r.suite.to_string(),
-                r.case.clone(),
-                r.mode.clone(),
-                format!("{:.2}", r.median_s * 1e3),
-                format!("{:.0}", r.computations_per_s),
-                r.note.clone(),
-            ]
-        })
-        .collect();
-    super::markdown_table(
-        &[
-            "suite",
-            "case",
-            "dispatch",
-            "median ms",
-            "computations/s",
-            "note",
-        ],
-        &rows,
-    )
 }

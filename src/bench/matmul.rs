@@ -1,125 +1,134 @@
-//! `gangway bench matmul`: GFLOP/s of every matmul variant on every adapter, with warm-up runs and
-//! medians, and each variant's speed-up over the naive kernel measured in the same run.
+//! The `matmul` suite: every matmul variant on square sizes and a tall-skinny expert FFN shape,
+//! GPU-timed where the adapter has timestamp queries. Each variant is compared to the naive kernel
+//! of the same shape, and placed on the roofline (FLOPs `2·M·N·K` over the compulsory traffic of
+//! reading A and B and writing C once).
 
-use crate::kernels::autotune::measure;
-use crate::kernels::matmul::{MatmulShape, MatmulVariant};
+use super::gpu_timer::{GpuTimer, submit_timed, wait_timed};
+use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
+use super::suite::Planned;
+use crate::kernels::autotune::Operands;
+use crate::kernels::matmul::{MatmulShape, MatmulVariant, encode};
 use crate::{DType, Device, Result};
-use serde::Serialize;
 
-/// One benchmark case: a name and a shape.
 #[derive(Debug, Clone)]
-pub struct Case {
-    pub name: String,
-    pub shape: MatmulShape,
-}
-
-/// The standard cases: square 256, 512, 1024 and a tall-skinny expert FFN shape
-/// (4096 tokens × 256 → 1024, as many FLOPs as 1024³).
-pub fn standard_cases(dtype: DType, sizes: &[usize]) -> Vec<Case> {
-    let mut cases: Vec<Case> = sizes
-        .iter()
-        .map(|&s| Case {
-            name: format!("square {s}"),
-            shape: MatmulShape::plain(s, s, s, dtype),
-        })
-        .collect();
-    cases.push(Case {
-        name: "expert 4096x256x1024".into(),
-        shape: MatmulShape::plain(4096, 1024, 256, dtype),
-    });
-    cases
-}
-
-/// One measured (adapter, case, variant).
-#[derive(Debug, Clone, Serialize)]
-pub struct MatmulResult {
-    pub adapter: String,
-    pub backend: String,
-    pub case: String,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
+pub struct MatmulOptions {
+    /// Square sizes.
+    pub sizes: Vec<usize>,
+    /// The expert FFN shape (tokens, d_model, d_ff): `tokens × d_model` times `d_model × d_ff`.
+    pub expert: Option<[usize; 3]>,
+    pub variants: Vec<MatmulVariant>,
     pub dtype: DType,
-    pub variant: MatmulVariant,
-    pub warmup: usize,
-    pub reps: usize,
-    pub median_ms: f64,
-    pub gflops: f64,
-    /// This variant's speed over the naive kernel's, same adapter, case and run.
-    pub speedup_vs_naive: Option<f64>,
 }
 
-/// Measures every applicable variant of every case on every device; `progress` sees each result.
-pub fn run(
-    devices: &[Device],
-    cases: &[Case],
-    variants: &[MatmulVariant],
-    warmup: usize,
-    reps: usize,
-    mut progress: impl FnMut(&MatmulResult),
-) -> Result<Vec<MatmulResult>> {
-    let mut results = Vec::new();
-    for device in devices {
-        for case in cases {
-            if !device.supports(case.shape.dtype) {
-                continue;
-            }
-            let mut naive_s = None;
-            for &variant in variants.iter().filter(|v| v.supports(&case.shape)) {
-                let m = measure(device, &case.shape, variant, warmup, reps)?;
-                if variant == MatmulVariant::Naive {
-                    naive_s = Some(m.median_s);
-                }
-                let r = MatmulResult {
-                    adapter: device.info().name.clone(),
-                    backend: device.info().backend.clone(),
-                    case: case.name.clone(),
-                    m: case.shape.m,
-                    n: case.shape.n,
-                    k: case.shape.k,
-                    dtype: case.shape.dtype,
+impl MatmulOptions {
+    /// 256, 512 and 1024 squared, and 4096 tokens × 256 → 1024 (as many FLOPs as 1024³).
+    pub fn standard() -> Self {
+        Self {
+            sizes: vec![256, 512, 1024],
+            expert: Some([4096, 256, 1024]),
+            variants: MatmulVariant::ALL.to_vec(),
+            dtype: DType::F32,
+        }
+    }
+
+    /// Tiny sizes, one not a multiple of any tile.
+    pub fn quick() -> Self {
+        Self {
+            sizes: vec![64, 100],
+            expert: Some([256, 64, 128]),
+            ..Self::standard()
+        }
+    }
+}
+
+/// One (shape, variant) on one device.
+#[derive(Debug)]
+pub struct MatmulBench {
+    name: String,
+    shape_name: String,
+    device: Device,
+    shape: MatmulShape,
+    variant: MatmulVariant,
+    operands: Option<Operands>,
+    timer: Option<GpuTimer>,
+}
+
+fn case_name(shape_name: &str, dtype: DType, variant: MatmulVariant) -> String {
+    format!("{shape_name} {} {}", dtype.name(), variant.name())
+}
+
+/// The suite's cases on `device`.
+pub fn plan(device: &Device, o: &MatmulOptions) -> Vec<Planned> {
+    let mut shapes: Vec<(String, MatmulShape)> = o
+        .sizes
+        .iter()
+        .map(|&s| (format!("square {s}"), MatmulShape::plain(s, s, s, o.dtype)))
+        .collect();
+    if let Some([t, d, f]) = o.expert {
+        shapes.push((
+            format!("expert {t}x{d}x{f}"),
+            MatmulShape::plain(t, f, d, o.dtype),
+        ));
+    }
+    let mut out = Vec::new();
+    for (name, shape) in shapes {
+        for &variant in &o.variants {
+            let case = case_name(&name, o.dtype, variant);
+            if !device.supports(o.dtype) {
+                out.push(Planned::skip(case, format!("{:?} unsupported", o.dtype)));
+            } else if !variant.supports(&shape) {
+                out.push(Planned::skip(
+                    case,
+                    "needs N and K multiples of 4".to_string(),
+                ));
+            } else {
+                out.push(Planned::Run(Box::new(MatmulBench {
+                    name: case,
+                    shape_name: name.clone(),
+                    device: device.clone(),
+                    shape,
                     variant,
-                    warmup,
-                    reps,
-                    median_ms: m.median_s * 1e3,
-                    gflops: m.gflops,
-                    speedup_vs_naive: naive_s.map(|n| n / m.median_s),
-                };
-                progress(&r);
-                results.push(r);
+                    operands: None,
+                    timer: None,
+                })));
             }
         }
     }
-    Ok(results)
+    out
 }
 
-/// The results as a Markdown table.
-pub fn table(results: &[MatmulResult]) -> String {
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            vec![
-                format!("{} ({})", r.adapter, r.backend),
-                r.case.clone(),
-                r.dtype.name().into(),
-                r.variant.name().into(),
-                format!("{:.2}", r.median_ms),
-                format!("{:.2}", r.gflops),
-                r.speedup_vs_naive
-                    .map_or("–".into(), |s| format!("{s:.1}×")),
-            ]
+impl Benchmark for MatmulBench {
+    fn case(&self) -> String {
+        self.name.clone()
+    }
+
+    fn work(&self) -> Work {
+        let s = &self.shape;
+        let elements = s.m * s.k + s.k * s.n + s.m * s.n;
+        Work::new(s.flops(), WorkUnit::Flop).with_bytes((elements * s.dtype.size()) as f64)
+    }
+
+    fn baseline(&self) -> Option<String> {
+        (self.variant != MatmulVariant::Naive)
+            .then(|| case_name(&self.shape_name, self.shape.dtype, MatmulVariant::Naive))
+    }
+
+    fn prepare(&mut self) -> Result<()> {
+        self.operands = Some(Operands::random(&self.device, &self.shape)?);
+        self.timer = GpuTimer::new(&self.device);
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let Some(operands) = &self.operands else {
+            return Err(unprepared(&self.name));
+        };
+        submit_timed(&self.device, self.timer.as_ref(), "matmul bench", |e| {
+            encode(e, &operands.args(self.variant)).map(|_| ())
         })
-        .collect();
-    super::markdown_table(
-        &[
-            "adapter",
-            "case",
-            "dtype",
-            "variant",
-            "median ms",
-            "GFLOP/s",
-            "vs naive",
-        ],
-        &rows,
-    )
+    }
+
+    fn sync(&mut self) -> Result<Option<Timed>> {
+        wait_timed(&self.device, self.timer.as_ref())
+    }
 }

@@ -1,11 +1,31 @@
-//! The benchmark suites behind `gangway bench`. Each result is a flat, serializable record so runs
-//! on different machines can be compared; [`markdown_table`] renders them for people.
+//! `gangway bench`: benchmark suites whose results compare across machines and versions.
+//!
+//! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop.
+//! - [`suite`]: the suites and their sizes; [`matmul`], [`memory`], [`dispatch`], [`pipeline`],
+//!   [`moe`] and [`btm`] plan their cases.
+//! - [`run`]: every suite on every chosen adapter into one [`Report`].
+//! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
+//! - [`peak`]: theoretical peaks and the roofline.
 
 pub mod btm;
+pub mod compare;
 pub mod dispatch;
+pub mod gpu_timer;
+pub mod harness;
+pub mod machine;
 pub mod matmul;
+pub mod memory;
 pub mod moe;
+pub mod peak;
 pub mod pipeline;
+pub mod report;
+pub mod run;
+pub mod suite;
+
+pub use harness::{Benchmark, Sampling, Work, WorkUnit};
+pub use report::Report;
+pub use run::{BenchOptions, select_adapters};
+pub use suite::{Suite, SuiteOptions};
 
 /// Renders rows of cells as a Markdown table.
 pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -18,22 +38,4 @@ pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
     out
-}
-
-/// Runs `f` `warmup` times untimed, then `reps` times timed; the median wall time in seconds.
-pub fn median_seconds(
-    warmup: usize,
-    reps: usize,
-    mut f: impl FnMut() -> crate::Result<()>,
-) -> crate::Result<f64> {
-    for _ in 0..warmup {
-        f()?;
-    }
-    let mut samples = Vec::with_capacity(reps.max(1));
-    for _ in 0..reps.max(1) {
-        let start = std::time::Instant::now();
-        f()?;
-        samples.push(start.elapsed().as_secs_f64());
-    }
-    Ok(crate::kernels::autotune::median(&mut samples))
 }

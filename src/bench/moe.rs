@@ -1,5 +1,5 @@
-//! `gangway bench moe`: training-step throughput of the MoE language model ([`crate::moe`]) on
-//! this machine's devices, in three sections (rows share one flat [`MoeBenchResult`]):
+//! The `moe` suite: training-step throughput of the MoE language model ([`crate::moe`]) on one
+//! adapter's (virtual) devices, in three sections:
 //!
 //! - **`moe-vs-dense`**: tokens/s of a training step (forward, backward, all-reduce, Adam) of the
 //!   MoE model against a dense model with the same *active* expert compute per token: the same
@@ -24,19 +24,20 @@
 //!   beyond those given are reported as skipped, with the reason. Virtual devices share one
 //!   adapter, so their all-to-all is a copy within one GPU's memory through the host.
 //!
-//! Sections 1 and 2 run on the first device. Every timing is [`super::median_seconds`] of single
-//! training steps after warm-up steps, on batches drawn from the bundled corpora (uniform random
-//! bytes if they cannot be loaded; the `note` says which).
+//! Sections 1 and 2 run on the first device. Every sample is the host wall time of one training
+//! step, on batches drawn from the bundled corpora (uniform random bytes if they cannot be loaded;
+//! the note says which). The trace-derived shares are medians over every step, warm-up included.
+//! FLOPs are the usual model estimate `6 · active parameters · tokens`.
 
-use super::median_seconds;
+use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
+use super::suite::Planned;
 use crate::data::{Batches, Corpus};
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
 use crate::trace::{Lane, Tracer};
 use crate::{Device, Error, Result, Rng};
-use serde::Serialize;
 
-/// Sizes and repetitions of the benchmark.
+/// Sizes of the suite.
 #[derive(Debug, Clone)]
 pub struct MoeBenchOptions {
     /// The MoE model of `moe-vs-dense` and `all-to-all`, and the base of the `experts` sweep
@@ -48,13 +49,11 @@ pub struct MoeBenchOptions {
     pub experts: Vec<usize>,
     /// Device counts of the `all-to-all` section.
     pub devices: Vec<usize>,
-    pub warmup: usize,
-    pub reps: usize,
     pub seed: u64,
 }
 
-impl Default for MoeBenchOptions {
-    fn default() -> Self {
+impl MoeBenchOptions {
+    pub fn standard() -> Self {
         Self {
             config: MoeLmConfig {
                 context: 8,
@@ -73,17 +72,13 @@ impl Default for MoeBenchOptions {
             tokens: 1024,
             experts: vec![1, 2, 4, 8, 16],
             devices: vec![1, 2, 4, 8],
-            warmup: 2,
-            reps: 5,
             seed: 0,
         }
     }
-}
 
-impl MoeBenchOptions {
-    /// Tiny sizes and one repetition, for smoke tests.
-    pub fn tiny() -> Self {
-        let base = Self::default();
+    /// Tiny sizes, for smoke tests and `--quick`.
+    pub fn quick() -> Self {
+        let base = Self::standard();
         Self {
             config: MoeLmConfig {
                 context: 4,
@@ -95,51 +90,11 @@ impl MoeBenchOptions {
                 ..base.config
             },
             tokens: 32,
-            experts: vec![1, 2, 4],
-            devices: vec![1, 2, 4, 8],
-            warmup: 1,
-            reps: 1,
+            experts: vec![1, 4],
+            devices: vec![1, 2],
             seed: 0,
         }
     }
-}
-
-/// One measured (or skipped) case.
-#[derive(Debug, Clone, Serialize)]
-pub struct MoeBenchResult {
-    /// `moe-vs-dense`, `experts` or `all-to-all`.
-    pub section: &'static str,
-    pub case: String,
-    pub devices: usize,
-    pub experts: usize,
-    pub top_k: usize,
-    /// `d_ff` of each expert.
-    pub hidden: usize,
-    pub capacity_factor: f32,
-    /// Tokens per step.
-    pub tokens: usize,
-    pub groups: usize,
-    /// Every parameter.
-    pub params: usize,
-    /// Parameters one token touches: all non-expert tensors plus `K` experts per block.
-    pub active_params: usize,
-    /// Median wall time of one training step (0 when skipped).
-    pub step_s: f64,
-    pub tokens_per_s: f64,
-    /// Dropped choices of the last timed step.
-    pub dropped_fraction: f64,
-    /// `moe-vs-dense`: tokens/s relative to the dense row; `experts`: step time relative to the
-    /// first row; `all-to-all`: step time relative to 1 device. 0 when skipped.
-    pub ratio: f64,
-    /// `all-to-all` only: median all-to-all seconds per step (see the module docs).
-    pub all_to_all_s: Option<f64>,
-    /// `all-to-all` only: median of all-to-all seconds / step wall time.
-    pub all_to_all_share: Option<f64>,
-    /// `all-to-all` only: median all-reduce seconds / step wall time.
-    pub all_reduce_share: Option<f64>,
-    /// Why the case was not measured.
-    pub skipped: Option<String>,
-    pub note: String,
 }
 
 fn invalid(reason: String) -> Error {
@@ -195,58 +150,37 @@ impl Data {
 }
 
 /// Parameters one token touches (all non-expert tensors, `K` of the `E` experts per block).
-fn active_params(cfg: &MoeLmConfig) -> usize {
-    let total: usize = cfg.param_specs().iter().map(|s| s.len()).sum();
+pub(super) fn active_params(cfg: &MoeLmConfig) -> usize {
+    let total = params(cfg);
     let per_expert = 2 * cfg.model * cfg.hidden;
     total - cfg.blocks * cfg.experts.saturating_sub(cfg.top_k) * per_expert
 }
 
-/// What one measured configuration gave.
-struct Measured {
-    step_s: f64,
-    dropped_fraction: f64,
-    all_to_all_s: f64,
-    all_to_all_share: f64,
-    all_reduce_share: f64,
+/// Batches cycled through by the timed steps.
+const BATCHES: usize = 8;
+
+/// One model's training steps on some devices.
+struct TrainStep {
+    config: MoeLmConfig,
+    trainer: GpuTrainer,
+    data: Data,
+    /// Ids of the devices trained on (trace events name devices by id).
+    devices: Vec<usize>,
+    /// Traces the steps to measure the all-to-all and all-reduce shares.
+    tracer: Option<Tracer>,
+    step: usize,
+    dropped: f64,
+    all_to_all_shares: Vec<f64>,
+    all_reduce_shares: Vec<f64>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    crate::kernels::autotune::median(&mut v)
-}
-
-/// Times single training steps of `cfg` on `devices` with `groups` routing groups; with `traced`
-/// also the all-to-all and all-reduce shares of each step.
-fn measure(
-    devices: &[Device],
-    cfg: MoeLmConfig,
-    groups: usize,
-    data: &Data,
-    o: &MoeBenchOptions,
-    traced: bool,
-) -> Result<Measured> {
-    let params = MoeLmParams::init(cfg)?;
-    let mut trainer = GpuTrainer::with_groups(devices, &params, AdamConfig::new(1e-3), groups)?;
-    let tracer = Tracer::new();
-    if traced {
-        trainer.set_tracer(Some(tracer.clone()));
-    }
-    let mut i = 0usize;
-    let mut dropped = 0.0;
-    let mut shares = Vec::new();
-    let mut a2a = Vec::new();
-    let mut reduce = Vec::new();
-    let mut timed = 0usize;
-    let step_s = median_seconds(o.warmup, o.reps, || {
-        let (ctx, tgt) = data.get(i)?;
-        i += 1;
-        let _ = tracer.take_events();
-        let stats = trainer.step(ctx, tgt)?;
-        dropped = stats.dropped_fraction;
-        timed += 1;
-        if traced && timed > o.warmup {
+impl BlockingRun for TrainStep {
+    fn run(&mut self) -> Result<()> {
+        let (ctx, tgt) = self.data.get(self.step)?;
+        self.step += 1;
+        let stats = self.trainer.step(ctx, tgt)?;
+        self.dropped = stats.dropped_fraction;
+        if let Some(tracer) = &self.tracer {
             let events = tracer.take_events();
             let sum = |device: usize, prefix: &str| -> f64 {
                 events
@@ -258,82 +192,89 @@ fn measure(
                     .sum()
             };
             let slowest = |prefix: &str| {
-                (0..devices.len())
-                    .map(|d| sum(d, prefix))
+                self.devices
+                    .iter()
+                    .map(|&d| sum(d, prefix))
                     .fold(0.0f64, f64::max)
             };
-            let (all_to_all, all_reduce) = (slowest("all-to-all"), slowest("all-reduce"));
             let wall = stats.seconds.max(1e-12);
-            a2a.push(all_to_all);
-            shares.push(all_to_all / wall);
-            reduce.push(all_reduce / wall);
+            self.all_to_all_shares.push(slowest("all-to-all") / wall);
+            self.all_reduce_shares.push(slowest("all-reduce") / wall);
         }
         Ok(())
-    })?;
-    Ok(Measured {
-        step_s,
-        dropped_fraction: dropped,
-        all_to_all_s: median(a2a),
-        all_to_all_share: median(shares),
-        all_reduce_share: median(reduce),
+    }
+
+    fn extras(&mut self) -> Result<Extras> {
+        let cfg = self.config;
+        let mut e = Extras {
+            note: format!("data: {}", self.data.source),
+            ..Extras::default()
+        };
+        let m = &mut e.metrics;
+        m.insert("dropped".into(), self.dropped);
+        m.insert("params".into(), params(&cfg) as f64);
+        m.insert("active params".into(), active_params(&cfg) as f64);
+        if self.tracer.is_some() {
+            let median = |v: &mut Vec<f64>| crate::kernels::autotune::median(v);
+            m.insert(
+                "all-to-all share".into(),
+                median(&mut self.all_to_all_shares),
+            );
+            m.insert(
+                "all-reduce share".into(),
+                median(&mut self.all_reduce_shares),
+            );
+        }
+        Ok(e)
+    }
+}
+
+fn params(cfg: &MoeLmConfig) -> usize {
+    cfg.param_specs().iter().map(|s| s.len()).sum()
+}
+
+/// A case training `cfg` on `devices` with one routing group per device.
+fn train_case(
+    name: String,
+    devices: &[Device],
+    cfg: MoeLmConfig,
+    o: &MoeBenchOptions,
+    traced: bool,
+) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<>, TrainStep> {
+    let devices = devices.to_vec();
+    let (tokens, seed) = (o.tokens, o.seed);
+    let work = Work::new(tokens as f64, WorkUnit::Token)
+        .with_flops(6.0 * (active_params(&cfg) * tokens) as f64);
+    Blocking::new(name, work, move || {
+        let init = MoeLmParams::init(cfg)?;
+        let mut trainer =
+            GpuTrainer::with_groups(&devices, &init, AdamConfig::new(1e-3), devices.len())?;
+        let tracer = traced.then(Tracer::new);
+        trainer.set_tracer(tracer.clone());
+        Ok(TrainStep {
+            config: cfg,
+            trainer,
+            data: Data::new(cfg.context, tokens, BATCHES, seed),
+            devices: devices.iter().map(Device::id).collect(),
+            tracer,
+            step: 0,
+            dropped: 0.0,
+            all_to_all_shares: Vec::new(),
+            all_reduce_shares: Vec::new(),
+        })
     })
 }
 
-fn row(
-    section: &'static str,
-    case: String,
-    cfg: &MoeLmConfig,
-    devices: usize,
-    tokens: usize,
-    m: &Measured,
-    note: String,
-) -> MoeBenchResult {
-    MoeBenchResult {
-        section,
-        case,
-        devices,
-        experts: cfg.experts,
-        top_k: cfg.top_k,
-        hidden: cfg.hidden,
-        capacity_factor: cfg.capacity_factor,
-        tokens,
-        groups: devices,
-        params: cfg.param_specs().iter().map(|s| s.len()).sum(),
-        active_params: active_params(cfg),
-        step_s: m.step_s,
-        tokens_per_s: tokens as f64 / m.step_s.max(1e-12),
-        dropped_fraction: m.dropped_fraction,
-        ratio: 1.0,
-        all_to_all_s: None,
-        all_to_all_share: None,
-        all_reduce_share: None,
-        skipped: None,
-        note,
+/// Every section's cases on one adapter's devices (see the module docs).
+pub fn plan(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<Planned>> {
+    if o.tokens == 0 {
+        return Err(invalid("tokens must be positive".into()));
     }
-}
+    o.config.validate()?;
+    let one = &devices[..1];
+    let mut out: Vec<Planned> = Vec::new();
 
-fn first(devices: &[Device]) -> Result<&[Device]> {
-    if devices.is_empty() {
-        return Err(invalid("no devices".into()));
-    }
-    Ok(&devices[..1])
-}
-
-fn check(o: &MoeBenchOptions) -> Result<()> {
-    if o.tokens == 0 || o.reps == 0 {
-        return Err(invalid(format!(
-            "tokens and reps must be positive, got {} and {}",
-            o.tokens, o.reps
-        )));
-    }
-    o.config.validate()
-}
-
-/// The MoE model against a dense one with the same active expert compute per token, on the first
-/// device (see the module docs).
-pub fn moe_vs_dense(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<MoeBenchResult>> {
-    check(o)?;
-    let one = first(devices)?;
+    // MoE against a dense model with the same active expert compute per token.
     let base = o.config;
     let moe = MoeLmConfig {
         capacity_factor: base.experts as f32 / base.top_k as f32,
@@ -346,82 +287,60 @@ pub fn moe_vs_dense(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<MoeBe
         capacity_factor: 1.0,
         ..base
     };
-    let data = Data::new(base.context, o.tokens, o.warmup + o.reps, o.seed);
-    let d = measure(one, dense, 1, &data, o, false)?;
-    let m = measure(one, moe, 1, &data, o, false)?;
-    let note = format!(
-        "capacity factor E/K: nothing dropped; data: {}",
-        data.source
-    );
-    let dense_row = row(
-        "moe-vs-dense",
-        format!("dense d_ff={}", dense.hidden),
-        &dense,
-        1,
-        o.tokens,
-        &d,
-        note.clone(),
-    );
-    let mut moe_row = row(
-        "moe-vs-dense",
-        format!("moe E={} K={} d_ff={}", moe.experts, moe.top_k, moe.hidden),
-        &moe,
-        1,
-        o.tokens,
-        &m,
-        note,
-    );
-    moe_row.ratio = moe_row.tokens_per_s / dense_row.tokens_per_s.max(1e-12);
-    Ok(vec![dense_row, moe_row])
-}
+    let dense_name = format!("moe-vs-dense: dense d_ff={}", dense.hidden);
+    out.push(Planned::Run(Box::new(train_case(
+        dense_name.clone(),
+        one,
+        dense,
+        o,
+        false,
+    ))));
+    out.push(Planned::Run(Box::new(
+        train_case(
+            format!(
+                "moe-vs-dense: moe E={} K={} d_ff={}",
+                moe.experts, moe.top_k, moe.hidden
+            ),
+            one,
+            moe,
+            o,
+            false,
+        )
+        .compared_to(dense_name),
+    )));
 
-/// Step time as the number of experts grows, at fixed tokens, on the first device.
-pub fn experts_sweep(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<MoeBenchResult>> {
-    check(o)?;
-    let one = first(devices)?;
-    let data = Data::new(o.config.context, o.tokens, o.warmup + o.reps, o.seed);
-    let mut out: Vec<MoeBenchResult> = Vec::new();
+    // Step time as experts grow, at fixed tokens.
+    let mut first = None;
     for &e in &o.experts {
         let cfg = MoeLmConfig {
             experts: e,
             top_k: o.config.top_k.min(e),
             ..o.config
         };
-        let m = measure(one, cfg, 1, &data, o, false)?;
-        let mut r = row(
-            "experts",
-            format!("E={e} K={}", cfg.top_k),
-            &cfg,
-            1,
-            o.tokens,
-            &m,
-            format!("data: {}", data.source),
-        );
-        r.ratio = out
-            .first()
-            .map_or(1.0, |base| r.step_s / base.step_s.max(1e-12));
-        out.push(r);
+        let name = format!("experts: E={e} K={}", cfg.top_k);
+        let bench = train_case(name.clone(), one, cfg, o, false);
+        out.push(Planned::Run(Box::new(match &first {
+            Some(f) => bench.compared_to(String::clone(f)),
+            None => bench,
+        })));
+        first.get_or_insert(name);
     }
-    Ok(out)
-}
 
-/// The all-to-all share of a step at each device count of `o.devices` (one routing group per
-/// device, `E` = the largest count); counts beyond `devices.len()` are skipped rows.
-pub fn all_to_all_share(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<MoeBenchResult>> {
-    check(o)?;
+    // The all-to-all share of a step at each device count.
     let experts = o.devices.iter().copied().max().unwrap_or(1).max(1);
     let cfg = MoeLmConfig {
         experts,
         top_k: o.config.top_k.min(experts),
         ..o.config
     };
-    let data = Data::new(cfg.context, o.tokens, o.warmup + o.reps, o.seed);
-    let mut out: Vec<MoeBenchResult> = Vec::new();
-    let mut base_step = None;
+    let mut first = None;
     for &n in &o.devices {
-        let case = format!("D={n} E={experts}");
+        let name = format!("all-to-all: D={n} E={experts}");
         let reason = if n == 0 || n > devices.len() {
-            Some(format!("{} device(s) available", devices.len()))
+            Some(format!(
+                "needs {n} devices, the adapter has {} (raise --virtual-devices)",
+                devices.len()
+            ))
         } else if !o.tokens.is_multiple_of(n) || !experts.is_multiple_of(n) {
             Some(format!(
                 "{} tokens or {experts} experts do not split over {n} devices",
@@ -431,108 +350,15 @@ pub fn all_to_all_share(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<M
             None
         };
         if let Some(reason) = reason {
-            let zero = Measured {
-                step_s: 0.0,
-                dropped_fraction: 0.0,
-                all_to_all_s: 0.0,
-                all_to_all_share: 0.0,
-                all_reduce_share: 0.0,
-            };
-            let mut r = row("all-to-all", case, &cfg, n, o.tokens, &zero, String::new());
-            r.tokens_per_s = 0.0;
-            r.ratio = 0.0;
-            r.skipped = Some(reason);
-            out.push(r);
+            out.push(Planned::skip(name, reason));
             continue;
         }
-        let m = measure(&devices[..n], cfg, n, &data, o, true)?;
-        let mut r = row(
-            "all-to-all",
-            case,
-            &cfg,
-            n,
-            o.tokens,
-            &m,
-            format!(
-                "shares: Σ transfer-lane spans (slowest device) / step wall; data: {}",
-                data.source
-            ),
-        );
-        let base = *base_step.get_or_insert(m.step_s);
-        r.ratio = m.step_s / f64::max(base, 1e-12);
-        r.all_to_all_s = Some(m.all_to_all_s);
-        r.all_to_all_share = Some(m.all_to_all_share);
-        r.all_reduce_share = Some(m.all_reduce_share);
-        out.push(r);
+        let bench = train_case(name.clone(), &devices[..n], cfg, o, true);
+        out.push(Planned::Run(Box::new(match &first {
+            Some(f) => bench.compared_to(String::clone(f)),
+            None => bench,
+        })));
+        first.get_or_insert(name);
     }
     Ok(out)
-}
-
-/// Every section, in order; `progress` sees each row as it is done.
-pub fn run(
-    devices: &[Device],
-    o: &MoeBenchOptions,
-    mut progress: impl FnMut(&MoeBenchResult),
-) -> Result<Vec<MoeBenchResult>> {
-    let mut out = Vec::new();
-    for section in [moe_vs_dense, experts_sweep, all_to_all_share] {
-        for r in section(devices, o)? {
-            progress(&r);
-            out.push(r);
-        }
-    }
-    Ok(out)
-}
-
-/// One Markdown table of every row, with a `section` column.
-pub fn table(results: &[MoeBenchResult]) -> String {
-    let pct = |x: Option<f64>| x.map_or_else(|| "–".to_string(), |v| format!("{:.1}%", v * 100.0));
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            let measured = r.skipped.is_none();
-            let num = |s: String| if measured { s } else { "–".to_string() };
-            vec![
-                r.section.to_string(),
-                r.case.clone(),
-                r.devices.to_string(),
-                format!("{}/{}", r.experts, r.top_k),
-                r.hidden.to_string(),
-                format!("{}", r.capacity_factor),
-                r.tokens.to_string(),
-                r.params.to_string(),
-                r.active_params.to_string(),
-                num(format!("{:.2}", r.step_s * 1e3)),
-                num(format!("{:.0}", r.tokens_per_s)),
-                num(format!("{:.3}", r.dropped_fraction)),
-                num(format!("{:.2}", r.ratio)),
-                pct(r.all_to_all_share),
-                pct(r.all_reduce_share),
-                r.skipped
-                    .as_ref()
-                    .map_or_else(|| r.note.clone(), |s| format!("skipped: {s}")),
-            ]
-        })
-        .collect();
-    super::markdown_table(
-        &[
-            "section",
-            "case",
-            "D",
-            "E/K",
-            "d_ff",
-            "cf",
-            "tokens",
-            "params",
-            "active params",
-            "step ms",
-            "tokens/s",
-            "dropped",
-            "ratio",
-            "all-to-all",
-            "all-reduce",
-            "note",
-        ],
-        &rows,
-    )
 }

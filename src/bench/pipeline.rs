@@ -2,6 +2,9 @@
 //! schedule on real devices; step time, throughput, and the bubble measured from the trace beside
 //! the simulator's prediction from the same run's op times and the textbook formula.
 
+use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
+use super::report::Timing;
+use super::suite::Planned;
 use crate::pipeline::{
     Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula, execute,
     validate,
@@ -111,64 +114,160 @@ pub fn run_case(
     ))
 }
 
-/// Every schedule on `stages` devices for each microbatch count, the median step of `reps`.
-pub fn run(
-    devices: &[Device],
+/// The suite's sizes: every schedule on `stages` devices for each microbatch count.
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub stages: usize,
+    pub microbatches: Vec<usize>,
+    /// Model chunks per device of the interleaved schedule.
+    pub chunks: usize,
+}
+
+impl PipelineOptions {
+    pub fn standard() -> Self {
+        Self {
+            stages: 4,
+            microbatches: vec![4, 8, 16],
+            chunks: 2,
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self {
+            stages: 2,
+            microbatches: vec![4],
+            chunks: 2,
+        }
+    }
+}
+
+/// One schedule's training step, checked against the single-device reference every time.
+struct Step {
+    devices: Vec<Device>,
+    kind: ScheduleKind,
     stages: usize,
-    microbatch_counts: &[usize],
-    warmup: usize,
-    reps: usize,
-    mut progress: impl FnMut(&PipelineResult),
-) -> Result<Vec<PipelineResult>> {
+    microbatches: usize,
+    chunks: usize,
+    /// What each step's trace showed.
+    results: Vec<PipelineResult>,
+}
+
+impl BlockingRun for Step {
+    fn run(&mut self) -> Result<()> {
+        let (r, _) = run_case(
+            &self.devices,
+            self.kind,
+            self.stages,
+            self.microbatches,
+            self.chunks,
+            &Tracer::off(),
+        )?;
+        // NaN fails too.
+        if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
+            return Err(Error::Mismatch {
+                what: format!("pipelined {} step", self.kind.name()),
+                detail: format!(
+                    "max |weight − single-device reference| = {:e}",
+                    r.max_weight_error
+                ),
+            });
+        }
+        self.results.push(r);
+        Ok(())
+    }
+
+    fn timed(&mut self) -> Option<Timed> {
+        self.results.last().map(|r| Timed {
+            seconds: r.step_ms * 1e-3,
+            timing: Timing::Trace,
+        })
+    }
+
+    fn extras(&mut self) -> Result<Extras> {
+        let rs = &self.results;
+        let median = |f: fn(&PipelineResult) -> f64| {
+            let mut v: Vec<f64> = rs.iter().map(f).collect();
+            crate::kernels::autotune::median(&mut v)
+        };
+        let mut e = Extras::default();
+        for (name, f) in [
+            (
+                "bubble measured",
+                (|r| r.bubble_measured) as fn(&PipelineResult) -> f64,
+            ),
+            ("bubble simulated", |r| r.bubble_simulated),
+            ("bubble textbook", |r| r.bubble_textbook),
+        ] {
+            e.metrics.insert(name.into(), median(f));
+        }
+        e.metrics.insert(
+            "max weight error".into(),
+            rs.iter()
+                .map(|r| f64::from(r.max_weight_error))
+                .fold(0.0, f64::max),
+        );
+        if let Some(r) = rs.last() {
+            e.note = format!("peak activations {:?}", r.peak_activations);
+        }
+        Ok(e)
+    }
+}
+
+/// Largest |pipelined − reference| weight a step may show.
+const MAX_WEIGHT_ERROR: f32 = 1e-3;
+
+fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize) -> String {
+    format!("{} p={stages} m={microbatches}", kind.name())
+}
+
+/// Every schedule for each microbatch count on the first `o.stages` devices. The sample is the
+/// traced step, first kernel to last (the executor's set-up, uploads and pipeline creation,
+/// is not part of a step). FLOPs are the model's `6 · weights · samples`.
+pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
+    let mlp = model(o.stages, o.chunks, 7)?;
+    let weights: usize = mlp.widths.windows(2).map(|w| w[0] * w[1]).sum();
     let mut out = Vec::new();
-    for &m in microbatch_counts {
+    for &m in &o.microbatches {
         for kind in ScheduleKind::ALL {
-            if kind == ScheduleKind::Interleaved && !m.is_multiple_of(stages) {
+            let name = case_name(kind, o.stages, m);
+            let chunks = if kind == ScheduleKind::Interleaved {
+                o.chunks
+            } else {
+                1
+            };
+            if devices.len() < o.stages {
+                out.push(Planned::skip(
+                    name,
+                    format!(
+                        "needs {} devices, the adapter has {} (raise --virtual-devices)",
+                        o.stages,
+                        devices.len()
+                    ),
+                ));
                 continue;
             }
-            for _ in 0..warmup {
-                run_case(devices, kind, stages, m, 2, &Tracer::off())?;
+            if let Err(e) = Schedule::new(kind, o.stages, m, chunks) {
+                out.push(Planned::skip(name, e.to_string()));
+                continue;
             }
-            let mut runs = (0..reps.max(1))
-                .map(|_| run_case(devices, kind, stages, m, 2, &Tracer::off()).map(|r| r.0))
-                .collect::<Result<Vec<_>>>()?;
-            runs.sort_by(|a, b| a.step_ms.total_cmp(&b.step_ms));
-            let median = runs.swap_remove(runs.len() / 2);
-            progress(&median);
-            out.push(median);
+            let samples = m * ROWS;
+            let step = Step {
+                devices: devices[..o.stages].to_vec(),
+                kind,
+                stages: o.stages,
+                microbatches: m,
+                chunks,
+                results: Vec::new(),
+            };
+            let work = Work::new(samples as f64, WorkUnit::Sample)
+                .with_flops(6.0 * (weights * samples) as f64);
+            let bench = Blocking::new(name, work, move || Ok(step));
+            out.push(Planned::Run(Box::new(if kind == ScheduleKind::GPipe {
+                bench
+            } else {
+                bench.compared_to(case_name(ScheduleKind::GPipe, o.stages, m))
+            })));
         }
     }
     Ok(out)
-}
-
-pub fn table(results: &[PipelineResult]) -> String {
-    let pct = |x: f64| format!("{:.1}%", x * 100.0);
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            vec![
-                r.schedule.to_string(),
-                r.stages.to_string(),
-                r.microbatches.to_string(),
-                format!("{:.2}", r.step_ms),
-                format!("{:.0}", r.samples_per_s),
-                pct(r.bubble_measured),
-                pct(r.bubble_simulated),
-                pct(r.bubble_textbook),
-            ]
-        })
-        .collect();
-    super::markdown_table(
-        &[
-            "schedule",
-            "p",
-            "m",
-            "step ms",
-            "samples/s",
-            "bubble measured",
-            "bubble simulated (measured op times)",
-            "bubble textbook",
-        ],
-        &rows,
-    )
 }

@@ -556,6 +556,24 @@ impl Device {
     }
 }
 
+/// Records an empty compute pass that only writes timestamps: `begin` at its start and `end` at its
+/// end. Brackets work recorded between two such passes (or calibrates a clock).
+pub fn timestamp_pass(
+    encoder: &mut wgpu::CommandEncoder,
+    query_set: &wgpu::QuerySet,
+    begin: Option<u32>,
+    end: Option<u32>,
+) {
+    drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("timestamps"),
+        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+            query_set,
+            beginning_of_pass_write_index: begin,
+            end_of_pass_write_index: end,
+        }),
+    }));
+}
+
 /// Records one compute pass: `pipeline` with `bind_group` over `grid`, writing begin/end timestamps
 /// at `timestamps.1` and `timestamps.1 + 1` when given.
 pub fn encode_pass(

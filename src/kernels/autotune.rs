@@ -23,6 +23,70 @@ pub struct Measurement {
     pub gflops: f64,
 }
 
+/// Random operands of one matmul shape on one device, for timing.
+#[derive(Debug)]
+pub struct Operands {
+    pub shape: MatmulShape,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+    offsets: Tensor,
+}
+
+impl Operands {
+    /// Uploads random A and B and a zero C; a shape over the device's limits is an error before
+    /// any host memory is spent on it.
+    pub fn random(device: &Device, shape: &MatmulShape) -> Result<Self> {
+        let a_shape = shape.a_shape();
+        let b_shape = shape.b_shape();
+        let size = shape.dtype.size() as u64;
+        for (what, elements) in [
+            ("matmul A", a_shape.iter().product::<usize>()),
+            ("matmul B", b_shape.iter().product::<usize>()),
+            ("matmul C", shape.m * shape.n),
+        ] {
+            device.check_storage_size(what, elements as u64 * size)?;
+        }
+        let mut rng = Rng::new(0x6a6e);
+        let offsets: Vec<u32> = (0..=shape.groups)
+            .map(|g| (g * shape.max_group_rows).min(shape.m) as u32)
+            .collect();
+        Ok(Self {
+            shape: *shape,
+            a: Tensor::from_f32(
+                device,
+                &a_shape,
+                shape.dtype,
+                &rng.vec(a_shape.iter().product()),
+            )?,
+            b: Tensor::from_f32(
+                device,
+                &b_shape,
+                shape.dtype,
+                &rng.vec(b_shape.iter().product()),
+            )?,
+            c: Tensor::zeros(device, &[shape.m, shape.n], shape.dtype)?,
+            offsets: Tensor::from_u32(device, &[offsets.len()], &offsets)?,
+        })
+    }
+
+    /// The arguments that run `variant` on these operands.
+    pub fn args(&self, variant: MatmulVariant) -> MatmulArgs<'_> {
+        MatmulArgs {
+            a: &self.a,
+            b: &self.b,
+            c: &self.c,
+            offsets: &self.offsets,
+            max_group_rows: self.shape.max_group_rows,
+            options: MatmulOptions {
+                trans_a: self.shape.trans_a,
+                trans_b: self.shape.trans_b,
+                variant: VariantChoice::Fixed(variant),
+            },
+        }
+    }
+}
+
 /// Runs `variant` on random data of `shape`: `warmup` untimed runs, then the median of `reps`.
 ///
 /// Each timed run is one submit plus a blocking wait, so it includes submission overhead; that is
@@ -34,38 +98,8 @@ pub fn measure(
     warmup: usize,
     reps: usize,
 ) -> Result<Measurement> {
-    let mut rng = Rng::new(0x6a6e);
-    let a_shape = shape.a_shape();
-    let b_shape = shape.b_shape();
-    let a = Tensor::from_f32(
-        device,
-        &a_shape,
-        shape.dtype,
-        &rng.vec(a_shape.iter().product()),
-    )?;
-    let b = Tensor::from_f32(
-        device,
-        &b_shape,
-        shape.dtype,
-        &rng.vec(b_shape.iter().product()),
-    )?;
-    let c = Tensor::zeros(device, &[shape.m, shape.n], shape.dtype)?;
-    let offsets: Vec<u32> = (0..=shape.groups)
-        .map(|g| (g * shape.max_group_rows).min(shape.m) as u32)
-        .collect();
-    let offsets = Tensor::from_u32(device, &[offsets.len()], &offsets)?;
-    let args = MatmulArgs {
-        a: &a,
-        b: &b,
-        c: &c,
-        offsets: &offsets,
-        max_group_rows: shape.max_group_rows,
-        options: MatmulOptions {
-            trans_a: shape.trans_a,
-            trans_b: shape.trans_b,
-            variant: VariantChoice::Fixed(variant),
-        },
-    };
+    let operands = Operands::random(device, shape)?;
+    let args = operands.args(variant);
     let mut samples = Vec::with_capacity(reps);
     for i in 0..warmup + reps.max(1) {
         let mut encoder = device.encoder("matmul timing");

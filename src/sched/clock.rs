@@ -28,14 +28,7 @@ impl GpuClock {
         let mut best: Option<(Duration, Self)> = None;
         for _ in 0..3 {
             let mut encoder = device.encoder("clock calibration");
-            drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("clock calibration"),
-                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                    query_set: &queries,
-                    beginning_of_pass_write_index: Some(0),
-                    end_of_pass_write_index: Some(1),
-                }),
-            }));
+            crate::device::timestamp_pass(&mut encoder, &queries, Some(0), Some(1));
             encoder.resolve_query_set(&queries, 0..2, &resolve, 0);
             let t0 = Instant::now();
             device.submit(encoder);

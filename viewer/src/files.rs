@@ -1,63 +1,35 @@
 //! Opening and saving files: Chrome trace JSON (gangway's own, and others leniently) and
-//! `gangway bench --json` results (matmul or dispatch), plotted. A bad file is an error shown in
-//! the UI, never a panic.
+//! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
+//! never a panic.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use egui::Ui;
-use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
+use gangway::bench::Report;
+use gangway::bench::compare::{Comparison, Pairing, compare};
 use gangway::trace::Event;
 use serde_json::Value;
 
 use crate::timeline::{self, TimelineData, TimelineState};
 
-/// One row of `gangway bench matmul --json`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MatmulRow {
-    pub adapter: String,
-    pub backend: String,
-    pub case: String,
-    pub m: f64,
-    pub variant: String,
-    pub gflops: f64,
-}
-
-/// One row of `gangway bench dispatch --json`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DispatchRow {
-    pub suite: String,
-    pub case: String,
-    pub mode: String,
-    pub stages: f64,
-    pub computations_per_s: f64,
-    pub note: String,
-}
-
 /// What a file turned out to be.
 #[derive(Debug, Clone)]
 pub enum Loaded {
     Trace(TimelineData),
-    Matmul(Vec<MatmulRow>),
-    Dispatch(Vec<DispatchRow>),
+    Bench(Box<Report>),
 }
 
 impl Loaded {
     pub fn summary(&self) -> String {
         match self {
             Loaded::Trace(d) => format!("Chrome trace: {} events", d.len()),
-            Loaded::Matmul(r) => format!("matmul benchmark: {} results", r.len()),
-            Loaded::Dispatch(r) => format!("dispatch benchmark: {} results", r.len()),
+            Loaded::Bench(r) => format!(
+                "benchmark report: {} results on {} adapter(s)",
+                r.results.len(),
+                r.adapters.len()
+            ),
         }
     }
-}
-
-fn text(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_string)
-}
-
-fn num(v: &Value, key: &str) -> Option<f64> {
-    v.get(key).and_then(Value::as_f64)
 }
 
 /// Recognises and parses a JSON document.
@@ -71,63 +43,17 @@ pub fn interpret(v: &Value) -> Result<Loaded, String> {
         data.device_names = names.into_iter().collect();
         return Ok(Loaded::Trace(data));
     }
-    let Some(rows) = rows else {
+    if v.get("schema").is_some() {
+        return Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r)));
+    }
+    if rows.is_some() {
         return Err(
-            "not a Chrome trace (no \"traceEvents\") nor a gangway bench result array".into(),
+            "a gangway bench result array from before schema version 1: rerun \
+                    gangway bench --json"
+                .into(),
         );
-    };
-    if first.is_some_and(|f| f.get("gflops").is_some()) {
-        return rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                (|| {
-                    Some(MatmulRow {
-                        adapter: text(r, "adapter")?,
-                        backend: text(r, "backend").unwrap_or_default(),
-                        case: text(r, "case").unwrap_or_default(),
-                        m: num(r, "m")?,
-                        variant: r.get("variant").map(variant_name)?,
-                        gflops: num(r, "gflops")?,
-                    })
-                })()
-                .ok_or_else(|| format!("matmul result [{i}] lacks adapter, m, variant or gflops"))
-            })
-            .collect::<Result<_, _>>()
-            .map(Loaded::Matmul);
     }
-    if first.is_some_and(|f| f.get("computations_per_s").is_some()) {
-        return rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                (|| {
-                    Some(DispatchRow {
-                        suite: text(r, "suite")?,
-                        case: text(r, "case").unwrap_or_default(),
-                        mode: text(r, "mode").unwrap_or_default(),
-                        stages: num(r, "stages")?,
-                        computations_per_s: num(r, "computations_per_s")?,
-                        note: text(r, "note").unwrap_or_default(),
-                    })
-                })()
-                .ok_or_else(|| {
-                    format!("dispatch result [{i}] lacks suite, stages or computations_per_s")
-                })
-            })
-            .collect::<Result<_, _>>()
-            .map(Loaded::Dispatch);
-    }
-    Err("not a Chrome trace nor a gangway bench result (matmul or dispatch) array".into())
-}
-
-/// A serde enum is a string, or an object for data-carrying variants: its name either way.
-fn variant_name(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
-        other => other.to_string(),
-    }
+    Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
 }
 
 /// Reads and interprets the file at `path`.
@@ -160,6 +86,11 @@ pub struct FilesTab {
     pub message: Option<Result<String, String>>,
     pub timeline: TimelineState,
     pub save_what: SaveWhat,
+    /// The suite shown of an opened report.
+    pub suite: String,
+    /// A second report to compare the opened one with.
+    pub compare_path: String,
+    pub comparison: Option<Result<Comparison, String>>,
 }
 
 impl Default for FilesTab {
@@ -170,6 +101,9 @@ impl Default for FilesTab {
             message: None,
             timeline: TimelineState::default(),
             save_what: SaveWhat::Live,
+            suite: String::new(),
+            compare_path: "old.json".into(),
+            comparison: None,
         }
     }
 }
@@ -181,9 +115,18 @@ impl FilesTab {
                 self.message = Some(Ok(format!("opened {}", l.summary())));
                 self.loaded = Some(l);
                 self.timeline = TimelineState::default();
+                self.comparison = None;
             }
             Err(e) => self.message = Some(Err(e)),
         }
+    }
+
+    /// Compares the report at `compare_path` (old) with the opened one (new).
+    pub fn compare_with(&mut self) {
+        self.comparison = Some(match &self.loaded {
+            Some(Loaded::Bench(new)) => compare_file(&self.compare_path, new),
+            _ => Err("open a benchmark report first".into()),
+        });
     }
 
     /// `sources`: the live and bubble-lab timelines, to save.
@@ -241,83 +184,55 @@ impl FilesTab {
             }
         }
         ui.separator();
-        match &self.loaded {
+        let Self {
+            loaded,
+            compare_path,
+            comparison,
+            suite,
+            timeline: timeline_state,
+            ..
+        } = self;
+        match loaded {
             None => {}
             Some(Loaded::Trace(data)) => {
                 timeline::legend(ui);
                 egui::ScrollArea::vertical().show(ui, |ui| {
-                    timeline::timeline(ui, "file", data, &mut self.timeline);
+                    timeline::timeline(ui, "file", data, timeline_state);
                 });
             }
-            Some(Loaded::Matmul(rows)) => matmul_plot(ui, rows),
-            Some(Loaded::Dispatch(rows)) => dispatch_plot(ui, rows),
+            Some(Loaded::Bench(report)) => {
+                ui.horizontal(|ui| {
+                    ui.label("compare with (old):");
+                    ui.add(egui::TextEdit::singleline(compare_path).desired_width(300.0))
+                        .labelled_by(ui.label("old report path").id);
+                    if ui.button("Compare").clicked() {
+                        *comparison = Some(compare_file(compare_path, report));
+                    }
+                });
+                match comparison {
+                    Some(Ok(c)) => {
+                        ui.label(format!(
+                            "compared: {} cases, {} faster, {} slower beyond the noise",
+                            c.cases.len(),
+                            c.count(gangway::bench::compare::Verdict::Faster),
+                            c.count(gangway::bench::compare::Verdict::Slower)
+                        ));
+                        crate::bench_view::show_comparison(ui, c);
+                        ui.separator();
+                    }
+                    Some(Err(e)) => {
+                        ui.colored_label(ui.visuals().error_fg_color, format!("error: {e}"));
+                    }
+                    None => {}
+                }
+                crate::bench_view::show(ui, report, suite);
+            }
         }
     }
 }
 
-/// GFLOP/s against matrix size (`m`), one line per adapter and variant.
-fn matmul_plot(ui: &mut Ui, rows: &[MatmulRow]) {
-    let mut series: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.case.starts_with("square")) {
-        series
-            .entry(format!("{} [{}] {}", r.adapter, r.backend, r.variant))
-            .or_default()
-            .push([r.m, r.gflops]);
-    }
-    ui.label("GFLOP/s against size (square cases), per adapter and variant");
-    Plot::new("matmul")
-        .legend(Legend::default())
-        .x_axis_label("size n (n×n×n)")
-        .y_axis_label("GFLOP/s")
-        .include_y(0.0)
-        .show(ui, |plot| {
-            for (name, mut pts) in series {
-                pts.sort_by(|a, b| a[0].total_cmp(&b[0]));
-                plot.line(Line::new(name.clone(), PlotPoints::from(pts.clone())));
-                plot.points(Points::new(name, PlotPoints::from(pts)).radius(3.0));
-            }
-        });
-}
-
-/// Computations/s against stages, one line per dispatch mode (the chain suite); other suites
-/// as a table.
-fn dispatch_plot(ui: &mut Ui, rows: &[DispatchRow]) {
-    let mut series: BTreeMap<String, Vec<[f64; 2]>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.suite == "chain") {
-        series
-            .entry(r.mode.clone())
-            .or_default()
-            .push([r.stages, r.computations_per_s]);
-    }
-    ui.label("chain: computations/s against stages, per dispatch mode");
-    Plot::new("dispatch")
-        .legend(Legend::default())
-        .height(260.0)
-        .x_axis_label("stages")
-        .y_axis_label("computations/s")
-        .include_y(0.0)
-        .show(ui, |plot| {
-            for (name, mut pts) in series {
-                pts.sort_by(|a, b| a[0].total_cmp(&b[0]));
-                plot.line(Line::new(name.clone(), PlotPoints::from(pts.clone())));
-                plot.points(Points::new(name, PlotPoints::from(pts)).radius(3.0));
-            }
-        });
-    egui::Grid::new("dispatch-rows")
-        .striped(true)
-        .show(ui, |ui| {
-            for h in ["suite", "case", "mode", "stages", "computations/s", "note"] {
-                ui.strong(h);
-            }
-            ui.end_row();
-            for r in rows.iter().filter(|r| r.suite != "chain") {
-                ui.label(&r.suite);
-                ui.label(&r.case);
-                ui.label(&r.mode);
-                ui.label(format!("{}", r.stages));
-                ui.label(format!("{:.0}", r.computations_per_s));
-                ui.label(&r.note);
-                ui.end_row();
-            }
-        });
+/// Compares the report at `old` with `new`.
+fn compare_file(old: &str, new: &Report) -> Result<Comparison, String> {
+    let old = Report::load(Path::new(old.trim())).map_err(|e| e.to_string())?;
+    compare(&old, new, Pairing::SameAdapter)
 }

@@ -9,9 +9,10 @@
 //! - [`dispatch_compare`]: sequential vs parallel dispatch of the same program;
 //! - [`moe_panel`]: MoE training on the devices: loss, aux loss, dropped fraction, tokens per
 //!   expert per step;
-//! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` plots.
+//! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` reports ([`bench_view`]).
 
 pub mod app;
+pub mod bench_view;
 pub mod bubble_lab;
 pub mod devices_panel;
 pub mod dispatch_compare;

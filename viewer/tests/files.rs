@@ -64,27 +64,67 @@ fn save_the_lab_timeline_then_open_it() {
     gangway::trace::chrome::check(&json).unwrap();
 }
 
+/// A real report: the quick memory suite on every adapter found.
+fn memory_report() -> Option<gangway::bench::Report> {
+    let devices = gangway::discover(&gangway::DiscoveryOptions::from_env().unwrap()).ok()?;
+    let adapters = gangway::bench::select_adapters(&devices, &[]).unwrap();
+    let opts = gangway::bench::BenchOptions {
+        suites: vec![gangway::bench::Suite::Memory],
+        ..gangway::bench::BenchOptions::quick()
+    };
+    Some(gangway::bench::run::run(&adapters, &opts, |_| {}))
+}
+
 #[test]
-fn bench_results_are_recognised() {
-    let matmul = json!([
-        {"adapter": "llvmpipe", "backend": "vulkan", "case": "square 256", "m": 256, "n": 256,
-         "k": 256, "dtype": "f32", "variant": "tiled", "warmup": 1, "reps": 3,
-         "median_ms": 1.0, "gflops": 33.5, "speedup_vs_naive": null},
-        {"adapter": "llvmpipe", "backend": "vulkan", "case": "square 512", "m": 512, "n": 512,
-         "k": 512, "dtype": "f32", "variant": "tiled", "warmup": 1, "reps": 3,
-         "median_ms": 4.0, "gflops": 67.0, "speedup_vs_naive": 2.0}
-    ]);
-    assert!(matches!(interpret(&matmul), Ok(Loaded::Matmul(r)) if r.len() == 2));
-    let dispatch = json!([
-        {"suite": "chain", "case": "chain x1", "mode": "sequential", "stages": 1,
-         "computations": 20, "median_s": 0.01, "computations_per_s": 2000.0, "note": ""},
-        {"suite": "chain", "case": "chain x1", "mode": "parallel", "stages": 1,
-         "computations": 20, "median_s": 0.005, "computations_per_s": 4000.0, "note": ""}
-    ]);
-    let h = open_in_ui(&temp("dispatch.json", &dispatch.to_string()));
-    h.get_by_label("opened dispatch benchmark: 2 results");
-    let h = open_in_ui(&temp("matmul.json", &matmul.to_string()));
-    h.get_by_label("opened matmul benchmark: 2 results");
-    // A result array missing its fields is an error, not a panic.
-    assert!(interpret(&json!([{"gflops": 1.0}])).is_err());
+fn bench_reports_open_and_compare() {
+    let Some(report) = memory_report() else {
+        assert!(std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"));
+        return;
+    };
+    let n = report.results.len();
+    assert!(
+        n >= 2 && report.results.iter().all(|r| r.is_ok()),
+        "{report:?}"
+    );
+    let path = temp("report.json", &report.to_json());
+    let mut h = open_in_ui(&path);
+    h.get_by_label(&format!(
+        "opened benchmark report: {n} results on {} adapter(s)",
+        report.adapters.len()
+    ));
+    // The suite's table names every case and its derived figure's unit.
+    h.get_by_label("memory: GB/s per case (higher is better)");
+    assert!(h.query_all_by_label_contains("stream 2x+1").count() >= n);
+    // Compared with itself: every case paired, nothing beyond the noise.
+    h.state_mut().files.compare_path = path.display().to_string();
+    h.run();
+    h.get_by_label("Compare").click();
+    h.run();
+    h.get_by_label(&format!(
+        "compared: {n} cases, 0 faster, 0 slower beyond the noise"
+    ));
+    // A bad second file is an error in the UI.
+    h.state_mut().files.compare_path = "/nonexistent/old.json".into();
+    h.run();
+    h.get_by_label("Compare").click();
+    h.run();
+    h.get_by_label_contains("error: /nonexistent/old.json");
+}
+
+#[test]
+fn old_and_malformed_bench_files_are_errors() {
+    // What `gangway bench matmul --json` wrote before the schema.
+    let old = json!([{"adapter": "llvmpipe", "case": "square 256", "gflops": 33.5}]);
+    let err = interpret(&old).unwrap_err();
+    assert!(err.contains("before schema version 1"), "{err}");
+    let h = open_in_ui(&temp("old-bench.json", &old.to_string()));
+    h.get_by_label_contains("before schema version 1");
+    let future = json!({"schema": "gangway-bench", "schema_version": 7});
+    assert!(interpret(&future).unwrap_err().contains("schema version 7"));
+    let broken = json!({"schema": "gangway-bench", "schema_version": 1, "results": []});
+    assert!(interpret(&broken).is_err());
+    assert!(!matches!(
+        interpret(&json!({"traceEvents": []})),
+        Ok(Loaded::Bench(_))
+    ));
 }

@@ -1,0 +1,336 @@
+//! `gangway bench compare old.json new.json`: each case's median ratio, flagged when the change is
+//! beyond the noise.
+//!
+//! Noise is judged from the samples' spread: a change is flagged only when the two runs' sample
+//! ranges `[min, max]` do not overlap. With n samples on each side and nothing changed, every
+//! ordering of the 2n samples is equally likely, so a false flag has probability
+//! `2 / C(2n, n)`: 10% at 3 + 3 samples, 0.8% at 5 + 5 (the default), 0.02% at 8 + 8. Fewer than
+//! 3 samples on either side are not judged.
+
+use super::report::{CaseResult, Report, Stats, Status, seconds};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Fewest samples per side for a verdict.
+pub const MIN_SAMPLES: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Faster,
+    Slower,
+    /// The sample ranges overlap.
+    WithinNoise,
+    TooFewSamples,
+    /// One side has no numbers (failed or skipped).
+    NotMeasured,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Faster => "FASTER",
+            Verdict::Slower => "SLOWER",
+            Verdict::WithinNoise => "within noise",
+            Verdict::TooFewSamples => "too few samples to judge",
+            Verdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+/// One case found in both reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseComparison {
+    pub suite: String,
+    pub case: String,
+    pub adapter: String,
+    pub old_median_s: Option<f64>,
+    pub new_median_s: Option<f64>,
+    /// `new median / old median`: below 1 is faster.
+    pub time_ratio: Option<f64>,
+    pub verdict: Verdict,
+    /// Why a side was not measured.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub cases: Vec<CaseComparison>,
+    /// `suite / case / adapter` keys in only one report.
+    pub only_old: Vec<String>,
+    pub only_new: Vec<String>,
+}
+
+/// How results are paired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// Same suite, case and adapter (name and backend): one machine, two versions.
+    SameAdapter,
+    /// Same suite and case, whatever the adapter: two machines. Each report must then hold each
+    /// case once (run it with `--adapters`).
+    AnyAdapter,
+}
+
+type Key = (String, String, String);
+
+fn keyed(report: &Report, pairing: Pairing) -> Result<BTreeMap<Key, usize>, String> {
+    let mut map = BTreeMap::new();
+    for (i, r) in report.results.iter().enumerate() {
+        let adapter = match pairing {
+            Pairing::SameAdapter => report.adapter_label(r.adapter),
+            Pairing::AnyAdapter => String::new(),
+        };
+        if map
+            .insert((r.suite.clone(), r.case.clone(), adapter), i)
+            .is_some()
+            && pairing == Pairing::AnyAdapter
+        {
+            return Err(format!(
+                "{} / {} was measured on several adapters; pick one per report with --adapters",
+                r.suite, r.case
+            ));
+        }
+    }
+    Ok(map)
+}
+
+fn show(k: &Key) -> String {
+    if k.2.is_empty() {
+        format!("{} / {}", k.0, k.1)
+    } else {
+        format!("{} / {} / {}", k.0, k.1, k.2)
+    }
+}
+
+fn ok(r: &CaseResult) -> Option<&Stats> {
+    r.stats.as_ref().filter(|_| r.status == Status::Ok)
+}
+
+/// Pairs the cases of two reports and judges each change.
+pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Comparison, String> {
+    let (a, b) = (keyed(old, pairing)?, keyed(new, pairing)?);
+    let mut cases = Vec::new();
+    for (key, &i) in &a {
+        let Some(&j) = b.get(key) else { continue };
+        let (o, n) = (&old.results[i], &new.results[j]);
+        let adapter = match pairing {
+            Pairing::SameAdapter => key.2.clone(),
+            Pairing::AnyAdapter => format!(
+                "{} → {}",
+                old.adapter_label(o.adapter),
+                new.adapter_label(n.adapter)
+            ),
+        };
+        let (verdict, time_ratio, note) = match (ok(o), ok(n)) {
+            (Some(so), Some(sn)) => {
+                let verdict =
+                    if so.samples_s.len() < MIN_SAMPLES || sn.samples_s.len() < MIN_SAMPLES {
+                        Verdict::TooFewSamples
+                    } else if sn.max_s < so.min_s {
+                        Verdict::Faster
+                    } else if sn.min_s > so.max_s {
+                        Verdict::Slower
+                    } else {
+                        Verdict::WithinNoise
+                    };
+                let note = if so.timing != sn.timing {
+                    format!("timed by {} then {}", so.timing.name(), sn.timing.name())
+                } else {
+                    String::new()
+                };
+                (verdict, Some(sn.median_s / so.median_s), note)
+            }
+            _ => {
+                let why = |r: &CaseResult, side: &str| {
+                    (r.status != Status::Ok).then(|| {
+                        format!(
+                            "{side}: {:?} {}",
+                            r.status,
+                            r.reason.clone().unwrap_or_default()
+                        )
+                    })
+                };
+                let note = [why(o, "old"), why(n, "new")]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                (Verdict::NotMeasured, None, note)
+            }
+        };
+        cases.push(CaseComparison {
+            suite: key.0.clone(),
+            case: key.1.clone(),
+            adapter,
+            old_median_s: ok(o).map(|s| s.median_s),
+            new_median_s: ok(n).map(|s| s.median_s),
+            time_ratio,
+            verdict,
+            note,
+        });
+    }
+    Ok(Comparison {
+        cases,
+        only_old: a.keys().filter(|k| !b.contains_key(*k)).map(show).collect(),
+        only_new: b.keys().filter(|k| !a.contains_key(*k)).map(show).collect(),
+    })
+}
+
+impl Comparison {
+    /// The Markdown table, then the cases found in one report only.
+    pub fn table(&self) -> String {
+        let dash = || "–".to_string();
+        let rows: Vec<Vec<String>> = self
+            .cases
+            .iter()
+            .map(|c| {
+                vec![
+                    c.suite.clone(),
+                    c.case.clone(),
+                    c.adapter.clone(),
+                    c.old_median_s.map_or_else(dash, seconds),
+                    c.new_median_s.map_or_else(dash, seconds),
+                    c.time_ratio.map_or_else(dash, |r| format!("{r:.3}×")),
+                    c.verdict.name().to_string(),
+                    c.note.replace('|', "/"),
+                ]
+            })
+            .collect();
+        let mut out = super::markdown_table(
+            &[
+                "suite",
+                "case",
+                "adapter",
+                "old median",
+                "new median",
+                "new/old",
+                "verdict",
+                "note",
+            ],
+            &rows,
+        );
+        for (which, keys) in [("old", &self.only_old), ("new", &self.only_new)] {
+            if !keys.is_empty() {
+                out.push_str(&format!("\nonly in {which}: {}\n", keys.join(", ")));
+            }
+        }
+        out
+    }
+
+    pub fn count(&self, verdict: Verdict) -> usize {
+        self.cases.iter().filter(|c| c.verdict == verdict).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::harness::Sampling;
+    use crate::bench::report::{AdapterRecord, Build, Machine, Settings, Timing};
+
+    fn report(adapter: &str, cases: &[(&str, &[f64])]) -> Report {
+        Report {
+            schema: crate::bench::report::SCHEMA.into(),
+            schema_version: crate::bench::report::SCHEMA_VERSION,
+            gangway: Build::current(),
+            timestamp: "2026-11-30T00:00:00Z".into(),
+            machine: Machine::current(),
+            settings: Settings {
+                suites: vec!["matmul".into()],
+                quick: true,
+                sampling: Sampling {
+                    warmup: 0,
+                    samples: 3,
+                },
+            },
+            adapters: vec![AdapterRecord::fake(0, adapter)],
+            results: cases
+                .iter()
+                .map(|(case, samples)| {
+                    let mut r = CaseResult::not_run(
+                        "matmul",
+                        case.to_string(),
+                        0,
+                        Status::Ok,
+                        String::new(),
+                    );
+                    r.reason = None;
+                    r.stats = Some(Stats::new(Timing::Gpu, 0, samples.to_vec()));
+                    r
+                })
+                .collect(),
+        }
+    }
+
+    fn verdicts(c: &Comparison) -> Vec<(String, Verdict)> {
+        c.cases
+            .iter()
+            .map(|c| (c.case.clone(), c.verdict))
+            .collect()
+    }
+
+    #[test]
+    fn changes_beyond_the_spread_are_flagged_and_others_are_not() {
+        let old = report(
+            "gpu",
+            &[
+                ("same", &[1.0, 1.1, 0.9]),
+                ("slower", &[1.0, 1.05, 0.95]),
+                ("faster", &[1.0, 1.05, 0.95]),
+                ("noisy", &[1.0, 2.0, 0.5]),
+                ("few", &[1.0, 1.0]),
+                ("gone", &[1.0, 1.0, 1.0]),
+            ],
+        );
+        let new = report(
+            "gpu",
+            &[
+                ("same", &[1.05, 0.95, 1.0]),
+                ("slower", &[1.2, 1.25, 1.3]),
+                ("faster", &[0.5, 0.55, 0.6]),
+                ("noisy", &[1.5, 1.9, 1.4]),
+                ("few", &[2.0, 2.0, 2.0]),
+                ("added", &[1.0, 1.0, 1.0]),
+            ],
+        );
+        let c = compare(&old, &new, Pairing::SameAdapter).unwrap();
+        let v = verdicts(&c);
+        let get = |n: &str| v.iter().find(|(c, _)| c == n).map(|(_, v)| *v);
+        assert_eq!(get("same"), Some(Verdict::WithinNoise));
+        assert_eq!(get("slower"), Some(Verdict::Slower));
+        assert_eq!(get("faster"), Some(Verdict::Faster));
+        assert_eq!(get("noisy"), Some(Verdict::WithinNoise));
+        assert_eq!(get("few"), Some(Verdict::TooFewSamples));
+        assert_eq!(c.only_old, vec!["matmul / gone / gpu (vulkan)"]);
+        assert_eq!(c.only_new, vec!["matmul / added / gpu (vulkan)"]);
+        let slower = c.cases.iter().find(|c| c.case == "slower").unwrap();
+        assert!((slower.time_ratio.unwrap() - 1.25).abs() < 1e-9);
+        assert!(c.table().contains("| SLOWER |"));
+    }
+
+    #[test]
+    fn other_adapters_pair_only_when_asked() {
+        let old = report("gpu a", &[("x", &[1.0, 1.0, 1.0])]);
+        let new = report("gpu b", &[("x", &[3.0, 3.0, 3.0])]);
+        let same = compare(&old, &new, Pairing::SameAdapter).unwrap();
+        assert!(same.cases.is_empty());
+        let any = compare(&old, &new, Pairing::AnyAdapter).unwrap();
+        assert_eq!(verdicts(&any), vec![("x".to_string(), Verdict::Slower)]);
+        assert!(
+            any.cases[0]
+                .adapter
+                .contains("gpu a (vulkan) → gpu b (vulkan)")
+        );
+    }
+
+    #[test]
+    fn failed_cases_are_not_judged() {
+        let old = report("gpu", &[("x", &[1.0, 1.0, 1.0])]);
+        let mut new = report("gpu", &[("x", &[1.0, 1.0, 1.0])]);
+        new.results[0].status = Status::Failed;
+        new.results[0].reason = Some("device lost".into());
+        let c = compare(&old, &new, Pairing::SameAdapter).unwrap();
+        assert_eq!(c.cases[0].verdict, Verdict::NotMeasured);
+        assert!(c.cases[0].note.contains("device lost"));
+    }
+}

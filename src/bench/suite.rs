@@ -1,0 +1,155 @@
+//! The suites `gangway bench` runs, and how each plans its cases on one adapter. Planning is cheap
+//! (nothing runs on the device), so the number of cases is known before the first one runs.
+
+use super::harness::Benchmark;
+use super::{btm, dispatch, matmul, memory, moe, pipeline};
+use crate::{Device, Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Suite {
+    Matmul,
+    Memory,
+    Dispatch,
+    Pipeline,
+    Moe,
+    Btm,
+}
+
+impl Suite {
+    pub const ALL: [Suite; 6] = [
+        Suite::Matmul,
+        Suite::Memory,
+        Suite::Dispatch,
+        Suite::Pipeline,
+        Suite::Moe,
+        Suite::Btm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Matmul => "matmul",
+            Suite::Memory => "memory",
+            Suite::Dispatch => "dispatch",
+            Suite::Pipeline => "pipeline",
+            Suite::Moe => "moe",
+            Suite::Btm => "btm",
+        }
+    }
+
+    /// One line on what the suite measures.
+    pub fn about(self) -> &'static str {
+        match self {
+            Suite::Matmul => "GFLOP/s of every matmul variant, square and expert shapes",
+            Suite::Memory => "GB/s of a streaming elementwise kernel",
+            Suite::Dispatch => {
+                "Pathways' dispatch: chains, granularity, proportional shares, tracing cost"
+            }
+            Suite::Pipeline => "one pipelined MLP training step per schedule; bubbles",
+            Suite::Moe => "MoE LM training steps: vs dense, experts sweep, all-to-all share",
+            Suite::Btm => "Branch-Train-Merge branch phase on N devices against 1",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<Suite> {
+        Suite::ALL
+            .into_iter()
+            .find(|s| s.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| Error::InvalidArgument {
+                what: "bench",
+                reason: format!(
+                    "unknown suite {name:?}; the suites are {}",
+                    Suite::ALL.map(Suite::name).join(", ")
+                ),
+            })
+    }
+
+    /// The suite's cases on one adapter's devices (its virtual devices, for multi-device cases).
+    pub fn plan(self, devices: &[Device], o: &SuiteOptions) -> Result<Vec<Planned>> {
+        let first = devices.first().ok_or_else(|| Error::InvalidArgument {
+            what: "bench",
+            reason: "an adapter without devices".into(),
+        })?;
+        Ok(match self {
+            Suite::Matmul => matmul::plan(first, &o.matmul),
+            Suite::Memory => memory::plan(first, &o.memory),
+            Suite::Dispatch => dispatch::plan(devices, &o.dispatch)?,
+            Suite::Pipeline => pipeline::plan(devices, &o.pipeline)?,
+            Suite::Moe => moe::plan(devices, &o.moe)?,
+            Suite::Btm => btm::plan(devices, &o.btm)?,
+        })
+    }
+}
+
+/// A case to run, or one that cannot run here and why.
+pub enum Planned {
+    Run(Box<dyn Benchmark>),
+    Skip {
+        case: String,
+        reason: String,
+    },
+    /// The suite could not even plan its cases (bad sizes, missing data).
+    Failed {
+        case: String,
+        reason: String,
+    },
+}
+
+impl std::fmt::Debug for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Planned::Run(b) => write!(f, "Run({})", b.case()),
+            Planned::Skip { case, reason } => write!(f, "Skip({case}: {reason})"),
+            Planned::Failed { case, reason } => write!(f, "Failed({case}: {reason})"),
+        }
+    }
+}
+
+impl Planned {
+    pub fn skip(case: String, reason: String) -> Self {
+        Planned::Skip { case, reason }
+    }
+
+    pub fn case(&self) -> String {
+        match self {
+            Planned::Run(b) => b.case(),
+            Planned::Skip { case, .. } | Planned::Failed { case, .. } => case.clone(),
+        }
+    }
+}
+
+/// Every suite's sizes.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    pub matmul: matmul::MatmulOptions,
+    pub memory: memory::MemoryOptions,
+    pub dispatch: dispatch::DispatchOptions,
+    pub pipeline: pipeline::PipelineOptions,
+    pub moe: moe::MoeBenchOptions,
+    pub btm: btm::BtmBenchOptions,
+}
+
+impl SuiteOptions {
+    /// The sizes worth comparing between machines.
+    pub fn standard() -> Self {
+        Self {
+            matmul: matmul::MatmulOptions::standard(),
+            memory: memory::MemoryOptions::standard(),
+            dispatch: dispatch::DispatchOptions::standard(),
+            pipeline: pipeline::PipelineOptions::standard(),
+            moe: moe::MoeBenchOptions::standard(),
+            btm: btm::BtmBenchOptions::standard(),
+        }
+    }
+
+    /// Tiny sizes: every suite, every code path, in well under a minute on software adapters.
+    pub fn quick() -> Self {
+        Self {
+            matmul: matmul::MatmulOptions::quick(),
+            memory: memory::MemoryOptions::quick(),
+            dispatch: dispatch::DispatchOptions::quick(),
+            pipeline: pipeline::PipelineOptions::quick(),
+            moe: moe::MoeBenchOptions::quick(),
+            btm: btm::BtmBenchOptions::quick(),
+        }
+    }
+}

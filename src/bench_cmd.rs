@@ -1,0 +1,206 @@
+//! `gangway bench` and `gangway bench compare`: options in, progress on stderr, the Markdown table
+//! on stdout, the report to `--json`.
+
+use crate::{BenchArgs, DTypeArg, progress_bar};
+use anyhow::{Context, Result, bail};
+use gangway::bench::compare::{Pairing, Verdict, compare};
+use gangway::bench::report::{Status, number, seconds};
+use gangway::bench::run::{Progress, run};
+use gangway::bench::{BenchOptions, Report, Suite, select_adapters};
+use gangway::kernels::matmul::MatmulVariant;
+use gangway::trace::Tracer;
+use gangway::{DType, Device};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+/// The options the flags ask for, on top of the standard or quick sizes.
+fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
+    let mut o = if args.quick {
+        BenchOptions::quick()
+    } else {
+        BenchOptions::standard()
+    };
+    if !args.suites.is_empty() {
+        o.suites = args
+            .suites
+            .iter()
+            .map(|s| Suite::from_name(s))
+            .collect::<gangway::Result<_>>()?;
+        o.suites.dedup();
+    }
+    o.sampling.warmup = args.warmup.unwrap_or(o.sampling.warmup);
+    o.sampling.samples = args.samples.unwrap_or(o.sampling.samples);
+    if o.sampling.samples == 0 {
+        bail!("--samples must be at least 1");
+    }
+    for (name, peak) in [
+        ("--peak-gflops", args.peak_gflops),
+        ("--peak-gbps", args.peak_gbps),
+    ] {
+        if peak.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
+            bail!("{name} must be a positive number");
+        }
+    }
+    o.peak_gflops = args.peak_gflops;
+    o.peak_gbps = args.peak_gbps;
+    let s = &mut o.sizes;
+    if let Some(v) = &args.matmul_sizes {
+        s.matmul.sizes = v.clone();
+    }
+    if let Some(v) = &args.variants {
+        s.matmul.variants = v
+            .iter()
+            .map(|n| {
+                MatmulVariant::from_name(n)
+                    .with_context(|| format!("unknown matmul variant {n:?} (naive, tiled, vec4)"))
+            })
+            .collect::<Result<_>>()?;
+    }
+    s.matmul.dtype = match args.dtype {
+        DTypeArg::F32 => DType::F32,
+        DTypeArg::F16 => DType::F16,
+    };
+    if let Some(v) = &args.stream_sizes {
+        s.memory.sizes = v.clone();
+    }
+    s.dispatch.max_stages = args.max_stages.unwrap_or(s.dispatch.max_stages);
+    s.dispatch.runs = args.runs.unwrap_or(s.dispatch.runs);
+    s.dispatch.trace = tracer.clone();
+    s.pipeline.stages = args.stages.unwrap_or(s.pipeline.stages);
+    if let Some(v) = &args.microbatches {
+        s.pipeline.microbatches = v.clone();
+    }
+    s.moe.tokens = args.tokens.unwrap_or(s.moe.tokens);
+    if let Some(v) = &args.experts {
+        s.moe.experts = v.clone();
+    }
+    if let Some(v) = &args.devices {
+        s.moe.devices = v.clone();
+    }
+    s.btm.steps = args.branch_steps.unwrap_or(s.btm.steps);
+    Ok(o)
+}
+
+/// A finished case in one line.
+fn summary(result: &gangway::bench::report::CaseResult) -> String {
+    match (&result.stats, &result.figure) {
+        (Some(s), Some(f)) if result.status == Status::Ok => format!(
+            "{} median ({}), {} {}",
+            seconds(s.median_s),
+            s.timing.name(),
+            number(f.value),
+            f.unit
+        ),
+        _ => format!(
+            "{}: {}",
+            if result.status == Status::Skipped {
+                "skipped"
+            } else {
+                "FAILED"
+            },
+            result.reason.clone().unwrap_or_default()
+        ),
+    }
+}
+
+pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Result<()> {
+    let o = options(args, tracer)?;
+    let adapters = select_adapters(devices, &args.adapters)?;
+    let terminal = std::io::stderr().is_terminal();
+    let report = run(&adapters, &o, |p| {
+        let mut err = std::io::stderr().lock();
+        // Progress is best effort: a closed stderr must not stop the run.
+        let _ = match p {
+            Progress::Started {
+                index,
+                total,
+                suite,
+                case,
+                adapter,
+            } if terminal => write!(
+                err,
+                "\r\x1b[K{} {index}/{total} {suite} · {case} · {adapter}",
+                progress_bar(index - 1, total)
+            ),
+            Progress::Started { .. } => Ok(()),
+            Progress::Finished {
+                index,
+                total,
+                result,
+                adapter,
+            } => writeln!(
+                err,
+                "{}[{index}/{total}] {} · {} · {adapter}: {}",
+                if terminal { "\r\x1b[K" } else { "" },
+                result.suite,
+                result.case,
+                summary(result)
+            ),
+        };
+    });
+    let table = report.table();
+    print!("{table}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &table).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let failed: Vec<String> = report
+        .failures()
+        .map(|r| format!("{} · {}", r.suite, r.case))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} case(s) FAILED (reasons in the table): {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+pub fn bench_compare(
+    old: &Path,
+    new: &Path,
+    any_adapter: bool,
+    fail_on_slower: bool,
+) -> Result<()> {
+    let (a, b) = (Report::load(old)?, Report::load(new)?);
+    let pairing = if any_adapter {
+        Pairing::AnyAdapter
+    } else {
+        Pairing::SameAdapter
+    };
+    let c = compare(&a, &b, pairing).map_err(anyhow::Error::msg)?;
+    println!(
+        "old: gangway {} ({}) at {} on {}\nnew: gangway {} ({}) at {} on {}\n",
+        a.gangway.version,
+        a.gangway.git,
+        a.timestamp,
+        a.machine.cpu,
+        b.gangway.version,
+        b.gangway.git,
+        b.timestamp,
+        b.machine.cpu
+    );
+    print!("{}", c.table());
+    println!(
+        "\n{} faster, {} slower, {} within noise, {} too few samples, {} not measured. Flagged only \
+         when the sample ranges do not overlap.",
+        c.count(Verdict::Faster),
+        c.count(Verdict::Slower),
+        c.count(Verdict::WithinNoise),
+        c.count(Verdict::TooFewSamples),
+        c.count(Verdict::NotMeasured)
+    );
+    if c.cases.is_empty() {
+        bail!("no case is in both reports (different adapters? try --any-adapter)");
+    }
+    if fail_on_slower && c.count(Verdict::Slower) > 0 {
+        bail!("{} case(s) got slower", c.count(Verdict::Slower));
+    }
+    Ok(())
+}
