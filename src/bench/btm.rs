@@ -95,7 +95,8 @@ pub fn plan(devices: &[Device], o: &BtmBenchOptions) -> Result<Vec<Planned>> {
                     opts: TrainOptions {
                         steps,
                         batch,
-                        eval_windows: 16,
+                        // One batch: the evaluation is not what is measured.
+                        eval_windows: batch,
                         ..TrainOptions::default()
                     },
                 })

@@ -130,7 +130,8 @@ pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usi
         return Err(Error::InvalidArgument {
             what: "evaluate",
             reason: format!(
-                "the validation split has {total} windows of {context} bytes, fewer than one batch of {batch}"
+                "{} of the validation split's {total} windows of {context} bytes were to be scored, fewer than one batch of {batch}",
+                windows.min(total)
             ),
         });
     }
