@@ -11,7 +11,7 @@ use gangway::kernels::matmul::MatmulVariant;
 use gangway::trace::Tracer;
 use gangway::{DType, Device};
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::PathBuf;
 
 /// The options the flags ask for, on top of the standard or quick sizes.
 fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
@@ -162,13 +162,22 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
     Ok(())
 }
 
+/// Compares two reports, each optionally narrowed to one adapter.
 pub fn bench_compare(
-    old: &Path,
-    new: &Path,
+    files: [(&PathBuf, Option<&str>); 2],
     any_adapter: bool,
     fail_on_slower: bool,
 ) -> Result<()> {
-    let (a, b) = (Report::load(old)?, Report::load(new)?);
+    let load = |(path, adapter): (&PathBuf, Option<&str>)| -> Result<Report> {
+        let report = Report::load(path)?;
+        match adapter {
+            None => Ok(report),
+            Some(p) => report
+                .only_adapter(p)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+        }
+    };
+    let (a, b) = (load(files[0])?, load(files[1])?);
     let pairing = if any_adapter {
         Pairing::AnyAdapter
     } else {

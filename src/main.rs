@@ -368,12 +368,18 @@ enum BenchSub {
         old: PathBuf,
         new: PathBuf,
         /// Pair cases by suite and case alone, whatever the adapter (two machines; each report
-        /// must hold each case once: run them with --adapters).
+        /// must then hold each case once: pick one adapter with --old-adapter / --new-adapter).
         #[arg(long)]
         any_adapter: bool,
         /// Exit with status 1 when a case got slower beyond the noise.
         #[arg(long)]
         fail_on_slower: bool,
+        /// Only this adapter of the old report (index or part of `name (backend)`).
+        #[arg(long, value_name = "ADAPTER")]
+        old_adapter: Option<String>,
+        /// Only this adapter of the new report.
+        #[arg(long, value_name = "ADAPTER")]
+        new_adapter: Option<String>,
     },
     /// Print the JSON Schema of the report `--json` writes.
     Schema,
@@ -431,7 +437,13 @@ fn run(cli: Cli) -> Result<()> {
                 new,
                 any_adapter,
                 fail_on_slower,
-            }) => bench_compare(old, new, *any_adapter, *fail_on_slower)?,
+                old_adapter,
+                new_adapter,
+            }) => bench_compare(
+                [(old, old_adapter.as_deref()), (new, new_adapter.as_deref())],
+                *any_adapter,
+                *fail_on_slower,
+            )?,
             Some(BenchSub::Schema) => println!(
                 "{}",
                 serde_json::to_string_pretty(&bench::Report::json_schema())?

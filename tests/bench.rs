@@ -171,6 +171,31 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema() {
         "{table}"
     );
 
+    // Across adapters (two machines): each side narrowed to one adapter, paired by case.
+    let (first, last) = (
+        report.adapters[0].index,
+        report.adapters.last().unwrap().index,
+    );
+    let (first, last) = (first.to_string(), last.to_string());
+    let j = json.to_str().unwrap();
+    let cross = gangway(&[
+        "bench",
+        "compare",
+        j,
+        j,
+        "--any-adapter",
+        "--old-adapter",
+        &first,
+        "--new-adapter",
+        &last,
+    ]);
+    assert!(cross.status.success(), "{}", text(&cross.stderr));
+    assert!(text(&cross.stdout).contains(" → "));
+    if report.adapters.len() > 1 {
+        let ambiguous = gangway(&["bench", "compare", j, j, "--any-adapter"]);
+        one_line_error(&ambiguous, "several adapters");
+    }
+
     // Twice as slow everywhere: flagged, and --fail-on-slower fails.
     let mut slow = report.clone();
     for r in &mut slow.results {
@@ -290,4 +315,30 @@ fn bad_input_gets_one_line_errors() {
     )
     .unwrap();
     one_line_error(&compare(&wrong, &ok), "does not match schema version 1");
+}
+
+#[test]
+fn a_terminal_gets_a_progress_bar() {
+    if common::devices().is_empty() {
+        return;
+    }
+    // `script` (util-linux) runs the command on a pseudo-terminal.
+    let command = format!(
+        "{} bench memory --quick --adapters 0",
+        env!("CARGO_BIN_EXE_gangway")
+    );
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+    else {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    };
+    let all = text(&out.stdout);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("\r\x1b[K[------------------------------] 1/2 memory"),
+        "{all:?}"
+    );
+    assert!(all.contains("[2/2] memory · stream"), "{all:?}");
 }

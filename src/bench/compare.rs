@@ -67,7 +67,7 @@ pub enum Pairing {
     /// Same suite, case and adapter (name and backend): one machine, two versions.
     SameAdapter,
     /// Same suite and case, whatever the adapter: two machines. Each report must then hold each
-    /// case once (run it with `--adapters`).
+    /// case once (narrow it with [`Report::only_adapter`]).
     AnyAdapter,
 }
 
@@ -86,7 +86,7 @@ fn keyed(report: &Report, pairing: Pairing) -> Result<BTreeMap<Key, usize>, Stri
             && pairing == Pairing::AnyAdapter
         {
             return Err(format!(
-                "{} / {} was measured on several adapters; pick one per report with --adapters",
+                "{} / {} was measured on several adapters; pick one per report (--old-adapter, --new-adapter)",
                 r.suite, r.case
             ));
         }

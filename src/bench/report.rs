@@ -385,6 +385,47 @@ impl Report {
             .map_or_else(|| format!("adapter {index}"), AdapterRecord::label)
     }
 
+    /// This report with only the results of the one adapter `pattern` picks: its index, or a
+    /// case-insensitive part of `name (backend)`. None or several matching is an error.
+    pub fn only_adapter(&self, pattern: &str) -> std::result::Result<Report, String> {
+        let matching: Vec<&AdapterRecord> = self
+            .adapters
+            .iter()
+            .filter(|a| {
+                pattern.parse::<usize>().map_or_else(
+                    |_| a.label().to_lowercase().contains(&pattern.to_lowercase()),
+                    |i| a.index == i,
+                )
+            })
+            .collect();
+        let labels = |v: &[&AdapterRecord]| {
+            v.iter()
+                .map(|a| format!("{} {}", a.index, a.label()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match matching[..] {
+            [one] => Ok(Report {
+                adapters: vec![one.clone()],
+                results: self
+                    .results
+                    .iter()
+                    .filter(|r| r.adapter == one.index)
+                    .cloned()
+                    .collect(),
+                ..self.clone()
+            }),
+            [] => Err(format!(
+                "no adapter matches {pattern:?}; the report has {}",
+                labels(&self.adapters.iter().collect::<Vec<_>>())
+            )),
+            _ => Err(format!(
+                "{pattern:?} matches several adapters ({}); be more specific",
+                labels(&matching)
+            )),
+        }
+    }
+
     /// Cases that failed.
     pub fn failures(&self) -> impl Iterator<Item = &CaseResult> {
         self.results.iter().filter(|r| r.status == Status::Failed)
