@@ -117,17 +117,13 @@ fn compile(
         },
     )?);
     Ok(Chain {
-        client: runtime.client(program_name(&exec), 1),
+        client: runtime.client(exec.program().name(), 1),
         _runtime: runtime,
         exec,
         mode,
         runs,
         calls,
     })
-}
-
-fn program_name(exec: &Executable) -> &str {
-    exec.program().name()
 }
 
 /// A case timed on the host whose state `prepare` builds.

@@ -88,14 +88,41 @@ fn readme_screenshot() {
     h.run();
     h.remove_cursor();
     h.run();
+    save_screenshot(&mut h, "viewer.png");
+}
+
+/// Renders `h` at 1280×800 into `assets/NAME` when `GANGWAY_WRITE_SCREENSHOT=1`, else into the
+/// temp directory (so CI does not rewrite tracked files).
+fn save_screenshot(h: &mut Harness<'static, ViewerApp>, name: &str) {
     let image = h.render().unwrap();
     assert_eq!((image.width(), image.height()), (1280, 800));
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let path = if std::env::var("GANGWAY_WRITE_SCREENSHOT").as_deref() == Ok("1") {
-        root.join("assets/viewer.png")
+        root.join("assets").join(name)
     } else {
-        std::env::temp_dir().join("gangway-viewer.png")
+        std::env::temp_dir().join(format!("gangway-{name}"))
     };
     image.save(&path).unwrap();
     eprintln!("wrote {}", path.display());
+}
+
+/// The README's second screenshot: the development machine's bench report, matmul suite.
+#[test]
+fn readme_bench_screenshot() {
+    if !common::can_render("readme_bench_screenshot") {
+        return;
+    }
+    let mut h = app_harness([1280.0, 800.0]);
+    h.get_by_label("Files").click();
+    h.run();
+    // Tests run in the viewer's directory.
+    h.state_mut().files.path = "../assets/bench/dev-2core.json".into();
+    h.run();
+    h.get_by_label("Open").click();
+    h.run();
+    h.get_by_label_contains("opened benchmark report: 112 results on 2 adapter(s)");
+    h.get_by_label("matmul: GFLOP/s per case (higher is better)");
+    h.remove_cursor();
+    h.run();
+    save_screenshot(&mut h, "viewer-bench.png");
 }
