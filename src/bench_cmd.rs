@@ -41,6 +41,7 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
             bail!("{name} must be a positive number");
         }
     }
+    o.command = std::env::args().collect();
     o.peak_gflops = args.peak_gflops;
     o.peak_gbps = args.peak_gbps;
     let s = &mut o.sizes;

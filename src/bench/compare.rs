@@ -46,7 +46,8 @@ pub struct CaseComparison {
     pub adapter: String,
     pub old_median_s: Option<f64>,
     pub new_median_s: Option<f64>,
-    /// `new median / old median`: below 1 is faster.
+    /// `new median / old median` (per unit of work when the two did different amounts): below 1
+    /// is faster.
     pub time_ratio: Option<f64>,
     pub verdict: Verdict,
     /// Why a side was not measured.
@@ -123,22 +124,42 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
         };
         let (verdict, time_ratio, note) = match (ok(o), ok(n)) {
             (Some(so), Some(sn)) => {
+                // Different sizes (other --runs, --tokens, ...): compare time per unit of work.
+                let amount =
+                    |r: &CaseResult| r.work.map_or(1.0, |w| w.amount).max(f64::MIN_POSITIVE);
+                let (ao, an) = (amount(o), amount(n));
+                let same_work = (ao - an).abs() <= 1e-9 * ao.max(an);
+                let (ko, kn) = if same_work {
+                    (1.0, 1.0)
+                } else {
+                    (1.0 / ao, 1.0 / an)
+                };
                 let verdict =
                     if so.samples_s.len() < MIN_SAMPLES || sn.samples_s.len() < MIN_SAMPLES {
                         Verdict::TooFewSamples
-                    } else if sn.max_s < so.min_s {
+                    } else if sn.max_s * kn < so.min_s * ko {
                         Verdict::Faster
-                    } else if sn.min_s > so.max_s {
+                    } else if sn.min_s * kn > so.max_s * ko {
                         Verdict::Slower
                     } else {
                         Verdict::WithinNoise
                     };
-                let note = if so.timing != sn.timing {
-                    format!("timed by {} then {}", so.timing.name(), sn.timing.name())
-                } else {
-                    String::new()
-                };
-                (verdict, Some(sn.median_s / so.median_s), note)
+                let mut notes = Vec::new();
+                if so.timing != sn.timing {
+                    notes.push(format!(
+                        "timed by {} then {}",
+                        so.timing.name(),
+                        sn.timing.name()
+                    ));
+                }
+                if !same_work {
+                    notes.push(format!("work {ao} then {an}: compared per unit of work"));
+                }
+                (
+                    verdict,
+                    Some(sn.median_s * kn / (so.median_s * ko)),
+                    notes.join("; "),
+                )
             }
             _ => {
                 let why = |r: &CaseResult, side: &str| {
@@ -225,7 +246,7 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::harness::Sampling;
+    use crate::bench::harness::{Sampling, Work, WorkUnit};
     use crate::bench::report::{AdapterRecord, Build, Machine, Settings, Timing};
 
     fn report(adapter: &str, cases: &[(&str, &[f64])]) -> Report {
@@ -242,6 +263,7 @@ mod tests {
                     warmup: 0,
                     samples: 3,
                 },
+                command: Vec::new(),
             },
             adapters: vec![AdapterRecord::fake(0, adapter)],
             results: cases
@@ -321,6 +343,18 @@ mod tests {
                 .adapter
                 .contains("gpu a (vulkan) → gpu b (vulkan)")
         );
+    }
+
+    #[test]
+    fn different_amounts_of_work_compare_per_unit() {
+        let mut old = report("gpu", &[("x", &[1.0, 1.1, 0.9])]);
+        let mut new = report("gpu", &[("x", &[2.0, 2.1, 1.9])]);
+        old.results[0].work = Some(Work::new(10.0, WorkUnit::Computation));
+        new.results[0].work = Some(Work::new(20.0, WorkUnit::Computation));
+        let c = compare(&old, &new, Pairing::SameAdapter).unwrap();
+        assert_eq!(c.cases[0].verdict, Verdict::WithinNoise);
+        assert!((c.cases[0].time_ratio.unwrap() - 1.0).abs() < 1e-9);
+        assert!(c.cases[0].note.contains("per unit of work"));
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct Settings {
     pub suites: Vec<String>,
     pub quick: bool,
     pub sampling: Sampling,
+    /// The command line that ran the benchmarks (sizes and all), when run from the CLI.
+    #[serde(default)]
+    pub command: Vec<String>,
 }
 
 /// One physical adapter the suites ran on.

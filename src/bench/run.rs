@@ -23,6 +23,8 @@ pub struct BenchOptions {
     /// Override (or supply) every chosen adapter's peak.
     pub peak_gflops: Option<f64>,
     pub peak_gbps: Option<f64>,
+    /// The command line, recorded in the report.
+    pub command: Vec<String>,
 }
 
 impl BenchOptions {
@@ -38,6 +40,7 @@ impl BenchOptions {
             sizes: SuiteOptions::standard(),
             peak_gflops: None,
             peak_gbps: None,
+            command: Vec::new(),
         }
     }
 
@@ -175,6 +178,7 @@ pub fn run(
             suites: o.suites.iter().map(|s| s.name().to_string()).collect(),
             quick: o.quick,
             sampling: o.sampling,
+            command: o.command.clone(),
         },
         adapters: records.clone(),
         results: Vec::new(),
