@@ -84,6 +84,8 @@ enum Command {
     /// Run one expert-parallel MoE layer over every device and check it against a CPU reference.
     Demo(DemoArgs),
     /// Benchmark suites on every adapter (or those chosen): a Markdown table, and JSON with --json.
+    /// Each adapter is split into 4 virtual devices (2 with --quick) for the multi-device cases,
+    /// unless --virtual-devices or $GANGWAY_VIRTUAL_DEVICES says otherwise.
     /// `gangway bench compare old.json new.json` compares two runs.
     Bench(Box<BenchArgs>),
     /// Pipeline-parallel schedules: ASCII timeline, bubble (theory vs simulated), peak activations.
