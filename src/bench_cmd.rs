@@ -11,7 +11,7 @@ use gangway::kernels::matmul::MatmulVariant;
 use gangway::trace::Tracer;
 use gangway::{DType, Device};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The options the flags ask for, on top of the standard or quick sizes.
 fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
@@ -104,10 +104,33 @@ fn summary(result: &gangway::bench::report::CaseResult) -> String {
     }
 }
 
+/// `path` with `.partial` appended: where a file is written before it replaces `path`.
+fn partial(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
+}
+
+/// Writes `text` to `path` through a temporary file, so `path` is always whole.
+fn save(path: &Path, text: &str) -> Result<()> {
+    let tmp = partial(path);
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Result<()> {
     let o = options(args, tracer)?;
     let adapters = select_adapters(devices, &args.adapters)?;
+    // Fail on an unwritable output now, not after the run.
+    for path in [&args.json, &args.markdown].into_iter().flatten() {
+        let probe = partial(path);
+        std::fs::write(&probe, "")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let terminal = std::io::stderr().is_terminal();
+    let mut save_error = None;
     let report = run(&adapters, &o, |p| {
         let mut err = std::io::stderr().lock();
         // Progress is best effort: a closed stderr must not stop the run.
@@ -127,27 +150,41 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
             Progress::Finished {
                 index,
                 total,
-                result,
                 adapter,
-            } => writeln!(
-                err,
-                "{}[{index}/{total}] {} · {} · {adapter}: {}",
-                if terminal { "\r\x1b[K" } else { "" },
-                result.suite,
-                result.case,
-                summary(result)
-            ),
+                report,
+            } => {
+                // Saved after every case: an interrupted run keeps what it measured.
+                if let Some(path) = &args.json
+                    && save_error.is_none()
+                    && let Err(e) = save(path, &report.to_json())
+                {
+                    save_error = Some(e);
+                }
+                match report.results.last() {
+                    Some(result) => writeln!(
+                        err,
+                        "{}[{index}/{total}] {} · {} · {adapter}: {}",
+                        if terminal { "\r\x1b[K" } else { "" },
+                        result.suite,
+                        result.case,
+                        summary(result)
+                    ),
+                    None => Ok(()),
+                }
+            }
         };
     });
     let table = report.table();
     print!("{table}");
+    if let Some(e) = save_error {
+        return Err(e);
+    }
     if let Some(path) = &args.json {
-        std::fs::write(path, report.to_json())
-            .with_context(|| format!("writing {}", path.display()))?;
+        save(path, &report.to_json())?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(path) = &args.markdown {
-        std::fs::write(path, &table).with_context(|| format!("writing {}", path.display()))?;
+        save(path, &table)?;
     }
     let failed: Vec<String> = report
         .failures()

@@ -287,6 +287,14 @@ fn bad_input_gets_one_line_errors() {
             "no adapter matches \"no-such-gpu\"",
         );
     }
+    let unwritable = "/nonexistent-gangway-dir/out.json";
+    let start = std::time::Instant::now();
+    one_line_error(
+        &gangway(&["bench", "memory", "--quick", "--json", unwritable]),
+        "cannot write /nonexistent-gangway-dir/out.json",
+    );
+    // Refused before any device work.
+    assert!(start.elapsed().as_secs_f64() < 10.0);
     let missing = temp("missing.json");
     let ok = temp("ok.json");
     std::fs::write(&ok, "{}").unwrap();

@@ -130,11 +130,13 @@ pub enum Progress<'a> {
         case: &'a str,
         adapter: &'a str,
     },
+    /// A case is done: it is the last result of `report`, the report so far (to save partial
+    /// results as they come).
     Finished {
         index: usize,
         total: usize,
-        result: &'a CaseResult,
         adapter: &'a str,
+        report: &'a Report,
     },
 }
 
@@ -224,13 +226,13 @@ pub fn run(
             });
             let (r, baseline) = measure_case(suite.name(), case, rec, o.sampling);
             baselines.push((report.results.len(), baseline));
+            report.results.push(r);
             progress(Progress::Finished {
                 index,
                 total,
-                result: &r,
                 adapter: &label,
+                report: &report,
             });
-            report.results.push(r);
         }
         link_baselines(&mut report.results[first..], first, &baselines);
     }
