@@ -79,6 +79,7 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         s.moe.devices = v.clone();
     }
     s.btm.steps = args.branch_steps.unwrap_or(s.btm.steps);
+    s.validate()?;
     Ok(o)
 }
 

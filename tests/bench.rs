@@ -287,6 +287,10 @@ fn bad_input_gets_one_line_errors() {
             "no adapter matches \"no-such-gpu\"",
         );
     }
+    one_line_error(
+        &gangway(&["bench", "pipeline", "--microbatches", "4,0"]),
+        "--microbatches needs positive values, got [4, 0]",
+    );
     let unwritable = "/nonexistent-gangway-dir/out.json";
     let start = std::time::Instant::now();
     one_line_error(

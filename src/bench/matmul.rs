@@ -75,7 +75,13 @@ pub fn plan(device: &Device, o: &MatmulOptions) -> Vec<Planned> {
         for &variant in &o.variants {
             let case = case_name(&name, o.dtype, variant);
             if !device.supports(o.dtype) {
-                out.push(Planned::skip(case, format!("{:?} unsupported", o.dtype)));
+                out.push(Planned::skip(
+                    case,
+                    format!(
+                        "{} needs shader-f16, which the adapter lacks",
+                        o.dtype.name()
+                    ),
+                ));
             } else if !variant.supports(&shape) {
                 out.push(Planned::skip(
                     case,

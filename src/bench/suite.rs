@@ -129,6 +129,31 @@ pub struct SuiteOptions {
 }
 
 impl SuiteOptions {
+    /// Checks every size is positive: a zero would time nothing (or nothing meaningful).
+    pub fn validate(&self) -> Result<()> {
+        let sizes: [(&str, &[usize]); 10] = [
+            ("--matmul-sizes", &self.matmul.sizes),
+            ("--stream-sizes", &self.memory.sizes),
+            ("--max-stages", &[self.dispatch.max_stages]),
+            ("--runs", &[self.dispatch.runs]),
+            ("--stages", &[self.pipeline.stages]),
+            ("--microbatches", &self.pipeline.microbatches),
+            ("--tokens", &[self.moe.tokens]),
+            ("--experts", &self.moe.experts),
+            ("--devices", &self.moe.devices),
+            ("--branch-steps", &[self.btm.steps as usize]),
+        ];
+        for (flag, values) in sizes {
+            if values.is_empty() || values.contains(&0) {
+                return Err(Error::InvalidArgument {
+                    what: "bench",
+                    reason: format!("{flag} needs positive values, got {values:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The sizes worth comparing between machines.
     pub fn standard() -> Self {
         Self {
