@@ -58,6 +58,86 @@ pub struct PipelineResult {
     pub max_weight_error: f32,
 }
 
+/// One schedule's training step, ready to run: the model, the batch, and the single-device
+/// reference step to check the pipelined one against.
+#[derive(Debug)]
+pub struct PreparedCase {
+    schedule: Schedule,
+    peak_activations: Vec<usize>,
+    mlp: Mlp,
+    data: Vec<Microbatch>,
+    reference: Vec<Vec<f32>>,
+}
+
+impl PreparedCase {
+    /// Builds and validates the schedule and computes the reference step (on the host).
+    pub fn new(
+        kind: ScheduleKind,
+        stages: usize,
+        microbatches: usize,
+        chunks: usize,
+    ) -> Result<Self> {
+        let chunks = if kind == ScheduleKind::Interleaved {
+            chunks
+        } else {
+            1
+        };
+        let schedule = Schedule::new(kind, stages, microbatches, chunks)?;
+        let peak_activations = validate(&schedule)?.peak_activations;
+        let mlp = model(stages, chunks, 7)?;
+        let data = batch(&mlp, microbatches, 11);
+        let reference = mlp.reference_step(&data, LR)?.weights;
+        Ok(Self {
+            schedule,
+            peak_activations,
+            mlp,
+            data,
+            reference,
+        })
+    }
+
+    /// Runs the step on the first `stages` devices; its weights are compared with the reference.
+    pub fn run(&self, devices: &[Device], tracer: &Tracer) -> Result<(PipelineResult, RunReport)> {
+        let s = &self.schedule;
+        if devices.len() < s.stages {
+            return Err(Error::InvalidArgument {
+                what: "pipeline run",
+                reason: format!(
+                    "{} stages need {} devices, {} found (try --virtual-devices)",
+                    s.stages,
+                    s.stages,
+                    devices.len()
+                ),
+            });
+        }
+        let report = execute(s, &devices[..s.stages], &self.mlp, &self.data, LR, tracer)?;
+        let max_weight_error = report
+            .weights
+            .iter()
+            .flatten()
+            .zip(self.reference.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        let step_s = report.makespan_ns as f64 / 1e9;
+        Ok((
+            PipelineResult {
+                schedule: s.kind.name(),
+                stages: s.stages,
+                microbatches: s.microbatches,
+                chunks: s.chunks,
+                step_ms: step_s * 1e3,
+                samples_per_s: (s.microbatches * ROWS) as f64 / step_s,
+                bubble_measured: report.measured_bubble,
+                bubble_simulated: report.simulated.bubble_fraction,
+                bubble_textbook: bubble_formula(s.kind, s.stages, s.microbatches, s.chunks),
+                peak_activations: self.peak_activations.clone(),
+                max_weight_error,
+            },
+            report,
+        ))
+    }
+}
+
 /// Runs one training step of `kind` on the first `stages` devices and checks it against the
 /// single-device reference.
 pub fn run_case(
@@ -68,50 +148,7 @@ pub fn run_case(
     chunks: usize,
     tracer: &Tracer,
 ) -> Result<(PipelineResult, RunReport)> {
-    if devices.len() < stages {
-        return Err(Error::InvalidArgument {
-            what: "pipeline run",
-            reason: format!(
-                "{stages} stages need {stages} devices, {} found (try --virtual-devices)",
-                devices.len()
-            ),
-        });
-    }
-    let chunks = if kind == ScheduleKind::Interleaved {
-        chunks
-    } else {
-        1
-    };
-    let schedule = Schedule::new(kind, stages, microbatches, chunks)?;
-    let validation = validate(&schedule)?;
-    let mlp = model(stages, chunks, 7)?;
-    let data = batch(&mlp, microbatches, 11);
-    let report = execute(&schedule, &devices[..stages], &mlp, &data, LR, tracer)?;
-    let reference = mlp.reference_step(&data, LR)?;
-    let max_weight_error = report
-        .weights
-        .iter()
-        .flatten()
-        .zip(reference.weights.iter().flatten())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
-    let step_s = report.makespan_ns as f64 / 1e9;
-    Ok((
-        PipelineResult {
-            schedule: kind.name(),
-            stages,
-            microbatches,
-            chunks,
-            step_ms: step_s * 1e3,
-            samples_per_s: (microbatches * ROWS) as f64 / step_s,
-            bubble_measured: report.measured_bubble,
-            bubble_simulated: report.simulated.bubble_fraction,
-            bubble_textbook: bubble_formula(kind, stages, microbatches, chunks),
-            peak_activations: validation.peak_activations,
-            max_weight_error,
-        },
-        report,
-    ))
+    PreparedCase::new(kind, stages, microbatches, chunks)?.run(devices, tracer)
 }
 
 /// The suite's sizes: every schedule on `stages` devices for each microbatch count.
@@ -144,28 +181,19 @@ impl PipelineOptions {
 /// One schedule's training step, checked against the single-device reference every time.
 struct Step {
     devices: Vec<Device>,
-    kind: ScheduleKind,
-    stages: usize,
-    microbatches: usize,
-    chunks: usize,
+    /// The model, batch and reference step, made once.
+    case: PreparedCase,
     /// What each step's trace showed.
     results: Vec<PipelineResult>,
 }
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, _) = run_case(
-            &self.devices,
-            self.kind,
-            self.stages,
-            self.microbatches,
-            self.chunks,
-            &Tracer::off(),
-        )?;
+        let (r, _) = self.case.run(&self.devices, &Tracer::off())?;
         // NaN fails too.
         if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
-                what: format!("pipelined {} step", self.kind.name()),
+                what: format!("pipelined {} step", r.schedule),
                 detail: format!(
                     "max |weight − single-device reference| = {:e}",
                     r.max_weight_error
@@ -220,9 +248,10 @@ fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize) -> String {
     format!("{} p={stages} m={microbatches}", kind.name())
 }
 
-/// Every schedule for each microbatch count on the first `o.stages` devices. The sample is the
-/// traced step, first kernel to last (the executor's set-up, uploads and pipeline creation,
-/// is not part of a step). FLOPs are the model's `6 · weights · samples`.
+/// Every schedule for each microbatch count on the first `o.stages` devices. The host reference
+/// step is computed once, in `prepare`. The sample is the traced step, first kernel to last (the
+/// executor's per-step set-up, threads, weight uploads and read-back, is not part of it). FLOPs
+/// are the model's `6 · weights · samples`.
 pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
     let mlp = model(o.stages, o.chunks, 7)?;
     let weights: usize = mlp.widths.windows(2).map(|w| w[0] * w[1]).sum();
@@ -251,17 +280,16 @@ pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
                 continue;
             }
             let samples = m * ROWS;
-            let step = Step {
-                devices: devices[..o.stages].to_vec(),
-                kind,
-                stages: o.stages,
-                microbatches: m,
-                chunks,
-                results: Vec::new(),
-            };
+            let (devices, stages) = (devices[..o.stages].to_vec(), o.stages);
             let work = Work::new(samples as f64, WorkUnit::Sample)
                 .with_flops(6.0 * (weights * samples) as f64);
-            let bench = Blocking::new(name, work, move || Ok(step));
+            let bench = Blocking::new(name, work, move || {
+                Ok(Step {
+                    devices,
+                    case: PreparedCase::new(kind, stages, m, chunks)?,
+                    results: Vec::new(),
+                })
+            });
             out.push(Planned::Run(Box::new(if kind == ScheduleKind::GPipe {
                 bench
             } else {
