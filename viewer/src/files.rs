@@ -121,14 +121,6 @@ impl FilesTab {
         }
     }
 
-    /// Compares the report at `compare_path` (old) with the opened one (new).
-    pub fn compare_with(&mut self) {
-        self.comparison = Some(match &self.loaded {
-            Some(Loaded::Bench(new)) => compare_file(&self.compare_path, new),
-            _ => Err("open a benchmark report first".into()),
-        });
-    }
-
     /// `sources`: the live and bubble-lab timelines, to save.
     pub fn ui(&mut self, ui: &mut Ui, live: &TimelineData, lab: Option<&TimelineData>) {
         ui.horizontal(|ui| {
