@@ -30,17 +30,6 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
     }
     o.sampling.warmup = args.warmup.unwrap_or(o.sampling.warmup);
     o.sampling.samples = args.samples.unwrap_or(o.sampling.samples);
-    if o.sampling.samples == 0 {
-        bail!("--samples must be at least 1");
-    }
-    for (name, peak) in [
-        ("--peak-gflops", args.peak_gflops),
-        ("--peak-gbps", args.peak_gbps),
-    ] {
-        if peak.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
-            bail!("{name} must be a positive number");
-        }
-    }
     o.command = std::env::args().collect();
     o.peak_gflops = args.peak_gflops;
     o.peak_gbps = args.peak_gbps;
@@ -79,7 +68,6 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         s.moe.devices = v.clone();
     }
     s.btm.steps = args.branch_steps.unwrap_or(s.btm.steps);
-    s.validate()?;
     Ok(o)
 }
 
@@ -174,7 +162,7 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
                 }
             }
         };
-    });
+    })?;
     let table = report.table();
     print!("{table}");
     if let Some(e) = save_error {

@@ -760,12 +760,8 @@ fn pipeline_run(
         args.schedule.name(),
         args.stages,
         args.microbatches,
-        if chunks > 1 {
-            format!(", {chunks} chunks per device")
-        } else {
-            String::new()
-        },
-        (args.stages * chunks).max(8),
+        chunks_suffix(chunks),
+        gangway::bench::pipeline::layers(args.stages, chunks),
         gangway::bench::pipeline::WIDTH,
         gangway::bench::pipeline::ROWS,
     );
@@ -817,6 +813,15 @@ fn pipeline_run(
     Ok(report.device_names)
 }
 
+/// `, V chunks per device` when a schedule has more than one.
+fn chunks_suffix(chunks: usize) -> String {
+    if chunks > 1 {
+        format!(", {chunks} chunks per device")
+    } else {
+        String::new()
+    }
+}
+
 /// Simulates (or runs) one schedule; returns the trace's process names (one per stage).
 fn pipeline(
     args: &PipelineArgs,
@@ -827,11 +832,7 @@ fn pipeline(
     if args.run {
         return pipeline_run(args, devices, tracer);
     }
-    let chunks = if args.schedule == ScheduleKind::Interleaved {
-        args.chunks
-    } else {
-        1
-    };
+    let chunks = args.schedule.chunks(args.chunks);
     let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
     let validation = validate(&schedule)?;
     let [f, b, w] = match args.costs_us[..] {
@@ -845,11 +846,7 @@ fn pipeline(
         args.schedule.name(),
         args.stages,
         args.microbatches,
-        if chunks > 1 {
-            format!(", {chunks} chunks per device")
-        } else {
-            String::new()
-        }
+        chunks_suffix(chunks)
     );
     print!("{}", sim.timeline(args.width));
     println!(

@@ -21,11 +21,15 @@ const LR: f32 = 0.01;
 
 /// The MLP the benchmark trains: `max(8, p·v)` layers of [`WIDTH`], so every virtual stage has one.
 pub fn model(stages: usize, chunks: usize, seed: u64) -> Result<Mlp> {
-    let layers = (stages * chunks).max(8);
     Mlp::new(&MlpConfig {
-        widths: vec![WIDTH; layers + 1],
+        widths: vec![WIDTH; layers(stages, chunks) + 1],
         seed,
     })
+}
+
+/// Layers of the benchmark MLP on `stages` devices with `chunks` chunks each.
+pub fn layers(stages: usize, chunks: usize) -> usize {
+    (stages * chunks).max(8)
 }
 
 pub fn batch(model: &Mlp, microbatches: usize, seed: u64) -> Vec<Microbatch> {
@@ -77,11 +81,7 @@ impl PreparedCase {
         microbatches: usize,
         chunks: usize,
     ) -> Result<Self> {
-        let chunks = if kind == ScheduleKind::Interleaved {
-            chunks
-        } else {
-            1
-        };
+        let chunks = kind.chunks(chunks);
         let schedule = Schedule::new(kind, stages, microbatches, chunks)?;
         let peak_activations = validate(&schedule)?.peak_activations;
         let mlp = model(stages, chunks, 7)?;
@@ -253,17 +253,11 @@ fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize) -> String {
 /// executor's per-step set-up, threads, weight uploads and read-back, is not part of it). FLOPs
 /// are the model's `6 · weights · samples`.
 pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
-    let mlp = model(o.stages, o.chunks, 7)?;
-    let weights: usize = mlp.widths.windows(2).map(|w| w[0] * w[1]).sum();
     let mut out = Vec::new();
     for &m in &o.microbatches {
         for kind in ScheduleKind::ALL {
             let name = case_name(kind, o.stages, m);
-            let chunks = if kind == ScheduleKind::Interleaved {
-                o.chunks
-            } else {
-                1
-            };
+            let chunks = kind.chunks(o.chunks);
             if devices.len() < o.stages {
                 out.push(Planned::skip(
                     name,
@@ -280,6 +274,8 @@ pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
                 continue;
             }
             let samples = m * ROWS;
+            // Each kind's own model: interleaved may have more layers.
+            let weights = layers(o.stages, chunks) * WIDTH * WIDTH;
             let (devices, stages) = (devices[..o.stages].to_vec(), o.stages);
             let work = Work::new(samples as f64, WorkUnit::Sample)
                 .with_flops(6.0 * (weights * samples) as f64);

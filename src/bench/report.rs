@@ -311,7 +311,8 @@ impl CaseResult {
             adapter: adapter.index,
             status: Status::Ok,
             reason: None,
-            figure: Some(Figure {
+            // A zero median (a timer coarser than the work) has no rate; JSON has no infinity.
+            figure: (stats.median_s > 0.0).then(|| Figure {
                 value: work.amount / stats.median_s * scale,
                 unit: unit.into(),
             }),
@@ -394,12 +395,7 @@ impl Report {
         let matching: Vec<&AdapterRecord> = self
             .adapters
             .iter()
-            .filter(|a| {
-                pattern.parse::<usize>().map_or_else(
-                    |_| a.label().to_lowercase().contains(&pattern.to_lowercase()),
-                    |i| a.index == i,
-                )
-            })
+            .filter(|a| picks(pattern, a.index, &a.label()))
             .collect();
         let labels = |v: &[&AdapterRecord]| {
             v.iter()
@@ -507,6 +503,15 @@ fn note_text(r: &CaseResult) -> String {
         .collect::<Vec<_>>()
         .join("; ")
         .replace('|', "/")
+}
+
+/// Whether `pattern` picks an adapter: it is the adapter's index, or a case-insensitive part of
+/// its `name (backend)` label.
+pub fn picks(pattern: &str, index: usize, label: &str) -> bool {
+    pattern.parse::<usize>().map_or_else(
+        |_| label.to_lowercase().contains(&pattern.to_lowercase()),
+        |i| index == i,
+    )
 }
 
 /// A duration for people: µs, ms or s with three significant figures.

@@ -7,7 +7,7 @@ use super::machine::utc_now;
 use super::peak::peak_for;
 use super::report::{
     AdapterRecord, Baseline, Build, CaseResult, Machine, Report, SCHEMA, SCHEMA_VERSION, Settings,
-    Status,
+    Status, picks,
 };
 use super::suite::{Planned, Suite, SuiteOptions};
 use crate::{Device, Error, Result};
@@ -58,6 +58,29 @@ impl BenchOptions {
     }
 }
 
+impl BenchOptions {
+    /// Checks what would otherwise time nothing: no samples, a zero size, a peak that is not a
+    /// positive number.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidArgument {
+            what: "bench",
+            reason,
+        };
+        if self.sampling.samples == 0 {
+            return Err(invalid("--samples must be at least 1".into()));
+        }
+        for (name, peak) in [
+            ("--peak-gflops", self.peak_gflops),
+            ("--peak-gbps", self.peak_gbps),
+        ] {
+            if peak.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
+                return Err(invalid(format!("{name} must be a positive number")));
+            }
+        }
+        self.sizes.validate()
+    }
+}
+
 /// One adapter's devices (its virtual devices, in order).
 #[derive(Debug, Clone)]
 pub struct Adapter {
@@ -91,12 +114,7 @@ pub fn select_adapters(devices: &[Device], patterns: &[String]) -> Result<Vec<Ad
     if patterns.is_empty() {
         return Ok(adapters);
     }
-    let matches = |a: &Adapter, p: &str| {
-        p.parse::<usize>().map_or_else(
-            |_| a.label().to_lowercase().contains(&p.to_lowercase()),
-            |i| a.index == i,
-        )
-    };
+    let matches = |a: &Adapter, p: &str| picks(p, a.index, &a.label());
     for p in patterns {
         if !adapters.iter().any(|a| matches(a, p)) {
             let found: Vec<String> = adapters
@@ -163,12 +181,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// Runs every chosen suite on every adapter, in that order.
+/// Runs every chosen suite on every adapter, in that order. Invalid options
+/// ([`BenchOptions::validate`]) are an error before anything runs.
 pub fn run(
     adapters: &[Adapter],
     o: &BenchOptions,
     mut progress: impl FnMut(Progress<'_>),
-) -> Report {
+) -> Result<Report> {
+    o.validate()?;
     let records: Vec<AdapterRecord> = adapters.iter().map(|a| record(a, o)).collect();
     let mut report = Report {
         schema: SCHEMA.into(),
@@ -236,7 +256,7 @@ pub fn run(
         }
         link_baselines(&mut report.results[first..], first, &baselines);
     }
-    report
+    Ok(report)
 }
 
 /// Measures one planned case into its result (failed, with the reason, when it errs or panics);

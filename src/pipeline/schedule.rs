@@ -43,6 +43,15 @@ impl ScheduleKind {
         ScheduleKind::ZbH1,
     ];
 
+    /// The model chunks per device this kind is built with: `requested` for interleaved, else 1.
+    pub fn chunks(self, requested: usize) -> usize {
+        if self == ScheduleKind::Interleaved {
+            requested
+        } else {
+            1
+        }
+    }
+
     /// The CLI name: `gpipe`, `1f1b`, `interleaved` or `zb-h1`.
     pub fn name(self) -> &'static str {
         match self {

@@ -51,11 +51,7 @@ impl Default for LabParams {
 impl LabParams {
     /// Chunks the schedule is built with: `v` for interleaved, 1 for the rest.
     pub fn effective_chunks(&self) -> usize {
-        if self.kind == ScheduleKind::Interleaved {
-            self.chunks.max(2)
-        } else {
-            1
-        }
+        self.kind.chunks(self.chunks.max(2))
     }
 }
 

@@ -3,15 +3,8 @@
 
 mod common;
 
-use egui::accesskit::Role;
 use egui_kittest::kittest::{NodeT, Queryable};
 use gangway::pipeline::{ScheduleKind, bubble_formula};
-
-fn set_slider(h: &mut egui_kittest::Harness<'_, gangway_viewer::ViewerApp>, label: &str, v: f64) {
-    h.get_by_role_and_label(Role::Slider, label)
-        .set_value_accesskit(v);
-    h.run();
-}
 
 #[test]
 fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
@@ -19,15 +12,15 @@ fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
     // Start elsewhere so every control really changes something.
     h.get_by_label("GPipe").click();
     h.run();
-    set_slider(&mut h, "stages p", 2.0);
-    set_slider(&mut h, "microbatches m", 3.0);
+    common::set_slider(&mut h, "stages p", 2.0);
+    common::set_slider(&mut h, "microbatches m", 3.0);
     assert_eq!(h.state().lab.params.kind, ScheduleKind::GPipe);
     h.get_by_label("bubble (simulated): 25.0%");
 
     h.get_by_label("1F1B").click();
     h.run();
-    set_slider(&mut h, "stages p", 4.0);
-    set_slider(&mut h, "microbatches m", 8.0);
+    common::set_slider(&mut h, "stages p", 4.0);
+    common::set_slider(&mut h, "microbatches m", 8.0);
     let p = h.state().lab.params;
     assert_eq!(
         (p.kind, p.stages, p.microbatches),
@@ -58,7 +51,7 @@ fn zb_h1_and_interleaved_match_their_formulas() {
     h.get_by_label("textbook: 11.1%");
     h.get_by_label("Interleaved 1F1B").click();
     h.run();
-    set_slider(&mut h, "chunks v", 2.0);
+    common::set_slider(&mut h, "chunks v", 2.0);
     // (4-1) / (2*8 + 3) = 15.8 %
     h.get_by_label("textbook: 15.8%");
 }
@@ -68,7 +61,7 @@ fn bad_shape_is_an_error_in_the_ui_not_a_panic() {
     let mut h = common::harness([1200.0, 900.0]);
     h.get_by_label("Interleaved 1F1B").click();
     h.run();
-    set_slider(&mut h, "microbatches m", 6.0); // not a multiple of p = 4
+    common::set_slider(&mut h, "microbatches m", 6.0); // not a multiple of p = 4
     h.get_by_label_contains("error: interleaved 1F1B needs the microbatch count (6)");
 }
 

@@ -72,7 +72,7 @@ fn memory_report() -> Option<gangway::bench::Report> {
         suites: vec![gangway::bench::Suite::Memory],
         ..gangway::bench::BenchOptions::quick()
     };
-    Some(gangway::bench::run::run(&adapters, &opts, |_| {}))
+    Some(gangway::bench::run::run(&adapters, &opts, |_| {}).unwrap())
 }
 
 #[test]

@@ -8,57 +8,22 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
-use gangway_viewer::live::Discovery;
-use gangway_viewer::{Options, Tab, ViewerApp};
+use gangway_viewer::{Tab, ViewerApp};
 
-/// The app with device discovery (`virtual_devices` per adapter), on the MoE tab; `None` (after
-/// saying why) when fewer than `needed` devices exist.
+/// [`common::device_harness`] on the MoE tab.
 fn device_harness(
     test: &str,
     virtual_devices: usize,
     needed: usize,
     live: bool,
 ) -> Option<Harness<'static, ViewerApp>> {
-    let app = ViewerApp::new(
-        Options {
-            discover: true,
-            autostart_live: live,
-            virtual_devices: Some(virtual_devices),
-        },
-        None,
-    );
-    let mut h = Harness::builder()
-        .with_size([1400.0, 1800.0])
-        .allow_missing_glyphs()
-        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    h.step();
-    let found = h.state().hub.devices().map_or(0, |d| d.len());
-    if found < needed {
-        assert!(
-            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
-            "{test}: {found} devices, and GANGWAY_REQUIRE_ADAPTER=1"
-        );
-        eprintln!("{test}: skipped, needs {needed} devices, found {found}");
-        return None;
-    }
+    let mut h = common::device_harness(test, virtual_devices, needed, live)?;
     h.get_by_label("MoE training").click();
     h.step();
     assert_eq!(h.state().tab, Tab::Moe);
     Some(h)
-}
-
-/// Sets a slider by its label. `run_ok`: background work may keep asking for frames.
-fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
-    h.get_by_role_and_label(Role::Slider, label)
-        .set_value_accesskit(v);
-    h.run_ok();
 }
 
 fn click(h: &mut Harness<'_, ViewerApp>, label: &str) {
@@ -91,10 +56,10 @@ fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     };
     click(&mut h, "2 experts");
     click(&mut h, "top-1 (Switch)");
-    set_slider(&mut h, "devices", 1.0);
-    set_slider(&mut h, "steps", 8.0);
-    set_slider(&mut h, "batch (tokens)", 32.0);
-    set_slider(&mut h, "validate every", 4.0);
+    common::set_slider(&mut h, "devices", 1.0);
+    common::set_slider(&mut h, "steps", 8.0);
+    common::set_slider(&mut h, "batch (tokens)", 32.0);
+    common::set_slider(&mut h, "validate every", 4.0);
     let s = h.state().moe.settings;
     assert_eq!(
         (
@@ -142,7 +107,7 @@ fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     h.get_by_label_contains("tokens per expert at step 8 (");
 
     // The step slider shows an earlier step's bars; "latest" goes back.
-    set_slider(&mut h, "step shown", 3.0);
+    common::set_slider(&mut h, "step shown", 3.0);
     assert_eq!(h.state().moe.shown_step, Some(3));
     h.get_by_label_contains("tokens per expert at step 3 (");
     click(&mut h, "latest");
@@ -157,9 +122,9 @@ fn stop_ends_a_long_run_early_with_a_report() {
         return;
     };
     click(&mut h, "2 experts");
-    set_slider(&mut h, "steps", 2000.0);
-    set_slider(&mut h, "batch (tokens)", 32.0);
-    set_slider(&mut h, "validate every", 0.0);
+    common::set_slider(&mut h, "steps", 2000.0);
+    common::set_slider(&mut h, "batch (tokens)", 32.0);
+    common::set_slider(&mut h, "validate every", 0.0);
     assert_eq!(h.state().moe.settings.steps, 2000);
     h.get_by_label("Start training").click();
     h.step();
@@ -189,7 +154,7 @@ fn experts_not_divisible_by_devices_disable_start_and_say_why() {
         return;
     };
     click(&mut h, "8 experts");
-    set_slider(&mut h, "devices", 3.0);
+    common::set_slider(&mut h, "devices", 3.0);
     assert_eq!(h.state().moe.settings.devices, 3);
     assert!(
         h.get_by_label("Start training")
@@ -198,7 +163,7 @@ fn experts_not_divisible_by_devices_disable_start_and_say_why() {
     );
     h.get_by_label_contains("cannot start: 8 experts cannot be split evenly over 3 devices");
     // 2 devices split 8 experts: enabled.
-    set_slider(&mut h, "devices", 2.0);
+    common::set_slider(&mut h, "devices", 2.0);
     assert!(
         !h.get_by_label("Start training")
             .accesskit_node()

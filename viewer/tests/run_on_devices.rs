@@ -8,52 +8,11 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 use gangway::pipeline::ScheduleKind;
 use gangway::trace::Lane;
-use gangway_viewer::live::Discovery;
-use gangway_viewer::{Options, ViewerApp};
-
-/// The app with device discovery (2 devices per adapter) and, if `live`, the live workload.
-fn device_harness(test: &str, live: bool) -> Option<Harness<'static, ViewerApp>> {
-    let app = ViewerApp::new(
-        Options {
-            discover: true,
-            autostart_live: live,
-            virtual_devices: Some(2),
-        },
-        None,
-    );
-    // Real trace names contain glyphs the test font lacks ("→").
-    let mut h = Harness::builder()
-        .with_size([1400.0, 1800.0])
-        .allow_missing_glyphs()
-        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    h.step();
-    let found = h.state().hub.devices().map_or(0, |d| d.len());
-    if found < 2 {
-        assert!(
-            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
-            "{test}: {found} devices, and GANGWAY_REQUIRE_ADAPTER=1"
-        );
-        eprintln!("{test}: skipped, needs 2 devices, found {found}");
-        return None;
-    }
-    Some(h)
-}
-
-/// Sets a slider by its label. `run_ok`, not `run`: the live workload keeps asking for frames.
-fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
-    h.get_by_role_and_label(Role::Slider, label)
-        .set_value_accesskit(v);
-    h.run_ok();
-}
+use gangway_viewer::ViewerApp;
 
 /// The whole text of the one label containing `part` (a label's text is its AccessKit value).
 fn label_of(h: &Harness<'_, ViewerApp>, part: &str) -> String {
@@ -65,13 +24,13 @@ fn label_of(h: &Harness<'_, ViewerApp>, part: &str) -> String {
 #[test]
 fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
     let test = "one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation";
-    let Some(mut h) = device_harness(test, true) else {
+    let Some(mut h) = common::device_harness(test, 2, 2, true) else {
         return;
     };
     h.get_by_label("1F1B").click();
     h.run_ok();
-    set_slider(&mut h, "stages p", 2.0);
-    set_slider(&mut h, "microbatches m", 2.0);
+    common::set_slider(&mut h, "stages p", 2.0);
+    common::set_slider(&mut h, "microbatches m", 2.0);
     let p = h.state().lab.params;
     assert_eq!(
         (p.kind, p.stages, p.microbatches),
@@ -150,10 +109,10 @@ fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
     assert_eq!(run.data.device_prefix.as_deref(), Some("stage"));
 
     // Changing the controls keeps the result, labelled as not matching them.
-    set_slider(&mut h, "microbatches m", 4.0);
+    common::set_slider(&mut h, "microbatches m", 4.0);
     h.get_by_label("run: 1F1B, p = 2, m = 2");
     h.get_by_label_contains("the controls have changed since");
-    set_slider(&mut h, "microbatches m", 2.0);
+    common::set_slider(&mut h, "microbatches m", 2.0);
     assert!(
         h.query_by_label_contains("the controls have changed since")
             .is_none()
@@ -163,7 +122,7 @@ fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
 #[test]
 fn run_on_devices_is_disabled_with_fewer_devices_than_stages() {
     let test = "run_on_devices_is_disabled_with_fewer_devices_than_stages";
-    let Some(mut h) = device_harness(test, false) else {
+    let Some(mut h) = common::device_harness(test, 2, 2, false) else {
         return;
     };
     let n = h.state().hub.devices().unwrap().len();
@@ -171,7 +130,7 @@ fn run_on_devices_is_disabled_with_fewer_devices_than_stages() {
         eprintln!("{test}: skipped, {n} devices cover every p the slider allows");
         return;
     }
-    set_slider(&mut h, "stages p", (n + 1) as f64);
+    common::set_slider(&mut h, "stages p", (n + 1) as f64);
     assert_eq!(h.state().lab.params.stages, n + 1);
     let button = h.get_by_label("Run on devices");
     assert!(button.accesskit_node().is_disabled());
@@ -185,7 +144,7 @@ fn run_on_devices_is_disabled_with_fewer_devices_than_stages() {
     ));
     h.get_by_label_contains("GANGWAY_VIRTUAL_DEVICES=");
     // Back to p = n: enabled.
-    set_slider(&mut h, "stages p", n as f64);
+    common::set_slider(&mut h, "stages p", n as f64);
     assert!(
         !h.get_by_label("Run on devices")
             .accesskit_node()

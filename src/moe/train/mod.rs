@@ -251,25 +251,8 @@ impl GpuTrainer {
     /// Downloads everything [`Self::resume`] needs: parameters, Adam's moments (expert tensors
     /// gathered from their devices), the step, the Adam setting and the groups.
     pub fn checkpoint(&self) -> Result<TrainerCheckpoint> {
-        let download = |which: fn(&Shard) -> &Vec<Tensor>| -> Result<MoeLmParams> {
-            let tensors = self
-                .expert
-                .iter()
-                .enumerate()
-                .map(|(p, &is_expert)| {
-                    self.gather(is_expert, |d| {
-                        let list = which(&self.shards[d]);
-                        &list[p]
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let out = MoeLmParams {
-                config: self.config,
-                tensors,
-            };
-            out.check()?;
-            Ok(out)
-        };
+        let download =
+            |which: fn(&Shard) -> &Vec<Tensor>| self.gather_all(|d, p| &which(&self.shards[d])[p]);
         let out = TrainerCheckpoint {
             params: download(|s| &s.params)?,
             m: download(|s| &s.m)?,
@@ -727,11 +710,20 @@ impl GpuTrainer {
     pub fn grads(&self, contexts: &[u32], targets: &[u32]) -> Result<MoeLmParams> {
         self.check_batch(contexts, targets)?;
         let (_, grads) = self.compute(contexts, targets)?;
+        self.gather_all(|d, p| &grads[d][p])
+    }
+
+    /// Every parameter-shaped tensor `tensor(device, param)`, gathered into one checked set:
+    /// replicated ones from device 0, expert ones from every device in order.
+    fn gather_all<'a>(
+        &'a self,
+        tensor: impl Fn(usize, usize) -> &'a Tensor,
+    ) -> Result<MoeLmParams> {
         let tensors = self
             .expert
             .iter()
             .enumerate()
-            .map(|(p, &is_expert)| self.gather(is_expert, |d| &grads[d][p]))
+            .map(|(p, &is_expert)| self.gather(is_expert, |d| tensor(d, p)))
             .collect::<Result<Vec<_>>>()?;
         let out = MoeLmParams {
             config: self.config,
@@ -858,18 +850,7 @@ impl GpuTrainer {
 
     /// Downloads the parameters (expert tensors gathered from their devices).
     pub fn params(&self) -> Result<MoeLmParams> {
-        let tensors = self
-            .expert
-            .iter()
-            .enumerate()
-            .map(|(p, &is_expert)| self.gather(is_expert, |d| &self.shards[d].params[p]))
-            .collect::<Result<Vec<_>>>()?;
-        let params = MoeLmParams {
-            config: self.config,
-            tensors,
-        };
-        params.check()?;
-        Ok(params)
+        self.gather_all(|d, p| &self.shards[d].params[p])
     }
 }
 

@@ -1,8 +1,13 @@
-//! Shared test helpers: the app without devices, and whether a wgpu adapter exists for
-//! rendering snapshots.
+//! Shared test helpers: the app without devices or with discovered ones, sliders, and whether a
+//! wgpu adapter exists for rendering snapshots.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::time::{Duration, Instant};
+
+use egui::accesskit::Role;
 use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use gangway_viewer::live::Discovery;
 use gangway_viewer::{Options, ViewerApp};
 
 /// The app as on a machine without adapters: simulator only, no background work.
@@ -37,4 +42,50 @@ pub fn can_render(test: &str) -> bool {
         eprintln!("{test}: skipped, no wgpu adapter to render with");
     }
     found
+}
+
+/// The app with device discovery (`virtual_devices` per adapter) and, if `live`, the live
+/// workload; `None` (after saying why) when fewer than `needed` devices exist, which fails under
+/// `GANGWAY_REQUIRE_ADAPTER=1`.
+pub fn device_harness(
+    test: &str,
+    virtual_devices: usize,
+    needed: usize,
+    live: bool,
+) -> Option<Harness<'static, ViewerApp>> {
+    let app = ViewerApp::new(
+        Options {
+            discover: true,
+            autostart_live: live,
+            virtual_devices: Some(virtual_devices),
+        },
+        None,
+    );
+    // Real trace names contain glyphs the test font lacks ("→").
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1800.0])
+        .allow_missing_glyphs()
+        .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.step();
+    let found = h.state().hub.devices().map_or(0, |d| d.len());
+    if found < needed {
+        assert!(
+            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+            "{test}: {found} devices, and GANGWAY_REQUIRE_ADAPTER=1"
+        );
+        eprintln!("{test}: skipped, needs {needed} devices, found {found}");
+        return None;
+    }
+    Some(h)
+}
+
+/// Sets a slider by its label. `run_ok`, not `run`: background work may keep asking for frames.
+pub fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
+    h.get_by_role_and_label(Role::Slider, label)
+        .set_value_accesskit(v);
+    h.run_ok();
 }
