@@ -34,6 +34,8 @@ struct DeviceInner {
     pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     /// Shared by all devices of one GL adapter; see [`Device::serial`].
     gl_lock: Option<Arc<Mutex<()>>>,
+    /// Held by every call that runs wgpu-core's `Device::maintain`; see [`Device::maintaining`].
+    maintain_lock: Mutex<()>,
     memory: Arc<MemoryPool>,
     wait_timeout: Duration,
 }
@@ -94,6 +96,7 @@ impl Device {
             failure,
             pipelines: Mutex::default(),
             gl_lock,
+            maintain_lock: Mutex::default(),
             memory: MemoryPool::new(label_for_pool, memory_budget),
             wait_timeout,
         }))
@@ -107,6 +110,26 @@ impl Device {
             .gl_lock
             .as_ref()
             .map(|l| l.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Serialises this device's calls into wgpu-core's `Device::maintain`: polls, and the
+    /// maintenance pass at the end of every `Queue::submit`.
+    ///
+    /// WORKAROUND for a race in wgpu-core 30.0.2 (fixed upstream after it, gfx-rs/wgpu pull
+    /// request 9958): `maintain` reads the fence, then triages the queue; when another thread's
+    /// `maintain` triages submissions in between, the first finds the queue empty with a stale
+    /// fence and panics ("If the queue is empty, the current submission index (80) should be at
+    /// least the wait submission index (82)"). Remove this lock, and its uses, once gangway
+    /// depends on a wgpu release with the fix; `tests/concurrent_polls.rs` shows whether it is
+    /// still needed. Taken after [`Device::serial`], never before it.
+    fn maintaining(&self) -> (Option<std::sync::MutexGuard<'_, ()>>, std::sync::MutexGuard<'_, ()>) {
+        let serial = self.serial();
+        let maintain = self
+            .0
+            .maintain_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (serial, maintain)
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -161,11 +184,7 @@ impl Device {
         match slot.take() {
             Some(e @ Error::DeviceLost { .. }) => {
                 // A lost device stays lost: keep reporting it.
-                let again = Error::DeviceLost {
-                    device: self.label(),
-                    reason: e.to_string(),
-                };
-                *slot = Some(again);
+                *slot = Some(e.clone_for_report());
                 Err(e)
             }
             Some(e) => Err(e),
@@ -310,14 +329,13 @@ impl Device {
     }
 
     pub fn submit(&self, encoder: wgpu::CommandEncoder) -> wgpu::SubmissionIndex {
-        let commands = encoder.finish();
-        let _serial = self.serial();
-        self.0.queue.submit([commands])
+        self.submit_commands(encoder.finish())
     }
 
     /// Submits command buffers recorded ahead of time.
     pub fn submit_commands(&self, commands: wgpu::CommandBuffer) -> wgpu::SubmissionIndex {
-        let _serial = self.serial();
+        // `Queue::submit` ends with a maintenance pass.
+        let _maintaining = self.maintaining();
         self.0.queue.submit([commands])
     }
 
@@ -358,7 +376,7 @@ impl Device {
         // another thread needing that context panics after 6 s.
         let one = index.is_some();
         let polled = {
-            let _serial = self.serial();
+            let _maintaining = self.maintaining();
             self.0.device.poll(wgpu::PollType::Wait {
                 submission_index: index,
                 timeout: Some(slice),
@@ -384,7 +402,7 @@ impl Device {
 
     /// Loses the device on purpose, as a driver reset would: for fault-injection tests.
     pub fn destroy(&self) {
-        let _serial = self.serial();
+        let _maintaining = self.maintaining();
         self.0.device.destroy();
         // wgpu reports the loss from its next maintenance pass; run one now.
         let _ = self.0.device.poll(wgpu::PollType::Poll);
