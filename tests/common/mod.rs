@@ -26,43 +26,6 @@ pub use adapters::{Adapter, Adapters};
 pub(crate) use harness::case;
 pub use harness::{Case, Need, Span, run};
 
-use gangway::{Device, DiscoveryOptions, discover};
-use std::sync::OnceLock;
-
-// The suites still on libtest's harness loop over these; they go with the last of them.
-
-/// One device per adapter (no virtual splitting), on the backends `WGPU_BACKEND` allows.
-pub fn devices() -> &'static [Device] {
-    static DEVICES: OnceLock<Vec<Device>> = OnceLock::new();
-    DEVICES.get_or_init(|| {
-        let mut opts = DiscoveryOptions::from_env().expect("valid environment");
-        opts.virtual_devices = 1;
-        found_or_skip(discover(&opts))
-    })
-}
-
-/// Two virtual devices from each adapter: a mesh spanning adapters and virtual devices.
-pub fn virtual_devices() -> &'static [Device] {
-    static DEVICES: OnceLock<Vec<Device>> = OnceLock::new();
-    DEVICES.get_or_init(|| {
-        let mut opts = DiscoveryOptions::from_env().expect("valid environment");
-        opts.virtual_devices = 2;
-        found_or_skip(discover(&opts))
-    })
-}
-
-fn found_or_skip(found: gangway::Result<Vec<Device>>) -> Vec<Device> {
-    let required = std::env::var("GANGWAY_REQUIRE_ADAPTER").is_ok_and(|v| v == "1");
-    match found {
-        Ok(d) => d,
-        Err(e) if !required => {
-            eprintln!("SKIPPING GPU tests: {e}");
-            Vec::new()
-        }
-        Err(e) => panic!("GANGWAY_REQUIRE_ADAPTER=1 but: {e}"),
-    }
-}
-
 /// Asserts `got` is within `tol` (relative to the magnitude) of `want`, element by element.
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
