@@ -91,7 +91,7 @@ fn plain_matmul_matches_reference_f16(device: &Device) {
 }
 
 fn plain_matmul_property(device: &Device, dtype: DType) {
-    proptest!(ProptestConfig { cases: 10, ..ProptestConfig::default() }, |(
+    proptest!(common::proptest_config(10), |(
         m in 1usize..90, n in 1usize..90, k in 1usize..90,
         trans_a: bool, trans_b: bool, seed: u64,
     )| {
@@ -103,7 +103,7 @@ fn plain_matmul_property(device: &Device, dtype: DType) {
 }
 
 fn vec4_aligned_shapes_match_reference(device: &Device) {
-    proptest!(ProptestConfig { cases: 10, ..ProptestConfig::default() }, |(
+    proptest!(common::proptest_config(10), |(
         m in 1usize..70, n4 in 1usize..24, k4 in 1usize..24, seed: u64,
     )| {
         let shape = MatmulShape::plain(m, n4 * 4, k4 * 4, DType::F32);
@@ -112,7 +112,7 @@ fn vec4_aligned_shapes_match_reference(device: &Device) {
 }
 
 fn grouped_matmul_matches_reference(device: &Device) {
-    proptest!(ProptestConfig { cases: 10, ..ProptestConfig::default() }, |(
+    proptest!(common::proptest_config(10), |(
         m in 1usize..80, n4 in 1usize..12, k4 in 1usize..12, groups in 1usize..6,
         trans_a: bool, trans_b: bool, seed: u64,
     )| {

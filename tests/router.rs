@@ -92,7 +92,7 @@ fn check_routing(
 }
 
 fn router_dispatch_combine_match_reference(device: &Device) {
-    proptest!(ProptestConfig { cases: 8, ..ProptestConfig::default() }, |(
+    proptest!(common::proptest_config(8), |(
         tokens in 1usize..600, experts in 2usize..12, k in 1usize..=2,
         capacity_factor in 0.5f32..2.0, d in 1usize..40, seed: u64,
     )| {

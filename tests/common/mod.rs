@@ -38,6 +38,17 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
+/// proptest's config for `cases` random cases, without its regression files: they go beside the
+/// crate's `lib.rs` or `main.rs`, which `tests/` lacks, so none was ever written, and the warning
+/// saying so would now show in every run (libtest-mimic does not capture output).
+pub fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..Default::default()
+    }
+}
+
 /// A temporary path for `what` that is this process's and `device`'s adapter's: the trials of one
 /// binary run at the same time, one per adapter.
 pub fn scratch_path(what: &str, device: &gangway::Device) -> std::path::PathBuf {
