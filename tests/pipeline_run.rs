@@ -1,4 +1,4 @@
-//! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices of each adapter,
+//! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices of an adapter,
 //! takes the same SGD step as one device accumulating gradients over the same microbatches; the
 //! bubble is measured from the trace and compared with the simulator fed the run's own op times.
 #![allow(clippy::unwrap_used)]

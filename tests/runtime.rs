@@ -1,6 +1,6 @@
 //! The runtime under load and under faults: gang order across concurrent clients, memory budgets,
-//! lost devices, proportional shares, and traces, on the virtual devices of each adapter (and across
-//! adapters for gang order and traces).
+//! lost devices, proportional shares, and traces, on the virtual devices of each adapter (and
+//! across adapters for gang order and traces).
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -12,7 +12,7 @@ pub const REQUIRE_ADAPTER_ENV: &str = "GANGWAY_REQUIRE_ADAPTER";
 pub struct Adapter {
     /// `DeviceInfo::adapter`: the same adapter in every discovery on this machine.
     pub index: usize,
-    /// `backend_name`, e.g. `vulkan_lavapipe`: the suffix of this adapter's case names.
+    /// `<backend>_<name>`, e.g. `vulkan_lavapipe`: the suffix of this adapter's case names.
     pub slug: String,
     /// The adapter's only device in the one-device-per-adapter discovery.
     pub device: Device,
@@ -68,8 +68,8 @@ pub fn found() -> &'static Result<Vec<Adapter>, NoAdapters> {
     })
 }
 
-/// `backend_name` for case names: the backend, then the adapter's name up to its details in parentheses, in
-/// lower case with `_` for anything else (`gl_llvmpipe`, `vulkan_nvidia_geforce_rtx_4090`).
+/// An adapter's part of case names: its backend, then its name up to the details in parentheses,
+/// in lower case with `_` for anything else (`gl_llvmpipe`, `vulkan_nvidia_geforce_rtx_4090`).
 fn slug(info: &DeviceInfo) -> String {
     let name = info.name.split('(').next().unwrap_or_default();
     let mut name: String = name
@@ -95,8 +95,8 @@ fn slug(info: &DeviceInfo) -> String {
     format!("{}_{name}", info.backend)
 }
 
-/// `per_adapter` virtual devices of every adapter, discovered once per count and kept: cases share
-/// them as they shared `common::virtual_devices()` before.
+/// `per_adapter` virtual devices of every adapter, discovered once per count (the lock is held
+/// through discovery, so cases asking at once wait for the one) and shared by the binary's cases.
 fn virtual_devices(per_adapter: usize, base: &DiscoveryOptions) -> gangway::Result<Arc<[Device]>> {
     static MESHES: OnceLock<Mutex<BTreeMap<usize, Arc<[Device]>>>> = OnceLock::new();
     let mut meshes = MESHES
@@ -132,14 +132,6 @@ impl Adapters {
     /// The first adapter's device.
     pub fn device(&self) -> &Device {
         &self.members[0].device
-    }
-
-    /// A name for files this case writes, distinct between cases running at the same time.
-    pub fn slug(&self) -> String {
-        match &self.members[..] {
-            [one] => one.slug.clone(),
-            _ => "cross_adapter".into(),
-        }
     }
 
     /// `per_adapter` virtual devices of each adapter, adapter by adapter: shared with the other

@@ -11,10 +11,11 @@
 //!   `.span(Span::EachAndCross)` adds `f::cross_adapter` on every adapter at once, for tests that
 //!   mix adapters; `Span::Cross` is that trial alone; `Span::All` is one trial `f` on everything.
 //!
-//! Cases run isolated (a panic fails that trial only). One an adapter cannot run (`.needs(Need::F16)`
-//! on GL, a cross-adapter case on one adapter) is reported `ignored (<reason>)`, never passed, and
-//! listed on stderr before the run. With no adapter at all each GPU test is one trial, skipped with
-//! the discovery error, or failed when `GANGWAY_REQUIRE_ADAPTER=1` (CI).
+//! Cases run isolated (a panic fails that trial only). One an adapter cannot run
+//! (`.needs(Need::F16)` on GL, a cross-adapter case on one adapter) is reported
+//! `ignored (<reason>)`, never passed, and listed on stderr before the run. With no adapter at all
+//! each GPU test is one trial, skipped with the discovery error, or failed when
+//! `GANGWAY_REQUIRE_ADAPTER=1` (CI). Test output is not captured (libtest-mimic cannot).
 
 // Each test binary uses its own part of what is here.
 #![allow(dead_code, unused_imports, unused_macros)]
