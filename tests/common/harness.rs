@@ -184,10 +184,21 @@ enum Plan {
 impl Plan {
     fn into_trial(self, name: String) -> Trial {
         match self {
-            Plan::Run(test) => Trial::test(name, move || {
-                test();
-                Ok(())
-            }),
+            Plan::Run(test) => {
+                let thread = name.clone();
+                Trial::test(name, move || {
+                    // A thread of its own named after the trial, as libtest gives each test: panics
+                    // name their case, and no device work is left on the main thread, whose exit
+                    // (with --test-threads=1 libtest-mimic runs trials there) tears Mesa down.
+                    let ran = std::thread::Builder::new()
+                        .name(thread)
+                        .spawn(test)
+                        .map_err(|e| format!("cannot start the trial's thread: {e}"))?
+                        .join();
+                    ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    Ok(())
+                })
+            }
             Plan::Skip(reason) => {
                 Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason)))
             }
