@@ -1,14 +1,26 @@
-//! All-to-all round trips across virtual devices spanning both adapters: every token arrives
-//! exactly once at its expert's device, and comes back bit-identical, under skewed routing too.
+//! All-to-all round trips across the virtual devices of each adapter and across virtual devices
+//! spanning adapters: every token arrives exactly once at its expert's device, and comes back
+//! bit-identical, under skewed routing too.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::virtual_devices;
+use common::{Adapters, Span, case};
 use gangway::collective::AllToAll;
 use gangway::kernels::matmul::{MatmulOptions, grouped_matmul};
 use gangway::{DType, Device, Error, Rng, Tensor};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: mesh_spans_adapters_and_virtual_devices).span(Span::Cross),
+        case!(adapters: uneven_random_routing_round_trips).span(Span::EachAndCross),
+        case!(adapters: everything_to_one_expert_round_trips).span(Span::EachAndCross),
+        case!(adapters: all_experts_empty_round_trips).span(Span::EachAndCross),
+        case!(adapters: expert_batches_feed_the_grouped_matmul).span(Span::EachAndCross),
+        case!(adapters: mismatched_inputs_are_typed_errors),
+    ])
+}
 
 /// Builds per-source dispatch buffers where row `r` of expert `e` on source `s` holds a unique
 /// tag, with `counts(s, e)` real rows per expert and zeros elsewhere.
@@ -41,15 +53,12 @@ fn sources(
 }
 
 fn round_trip(
+    devices: &[Device],
     experts: usize,
     capacity: usize,
     d: usize,
     counts: impl Fn(usize, usize) -> usize + Copy,
 ) {
-    let devices = virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
     let n = devices.len();
     let (xs, cs, hosts) = sources(devices, experts, capacity, d, counts);
     let (plan, batches) = AllToAll::forward(&xs, &cs, experts, capacity).unwrap();
@@ -87,12 +96,9 @@ fn round_trip(
     }
 }
 
-#[test]
-fn mesh_spans_adapters_and_virtual_devices() {
-    let devices = virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+/// Two virtual devices of every adapter.
+fn mesh_spans_adapters_and_virtual_devices(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
     assert!(
         devices.len() >= 4,
         "need >= 4 virtual devices, found {}",
@@ -106,32 +112,30 @@ fn mesh_spans_adapters_and_virtual_devices() {
     );
 }
 
-#[test]
-fn uneven_random_routing_round_trips() {
-    let n = virtual_devices().len().max(1);
+// The round trips run on two virtual devices of each adapter.
+
+fn uneven_random_routing_round_trips(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
+    let n = devices.len();
     let mut rng = Rng::new(11);
     let table: Vec<usize> = (0..n * n * 2).map(|_| rng.below(6)).collect();
-    round_trip(n * 2, 5, 3, |s, e| table[s * n * 2 + e]);
+    round_trip(devices, n * 2, 5, 3, |s, e| table[s * n * 2 + e]);
 }
 
-#[test]
-fn everything_to_one_expert_round_trips() {
-    let n = virtual_devices().len().max(1);
-    round_trip(n, 9, 4, |_, e| if e == n - 1 { 9 } else { 0 });
+fn everything_to_one_expert_round_trips(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
+    let n = devices.len();
+    round_trip(devices, n, 9, 4, |_, e| if e == n - 1 { 9 } else { 0 });
 }
 
-#[test]
-fn all_experts_empty_round_trips() {
-    let n = virtual_devices().len().max(1);
-    round_trip(n * 2, 4, 2, |_, _| 0);
+fn all_experts_empty_round_trips(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
+    let n = devices.len();
+    round_trip(devices, n * 2, 4, 2, |_, _| 0);
 }
 
-#[test]
-fn expert_batches_feed_the_grouped_matmul() {
-    let devices = virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+fn expert_batches_feed_the_grouped_matmul(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let n = devices.len();
     let (experts, capacity, d, out) = (n, 6, 4, 8);
     let (xs, cs, _) = sources(devices, experts, capacity, d, |s, e| (s + e) % 4 + 1);
@@ -148,12 +152,8 @@ fn expert_batches_feed_the_grouped_matmul() {
     assert_eq!(back[0].shape(), &[experts * capacity, out]);
 }
 
-#[test]
-fn mismatched_inputs_are_typed_errors() {
-    let devices = virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+fn mismatched_inputs_are_typed_errors(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
     let (xs, cs, _) = sources(&devices[..2], 3, 2, 2, |_, _| 1);
     let err = AllToAll::forward(&xs, &cs, 3, 2).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");

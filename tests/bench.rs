@@ -1,14 +1,29 @@
 //! `gangway bench` end to end: `--quick` runs every suite on every adapter and its JSON matches the
 //! schema; the schema file is generated from the report types; `compare` pairs and judges; bad
-//! input gets one-line errors. No test asserts a speed.
+//! input gets one-line errors; single-adapter runs (`--adapters <index>`) once per adapter. No test
+//! asserts a speed.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, Span, case};
+use gangway::Device;
 use gangway::bench::Report;
 use gangway::bench::report::Status;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(host: schema_file_is_generated_from_the_report_types),
+        case!(adapters: quick_runs_every_suite_on_every_adapter_and_matches_the_schema)
+            .span(Span::All),
+        case!(device: a_size_over_the_limits_fails_its_case_and_the_others_still_run),
+        case!(host: bad_input_gets_one_line_errors),
+        case!(adapters: an_unknown_adapter_gets_a_one_line_error).span(Span::All),
+        case!(device: a_terminal_gets_a_progress_bar),
+    ])
+}
 
 const SCHEMA_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/bench-report.json");
 
@@ -61,7 +76,6 @@ fn one_line_error(out: &Output, needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-#[test]
 fn schema_file_is_generated_from_the_report_types() {
     let generated = serde_json::to_string_pretty(&Report::json_schema()).unwrap() + "\n";
     if std::env::var_os("GANGWAY_BLESS").is_some() {
@@ -78,12 +92,7 @@ fn schema_file_is_generated_from_the_report_types() {
     assert_eq!(text(&printed.stdout), generated);
 }
 
-#[test]
-fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema() {
-    let devices = common::devices();
-    if devices.is_empty() {
-        return;
-    }
+fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adapters) {
     let json = temp("quick.json");
     let start = std::time::Instant::now();
     let out = gangway(&["bench", "--quick", "--json", json.to_str().unwrap()]);
@@ -94,8 +103,7 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema() {
     let report = Report::load(&json).unwrap();
 
     // Every adapter found, every suite on each, every case measured.
-    let adapters: std::collections::BTreeSet<usize> =
-        devices.iter().map(|d| d.info().adapter).collect();
+    let adapters: std::collections::BTreeSet<usize> = machine.iter().map(|a| a.index).collect();
     assert_eq!(report.adapters.len(), adapters.len());
     for a in &report.adapters {
         for suite in gangway::bench::Suite::ALL {
@@ -225,18 +233,16 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema() {
     one_line_error(&out, "got slower");
 }
 
-#[test]
-fn a_size_over_the_limits_fails_its_case_and_the_others_still_run() {
-    if common::devices().is_empty() {
-        return;
-    }
-    let json = temp("limits.json");
+/// The device's adapter alone, by `--adapters <index>`.
+fn a_size_over_the_limits_fails_its_case_and_the_others_still_run(device: &Device) {
+    let index = device.info().adapter.to_string();
+    let json = temp(&format!("limits-{index}.json"));
     let out = gangway(&[
         "bench",
         "matmul",
         "--quick",
         "--adapters",
-        "0",
+        &index,
         "--matmul-sizes",
         "100000,16",
         "--variants",
@@ -278,15 +284,15 @@ fn a_size_over_the_limits_fails_its_case_and_the_others_still_run() {
     );
 }
 
-#[test]
+fn an_unknown_adapter_gets_a_one_line_error(_: &Adapters) {
+    one_line_error(
+        &gangway(&["bench", "matmul", "--adapters", "no-such-gpu"]),
+        "no adapter matches \"no-such-gpu\"",
+    );
+}
+
 fn bad_input_gets_one_line_errors() {
     one_line_error(&gangway(&["bench", "nosuch"]), "unknown suite \"nosuch\"");
-    if !common::devices().is_empty() {
-        one_line_error(
-            &gangway(&["bench", "matmul", "--adapters", "no-such-gpu"]),
-            "no adapter matches \"no-such-gpu\"",
-        );
-    }
     one_line_error(
         &gangway(&["bench", "pipeline", "--microbatches", "4,0"]),
         "--microbatches needs positive values, got [4, 0]",
@@ -329,15 +335,13 @@ fn bad_input_gets_one_line_errors() {
     one_line_error(&compare(&wrong, &ok), "does not match schema version 1");
 }
 
-#[test]
-fn a_terminal_gets_a_progress_bar() {
-    if common::devices().is_empty() {
-        return;
-    }
+/// The device's adapter alone, by `--adapters <index>`.
+fn a_terminal_gets_a_progress_bar(device: &Device) {
     // `script` (util-linux) runs the command on a pseudo-terminal.
     let command = format!(
-        "{} bench memory --quick --adapters 0",
-        env!("CARGO_BIN_EXE_gangway")
+        "{} bench memory --quick --adapters {}",
+        env!("CARGO_BIN_EXE_gangway"),
+        device.info().adapter
     );
     let Ok(out) = Command::new("script")
         .args(["-qec", &command, "/dev/null"])

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::{Adapters, case};
 use gangway::btm::experiment::{BtmModels, BtmOptions, evaluate};
 use gangway::btm::{EnsembleOptions, average, branch};
 use gangway::data::Corpus;
@@ -33,13 +34,15 @@ fn opts(steps: u32) -> TrainOptions {
     }
 }
 
-#[test]
-fn branches_train_without_transfers_and_merge() {
-    let devices = common::virtual_devices();
-    if devices.len() < 2 {
-        eprintln!("SKIPPING: BTM needs 2 devices");
-        return;
-    }
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: branches_train_without_transfers_and_merge),
+    ])
+}
+
+/// Two virtual devices of the adapter, one per domain.
+fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
     let devices = &devices[..2];
     let domains: Vec<(String, Corpus)> = ["prose", "code"]
         .iter()

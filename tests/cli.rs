@@ -1,11 +1,23 @@
-//! The `gangway` binary end to end: `pipeline` output, `bench dispatch` reports, and `--trace` files
-//! that pass the Chrome trace structure check.
+//! The `gangway` binary end to end: `pipeline` output, `bench dispatch` reports (on each adapter),
+//! and `--trace` files that pass the Chrome trace structure check.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, Span, case};
 use gangway::trace::chrome;
 use std::process::Command;
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(host: pipeline_prints_the_textbook_bubble_and_traces_the_simulation),
+        case!(host: bad_pipeline_parameters_are_clear_errors),
+        case!(device: bench_dispatch_writes_json_and_a_valid_trace),
+        case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
+        case!(adapters: train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint)
+            .span(Span::All),
+    ])
+}
 
 fn gangway(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
@@ -27,7 +39,6 @@ fn checked_trace(path: &std::path::Path) -> chrome::ChromeSummary {
     chrome::check(&json).unwrap()
 }
 
-#[test]
 fn pipeline_prints_the_textbook_bubble_and_traces_the_simulation() {
     let dir = std::env::temp_dir().join(format!("gangway-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -57,7 +68,6 @@ fn pipeline_prints_the_textbook_bubble_and_traces_the_simulation() {
     assert!(summary.flow_pairs > 0);
 }
 
-#[test]
 fn bad_pipeline_parameters_are_clear_errors() {
     let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args([
@@ -77,12 +87,10 @@ fn bad_pipeline_parameters_are_clear_errors() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-#[test]
-fn bench_dispatch_writes_json_and_a_valid_trace() {
-    if common::devices().is_empty() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("gangway-cli-bench-{}", std::process::id()));
+/// Two virtual devices of the device's adapter, by `--adapters <index>`.
+fn bench_dispatch_writes_json_and_a_valid_trace(device: &gangway::Device) {
+    let index = device.info().adapter.to_string();
+    let dir = common::scratch_path("cli-bench", device);
     std::fs::create_dir_all(&dir).unwrap();
     let (json, trace) = (dir.join("dispatch.json"), dir.join("trace.json"));
     let table = gangway(&[
@@ -91,7 +99,7 @@ fn bench_dispatch_writes_json_and_a_valid_trace() {
         "bench",
         "dispatch",
         "--adapters",
-        "0",
+        &index,
         "--runs",
         "2",
         "--samples",
@@ -121,11 +129,8 @@ fn bench_dispatch_writes_json_and_a_valid_trace() {
     );
 }
 
-#[test]
-fn pipeline_run_trains_on_devices_and_matches_one_device() {
-    if common::virtual_devices().len() < 2 {
-        return;
-    }
+/// The CLI picks its two devices from two virtual devices of every adapter.
+fn pipeline_run_trains_on_devices_and_matches_one_device(_: &Adapters) {
     let out = gangway(&[
         "--virtual-devices",
         "2",
@@ -148,11 +153,7 @@ fn pipeline_run_trains_on_devices_and_matches_one_device() {
     assert!(err < 1e-4, "{err_line}");
 }
 
-#[test]
-fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint() {
-    if common::devices().is_empty() {
-        return;
-    }
+fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters) {
     let dir = std::env::temp_dir().join(format!("gangway-cli-moe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ckpt = dir.join("moe.ckpt");

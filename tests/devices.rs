@@ -4,15 +4,27 @@
 
 mod common;
 
-use common::{devices, virtual_devices};
+use common::{Adapters, Need, Span, case};
 use gangway::device::{parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::Autotuner;
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
-use gangway::{DType, Error, Mesh, Rng, ShardedTensor, Sharding};
+use gangway::{DType, Device, Error, Mesh, Rng, ShardedTensor, Sharding};
 
-#[test]
-fn virtual_devices_split_every_adapter() {
-    let (one, two) = (devices(), virtual_devices());
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: virtual_devices_split_every_adapter),
+        case!(host: bad_settings_are_typed_errors),
+        case!(adapters: mesh_groups_follow_named_axes),
+        case!(adapters: sharded_tensors_round_trip_and_move_across_adapters)
+            .span(Span::EachAndCross),
+        case!(adapters: sharded_f16_tensors_round_trip).needs(Need::F16),
+        case!(device: sharded_upload_over_the_limit_is_refused),
+        case!(device: autotuner_measures_once_and_reuses_its_cache),
+    ])
+}
+
+fn virtual_devices_split_every_adapter(adapters: &Adapters) {
+    let (one, two) = (&adapters.mesh(1), &adapters.mesh(2));
     assert_eq!(two.len(), one.len() * 2);
     for pair in two.chunks(2) {
         assert_eq!(pair[0].info().adapter, pair[1].info().adapter);
@@ -32,7 +44,6 @@ fn virtual_devices_split_every_adapter() {
     }
 }
 
-#[test]
 fn bad_settings_are_typed_errors() {
     assert!(matches!(
         parse_backends("metal,warp"),
@@ -53,12 +64,9 @@ fn bad_settings_are_typed_errors() {
     assert!(msg.contains("mesa-vulkan-drivers"), "{msg}");
 }
 
-#[test]
-fn mesh_groups_follow_named_axes() {
-    let devs = virtual_devices();
-    if devs.len() < 4 {
-        return;
-    }
+/// Four virtual devices of the adapter.
+fn mesh_groups_follow_named_axes(adapters: &Adapters) {
+    let devs = adapters.mesh(4);
     let mesh = Mesh::new(devs[..4].to_vec(), &[("data", 2), ("expert", 2)]).unwrap();
     let experts = mesh.groups("expert").unwrap();
     assert_eq!(experts, vec![devs[0..2].to_vec(), devs[2..4].to_vec()]);
@@ -75,12 +83,9 @@ fn mesh_groups_follow_named_axes() {
     assert!(Mesh::new(devs[..3].to_vec(), &[("data", 2), ("expert", 2)]).is_err());
 }
 
-#[test]
-fn sharded_tensors_round_trip_and_move_across_adapters() {
-    let devs = virtual_devices();
-    if devs.is_empty() {
-        return;
-    }
+/// Two virtual devices of each adapter.
+fn sharded_tensors_round_trip_and_move_across_adapters(adapters: &Adapters) {
+    let devs = &adapters.mesh(2);
     let shape = [5, 7, 3];
     let data = Rng::new(5).vec(105);
     for sharding in [
@@ -96,24 +101,6 @@ fn sharded_tensors_round_trip_and_move_across_adapters() {
         let moved = t.copy_to(&reversed).unwrap();
         assert_eq!(moved.download().unwrap(), data, "{sharding:?} after copy");
     }
-    let f16_devices: Vec<_> = devs
-        .iter()
-        .filter(|d| d.supports(DType::F16))
-        .cloned()
-        .collect();
-    if !f16_devices.is_empty() {
-        let t = ShardedTensor::upload(
-            &f16_devices,
-            &data,
-            &shape,
-            DType::F16,
-            Sharding::Split { dim: 1 },
-        )
-        .unwrap();
-        for (g, w) in t.download().unwrap().iter().zip(&data) {
-            assert!((g - w).abs() < 1e-3);
-        }
-    }
     assert!(matches!(
         ShardedTensor::upload(devs, &data[..10], &shape, DType::F32, Sharding::Replicated),
         Err(Error::ShapeMismatch { .. })
@@ -123,10 +110,26 @@ fn sharded_tensors_round_trip_and_move_across_adapters() {
     );
 }
 
-#[test]
-fn sharded_upload_over_the_limit_is_refused() {
-    let devs = devices();
-    let Some(d) = devs.first() else { return };
+/// Split f16 shards on two virtual devices of an adapter with shader-f16.
+fn sharded_f16_tensors_round_trip(adapters: &Adapters) {
+    let f16_devices = &adapters.mesh(2);
+    let shape = [5, 7, 3];
+    let data = Rng::new(5).vec(105);
+    let t = ShardedTensor::upload(
+        f16_devices,
+        &data,
+        &shape,
+        DType::F16,
+        Sharding::Split { dim: 1 },
+    )
+    .unwrap();
+    for (g, w) in t.download().unwrap().iter().zip(&data) {
+        assert!((g - w).abs() < 1e-3);
+    }
+}
+
+fn sharded_upload_over_the_limit_is_refused(d: &Device) {
+    let devs = std::slice::from_ref(d);
     let limit = d.info().limits.max_storage_buffer_binding_size as usize;
     // A replicated tensor one element over the limit: refused before any allocation.
     let n = limit / 4 + 1;
@@ -136,12 +139,8 @@ fn sharded_upload_over_the_limit_is_refused() {
     assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
 }
 
-#[test]
-fn autotuner_measures_once_and_reuses_its_cache() {
-    let Some(device) = devices().first() else {
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("gangway-autotune-{}", std::process::id()));
+fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {
+    let dir = common::scratch_path("autotune", device);
     let path = dir.join("autotune.json");
     let _ = std::fs::remove_dir_all(&dir);
     let shape = MatmulShape::plain(40, 48, 36, DType::F32);

@@ -5,10 +5,22 @@
 
 mod common;
 
-use common::{assert_close, devices};
+use common::{Adapters, assert_close, case};
 use gangway::kernels::lm_train::{self as lt, AdamConfig, RouterLoss};
 use gangway::kernels::router::{self, RouterConfig, route};
 use gangway::{DType, Device, Error, Rng, Tensor};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: embedding_gather_and_grad_match_the_reference),
+        case!(device: cross_entropy_and_logsumexp_match_the_reference),
+        case!(device: cross_entropy_ignores_rows_whose_target_is_out_of_range),
+        case!(device: moe_backward_kernels_match_the_reference),
+        case!(device: expert_weight_grad_matches_the_reference),
+        case!(device: adam_matches_the_reference_over_several_steps),
+        case!(adapters: bad_inputs_are_typed_errors),
+    ])
+}
 
 fn up(device: &Device, shape: &[usize], data: &[f32]) -> Tensor {
     Tensor::from_f32(device, shape, DType::F32, data).unwrap()
@@ -18,62 +30,53 @@ fn ids(rng: &mut Rng, n: usize, bound: usize) -> Vec<u32> {
     (0..n).map(|_| rng.below(bound) as u32).collect()
 }
 
-#[test]
-fn embedding_gather_and_grad_match_the_reference() {
-    for device in devices() {
-        for (t, c, e) in [(1, 1, 1), (37, 3, 5), (130, 4, 7)] {
-            let mut rng = Rng::new((t * c * e) as u64);
-            let ctx = ids(&mut rng, t * c, 256);
-            let table = rng.vec(256 * e);
-            let ctx_t = Tensor::from_u32(device, &[t, c], &ctx).unwrap();
-            let x = lt::embed_gather(&ctx_t, &up(device, &[256, e], &table)).unwrap();
-            assert_eq!(x.shape(), &[t, c * e]);
-            let want = lt::embed_gather_reference(&ctx, &table, e).unwrap();
-            assert_close("embed_gather", &x.to_f32().unwrap(), &want, 0.0);
+fn embedding_gather_and_grad_match_the_reference(device: &Device) {
+    for (t, c, e) in [(1, 1, 1), (37, 3, 5), (130, 4, 7)] {
+        let mut rng = Rng::new((t * c * e) as u64);
+        let ctx = ids(&mut rng, t * c, 256);
+        let table = rng.vec(256 * e);
+        let ctx_t = Tensor::from_u32(device, &[t, c], &ctx).unwrap();
+        let x = lt::embed_gather(&ctx_t, &up(device, &[256, e], &table)).unwrap();
+        assert_eq!(x.shape(), &[t, c * e]);
+        let want = lt::embed_gather_reference(&ctx, &table, e).unwrap();
+        assert_close("embed_gather", &x.to_f32().unwrap(), &want, 0.0);
 
-            let dx = rng.vec(t * c * e);
-            let got = lt::embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), 256).unwrap();
-            let want = lt::embed_grad_reference(&ctx, &dx, 256, e).unwrap();
-            assert_close("embed_grad", &got.to_f32().unwrap(), &want, 1e-5);
-        }
+        let dx = rng.vec(t * c * e);
+        let got = lt::embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), 256).unwrap();
+        let want = lt::embed_grad_reference(&ctx, &dx, 256, e).unwrap();
+        assert_close("embed_grad", &got.to_f32().unwrap(), &want, 1e-5);
     }
 }
 
-#[test]
-fn cross_entropy_and_logsumexp_match_the_reference() {
-    for device in devices() {
-        for (t, v) in [(1, 256), (37, 256), (300, 256), (9, 3)] {
-            let mut rng = Rng::new(t as u64);
-            // Large logits: the stable form must not overflow.
-            let logits: Vec<f32> = rng.vec(t * v).iter().map(|x| x * 40.0).collect();
-            let targets = ids(&mut rng, t, v);
-            let got = lt::cross_entropy(
-                &up(device, &[t, v], &logits),
-                &Tensor::from_u32(device, &[t], &targets).unwrap(),
-            )
-            .unwrap();
-            let (loss, grad) = lt::cross_entropy_reference(&logits, &targets, v).unwrap();
-            assert_close("ce loss", &got.loss.to_f32().unwrap(), &loss, 1e-5);
-            assert_close("ce grad", &got.d_logits.to_f32().unwrap(), &grad, 1e-6);
-            assert!(loss.iter().all(|l| l.is_finite() && *l >= 0.0));
+fn cross_entropy_and_logsumexp_match_the_reference(device: &Device) {
+    for (t, v) in [(1, 256), (37, 256), (300, 256), (9, 3)] {
+        let mut rng = Rng::new(t as u64);
+        // Large logits: the stable form must not overflow.
+        let logits: Vec<f32> = rng.vec(t * v).iter().map(|x| x * 40.0).collect();
+        let targets = ids(&mut rng, t, v);
+        let got = lt::cross_entropy(
+            &up(device, &[t, v], &logits),
+            &Tensor::from_u32(device, &[t], &targets).unwrap(),
+        )
+        .unwrap();
+        let (loss, grad) = lt::cross_entropy_reference(&logits, &targets, v).unwrap();
+        assert_close("ce loss", &got.loss.to_f32().unwrap(), &loss, 1e-5);
+        assert_close("ce grad", &got.d_logits.to_f32().unwrap(), &grad, 1e-6);
+        assert!(loss.iter().all(|l| l.is_finite() && *l >= 0.0));
 
-            let lse = lt::row_logsumexp(&up(device, &[t, v], &logits)).unwrap();
-            let want = lt::row_logsumexp_reference(&logits, v);
-            assert_close("logsumexp", &lse.to_f32().unwrap(), &want, 1e-5);
-        }
+        let lse = lt::row_logsumexp(&up(device, &[t, v], &logits)).unwrap();
+        let want = lt::row_logsumexp_reference(&logits, v);
+        assert_close("logsumexp", &lse.to_f32().unwrap(), &want, 1e-5);
     }
 }
 
-#[test]
-fn cross_entropy_ignores_rows_whose_target_is_out_of_range() {
-    for device in devices() {
-        let logits = up(device, &[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
-        let targets = Tensor::from_u32(device, &[2], &[1, 3]).unwrap();
-        let got = lt::cross_entropy(&logits, &targets).unwrap();
-        let loss = got.loss.to_f32().unwrap();
-        assert!(loss[0] > 0.0 && loss[1] == 0.0);
-        assert_eq!(&got.d_logits.to_f32().unwrap()[3..], &[0.0; 3]);
-    }
+fn cross_entropy_ignores_rows_whose_target_is_out_of_range(device: &Device) {
+    let logits = up(device, &[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    let targets = Tensor::from_u32(device, &[2], &[1, 3]).unwrap();
+    let got = lt::cross_entropy(&logits, &targets).unwrap();
+    let loss = got.loss.to_f32().unwrap();
+    assert!(loss[0] > 0.0 && loss[1] == 0.0);
+    assert_eq!(&got.d_logits.to_f32().unwrap()[3..], &[0.0; 3]);
     assert!(lt::cross_entropy_reference(&[0.0; 3], &[3], 3).is_err());
 }
 
@@ -142,93 +145,83 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
     );
 }
 
-#[test]
-fn moe_backward_kernels_match_the_reference() {
-    for device in devices() {
-        eprintln!("lm_train kernels on {}", device.label());
-        for (tokens, experts, k, factor, normalize, d) in [
-            (1, 2, 1, 1.0, true, 1),
-            (45, 5, 1, 1.0, true, 19),
-            (45, 5, 2, 1.0, true, 19),
-            (45, 5, 2, 1.5, false, 7),
-            (300, 7, 2, 0.75, true, 3),
-        ] {
-            let cfg = RouterConfig {
-                experts,
-                k,
-                capacity_factor: factor,
-                normalize_gates: normalize,
-            };
-            check_moe_backward(device, tokens, cfg, d, false);
-        }
-        // The real router's buffers (routes and stats) bind as well as uploaded ones.
+fn moe_backward_kernels_match_the_reference(device: &Device) {
+    eprintln!("lm_train kernels on {}", device.label());
+    for (tokens, experts, k, factor, normalize, d) in [
+        (1, 2, 1, 1.0, true, 1),
+        (45, 5, 1, 1.0, true, 19),
+        (45, 5, 2, 1.0, true, 19),
+        (45, 5, 2, 1.5, false, 7),
+        (300, 7, 2, 0.75, true, 3),
+    ] {
         let cfg = RouterConfig {
-            experts: 4,
-            k: 2,
-            capacity_factor: 1.0,
-            normalize_gates: true,
+            experts,
+            k,
+            capacity_factor: factor,
+            normalize_gates: normalize,
         };
-        check_moe_backward(device, 77, cfg, 11, true);
+        check_moe_backward(device, tokens, cfg, d, false);
     }
-}
-
-#[test]
-fn expert_weight_grad_matches_the_reference() {
-    for device in devices() {
-        // Equal slot blocks, and uneven all-to-all groups with an empty one and unused tail rows.
-        let cases: [(&[u32], usize, usize, usize); 4] = [
-            (&[0, 1], 1, 1, 1),
-            (&[0, 7, 14, 21], 21, 5, 9),
-            (&[0, 40, 40, 97, 130], 140, 17, 20),
-            (&[0, 3], 300, 2, 3),
-        ];
-        for (offsets, rows, inner, n) in cases {
-            let mut rng = Rng::new((rows * inner * n) as u64);
-            let a = rng.vec(rows * inner);
-            let b = rng.vec(rows * n);
-            let got = lt::expert_weight_grad(
-                &up(device, &[rows, inner], &a),
-                &up(device, &[rows, n], &b),
-                offsets,
-            )
-            .unwrap();
-            assert_eq!(got.shape(), &[offsets.len() - 1, inner, n]);
-            let want = lt::expert_weight_grad_reference(&a, &b, offsets, inner, n);
-            assert_close("expert_weight_grad", &got.to_f32().unwrap(), &want, 1e-5);
-        }
-    }
-}
-
-#[test]
-fn adam_matches_the_reference_over_several_steps() {
-    for device in devices() {
-        for len in [1usize, 257, 1000] {
-            let mut rng = Rng::new(len as u64);
-            let mut p = rng.vec(len);
-            let (mut m, mut v) = (vec![0.0; len], vec![0.0; len]);
-            let (pt, mt, vt) = (
-                up(device, &[len], &p),
-                up(device, &[len], &m),
-                up(device, &[len], &v),
-            );
-            let cfg = AdamConfig::new(0.01);
-            for step in 1..=3 {
-                let g = rng.vec(len);
-                lt::adam(&pt, &mt, &vt, &up(device, &[len], &g), cfg, step).unwrap();
-                lt::adam_reference(&mut p, &mut m, &mut v, &g, cfg, step).unwrap();
-            }
-            assert_close("adam param", &pt.to_f32().unwrap(), &p, 1e-5);
-            assert_close("adam m", &mt.to_f32().unwrap(), &m, 1e-6);
-            assert_close("adam v", &vt.to_f32().unwrap(), &v, 1e-6);
-        }
-    }
-}
-
-#[test]
-fn bad_inputs_are_typed_errors() {
-    let Some(device) = devices().first() else {
-        return;
+    // The real router's buffers (routes and stats) bind as well as uploaded ones.
+    let cfg = RouterConfig {
+        experts: 4,
+        k: 2,
+        capacity_factor: 1.0,
+        normalize_gates: true,
     };
+    check_moe_backward(device, 77, cfg, 11, true);
+}
+
+fn expert_weight_grad_matches_the_reference(device: &Device) {
+    // Equal slot blocks, and uneven all-to-all groups with an empty one and unused tail rows.
+    let cases: [(&[u32], usize, usize, usize); 4] = [
+        (&[0, 1], 1, 1, 1),
+        (&[0, 7, 14, 21], 21, 5, 9),
+        (&[0, 40, 40, 97, 130], 140, 17, 20),
+        (&[0, 3], 300, 2, 3),
+    ];
+    for (offsets, rows, inner, n) in cases {
+        let mut rng = Rng::new((rows * inner * n) as u64);
+        let a = rng.vec(rows * inner);
+        let b = rng.vec(rows * n);
+        let got = lt::expert_weight_grad(
+            &up(device, &[rows, inner], &a),
+            &up(device, &[rows, n], &b),
+            offsets,
+        )
+        .unwrap();
+        assert_eq!(got.shape(), &[offsets.len() - 1, inner, n]);
+        let want = lt::expert_weight_grad_reference(&a, &b, offsets, inner, n);
+        assert_close("expert_weight_grad", &got.to_f32().unwrap(), &want, 1e-5);
+    }
+}
+
+fn adam_matches_the_reference_over_several_steps(device: &Device) {
+    for len in [1usize, 257, 1000] {
+        let mut rng = Rng::new(len as u64);
+        let mut p = rng.vec(len);
+        let (mut m, mut v) = (vec![0.0; len], vec![0.0; len]);
+        let (pt, mt, vt) = (
+            up(device, &[len], &p),
+            up(device, &[len], &m),
+            up(device, &[len], &v),
+        );
+        let cfg = AdamConfig::new(0.01);
+        for step in 1..=3 {
+            let g = rng.vec(len);
+            lt::adam(&pt, &mt, &vt, &up(device, &[len], &g), cfg, step).unwrap();
+            lt::adam_reference(&mut p, &mut m, &mut v, &g, cfg, step).unwrap();
+        }
+        assert_close("adam param", &pt.to_f32().unwrap(), &p, 1e-5);
+        assert_close("adam m", &mt.to_f32().unwrap(), &m, 1e-6);
+        assert_close("adam v", &vt.to_f32().unwrap(), &v, 1e-6);
+    }
+}
+
+/// On two virtual devices of the adapter: the second is the other device of a device mismatch.
+fn bad_inputs_are_typed_errors(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let device = &devices[0];
     let f = |shape: &[usize]| Tensor::zeros(device, shape, DType::F32).unwrap();
     let u = |shape: &[usize]| Tensor::zeros(device, shape, DType::U32).unwrap();
     let shape_err = |r: gangway::Result<Tensor>| matches!(r, Err(Error::ShapeMismatch { .. }));
@@ -311,13 +304,11 @@ fn bad_inputs_are_typed_errors() {
         lt::adam(&p, &m, &v, &f(&[5]), adam, 1),
         Err(Error::ShapeMismatch { .. })
     ));
-    if let Some(other) = devices().get(1) {
-        let g2 = Tensor::zeros(other, &[4], DType::F32).unwrap();
-        assert!(matches!(
-            lt::adam(&p, &m, &v, &g2, adam, 1),
-            Err(Error::DeviceMismatch { .. })
-        ));
-    }
+    let g2 = Tensor::zeros(&devices[1], &[4], DType::F32).unwrap();
+    assert!(matches!(
+        lt::adam(&p, &m, &v, &g2, adam, 1),
+        Err(Error::DeviceMismatch { .. })
+    ));
 
     assert!(lt::embed_gather_reference(&[256], &[0.0; 256 * 2], 2).is_err());
     assert!(lt::embed_grad_reference(&[1], &[0.0; 3], 256, 2).is_err());

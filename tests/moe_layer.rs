@@ -1,19 +1,23 @@
-//! The main demo's layer, end to end over a mesh spanning adapters and virtual devices.
+//! The main demo's layer, end to end over virtual devices of each adapter, and over a mesh spanning
+//! adapters and virtual devices.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::virtual_devices;
+use common::{Adapters, Span, case};
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
 
-#[test]
-fn expert_parallel_layer_matches_the_cpu_reference() {
-    let devices = virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: expert_parallel_layer_matches_the_cpu_reference).span(Span::EachAndCross),
+    ])
+}
+
+/// Two virtual devices of each adapter.
+fn expert_parallel_layer_matches_the_cpu_reference(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let experts = devices.len() * 2;
     let cfg = MoeLayerConfig {
         tokens_per_device: 37,

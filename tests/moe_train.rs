@@ -1,10 +1,12 @@
 //! The GPU trainer of the MoE language model against the plain-Rust reference: one device's
 //! gradients and steps, 4 devices (expert- and data-parallel) against 1 device with the same
-//! routing groups, capacity drops under forced imbalance, and bad inputs.
+//! routing groups, capacity drops under forced imbalance, and bad inputs, on each adapter (its
+//! virtual devices for the meshes).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, case};
 use gangway::kernels::lm_train::AdamConfig;
 use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
@@ -13,6 +15,17 @@ use gangway::moe::{
 use gangway::trace::Tracer;
 use gangway::{Device, Rng};
 use std::time::Instant;
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: one_device_matches_the_reference),
+        case!(adapters: four_devices_follow_one_device_with_four_groups),
+        case!(adapters: capacity_drops_match_the_reference_router),
+        case!(device: bad_inputs_are_errors),
+        case!(adapters: eight_devices_follow_one_device_with_eight_groups),
+        case!(adapters: a_checkpointed_run_resumes_where_it_stopped),
+    ])
+}
 
 fn config() -> MoeLmConfig {
     MoeLmConfig {
@@ -45,14 +58,6 @@ fn batch(cfg: &MoeLmConfig, tokens: usize, rng: &mut Rng) -> (Vec<u32>, Vec<u32>
     (ctx, tgt)
 }
 
-fn first_device() -> Option<Device> {
-    let d = common::devices().first().cloned();
-    if d.is_none() {
-        eprintln!("SKIPPING: no GPU adapter");
-    }
-    d
-}
-
 /// max |got − want| / max |want|.
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
@@ -64,9 +69,7 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     f64::from(err / scale)
 }
 
-#[test]
-fn one_device_matches_the_reference() {
-    let Some(device) = first_device() else { return };
+fn one_device_matches_the_reference(device: &Device) {
     let cfg = config();
     let params = MoeLmParams::init(cfg).unwrap();
     let mut rng = Rng::new(1);
@@ -75,7 +78,7 @@ fn one_device_matches_the_reference() {
     let t0 = Instant::now();
     for groups in [1, 2] {
         let trainer =
-            GpuTrainer::with_groups(std::slice::from_ref(&device), &params, adam, groups).unwrap();
+            GpuTrainer::with_groups(std::slice::from_ref(device), &params, adam, groups).unwrap();
         let (want_fwd, want) = loss_and_grads_grouped(&params, &ctx, &tgt, groups).unwrap();
         let got = trainer.grads(&ctx, &tgt).unwrap();
         for (spec, (g, w)) in cfg
@@ -91,7 +94,7 @@ fn one_device_matches_the_reference() {
     }
 
     // Three Adam steps: the same losses, stats and parameters as the reference's.
-    let mut trainer = GpuTrainer::new(std::slice::from_ref(&device), &params, adam).unwrap();
+    let mut trainer = GpuTrainer::new(std::slice::from_ref(device), &params, adam).unwrap();
     let mut ref_params = params.clone();
     let mut ref_adam = Adam::new(&params, adam).unwrap();
     for step in 1..=3u32 {
@@ -139,13 +142,9 @@ fn one_device_matches_the_reference() {
     );
 }
 
-#[test]
-fn four_devices_follow_one_device_with_four_groups() {
-    let devices = common::virtual_devices();
-    if devices.len() < 4 {
-        eprintln!("SKIPPING: {} devices, need 4", devices.len());
-        return;
-    }
+/// Four virtual devices of the adapter.
+fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
     let mesh = &devices[..4];
     let cfg = config();
     let params = MoeLmParams::init(cfg).unwrap();
@@ -198,9 +197,9 @@ fn four_devices_follow_one_device_with_four_groups() {
             .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(err < 0.1 * adam.lr, "{}: max |Δ| {err}", spec.name);
     }
-    // Phases and stats became events on every device.
+    // Phases and stats became events on every device (by id: the GL adapter's do not start at 0).
     let events = tracer.events();
-    for device in 0..4 {
+    for device in mesh.iter().map(Device::id) {
         for phase in [
             "forward",
             "backward",
@@ -221,9 +220,9 @@ fn four_devices_follow_one_device_with_four_groups() {
     }
 }
 
-#[test]
-fn capacity_drops_match_the_reference_router() {
-    let Some(device) = first_device() else { return };
+/// The adapter's device alone, and meshes of two and four of its virtual devices.
+fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
+    let device = adapters.device().clone();
     let cfg = MoeLmConfig {
         capacity_factor: 1.0,
         ..config()
@@ -238,13 +237,9 @@ fn capacity_drops_match_the_reference_router() {
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let adam = AdamConfig::new(0.01);
     let mut meshes: Vec<(Vec<Device>, usize)> = vec![(vec![device.clone()], 1), (vec![device], 4)];
-    let virt = common::virtual_devices();
-    if virt.len() >= 4 {
-        meshes.push((virt[..4].to_vec(), 4));
-    }
-    if virt.len() >= 2 {
-        meshes.push((virt[..2].to_vec(), 2));
-    }
+    let virt = adapters.mesh(4);
+    meshes.push((virt[..4].to_vec(), 4));
+    meshes.push((virt[..2].to_vec(), 2));
     for (mesh, groups) in meshes {
         let want = forward_grouped(&params, &ctx, &tgt, groups).unwrap();
         let mut trainer = GpuTrainer::with_groups(&mesh, &params, adam, groups).unwrap();
@@ -273,13 +268,11 @@ fn capacity_drops_match_the_reference_router() {
     }
 }
 
-#[test]
-fn bad_inputs_are_errors() {
-    let Some(device) = first_device() else { return };
+fn bad_inputs_are_errors(device: &Device) {
     let cfg = config();
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
-    let one = std::slice::from_ref(&device);
+    let one = std::slice::from_ref(device);
     // Experts not divisible by the devices, groups not by the devices, no devices, bad Adam.
     let three = vec![device.clone(), device.clone(), device.clone()];
     assert!(GpuTrainer::new(&three, &params, adam).is_err());
@@ -315,20 +308,9 @@ fn bad_inputs_are_errors() {
     assert_eq!(trainer.step(&ctx, &tgt).unwrap().step, 1);
 }
 
-#[test]
-fn eight_devices_follow_one_device_with_eight_groups() {
-    let mut opts = gangway::DiscoveryOptions::from_env().unwrap();
-    opts.virtual_devices = 4;
-    let devices = match gangway::discover(&opts) {
-        Ok(d) if d.len() >= 8 => d,
-        found => {
-            eprintln!(
-                "SKIPPING: need 8 (virtual) devices, found {:?}",
-                found.map(|d| d.len())
-            );
-            return;
-        }
-    };
+/// Eight virtual devices of the adapter.
+fn eight_devices_follow_one_device_with_eight_groups(adapters: &Adapters) {
+    let devices = adapters.mesh(8);
     let cfg = MoeLmConfig {
         experts: 8,
         top_k: 1,
@@ -358,21 +340,10 @@ fn eight_devices_follow_one_device_with_eight_groups() {
     assert!((ea - eb).abs() < 1e-4 * ea, "{ea} vs {eb}");
 }
 
-#[test]
-fn a_checkpointed_run_resumes_where_it_stopped() {
-    // 2 devices → 4 when 4 (virtual) devices exist, else 1 → 2 or 1 → 1; groups stay 4.
-    let mut opts = gangway::DiscoveryOptions::from_env().unwrap();
-    opts.virtual_devices = 4;
-    let devices = gangway::discover(&opts).unwrap_or_default();
-    let (before, after) = match devices.len() {
-        0 => {
-            eprintln!("SKIPPING: no GPU adapter");
-            return;
-        }
-        1 => (&devices[..1], &devices[..1]),
-        2 | 3 => (&devices[..1], &devices[..2]),
-        _ => (&devices[..2], &devices[..4]),
-    };
+/// 2 virtual devices of the adapter → 4; groups stay 4.
+fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let (before, after) = (&devices[..2], &devices[..4]);
     let t0 = Instant::now();
     let cfg = config();
     let params = MoeLmParams::init(cfg).unwrap();
@@ -394,7 +365,7 @@ fn a_checkpointed_run_resumes_where_it_stopped() {
     let ckpt = first.checkpoint().unwrap();
     assert_eq!((ckpt.step, ckpt.groups, ckpt.adam), (3, 4, adam));
     assert!(ckpt.v.tensors.iter().flatten().any(|&x| x > 0.0));
-    let dir = std::env::temp_dir().join(format!("gangway-ckpt-{}", std::process::id()));
+    let dir = common::scratch_path("ckpt", &devices[0]);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.gwckpt");
     ckpt.save(&path).unwrap();

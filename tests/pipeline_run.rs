@@ -1,15 +1,23 @@
-//! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices, takes the
-//! same SGD step as one device accumulating gradients over the same microbatches; the bubble is
-//! measured from the trace and compared with the simulator fed the run's own op times.
+//! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices of an adapter,
+//! takes the same SGD step as one device accumulating gradients over the same microbatches; the
+//! bubble is measured from the trace and compared with the simulator fed the run's own op times.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, case};
 use gangway::pipeline::{
     Microbatch, Mlp, MlpConfig, Schedule, ScheduleKind, bubble_formula, execute, timeline,
 };
 use gangway::trace::{FlowRole, Lane, Tracer, chrome};
 use gangway::{Error, Rng};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: every_schedule_matches_single_device_gradient_accumulation),
+        case!(adapters: bad_inputs_are_clear_errors),
+    ])
+}
 
 const WIDTHS: [usize; 9] = [24, 32, 32, 32, 32, 16, 16, 16, 8];
 const ROWS: usize = 5;
@@ -42,23 +50,14 @@ fn chunks(kind: ScheduleKind) -> usize {
     }
 }
 
-#[test]
-fn every_schedule_matches_single_device_gradient_accumulation() {
-    let devices = common::virtual_devices();
-    if devices.len() < 2 {
-        eprintln!("SKIPPING: {} devices, need 2", devices.len());
-        return;
-    }
+fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
     let names: Vec<String> = devices.iter().map(|d| d.label()).collect();
     println!("devices: {names:?}");
     let mlp = model();
     let batch = batch(M);
     let want = mlp.reference_step(&batch, LR).unwrap();
     for p in [2, 4] {
-        if devices.len() < p {
-            eprintln!("SKIPPING p={p}: only {} devices", devices.len());
-            continue;
-        }
         for kind in ScheduleKind::ALL {
             let v = chunks(kind);
             let schedule = Schedule::new(kind, p, M, v).unwrap();
@@ -128,12 +127,9 @@ fn every_schedule_matches_single_device_gradient_accumulation() {
     }
 }
 
-#[test]
-fn bad_inputs_are_clear_errors() {
-    let devices = common::virtual_devices();
-    if devices.len() < 2 {
-        return;
-    }
+/// Two virtual devices of the adapter.
+fn bad_inputs_are_clear_errors(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
     let mlp = model();
     let batch = batch(M);
     let tracer = Tracer::off();

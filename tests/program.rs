@@ -1,14 +1,23 @@
 //! Programs on the runtime: Pathways Fig. 4's chain, collectives, both dispatch modes, on every
-//! adapter (two virtual devices each).
+//! adapter (two virtual devices each) and across adapters.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, Span, case};
 use gangway::kernels::elementwise::{ElementwiseOp, reference};
 use gangway::program::{CompileOptions, Program, ProgramBuilder};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{Device, Rng};
 use std::sync::Arc;
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: fig4_chain_matches_the_host_in_both_modes).span(Span::EachAndCross),
+        case!(adapters: collectives_match_the_host).span(Span::EachAndCross),
+        case!(device: wrong_arguments_are_errors),
+    ])
+}
 
 const MODES: [DispatchMode; 2] = [DispatchMode::Sequential, DispatchMode::Parallel];
 
@@ -23,13 +32,10 @@ fn compile(p: &Program, devices: &[Device]) -> Arc<gangway::program::Executable>
     Arc::new(p.compile(devices, CompileOptions::default()).unwrap())
 }
 
-/// A → B → C, each on the next device (wrapping), with a length that is not a multiple of 256.
-#[test]
-fn fig4_chain_matches_the_host_in_both_modes() {
-    let devices = common::virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+/// A → B → C, each on the next device (wrapping), with a length that is not a multiple of 256, on
+/// two virtual devices of each adapter.
+fn fig4_chain_matches_the_host_in_both_modes(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let n = devices.len();
     let len = 1000;
     let mut p = ProgramBuilder::new("fig4");
@@ -72,13 +78,10 @@ fn fig4_chain_matches_the_host_in_both_modes() {
     }
 }
 
-/// All-to-all then all-reduce over every device, and a sharded add, against host references.
-#[test]
-fn collectives_match_the_host() {
-    let devices = common::virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+/// All-to-all then all-reduce over every device (two virtual devices of each adapter), and a
+/// sharded add, against host references.
+fn collectives_match_the_host(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let n = devices.len();
     let gang: Vec<usize> = (0..n).collect();
     let shard = 6 * n; // chunks of 6
@@ -123,12 +126,8 @@ fn collectives_match_the_host() {
     }
 }
 
-#[test]
-fn wrong_arguments_are_errors() {
-    let devices = common::devices();
-    if devices.is_empty() {
-        return;
-    }
+fn wrong_arguments_are_errors(device: &Device) {
+    let devices = std::slice::from_ref(device);
     let mut p = ProgramBuilder::new("one");
     let x = p.arg(&[0], 8);
     p.result(x);

@@ -4,11 +4,21 @@
 
 mod common;
 
-use common::{assert_close, devices};
+use common::{assert_close, case};
 use gangway::kernels::moe_dispatch::{combine, dispatch, reference_combine, reference_dispatch};
 use gangway::kernels::router::{self, RouterConfig, load_balancing_loss, route};
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: router_dispatch_combine_match_reference),
+        case!(device: forced_imbalance_drops_exactly_what_the_reference_drops),
+        case!(device: ties_pick_the_lowest_expert),
+        case!(device: bad_router_input_is_a_typed_error),
+        case!(host: capacity_is_ceil_of_tokens_over_experts_times_factor),
+    ])
+}
 
 fn config(experts: usize, k: usize, capacity_factor: f32) -> RouterConfig {
     RouterConfig {
@@ -81,24 +91,18 @@ fn check_routing(
     want.dropped()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
-
-    #[test]
-    fn router_dispatch_combine_match_reference(
+fn router_dispatch_combine_match_reference(device: &Device) {
+    proptest!(common::proptest_config(8), |(
         tokens in 1usize..600, experts in 2usize..12, k in 1usize..=2,
         capacity_factor in 0.5f32..2.0, d in 1usize..40, seed: u64,
-    ) {
+    )| {
         let mut rng = Rng::new(seed);
         let logits: Vec<f32> = (0..tokens * experts).map(|_| rng.symmetric() * 3.0).collect();
-        for device in devices() {
-            check_routing(device, &logits, tokens, config(experts, k, capacity_factor), d);
-        }
-    }
+        check_routing(device, &logits, tokens, config(experts, k, capacity_factor), d);
+    });
 }
 
-#[test]
-fn forced_imbalance_drops_exactly_what_the_reference_drops() {
+fn forced_imbalance_drops_exactly_what_the_reference_drops(device: &Device) {
     // Capacity factor 1.0 and every token preferring expert 0: all but `capacity` first choices of
     // expert 0 are dropped; second choices spread over the rest.
     let (tokens, experts) = (300, 4);
@@ -112,48 +116,39 @@ fn forced_imbalance_drops_exactly_what_the_reference_drops() {
             }
         })
         .collect();
-    for device in devices() {
-        for k in [1, 2] {
-            let dropped = check_routing(device, &logits, tokens, config(experts, k, 1.0), 8);
-            // Expert 0 keeps `capacity` of the 300 first choices (75 for top-1, 150 for top-2).
-            let capacity = config(experts, k, 1.0).capacity(tokens);
-            assert_eq!(capacity, 75 * k);
-            assert!(dropped >= tokens - capacity, "k={k}: dropped {dropped}");
-        }
+    for k in [1, 2] {
+        let dropped = check_routing(device, &logits, tokens, config(experts, k, 1.0), 8);
+        // Expert 0 keeps `capacity` of the 300 first choices (75 for top-1, 150 for top-2).
+        let capacity = config(experts, k, 1.0).capacity(tokens);
+        assert_eq!(capacity, 75 * k);
+        assert!(dropped >= tokens - capacity, "k={k}: dropped {dropped}");
     }
 }
 
-#[test]
-fn ties_pick_the_lowest_expert_on_every_device() {
+fn ties_pick_the_lowest_expert(device: &Device) {
     let logits = vec![1.0f32; 7 * 5];
-    for device in devices() {
-        check_routing(device, &logits, 7, config(5, 2, 1.0), 4);
+    check_routing(device, &logits, 7, config(5, 2, 1.0), 4);
+}
+
+fn bad_router_input_is_a_typed_error(device: &Device) {
+    let logits = Tensor::zeros(device, &[10, 4], DType::F32).unwrap();
+    for (cfg, why) in [
+        (config(4, 3, 1.0), "k > 2"),
+        (config(1, 2, 1.0), "k > experts"),
+        (config(4, 1, 0.0), "capacity factor 0"),
+        (config(5, 1, 1.0), "logits are not [tokens, 5]"),
+    ] {
+        let err = route(&logits, cfg).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument { .. } | Error::ShapeMismatch { .. }
+            ),
+            "{why}: {err}"
+        );
     }
 }
 
-#[test]
-fn bad_router_input_is_a_typed_error() {
-    for device in devices() {
-        let logits = Tensor::zeros(device, &[10, 4], DType::F32).unwrap();
-        for (cfg, why) in [
-            (config(4, 3, 1.0), "k > 2"),
-            (config(1, 2, 1.0), "k > experts"),
-            (config(4, 1, 0.0), "capacity factor 0"),
-            (config(5, 1, 1.0), "logits are not [tokens, 5]"),
-        ] {
-            let err = route(&logits, cfg).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidArgument { .. } | Error::ShapeMismatch { .. }
-                ),
-                "{why}: {err}"
-            );
-        }
-    }
-}
-
-#[test]
 fn capacity_is_ceil_of_tokens_over_experts_times_factor() {
     assert_eq!(config(8, 1, 1.25).capacity(100), 16); // 15.625
     assert_eq!(config(4, 1, 1.0).capacity(300), 75);

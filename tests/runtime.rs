@@ -1,9 +1,11 @@
 //! The runtime under load and under faults: gang order across concurrent clients, memory budgets,
-//! lost devices, proportional shares, and traces.
+//! lost devices, proportional shares, and traces, on the virtual devices of each adapter (and
+//! across adapters for gang order and traces).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, Span, case};
 use gangway::device::WhenFull;
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{
@@ -11,19 +13,33 @@ use gangway::sched::{
     SliceRequest,
 };
 use gangway::trace::{Clock, EventKind, Tracer, chrome};
-use gangway::{DiscoveryOptions, Error, Rng, discover};
+use gangway::{Device, DiscoveryOptions, Error, Rng};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn fresh_devices(tweak: impl FnOnce(&mut DiscoveryOptions)) -> Vec<gangway::Device> {
-    if common::devices().is_empty() {
-        return Vec::new();
-    }
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order)
+            .span(Span::EachAndCross),
+        case!(device: proportional_shares_split_admissions),
+        case!(adapters: over_budget_compiles_fail_clearly_or_wait_for_memory),
+        case!(adapters: a_lost_device_fails_its_programs_and_spares_the_others),
+        case!(adapters: traces_export_to_valid_chrome_json).span(Span::EachAndCross),
+        case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
+        case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
+    ])
+}
+
+/// New devices of `adapters`, two virtual devices each unless `tweak` says otherwise.
+fn fresh_devices(
+    adapters: &Adapters,
+    tweak: impl FnOnce(&mut DiscoveryOptions),
+) -> Vec<gangway::Device> {
     let mut opts = DiscoveryOptions::from_env().unwrap();
     opts.virtual_devices = 2;
     tweak(&mut opts);
-    discover(&opts).unwrap()
+    adapters.discover(&opts)
 }
 
 /// `x * 2 + c`, then an all-to-all over the gang: the exchange a client's program does.
@@ -86,12 +102,9 @@ fn assert_consistent_order(order: &[Vec<GangRecord>]) {
     assert!(pairs > 0, "the test must exercise gangs that share devices");
 }
 
-#[test]
-fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order() {
-    let devices = common::virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+/// Two virtual devices of each adapter.
+fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let n = devices.len();
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
     // Overlapping gangs: pairs that share a device, and one over everything.
@@ -146,12 +159,8 @@ fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order() {
 }
 
 /// Under proportional shares 1:2:4:8 and a backlog from every client, admissions split 1:2:4:8.
-#[test]
-fn proportional_shares_split_admissions() {
-    let devices = common::devices();
-    if devices.is_empty() {
-        return;
-    }
+fn proportional_shares_split_admissions(device: &Device) {
+    let devices = std::slice::from_ref(device);
     let runtime = Runtime::new(
         devices.to_vec(),
         RuntimeOptions {
@@ -214,12 +223,8 @@ fn proportional_shares_split_admissions() {
     }
 }
 
-#[test]
-fn over_budget_compiles_fail_clearly_or_wait_for_memory() {
-    let devices = fresh_devices(|o| o.memory_budget = Some(64 << 10));
-    if devices.is_empty() {
-        return;
-    }
+fn over_budget_compiles_fail_clearly_or_wait_for_memory(adapters: &Adapters) {
+    let devices = fresh_devices(adapters, |o| o.memory_budget = Some(64 << 10));
     let big = |len: usize| {
         let mut p = ProgramBuilder::new("big");
         let x = p.arg(&[0], len);
@@ -257,12 +262,13 @@ fn over_budget_compiles_fail_clearly_or_wait_for_memory() {
     assert_eq!(devices[0].memory().in_use, 0, "everything was released");
 }
 
-#[test]
-fn a_lost_device_fails_its_programs_and_spares_the_others() {
-    let devices = fresh_devices(|o| o.wait_timeout = Duration::from_secs(20));
-    if devices.len() < 3 {
-        return;
-    }
+/// Four virtual devices of the adapter: the chain on the first two loses one, the chain on the
+/// last two goes on.
+fn a_lost_device_fails_its_programs_and_spares_the_others(adapters: &Adapters) {
+    let devices = fresh_devices(adapters, |o| {
+        o.virtual_devices = 4;
+        o.wait_timeout = Duration::from_secs(20);
+    });
     let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
     let doomed_client = runtime.client("doomed", 1);
     let other_client = runtime.client("other", 1);
@@ -312,12 +318,9 @@ fn a_lost_device_fails_its_programs_and_spares_the_others() {
     }
 }
 
-#[test]
-fn traces_export_to_valid_chrome_json() {
-    let devices = common::virtual_devices();
-    if devices.is_empty() {
-        return;
-    }
+/// Two virtual devices of each adapter.
+fn traces_export_to_valid_chrome_json(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
     let tracer = Tracer::new();
     let events = tracer.subscribe();
     let runtime = Runtime::new(
@@ -410,12 +413,9 @@ fn traces_export_to_valid_chrome_json() {
     );
 }
 
-#[test]
-fn the_resource_manager_lends_least_shared_devices_and_takes_them_back() {
-    let devices = common::virtual_devices();
-    if devices.len() < 2 {
-        return;
-    }
+/// Two virtual devices of the adapter.
+fn the_resource_manager_lends_least_shared_devices_and_takes_them_back(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
     let n = devices.len();
     let manager = ResourceManager::new(devices.to_vec());
     let a = manager.acquire(&SliceRequest::Devices(n / 2)).unwrap();
@@ -449,15 +449,11 @@ fn the_resource_manager_lends_least_shared_devices_and_takes_them_back() {
     ));
 }
 
-#[test]
-fn a_wait_that_cannot_finish_times_out_naming_what_it_awaited() {
-    let devices = fresh_devices(|o| {
+fn a_wait_that_cannot_finish_times_out_naming_what_it_awaited(adapters: &Adapters) {
+    let devices = fresh_devices(adapters, |o| {
         o.virtual_devices = 1;
         o.wait_timeout = Duration::from_millis(300);
     });
-    if devices.is_empty() {
-        return;
-    }
     let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
     let client = runtime.client("c", 1);
     let mut p = ProgramBuilder::new("slot-bound");

@@ -1,0 +1,251 @@
+//! The test binaries' `main`: each GPU test becomes one case per adapter (`name::vulkan_lavapipe`,
+//! `name::gl_llvmpipe`), run and reported by libtest-mimic as libtest would, so one adapter's
+//! failure leaves the others' results standing and `cargo test --test matmul gl` picks one adapter.
+//!
+//! A case an adapter cannot run (it lacks a [`Need`], or a cross-adapter case has one adapter) is
+//! reported `ignored (<reason>)` and listed before the run; it never passes without running.
+
+use super::adapters::{self, Adapter, Adapters, NoAdapters};
+use gangway::{DType, Device};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+
+/// `case!(device: some_test)`: the [`Case`] that runs `some_test` under its own name, made by
+/// [`Case::host`], [`Case::device`] or [`Case::adapters`].
+macro_rules! case {
+    ($kind:ident: $test:ident) => {
+        $crate::common::Case::$kind(stringify!($test), $test)
+    };
+}
+pub(crate) use case;
+
+/// Something a case needs of every adapter it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// f16 in shaders (`shader-f16`, which GL never has).
+    F16,
+    /// GPU timestamps (`timestamp-query`).
+    TimestampQuery,
+}
+
+impl Need {
+    /// Why `device` cannot run a case that needs this, if it cannot.
+    fn missing(self, device: &Device) -> Option<&'static str> {
+        match self {
+            Need::F16 => (!device.supports(DType::F16)).then_some("no shader-f16"),
+            Need::TimestampQuery => {
+                (!device.info().features.timestamp_query).then_some("no timestamp queries")
+            }
+        }
+    }
+}
+
+/// Which adapters a case runs on, as which trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// `name::<slug>` on each adapter alone (the default).
+    Each,
+    /// [`Span::Each`], plus `name::cross_adapter` on every adapter at once: for cases whose point
+    /// is mixing adapters. Skipped with fewer than 2 adapters, where it would repeat a case.
+    EachAndCross,
+    /// Only `name::cross_adapter`: the case is about two or more adapters.
+    Cross,
+    /// One trial `name` on every adapter at once, however many: for tests of the whole machine,
+    /// such as the CLI's.
+    All,
+}
+
+#[derive(Clone, Copy)]
+enum Body {
+    Host(fn()),
+    Device(fn(&Device)),
+    Adapters(fn(&Adapters)),
+}
+
+/// One test function and how it runs; it fails by panicking, as a `#[test]` does.
+pub struct Case {
+    name: &'static str,
+    body: Body,
+    needs: Vec<Need>,
+    span: Span,
+}
+
+impl Case {
+    /// A test without a GPU: one trial, whatever adapters exist.
+    pub fn host(name: &'static str, test: fn()) -> Self {
+        Self::new(name, Body::Host(test))
+    }
+
+    /// A test of one device: one trial per adapter, on that adapter's device.
+    pub fn device(name: &'static str, test: fn(&Device)) -> Self {
+        Self::new(name, Body::Device(test))
+    }
+
+    /// A test that takes its own devices from its [`Adapters`] (`mesh(n)`: n virtual devices of
+    /// each): one trial per adapter, or as [`Case::span`] says.
+    pub fn adapters(name: &'static str, test: fn(&Adapters)) -> Self {
+        Self::new(name, Body::Adapters(test))
+    }
+
+    fn new(name: &'static str, body: Body) -> Self {
+        Self {
+            name,
+            body,
+            needs: Vec::new(),
+            span: Span::Each,
+        }
+    }
+
+    /// Skips the case, saying why, on adapters without `need`.
+    pub fn needs(mut self, need: Need) -> Self {
+        assert!(
+            !matches!(self.body, Body::Host(_)),
+            "{}: a host test needs no adapter",
+            self.name
+        );
+        self.needs.push(need);
+        self
+    }
+
+    /// Runs the case on the adapters `span` says, as its trials.
+    pub fn span(mut self, span: Span) -> Self {
+        assert!(
+            matches!(self.body, Body::Adapters(_)),
+            "{}: only an adapters case spans adapters",
+            self.name
+        );
+        self.span = span;
+        self
+    }
+
+    /// The trials this case becomes on `found`, each with its plan.
+    fn plan(self, found: &'static Result<Vec<Adapter>, NoAdapters>) -> Vec<(String, Plan)> {
+        let name = self.name.to_string();
+        let body = self.body;
+        if let Body::Host(test) = body {
+            return vec![(name, Plan::Run(Box::new(test)))];
+        }
+        let all = match found {
+            Ok(all) => all.iter().collect::<Vec<_>>(),
+            Err(e) if e.fatal => return vec![(name, Plan::Fail(e.reason.clone()))],
+            Err(e) => return vec![(name, Plan::Skip(format!("no adapter: {}", e.reason)))],
+        };
+        // (trial name, its adapters, whether it is the cross-adapter trial)
+        let each = || {
+            all.iter()
+                .map(|a| (format!("{name}::{}", a.slug), vec![*a], false))
+        };
+        let cross = || (format!("{name}::cross_adapter"), all.clone(), true);
+        let groups: Vec<_> = match self.span {
+            Span::Each => each().collect(),
+            Span::EachAndCross => each().chain([cross()]).collect(),
+            Span::Cross => vec![cross()],
+            Span::All => vec![(name.clone(), all.clone(), false)],
+        };
+        groups
+            .into_iter()
+            .map(|(trial, members, is_cross)| {
+                let plan = if is_cross && members.len() < 2 {
+                    Plan::Skip(format!("needs 2 adapters, found {}", members.len()))
+                } else if let Some(reason) = self.unmet(&members) {
+                    Plan::Skip(reason)
+                } else {
+                    Plan::Run(match body {
+                        Body::Device(test) => Box::new(move || test(&members[0].device)),
+                        Body::Adapters(test) => Box::new(move || test(&Adapters::new(members))),
+                        Body::Host(_) => unreachable!("planned above"),
+                    })
+                };
+                (trial, plan)
+            })
+            .collect()
+    }
+
+    /// Why `members` cannot run this case, naming the adapter when there are several.
+    fn unmet(&self, members: &[&Adapter]) -> Option<String> {
+        members.iter().find_map(|a| {
+            let reason = self.needs.iter().find_map(|n| n.missing(&a.device))?;
+            Some(match members {
+                [_] => reason.to_string(),
+                _ => format!("{reason} on {}", a.slug),
+            })
+        })
+    }
+}
+
+/// What a trial does when run.
+enum Plan {
+    Run(Box<dyn FnOnce() + Send>),
+    Skip(String),
+    Fail(String),
+}
+
+impl Plan {
+    fn into_trial(self, name: String) -> Trial {
+        match self {
+            Plan::Run(test) => {
+                let thread = name.clone();
+                Trial::test(name, move || {
+                    // A thread of its own named after the trial, as libtest gives each test: panics
+                    // name their case, and no device work is left on the main thread, whose exit
+                    // (with --test-threads=1 libtest-mimic runs trials there) tears Mesa down.
+                    let ran = std::thread::Builder::new()
+                        .name(thread)
+                        .spawn(test)
+                        .map_err(|e| format!("cannot start the trial's thread: {e}"))?
+                        .join();
+                    ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    Ok(())
+                })
+            }
+            Plan::Skip(reason) => {
+                Trial::ignorable_test(name, move || Ok(Completion::ignored_with(reason)))
+            }
+            Plan::Fail(reason) => Trial::test(name, move || Err(Failed::from(reason))),
+        }
+    }
+}
+
+/// Runs `cases` as the command line asks (filters, `--list`, `--test-threads`, ...) and returns
+/// libtest's exit code: the body of every GPU test binary's `main`.
+pub fn run(cases: Vec<Case>) -> ExitCode {
+    let args = Arguments::from_args();
+    let found = adapters::found();
+    let mut trials = Vec::new();
+    let mut skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    for case in cases {
+        for (name, plan) in case.plan(found) {
+            assert!(names.insert(name.clone()), "two cases named {name}");
+            let reason = match &plan {
+                Plan::Skip(reason) => Some(reason.clone()),
+                _ => None,
+            };
+            let trial = plan.into_trial(name);
+            if let Some(reason) = reason.filter(|_| !args.is_filtered_out(&trial)) {
+                skipped.entry(reason).or_default().push(trial.name().into());
+            }
+            trials.push(trial);
+        }
+    }
+    // Before the run, on stderr: libtest's own lines stay the last ones, for tools that read them.
+    if !args.list {
+        match found {
+            Ok(all) => {
+                let list: Vec<String> = all
+                    .iter()
+                    .map(|a| format!("{} = {}", a.slug, a.device.label()))
+                    .collect();
+                eprintln!("adapters: {}", list.join(", "));
+            }
+            Err(e) if e.fatal => eprintln!("GPU cases FAIL: {}", e.reason),
+            // The skips below say why.
+            Err(_) => {}
+        }
+        for (reason, names) in &skipped {
+            eprintln!("skipping ({reason}): {}", names.join(", "));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit_code()
+}
