@@ -148,6 +148,19 @@ impl Error {
 
     /// A copy to hand to another waiter (a run's error reaches its client and its other tasks).
     /// Variants holding non-clonable sources keep their message.
+    /// The error for a caught panic in `what`, with the panic's message when it has one.
+    pub fn panicked(what: impl Into<String>, payload: &(dyn std::any::Any + Send)) -> Error {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Error::Panic {
+            what: what.into(),
+            message,
+        }
+    }
+
     pub fn clone_for_report(&self) -> Error {
         match self {
             Error::NoAdapter { backends } => Error::NoAdapter {
@@ -192,6 +205,10 @@ impl Error {
                 reason: reason.clone(),
             },
             Error::Gpu { what, message } => Error::Gpu {
+                what: what.clone(),
+                message: message.clone(),
+            },
+            Error::Panic { what, message } => Error::Panic {
                 what: what.clone(),
                 message: message.clone(),
             },

@@ -173,14 +173,6 @@ fn record(adapter: &Adapter, o: &BenchOptions) -> AdapterRecord {
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 /// Runs every chosen suite on every adapter, in that order. Invalid options
 /// ([`BenchOptions::validate`]) are an error before anything runs.
 pub fn run(
@@ -211,10 +203,7 @@ pub fn run(
         for &suite in &o.suites {
             let planned = catch_unwind(AssertUnwindSafe(|| suite.plan(&adapter.devices, &o.sizes)))
                 .unwrap_or_else(|p| {
-                    Err(Error::Panic {
-                        what: format!("planning {}", suite.name()),
-                        message: panic_message(&*p),
-                    })
+                    Err(Error::panicked(format!("planning {}", suite.name()), &*p))
                 });
             plans.push((adapter, rec, suite, planned));
         }
@@ -280,12 +269,7 @@ pub fn measure_case(
     };
     let name = bench.case();
     let measured = catch_unwind(AssertUnwindSafe(|| measure(bench.as_mut(), sampling)))
-        .unwrap_or_else(|p| {
-            Err(Error::Panic {
-                what: name.clone(),
-                message: panic_message(&*p),
-            })
-        });
+        .unwrap_or_else(|p| Err(Error::panicked(name.clone(), &*p)));
     let result = match measured {
         Ok((stats, extras)) => {
             CaseResult::measured(suite, name, adapter, bench.work(), stats, extras)

@@ -84,12 +84,8 @@ pub fn branch(
         handles
             .into_iter()
             .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::InvalidArgument {
-                        what: "BTM branch",
-                        reason: "a branch thread panicked".into(),
-                    })
-                })
+                h.join()
+                    .unwrap_or_else(|p| Err(Error::panicked("a BTM branch thread", &*p)))
             })
             .collect()
     });

@@ -120,11 +120,11 @@ pub fn execute(
             .into_iter()
             .enumerate()
             .map(|(stage, h)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Fail::Own(Error::Gpu {
-                        what: format!("pipeline stage {stage}"),
-                        message: "its host thread panicked".into(),
-                    }))
+                h.join().unwrap_or_else(|p| {
+                    Err(Fail::Own(Error::panicked(
+                        format!("pipeline stage {stage}"),
+                        &*p,
+                    )))
                 })
             })
             .collect()
@@ -374,11 +374,11 @@ fn run_stage(shared: &Shared<'_>, stage: usize, rx: Receiver<Msg>) -> StageResul
         if matches!(out, Err(Fail::Own(_))) {
             shared.failed.store(true, Ordering::SeqCst);
         }
-        let sent = sender.join().unwrap_or_else(|_| {
-            Err(Fail::Own(Error::Gpu {
-                what: format!("pipeline stage {stage} sender"),
-                message: "its host thread panicked".into(),
-            }))
+        let sent = sender.join().unwrap_or_else(|p| {
+            Err(Fail::Own(Error::panicked(
+                format!("pipeline stage {stage} sender"),
+                &*p,
+            )))
         });
         match (out, sent) {
             (Err(Fail::Own(e)), _) | (_, Err(Fail::Own(e))) => Err(Fail::Own(e)),

@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     pub devices: Vec<Device>,
     pub inboxes: Vec<Arc<Inbox>>,
     pub wake: Condvar,
+    /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
+    pub injected_panics: Vec<Mutex<Option<String>>>,
     state: Mutex<SchedState>,
     opts: RuntimeOptions,
 }
@@ -231,6 +233,7 @@ impl Runtime {
         let n = devices.len();
         let shared = Arc::new(Shared {
             inboxes: devices.iter().map(|d| Arc::new(Inbox::new(d))).collect(),
+            injected_panics: (0..n).map(|_| Mutex::default()).collect(),
             devices,
             wake: Condvar::new(),
             state: Mutex::new(SchedState {
@@ -296,6 +299,24 @@ impl Runtime {
         let mut state = self.shared.lock();
         state.paused = false;
         self.shared.admit(&mut state);
+    }
+
+    /// Fault injection, for tests of failure containment: `device`'s worker panics with
+    /// `message` when it next serves a task. That run fails at once with [`Error::Panic`] naming
+    /// the device; so does every later run that needs the device, while other devices go on.
+    #[doc(hidden)]
+    pub fn inject_panic(&self, device: &Device, message: &str) -> Result<()> {
+        let worker = self
+            .shared
+            .worker_of(device)
+            .ok_or_else(|| Error::InvalidArgument {
+                what: "inject_panic",
+                reason: format!("device {} is not in this runtime", device.label()),
+            })?;
+        *self.shared.injected_panics[worker]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(message.to_string());
+        Ok(())
     }
 
     pub fn clear_gang_order(&self) {
@@ -464,12 +485,13 @@ impl Client {
                     s.spawn(move || record_device(d, work))
                 })
                 .collect();
-            handles.into_iter().try_for_each(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::InvalidArgument {
-                        what: "parallel dispatch",
-                        reason: "a recording thread panicked".into(),
-                    })
+            handles.into_iter().zip(&busy).try_for_each(|(h, &d)| {
+                h.join().unwrap_or_else(|p| {
+                    let device = exec.devices()[d].label();
+                    Err(Error::panicked(
+                        format!("recording for device {device}"),
+                        &*p,
+                    ))
                 })
             })
         })

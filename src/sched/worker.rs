@@ -10,6 +10,7 @@ use super::timestamps::{BATCH, TimestampRing, contiguous};
 use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Device, Error, Result};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -96,7 +97,9 @@ struct Worker {
     clock: Option<GpuClock>,
     /// Host-timed kernels: when the previous one ended, so intervals on the lane never overlap.
     last_kernel_end: u64,
-    lost: Option<String>,
+    /// Set once the device is lost or this worker panicked: every later task of the device fails
+    /// with it (a panic may have left the worker's state half-updated).
+    broken: Option<Error>,
     /// Submitted kernels whose timestamp pair is not resolved yet: (pair, run, node).
     stamps: Vec<(u32, Arc<RunState>, usize)>,
     /// When the oldest of `stamps` was submitted.
@@ -128,7 +131,7 @@ pub(crate) fn spawn(
                 inbox,
                 clock,
                 last_kernel_end: 0,
-                lost: None,
+                broken: None,
                 stamps: Vec::new(),
                 stamps_since: None,
             }
@@ -137,69 +140,95 @@ pub(crate) fn spawn(
 }
 
 impl Worker {
+    /// Serves the device's queue until shutdown. A panic fails the run it was serving and breaks
+    /// the worker, which then fails every later task at once instead of leaving runs to time out,
+    /// while it still drains GPU callbacks so runs already past this device finish.
     fn run(&mut self) {
         let mut current: Option<Task> = None;
         let mut shutdown_since: Option<Instant> = None;
         loop {
-            self.drain_completions();
-            if current.is_none() {
-                let mut state = self.shared.lock();
-                if state.shutdown && state.queues[self.index].is_empty() {
-                    // Drain the GPU's callbacks, but never wait on them past the timeout.
-                    let since = *shutdown_since.get_or_insert_with(Instant::now);
-                    if self.inbox.outstanding.load(Ordering::Acquire) == 0
-                        || self.lost.is_some()
-                        || since.elapsed() > self.device.wait_timeout()
-                    {
-                        return;
+            let turn = catch_unwind(AssertUnwindSafe(|| {
+                self.turn(&mut current, &mut shutdown_since)
+            }));
+            match turn {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(payload) => {
+                    let e = Error::panicked(
+                        format!("device {} worker", self.device.label()),
+                        &*payload,
+                    );
+                    self.broken.get_or_insert(e.clone_for_report());
+                    if let Some(task) = current.take() {
+                        task.run.fail(e);
+                        self.finish(task);
                     }
                 }
-                current = state.queues[self.index].pop_front();
-                if let Some(t) = &current {
-                    state.order[self.index].push(GangRecord {
-                        seq: t.seq,
-                        run: t.run.id,
-                        program: t.run.exec.id(),
-                        node: t.node,
-                        client: t.run.client,
-                    });
-                }
             }
-            let blocked = match current.as_mut() {
-                Some(task) => match self.step(task) {
-                    Step::Done => {
-                        if let Some(task) = current.take() {
-                            self.finish(task);
-                        }
-                        continue;
-                    }
-                    Step::Blocked(reason) => Some(reason),
-                },
-                None => None,
-            };
-            if let (Some(reason), Some(task)) = (blocked, current.as_mut()) {
-                let now = Instant::now();
-                let since = task
-                    .blocked
-                    .get_or_insert_with(|| (now, task.run.tracer.now_ns(), reason.clone()))
-                    .0;
-                if now - since > self.device.wait_timeout() {
-                    let e = Error::Timeout {
-                        what: format!(
-                            "device {}: {} of program {:?} (run {}) waiting for {reason}",
-                            self.device.label(),
-                            task.run.exec.program().nodes()[task.node].name,
-                            task.run.exec.program().name(),
-                            task.run.id
-                        ),
-                        waited_ms: (now - since).as_millis() as u64,
-                    };
-                    task.run.fail(e);
-                    continue;
-                }
-            }
-            self.idle();
         }
+    }
+
+    /// One turn of the loop: completions, then the next step of the current task, then idling.
+    /// True when the worker should exit.
+    fn turn(&mut self, current: &mut Option<Task>, shutdown_since: &mut Option<Instant>) -> bool {
+        self.drain_completions();
+        if current.is_none() {
+            let mut state = self.shared.lock();
+            if state.shutdown && state.queues[self.index].is_empty() {
+                // Drain the GPU's callbacks, but never wait on them past the timeout.
+                let since = *shutdown_since.get_or_insert_with(Instant::now);
+                if self.inbox.outstanding.load(Ordering::Acquire) == 0
+                    || self.broken.is_some()
+                    || since.elapsed() > self.device.wait_timeout()
+                {
+                    return true;
+                }
+            }
+            *current = state.queues[self.index].pop_front();
+            if let Some(t) = current.as_ref() {
+                state.order[self.index].push(GangRecord {
+                    seq: t.seq,
+                    run: t.run.id,
+                    program: t.run.exec.id(),
+                    node: t.node,
+                    client: t.run.client,
+                });
+            }
+        }
+        let Some(task) = current.as_mut() else {
+            self.idle();
+            return false;
+        };
+        let reason = match self.step(task) {
+            Step::Done => {
+                if let Some(task) = current.take() {
+                    self.finish(task);
+                }
+                return false;
+            }
+            Step::Blocked(reason) => reason,
+        };
+        let now = Instant::now();
+        let since = task
+            .blocked
+            .get_or_insert_with(|| (now, task.run.tracer.now_ns(), reason.clone()))
+            .0;
+        if now - since > self.device.wait_timeout() {
+            let e = Error::Timeout {
+                what: format!(
+                    "device {}: {} of program {:?} (run {}) waiting for {reason}",
+                    self.device.label(),
+                    task.run.exec.program().nodes()[task.node].name,
+                    task.run.exec.program().name(),
+                    task.run.id
+                ),
+                waited_ms: (now - since).as_millis() as u64,
+            };
+            task.run.fail(e);
+            return false;
+        }
+        self.idle();
+        false
     }
 
     /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
@@ -212,7 +241,8 @@ impl Worker {
         {
             self.resolve_stamps();
         }
-        if self.lost.is_none() && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
+        let lost = matches!(self.broken, Some(Error::DeviceLost { .. }));
+        if !lost && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
             if let Err(e) = self.device.poll(Duration::from_millis(2)) {
                 self.lose(e);
             }
@@ -240,7 +270,7 @@ impl Worker {
     }
 
     fn lose(&mut self, e: Error) {
-        self.lost.get_or_insert(e.to_string());
+        self.broken.get_or_insert(e);
     }
 
     fn finish(&mut self, task: Task) {
@@ -264,15 +294,19 @@ impl Worker {
     }
 
     fn step(&mut self, task: &mut Task) -> Step {
+        let injected = self.shared.injected_panics[self.index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(message) = injected {
+            panic!("{message}");
+        }
         let run = task.run.clone();
         if run.failed() {
             return Step::Done;
         }
-        if let Some(reason) = &self.lost {
-            run.fail(Error::DeviceLost {
-                device: self.device.label(),
-                reason: reason.clone(),
-            });
+        if let Some(e) = &self.broken {
+            run.fail(e.clone_for_report());
             return Step::Done;
         }
         if let Err(e) = self.device.check_health() {
@@ -486,7 +520,13 @@ impl Worker {
                 }
                 Completion::Timestamps { .. } => None,
             };
-            let outcome = self.complete(c);
+            // A panic while completing one callback fails that callback's run only.
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.complete(c))).unwrap_or_else(|p| {
+                Err(Error::panicked(
+                    format!("device {} completing a GPU callback", self.device.label()),
+                    &*p,
+                ))
+            });
             self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
             if let Some(run) = run {
                 if let Err(e) = outcome {

@@ -69,6 +69,8 @@ pub struct Case {
     body: Body,
     needs: Vec<Need>,
     span: Span,
+    /// Run only when asked for (`-- --ignored`), as libtest's `#[ignore]`: long soaks.
+    opt_in: bool,
 }
 
 impl Case {
@@ -94,6 +96,7 @@ impl Case {
             body,
             needs: Vec::new(),
             span: Span::Each,
+            opt_in: false,
         }
     }
 
@@ -105,6 +108,12 @@ impl Case {
             self.name
         );
         self.needs.push(need);
+        self
+    }
+
+    /// Runs the case only when asked for, with `-- --ignored` or `-- --include-ignored`.
+    pub fn opt_in(mut self) -> Self {
+        self.opt_in = true;
         self
     }
 
@@ -216,13 +225,14 @@ pub fn run(cases: Vec<Case>) -> ExitCode {
     let mut skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut names = BTreeSet::new();
     for case in cases {
+        let opt_in = case.opt_in;
         for (name, plan) in case.plan(found) {
             assert!(names.insert(name.clone()), "two cases named {name}");
             let reason = match &plan {
                 Plan::Skip(reason) => Some(reason.clone()),
                 _ => None,
             };
-            let trial = plan.into_trial(name);
+            let trial = plan.into_trial(name).with_ignored_flag(opt_in);
             if let Some(reason) = reason.filter(|_| !args.is_filtered_out(&trial)) {
                 skipped.entry(reason).or_default().push(trial.name().into());
             }

@@ -1,0 +1,149 @@
+//! Faults injected into the runtime: a panicking worker fails only the runs that touch its device,
+//! at once, with an error that names the device and the panic; the other devices keep serving.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Adapters, case};
+
+use gangway::program::{CompileOptions, Executable, ProgramBuilder};
+use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use gangway::{Device, DiscoveryOptions, Error};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(adapters: a_panicking_worker_fails_its_runs_at_once_and_spares_the_other_devices),
+        case!(adapters: losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint),
+    ])
+}
+
+/// `count` new virtual devices of the case's adapter, with a long wait timeout: a run that fails
+/// fast does so because the fault was contained, not because a wait ran out.
+fn fresh_devices(adapters: &Adapters, count: usize) -> Vec<Device> {
+    let mut opts = DiscoveryOptions::from_env().unwrap();
+    opts.virtual_devices = count;
+    opts.wait_timeout = Duration::from_secs(60);
+    adapters.discover(&opts)
+}
+
+/// `x + 1` on device `a`, then `+ 1` on device `b`.
+fn chain(devices: &[Device], a: usize, b: usize) -> Arc<Executable> {
+    let mut p = ProgramBuilder::new(format!("chain {a}->{b}"));
+    let x = p.arg(&[a], 256);
+    let y = p.affine("A", &[a], x, 1.0, 1.0);
+    let z = p.affine("B", &[b], y, 1.0, 1.0);
+    p.result(z);
+    Arc::new(
+        p.build()
+            .unwrap()
+            .compile(devices, CompileOptions::default())
+            .unwrap(),
+    )
+}
+
+fn opts(mode: DispatchMode) -> RunOptions {
+    RunOptions {
+        mode,
+        microbatch: None,
+    }
+}
+
+fn a_panicking_worker_fails_its_runs_at_once_and_spares_the_other_devices(adapters: &Adapters) {
+    let devices = fresh_devices(adapters, 3);
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    let doomed = chain(&devices, 0, 1);
+    let other = chain(&devices, 2, 0);
+    for e in [&doomed, &other] {
+        client
+            .run(e, vec![vec![1.0; 256]], opts(DispatchMode::Parallel))
+            .unwrap();
+    }
+    runtime
+        .inject_panic(&devices[1], "injected fault in a worker")
+        .unwrap();
+    for mode in [DispatchMode::Parallel, DispatchMode::Sequential] {
+        // The first run meets the panic; the next finds the worker broken. Both fail at once.
+        let start = Instant::now();
+        let err = client
+            .run(&doomed, vec![vec![1.0; 256]], opts(mode))
+            .unwrap_err();
+        let took = start.elapsed();
+        let Error::Panic { what, message } = &err else {
+            panic!("want Error::Panic, got {err}");
+        };
+        assert!(what.contains(&devices[1].label()), "{err}");
+        assert_eq!(message, "injected fault in a worker", "{err}");
+        assert!(
+            took < Duration::from_secs(1),
+            "failed after {took:?}: {err}"
+        );
+        // Devices 0 and 2 keep serving.
+        let out = client
+            .run(&other, vec![vec![1.0; 256]], opts(mode))
+            .unwrap();
+        assert!(out[0].iter().all(|&v| v == 3.0));
+    }
+}
+
+/// A device lost in the middle of MoE training (4 devices, a checkpoint after every step) ends the
+/// run with a one-line error naming that device, and the last checkpoint stays loadable.
+fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint(
+    adapters: &Adapters,
+) {
+    use gangway::data::{Corpus, Document};
+    use gangway::moe::training::{TrainOptions, train};
+    use gangway::moe::{MoeLmConfig, MoeLmParams, TrainerCheckpoint};
+
+    let devices = fresh_devices(adapters, 4);
+    let cfg = MoeLmConfig {
+        context: 8,
+        embed: 8,
+        model: 16,
+        hidden: 16,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.25,
+        blocks: 1,
+        aux_alpha: 0.01,
+        z_loss: 0.001,
+        normalize_gates: true,
+        seed: 5,
+    };
+    let text = b"every expert reads some bytes; the router learns which. ".repeat(40);
+    let corpus = Corpus::from_documents(vec![Document::new("test", "text", text)]);
+    let dir = common::scratch_path("device-loss", &devices[0]);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.gwckpt");
+    let train_opts = TrainOptions {
+        steps: 6,
+        batch: 32,
+        eval_windows: 32,
+        checkpoint: Some(path.clone()),
+        checkpoint_every: 1,
+        ..TrainOptions::default()
+    };
+    let doomed = devices[2].clone();
+    let err = train(
+        &devices,
+        &corpus,
+        &MoeLmParams::init(cfg).unwrap(),
+        &train_opts,
+        None,
+        |p| {
+            if p.step == 2 {
+                doomed.destroy();
+            }
+        },
+    )
+    .unwrap_err();
+    let line = err.to_string();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{line}");
+    assert!(line.contains(&doomed.label()), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+    let saved = TrainerCheckpoint::load(&path).unwrap();
+    assert_eq!(saved.step, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
