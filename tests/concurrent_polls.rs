@@ -10,7 +10,14 @@
 
 mod common;
 
+use common::case;
 use gangway::Device;
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: eight_threads_submit_wait_and_map_on_one_device),
+    ])
+}
 
 const THREADS: u32 = 8;
 const ROUNDS: u32 = 200;
@@ -20,8 +27,12 @@ const WORDS: usize = 1 << 18;
 
 /// One thread's rounds: write a pattern, copy it on the GPU, wait for the device, map the copy.
 fn rounds(device: &Device, thread: u32) {
-    let src = device.storage_buffer("stress src", (WORDS * 4) as u64).unwrap();
-    let dst = device.storage_buffer("stress dst", (WORDS * 4) as u64).unwrap();
+    let src = device
+        .storage_buffer("stress src", (WORDS * 4) as u64)
+        .unwrap();
+    let dst = device
+        .storage_buffer("stress dst", (WORDS * 4) as u64)
+        .unwrap();
     for round in 0..ROUNDS {
         let want: Vec<u32> = (0..WORDS as u32)
             .map(|i| (thread << 28) ^ (round << 18) ^ i)
@@ -48,13 +59,10 @@ fn rounds(device: &Device, thread: u32) {
     }
 }
 
-#[test]
-fn eight_threads_submit_wait_and_map_on_one_device() {
-    for device in common::devices() {
-        std::thread::scope(|s| {
-            for t in 0..THREADS {
-                s.spawn(move || rounds(device, t));
-            }
-        });
-    }
+fn eight_threads_submit_wait_and_map_on_one_device(device: &Device) {
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || rounds(device, t));
+        }
+    });
 }

@@ -5,16 +5,15 @@
 
 mod common;
 
+use common::programs::{assert_consistent_order, exchange_program, exchange_reference};
 use common::{Adapters, Span, case};
 use gangway::device::WhenFull;
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{
-    DispatchMode, GangRecord, Policy, ResourceManager, RunOptions, Runtime, RuntimeOptions,
-    SliceRequest,
+    DispatchMode, Policy, ResourceManager, RunOptions, Runtime, RuntimeOptions, SliceRequest,
 };
 use gangway::trace::{Clock, EventKind, Tracer, chrome};
 use gangway::{Device, DiscoveryOptions, Error, Rng};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,66 +39,6 @@ fn fresh_devices(
     opts.virtual_devices = 2;
     tweak(&mut opts);
     adapters.discover(&opts)
-}
-
-/// `x * 2 + c`, then an all-to-all over the gang: the exchange a client's program does.
-fn exchange_program(gang: &[usize], shard: usize, c: f32) -> gangway::program::Program {
-    let mut p = ProgramBuilder::new(format!("exchange {gang:?}"));
-    let x = p.arg(gang, shard);
-    let y = p.affine("scale", gang, x, 2.0, c);
-    let z = p.all_to_all("a2a", y);
-    p.result(z);
-    p.build().unwrap()
-}
-
-fn exchange_reference(x: &[f32], n: usize, shard: usize, c: f32) -> Vec<f32> {
-    let y: Vec<f32> = x.iter().map(|v| v * 2.0 + c).collect();
-    let chunk = shard / n;
-    let mut out = vec![0.0; x.len()];
-    for src in 0..n {
-        for dst in 0..n {
-            for k in 0..chunk {
-                out[dst * shard + src * chunk + k] = y[src * shard + dst * chunk + k];
-            }
-        }
-    }
-    out
-}
-
-/// Every shared device must have seen every pair of gangs in the same order.
-fn assert_consistent_order(order: &[Vec<GangRecord>]) {
-    let mut position: HashMap<(u64, usize), Vec<(usize, usize)>> = HashMap::new();
-    for (device, log) in order.iter().enumerate() {
-        assert!(
-            log.windows(2).all(|w| w[0].seq < w[1].seq),
-            "device {device} ran gangs out of sequence order"
-        );
-        for (pos, r) in log.iter().enumerate() {
-            position
-                .entry((r.run, r.node))
-                .or_default()
-                .push((device, pos));
-        }
-    }
-    let gangs: Vec<_> = position.iter().filter(|(_, v)| v.len() > 1).collect();
-    let mut pairs = 0;
-    for (i, (_, a)) in gangs.iter().enumerate() {
-        for (_, b) in &gangs[i + 1..] {
-            let mut before = None;
-            for &(d, pa) in a.iter() {
-                if let Some(&(_, pb)) = b.iter().find(|(db, _)| *db == d) {
-                    let now = pa < pb;
-                    assert!(
-                        before.is_none_or(|x| x == now),
-                        "two gangs ran in different orders on shared devices"
-                    );
-                    before = Some(now);
-                    pairs += 1;
-                }
-            }
-        }
-    }
-    assert!(pairs > 0, "the test must exercise gangs that share devices");
 }
 
 /// Two virtual devices of each adapter.
