@@ -18,7 +18,7 @@ use crate::{DType, Error, Result};
 use pool::MemoryPool;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// One `wgpu::Device` and its queue. Cheap to clone; clones share the device.
@@ -81,10 +81,16 @@ impl Device {
             let failure = failure.clone();
             device.set_device_lost_callback(move |reason, message| {
                 let mut slot = failure.lock().unwrap_or_else(PoisonError::into_inner);
-                if reason != wgpu::DeviceLostReason::Destroyed || slot.is_none() {
+                // The loss replaces an error reported before it: work on a device being lost
+                // fails validation, and the loss is what explains that to the user.
+                if !matches!(*slot, Some(Error::DeviceLost { .. })) {
                     *slot = Some(Error::DeviceLost {
                         device: label.clone(),
-                        reason: format!("{reason:?}: {message}"),
+                        reason: if message.is_empty() {
+                            format!("{reason:?}")
+                        } else {
+                            format!("{reason:?}: {message}")
+                        },
                     });
                 }
             });
@@ -105,7 +111,7 @@ impl Device {
     /// Serialises this adapter's GL work. wgpu's GL backend shares one context per adapter and
     /// panics when a thread waits over 6 s for it (a long shader compile on llvmpipe while other
     /// threads queue up is enough), so gangway's own threads queue here instead, without a timeout.
-    fn serial(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+    fn serial(&self) -> Option<MutexGuard<'_, ()>> {
         self.0
             .gl_lock
             .as_ref()
@@ -122,7 +128,7 @@ impl Device {
     /// least the wait submission index (82)"). Remove this lock, and its uses, once gangway
     /// depends on a wgpu release with the fix; `tests/concurrent_polls.rs` shows whether it is
     /// still needed. Taken after [`Device::serial`], never before it.
-    fn maintaining(&self) -> (Option<std::sync::MutexGuard<'_, ()>>, std::sync::MutexGuard<'_, ()>) {
+    fn maintaining(&self) -> (Option<MutexGuard<'_, ()>>, MutexGuard<'_, ()>) {
         let serial = self.serial();
         let maintain = self
             .0

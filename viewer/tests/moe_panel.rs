@@ -194,3 +194,46 @@ fn without_devices_the_panel_says_why_and_start_is_disabled() {
     assert!(h.get_by_label("Stop").accesskit_node().is_disabled());
     assert!(!h.state().moe.is_running());
 }
+
+#[test]
+fn a_device_lost_mid_training_shows_the_error_and_the_viewer_keeps_running() {
+    let test = "a_device_lost_mid_training_shows_the_error_and_the_viewer_keeps_running";
+    let Some(mut h) = device_harness(test, 4, 4, false) else {
+        return;
+    };
+    click(&mut h, "8 experts");
+    common::set_slider(&mut h, "devices", 4.0);
+    common::set_slider(&mut h, "steps", 2000.0);
+    common::set_slider(&mut h, "batch (tokens)", 32.0);
+    common::set_slider(&mut h, "validate every", 0.0);
+    assert_eq!(h.state().moe.settings.devices, 4);
+    h.get_by_label("Start training").click();
+    h.step();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while h.state().moe.history.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(!h.state().moe.history.is_empty(), "no step within 120 s");
+    // The third of the run's four devices goes, as a driver reset would take it.
+    let lost = h.state().hub.devices().unwrap()[2].clone();
+    lost.destroy();
+    wait_for_run(&mut h, Duration::from_secs(120));
+    let error = h.state().moe.error.clone().unwrap();
+    assert!(error.contains("was lost"), "{error}");
+    assert!(error.contains(&lost.label()), "{error}");
+    h.get_by_label_contains(&format!("training failed: device {}", lost.label()));
+    // The viewer goes on: another tab draws, and the panel can start again.
+    h.get_by_label("Devices").click();
+    h.run_ok();
+    assert_eq!(h.state().tab, Tab::Devices);
+    h.get_by_label("MoE training").click();
+    h.run_ok();
+    assert_eq!(h.state().tab, Tab::Moe);
+    assert!(!h.state().moe.is_running());
+    assert!(
+        !h.get_by_label("Start training")
+            .accesskit_node()
+            .is_disabled()
+    );
+}
