@@ -25,7 +25,10 @@ fuzz_target!(|data: &[u8]| {
             let again = p.to_bytes().expect("loaded parameters save");
             // NaN payloads compare unequal: compare the bytes instead.
             assert_eq!(
-                MoeLmParams::from_bytes(&again).expect("reloads").to_bytes().ok(),
+                MoeLmParams::from_bytes(&again)
+                    .expect("reloads")
+                    .to_bytes()
+                    .ok(),
                 Some(again)
             );
         }

@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         _ => usize::from(b),
     };
     let (context, batch, stride, k) = (size(head[1]), size(head[2]), size(head[3]), size(head[4]));
-    let seed = u64::from_le_bytes([head[5], head[6], head[7], head[8], head[9], head[10], head[11], head[12]]);
+    let seed = u64::from_le_bytes([
+        head[5], head[6], head[7], head[8], head[9], head[10], head[11], head[12],
+    ]);
     let docs = rest
         .split(|&b| b == 0xff)
         .enumerate()
