@@ -93,18 +93,9 @@ fn summary(result: &gangway::bench::report::CaseResult) -> String {
     }
 }
 
-/// `path` with `.partial` appended: where a file is written before it replaces `path`.
-fn partial(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".partial");
-    PathBuf::from(name)
-}
-
-/// Writes `text` to `path` through a temporary file, so `path` is always whole.
+/// Writes `text` to `path` whole or not at all (an interrupted run keeps the last full report).
 fn save(path: &Path, text: &str) -> Result<()> {
-    let tmp = partial(path);
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
+    gangway::fsutil::write_atomic(path, text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -113,9 +104,7 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
     let adapters = select_adapters(devices, &args.adapters)?;
     // Fail on an unwritable output now, not after the run.
     for path in [&args.json, &args.markdown].into_iter().flatten() {
-        let probe = partial(path);
-        std::fs::write(&probe, "")
-            .and_then(|()| std::fs::remove_file(&probe))
+        gangway::fsutil::check_writable(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let terminal = std::io::stderr().is_terminal();

@@ -11,6 +11,7 @@ pub mod collective;
 pub mod data;
 pub mod device;
 mod error;
+pub mod fsutil;
 pub mod kernels;
 mod mesh;
 pub mod moe;

@@ -106,6 +106,7 @@ pub fn window_nats(
     windows: &[Window],
     batch: usize,
 ) -> Result<Vec<f64>> {
+    crate::data::check_batch("window_nats", params.config.context, batch)?;
     let trainer = GpuTrainer::with_groups(
         std::slice::from_ref(device),
         params,

@@ -18,15 +18,38 @@ pub struct Batches<'a> {
     rng: Rng,
 }
 
+/// The most context bytes one batch may hold (`batch × context`): 2^26, whose ids fill 256 MiB as
+/// the `u32`s a trainer uploads, twice WebGPU's default storage-binding limit. A larger batch is a
+/// typo; it is refused before any memory is spent on it, not left to abort the process.
+pub const MAX_BATCH_BYTES: usize = 1 << 26;
+
+/// Errors unless `context` and `batch` are positive and `batch × context` is at most
+/// [`MAX_BATCH_BYTES`]: every user of a batch size checks it here before allocating for it.
+pub fn check_batch(what: &'static str, context: usize, batch: usize) -> Result<()> {
+    if context == 0 || batch == 0 {
+        return Err(Error::InvalidArgument {
+            what,
+            reason: format!("context and batch must be positive, got {context} and {batch}"),
+        });
+    }
+    if batch
+        .checked_mul(context)
+        .is_none_or(|n| n > MAX_BATCH_BYTES)
+    {
+        return Err(Error::InvalidArgument {
+            what,
+            reason: format!(
+                "a batch of {batch} windows of {context} bytes exceeds {MAX_BATCH_BYTES} bytes"
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl<'a> Batches<'a> {
-    /// Errors when `context` or `batch` is 0, or no document is longer than `context`.
+    /// Errors when [`check_batch`] does, or no document is longer than `context`.
     pub fn new(corpus: &'a Corpus, context: usize, batch: usize, seed: u64) -> Result<Self> {
-        if context == 0 || batch == 0 {
-            return Err(Error::InvalidArgument {
-                what: "Batches::new",
-                reason: format!("context and batch must be positive, got {context} and {batch}"),
-            });
-        }
+        check_batch("Batches::new", context, batch)?;
         let mut total = 0u64;
         let ends = corpus
             .documents()

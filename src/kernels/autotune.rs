@@ -179,17 +179,34 @@ pub struct Autotuner {
 impl Autotuner {
     /// Loads the cache at `path` (a missing file is an empty cache; a malformed one is an error).
     pub fn open(path: Option<PathBuf>) -> Result<Self> {
-        let choices = match &path {
+        match &path {
             Some(p) if p.exists() => {
-                let text = std::fs::read_to_string(p).map_err(Error::io(p))?;
-                serde_json::from_str(&text).map_err(|source| Error::Json {
-                    path: p.clone(),
-                    source,
-                })?
+                let text = std::fs::read(p).map_err(Error::io(p))?;
+                Self::parse(&text, path)
             }
-            _ => BTreeMap::new(),
-        };
+            _ => Ok(Self {
+                path,
+                choices: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// A tuner whose choices are the cache file's bytes `text` (what [`Self::open`] reads);
+    /// `path` is where it saves, and names the file in errors.
+    pub fn parse(text: &[u8], path: Option<PathBuf>) -> Result<Self> {
+        let choices = serde_json::from_slice(text).map_err(|source| Error::Json {
+            path: path.clone().unwrap_or_default(),
+            source,
+        })?;
         Ok(Self { path, choices })
+    }
+
+    /// The cache file's text for these choices (what [`Self::parse`] reads).
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(&self.choices).map_err(|source| Error::Json {
+            path: self.path.clone().unwrap_or_default(),
+            source,
+        })
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -229,14 +246,7 @@ impl Autotuner {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = serde_json::to_string_pretty(&self.choices).map_err(|source| Error::Json {
-            path: path.clone(),
-            source,
-        })?;
-        // Write then rename, so a crash never leaves a half-written cache behind.
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        crate::fsutil::write_atomic(path, self.to_json()?.as_bytes())
     }
 }
 

@@ -22,21 +22,26 @@
 //!
 //! ```text
 //! magic    8 bytes  "GWMOELM\0"
-//! version  u32      1
+//! version  u32      2
 //! config   u32 byte length, then the MoeLmConfig as JSON
 //! count    u32      number of tensors
 //! count ×  u32 name length, name (UTF-8), u32 rank, rank × u64 dims, f32 values
+//! crc32    u32      CRC-32 (IEEE) of every byte after the magic and before this trailer
 //! ```
 //!
-//! Loading checks the magic, version, config, every name and shape against the config, and that
-//! nothing trails; any mismatch is an [`Error::InvalidArgument`], never a panic.
+//! Loading checks the magic, the version, the CRC-32 (a torn or corrupted file), the config,
+//! every name and shape against the config, and that nothing trails; any mismatch is an
+//! [`Error::InvalidArgument`], never a panic, and nothing is allocated beyond the file's own size.
+//! Version 1 (no CRC-32) is refused. [`MoeLmParams::save`] replaces a file atomically.
 
 use super::{MoeLmConfig, VOCAB};
 use crate::{Error, Result, Rng};
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"GWMOELM\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// What errors about this format call it.
+const WHAT: &str = "moe lm checkpoint";
 
 /// Name, shape and fan-in of one parameter tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,21 +222,13 @@ impl MoeLmParams {
         out.extend_from_slice(&config);
         put_len(&mut out, self.tensors.len())?;
         put_tensors(&mut out, &self.specs(), &self.tensors, "")?;
+        seal(&mut out);
         Ok(out)
     }
 
     /// Parses checkpoint bytes, checking everything against the stored config.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let mut r = Reader::new(bytes);
-        if r.take(MAGIC.len())? != MAGIC {
-            return Err(bad("not a gangway MoE LM checkpoint (bad magic)".into()));
-        }
-        let version = r.u32()?;
-        if version != VERSION {
-            return Err(bad(format!(
-                "checkpoint version {version}, this build reads {VERSION}"
-            )));
-        }
+        let mut r = open_sealed(bytes, MAGIC, VERSION, WHAT)?;
         let len = r.u32()? as usize;
         let config: MoeLmConfig =
             serde_json::from_slice(r.take(len)?).map_err(|e| bad(format!("config JSON: {e}")))?;
@@ -249,21 +246,82 @@ impl MoeLmParams {
         Ok(Self { config, tensors })
     }
 
+    /// Writes the checkpoint through [`crate::fsutil::write_atomic`]: an interrupted save keeps
+    /// the previous file.
     pub fn save(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_bytes()?).map_err(Error::io(path))
+        crate::fsutil::write_atomic(path, &self.to_bytes()?)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(Error::io(path))?;
-        Self::from_bytes(&bytes)
+        Self::from_bytes(&bytes).map_err(|e| naming(path, e))
     }
 }
 
 fn bad(reason: String) -> Error {
-    Error::InvalidArgument {
-        what: "moe lm checkpoint",
-        reason,
+    Error::InvalidArgument { what: WHAT, reason }
+}
+
+/// Puts the file's name into a format error, so a message says which file is damaged.
+pub(crate) fn naming(path: &Path, e: Error) -> Error {
+    match e {
+        Error::InvalidArgument { what, reason } => Error::InvalidArgument {
+            what,
+            reason: format!("{}: {reason}", path.display()),
+        },
+        other => other,
     }
+}
+
+/// Appends the CRC-32 trailer: of every byte after the 8-byte magic.
+pub(crate) fn seal(out: &mut Vec<u8>) {
+    let crc = crc32fast::hash(out.get(MAGIC.len()..).unwrap_or_default());
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks a sealed file's `magic`, `version` and CRC-32 trailer (in that order, so a foreign file
+/// says so and an old one names its version), and returns a reader over the body between the
+/// version and the trailer.
+pub(crate) fn open_sealed<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    version: u32,
+    what: &'static str,
+) -> Result<Reader<'a>> {
+    let fail = |reason: String| Error::InvalidArgument { what, reason };
+    if !bytes.starts_with(magic) {
+        return Err(fail(if magic.starts_with(bytes) {
+            format!("truncated: {} bytes", bytes.len())
+        } else {
+            format!("not a gangway {what} (bad magic)")
+        }));
+    }
+    let mut r = Reader::new(bytes, what);
+    r.take(magic.len())?;
+    let found = r.u32()?;
+    if found != version {
+        return Err(fail(format!(
+            "{what} version {found}, this build reads {version}"
+        )));
+    }
+    let body_end = bytes
+        .len()
+        .checked_sub(4)
+        .filter(|&end| end >= r.at)
+        .ok_or_else(|| fail(format!("truncated: {} bytes, no CRC-32", bytes.len())))?;
+    let (body, trailer) = bytes.split_at(body_end);
+    let stored = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    let crc = crc32fast::hash(&body[magic.len()..]);
+    if crc != stored {
+        return Err(fail(format!(
+            "CRC-32 {crc:08x} but the file says {stored:08x}: the file is torn or corrupted"
+        )));
+    }
+    Ok(Reader {
+        bytes: body,
+        at: r.at,
+        what,
+    })
 }
 
 /// Appends `tensors` as `name, rank, dims, values` records, each name prefixed by `prefix`.
@@ -288,29 +346,47 @@ pub(crate) fn put_tensors(
     Ok(())
 }
 
-/// Reads one record per spec, checking each name (with `prefix`) and shape.
+/// Reads one record per spec, checking each name (with `prefix`) and shape. The specs come from a
+/// validated config, but their values are only allocated once the file is known to hold them, so a
+/// file claiming huge sizes costs nothing.
 pub(crate) fn read_tensors(
     r: &mut Reader<'_>,
     specs: &[ParamSpec],
     prefix: &str,
 ) -> Result<Vec<Vec<f32>>> {
+    let values: usize = specs
+        .iter()
+        .map(ParamSpec::len)
+        .fold(0, usize::saturating_add);
+    if values.saturating_mul(4) > r.remaining() {
+        return Err(r.fail(format!(
+            "truncated: the config needs {values} values, only {} bytes are left",
+            r.remaining()
+        )));
+    }
     let mut tensors = Vec::with_capacity(specs.len());
     for spec in specs {
         let want = format!("{prefix}{}", spec.name);
         let len = r.u32()? as usize;
         let name = r.take(len)?;
         if name != want.as_bytes() {
-            return Err(bad(format!(
+            return Err(r.fail(format!(
                 "tensor {:?} where {want} was expected",
                 String::from_utf8_lossy(name),
             )));
         }
         let rank = r.u32()? as usize;
+        if rank != spec.shape.len() {
+            return Err(r.fail(format!(
+                "{want} has rank {rank}, the config says {}",
+                spec.shape.len()
+            )));
+        }
         let shape = (0..rank)
             .map(|_| r.u64().map(|d| d as usize))
             .collect::<Result<Vec<_>>>()?;
         if shape != spec.shape {
-            return Err(bad(format!(
+            return Err(r.fail(format!(
                 "{want} has shape {shape:?}, the config says {:?}",
                 spec.shape
             )));
@@ -331,24 +407,34 @@ pub(crate) fn put_len(out: &mut Vec<u8>, len: usize) -> Result<()> {
     Ok(())
 }
 
-/// A cursor that refuses to read past the end instead of panicking.
+/// A cursor that refuses to read past the end instead of panicking; its errors name `what`.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, at: 0 }
+    pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
+        Self { bytes, at: 0, what }
+    }
+
+    fn fail(&self, reason: String) -> Error {
+        Error::InvalidArgument {
+            what: self.what,
+            reason,
+        }
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
     }
 
     /// Errors unless every byte was read.
     pub(crate) fn finish(&self) -> Result<()> {
         if self.at != self.bytes.len() {
-            return Err(bad(format!(
-                "{} bytes trail the last tensor",
-                self.bytes.len() - self.at
-            )));
+            return Err(self.fail(format!("{} bytes trail the last tensor", self.remaining())));
         }
         Ok(())
     }
@@ -359,10 +445,10 @@ impl<'a> Reader<'a> {
             .checked_add(n)
             .filter(|&e| e <= self.bytes.len())
             .ok_or_else(|| {
-                bad(format!(
+                self.fail(format!(
                     "truncated: need {n} bytes at offset {}, {} left",
                     self.at,
-                    self.bytes.len() - self.at
+                    self.remaining()
                 ))
             })?;
         let out = &self.bytes[self.at..end];

@@ -111,6 +111,7 @@ impl TrainReport {
 /// in batches of `batch` (windows that do not fill a last batch are left out).
 pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
     let context = trainer.config().context;
+    crate::data::check_batch("evaluate", context, batch)?;
     let total = valid.window_count(context);
     let stride = (total / windows.max(1)).max(1);
     let mut ctx = Vec::with_capacity(batch * context);

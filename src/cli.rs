@@ -1,0 +1,343 @@
+//! The command line's definitions (clap derive), apart from the command bodies in `main.rs`, so
+//! that the fuzz target `fuzz/fuzz_targets/cli.rs` parses arguments with exactly these.
+
+use clap::{Args, Parser, Subcommand};
+use gangway::device::{parse_backends, parse_virtual_devices};
+use gangway::pipeline::ScheduleKind;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gangway",
+    version,
+    about = "Pathways-style sharded ML on every GPU, through WebGPU"
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) devices: DeviceArgs,
+    /// Write a Chrome trace-event JSON of everything dispatched (open in Perfetto or
+    /// chrome://tracing). Commands that dispatch nothing through the runtime write only the devices.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) trace: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct DeviceArgs {
+    /// Backends to search, e.g. `vulkan,gl` [default: $WGPU_BACKEND, else all]
+    #[arg(long, global = true, value_parser = parse_backends_arg)]
+    pub(crate) backends: Option<wgpu::Backends>,
+    /// Devices to make from each adapter [default: $GANGWAY_VIRTUAL_DEVICES, else 1]
+    #[arg(long, global = true, value_parser = parse_virtual_arg)]
+    pub(crate) virtual_devices: Option<usize>,
+}
+
+pub(crate) fn parse_backends_arg(s: &str) -> Result<wgpu::Backends, String> {
+    parse_backends(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_virtual_arg(s: &str) -> Result<usize, String> {
+    parse_virtual_devices("--virtual-devices", s).map_err(|e| e.to_string())
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// List every device: adapter, backend, type, driver, limits and features.
+    Devices {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one expert-parallel MoE layer over every device and check it against a CPU reference.
+    Demo(DemoArgs),
+    /// Benchmark suites on every adapter (or those chosen): a Markdown table, and JSON with --json.
+    /// Each adapter is split into 4 virtual devices (2 with --quick) for the multi-device cases,
+    /// unless --virtual-devices or $GANGWAY_VIRTUAL_DEVICES says otherwise.
+    /// `gangway bench compare old.json new.json` compares two runs.
+    Bench(Box<BenchArgs>),
+    /// Pipeline-parallel schedules: ASCII timeline, bubble (theory vs simulated), peak activations.
+    Pipeline(PipelineArgs),
+    /// Training.
+    #[command(subcommand)]
+    Train(TrainCommand),
+    /// Evaluation.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum TrainCommand {
+    /// A byte-level MoE language model, experts sharded over the devices (expert parallelism).
+    Moe(TrainMoeArgs),
+    /// Branch-Train-Merge: a seed LM, then one expert LM per domain, each on its own device.
+    Btm(BtmArgs),
+    /// Branch a new ELM, for a new domain, from the average of the ELMs `train btm` saved.
+    BtmBranch(BtmBranchArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BtmBranchArgs {
+    /// The new domain's text (a directory or files); the ELM is named after the directory.
+    #[arg(long, num_args = 1.., required = true)]
+    pub(crate) domain: Vec<PathBuf>,
+    /// Where `train btm` saved its ELMs; the new one is saved there too.
+    #[arg(long, default_value = "btm-checkpoints")]
+    pub(crate) checkpoint_dir: PathBuf,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) branch_steps: u32,
+    #[arg(long, default_value_t = 128)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    pub(crate) lr: f32,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum EvalCommand {
+    /// Per-domain validation bits per byte of the models `train btm` saved.
+    Btm(BtmArgs),
+}
+
+/// The model's sizes (a checkpoint's own sizes win when resuming).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ModelArgs {
+    #[arg(long, default_value_t = 8)]
+    pub(crate) experts: usize,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) top_k: usize,
+    #[arg(long, default_value_t = 1.25)]
+    pub(crate) capacity_factor: f32,
+    /// Bytes of context per token.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) context: usize,
+    #[arg(long, default_value_t = 16)]
+    pub(crate) embed: usize,
+    /// Width of the residual stream.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) model: usize,
+    /// Hidden width of each expert.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) hidden: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) blocks: usize,
+    /// Weight α of the load-balancing loss.
+    #[arg(long, default_value_t = 0.01)]
+    pub(crate) aux_alpha: f32,
+    /// Weight of the router z-loss.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) z_loss: f32,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BtmArgs {
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// One directory of text per domain [default: the bundled corpora].
+    #[arg(long, num_args = 1..)]
+    pub(crate) domains: Vec<PathBuf>,
+    /// Devices to branch on (the first N found; ELMs beyond N share devices).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) devices: usize,
+    #[arg(long, default_value_t = 100)]
+    pub(crate) seed_steps: u32,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) branch_steps: u32,
+    /// Tokens per step.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    pub(crate) lr: f32,
+    /// Validation windows scored per document.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) eval_windows: usize,
+    /// Where the seed, every ELM and the baselines are saved (and loaded by `eval btm`).
+    #[arg(long, default_value = "btm-checkpoints")]
+    pub(crate) checkpoint_dir: PathBuf,
+    /// Write the evaluation as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TrainMoeArgs {
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    /// Devices to use (the first N found; the experts are split over them).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) devices: usize,
+    #[arg(long, default_value_t = 300)]
+    pub(crate) steps: u32,
+    /// Tokens per step over all devices.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    pub(crate) lr: f32,
+    /// Text files or directories to train on [default: the bundled corpora, all domains].
+    #[arg(long, num_args = 1..)]
+    pub(crate) corpus: Vec<PathBuf>,
+    /// Evaluate validation bits per byte every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) eval_every: u32,
+    /// Save a checkpoint here every --checkpoint-every steps and at the end.
+    #[arg(long)]
+    pub(crate) checkpoint: Option<PathBuf>,
+    #[arg(long, default_value_t = 100)]
+    pub(crate) checkpoint_every: u32,
+    /// Continue from this checkpoint (its model sizes win over the flags).
+    #[arg(long)]
+    pub(crate) resume: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct PipelineArgs {
+    /// gpipe, 1f1b, interleaved or zb-h1.
+    #[arg(long, default_value = "1f1b")]
+    pub(crate) schedule: ScheduleKind,
+    #[arg(long, default_value_t = 4)]
+    pub(crate) stages: usize,
+    #[arg(long, default_value_t = 8)]
+    pub(crate) microbatches: usize,
+    /// Model chunks per device (interleaved only).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) chunks: usize,
+    /// Simulate with the cost model (the default).
+    #[arg(long, conflicts_with = "run")]
+    pub(crate) simulate: bool,
+    /// Run a pipelined MLP training step on the devices and measure the bubble.
+    #[arg(long)]
+    pub(crate) run: bool,
+    /// Cost-model times per op, in microseconds: forward, backward (input grad), weight grad.
+    #[arg(long, value_delimiter = ',', default_values_t = [100.0, 100.0, 100.0])]
+    pub(crate) costs_us: Vec<f64>,
+    /// Columns of the ASCII timeline.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) width: usize,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    #[arg(long, default_value_t = 256)]
+    pub(crate) tokens_per_device: usize,
+    /// Experts (rounded up to a multiple of the device count).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) experts: usize,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) top_k: usize,
+    #[arg(long, default_value_t = 1.25)]
+    pub(crate) capacity_factor: f32,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) d_model: usize,
+    #[arg(long, default_value_t = 128)]
+    pub(crate) d_out: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `gangway bench`: suites, or `compare`.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    pub(crate) compare: Option<BenchSub>,
+    /// Suites to run [default: all]: matmul, memory, dispatch, pipeline, moe, btm.
+    #[arg(value_name = "SUITE")]
+    pub(crate) suites: Vec<String>,
+    /// Adapters to run on, by index or part of `name (backend)` [default: every adapter].
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) adapters: Vec<String>,
+    /// Every suite on tiny sizes (well under a minute), 1 warm-up run and 3 samples.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Write the report (schema `gangway-bench` version 1) here.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) json: Option<PathBuf>,
+    /// Write the Markdown table here too.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) markdown: Option<PathBuf>,
+    /// Untimed runs per case [default: 2, --quick 1].
+    #[arg(long)]
+    pub(crate) warmup: Option<usize>,
+    /// Timed runs per case [default: 5, --quick 3].
+    #[arg(long)]
+    pub(crate) samples: Option<usize>,
+    /// The adapters' FP32 peak, GFLOP/s (overrides the built-in table).
+    #[arg(long)]
+    pub(crate) peak_gflops: Option<f64>,
+    /// The adapters' memory bandwidth, GB/s (overrides the built-in table).
+    #[arg(long)]
+    pub(crate) peak_gbps: Option<f64>,
+    /// matmul: square sizes [default: 256,512,1024; --quick 64,100].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) matmul_sizes: Option<Vec<usize>>,
+    /// matmul: variants [default: naive,tiled,vec4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) variants: Option<Vec<String>>,
+    /// matmul: element type.
+    #[arg(long, value_enum, default_value = "f32", help_heading = "Suite sizes")]
+    pub(crate) dtype: DTypeArg,
+    /// memory: elements per stream [default: 1048576,16777216; --quick 65536,100003].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) stream_sizes: Option<Vec<usize>>,
+    /// dispatch: longest chain, capped at the adapter's devices [default: 8; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    pub(crate) max_stages: Option<usize>,
+    /// dispatch: runs per sample [default: 20; --quick 4].
+    #[arg(long, help_heading = "Suite sizes")]
+    pub(crate) runs: Option<usize>,
+    /// pipeline: stages (devices) [default: 4; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    pub(crate) stages: Option<usize>,
+    /// pipeline: microbatch counts [default: 4,8,16; --quick 4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) microbatches: Option<Vec<usize>>,
+    /// moe: tokens per training step [default: 1024; --quick 32].
+    #[arg(long, help_heading = "Suite sizes")]
+    pub(crate) tokens: Option<usize>,
+    /// moe: expert counts of the experts sweep [default: 1,2,4,8,16; --quick 1,4].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) experts: Option<Vec<usize>>,
+    /// moe: device counts of the all-to-all section [default: 1,2,4,8; --quick 1,2].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) devices: Option<Vec<usize>>,
+    /// btm: training steps per ELM [default: 20; --quick 2].
+    #[arg(long, help_heading = "Suite sizes")]
+    pub(crate) branch_steps: Option<u32>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchSub {
+    /// Each case's median ratio between two reports, flagged when beyond the samples' spread.
+    Compare {
+        old: PathBuf,
+        new: PathBuf,
+        /// Pair cases by suite and case alone, whatever the adapter (two machines; each report
+        /// must then hold each case once: pick one adapter with --old-adapter / --new-adapter).
+        #[arg(long)]
+        any_adapter: bool,
+        /// Exit with status 1 when a case got slower beyond the noise.
+        #[arg(long)]
+        fail_on_slower: bool,
+        /// Only this adapter of the old report (index or part of `name (backend)`).
+        #[arg(long, value_name = "ADAPTER")]
+        old_adapter: Option<String>,
+        /// Only this adapter of the new report.
+        #[arg(long, value_name = "ADAPTER")]
+        new_adapter: Option<String>,
+    },
+    /// Print the JSON Schema of the report `--json` writes.
+    Schema,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum DTypeArg {
+    F32,
+    F16,
+}
