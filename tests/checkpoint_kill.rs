@@ -4,11 +4,11 @@
 //! must finish with exactly the final loss, validation score and checkpoint of a run that was
 //! never interrupted (same device, same order of work: bit for bit, as the resume tests in
 //! `moe_train.rs` check on one mesh).
-#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use common::{Adapters, Span, case};
 use gangway::Rng;
 use gangway::moe::TrainerCheckpoint;
 use std::path::Path;
@@ -76,11 +76,15 @@ fn finish(dir: &Path, ckpt: &Path, steps: u32, resume: bool) -> (f64, f64) {
     )
 }
 
-#[test]
-fn a_run_killed_at_any_moment_resumes_to_the_same_result() {
-    if common::devices().is_empty() {
-        return;
-    }
+fn main() -> std::process::ExitCode {
+    // One trial: the CLI picks its own device, as a user's run would.
+    common::run(vec![
+        case!(adapters: a_run_killed_at_any_moment_resumes_to_the_same_result).span(Span::All),
+    ])
+}
+
+/// (`Child::kill` is SIGKILL on unix and TerminateProcess on Windows: no chance to clean up.)
+fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
     let t0 = Instant::now();
     let dir = std::env::temp_dir().join(format!("gangway-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
