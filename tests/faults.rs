@@ -4,9 +4,10 @@
 
 mod common;
 
+use common::programs::chain_program;
 use common::{Adapters, case};
 
-use gangway::program::{CompileOptions, Executable, ProgramBuilder};
+use gangway::program::{CompileOptions, Executable};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{Device, DiscoveryOptions, Error};
 use std::sync::Arc;
@@ -28,19 +29,9 @@ fn fresh_devices(adapters: &Adapters, count: usize) -> Vec<Device> {
     adapters.discover(&opts)
 }
 
-/// `x + 1` on device `a`, then `+ 1` on device `b`.
 fn chain(devices: &[Device], a: usize, b: usize) -> Arc<Executable> {
-    let mut p = ProgramBuilder::new(format!("chain {a}->{b}"));
-    let x = p.arg(&[a], 256);
-    let y = p.affine("A", &[a], x, 1.0, 1.0);
-    let z = p.affine("B", &[b], y, 1.0, 1.0);
-    p.result(z);
-    Arc::new(
-        p.build()
-            .unwrap()
-            .compile(devices, CompileOptions::default())
-            .unwrap(),
-    )
+    let exec = chain_program(a, b).compile(devices, CompileOptions::default());
+    Arc::new(exec.unwrap())
 }
 
 fn opts(mode: DispatchMode) -> RunOptions {

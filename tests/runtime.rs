@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::programs::{assert_consistent_order, exchange_program, exchange_reference};
+use common::programs::{
+    assert_consistent_order, chain_program, exchange_program, exchange_reference,
+};
 use common::{Adapters, Span, case};
 use gangway::device::WhenFull;
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
@@ -212,14 +214,8 @@ fn a_lost_device_fails_its_programs_and_spares_the_others(adapters: &Adapters) {
     let doomed_client = runtime.client("doomed", 1);
     let other_client = runtime.client("other", 1);
     let chain = |a: usize, b: usize| {
-        let mut p = ProgramBuilder::new(format!("chain {a}->{b}"));
-        let x = p.arg(&[a], 256);
-        let y = p.affine("A", &[a], x, 1.0, 1.0);
-        let z = p.affine("B", &[b], y, 1.0, 1.0);
-        p.result(z);
         Arc::new(
-            p.build()
-                .unwrap()
+            chain_program(a, b)
                 .compile(&devices, CompileOptions::default())
                 .unwrap(),
         )
