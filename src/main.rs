@@ -133,8 +133,10 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Some(path) = &cli.trace {
         let events = tracer.take_events();
-        std::fs::write(path, gangway::trace::chrome::to_string(&events, &names))
-            .with_context(|| format!("writing {}", path.display()))?;
+        gangway::fsutil::write_atomic(
+            path,
+            gangway::trace::chrome::to_string(&events, &names).as_bytes(),
+        )?;
         eprintln!("wrote {} events to {}", events.len(), path.display());
     }
     Ok(())
@@ -641,8 +643,7 @@ fn progress_bar(done: usize, total: usize) -> String {
 /// Writes `value` as pretty JSON to `path`, when one was given.
 fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<()> {
     if let Some(path) = path {
-        std::fs::write(path, serde_json::to_string_pretty(value)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        gangway::fsutil::write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes())?;
     }
     Ok(())
 }
