@@ -48,6 +48,26 @@ fn wait_for_run(h: &mut Harness<'_, ViewerApp>, limit: Duration) -> bool {
     saw_hold
 }
 
+/// Starts a 2000-step run of 32-token batches without validation, and steps the harness until
+/// `steps` steps have been reported (at most 120 s).
+fn start_long_run(h: &mut Harness<'_, ViewerApp>, steps: usize) {
+    common::set_slider(h, "steps", 2000.0);
+    common::set_slider(h, "batch (tokens)", 32.0);
+    common::set_slider(h, "validate every", 0.0);
+    assert_eq!(h.state().moe.settings.steps, 2000);
+    h.get_by_label("Start training").click();
+    h.step();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while h.state().moe.history.len() < steps && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(
+        h.state().moe.history.len() >= steps,
+        "not {steps} steps within 120 s"
+    );
+}
+
 #[test]
 fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     let test = "a_short_run_shows_loss_aux_dropped_and_tokens_per_expert";
@@ -122,18 +142,7 @@ fn stop_ends_a_long_run_early_with_a_report() {
         return;
     };
     click(&mut h, "2 experts");
-    common::set_slider(&mut h, "steps", 2000.0);
-    common::set_slider(&mut h, "batch (tokens)", 32.0);
-    common::set_slider(&mut h, "validate every", 0.0);
-    assert_eq!(h.state().moe.settings.steps, 2000);
-    h.get_by_label("Start training").click();
-    h.step();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while h.state().moe.history.len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        h.step();
-    }
-    assert!(h.state().moe.history.len() >= 2, "no steps within 120 s");
+    start_long_run(&mut h, 2);
     let stop = h.get_by_label("Stop");
     assert!(!stop.accesskit_node().is_disabled());
     stop.click();
@@ -203,18 +212,8 @@ fn a_device_lost_mid_training_shows_the_error_and_the_viewer_keeps_running() {
     };
     click(&mut h, "8 experts");
     common::set_slider(&mut h, "devices", 4.0);
-    common::set_slider(&mut h, "steps", 2000.0);
-    common::set_slider(&mut h, "batch (tokens)", 32.0);
-    common::set_slider(&mut h, "validate every", 0.0);
     assert_eq!(h.state().moe.settings.devices, 4);
-    h.get_by_label("Start training").click();
-    h.step();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while h.state().moe.history.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        h.step();
-    }
-    assert!(!h.state().moe.history.is_empty(), "no step within 120 s");
+    start_long_run(&mut h, 1);
     // The third of the run's four devices goes, as a driver reset would take it.
     let lost = h.state().hub.devices().unwrap()[2].clone();
     lost.destroy();
