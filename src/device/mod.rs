@@ -475,9 +475,9 @@ impl Device {
     }
 
     /// Records one compute dispatch of `pipeline` with `(binding, buffer)` pairs in group 0.
-    pub fn encode_dispatch(
+    pub fn encode_dispatch<R: Recorder + ?Sized>(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut R,
         label: &str,
         pipeline: &wgpu::ComputePipeline,
         buffers: &[(u32, &wgpu::Buffer)],
@@ -488,7 +488,7 @@ impl Device {
             return Ok(());
         }
         let bind_group = self.bind_group(label, pipeline, buffers);
-        encode_pass(encoder, label, pipeline, &bind_group, grid, None);
+        encoder.dispatch(label, pipeline, bind_group, buffers, grid);
         Ok(())
     }
 
@@ -596,6 +596,59 @@ pub fn timestamp_pass(
             end_of_pass_write_index: end,
         }),
     }));
+}
+
+/// Where kernels record their commands: a live [`wgpu::CommandEncoder`], or a
+/// [`crate::kernels::Prepared`] that keeps them (bind groups and all) to be replayed by every run of
+/// a compiled program. Kernel modules write one `encode_*` against this trait and serve both.
+pub trait Recorder {
+    /// One compute dispatch; `buffers` are what `bind_group` binds (kept alive by recorders that
+    /// replay).
+    fn dispatch(
+        &mut self,
+        label: &str,
+        pipeline: &wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        buffers: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    );
+    fn clear_buffer(&mut self, buffer: &wgpu::Buffer, offset: u64, size: Option<u64>);
+    fn copy_buffer_to_buffer(
+        &mut self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    );
+}
+
+impl Recorder for wgpu::CommandEncoder {
+    fn dispatch(
+        &mut self,
+        label: &str,
+        pipeline: &wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        _buffers: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    ) {
+        encode_pass(self, label, pipeline, &bind_group, grid, None);
+    }
+
+    fn clear_buffer(&mut self, buffer: &wgpu::Buffer, offset: u64, size: Option<u64>) {
+        wgpu::CommandEncoder::clear_buffer(self, buffer, offset, size);
+    }
+
+    fn copy_buffer_to_buffer(
+        &mut self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) {
+        wgpu::CommandEncoder::copy_buffer_to_buffer(self, src, src_offset, dst, dst_offset, size);
+    }
 }
 
 /// Records one compute pass: `pipeline` with `bind_group` over `grid`, writing begin/end timestamps

@@ -1,6 +1,7 @@
 //! Block row copies on the GPU: the pack/unpack step of all-to-all.
 
 use super::COPY_BLOCKS;
+use crate::device::Recorder;
 use crate::{DType, Device, Error, Result};
 
 /// Move `rows` rows from `src_row` of the source to `dst_row` of the destination.
@@ -36,7 +37,7 @@ struct Params {
 ///
 /// Blocks must not overlap in the destination; the caller checks they fit both buffers.
 pub fn encode(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     device: &Device,
     blocks: &[Block],
     row_words: usize,

@@ -18,6 +18,7 @@ use super::LM_TRAIN;
 use super::matmul::{self, MatmulShape};
 use super::moe_dispatch::{gather_reference, scatter_reference};
 use super::router::{ExpertStat, ReferenceRouting, Route, RouterConfig, Routing};
+use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 
 #[repr(C)]
@@ -94,7 +95,7 @@ impl AdamConfig {
     }
 
     /// `(1 / (1 − β1^step), 1 / (1 − β2^step))`, computed in f64 once for kernel and reference.
-    fn bias(&self, step: u32) -> (f32, f32) {
+    pub fn bias(&self, step: u32) -> (f32, f32) {
         let c = |b: f32| (1.0 / (1.0 - f64::from(b).powf(f64::from(step)))) as f32;
         (c(self.beta1), c(self.beta2))
     }
@@ -113,7 +114,7 @@ fn bad(what: &'static str, reason: String) -> Error {
 
 /// Records `entry` over `threads` threads with `bindings` (binding 0, the parameters, added here).
 fn encode(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     device: &Device,
     entry: &'static str,
     params: &Params,
@@ -121,8 +122,20 @@ fn encode(
     threads: usize,
 ) -> Result<()> {
     let uniform = device.uniform_buffer(entry, params);
+    encode_with(encoder, device, entry, &uniform, bindings, threads)
+}
+
+/// [`encode`] with the parameters in `uniform`.
+fn encode_with(
+    encoder: &mut impl Recorder,
+    device: &Device,
+    entry: &'static str,
+    uniform: &wgpu::Buffer,
+    bindings: &[(u32, &wgpu::Buffer)],
+    threads: usize,
+) -> Result<()> {
     let pipeline = LM_TRAIN.pipeline(device, DType::F32, entry)?;
-    let mut all = vec![(0, &uniform)];
+    let mut all = vec![(0, uniform)];
     all.extend_from_slice(bindings);
     device.encode_dispatch(
         encoder,
@@ -238,7 +251,7 @@ pub fn upload_routing(
 /// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
 /// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).
 pub fn encode_embed_gather(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     contexts: &Tensor,
     table: &Tensor,
     out: &Tensor,
@@ -280,7 +293,7 @@ pub fn embed_gather(contexts: &Tensor, table: &Tensor) -> Result<Tensor> {
 /// (`[V, d_e]`, overwritten). One thread per table entry looping over every position: no float
 /// atomics needed, fine at byte-vocabulary sizes.
 pub fn encode_embed_grad(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     contexts: &Tensor,
     d_x: &Tensor,
     d_table: &Tensor,
@@ -386,7 +399,7 @@ pub struct CrossEntropy {
 /// Records [`cross_entropy`] into caller-allocated `loss` `[T]` and `d_logits` `[T, V]`. Targets
 /// `>= V` cannot be reported from a shader: their rows get loss 0 and gradient 0.
 pub fn encode_cross_entropy(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     logits: &Tensor,
     targets: &Tensor,
     loss: &Tensor,
@@ -468,11 +481,7 @@ fn max_and_sum(row: &[f32]) -> (f32, f32) {
 }
 
 /// Records `out[t] = logsumexp(x[t])` for `x` `[T, N]`, `out` `[T]`.
-pub fn encode_row_logsumexp(
-    encoder: &mut wgpu::CommandEncoder,
-    x: &Tensor,
-    out: &Tensor,
-) -> Result<()> {
+pub fn encode_row_logsumexp(encoder: &mut impl Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     const WHAT: &str = "row_logsumexp";
     let device = x.device();
     let (t, n) = dims2(WHAT, x)?;
@@ -521,7 +530,7 @@ pub fn row_logsumexp_reference(x: &[f32], cols: usize) -> Vec<f32> {
 /// Records `d_gate[t·K + c] = dy[t] · slots[slot(t, c)]` (0 for dropped choices): `dy` `[T, d]`,
 /// `slots` the expert outputs `[E·capacity, d]`, `d_gate` `[T, K]`.
 pub fn encode_gate_grad(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     dy: &Tensor,
     slots: &Tensor,
     routing: &Routing,
@@ -568,7 +577,7 @@ pub fn gate_grad(dy: &Tensor, slots: &Tensor, routing: &Routing) -> Result<Tenso
 /// Records `d_slots[slot(t, c)] = gate · dy[t]` for kept choices into `d_slots`
 /// (`[E·capacity, d]`), cleared first so that slots no token filled are zero.
 pub fn encode_combine_backward_slots(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     dy: &Tensor,
     routing: &Routing,
     d_slots: &Tensor,
@@ -614,7 +623,7 @@ pub fn combine_backward_slots(dy: &Tensor, routing: &Routing) -> Result<Tensor> 
 
 /// Records `d_x[t] = Σ_{kept c} d_slots[slot(t, c)]` (`d_slots` `[E·capacity, d]`, `d_x` `[T, d]`).
 pub fn encode_dispatch_backward(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     d_slots: &Tensor,
     routing: &Routing,
     d_x: &Tensor,
@@ -711,7 +720,7 @@ pub fn dispatch_backward_reference(
 /// Records the router-logit gradient `d_logits` (`[T, E]`) from `logits` (`[T, E]`, what the
 /// routing was computed from), `d_gate` (`[T, K]`) and the routing's routes and `f_i`.
 pub fn encode_router_backward(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     logits: &Tensor,
     d_gate: &Tensor,
     routing: &Routing,
@@ -830,7 +839,7 @@ pub fn router_backward_reference(
 /// `capacity`-sized slot blocks or the all-to-all's variable groups. Rows past `rows` are never
 /// read, whatever the device-side offsets hold.
 pub fn encode_expert_weight_grad(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     a: &Tensor,
     b: &Tensor,
     offsets: &Tensor,
@@ -928,7 +937,7 @@ pub fn expert_weight_grad_reference(
 
 /// Records one Adam step (`step` counts from 1) on `param` with moments `m`, `v`, all in place.
 pub fn encode_adam(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     param: &Tensor,
     m: &Tensor,
     v: &Tensor,
@@ -966,6 +975,53 @@ pub fn encode_adam(
         (26, grad.buffer()),
     ];
     encode(encoder, device, WHAT, &params, &bindings, param.len())
+}
+
+/// Records one Adam step whose bias corrections are read when the commands run, from `bias` (f32
+/// `[2]`: [`AdamConfig::bias`] of the step): one recording serves every step of a compiled
+/// training program.
+pub fn encode_adam_from(
+    encoder: &mut impl Recorder,
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    config: AdamConfig,
+    bias: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "adam";
+    let device = param.device();
+    config.validate(1)?;
+    for t in [param, m, v, grad] {
+        expect(WHAT, t, device, DType::F32, param.shape())?;
+    }
+    expect(WHAT, bias, device, DType::F32, &[2])?;
+    let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
+    for (i, a) in buffers.iter().enumerate() {
+        if buffers[i + 1..].contains(a) {
+            return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
+        }
+    }
+    let params = Params {
+        rows: to_u32(WHAT, param.len())?,
+        lr: config.lr,
+        beta1: config.beta1,
+        beta2: config.beta2,
+        eps: config.eps,
+        bias1: 1.0,
+        bias2: 1.0,
+        ..Params::zeroed()
+    };
+    let uniform = device.uniform_buffer(WHAT, &params);
+    let at = std::mem::offset_of!(Params, bias1) as u64;
+    encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
+    let bindings = [
+        (23, param.buffer()),
+        (24, m.buffer()),
+        (25, v.buffer()),
+        (26, grad.buffer()),
+    ];
+    encode_with(encoder, device, WHAT, &uniform, &bindings, param.len())
 }
 
 /// One Adam step in place. Blocks.

@@ -6,6 +6,7 @@
 //! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
 
 use super::{MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, Shader, autotune};
+use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -257,7 +258,7 @@ fn two_d(what: &'static str, shape: &[usize]) -> Result<[usize; 2]> {
 }
 
 /// Records the matmul into `encoder` and returns the variant used.
-pub fn encode(encoder: &mut wgpu::CommandEncoder, args: &MatmulArgs<'_>) -> Result<MatmulVariant> {
+pub fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<MatmulVariant> {
     let shape = check_args(args)?;
     let device = args.a.device();
     let variant = match args.options.variant {
@@ -280,7 +281,7 @@ pub fn encode(encoder: &mut wgpu::CommandEncoder, args: &MatmulArgs<'_>) -> Resu
 }
 
 fn encode_variant(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     device: &Device,
     args: &MatmulArgs<'_>,
     shape: &MatmulShape,

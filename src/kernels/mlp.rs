@@ -9,6 +9,7 @@
 //! is done. Each has a plain-Rust reference of the same name with `_reference`.
 
 use super::{MLP, grid_1d};
+use crate::device::Recorder;
 use crate::{DType, Error, Result, Tensor};
 
 #[repr(C)]
@@ -42,9 +43,10 @@ fn check_distinct(what: &'static str, y: &Tensor, x: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Records and runs `entry` over `len` elements: `x` at binding 1, `z` (when the entry reads it)
-/// at 2, `y` at 3. Blocks until done.
-fn launch(
+/// Records `entry` over `len` elements: `x` at binding 1, `z` (when the entry reads it) at 2, `y`
+/// at 3.
+fn encode_launch(
+    encoder: &mut impl Recorder,
     entry: &'static str,
     scale: f32,
     x: &Tensor,
@@ -69,16 +71,48 @@ fn launch(
     // Auto layouts hold only what the entry point uses: `z` is bound only when it is read.
     let mut bindings = vec![(0, &params), (1, x.buffer()), (3, y.buffer())];
     bindings.extend(z.map(|z| (2, z.buffer())));
-    let mut encoder = device.encoder(entry);
     device.encode_dispatch(
-        &mut encoder,
+        encoder,
         entry,
         &pipeline,
         &bindings,
         grid_1d(device, entry, len)?,
-    )?;
+    )
+}
+
+/// [`encode_launch`] in a fresh encoder; blocks until done.
+fn launch(
+    entry: &'static str,
+    scale: f32,
+    x: &Tensor,
+    z: Option<&Tensor>,
+    y: &Tensor,
+) -> Result<()> {
+    let device = x.device();
+    let mut encoder = device.encoder(entry);
+    encode_launch(&mut encoder, entry, scale, x, z, y)?;
     device.submit(encoder);
     device.wait()
+}
+
+/// Records [`relu_backward`] into `out` (shaped like `grad`).
+pub fn encode_relu_backward(
+    encoder: &mut impl Recorder,
+    grad: &Tensor,
+    act: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "relu_backward";
+    check(WHAT, grad, &[act, out])?;
+    encode_launch(encoder, WHAT, 1.0, grad, Some(act), out)
+}
+
+/// Records [`accumulate`]: `acc += x`.
+pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) -> Result<()> {
+    const WHAT: &str = "accumulate";
+    check(WHAT, acc, &[x])?;
+    check_distinct(WHAT, acc, x)?;
+    encode_launch(encoder, WHAT, 1.0, x, None, acc)
 }
 
 /// `grad * (act > 0)`: the gradient through a relu, given the gradient of its output and its

@@ -8,7 +8,11 @@ pub mod lm_train;
 pub mod matmul;
 pub mod mlp;
 pub mod moe_dispatch;
+pub mod ops;
+mod prepared;
 pub mod router;
+
+pub use prepared::{Kernel, Prepared, TensorType};
 
 use crate::DType;
 

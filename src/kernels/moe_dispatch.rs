@@ -3,6 +3,7 @@
 
 use super::MOE_DISPATCH;
 use super::router::{Route, Routing};
+use crate::device::Recorder;
 use crate::{DType, Result, Tensor};
 
 #[repr(C)]
@@ -38,7 +39,7 @@ fn grid(device: &crate::Device, d: usize, rows: usize) -> [u32; 3] {
 }
 
 fn encode_pass(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     entry: &str,
     routing: &Routing,
     src: &Tensor,
@@ -69,7 +70,7 @@ fn encode_pass(
 
 /// Records dispatch of `x` (`[tokens, d]`) into `out` (`[experts × capacity, d]`, cleared first).
 pub fn encode_dispatch(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     x: &Tensor,
     routing: &Routing,
     out: &Tensor,
@@ -91,7 +92,7 @@ pub fn encode_dispatch(
 
 /// Records combine of expert outputs `y` (`[experts × capacity, d]`) into `out` (`[tokens, d]`).
 pub fn encode_combine(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     y: &Tensor,
     routing: &Routing,
     out: &Tensor,

@@ -3,6 +3,7 @@
 
 use super::ROUTER;
 use super::copy_blocks::{self, Block};
+use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Router settings.
@@ -163,26 +164,54 @@ impl Routing {
     }
 }
 
+/// The router's output buffers for `tokens` tokens, allocated on `device`.
+pub fn allocate(device: &Device, tokens: usize, config: RouterConfig) -> Result<Routing> {
+    config.validate()?;
+    Ok(Routing {
+        tokens,
+        config,
+        capacity: config.capacity(tokens),
+        probs: Tensor::zeros(device, &[tokens, config.experts], DType::F32)?,
+        routes: device.storage_buffer(
+            "router routes",
+            (tokens * config.k * std::mem::size_of::<Route>()) as u64,
+        )?,
+        stats: device.storage_buffer(
+            "router stats",
+            (config.experts * std::mem::size_of::<ExpertStat>()) as u64,
+        )?,
+    })
+}
+
 /// Allocates the router's outputs and records both passes into `encoder`.
 pub fn encode(
-    encoder: &mut wgpu::CommandEncoder,
+    encoder: &mut impl Recorder,
     logits: &Tensor,
     config: RouterConfig,
 ) -> Result<Routing> {
+    let tokens = logits.shape().first().copied().unwrap_or(0);
+    let routing = allocate(logits.device(), tokens, config)?;
+    encode_into(encoder, logits, &routing)?;
+    Ok(routing)
+}
+
+/// Records both passes of the router over `logits` into `routing`'s buffers.
+pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) -> Result<()> {
+    let config = routing.config;
     config.validate()?;
     logits.expect_dtype("router logits", DType::F32)?;
     let device = logits.device();
     let tokens = match *logits.shape() {
-        [t, e] if e == config.experts => t,
+        [t, e] if e == config.experts && t == routing.tokens => t,
         _ => {
             return Err(Error::ShapeMismatch {
                 what: "router logits",
-                expected: format!("[tokens, {}]", config.experts),
+                expected: format!("[{}, {}]", routing.tokens, config.experts),
                 got: format!("{:?}", logits.shape()),
             });
         }
     };
-    let capacity = config.capacity(tokens);
+    let capacity = routing.capacity;
     let to_u32 = |v: usize| {
         u32::try_from(v).map_err(|_| Error::InvalidArgument {
             what: "router",
@@ -197,15 +226,7 @@ pub fn encode(
         normalize: u32::from(config.normalize_gates && config.k == 2),
         _pad: [0; 3],
     };
-    let probs = Tensor::zeros(device, &[tokens, config.experts], DType::F32)?;
-    let routes = device.storage_buffer(
-        "router routes",
-        (tokens * config.k * std::mem::size_of::<Route>()) as u64,
-    )?;
-    let stats = device.storage_buffer(
-        "router stats",
-        (config.experts * std::mem::size_of::<ExpertStat>()) as u64,
-    )?;
+    let (probs, routes, stats) = (&routing.probs, &routing.routes, &routing.stats);
     let uniform = device.uniform_buffer("router params", &params);
     let topk = ROUTER.pipeline(device, DType::F32, "topk")?;
     let positions = ROUTER.pipeline(device, DType::F32, "positions")?;
@@ -217,7 +238,7 @@ pub fn encode(
             (0, &uniform),
             (1, logits.buffer()),
             (2, probs.buffer()),
-            (3, &routes),
+            (3, routes),
         ],
         [to_u32(tokens.div_ceil(64))?, 1, 1],
     )?;
@@ -225,22 +246,9 @@ pub fn encode(
         encoder,
         "router positions",
         &positions,
-        &[
-            (0, &uniform),
-            (2, probs.buffer()),
-            (3, &routes),
-            (4, &stats),
-        ],
+        &[(0, &uniform), (2, probs.buffer()), (3, routes), (4, stats)],
         [params.experts, 1, 1],
-    )?;
-    Ok(Routing {
-        tokens,
-        config,
-        capacity,
-        probs,
-        routes,
-        stats,
-    })
+    )
 }
 
 /// Routes `logits` (`[tokens, experts]`, f32). Blocks until the GPU is done.
