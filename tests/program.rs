@@ -142,7 +142,7 @@ fn wrong_arguments_are_errors(device: &Device) {
     );
     assert!(
         client
-            .run(&exec, vec![], opts(DispatchMode::Parallel))
+            .run(&exec, Vec::<Vec<f32>>::new(), opts(DispatchMode::Parallel))
             .is_err()
     );
     let mut p = ProgramBuilder::new("wide");

@@ -14,9 +14,11 @@
 //! # Ok::<(), gangway::Error>(())
 //! ```
 
-use super::ir::{Node, Op, Program, Value, ValueInfo};
+use super::ir::{KernelNode, Node, Op, Program, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::{Error, Result};
+use crate::kernels::{Kernel, TensorType};
+use crate::{DType, Error, Result};
+use std::sync::Arc;
 
 /// Builds a [`Program`]; see the module docs.
 #[derive(Debug)]
@@ -76,39 +78,148 @@ impl ProgramBuilder {
         inputs: Vec<Value>,
         len: usize,
     ) -> Value {
+        let ty = match inputs.first().and_then(|&v| self.info(v)) {
+            // Data movement keeps the input's type; elementwise kernels are f32.
+            Some(i) if matches!(op, Op::Transfer | Op::AllToAll | Op::AllReduce) => i.ty.clone(),
+            // An elementwise kernel keeps its input's shape (a row sum is flat).
+            Some(i) if matches!(op, Op::Elementwise(_)) && i.shard_len == len => {
+                TensorType::f32(&i.ty.shape)
+            }
+            _ => TensorType::f32(&[len]),
+        };
+        self.push_typed(name, op, gang, inputs, vec![ty])
+            .first()
+            .copied()
+            .unwrap_or(Value(usize::MAX))
+    }
+
+    fn push_typed(
+        &mut self,
+        name: &str,
+        op: Op,
+        gang: &[usize],
+        inputs: Vec<Value>,
+        types: Vec<TensorType>,
+    ) -> Vec<Value> {
         self.check_gang(name, gang);
         let node = self.program.nodes.len();
-        let value = Value(self.program.values.len());
-        self.program.values.push(ValueInfo {
-            gang: gang.to_vec(),
-            shard_len: len,
-            producer: node,
-        });
+        let mut outputs = Vec::with_capacity(types.len());
+        for (output, ty) in types.into_iter().enumerate() {
+            outputs.push(Value(self.program.values.len()));
+            self.program.values.push(ValueInfo {
+                gang: gang.to_vec(),
+                shard_len: ty.len(),
+                ty,
+                producer: node,
+                output,
+            });
+        }
         self.program.nodes.push(Node {
             name: name.to_string(),
             op,
             gang: gang.to_vec(),
             inputs,
-            output: Some(value),
+            outputs: outputs.clone(),
         });
-        value
+        outputs
     }
 
-    /// An argument of `shard_len` values per device of `gang`, given at every run.
-    pub fn arg(&mut self, gang: &[usize], shard_len: usize) -> Value {
-        if shard_len == 0 {
+    /// The type of `x`'s shards (f32 `[0]` for a value of another builder, which is an error).
+    pub fn ty(&self, x: Value) -> TensorType {
+        self.info(x)
+            .map(|i| i.ty.clone())
+            .unwrap_or_else(|| TensorType::f32(&[0]))
+    }
+
+    /// An argument of `ty` per device of `gang`, given at every run (shard-major).
+    pub fn typed_arg(&mut self, gang: &[usize], ty: TensorType) -> Value {
+        if ty.is_empty() {
             self.fail("an argument with empty shards".into());
         }
         let index = self.program.args.len();
-        let v = self.push(
+        let v = self.push_typed(
             &format!("arg{index}"),
             Op::Arg { index },
             gang,
             vec![],
-            shard_len,
+            vec![ty],
         );
+        let v = v.first().copied().unwrap_or(Value(usize::MAX));
         self.program.args.push(v);
         v
+    }
+
+    /// State named `name` of the [`super::Variables`] the program will be compiled against: one
+    /// `ty` tensor per device of `gang`.
+    pub fn variable(&mut self, name: &str, gang: &[usize], ty: TensorType) -> Value {
+        let op = Op::Variable {
+            name: name.to_string(),
+        };
+        let v = self.push_typed(name, op, gang, vec![], vec![ty]);
+        v.first().copied().unwrap_or(Value(usize::MAX))
+    }
+
+    /// `kernel` on every device of `gang` over `inputs` (moved there when they live elsewhere):
+    /// its `N` outputs. In-place outputs alias their inputs' buffers.
+    pub fn kernel<const N: usize>(
+        &mut self,
+        name: &str,
+        gang: &[usize],
+        kernel: Arc<dyn Kernel>,
+        inputs: &[Value],
+    ) -> [Value; N] {
+        let bad = [Value(usize::MAX); N];
+        let inputs: Vec<Value> = inputs.iter().map(|&x| self.on(gang, x)).collect();
+        let types: Vec<TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
+        let outputs = match kernel.outputs(&types) {
+            Ok(o) if o.len() == N => o,
+            Ok(o) => {
+                self.fail(format!(
+                    "{name}: {} outputs, the caller expects {N}",
+                    o.len()
+                ));
+                return bad;
+            }
+            Err(e) => {
+                self.fail(format!("{name}: {e}"));
+                return bad;
+            }
+        };
+        for (out, inp) in kernel.in_place() {
+            if outputs.get(out) != types.get(inp) {
+                self.fail(format!(
+                    "{name}: in-place output {out} does not have input {inp}'s type"
+                ));
+            }
+        }
+        let values = self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs);
+        values.try_into().unwrap_or(bad)
+    }
+
+    /// [`Self::kernel`] for a kernel whose output count is known only at run time of the builder.
+    pub fn kernels(
+        &mut self,
+        name: &str,
+        gang: &[usize],
+        kernel: Arc<dyn Kernel>,
+        inputs: &[Value],
+    ) -> Vec<Value> {
+        let inputs: Vec<Value> = inputs.iter().map(|&x| self.on(gang, x)).collect();
+        let types: Vec<TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
+        match kernel.outputs(&types) {
+            Ok(outputs) => {
+                self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs)
+            }
+            Err(e) => {
+                self.fail(format!("{name}: {e}"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// An argument of `shard_len` f32 values per device of `gang`, given at every run.
+    pub fn arg(&mut self, gang: &[usize], shard_len: usize) -> Value {
+        self.typed_arg(gang, TensorType::f32(&[shard_len]))
     }
 
     /// Data fixed at compile time: `data` holds every shard, one after the other.
@@ -165,6 +276,12 @@ impl ProgramBuilder {
             .collect();
         if lens.windows(2).any(|w| w[0] != w[1]) {
             self.fail(format!("{name}: inputs of different lengths {lens:?}"));
+        }
+        if inputs
+            .iter()
+            .any(|&v| self.info(v).is_some_and(|i| i.dtype() != DType::F32))
+        {
+            self.fail(format!("{name}: elementwise kernels take f32 values"));
         }
         let len = lens.first().copied().unwrap_or(0);
         self.push(name, Op::Elementwise(op), gang, inputs, len)
@@ -243,7 +360,7 @@ impl ProgramBuilder {
             op: Op::Result { index },
             gang: info.gang,
             inputs: vec![x],
-            output: None,
+            outputs: Vec::new(),
         });
         self.program.results.push(x);
     }

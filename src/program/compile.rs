@@ -2,10 +2,11 @@
 //! `in_flight` runs at a time (slots), and every run reuses them.
 
 use super::ir::{Op, Program};
+use super::variables::Variables;
 use crate::device::{Reservation, WhenFull, padded_size};
-use crate::kernels::PreparedDispatch;
+use crate::kernels::Prepared;
 use crate::kernels::elementwise::{self, ElementwiseOp};
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Result, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -32,12 +33,12 @@ impl Default for CompileOptions {
 /// The GPU objects of one shard of one node, in one slot.
 #[derive(Debug, Default)]
 pub(crate) struct ShardRes {
-    /// The shard of the node's output value, on the node's gang.
-    pub output: Option<wgpu::Buffer>,
+    /// The shards of the node's output values, on the node's gang, in output order.
+    pub outputs: Vec<wgpu::Buffer>,
     /// Readback buffer on the device that sends (transfer source, collective member, result).
     pub staging: Option<wgpu::Buffer>,
     /// The kernel (all-reduce: its row sum).
-    pub dispatch: Option<PreparedDispatch>,
+    pub dispatch: Option<Prepared>,
     /// All-reduce: every member's shard side by side, summed by `dispatch`.
     pub gather: Option<wgpu::Buffer>,
 }
@@ -65,6 +66,16 @@ static NEXT_PROGRAM_ID: AtomicU64 = AtomicU64::new(1);
 impl Program {
     /// Compiles the program for `devices` (logical device i is `devices[i]`).
     pub fn compile(&self, devices: &[Device], opts: CompileOptions) -> Result<Executable> {
+        self.compile_with(devices, opts, &Variables::default())
+    }
+
+    /// Compiles the program for `devices`, binding its variables to those of `variables`.
+    pub fn compile_with(
+        &self,
+        devices: &[Device],
+        opts: CompileOptions,
+        variables: &Variables,
+    ) -> Result<Executable> {
         let fail = |reason: String| Error::Program {
             program: self.name.clone(),
             reason,
@@ -101,7 +112,7 @@ impl Program {
             }
         }
         let slots = (0..opts.in_flight)
-            .map(|_| self.build_slot(devices))
+            .map(|_| self.build_slot(devices, variables))
             .collect::<Result<Vec<_>>>()?;
         Ok(Executable {
             id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed),
@@ -117,18 +128,28 @@ impl Program {
     /// `(logical device, bytes)` of every buffer one slot needs for `node`.
     fn shard_buffers(&self, node: usize) -> Vec<(usize, u64)> {
         let n = &self.nodes[node];
-        let out_len = n.output.map(|v| self.values[v.0].shard_len).unwrap_or(0) as u64 * 4;
-        let in_len = n
-            .inputs
-            .first()
-            .map(|v| self.values[v.0].shard_len)
-            .unwrap_or(0) as u64
-            * 4;
+        let bytes = |v: Option<&super::Value>| v.map_or(0, |v| self.values[v.0].shard_bytes());
+        let out_len = bytes(n.outputs.first());
+        let in_len = bytes(n.inputs.first());
+        let kernel_out: u64 = match &n.op {
+            Op::Kernel(k) => {
+                let in_place: Vec<usize> = k.0.in_place().iter().map(|&(o, _)| o).collect();
+                n.outputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !in_place.contains(i))
+                    .map(|(_, v)| bytes(Some(v)))
+                    .sum()
+            }
+            _ => 0,
+        };
         n.gang
             .iter()
             .enumerate()
             .flat_map(|(i, &d)| match n.op {
                 Op::Arg { .. } | Op::Constant { .. } | Op::Elementwise(_) => vec![(d, out_len)],
+                Op::Variable { .. } => vec![],
+                Op::Kernel(_) => vec![(d, kernel_out)],
                 Op::Transfer => {
                     let src = self.values[n.inputs[0].0].gang[i];
                     vec![(d, out_len), (src, in_len)]
@@ -140,73 +161,105 @@ impl Program {
             .collect()
     }
 
-    fn build_slot(&self, devices: &[Device]) -> Result<Slot> {
+    fn build_slot(&self, devices: &[Device], variables: &Variables) -> Result<Slot> {
+        let fail = |reason: String| Error::Program {
+            program: self.name.clone(),
+            reason,
+        };
         let mut nodes: Vec<Vec<ShardRes>> = Vec::with_capacity(self.nodes.len());
         for n in &self.nodes {
-            let out_len = n.output.map(|v| self.values[v.0].shard_len).unwrap_or(0);
+            let out_info = n.output().map(|v| &self.values[v.0]);
+            let out_len = out_info.map_or(0, |v| v.shard_len);
+            let out_bytes = out_info.map_or(0, |v| v.shard_bytes());
             let mut shards = Vec::with_capacity(n.gang.len());
             for (i, &d) in n.gang.iter().enumerate() {
                 let device = &devices[d];
                 let label = format!("{}/{} shard {i}", self.name, n.name);
                 let input = |k: usize| -> Result<&wgpu::Buffer> {
-                    let v = n.inputs[k];
-                    let producer = self.values[v.0].producer;
-                    nodes[producer][i]
-                        .output
-                        .as_ref()
-                        .ok_or_else(|| Error::Program {
-                            program: self.name.clone(),
-                            reason: format!("{}: input {k} has no buffer", n.name),
-                        })
+                    let v = &self.values[n.inputs[k].0];
+                    nodes[v.producer][i]
+                        .outputs
+                        .get(v.output)
+                        .ok_or_else(|| fail(format!("{}: input {k} has no buffer", n.name)))
                 };
                 let mut res = ShardRes::default();
                 match &n.op {
                     Op::Arg { .. } => {
-                        res.output = Some(device.storage_buffer(&label, out_len as u64 * 4)?);
+                        res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::Constant { data } => {
                         let shard = &data[i * out_len..(i + 1) * out_len];
-                        res.output =
-                            Some(device.storage_buffer_init(&label, bytemuck::cast_slice(shard))?);
+                        res.outputs =
+                            vec![device.storage_buffer_init(&label, bytemuck::cast_slice(shard))?];
+                    }
+                    Op::Variable { name } => {
+                        let info = out_info.ok_or_else(|| fail(format!("{name}: no value")))?;
+                        let t = variables.shard(name, i, device, &info.ty)?;
+                        res.outputs = vec![t.buffer().clone()];
+                    }
+                    Op::Kernel(k) => {
+                        let tensor = |v: &super::Value, b: wgpu::Buffer| -> Result<Tensor> {
+                            let info = &self.values[v.0];
+                            Tensor::from_buffer(device, b, &info.ty.shape, info.ty.dtype)
+                        };
+                        let inputs = (0..n.inputs.len())
+                            .map(|k| tensor(&n.inputs[k], input(k)?.clone()))
+                            .collect::<Result<Vec<_>>>()?;
+                        let in_place = k.0.in_place();
+                        let mut outputs = Vec::with_capacity(n.outputs.len());
+                        for (o, v) in n.outputs.iter().enumerate() {
+                            let buffer = match in_place.iter().find(|&&(out, _)| out == o) {
+                                Some(&(_, inp)) => inputs[inp].buffer().clone(),
+                                None => {
+                                    device.storage_buffer(&label, self.values[v.0].shard_bytes())?
+                                }
+                            };
+                            outputs.push(tensor(v, buffer)?);
+                        }
+                        let mut prepared = Prepared::new();
+                        k.0.prepare(&inputs, &outputs, &mut prepared)
+                            .map_err(|e| fail(format!("{}: {e}", n.name)))?;
+                        res.dispatch = Some(prepared);
+                        res.outputs = outputs.iter().map(|t| t.buffer().clone()).collect();
                     }
                     Op::Elementwise(op) => {
-                        let y = device.storage_buffer(&label, out_len as u64 * 4)?;
+                        let y = device.storage_buffer(&label, out_bytes)?;
                         let x = input(0)?;
                         let z = if n.inputs.len() > 1 {
                             Some(input(1)?)
                         } else {
                             None
                         };
-                        res.dispatch = Some(elementwise::prepare(device, *op, x, z, &y, out_len)?);
-                        res.output = Some(y);
+                        res.dispatch =
+                            Some(elementwise::prepare(device, *op, x, z, &y, out_len)?.into());
+                        res.outputs = vec![y];
                     }
                     Op::Transfer => {
                         let src = &devices[self.values[n.inputs[0].0].gang[i]];
-                        res.staging = Some(src.readback_buffer(&label, out_len as u64 * 4));
-                        res.output = Some(device.storage_buffer(&label, out_len as u64 * 4)?);
+                        res.staging = Some(src.readback_buffer(&label, out_bytes));
+                        res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::AllToAll => {
-                        res.staging = Some(device.readback_buffer(&label, out_len as u64 * 4));
-                        res.output = Some(device.storage_buffer(&label, out_len as u64 * 4)?);
+                        res.staging = Some(device.readback_buffer(&label, out_bytes));
+                        res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::AllReduce => {
                         let members = n.gang.len();
-                        let gather =
-                            device.storage_buffer(&label, (out_len * members) as u64 * 4)?;
-                        let y = device.storage_buffer(&label, out_len as u64 * 4)?;
+                        let gather = device.storage_buffer(&label, out_bytes * members as u64)?;
+                        let y = device.storage_buffer(&label, out_bytes)?;
                         let sum = ElementwiseOp::SumRows {
                             rows: members as u32,
                         };
-                        res.dispatch = Some(elementwise::prepare(
-                            device, sum, &gather, None, &y, out_len,
-                        )?);
-                        res.staging = Some(device.readback_buffer(&label, out_len as u64 * 4));
+                        res.dispatch = Some(
+                            elementwise::prepare(device, sum, &gather, None, &y, out_len)?.into(),
+                        );
+                        res.staging = Some(device.readback_buffer(&label, out_bytes));
                         res.gather = Some(gather);
-                        res.output = Some(y);
+                        res.outputs = vec![y];
                     }
                     Op::Result { .. } => {
-                        let len = self.values[n.inputs[0].0].shard_len;
-                        res.staging = Some(device.readback_buffer(&label, len as u64 * 4));
+                        let bytes = self.values[n.inputs[0].0].shard_bytes();
+                        res.staging = Some(device.readback_buffer(&label, bytes));
                     }
                 }
                 shards.push(res);

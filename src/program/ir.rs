@@ -1,9 +1,13 @@
 //! The dataflow IR: one node per *sharded* computation, edges are sharded values.
 
 use crate::kernels::elementwise::ElementwiseOp;
+use crate::kernels::{Kernel, TensorType};
+use crate::{DType, Error, Result};
+use std::sync::Arc;
 
-/// A sharded value: one f32 array of `shard_len` elements on every device of its gang. Values are
-/// the edges of the graph; at run time each is a future that resolves when its producer ran.
+/// A sharded value: one array of the same type (dtype, per-shard shape) on every device of its
+/// gang. Values are the edges of the graph; at run time each is a future that resolves when its
+/// producer ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Value(pub(crate) usize);
 
@@ -13,14 +17,85 @@ impl Value {
     }
 }
 
-/// What a value is: where its shards live and how long each is.
+/// What a value is: where its shards live, their type, and who makes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueInfo {
     /// Logical devices of the slice the program runs on, one per shard.
     pub gang: Vec<usize>,
+    /// Elements per shard.
     pub shard_len: usize,
-    /// The node that produces it.
+    /// Element type and shape of every shard.
+    pub ty: TensorType,
+    /// The node that produces it, and which of its outputs it is.
     pub producer: usize,
+    pub output: usize,
+}
+
+impl ValueInfo {
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// Bytes of one shard.
+    pub fn shard_bytes(&self) -> u64 {
+        self.ty.bytes()
+    }
+}
+
+/// A kernel node's kernel, compared by identity.
+#[derive(Debug, Clone)]
+pub struct KernelNode(pub Arc<dyn Kernel>);
+
+impl PartialEq for KernelNode {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The host data of one argument of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+impl HostData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Self::F32(_) => DType::F32,
+            Self::U32(_) => DType::U32,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::U32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Self::F32(v) => bytemuck::cast_slice(v),
+            Self::U32(v) => bytemuck::cast_slice(v),
+        }
+    }
+}
+
+impl From<Vec<f32>> for HostData {
+    fn from(v: Vec<f32>) -> Self {
+        Self::F32(v)
+    }
+}
+
+impl From<Vec<u32>> for HostData {
+    fn from(v: Vec<u32>) -> Self {
+        Self::U32(v)
+    }
 }
 
 /// What one node computes.
@@ -28,8 +103,14 @@ pub struct ValueInfo {
 pub enum Op {
     /// The `index`-th argument, uploaded from the host at every run (shard i = rows i of the host array).
     Arg { index: usize },
-    /// Data uploaded once, when the program is compiled (weights). Shard-major.
+    /// Data uploaded once, when the program is compiled. Shard-major.
     Constant { data: Vec<f32> },
+    /// State that outlives runs (weights, optimizer moments): the named entry of the
+    /// [`super::Variables`] the program is compiled against, one tensor per shard. Kernels update
+    /// it in place; several programs compiled against the same variables share it.
+    Variable { name: String },
+    /// Any kernel (matmul, router, Adam, ...) on every device of the gang, shard by shard.
+    Kernel(KernelNode),
     /// A kernel run on every device of the gang, shard by shard.
     Elementwise(ElementwiseOp),
     /// Send/recv between gangs: shard i of the input moves to device i of this node's gang.
@@ -47,6 +128,8 @@ impl Op {
         match self {
             Op::Arg { .. } => "arg",
             Op::Constant { .. } => "constant",
+            Op::Variable { .. } => "variable",
+            Op::Kernel(k) => k.0.kind(),
             Op::Elementwise(e) => e.entry(),
             Op::Transfer => "transfer",
             Op::AllToAll => "all_to_all",
@@ -64,7 +147,15 @@ pub struct Node {
     /// Where the node's output lives (for a transfer: the destination gang).
     pub gang: Vec<usize>,
     pub inputs: Vec<Value>,
-    pub output: Option<Value>,
+    /// What the node makes (a result: nothing; most nodes: one value; kernels: any number).
+    pub outputs: Vec<Value>,
+}
+
+impl Node {
+    /// The node's first output.
+    pub fn output(&self) -> Option<Value> {
+        self.outputs.first().copied()
+    }
 }
 
 /// A program: nodes in a topological order, as the builder appended them.
@@ -88,6 +179,32 @@ impl Program {
     }
     pub fn value(&self, v: Value) -> &ValueInfo {
         &self.values[v.0]
+    }
+
+    /// Checks run arguments against the program's: count, dtype and length.
+    pub fn check_args(&self, args: &[HostData]) -> Result<()> {
+        if args.len() != self.args.len() {
+            return Err(Error::Program {
+                program: self.name.clone(),
+                reason: format!(
+                    "{} arguments given, it takes {}",
+                    args.len(),
+                    self.args.len()
+                ),
+            });
+        }
+        for (i, (a, &v)) in args.iter().zip(&self.args).enumerate() {
+            let info = self.value(v);
+            let want = info.shard_len * info.gang.len();
+            if a.len() != want || a.dtype() != info.dtype() {
+                return Err(Error::ShapeMismatch {
+                    what: "program argument",
+                    expected: format!("argument {i}: {want} {} values", info.dtype().name()),
+                    got: format!("{} {} values", a.len(), a.dtype().name()),
+                });
+            }
+        }
+        Ok(())
     }
     pub fn args(&self) -> &[Value] {
         &self.args
@@ -132,7 +249,7 @@ impl Program {
                 Op::Elementwise(ElementwiseOp::Affine { repeat, .. }) => {
                     n.gang.len() * repeat as usize
                 }
-                Op::Elementwise(_) => n.gang.len(),
+                Op::Elementwise(_) | Op::Kernel(_) => n.gang.len(),
                 _ => 0,
             })
             .sum()

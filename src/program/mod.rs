@@ -5,7 +5,9 @@
 mod builder;
 mod compile;
 mod ir;
+mod variables;
 
 pub use builder::ProgramBuilder;
 pub use compile::{CompileOptions, Executable};
-pub use ir::{Node, Op, Program, Value, ValueInfo};
+pub use ir::{HostData, KernelNode, Node, Op, Program, Value, ValueInfo};
+pub use variables::Variables;

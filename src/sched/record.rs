@@ -95,14 +95,14 @@ fn record_commands(
             let input = n.inputs[0];
             let producer = prog.value(input).producer;
             let src = run.exec.slots[run.slot].nodes[producer][shard]
-                .output
-                .as_ref()
+                .outputs
+                .get(prog.value(input).output)
                 .ok_or_else(|| missing(run, producer, "output"))?;
             let staging = res
                 .staging
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "staging"))?;
-            let len = prog.value(input).shard_len as u64 * 4;
+            let len = prog.value(input).shard_bytes();
             encoder.copy_buffer_to_buffer(src, 0, staging, 0, len);
             let (inbox, run, buffer) = (inbox.clone(), run.clone(), staging.clone());
             encoder.map_buffer_on_submit(staging, wgpu::MapMode::Read, .., move |r| {

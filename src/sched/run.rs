@@ -2,7 +2,7 @@
 //! pre-encoded command buffers, and the bookkeeping that says when it is done.
 
 use super::record::Recorded;
-use crate::program::{Executable, Op};
+use crate::program::{Executable, HostData, Op};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -124,8 +124,8 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
     for (shard, &d) in n.gang.iter().enumerate() {
         match n.op {
             Op::Arg { .. } => add(d, Role::Upload { shard }),
-            Op::Constant { .. } => {}
-            Op::Elementwise(_) => add(d, Role::Kernel { shard }),
+            Op::Constant { .. } | Op::Variable { .. } => {}
+            Op::Elementwise(_) | Op::Kernel(_) => add(d, Role::Kernel { shard }),
             Op::Transfer => {
                 add(prog.value(n.inputs[0]).gang[shard], Role::Send { shard });
                 add(d, Role::Recv { shard });
@@ -151,7 +151,7 @@ pub(crate) struct RunState {
     pub exec: Arc<Executable>,
     pub slot: usize,
     pub opts: RunOptions,
-    pub args: Vec<Vec<f32>>,
+    pub args: Vec<HostData>,
     pub tracer: Tracer,
     /// Kernels write GPU timestamps (tracing is on and GPU times were asked for).
     pub gpu_timed: bool,
@@ -194,7 +194,7 @@ impl RunState {
         exec: Arc<Executable>,
         slot: usize,
         opts: RunOptions,
-        args: Vec<Vec<f32>>,
+        args: Vec<HostData>,
         env: RunEnv,
     ) -> Self {
         let RunEnv {
@@ -309,7 +309,7 @@ impl RunState {
             .all(|&node| self.node_ready(node))
     }
 
-    fn signal(&self) {
+    pub fn signal(&self) {
         let (lock, cv) = &self.done;
         *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
         cv.notify_all();
@@ -326,15 +326,17 @@ impl RunState {
     }
 
     /// Blocks until the results are read back or the run failed. No progress for `timeout` is
-    /// [`Error::Timeout`].
-    pub fn wait(&self, timeout: Duration) -> Result<Vec<Vec<f32>>> {
+    /// [`Error::Timeout`]. Result i: every shard's bytes, one after another.
+    pub fn wait(&self, timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let (lock, cv) = &self.done;
         let mut done = lock.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(e) = self.error.get() {
                 return Err(e.clone_for_report());
             }
-            if *done && self.results_ready() {
+            // Every task submitted too: work after the results (in-place updates of variables)
+            // is queued on its devices before the caller can read those variables.
+            if *done && self.results_ready() && self.tasks_left.load(Ordering::Acquire) == 0 {
                 break;
             }
             let idle = self
@@ -361,12 +363,9 @@ impl RunState {
         drop(done);
         let mut results = vec![Vec::new(); self.exec.program().results().len()];
         for (index, &node) in self.exec.program().result_nodes().iter().enumerate() {
-            let mut out = Vec::new();
             for shard in &self.mail[node] {
-                let bytes = shard.get().map(Vec::as_slice).unwrap_or(&[]);
-                out.extend_from_slice(&bytemuck::pod_collect_to_vec::<u8, f32>(bytes));
+                results[index].extend_from_slice(shard.get().map(Vec::as_slice).unwrap_or(&[]));
             }
-            results[index] = out;
         }
         Ok(results)
     }

@@ -9,7 +9,7 @@
 use super::record::record;
 use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::worker::{self, Inbox, Task};
-use crate::program::Executable;
+use crate::program::{Executable, HostData};
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
@@ -355,10 +355,10 @@ impl Client {
     ///
     /// Waits for a free run slot of `exec`; in parallel dispatch, records every command buffer of
     /// the run before it is admitted, one thread per device.
-    pub fn submit(
+    pub fn submit<A: Into<HostData>>(
         &self,
         exec: &Arc<Executable>,
-        args: Vec<Vec<f32>>,
+        args: Vec<A>,
         opts: RunOptions,
     ) -> Result<RunHandle> {
         let prog = exec.program();
@@ -366,24 +366,8 @@ impl Client {
             program: prog.name().to_string(),
             reason,
         };
-        if args.len() != prog.args().len() {
-            return Err(fail(format!(
-                "{} arguments given, it takes {}",
-                args.len(),
-                prog.args().len()
-            )));
-        }
-        for (i, (a, &v)) in args.iter().zip(prog.args()).enumerate() {
-            let info = prog.value(v);
-            let want = info.shard_len * info.gang.len();
-            if a.len() != want {
-                return Err(Error::ShapeMismatch {
-                    what: "program argument",
-                    expected: format!("argument {i}: {want} values"),
-                    got: format!("{}", a.len()),
-                });
-            }
-        }
+        let args: Vec<HostData> = args.into_iter().map(Into::into).collect();
+        prog.check_args(&args)?;
         let workers: Vec<usize> = exec
             .devices()
             .iter()
@@ -441,10 +425,10 @@ impl Client {
     }
 
     /// Submits and waits.
-    pub fn run(
+    pub fn run<A: Into<HostData>>(
         &self,
         exec: &Arc<Executable>,
-        args: Vec<Vec<f32>>,
+        args: Vec<A>,
         opts: RunOptions,
     ) -> Result<Vec<Vec<f32>>> {
         self.submit(exec, args, opts)?.wait()
@@ -501,6 +485,16 @@ impl Client {
 impl RunHandle {
     /// The run's results (result i: every shard, one after another), or its error.
     pub fn wait(self) -> Result<Vec<Vec<f32>>> {
+        Ok(self
+            .wait_bytes()?
+            .iter()
+            .map(|b| bytemuck::pod_collect_to_vec::<u8, f32>(b))
+            .collect())
+    }
+
+    /// The run's results as bytes (result i: every shard, one after another), for results that
+    /// are not f32.
+    pub fn wait_bytes(self) -> Result<Vec<Vec<u8>>> {
         self.run.wait(self.timeout)
     }
 

@@ -287,6 +287,7 @@ impl Worker {
         let run = task.run;
         if run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.run_finished(&run);
+            run.signal();
         }
         run.progress();
         run.release_if_idle();
@@ -356,21 +357,17 @@ impl Worker {
                 let Op::Arg { index } = n.op else {
                     return Ok(None);
                 };
-                let len = n.output.map(|v| prog.value(v).shard_len).unwrap_or(0);
+                let len = n.output().map(|v| prog.value(v).shard_bytes()).unwrap_or(0) as usize;
                 let data = run
                     .args
                     .get(index)
-                    .and_then(|a| a.get(shard * len..(shard + 1) * len))
+                    .and_then(|a| a.bytes().get(shard * len..(shard + 1) * len))
                     .ok_or_else(|| Error::InvalidArgument {
                         what: "run",
                         reason: format!("argument {index} is too short"),
                     })?;
                 let start = tracer.span();
-                device.write_buffer(
-                    res.output.as_ref().ok_or_else(missing)?,
-                    0,
-                    bytemuck::cast_slice(data),
-                );
+                device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, data);
                 tracer.finish(
                     start,
                     run.event_meta(EventMeta::transfer(device.id()), node),
@@ -387,7 +384,7 @@ impl Worker {
                     )));
                 };
                 let start = tracer.span();
-                device.write_buffer(res.output.as_ref().ok_or_else(missing)?, 0, bytes);
+                device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
                 let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
                 if let Some(id) = flow_id(run, node, shard) {
                     meta = meta.flow(id, FlowRole::In);
@@ -406,11 +403,12 @@ impl Worker {
                     )));
                 }
                 let members = n.gang.len();
-                let len_bytes = n.output.map(|v| prog.value(v).shard_len).unwrap_or(0) * 4;
+                let len_bytes =
+                    n.output().map(|v| prog.value(v).shard_bytes()).unwrap_or(0) as usize;
                 let start = tracer.span();
                 if n.op == Op::AllToAll {
                     let chunk = len_bytes / members;
-                    let out = res.output.as_ref().ok_or_else(missing)?;
+                    let out = res.outputs.first().ok_or_else(missing)?;
                     for (s, m) in mail.iter().enumerate() {
                         let bytes = m.get().map(Vec::as_slice).unwrap_or(&[]);
                         let piece = bytes.get(shard * chunk..(shard + 1) * chunk).unwrap_or(&[]);
