@@ -71,11 +71,17 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
     .unwrap();
     let events = tracer.events();
     assert!(!events.is_empty(), "the branch phase was traced");
+    // Batches go up and statistics come back (host transfers), but nothing moves between
+    // devices: no flows, no collectives.
     assert!(
-        events
-            .iter()
-            .all(|e| e.kind != EventKind::Transfer && e.flow.is_none()),
-        "no transfers during the branch phase"
+        events.iter().any(|e| e.kind == EventKind::Kernel),
+        "the kernels of the branch phase are events"
+    );
+    assert!(
+        events.iter().all(|e| e.flow.is_none()
+            && !e.name.contains("all-to-all")
+            && !e.name.contains("all-reduce")),
+        "no transfers between devices during the branch phase"
     );
     // ELM i trains on devices[i] alone: events come from exactly those two devices.
     let seen: std::collections::BTreeSet<usize> = events.iter().map(|e| e.device).collect();

@@ -12,7 +12,7 @@ use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
     loss_and_grads_grouped,
 };
-use gangway::trace::Tracer;
+use gangway::trace::{EventKind, Tracer};
 use gangway::{Device, Rng};
 use std::time::Instant;
 
@@ -197,19 +197,24 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
             .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(err < 0.1 * adam.lr, "{}: max |Δ| {err}", spec.name);
     }
-    // Phases and stats became events on every device (by id: the GL adapter's do not start at 0).
+    // Every kernel of a step, its transfers and the stats became runtime events on every device
+    // (by id: the GL adapter's do not start at 0).
     let events = tracer.events();
     for device in mesh.iter().map(Device::id) {
-        for phase in [
-            "forward",
-            "backward",
-            "all-to-all forward",
-            "all-reduce",
-            "adam",
+        for (kind, name) in [
+            (EventKind::Kernel, "r0 b0 router"),
+            (EventKind::Kernel, "r0 b1 expert w1"),
+            (EventKind::Kernel, "r0 b0 expert w2 grad"),
+            (EventKind::Transfer, "r0 b0 all-to-all forward"),
+            (EventKind::Transfer, "r0 b1 all-to-all backward reverse"),
+            (EventKind::Transfer, "all-reduce"),
+            (EventKind::Kernel, "adam embed"),
         ] {
             assert!(
-                events.iter().any(|e| e.device == device && e.name == phase),
-                "no {phase} event on device {device}"
+                events
+                    .iter()
+                    .any(|e| e.device == device && e.kind == kind && e.name.ends_with(name)),
+                "no {kind:?} event {name:?} on device {device}"
             );
         }
         let steps = events

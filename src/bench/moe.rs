@@ -1,5 +1,5 @@
 //! The `moe` suite: training-step throughput of the MoE language model ([`crate::moe`]) on one
-//! adapter's (virtual) devices, in three sections:
+//! adapter's (virtual) devices, in four sections:
 //!
 //! - **`moe-vs-dense`**: tokens/s of a training step (forward, backward, all-reduce, Adam) of the
 //!   MoE model against a dense model with the same *active* expert compute per token: the same
@@ -14,15 +14,21 @@
 //!   With `E = 1` and `K = 2` the model uses `K = 1` (top-2 of one expert is not defined); each row
 //!   says its `K`. Drops (at the configured capacity factor) are reported, since dropped choices
 //!   skip expert compute.
+//! - **`parallel`**: tokens/s of `D = 4` of the adapter's (virtual) devices against `D = 1`, at
+//!   `train moe`'s defaults (batch 128, one routing group per device). Both are traced; each row
+//!   reports the overlap (the median share of a step's traced span during which two or more
+//!   devices were busy with kernels or transfers, [`crate::trace::overlap_ns`]) and the five
+//!   kernels with the largest share of the devices' time (`kernel share: …`, GPU-timestamped
+//!   where the adapter has timestamps).
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
-//!   trainer's trace: the sum of the durations of its transfer-lane events named `all-to-all …`
-//!   (forward, reverse, backward, backward reverse; the all-reduce is reported separately) on the
-//!   device with the largest sum, divided by the step's wall time, medians over the timed steps.
-//!   The trainer orchestrates every device from one host thread, so these spans are host wall
-//!   time of the host-staged copies (they are recorded on every device alike). Device counts
-//!   beyond those given are reported as skipped, with the reason. Virtual devices share one
-//!   adapter, so their all-to-all is a copy within one GPU's memory through the host.
+//!   runtime's trace: the sum of the durations of the transfer-lane events of the all-to-all
+//!   nodes (forward, reverse, backward, backward reverse; the all-reduce is reported
+//!   separately) on the device with the largest sum, divided by the step's wall time, medians
+//!   over the timed steps. These are host-staged copies (read back, then written to each
+//!   destination); virtual devices share one adapter, so their all-to-all is a copy within one
+//!   GPU's memory through the host. Device counts beyond those given are reported as skipped,
+//!   with the reason.
 //!
 //! Sections 1 and 2 run on the first device. Every sample is the host wall time of one training
 //! step, on batches drawn from the bundled corpora (uniform random bytes if they cannot be loaded;
@@ -34,7 +40,7 @@ use super::suite::Planned;
 use crate::data::{Batches, Corpus};
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
-use crate::trace::{Lane, Tracer};
+use crate::trace::{self, BusyTime, EventKind, Lane, Tracer};
 use crate::{Device, Error, Result, Rng};
 
 /// Sizes of the suite.
@@ -49,6 +55,8 @@ pub struct MoeBenchOptions {
     pub experts: Vec<usize>,
     /// Device counts of the `all-to-all` section.
     pub devices: Vec<usize>,
+    /// The model and tokens per step of the `parallel` section (`train moe`'s defaults).
+    pub parallel: (MoeLmConfig, usize),
     pub seed: u64,
 }
 
@@ -72,6 +80,23 @@ impl MoeBenchOptions {
             tokens: 1024,
             experts: vec![1, 2, 4, 8, 16],
             devices: vec![1, 2, 4, 8],
+            parallel: (
+                MoeLmConfig {
+                    context: 16,
+                    embed: 16,
+                    model: 64,
+                    hidden: 128,
+                    experts: 8,
+                    top_k: 2,
+                    capacity_factor: 1.25,
+                    blocks: 1,
+                    aux_alpha: 0.01,
+                    z_loss: 0.0,
+                    normalize_gates: true,
+                    seed: 0,
+                },
+                128,
+            ),
             seed: 0,
         }
     }
@@ -92,6 +117,18 @@ impl MoeBenchOptions {
             tokens: 32,
             experts: vec![1, 4],
             devices: vec![1, 2],
+            parallel: (
+                MoeLmConfig {
+                    context: 4,
+                    embed: 4,
+                    model: 16,
+                    hidden: 16,
+                    experts: 4,
+                    blocks: 1,
+                    ..base.config
+                },
+                32,
+            ),
             seed: 0,
         }
     }
@@ -172,6 +209,23 @@ struct TrainStep {
     dropped: f64,
     all_to_all_shares: Vec<f64>,
     all_reduce_shares: Vec<f64>,
+    /// Per step: the share of its wall time during which 2 or more devices were busy.
+    overlap_shares: Vec<f64>,
+    /// GPU time per kernel (node name without its round and block), summed over devices and
+    /// steps, and the steps' wall time times the device count.
+    kernel_ns: std::collections::BTreeMap<String, f64>,
+    device_wall_ns: f64,
+}
+
+/// A kernel node's name without its round and block (`r0 b1 expert w1` → `expert w1`).
+fn kernel_name(node: &str) -> String {
+    node.split(' ')
+        .skip_while(|w| {
+            let mut c = w.chars();
+            matches!(c.next(), Some('r' | 'b')) && c.as_str().parse::<u32>().is_ok()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl BlockingRun for TrainStep {
@@ -182,24 +236,37 @@ impl BlockingRun for TrainStep {
         self.dropped = stats.dropped_fraction;
         if let Some(tracer) = &self.tracer {
             let events = tracer.take_events();
-            let sum = |device: usize, prefix: &str| -> f64 {
+            let sum = |device: usize, what: &str| -> f64 {
                 events
                     .iter()
                     .filter(|e| {
-                        e.device == device && e.lane == Lane::Transfer && e.name.starts_with(prefix)
+                        e.device == device && e.lane == Lane::Transfer && e.name.contains(what)
                     })
                     .map(|e| e.duration_ns() as f64 * 1e-9)
                     .sum()
             };
-            let slowest = |prefix: &str| {
+            let slowest = |what: &str| {
                 self.devices
                     .iter()
-                    .map(|&d| sum(d, prefix))
+                    .map(|&d| sum(d, what))
                     .fold(0.0f64, f64::max)
             };
             let wall = stats.seconds.max(1e-12);
             self.all_to_all_shares.push(slowest("all-to-all") / wall);
             self.all_reduce_shares.push(slowest("all-reduce") / wall);
+            let window = trace::span(&events).unwrap_or(0..1);
+            let busy: Vec<BusyTime> = self
+                .devices
+                .iter()
+                .map(|&d| BusyTime::of(&events, d))
+                .collect();
+            let span_ns = (window.end - window.start).max(1) as f64;
+            self.overlap_shares
+                .push(trace::overlap_ns(&busy, window, 2) as f64 / span_ns);
+            for e in events.iter().filter(|e| e.kind == EventKind::Kernel) {
+                *self.kernel_ns.entry(kernel_name(&e.name)).or_default() += e.duration_ns() as f64;
+            }
+            self.device_wall_ns += span_ns * self.devices.len() as f64;
         }
         Ok(())
     }
@@ -224,6 +291,18 @@ impl BlockingRun for TrainStep {
                 "all-reduce share".into(),
                 median(&mut self.all_reduce_shares),
             );
+            m.insert(
+                "overlap (2+ devices busy)".into(),
+                median(&mut self.overlap_shares),
+            );
+            // Where a step's device time goes: the five biggest kernels, from GPU timestamps
+            // where the adapter has them.
+            let mut kernels: Vec<(&String, &f64)> = self.kernel_ns.iter().collect();
+            kernels.sort_by(|a, b| b.1.total_cmp(a.1));
+            let wall = self.device_wall_ns.max(1.0);
+            for (name, ns) in kernels.into_iter().take(5) {
+                m.insert(format!("kernel share: {name}"), ns / wall);
+            }
         }
         Ok(e)
     }
@@ -261,6 +340,9 @@ fn train_case(
             dropped: 0.0,
             all_to_all_shares: Vec::new(),
             all_reduce_shares: Vec::new(),
+            overlap_shares: Vec::new(),
+            kernel_ns: Default::default(),
+            device_wall_ns: 0.0,
         })
     })
 }
@@ -321,6 +403,36 @@ pub fn plan(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<Planned>> {
             None => bench,
         })));
         first.get_or_insert(name);
+    }
+
+    // Devices overlapping: D = 4 against D = 1 at `train moe`'s defaults, one routing group
+    // per device, with the overlap and the biggest kernels from the trace.
+    let (cfg, tokens) = o.parallel;
+    let base_name = "parallel: D=1".to_string();
+    let sized = MoeBenchOptions {
+        tokens,
+        ..o.clone()
+    };
+    out.push(Planned::Run(Box::new(train_case(
+        base_name.clone(),
+        one,
+        cfg,
+        &sized,
+        true,
+    ))));
+    let name = "parallel: D=4 on one adapter".to_string();
+    if devices.len() < 4 || !cfg.experts.is_multiple_of(4) || !tokens.is_multiple_of(4) {
+        out.push(Planned::skip(
+            name,
+            format!(
+                "needs 4 devices (the adapter has {}; raise --virtual-devices) and experts and tokens divisible by 4",
+                devices.len()
+            ),
+        ));
+    } else {
+        out.push(Planned::Run(Box::new(
+            train_case(name, &devices[..4], cfg, &sized, true).compared_to(base_name),
+        )));
     }
 
     // The all-to-all share of a step at each device count.

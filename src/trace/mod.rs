@@ -14,4 +14,4 @@ pub mod utilization;
 pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer};
-pub use utilization::{BusyTime, span, utilization, utilization_series};
+pub use utilization::{BusyTime, overlap_ns, span, utilization, utilization_series};

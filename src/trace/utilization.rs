@@ -36,6 +36,32 @@ pub fn utilization_series(
 ///
 /// Building it sorts once (O(n log n)); every query after that is a binary search plus a walk,
 /// so a viewer can keep one per device and ask for a series every frame.
+/// Nanoseconds of `window` during which at least `at_least` of the devices were busy: how much
+/// their work overlapped (with 2: the time two or more devices worked at once).
+pub fn overlap_ns(devices: &[BusyTime], window: Range<u64>, at_least: usize) -> u64 {
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for busy in devices {
+        for &(s, e) in busy.intervals() {
+            let (s, e) = (s.max(window.start), e.min(window.end));
+            if e > s {
+                edges.push((s, 1));
+                edges.push((e, -1));
+            }
+        }
+    }
+    // Ends before starts at the same instant: touching intervals do not overlap.
+    edges.sort_unstable();
+    let (mut busy, mut last, mut total) = (0i64, window.start, 0u64);
+    for (t, delta) in edges {
+        if busy >= at_least as i64 {
+            total += t - last;
+        }
+        busy += delta;
+        last = t;
+    }
+    total
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BusyTime {
     intervals: Vec<(u64, u64)>,
@@ -235,5 +261,25 @@ mod tests {
         }
         let mean: f64 = busy.busy_ns(window.clone()) as f64 / (window.end - window.start) as f64;
         assert!(close(mean, busy.utilization(window)));
+    }
+
+    #[test]
+    fn overlap_counts_time_when_enough_devices_are_busy() {
+        let busy = |iv: &[(u64, u64)]| BusyTime {
+            intervals: iv.to_vec(),
+        };
+        let devices = [
+            busy(&[(0, 10), (20, 30)]),
+            busy(&[(5, 25)]),
+            busy(&[(10, 12)]),
+        ];
+        // 2+ busy: 5..10, 10..12, 20..25 → 5 + 2 + 5.
+        assert_eq!(overlap_ns(&devices, 0..100, 2), 12);
+        assert_eq!(overlap_ns(&devices, 0..100, 3), 0);
+        assert_eq!(overlap_ns(&devices, 0..100, 1), 30);
+        // Clipped to the window.
+        assert_eq!(overlap_ns(&devices, 6..22, 2), 4 + 2 + 2);
+        // Touching intervals do not overlap.
+        assert_eq!(overlap_ns(&[busy(&[(0, 5)]), busy(&[(5, 9)])], 0..10, 2), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! The GPU trainer of the MoE language model ([`super`]): forward, backward and Adam in WGSL,
-//! data- and expert-parallel over a mesh of `D` devices. The host only orchestrates (launches,
-//! all-to-all plans, host-staged copies) and reads back small statistics.
+//! data- and expert-parallel over a mesh of `D` devices, as one compiled program per step shape
+//! ([`step_program`]) run by the gang-scheduling [`Runtime`]. The host only submits batches and
+//! reads back small statistics; every kernel is a trace event of the runtime.
 //!
 //! # Layout
 //!
@@ -11,34 +12,34 @@
 //!   time: in round `j` every device runs its group `i·G/D + j` through the model, so the
 //!   all-to-alls of a round see one group per device.
 //! - **Experts**: device `i` holds experts `i·E/D .. (i+1)·E/D` of every block (rows of `w1`,
-//!   `w2`); `E` must be divisible by `D`. Tokens reach them by [`AllToAll::forward`] and come back
-//!   by [`AllToAll::reverse`]; in backward the slot gradients take the same route (the plan is
-//!   rebuilt from the same counts) and the token gradients come back by its reverse.
+//!   `w2`); `E` must be divisible by `D`. Slots reach them by a capacity-padded all-to-all and
+//!   come back by the same all-to-all; in backward the slot gradients take the same route.
 //! - **Dense parameters** (`embed`, `w_in`, `dense`, `router`, `w_out`) are replicated. Each
-//!   device accumulates the gradients of its groups; after the last round they are all-reduced
-//!   (host-staged: read back, uploaded to every device and summed there in device order with
-//!   [`mlp::accumulate`]), so every replica gets the same sum and the same Adam update.
+//!   device accumulates the gradients of its groups; after the last round they are packed and
+//!   all-reduced (summed in device order on every device), so every replica gets the same sum and
+//!   the same Adam update.
 //! - **Scaling**: each group's backward is that of `CE_g + Σ_l (aux_{g,l} + z_{g,l})`, where the
 //!   kernels already take the means over the group's tokens; the batch loss is the mean over
 //!   groups, so every gradient is scaled by `1/G` once, after the sums.
 
 mod checkpoint;
+mod step_program;
 
 pub use checkpoint::TrainerCheckpoint;
 
-use super::params::{EMBED, W_IN};
 use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
-use crate::collective::AllToAll;
-use crate::kernels::elementwise::{self, ElementwiseOp};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
-use crate::kernels::matmul::{MatmulOptions, MatmulVariant, VariantChoice, grouped_matmul};
-use crate::kernels::mlp;
-use crate::kernels::moe_dispatch::{combine, dispatch};
-use crate::kernels::router::{self, Routing, load_balancing_loss};
-use crate::trace::{EventMeta, SpanStart, Tracer};
+use crate::kernels::ops::STAT_WORDS;
+use crate::kernels::router::{ExpertStat, load_balancing_loss};
+use crate::program::{CompileOptions, Executable, HostData, Variables};
+use crate::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use crate::trace::{EventMeta, Tracer};
 use crate::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+use step_program::{Mode, StepShape, m_var, param_var, shard_shapes, v_var};
 
 /// What one [`GpuTrainer::step`] did (losses are those of the parameters before the update).
 #[derive(Debug, Clone, PartialEq)]
@@ -63,55 +64,7 @@ pub struct StepStats {
     pub seconds: f64,
 }
 
-/// One device's share: every parameter tensor it holds, in parameter order (replicated tensors
-/// whole, expert tensors as its `[E/D, ·, ·]` slice), Adam's moments and gradient accumulators.
-struct Shard {
-    device: Device,
-    params: Vec<Tensor>,
-    m: Vec<Tensor>,
-    v: Vec<Tensor>,
-    grads: Vec<Tensor>,
-}
-
-/// One block's activations on one device (its token group).
-struct BlockAct {
-    input: Tensor,
-    dense: Tensor,
-    mid: Tensor,
-    logits: Tensor,
-    routing: Routing,
-    counts: Tensor,
-    /// The experts' outputs back in this device's slot layout `[E·capacity, d]`.
-    expert_out: Tensor,
-}
-
-/// One block's expert activations on one (expert) device.
-struct ExpertAct {
-    tokens: Tensor,
-    offsets: Vec<u32>,
-    hidden: Tensor,
-}
-
-/// One device's activations for its group of one round.
-struct ShardAct {
-    contexts: Tensor,
-    x: Tensor,
-    stem: Tensor,
-    blocks: Vec<BlockAct>,
-    last: Tensor,
-    row_loss: Tensor,
-    d_logits: Tensor,
-}
-
-/// A round's forward over every device.
-struct RoundAct {
-    shards: Vec<ShardAct>,
-    /// `[block][device]`.
-    experts: Vec<Vec<ExpertAct>>,
-    capacity: usize,
-}
-
-/// Loss and routing sums of a round.
+/// Loss and routing sums of a step's rounds.
 #[derive(Default)]
 struct RoundSums {
     ce_sum: f64,
@@ -126,15 +79,27 @@ struct RoundSums {
     block_z: Vec<f64>,
 }
 
-/// The trainer: parameters, Adam state and gradients on the devices.
+/// The runtime a trainer submits its steps to, and its client.
+struct Session {
+    runtime: Runtime,
+    client: Client,
+}
+
+/// The trainer: parameters and Adam state as program variables on the devices, and the compiled
+/// step programs.
 pub struct GpuTrainer {
     config: MoeLmConfig,
     adam: AdamConfig,
     step: u32,
     groups: usize,
-    shards: Vec<Shard>,
+    devices: Vec<Device>,
     /// Per parameter: whether it is an expert tensor (sharded over devices).
     expert: Vec<bool>,
+    variables: Variables,
+    session: Session,
+    dispatch: DispatchMode,
+    /// Compiled programs by mode and batch tokens.
+    programs: Mutex<HashMap<(Mode, usize), Arc<Executable>>>,
     tracer: Tracer,
 }
 
@@ -142,78 +107,16 @@ fn invalid(what: &'static str, reason: String) -> Error {
     Error::InvalidArgument { what, reason }
 }
 
-const MM: MatmulOptions = MatmulOptions {
-    trans_a: false,
-    trans_b: false,
-    // Fixed, not autotuned: every device (and run) sums in the same order.
-    variant: VariantChoice::Fixed(MatmulVariant::Tiled),
-};
-
-/// `op(a) · op(b)`.
-fn mm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    let rows = a.shape().get(usize::from(trans_a)).copied().unwrap_or(0);
-    gmm(a, b, &[0, to_u32(rows)?], trans_a, trans_b)
-}
-
-/// Grouped `op(a) · op(b[g])` over row groups `offsets` (an empty `a` gives an empty result).
-fn gmm(a: &Tensor, b: &Tensor, offsets: &[u32], trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    let rows = offsets.last().copied().unwrap_or(0) as usize;
-    let options = MatmulOptions {
-        trans_a,
-        trans_b,
-        ..MM
-    };
-    if rows == 0 && !trans_a {
-        let n = match (b.shape(), trans_b) {
-            ([_, n], false) | ([_, _, n], false) | ([n, _], true) | ([_, n, _], true) => *n,
-            _ => 0,
-        };
-        return Tensor::zeros(a.device(), &[0, n], DType::F32);
-    }
-    grouped_matmul(a, b, offsets, options)
-}
-
-fn to_u32(v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| invalid("moe trainer", format!("{v} does not fit in u32")))
-}
-
-/// An elementwise op into a tensor shaped like `x`.
-fn ew(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> {
-    elementwise::run(op, x, z)
-}
-
-fn relu(x: &Tensor) -> Result<Tensor> {
-    ew(ElementwiseOp::Relu, x, None)
-}
-
-fn add(x: &Tensor, z: &Tensor) -> Result<Tensor> {
-    ew(ElementwiseOp::Add, x, Some(z))
-}
-
-fn scale(x: &Tensor, s: f32) -> Result<Tensor> {
-    ew(
-        ElementwiseOp::Affine {
-            scale: s,
-            shift: 0.0,
-            repeat: 1,
+fn session(devices: &[Device], tracer: &Tracer) -> Result<Session> {
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: tracer.clone(),
+            ..RuntimeOptions::default()
         },
-        x,
-        None,
-    )
-}
-
-fn relu_backward(grad: &Tensor, act: &Tensor) -> Result<Tensor> {
-    if grad.is_empty() {
-        return Tensor::zeros(grad.device(), grad.shape(), DType::F32);
-    }
-    mlp::relu_backward(grad, act)
-}
-
-fn accumulate(acc: &Tensor, x: &Tensor) -> Result<()> {
-    if acc.is_empty() {
-        return Ok(());
-    }
-    mlp::accumulate(acc, x)
+    )?;
+    let client = runtime.client("moe trainer", 1);
+    Ok(Session { runtime, client })
 }
 
 impl GpuTrainer {
@@ -251,12 +154,10 @@ impl GpuTrainer {
     /// Downloads everything [`Self::resume`] needs: parameters, Adam's moments (expert tensors
     /// gathered from their devices), the step, the Adam setting and the groups.
     pub fn checkpoint(&self) -> Result<TrainerCheckpoint> {
-        let download =
-            |which: fn(&Shard) -> &Vec<Tensor>| self.gather_all(|d, p| &which(&self.shards[d])[p]);
         let out = TrainerCheckpoint {
-            params: download(|s| &s.params)?,
-            m: download(|s| &s.m)?,
-            v: download(|s| &s.v)?,
+            params: self.download(param_var)?,
+            m: self.download(m_var)?,
+            v: self.download(v_var)?,
             step: self.step,
             adam: self.adam,
             groups: self.groups,
@@ -304,55 +205,54 @@ impl GpuTrainer {
             expert[ix.w1] = true;
             expert[ix.w2] = true;
         }
-        let el = cfg.experts / n;
-        let mut shards = Vec::with_capacity(n);
-        for (i, device) in devices.iter().enumerate() {
-            let mut shard = Shard {
-                device: device.clone(),
-                params: Vec::new(),
-                m: Vec::new(),
-                v: Vec::new(),
-                grads: Vec::new(),
+        let shapes = shard_shapes(&cfg, &expert, n);
+        let mut variables = Variables::new();
+        for (p, (spec, shape)) in specs.iter().zip(&shapes).enumerate() {
+            let per_device: usize = shape.iter().product();
+            let upload = |t: &MoeLmParams| -> Result<Vec<Tensor>> {
+                devices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, device)| {
+                        let start = if expert[p] { i * per_device } else { 0 };
+                        let values = t
+                            .tensors
+                            .get(p)
+                            .and_then(|v| v.get(start..start + per_device));
+                        let values = values.ok_or_else(|| {
+                            invalid(WHAT, format!("{} is shorter than its shape", spec.name))
+                        })?;
+                        Tensor::from_f32(device, shape, DType::F32, values)
+                    })
+                    .collect()
             };
-            for (p, (spec, &is_expert)) in specs.iter().zip(&expert).enumerate() {
-                let (shape, range) = if is_expert {
-                    let per = spec.len() / cfg.experts;
-                    let mut shape = spec.shape.clone();
-                    shape[0] = el;
-                    (shape, i * el * per..(i + 1) * el * per)
-                } else {
-                    (spec.shape.clone(), 0..spec.len())
-                };
-                let upload = |t: &MoeLmParams| -> Result<Tensor> {
-                    let values = t.tensors.get(p).and_then(|v| v.get(range.clone()));
-                    let values = values.ok_or_else(|| {
-                        invalid(WHAT, format!("{} is shorter than its shape", spec.name))
-                    })?;
-                    Tensor::from_f32(device, &shape, DType::F32, values)
-                };
-                shard.params.push(upload(params)?);
-                match moments {
-                    Some((m, v)) => {
-                        shard.m.push(upload(m)?);
-                        shard.v.push(upload(v)?);
-                    }
-                    None => {
-                        shard.m.push(Tensor::zeros(device, &shape, DType::F32)?);
-                        shard.v.push(Tensor::zeros(device, &shape, DType::F32)?);
-                    }
-                }
-                shard.grads.push(Tensor::zeros(device, &shape, DType::F32)?);
-            }
-            shards.push(shard);
+            let zeros = || -> Result<Vec<Tensor>> {
+                devices
+                    .iter()
+                    .map(|d| Tensor::zeros(d, shape, DType::F32))
+                    .collect()
+            };
+            variables.insert(param_var(p), upload(params)?);
+            let (m, v) = match moments {
+                Some((m, v)) => (upload(m)?, upload(v)?),
+                None => (zeros()?, zeros()?),
+            };
+            variables.insert(m_var(p), m);
+            variables.insert(v_var(p), v);
         }
+        let tracer = Tracer::off();
         Ok(Self {
             config: cfg,
             adam,
             step,
             groups,
-            shards,
+            devices: devices.to_vec(),
             expert,
-            tracer: Tracer::off(),
+            variables,
+            session: session(devices, &tracer)?,
+            dispatch: DispatchMode::Parallel,
+            programs: Mutex::default(),
+            tracer,
         })
     }
 
@@ -371,13 +271,28 @@ impl GpuTrainer {
     }
 
     pub fn devices(&self) -> Vec<Device> {
-        self.shards.iter().map(|s| s.device.clone()).collect()
+        self.devices.clone()
     }
 
-    /// Records phases (forward, all-to-all, backward, all-reduce, adam) and per-step stats as
-    /// trace events on each device (its mesh index); `None` turns tracing off.
+    /// The runtime the steps run on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.session.runtime
+    }
+
+    /// How the runtime dispatches each step (parallel by default).
+    pub fn set_dispatch(&mut self, mode: DispatchMode) {
+        self.dispatch = mode;
+    }
+
+    /// Records every kernel, transfer and wait of each step as trace events (from the runtime,
+    /// GPU-timed where the adapter can), plus a per-step statistics event on each device; `None`
+    /// turns tracing off. Restarts the runtime's workers (compiled programs are kept).
     pub fn set_tracer(&mut self, tracer: Option<Tracer>) {
-        self.tracer = tracer.unwrap_or_else(Tracer::off);
+        let tracer = tracer.unwrap_or_else(Tracer::off);
+        if let Ok(s) = session(&self.devices, &tracer) {
+            self.session = s;
+            self.tracer = tracer;
+        }
     }
 
     pub fn tracer(&self) -> Option<&Tracer> {
@@ -407,323 +322,114 @@ impl GpuTrainer {
         Ok(t)
     }
 
-    fn trace(&self, start: SpanStart, meta: fn(usize) -> EventMeta, name: &str, round: usize) {
-        // On one device the exchanges and the all-reduce move nothing between devices (the
-        // all-to-all copies on the GPU): no transfer events, so a trace shows none.
-        if !self.tracer.is_on()
-            || (self.shards.len() == 1 && meta(0).kind == crate::trace::EventKind::Transfer)
-        {
-            return;
-        }
-        let end = self.tracer.now_ns();
-        for sh in &self.shards {
-            self.tracer.record(
-                meta(sh.device.id()).microbatch(round as u32),
-                || name.to_string(),
-                start.0,
-                end,
-            );
+    fn shape(&self, tokens: usize) -> StepShape {
+        StepShape {
+            config: self.config,
+            adam: self.adam,
+            devices: self.devices.len(),
+            groups: self.groups,
+            group_tokens: tokens / self.groups,
         }
     }
 
-    /// Forward of round `round` on every device.
-    fn forward_round(&self, contexts: &[u32], targets: &[u32], round: usize) -> Result<RoundAct> {
-        let cfg = &self.config;
-        let (c, e) = (cfg.context, cfg.experts);
-        let per_device = self.groups / self.shards.len();
-        let tg = targets.len() / self.groups;
-        let mut acts = Vec::with_capacity(self.shards.len());
-        let mut h = Vec::with_capacity(self.shards.len());
-        for (i, sh) in self.shards.iter().enumerate() {
-            let g = i * per_device + round;
-            let ctx = Tensor::from_u32(
-                &sh.device,
-                &[tg, c],
-                &contexts[g * tg * c..(g + 1) * tg * c],
-            )?;
-            let x = lt::embed_gather(&ctx, &sh.params[EMBED])?;
-            let stem = relu(&mm(&x, &sh.params[W_IN], false, false)?)?;
-            h.push(stem.clone());
-            acts.push((ctx, x, stem, Vec::with_capacity(cfg.blocks)));
+    /// The program of `mode` for batches of `tokens`, compiled on first use.
+    fn program(&self, mode: Mode, tokens: usize) -> Result<Arc<Executable>> {
+        let mut programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = programs.get(&(mode, tokens)) {
+            return Ok(p.clone());
         }
-        let mut experts = Vec::with_capacity(cfg.blocks);
-        let mut capacity = 0;
-        for l in 0..cfg.blocks {
-            let ix = cfg.block_index(l);
-            let mut slots = Vec::with_capacity(self.shards.len());
-            let mut counts = Vec::with_capacity(self.shards.len());
-            let mut blocks = Vec::with_capacity(self.shards.len());
-            for (sh, input) in self.shards.iter().zip(&h) {
-                let dense = relu(&mm(input, &sh.params[ix.dense], false, false)?)?;
-                let mid = add(input, &dense)?;
-                let logits = mm(&mid, &sh.params[ix.router], false, false)?;
-                let routing = router::route(&logits, cfg.router())?;
-                capacity = routing.capacity;
-                slots.push(dispatch(&mid, &routing)?);
-                counts.push(routing.kept_counts()?);
-                blocks.push((input.clone(), dense, mid, logits, routing));
-            }
-            let span = self.tracer.span();
-            let (plan, batches) = AllToAll::forward(&slots, &counts, e, capacity)?;
-            self.trace(span, EventMeta::transfer, "all-to-all forward", round);
-            let mut outs = Vec::with_capacity(batches.len());
-            let mut block_experts = Vec::with_capacity(batches.len());
-            for (sh, batch) in self.shards.iter().zip(batches) {
-                let hidden = relu(&gmm(
-                    &batch.tokens,
-                    &sh.params[ix.w1],
-                    &batch.offsets,
-                    false,
-                    false,
-                )?)?;
-                outs.push(gmm(
-                    &hidden,
-                    &sh.params[ix.w2],
-                    &batch.offsets,
-                    false,
-                    false,
-                )?);
-                block_experts.push(ExpertAct {
-                    tokens: batch.tokens,
-                    offsets: batch.offsets,
-                    hidden,
-                });
-            }
-            let span = self.tracer.span();
-            let returned = plan.reverse(&outs)?;
-            self.trace(span, EventMeta::transfer, "all-to-all reverse", round);
-            for (i, ((input, dense, mid, logits, routing), expert_out)) in
-                blocks.into_iter().zip(returned).enumerate()
-            {
-                h[i] = add(&mid, &combine(&expert_out, &routing)?)?;
-                acts[i].3.push(BlockAct {
-                    input,
-                    dense,
-                    mid,
-                    logits,
-                    routing,
-                    counts: counts[i].clone(),
-                    expert_out,
-                });
-            }
-            experts.push(block_experts);
-        }
-        let w_out = cfg.w_out_index();
-        let mut shards = Vec::with_capacity(acts.len());
-        for (i, ((contexts, x, stem, blocks), last)) in acts.into_iter().zip(h).enumerate() {
-            let sh = &self.shards[i];
-            let g = i * per_device + round;
-            let tgt = Tensor::from_u32(&sh.device, &[tg], &targets[g * tg..(g + 1) * tg])?;
-            let logits = mm(&last, &sh.params[w_out], false, false)?;
-            let ce = lt::cross_entropy(&logits, &tgt)?;
-            shards.push(ShardAct {
-                contexts,
-                x,
-                stem,
-                blocks,
-                last,
-                row_loss: ce.loss,
-                d_logits: ce.d_logits,
-            });
-        }
-        Ok(RoundAct {
-            shards,
-            experts,
-            capacity,
-        })
+        let program = step_program::build(&self.shape(tokens), &self.expert, mode)?;
+        let opts = CompileOptions {
+            in_flight: 1,
+            ..CompileOptions::default()
+        };
+        let exec = Arc::new(program.compile_with(&self.devices, opts, &self.variables)?);
+        programs.insert((mode, tokens), exec.clone());
+        Ok(exec)
     }
 
-    /// Losses and routing counts of a round, read back.
-    fn round_sums(&self, act: &RoundAct, sums: &mut RoundSums) -> Result<()> {
-        let cfg = &self.config;
-        let blocks = cfg.blocks;
-        sums.kept.resize(blocks, vec![0; cfg.experts]);
-        sums.dropped.resize(blocks, 0);
-        sums.block_aux.resize(blocks, 0.0);
-        sums.block_z.resize(blocks, 0.0);
-        for sh in &act.shards {
-            let rows = sh.row_loss.to_f32()?;
-            sums.ce_sum += rows.iter().map(|&v| f64::from(v)).sum::<f64>();
-            let tg = rows.len();
-            for (l, b) in sh.blocks.iter().enumerate() {
-                let stats = b.routing.read_stats()?;
-                let kept: usize = stats.iter().map(|s| s.kept as usize).sum();
-                for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
-                    *acc += s.kept as usize;
-                }
-                sums.dropped[l] += (tg * cfg.top_k).saturating_sub(kept);
-                let aux = f64::from(load_balancing_loss(&stats, cfg.aux_alpha));
-                let lse = lt::row_logsumexp(&b.logits)?.to_f32()?;
-                let z = f64::from(cfg.z_loss)
-                    * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
-                    / tg as f64;
-                sums.aux_sum += aux;
-                sums.z_sum += z;
-                sums.block_aux[l] += f64::from(aux as f32);
-                sums.block_z[l] += f64::from(z as f32);
-            }
+    /// Runs `mode` on a batch: the results' bytes.
+    fn run(
+        &self,
+        mode: Mode,
+        contexts: &[u32],
+        targets: &[u32],
+        bias: Option<(f32, f32)>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let t = self.check_batch(contexts, targets)?;
+        let exec = self.program(mode, t)?;
+        let (d, c) = (self.devices.len(), self.config.context);
+        let rounds = self.groups / d;
+        let tg = t / self.groups;
+        let mut args: Vec<HostData> = Vec::with_capacity(2 * rounds + 1);
+        for r in 0..rounds {
+            // Device i, round r holds group i · rounds + r.
+            let groups = (0..d).map(|i| i * rounds + r);
+            let ctx: Vec<u32> = groups
+                .clone()
+                .flat_map(|g| contexts[g * tg * c..(g + 1) * tg * c].iter().copied())
+                .collect();
+            let tgt: Vec<u32> = groups
+                .flat_map(|g| targets[g * tg..(g + 1) * tg].iter().copied())
+                .collect();
+            args.push(ctx.into());
+            args.push(tgt.into());
         }
-        Ok(())
-    }
-
-    /// Backward of a round: adds every gradient into the accumulators of its device.
-    fn backward_round(&self, act: &RoundAct, round: usize) -> Result<()> {
-        let cfg = &self.config;
-        let e = cfg.experts;
-        let w_out = cfg.w_out_index();
-        let mut dh = Vec::with_capacity(self.shards.len());
-        for (sh, a) in self.shards.iter().zip(&act.shards) {
-            accumulate(&sh.grads[w_out], &mm(&a.last, &a.d_logits, true, false)?)?;
-            dh.push(mm(&a.d_logits, &sh.params[w_out], false, true)?);
+        if let Some((b1, b2)) = bias {
+            args.push([b1, b2].repeat(d).into());
         }
-        for l in (0..cfg.blocks).rev() {
-            let ix = cfg.block_index(l);
-            let mut d_gates = Vec::with_capacity(dh.len());
-            let mut d_out = Vec::with_capacity(dh.len());
-            let mut counts = Vec::with_capacity(dh.len());
-            for (a, dy) in act.shards.iter().zip(&dh) {
-                let b = &a.blocks[l];
-                d_gates.push(lt::gate_grad(dy, &b.expert_out, &b.routing)?);
-                d_out.push(lt::combine_backward_slots(dy, &b.routing)?);
-                counts.push(b.counts.clone());
-            }
-            let span = self.tracer.span();
-            let (plan, batches) = AllToAll::forward(&d_out, &counts, e, act.capacity)?;
-            self.trace(span, EventMeta::transfer, "all-to-all backward", round);
-            let mut d_tokens = Vec::with_capacity(batches.len());
-            for ((sh, ex), batch) in self.shards.iter().zip(&act.experts[l]).zip(batches) {
-                let offsets = &ex.offsets;
-                if batch.offsets != *offsets {
-                    return Err(invalid(
-                        "moe trainer",
-                        "the backward all-to-all plan differs from the forward one".into(),
-                    ));
-                }
-                let d_o = &batch.tokens;
-                accumulate(
-                    &sh.grads[ix.w2],
-                    &lt::expert_weight_grad(&ex.hidden, d_o, offsets)?,
-                )?;
-                let d_hidden = relu_backward(
-                    &gmm(d_o, &sh.params[ix.w2], offsets, false, true)?,
-                    &ex.hidden,
-                )?;
-                accumulate(
-                    &sh.grads[ix.w1],
-                    &lt::expert_weight_grad(&ex.tokens, &d_hidden, offsets)?,
-                )?;
-                d_tokens.push(gmm(&d_hidden, &sh.params[ix.w1], offsets, false, true)?);
-            }
-            let span = self.tracer.span();
-            let d_slots = plan.reverse(&d_tokens)?;
-            self.trace(
-                span,
-                EventMeta::transfer,
-                "all-to-all backward reverse",
-                round,
-            );
-            for (i, (sh, a)) in self.shards.iter().zip(&act.shards).enumerate() {
-                let b = &a.blocks[l];
-                let d_mid = &dh[i];
-                accumulate(d_mid, &lt::dispatch_backward(&d_slots[i], &b.routing)?)?;
-                let d_r =
-                    lt::router_backward(&b.logits, &d_gates[i], &b.routing, cfg.router_loss())?;
-                accumulate(&sh.grads[ix.router], &mm(&b.mid, &d_r, true, false)?)?;
-                accumulate(d_mid, &mm(&d_r, &sh.params[ix.router], false, true)?)?;
-                let d_pre = relu_backward(d_mid, &b.dense)?;
-                accumulate(&sh.grads[ix.dense], &mm(&b.input, &d_pre, true, false)?)?;
-                accumulate(d_mid, &mm(&d_pre, &sh.params[ix.dense], false, true)?)?;
-            }
-        }
-        for ((sh, a), dy) in self.shards.iter().zip(&act.shards).zip(&dh) {
-            let d_pre = relu_backward(dy, &a.stem)?;
-            accumulate(&sh.grads[W_IN], &mm(&a.x, &d_pre, true, false)?)?;
-            let d_x = mm(&d_pre, &sh.params[W_IN], false, true)?;
-            accumulate(&sh.grads[EMBED], &lt::embed_grad(&a.contexts, &d_x, VOCAB)?)?;
-        }
-        Ok(())
-    }
-
-    /// Sums the replicated parameters' gradients over devices (host-staged) and scales every
-    /// gradient by `1/G`; returns the final gradients per device, in parameter order.
-    fn reduce_grads(&self) -> Result<Vec<Vec<Tensor>>> {
-        let s = 1.0 / self.groups as f32;
-        let n = self.shards.len();
-        let mut out: Vec<Vec<Tensor>> = (0..n).map(|_| Vec::new()).collect();
-        for (p, &is_expert) in self.expert.iter().enumerate() {
-            let summed: Vec<Tensor> = if is_expert || n == 1 {
-                self.shards.iter().map(|sh| sh.grads[p].clone()).collect()
-            } else {
-                let host = self
-                    .shards
-                    .iter()
-                    .map(|sh| sh.grads[p].to_f32())
-                    .collect::<Result<Vec<_>>>()?;
-                let mut sums = Vec::with_capacity(n);
-                for sh in &self.shards {
-                    let shape = sh.grads[p].shape();
-                    let acc = Tensor::from_f32(&sh.device, shape, DType::F32, &host[0])?;
-                    for peer in &host[1..] {
-                        let x = Tensor::from_f32(&sh.device, shape, DType::F32, peer)?;
-                        accumulate(&acc, &x)?;
-                    }
-                    sums.push(acc);
-                }
-                sums
-            };
-            for (list, g) in out.iter_mut().zip(summed) {
-                list.push(if self.groups > 1 { scale(&g, s)? } else { g });
-            }
-        }
-        Ok(out)
-    }
-
-    /// Forward and backward of every round, then the all-reduce: the loss sums and each
-    /// device's final gradients.
-    fn compute(&self, contexts: &[u32], targets: &[u32]) -> Result<(RoundSums, Vec<Vec<Tensor>>)> {
-        for sh in &self.shards {
-            let mut encoder = sh.device.encoder("moe trainer zero grads");
-            for g in &sh.grads {
-                encoder.clear_buffer(g.buffer(), 0, None);
-            }
-            sh.device.submit(encoder);
-        }
-        let rounds = self.groups / self.shards.len();
-        let mut sums = RoundSums::default();
-        for round in 0..rounds {
-            let span = self.tracer.span();
-            let act = self.forward_round(contexts, targets, round)?;
-            self.round_sums(&act, &mut sums)?;
-            self.trace(span, EventMeta::host_encode, "forward", round);
-            let span = self.tracer.span();
-            self.backward_round(&act, round)?;
-            self.trace(span, EventMeta::host_encode, "backward", round);
-        }
-        let span = self.tracer.span();
-        let grads = self.reduce_grads()?;
-        self.trace(span, EventMeta::transfer, "all-reduce", 0);
-        Ok((sums, grads))
+        let opts = RunOptions {
+            mode: self.dispatch,
+            microbatch: None,
+        };
+        self.session.client.submit(&exec, args, opts)?.wait_bytes()
     }
 
     /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]
     /// would apply), downloaded; no update.
     pub fn grads(&self, contexts: &[u32], targets: &[u32]) -> Result<MoeLmParams> {
-        self.check_batch(contexts, targets)?;
-        let (_, grads) = self.compute(contexts, targets)?;
-        self.gather_all(|d, p| &grads[d][p])
+        let results = self.run(Mode::Grads, contexts, targets, None)?;
+        let words: Vec<f32> = bytemuck::pod_collect_to_vec(results.first().map_or(&[][..], |v| v));
+        let shapes = shard_shapes(&self.config, &self.expert, self.devices.len());
+        let per_device: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+        let mut tensors = vec![Vec::new(); shapes.len()];
+        for d in 0..self.devices.len() {
+            let mut at = d * per_device;
+            for (p, s) in shapes.iter().enumerate() {
+                let len: usize = s.iter().product();
+                let part = words
+                    .get(at..at + len)
+                    .ok_or_else(|| invalid("moe trainer", "the gradient pack is short".into()))?;
+                if d == 0 || self.expert[p] {
+                    tensors[p].extend_from_slice(part);
+                }
+                at += len;
+            }
+        }
+        let out = MoeLmParams {
+            config: self.config,
+            tensors,
+        };
+        out.check()?;
+        Ok(out)
     }
 
-    /// Every parameter-shaped tensor `tensor(device, param)`, gathered into one checked set:
-    /// replicated ones from device 0, expert ones from every device in order.
-    fn gather_all<'a>(
-        &'a self,
-        tensor: impl Fn(usize, usize) -> &'a Tensor,
-    ) -> Result<MoeLmParams> {
-        let tensors = self
-            .expert
-            .iter()
-            .enumerate()
-            .map(|(p, &is_expert)| self.gather(is_expert, |d| tensor(d, p)))
+    /// Variable `name(p)` of every parameter, gathered: replicated ones from device 0, expert ones
+    /// from every device in order.
+    fn download(&self, name: fn(usize) -> String) -> Result<MoeLmParams> {
+        let tensors = (0..self.expert.len())
+            .map(|p| {
+                let shards = self
+                    .variables
+                    .get(&name(p))
+                    .ok_or_else(|| invalid("moe trainer", format!("no variable {}", name(p))))?;
+                let take = if self.expert[p] { shards.len() } else { 1 };
+                let mut all = Vec::new();
+                for t in &shards[..take] {
+                    all.extend(t.to_f32()?);
+                }
+                Ok(all)
+            })
             .collect::<Result<Vec<_>>>()?;
         let out = MoeLmParams {
             config: self.config,
@@ -733,23 +439,51 @@ impl GpuTrainer {
         Ok(out)
     }
 
-    /// Parameter `p`'s values: device 0's replica, or every device's expert rows in order.
-    fn gather<'a>(
-        &'a self,
-        is_expert: bool,
-        tensor: impl Fn(usize) -> &'a Tensor,
-    ) -> Result<Vec<f32>> {
-        if self.shards.is_empty() {
-            return Err(invalid("moe trainer", "no devices".into()));
+    /// Loss and routing sums from a training step's per-round statistics packs.
+    fn sums(&self, results: &[Vec<u8>], tg: usize) -> Result<RoundSums> {
+        let cfg = &self.config;
+        let blocks = cfg.blocks;
+        let mut sums = RoundSums {
+            kept: vec![vec![0; cfg.experts]; blocks],
+            dropped: vec![0; blocks],
+            block_aux: vec![0.0; blocks],
+            block_z: vec![0.0; blocks],
+            ..RoundSums::default()
+        };
+        let words = self.shape(tg * self.groups).stats_words();
+        let short = || invalid("moe trainer", "a statistics pack is short".into());
+        for round in results {
+            for device in round.chunks(words * 4) {
+                let f32s = |at: usize, n: usize| -> Result<Vec<f32>> {
+                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
+                    Ok(bytemuck::pod_collect_to_vec(b))
+                };
+                let rows = f32s(0, tg)?;
+                sums.ce_sum += rows.iter().map(|&v| f64::from(v)).sum::<f64>();
+                let mut at = tg;
+                for l in 0..blocks {
+                    let n = cfg.experts * STAT_WORDS;
+                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
+                    let stats: Vec<ExpertStat> = bytemuck::pod_collect_to_vec(b);
+                    let lse = f32s(at + n, tg)?;
+                    at += n + tg;
+                    let kept: usize = stats.iter().map(|s| s.kept as usize).sum();
+                    for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
+                        *acc += s.kept as usize;
+                    }
+                    sums.dropped[l] += (tg * cfg.top_k).saturating_sub(kept);
+                    let aux = f64::from(load_balancing_loss(&stats, cfg.aux_alpha));
+                    let z = f64::from(cfg.z_loss)
+                        * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
+                        / tg as f64;
+                    sums.aux_sum += aux;
+                    sums.z_sum += z;
+                    sums.block_aux[l] += f64::from(aux as f32);
+                    sums.block_z[l] += f64::from(z as f32);
+                }
+            }
         }
-        if !is_expert {
-            return tensor(0).to_f32();
-        }
-        let mut all = Vec::new();
-        for d in 0..self.shards.len() {
-            all.extend(tensor(d).to_f32()?);
-        }
-        Ok(all)
+        Ok(sums)
     }
 
     /// One training step on a batch (`contexts` `[T, C]`, `targets` `[T]`, byte ids).
@@ -757,25 +491,14 @@ impl GpuTrainer {
         let start = Instant::now();
         let t = self.check_batch(contexts, targets)?;
         let cfg = self.config;
-        let (sums, grads) = self.compute(contexts, targets)?;
-        let span = self.tracer.span();
         let step = self.step + 1;
-        for (sh, g) in self.shards.iter().zip(&grads) {
-            let mut encoder = sh.device.encoder("moe trainer adam");
-            for (((p, m), v), g) in sh.params.iter().zip(&sh.m).zip(&sh.v).zip(g) {
-                lt::encode_adam(&mut encoder, p, m, v, g, self.adam, step)?;
-            }
-            sh.device.submit(encoder);
-        }
-        for sh in &self.shards {
-            sh.device.wait()?;
-        }
+        let results = self.run(Mode::Train, contexts, targets, Some(self.adam.bias(step)))?;
         self.step = step;
-        self.trace(span, EventMeta::host_encode, "adam", 0);
+        let tg = t / self.groups;
+        let sums = self.sums(&results, tg)?;
 
         let n = self.groups as f64;
         let (ce, aux, z) = (sums.ce_sum / t as f64, sums.aux_sum / n, sums.z_sum / n);
-        let tg = t / self.groups;
         let blocks: Vec<RoutingStats> = (0..cfg.blocks)
             .map(|l| RoutingStats {
                 capacity: cfg.router().capacity(tg),
@@ -803,9 +526,9 @@ impl GpuTrainer {
         if self.tracer.is_on() {
             let now = self.tracer.now_ns();
             let begin = self.tracer.ns_at(start);
-            for sh in &self.shards {
+            for device in &self.devices {
                 self.tracer.record(
-                    EventMeta::host_encode(sh.device.id()),
+                    EventMeta::host_encode(device.id()),
                     || {
                         format!(
                             "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?}",
@@ -831,16 +554,17 @@ impl GpuTrainer {
     /// Cross-entropy (nats) of every token of a batch, in batch order, forward only: what
     /// Branch-Train-Merge's ensemble weighs.
     pub fn token_nats(&self, contexts: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
-        let t = self.check_batch(contexts, targets)?;
-        let per_device = self.groups / self.shards.len();
+        let results = self.run(Mode::Forward, contexts, targets, None)?;
+        let t = targets.len();
+        let rounds = self.groups / self.devices.len();
         let tg = t / self.groups;
         let mut out = vec![0.0f64; t];
-        for round in 0..per_device {
-            let act = self.forward_round(contexts, targets, round)?;
-            for (i, sh) in act.shards.iter().enumerate() {
-                // Device i, round r holds group i · (groups / devices) + r.
-                let g = i * per_device + round;
-                for (k, v) in sh.row_loss.to_f32()?.into_iter().enumerate().take(tg) {
+        for (round, bytes) in results.iter().enumerate() {
+            let rows: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
+            for (i, device) in rows.chunks(tg).enumerate() {
+                // Device i, round r holds group i · rounds + r.
+                let g = i * rounds + round;
+                for (k, &v) in device.iter().enumerate() {
                     out[g * tg + k] = f64::from(v);
                 }
             }
@@ -850,7 +574,7 @@ impl GpuTrainer {
 
     /// Downloads the parameters (expert tensors gathered from their devices).
     pub fn params(&self) -> Result<MoeLmParams> {
-        self.gather_all(|d, p| &self.shards[d].params[p])
+        self.download(param_var)
     }
 }
 
@@ -863,11 +587,7 @@ impl std::fmt::Debug for GpuTrainer {
             .field("groups", &self.groups)
             .field(
                 "devices",
-                &self
-                    .shards
-                    .iter()
-                    .map(|s| s.device.label())
-                    .collect::<Vec<_>>(),
+                &self.devices.iter().map(Device::label).collect::<Vec<_>>(),
             )
             .field("tracing", &self.tracer.is_on())
             .finish()
