@@ -18,8 +18,9 @@ pub use merge::average;
 
 use crate::data::Corpus;
 use crate::kernels::lm_train::AdamConfig;
-use crate::moe::training::{TrainOptions, TrainReport, train};
+use crate::moe::training::{TrainOptions, TrainReport, TrainingRun};
 use crate::moe::{GpuTrainer, MoeLmParams};
+use crate::sched::{Runtime, RuntimeOptions};
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::path::{Path, PathBuf};
@@ -35,8 +36,10 @@ pub struct Elm {
     pub report: TrainReport,
 }
 
-/// Trains one ELM per `(domain, corpus)` from `seed`, concurrently: ELM i on `devices[i % n]`
-/// (ELMs sharing a device run one after another on it). `progress(i, step)` reports each step.
+/// Trains one ELM per `(domain, corpus)` from `seed`, concurrently: ELM i on `devices[i % n]`.
+/// Every ELM is a client of one shared [`Runtime`]; each round submits every branch's next step
+/// before finishing any, and the gang scheduler interleaves them (ELMs sharing a device take
+/// turns on it). `progress(i, step)` reports each step.
 pub fn branch(
     devices: &[Device],
     domains: &[(String, Corpus)],
@@ -51,50 +54,47 @@ pub fn branch(
             reason: format!("{} devices for {} domains", devices.len(), domains.len()),
         });
     }
-    let n = devices.len();
-    let progress = &progress;
-    let results: Vec<Result<Vec<(usize, Elm)>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n.min(domains.len()))
-            .map(|d| {
-                let tracer = tracer.clone();
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    for (i, (domain, corpus)) in domains.iter().enumerate().skip(d).step_by(n) {
-                        let report = train(
-                            &devices[d..d + 1],
-                            corpus,
-                            seed,
-                            opts,
-                            tracer.clone(),
-                            |p| progress(i, p.stats.step),
-                        )?;
-                        out.push((
-                            i,
-                            Elm {
-                                domain: domain.clone(),
-                                params: report.params.clone(),
-                                report,
-                            },
-                        ));
-                    }
-                    Ok(out)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|p| Err(Error::panicked("a BTM branch thread", &*p)))
-            })
-            .collect()
-    });
-    let mut elms: Vec<(usize, Elm)> = Vec::new();
-    for r in results {
-        elms.extend(r?);
+    let n = devices.len().min(domains.len());
+    let runtime = Runtime::new(
+        devices[..n].to_vec(),
+        RuntimeOptions {
+            tracer: tracer.unwrap_or_else(Tracer::off),
+            ..RuntimeOptions::default()
+        },
+    )?;
+    let mut runs = domains
+        .iter()
+        .enumerate()
+        .map(|(i, (domain, corpus))| {
+            let client = runtime.client(&format!("elm {domain}"), 1);
+            TrainingRun::on_client(client, &devices[i % n..i % n + 1], corpus, seed, opts)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    loop {
+        let pending = runs
+            .iter_mut()
+            .map(TrainingRun::submit)
+            .collect::<Result<Vec<_>>>()?;
+        if pending.iter().all(Option::is_none) {
+            break;
+        }
+        for (i, (run, step)) in runs.iter_mut().zip(pending).enumerate() {
+            if let Some(step) = step {
+                run.finish(step, &mut |p| progress(i, p.stats.step))?;
+            }
+        }
     }
-    elms.sort_by_key(|(i, _)| *i);
-    Ok(elms.into_iter().map(|(_, e)| e).collect())
+    runs.into_iter()
+        .zip(domains)
+        .map(|(run, (domain, _))| {
+            let report = run.report()?;
+            Ok(Elm {
+                domain: domain.clone(),
+                params: report.params.clone(),
+                report,
+            })
+        })
+        .collect()
 }
 
 /// Per-window nats of `params` on `windows` (each `(context bytes, target)`), on `device`, in

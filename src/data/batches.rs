@@ -10,7 +10,8 @@ use crate::{Error, Result, Rng};
 /// byte ids (row-major, one window per row), `targets` the `batch` bytes that follow them.
 #[derive(Debug, Clone)]
 pub struct Batches<'a> {
-    corpus: &'a Corpus,
+    /// Borrowed, or owned by batches that outlive their caller's corpus ([`Batches::owned`]).
+    corpus: std::borrow::Cow<'a, Corpus>,
     /// `ends[i]`: windows in documents `0..=i`; a draw below it and above `ends[i - 1]` lands in `i`.
     ends: Vec<u64>,
     context: usize,
@@ -63,11 +64,31 @@ impl<'a> Batches<'a> {
             return Err(too_short("Batches::new", corpus, context));
         }
         Ok(Self {
-            corpus,
+            corpus: std::borrow::Cow::Borrowed(corpus),
             ends,
             context,
             batch,
             rng: Rng::new(seed),
+        })
+    }
+
+    /// [`Batches::new`] over a corpus the batches keep.
+    pub fn owned(
+        corpus: Corpus,
+        context: usize,
+        batch: usize,
+        seed: u64,
+    ) -> Result<Batches<'static>> {
+        let (ends, rng) = {
+            let b = Batches::new(&corpus, context, batch, seed)?;
+            (b.ends, b.rng)
+        };
+        Ok(Batches {
+            corpus: std::borrow::Cow::Owned(corpus),
+            ends,
+            context,
+            batch,
+            rng,
         })
     }
 

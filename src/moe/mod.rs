@@ -52,7 +52,7 @@ pub use reference::{
     BlockCache, Forward, GroupedForward, LossParts, RoutingStats, backward, backward_grouped,
     forward, forward_grouped, loss_and_grads, loss_and_grads_grouped,
 };
-pub use train::{GpuTrainer, StepStats, TrainerCheckpoint};
+pub use train::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 
 use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::router::RouterConfig;

@@ -2,10 +2,11 @@
 //! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
 //! Branch-Train-Merge both train through [`train`].
 
-use super::train::{GpuTrainer, StepStats, TrainerCheckpoint};
+use super::train::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::kernels::lm_train::AdamConfig;
+use crate::sched::Client;
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::path::PathBuf;
@@ -184,55 +185,135 @@ fn run(
     tracer: Option<Tracer>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
-    let (start, resumed_from, prior_steps) = match start {
-        Start::Fresh(p) => (p, None, 0),
-        Start::Resume(c) => (&c.params, Some(c), c.step),
-    };
-    let config: MoeLmConfig = start.config;
-    if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
-        return Err(Error::InvalidArgument {
-            what: "train",
-            reason: format!(
-                "a batch of {} tokens cannot be split over {} devices",
-                opts.batch,
-                devices.len()
-            ),
-        });
+    let mut run = TrainingRun::new(devices, corpus, start, opts, None)?;
+    run.trainer.set_tracer(tracer);
+    while let Some(pending) = run.submit()? {
+        run.finish(pending, &mut progress)?;
     }
-    let split = corpus.split(opts.valid_fraction)?;
-    let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
-    let mut trainer = match resumed_from {
-        Some(c) => GpuTrainer::resume(devices, c)?,
-        None => GpuTrainer::new(devices, start, AdamConfig::new(opts.lr))?,
-    };
-    trainer.set_tracer(tracer);
-    let mut batches = Batches::new(&split.train, config.context, opts.batch, opts.data_seed)?;
-    // The saved run drew `done` batches: draw past them so the data continues, not repeats.
-    for _ in 0..prior_steps {
-        batches.next();
+    run.report()
+}
+
+/// A training run taken one step at a time: [`train`] drives one; Branch-Train-Merge drives one
+/// per branch on a shared runtime, submitting every branch's step before finishing any.
+pub struct TrainingRun {
+    trainer: GpuTrainer,
+    opts: TrainOptions,
+    valid: Corpus,
+    unigram_bpb: f64,
+    batches: Batches<'static>,
+    began: Instant,
+    losses: Vec<f64>,
+    dropped: f64,
+    /// Steps finished by this run.
+    done: u32,
+    parameters: usize,
+}
+
+impl std::fmt::Debug for TrainingRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainingRun")
+            .field("trainer", &self.trainer)
+            .field("done", &self.done)
+            .field("steps", &self.opts.steps)
+            .finish()
     }
-    let began = Instant::now();
-    let (mut losses, mut dropped) = (Vec::new(), 0.0);
-    let mut done = 0u32;
-    for step in 1..=opts.steps {
-        if opts
+}
+
+impl TrainingRun {
+    fn new(
+        devices: &[Device],
+        corpus: &Corpus,
+        start: Start<'_>,
+        opts: &TrainOptions,
+        client: Option<Client>,
+    ) -> Result<Self> {
+        let (start, resumed_from, prior_steps) = match start {
+            Start::Fresh(p) => (p, None, 0),
+            Start::Resume(c) => (&c.params, Some(c), c.step),
+        };
+        let config: MoeLmConfig = start.config;
+        if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
+            return Err(Error::InvalidArgument {
+                what: "train",
+                reason: format!(
+                    "a batch of {} tokens cannot be split over {} devices",
+                    opts.batch,
+                    devices.len()
+                ),
+            });
+        }
+        let split = corpus.split(opts.valid_fraction)?;
+        let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
+        let adam = AdamConfig::new(opts.lr);
+        let trainer = match (resumed_from, client) {
+            (Some(c), _) => GpuTrainer::resume(devices, c)?,
+            (None, Some(client)) => {
+                GpuTrainer::on_client(client, devices, start, adam, devices.len())?
+            }
+            (None, None) => GpuTrainer::new(devices, start, adam)?,
+        };
+        let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
+        // The saved run drew `done` batches: draw past them so the data continues, not repeats.
+        for _ in 0..prior_steps {
+            batches.next();
+        }
+        Ok(Self {
+            trainer,
+            opts: opts.clone(),
+            valid: split.valid,
+            unigram_bpb,
+            batches,
+            began: Instant::now(),
+            losses: Vec::new(),
+            dropped: 0.0,
+            done: 0,
+            parameters: start.count(),
+        })
+    }
+
+    /// A fresh run of `start` whose trainer submits through `client` of a shared runtime.
+    pub fn on_client(
+        client: Client,
+        devices: &[Device],
+        corpus: &Corpus,
+        start: &MoeLmParams,
+        opts: &TrainOptions,
+    ) -> Result<Self> {
+        Self::new(devices, corpus, Start::Fresh(start), opts, Some(client))
+    }
+
+    /// Submits the next step, or `None` once the run has taken its steps or was stopped.
+    pub fn submit(&mut self) -> Result<Option<PendingStep>> {
+        let stopped = self
+            .opts
             .stop
             .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed))
-        {
-            break;
+            .is_some_and(|s| s.load(Ordering::Relaxed));
+        if stopped || self.done >= self.opts.steps {
+            return Ok(None);
         }
-        let (ctx, tgt) = batches.next().ok_or_else(|| Error::InvalidArgument {
+        let (ctx, tgt) = self.batches.next().ok_or_else(|| Error::InvalidArgument {
             what: "train",
             reason: "the batches ran out".into(),
         })?;
-        let stats = trainer.step(&ctx, &tgt)?;
-        losses.push(stats.ce);
-        dropped += stats.dropped_fraction;
+        self.trainer.submit_step(&ctx, &tgt).map(Some)
+    }
+
+    /// Finishes a submitted step: statistics, evaluation and checkpoint when due, progress.
+    pub fn finish(
+        &mut self,
+        pending: PendingStep,
+        progress: &mut impl FnMut(&Progress),
+    ) -> Result<()> {
+        let opts = &self.opts;
+        let stats = self.trainer.finish_step(pending)?;
+        let step = self.done + 1;
+        self.losses.push(stats.ce);
+        self.dropped += stats.dropped_fraction;
         let valid_bpb = if opts.eval_every > 0 && step % opts.eval_every == 0 {
             Some(evaluate(
-                &trainer,
-                &split.valid,
+                &self.trainer,
+                &self.valid,
                 opts.eval_windows,
                 opts.batch,
             )?)
@@ -243,36 +324,43 @@ fn run(
             && opts.checkpoint_every > 0
             && step % opts.checkpoint_every == 0
         {
-            trainer.checkpoint()?.save(path)?;
+            self.trainer.checkpoint()?.save(path)?;
         }
         let tokens = u64::from(step) * opts.batch as u64;
         progress(&Progress {
             stats,
             step,
             steps: opts.steps,
-            tokens_per_s: tokens as f64 / began.elapsed().as_secs_f64(),
+            tokens_per_s: tokens as f64 / self.began.elapsed().as_secs_f64(),
             valid_bpb,
         });
-        done = step;
+        self.done = step;
+        Ok(())
     }
-    let seconds = began.elapsed().as_secs_f64();
-    let valid_bpb = evaluate(&trainer, &split.valid, opts.eval_windows, opts.batch)?;
-    let params = trainer.params()?;
-    if let Some(path) = &opts.checkpoint {
-        trainer.checkpoint()?.save(path)?;
+
+    /// The final evaluation, checkpoint and report.
+    pub fn report(self) -> Result<TrainReport> {
+        let opts = &self.opts;
+        let seconds = self.began.elapsed().as_secs_f64();
+        let valid_bpb = evaluate(&self.trainer, &self.valid, opts.eval_windows, opts.batch)?;
+        let params = self.trainer.params()?;
+        if let Some(path) = &opts.checkpoint {
+            self.trainer.checkpoint()?.save(path)?;
+        }
+        let done = self.done;
+        let tokens = u64::from(done) * opts.batch as u64;
+        Ok(TrainReport {
+            devices: self.trainer.devices().len(),
+            steps: done,
+            tokens,
+            seconds,
+            tokens_per_s: tokens as f64 / seconds.max(1e-9),
+            mean_dropped_fraction: self.dropped / f64::from(done.max(1)),
+            losses: self.losses,
+            valid_bpb,
+            unigram_bpb: self.unigram_bpb,
+            parameters: self.parameters,
+            params,
+        })
     }
-    let tokens = u64::from(done) * opts.batch as u64;
-    Ok(TrainReport {
-        devices: devices.len(),
-        steps: done,
-        tokens,
-        seconds,
-        tokens_per_s: tokens as f64 / seconds.max(1e-9),
-        mean_dropped_fraction: dropped / f64::from(done.max(1)),
-        losses,
-        valid_bpb,
-        unigram_bpb,
-        parameters: start.count(),
-        params,
-    })
 }

@@ -33,7 +33,7 @@ use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::kernels::ops::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
 use crate::program::{CompileOptions, Executable, HostData, Variables};
-use crate::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use crate::sched::{Client, DispatchMode, RunHandle, RunOptions, Runtime, RuntimeOptions};
 use crate::trace::{EventMeta, Tracer};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
@@ -79,10 +79,21 @@ struct RoundSums {
     block_z: Vec<f64>,
 }
 
-/// The runtime a trainer submits its steps to, and its client.
+/// The runtime a trainer submits its steps to (its own, or one it shares with other clients),
+/// and its client.
 struct Session {
-    runtime: Runtime,
+    /// `None` when the trainer runs on a runtime it was given.
+    runtime: Option<Runtime>,
     client: Client,
+}
+
+/// A step submitted to the runtime and not yet finished ([`GpuTrainer::submit_step`]).
+#[derive(Debug)]
+pub struct PendingStep {
+    handle: RunHandle,
+    started: Instant,
+    tokens: usize,
+    step: u32,
 }
 
 /// The trainer: parameters and Adam state as program variables on the devices, and the compiled
@@ -116,7 +127,10 @@ fn session(devices: &[Device], tracer: &Tracer) -> Result<Session> {
         },
     )?;
     let client = runtime.client("moe trainer", 1);
-    Ok(Session { runtime, client })
+    Ok(Session {
+        runtime: Some(runtime),
+        client,
+    })
 }
 
 impl GpuTrainer {
@@ -133,7 +147,20 @@ impl GpuTrainer {
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(devices, params, None, adam, groups, 0)
+        Self::build(devices, params, None, adam, groups, 0, None)
+    }
+
+    /// A trainer submitting its steps through `client` of a runtime it shares with others (each
+    /// Branch-Train-Merge branch is one): `devices` must belong to that runtime. Its steps are
+    /// traced by that runtime's tracer.
+    pub fn on_client(
+        client: Client,
+        devices: &[Device],
+        params: &MoeLmParams,
+        adam: AdamConfig,
+        groups: usize,
+    ) -> Result<Self> {
+        Self::build(devices, params, None, adam, groups, 0, Some(client))
     }
 
     /// A trainer continuing from `checkpoint` on `devices` (any count dividing both `E` and the
@@ -148,6 +175,7 @@ impl GpuTrainer {
             checkpoint.adam,
             checkpoint.groups,
             checkpoint.step,
+            None,
         )
     }
 
@@ -173,6 +201,7 @@ impl GpuTrainer {
         adam: AdamConfig,
         groups: usize,
         step: u32,
+        client: Option<Client>,
     ) -> Result<Self> {
         const WHAT: &str = "moe trainer";
         params.check()?;
@@ -241,6 +270,13 @@ impl GpuTrainer {
             variables.insert(v_var(p), v);
         }
         let tracer = Tracer::off();
+        let session = match client {
+            Some(client) => Session {
+                runtime: None,
+                client,
+            },
+            None => session(devices, &tracer)?,
+        };
         Ok(Self {
             config: cfg,
             adam,
@@ -249,7 +285,7 @@ impl GpuTrainer {
             devices: devices.to_vec(),
             expert,
             variables,
-            session: session(devices, &tracer)?,
+            session,
             dispatch: DispatchMode::Parallel,
             programs: Mutex::default(),
             tracer,
@@ -274,9 +310,9 @@ impl GpuTrainer {
         self.devices.clone()
     }
 
-    /// The runtime the steps run on.
-    pub fn runtime(&self) -> &Runtime {
-        &self.session.runtime
+    /// The runtime the steps run on, when the trainer owns it.
+    pub fn runtime(&self) -> Option<&Runtime> {
+        self.session.runtime.as_ref()
     }
 
     /// How the runtime dispatches each step (parallel by default).
@@ -286,9 +322,14 @@ impl GpuTrainer {
 
     /// Records every kernel, transfer and wait of each step as trace events (from the runtime,
     /// GPU-timed where the adapter can), plus a per-step statistics event on each device; `None`
-    /// turns tracing off. Restarts the runtime's workers (compiled programs are kept).
+    /// turns tracing off. Restarts the runtime's workers (compiled programs are kept); on a
+    /// shared runtime only the statistics events follow it (the runtime keeps its own tracer).
     pub fn set_tracer(&mut self, tracer: Option<Tracer>) {
         let tracer = tracer.unwrap_or_else(Tracer::off);
+        if self.session.runtime.is_none() {
+            self.tracer = tracer;
+            return;
+        }
         if let Ok(s) = session(&self.devices, &tracer) {
             self.session = s;
             self.tracer = tracer;
@@ -356,6 +397,17 @@ impl GpuTrainer {
         targets: &[u32],
         bias: Option<(f32, f32)>,
     ) -> Result<Vec<Vec<u8>>> {
+        self.submit(mode, contexts, targets, bias)?.wait_bytes()
+    }
+
+    /// Submits `mode` on a batch to the runtime.
+    fn submit(
+        &self,
+        mode: Mode,
+        contexts: &[u32],
+        targets: &[u32],
+        bias: Option<(f32, f32)>,
+    ) -> Result<RunHandle> {
         let t = self.check_batch(contexts, targets)?;
         let exec = self.program(mode, t)?;
         let (d, c) = (self.devices.len(), self.config.context);
@@ -382,7 +434,7 @@ impl GpuTrainer {
             mode: self.dispatch,
             microbatch: None,
         };
-        self.session.client.submit(&exec, args, opts)?.wait_bytes()
+        self.session.client.submit(&exec, args, opts)
     }
 
     /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]
@@ -488,12 +540,37 @@ impl GpuTrainer {
 
     /// One training step on a batch (`contexts` `[T, C]`, `targets` `[T]`, byte ids).
     pub fn step(&mut self, contexts: &[u32], targets: &[u32]) -> Result<StepStats> {
-        let start = Instant::now();
-        let t = self.check_batch(contexts, targets)?;
-        let cfg = self.config;
+        let pending = self.submit_step(contexts, targets)?;
+        self.finish_step(pending)
+    }
+
+    /// Submits a training step and returns at once: several trainers sharing a runtime submit
+    /// their steps, then finish them, and the gang scheduler interleaves their work. The step
+    /// counts as taken from here on.
+    pub fn submit_step(&mut self, contexts: &[u32], targets: &[u32]) -> Result<PendingStep> {
+        let started = Instant::now();
+        let tokens = self.check_batch(contexts, targets)?;
         let step = self.step + 1;
-        let results = self.run(Mode::Train, contexts, targets, Some(self.adam.bias(step)))?;
+        let handle = self.submit(Mode::Train, contexts, targets, Some(self.adam.bias(step)))?;
         self.step = step;
+        Ok(PendingStep {
+            handle,
+            started,
+            tokens,
+            step,
+        })
+    }
+
+    /// Waits for a submitted step; its statistics.
+    pub fn finish_step(&mut self, pending: PendingStep) -> Result<StepStats> {
+        let PendingStep {
+            handle,
+            started: start,
+            tokens: t,
+            step,
+        } = pending;
+        let results = handle.wait_bytes()?;
+        let cfg = self.config;
         let tg = t / self.groups;
         let sums = self.sums(&results, tg)?;
 
