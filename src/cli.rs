@@ -191,6 +191,27 @@ pub(crate) struct TrainMoeArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// How the runtime dispatches each step: parallel asynchronous dispatch (every command
+    /// buffer recorded up front), or sequential (a node is prepared once its predecessor ran),
+    /// to compare.
+    #[arg(long, value_enum, default_value = "parallel")]
+    pub(crate) dispatch: DispatchArg,
+}
+
+/// `--dispatch`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum DispatchArg {
+    Parallel,
+    Sequential,
+}
+
+impl From<DispatchArg> for gangway::sched::DispatchMode {
+    fn from(d: DispatchArg) -> Self {
+        match d {
+            DispatchArg::Parallel => Self::Parallel,
+            DispatchArg::Sequential => Self::Sequential,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -188,6 +188,7 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         data_seed: args.model.seed.wrapping_add(1),
+        dispatch: args.dispatch.into(),
         ..TrainOptions::default()
     };
     let show = |p: &gangway::moe::training::Progress| {

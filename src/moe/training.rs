@@ -6,7 +6,7 @@ use super::train::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::kernels::lm_train::AdamConfig;
-use crate::sched::Client;
+use crate::sched::{Client, DispatchMode};
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::path::PathBuf;
@@ -36,6 +36,8 @@ pub struct TrainOptions {
     /// When set (by another thread), the run stops before its next step and finishes as if
     /// `steps` were the steps done so far (final evaluation and checkpoint included).
     pub stop: Option<Arc<AtomicBool>>,
+    /// How the runtime dispatches each step.
+    pub dispatch: DispatchMode,
 }
 
 impl Default for TrainOptions {
@@ -51,6 +53,7 @@ impl Default for TrainOptions {
             checkpoint_every: 100,
             data_seed: 1,
             stop: None,
+            dispatch: DispatchMode::Parallel,
         }
     }
 }
@@ -252,6 +255,8 @@ impl TrainingRun {
             }
             (None, None) => GpuTrainer::new(devices, start, adam)?,
         };
+        let mut trainer = trainer;
+        trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
         // The saved run drew `done` batches: draw past them so the data continues, not repeats.
         for _ in 0..prior_steps {
