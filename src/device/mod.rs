@@ -340,9 +340,17 @@ impl Device {
 
     /// Submits command buffers recorded ahead of time.
     pub fn submit_commands(&self, commands: wgpu::CommandBuffer) -> wgpu::SubmissionIndex {
+        self.submit_all(std::iter::once(commands))
+    }
+
+    /// Submits several command buffers in one queue submission (one maintenance pass for all).
+    pub fn submit_all(
+        &self,
+        commands: impl IntoIterator<Item = wgpu::CommandBuffer>,
+    ) -> wgpu::SubmissionIndex {
         // `Queue::submit` ends with a maintenance pass.
         let _maintaining = self.maintaining();
-        self.0.queue.submit([commands])
+        self.0.queue.submit(commands)
     }
 
     /// Blocks until all submitted work finished; reports lost devices and GPU errors, and turns a

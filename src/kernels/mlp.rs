@@ -107,6 +107,32 @@ pub fn encode_relu_backward(
     encode_launch(encoder, WHAT, 1.0, grad, Some(act), out)
 }
 
+/// Records [`mse_grad`] into `out` (shaped like `y`).
+pub fn encode_mse_grad(
+    encoder: &mut impl Recorder,
+    y: &Tensor,
+    target: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "mse_grad";
+    check(WHAT, y, &[target, out])?;
+    encode_launch(encoder, WHAT, mse_scale(y.len()), y, Some(target), out)
+}
+
+/// Records [`sgd`]: `w -= lr · g`.
+pub fn encode_sgd(encoder: &mut impl Recorder, w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
+    const WHAT: &str = "sgd";
+    check(WHAT, w, &[g])?;
+    check_distinct(WHAT, w, g)?;
+    if !lr.is_finite() {
+        return Err(Error::InvalidArgument {
+            what: WHAT,
+            reason: format!("learning rate must be finite, got {lr}"),
+        });
+    }
+    encode_launch(encoder, WHAT, lr, g, None, w)
+}
+
 /// Records [`accumulate`]: `acc += x`.
 pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) -> Result<()> {
     const WHAT: &str = "accumulate";

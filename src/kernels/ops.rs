@@ -19,6 +19,8 @@ pub const STAT_WORDS: usize = std::mem::size_of::<ExpertStat>() / 4;
 #[derive(Debug, Clone)]
 pub enum KernelOp {
     /// `op(a) · op(b)`; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]` times `b[g]`.
+    /// `variant` is used where it applies to the shape, else the tiled kernel: a choice fixed by
+    /// the shape alone, so every device sums in the same order.
     Matmul {
         trans_a: bool,
         trans_b: bool,
@@ -29,6 +31,10 @@ pub enum KernelOp {
     ReluBackward,
     /// `(acc, x) → acc + x`, in place of `acc`.
     Accumulate,
+    /// `(y, target) → 2 (y − target) / n`, the gradient of the mean squared error.
+    MseGrad,
+    /// `(w, g) → w − lr · g`, in place of `w`.
+    Sgd { lr: f32 },
     /// `(contexts u32 [T, C], table [V, E]) → [T, C·E]`.
     EmbedGather,
     /// `(contexts, d_x [T, C·E]) → [vocab, E]`.
@@ -131,6 +137,8 @@ impl Kernel for KernelOp {
             Self::Matmul { .. } => "grouped_matmul",
             Self::ReluBackward => "relu_backward",
             Self::Accumulate => "accumulate",
+            Self::MseGrad => "mse_grad",
+            Self::Sgd { .. } => "sgd",
             Self::EmbedGather => "embed_gather",
             Self::EmbedGrad { .. } => "embed_grad",
             Self::CrossEntropy => "cross_entropy",
@@ -162,7 +170,7 @@ impl Kernel for KernelOp {
 
     fn in_place(&self) -> Vec<(usize, usize)> {
         match self {
-            Self::Accumulate => vec![(0, 0)],
+            Self::Accumulate | Self::Sgd { .. } => vec![(0, 0)],
             Self::Adam(_) => vec![(0, 0), (1, 1), (2, 2)],
             _ => Vec::new(),
         }
@@ -188,7 +196,11 @@ impl Kernel for KernelOp {
                 arity(what, inputs, 2)?;
                 vec![inputs[0].clone()]
             }
-            Self::Accumulate => {
+            Self::MseGrad => {
+                arity(what, inputs, 2)?;
+                vec![inputs[0].clone()]
+            }
+            Self::Accumulate | Self::Sgd { .. } => {
                 arity(what, inputs, 2)?;
                 if inputs[0] != inputs[1] {
                     return Err(bad(what, format!("{} += {}", inputs[0], inputs[1])));
@@ -306,24 +318,27 @@ impl Kernel for KernelOp {
                 let groups = offsets.len().saturating_sub(1);
                 let max_group_rows = matmul::check_offsets(&offsets, groups, m)?;
                 let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], &offsets)?;
-                matmul::encode(
-                    rec,
-                    &MatmulArgs {
-                        a: &x[0],
-                        b: &x[1],
-                        c,
-                        offsets: &offsets_t,
-                        max_group_rows,
-                        options: MatmulOptions {
-                            trans_a: *trans_a,
-                            trans_b: *trans_b,
-                            variant: VariantChoice::Fixed(*variant),
-                        },
+                let mut args = MatmulArgs {
+                    a: &x[0],
+                    b: &x[1],
+                    c,
+                    offsets: &offsets_t,
+                    max_group_rows,
+                    options: MatmulOptions {
+                        trans_a: *trans_a,
+                        trans_b: *trans_b,
+                        variant: VariantChoice::Fixed(*variant),
                     },
-                )?;
+                };
+                if !variant.supports(&matmul::check_args(&args)?) {
+                    args.options.variant = VariantChoice::Fixed(MatmulVariant::Tiled);
+                }
+                matmul::encode(rec, &args)?;
             }
             Self::ReluBackward => mlp::encode_relu_backward(rec, &x[0], &x[1], out(0)?)?,
             Self::Accumulate => mlp::encode_accumulate(rec, &x[0], &x[1])?,
+            Self::MseGrad => mlp::encode_mse_grad(rec, &x[0], &x[1], out(0)?)?,
+            Self::Sgd { lr } => mlp::encode_sgd(rec, &x[0], &x[1], *lr)?,
             Self::EmbedGather => lt::encode_embed_gather(rec, &x[0], &x[1], out(0)?)?,
             Self::EmbedGrad { .. } => lt::encode_embed_grad(rec, &x[0], &x[1], out(0)?)?,
             Self::CrossEntropy => lt::encode_cross_entropy(rec, &x[0], &x[1], out(0)?, out(1)?)?,

@@ -315,7 +315,7 @@ impl TrainingRun {
         let step = self.done + 1;
         self.losses.push(stats.ce);
         self.dropped += stats.dropped_fraction;
-        let valid_bpb = if opts.eval_every > 0 && step % opts.eval_every == 0 {
+        let valid_bpb = if opts.eval_every > 0 && step.is_multiple_of(opts.eval_every) {
             Some(evaluate(
                 &self.trainer,
                 &self.valid,
@@ -327,7 +327,7 @@ impl TrainingRun {
         };
         if let Some(path) = &opts.checkpoint
             && opts.checkpoint_every > 0
-            && step % opts.checkpoint_every == 0
+            && step.is_multiple_of(opts.checkpoint_every)
         {
             self.trainer.checkpoint()?.save(path)?;
         }

@@ -1,54 +1,48 @@
-//! Real pipelined training runs: a [`Schedule`] executed on devices, one host thread per stage.
+//! Real pipelined training runs: a [`Schedule`] lowered to one [`Program`] and run by the
+//! gang-scheduling [`Runtime`], like every other workload.
 //!
 //! Stage `s` runs on `devices[s]` and holds virtual stages `c · p + s` for its chunks `c`; each
-//! virtual stage holds a contiguous block of the [`Mlp`]'s layers ([`Mlp::split`]). The thread
-//! walks `schedule.ops[s]` in order:
+//! virtual stage holds a contiguous block of the [`Mlp`]'s layers ([`Mlp::split`]). The
+//! lowering walks the stages' op lists in a causal order (each stage's ops in its own order; a
+//! receive only after its send) and appends, for each op, nodes on its stage's device:
 //!
-//! - **F** runs its layers' forward (matmul, relu) and keeps each layer's input for backward;
-//! - **B** computes the input gradient, and the weight gradients too unless the schedule splits
-//!   the backward, in which case it keeps each layer's output gradient for **W**;
-//! - **W** computes the weight gradients; weight gradients are accumulated on the device;
-//! - a send hands the tensor to its stage's *sender thread* and returns at once; that thread
-//!   reads it back to the host and hands it to the peer stage's thread over a channel (the
-//!   runtime's cross-device transfers are host-staged too), while the stage goes on with its next
-//!   op; receives block on that channel, up to the device's wait timeout ([`Error::Timeout`]
-//!   names what was awaited), and upload.
+//! - **F**: each layer's matmul and relu, keeping each layer's input for backward;
+//! - **B**: the input gradient, and the weight gradients too unless the schedule splits the
+//!   backward (then each layer's output gradient is kept for **W**);
+//! - **W**: the weight gradients, accumulated in place;
+//! - a send is an [`Op::Send`](crate::program::Op::Send) node (the readback, right after the op
+//!   that made the tensor), a receive an [`Op::Recv`](crate::program::Op::Recv) node (the upload,
+//!   where the schedule receives), so every device runs its nodes in its stage's op order.
 //!
-//! Every compute op waits for its GPU work, so its host-timed start and end are real. After the
-//! op lists (its sends still draining on the sender thread), each device applies `W −= lr · (Σ dW) / m` and the weights are read back: one
-//! pipelined step equals [`Mlp::reference_step`] over the same microbatches.
+//! Weights are program variables; after the op lists each stage applies `W −= lr · (Σ dW) / m` in
+//! place and the weights are read back: one pipelined step equals [`Mlp::reference_step`] over
+//! the same microbatches. Dispatch is parallel: every command buffer is recorded before the run
+//! starts, and each device's worker submits its stage's work as its inputs arrive.
 //!
-//! **Trace.** Events use the *stage index* as `device` (not [`Device::id`]), so
-//! [`super::timeline`] and the simulator's events line up; [`RunReport::device_names`] names
-//! each stage's process after its device. Compute ops are kernels on [`Lane::Compute`] named
-//! `F`, `B`, `W` (with `.c<chunk>` when `v > 1`, as the simulator names them), with their
-//! microbatch, on [`crate::trace::Clock::Host`]. A send is a transfer-lane event (the readback) carrying the
-//! flow's `Out` end; the matching receive is a transfer-lane event on the peer (the upload, which
-//! starts after the send ended) carrying its `In` end. Time a receive spends blocked on the
-//! channel is an [`EventMeta::wait`] event on the host lane. The final update is a compute-lane
-//! kernel named `sgd`, outside the measured makespan.
-//!
-//! **Model vs. run.** As in the simulator, sends run beside compute: the sent tensor moves into the
-//! sender thread's message, so it stays alive (and nothing writes it: every op writes fresh
-//! tensors) until its readback is done. The readback waits only for its own copy's submission,
-//! which the device's queue orders after the op that produced the tensor. A failed readback sets
-//! the run's failure flag like a failed stage, and its error is the stage's. The receiver's
-//! upload still blocks its stage, as it does in the simulator (the op waits for its input).
+//! **Trace.** The runtime traces every kernel (GPU-timestamped where the adapter can) and
+//! transfer; the report turns them into the pipeline's view, with the *stage index* as `device`
+//! (not [`Device::id`]), so [`super::timeline`] and the simulator's events line up
+//! ([`RunReport::device_names`] names each stage's process after its device). An op is one
+//! compute-lane kernel event named `F`, `B`, `W` (with `.c<chunk>` when `v > 1`, as the
+//! simulator names them) spanning its kernels, with its microbatch. A send is a transfer-lane
+//! event (the readback) carrying the flow's `Out` end; the matching receive is a transfer-lane
+//! event on the peer (the upload) carrying its `In` end; time a receive waited for its data is a
+//! wait event. The final update is a compute-lane kernel named `sgd`, outside the measured
+//! makespan.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use super::mlp::{Microbatch, Mlp};
 use super::schedule::{OpKind, Schedule};
 use super::simulate::{Costs, Simulation, simulate};
 use super::validate::validate;
-use crate::kernels::elementwise::{self, ElementwiseOp};
-use crate::kernels::matmul::{MatmulOptions, MatmulVariant, VariantChoice, matmul};
-use crate::kernels::{ELEMENTWISE, MATMUL_NAIVE, MLP, mlp};
+use crate::kernels::TensorType;
+use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::ops::KernelOp;
+use crate::program::{CompileOptions, HostData, Program, ProgramBuilder, Value, Variables};
+use crate::sched::{RunOptions, Runtime, RuntimeOptions};
 use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane, Tracer};
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -67,9 +61,9 @@ pub struct RunReport {
     pub makespan_ns: u64,
     /// Mean measured F, B and W per op (per chunk); without split backward, `backward_ns` is the
     /// whole B (weight gradient included) and `weight_grad_ns` is 0, as [`Costs`] expects. The
-    /// latency is the mean transfer (the sender thread's readback + the receiver's upload; time a
-    /// send queues behind the previous one and channel waits are excluded) with infinite
-    /// bandwidth; `activation_bytes` is the largest stage-boundary activation.
+    /// latency is the mean transfer (the send's readback + the receive's upload; waits are
+    /// excluded) with infinite bandwidth; `activation_bytes` is the largest stage-boundary
+    /// activation.
     pub measured: Costs,
     /// Idle compute time over `p × makespan`, from the compute-lane F/B/W events.
     pub measured_bubble: f64,
@@ -79,7 +73,7 @@ pub struct RunReport {
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
 /// microbatch) with learning rate `lr`: `devices[s]` runs stage `s` (with all its chunks). Events
-/// go to `tracer` as they happen and into the report whether or not it is on.
+/// go to `tracer` once the step is done, and into the report whether or not it is on.
 pub fn execute(
     schedule: &Schedule,
     devices: &[Device],
@@ -89,62 +83,74 @@ pub fn execute(
     tracer: &Tracer,
 ) -> Result<RunReport> {
     let plan = Plan::new(schedule, devices, model, batch, lr)?;
-    let p = schedule.stages;
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..p).map(|_| mpsc::channel::<Msg>()).unzip();
-    let shared = Shared {
-        plan,
-        tracer,
-        epoch: tracer.epoch().unwrap_or_else(Instant::now),
-        senders,
-        failed: AtomicBool::new(false),
-        barrier: Barrier::new(p),
-        local_flow: AtomicU64::new(0),
-    };
-    let results: Vec<std::result::Result<StageOutput, Fail>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = receivers
-            .into_iter()
-            .enumerate()
-            .map(|(stage, rx)| {
-                let shared = &shared;
-                scope.spawn(move || {
-                    let _guard = FailOnPanic(&shared.failed);
-                    let out = run_stage(shared, stage, rx);
-                    if matches!(out, Err(Fail::Own(_))) {
-                        shared.failed.store(true, Ordering::SeqCst);
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(stage, h)| {
-                h.join().unwrap_or_else(|p| {
-                    Err(Fail::Own(Error::panicked(
-                        format!("pipeline stage {stage}"),
-                        &*p,
-                    )))
-                })
-            })
-            .collect()
-    });
-    let mut outputs = Vec::with_capacity(p);
-    let mut peer_gone = false;
-    for r in results {
-        match r {
-            Ok(o) => outputs.push(o),
-            Err(Fail::Own(e)) => return Err(e),
-            Err(Fail::PeerGone) => peer_gone = true,
+    let lowered = lower(&plan)?;
+    let mut variables = Variables::new();
+    for (l, w) in model.weights.iter().enumerate() {
+        let stage = plan.stage_of_layer(l);
+        let t = Tensor::from_f32(&devices[stage], &model.layer_shape(l), DType::F32, w)?;
+        variables.insert(weight_var(l), vec![t]);
+    }
+    let exec = Arc::new(lowered.program.compile_with(
+        devices,
+        CompileOptions {
+            in_flight: 1,
+            ..CompileOptions::default()
+        },
+        &variables,
+    )?);
+    // The run's own tracer: its events become the pipeline's view below.
+    let local = Tracer::new();
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: local.clone(),
+            ..RuntimeOptions::default()
+        },
+    )?;
+    let client = runtime.client("pipeline", 1);
+    let mut args: Vec<HostData> = Vec::new();
+    for mb in batch {
+        args.push(mb.input.clone().into());
+        args.push(mb.target.clone().into());
+    }
+    let results = client.submit(&exec, args, RunOptions::default())?.wait()?;
+    // Stopping the workers resolves the last GPU timestamps.
+    drop(runtime);
+    let events = stage_events(&lowered, exec.id(), local.take_events());
+    let shift = match (local.epoch(), tracer.epoch()) {
+        (Some(a), Some(b)) => {
+            a.saturating_duration_since(b).as_nanos() as i128
+                - b.saturating_duration_since(a).as_nanos() as i128
         }
+        _ => 0,
+    };
+    let events: Vec<Event> = events
+        .into_iter()
+        .map(|mut e| {
+            let at = |t: u64| (i128::from(t) + shift).max(0) as u64;
+            (e.start_ns, e.end_ns) = (at(e.start_ns), at(e.end_ns));
+            e
+        })
+        .collect();
+    for e in &events {
+        tracer.emit_with(|| e.clone());
     }
-    if peer_gone {
-        return Err(Error::InvalidArgument {
-            what: "pipeline run",
-            reason: "a stage stopped because a peer failed, but no stage reported why".into(),
-        });
+    let layers = model.layers();
+    let weights = results.get(..layers).unwrap_or_default().to_vec();
+    let mut losses = Vec::with_capacity(batch.len());
+    for (y, mb) in results.get(layers..).unwrap_or_default().iter().zip(batch) {
+        let sum: f64 = y
+            .iter()
+            .zip(&mb.target)
+            .map(|(&y, &t)| f64::from(y - t).powi(2))
+            .sum();
+        losses.push((sum / y.len().max(1) as f64) as f32);
     }
-    report(&shared.plan, outputs)
+    report(&plan, weights, losses, events)
+}
+
+fn weight_var(layer: usize) -> String {
+    format!("weight {layer}")
 }
 
 /// Checked inputs of a run.
@@ -209,64 +215,17 @@ impl<'a> Plan<'a> {
     fn last_vs(&self) -> usize {
         self.schedule.virtual_stages() - 1
     }
-}
 
-/// What the stage threads share.
-struct Shared<'a> {
-    plan: Plan<'a>,
-    tracer: &'a Tracer,
-    epoch: Instant,
-    senders: Vec<Sender<Msg>>,
-    /// Set when a stage fails, so its peers stop waiting for data that will never come.
-    failed: AtomicBool,
-    /// All stages start their op lists together, after uploads and shader compilation.
-    barrier: Barrier,
-    /// Flow ids when the tracer is off (it then hands out only 0).
-    local_flow: AtomicU64,
-}
-
-impl Shared<'_> {
-    fn ns(&self) -> u64 {
-        let ns = Instant::now()
-            .saturating_duration_since(self.epoch)
-            .as_nanos();
-        u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-
-    fn flow_id(&self) -> u64 {
-        if self.tracer.is_on() {
-            self.tracer.next_flow_id()
-        } else {
-            self.local_flow.fetch_add(1, Ordering::Relaxed)
-        }
+    /// The stage holding `layer`.
+    fn stage_of_layer(&self, layer: usize) -> usize {
+        let vs = self
+            .split
+            .iter()
+            .position(|r| r.contains(&layer))
+            .unwrap_or(0);
+        self.schedule.placement(vs).0
     }
 }
-
-/// Sets the shared failure flag if its thread unwinds, so peers stop waiting at once.
-struct FailOnPanic<'a>(&'a AtomicBool);
-
-impl Drop for FailOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-}
-
-/// Why a stage thread stopped.
-enum Fail {
-    Own(Error),
-    /// Another stage failed first; its error is the one to report.
-    PeerGone,
-}
-
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
-        Fail::Own(e)
-    }
-}
-
-type StageResult<T> = std::result::Result<T, Fail>;
 
 /// Activation (forward) or gradient (backward) data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,573 +243,497 @@ impl Flowing {
     }
 }
 
-/// (what, microbatch, receiving virtual stage).
-type Key = (Flowing, usize, usize);
-
-/// A tensor on its way between stages.
-struct Msg {
-    key: Key,
-    data: Vec<f32>,
-    shape: [usize; 2],
-    flow: u64,
+/// What a node belongs to, for the pipeline's view of the trace.
+#[derive(Debug, Clone)]
+enum Tag {
+    /// F, B or W of `(microbatch, chunk)` on `stage`.
+    Compute {
+        stage: usize,
+        name: String,
+        mb: usize,
+    },
+    Send {
+        stage: usize,
+        what: Flowing,
+        mb: usize,
+    },
+    Recv {
+        stage: usize,
+        what: Flowing,
+        mb: usize,
+    },
+    Sgd {
+        stage: usize,
+    },
 }
 
-/// A send handed to a stage's sender thread. Owning the tensor keeps its buffer alive until the
-/// readback is done; no op writes a tensor after producing it.
-struct Outbound {
-    what: Flowing,
-    mb: usize,
-    to_vs: usize,
-    peer: usize,
-    shape: [usize; 2],
-    tensor: Tensor,
-}
-
-/// One model chunk on a stage.
-struct Chunk {
-    vs: usize,
-    layers: Range<usize>,
-    weights: Vec<Tensor>,
-    grads: Vec<Tensor>,
+/// The schedule as a program, and what each node is.
+struct Lowered {
+    program: Program,
+    /// `[node]`.
+    tags: Vec<Option<Tag>>,
 }
 
 /// What F keeps for B (and B for W) of one (microbatch, chunk).
+#[derive(Default)]
 struct Saved {
     /// The input of each of the chunk's layers.
-    inputs: Vec<Tensor>,
+    inputs: Vec<Value>,
     /// The model's output, on the last virtual stage.
-    output: Option<Tensor>,
+    output: Option<Value>,
     /// Split backward: each layer's output gradient (pre-activation), for W.
-    dz: Vec<Option<Tensor>>,
+    dz: Vec<Option<Value>>,
 }
 
-struct StageOutput {
-    weights: Vec<(usize, Vec<f32>)>,
-    losses: Vec<f32>,
-    events: Vec<Event>,
+struct Lowering<'p, 'a> {
+    plan: &'p Plan<'a>,
+    b: ProgramBuilder,
+    tags: Vec<Option<Tag>>,
+    weights: Vec<Value>,
+    grads: Vec<Option<Value>>,
+    inputs: Vec<Value>,
+    targets: Vec<Value>,
+    /// Arrived inputs (activations) and output gradients, by (what, microbatch, chunk), per stage.
+    arrived: HashMap<(usize, Flowing, usize, usize), Value>,
+    /// Outputs waiting for their send op, by (what, microbatch, chunk), per stage.
+    outgoing: HashMap<(usize, Flowing, usize, usize), Value>,
+    /// Sent values waiting for their receive, by (what, microbatch, receiving virtual stage).
+    sent: HashMap<(Flowing, usize, usize), Value>,
+    saved: HashMap<(usize, usize, usize), Saved>,
+    outputs: Vec<Option<Value>>,
 }
 
-struct Stage<'a, 's> {
-    shared: &'s Shared<'a>,
-    stage: usize,
-    device: &'a Device,
-    rx: Receiver<Msg>,
-    /// To this stage's sender thread.
-    outbox: Sender<Outbound>,
-    stash: HashMap<Key, Msg>,
-    chunks: Vec<Chunk>,
-    inputs: HashMap<usize, Tensor>,
-    targets: HashMap<usize, Tensor>,
-    /// Arrived inputs (activations) and output gradients, by (microbatch, chunk).
-    arrived: HashMap<(Flowing, usize, usize), Tensor>,
-    /// Outputs waiting for their send op, by (microbatch, chunk).
-    outgoing: HashMap<(Flowing, usize, usize), Tensor>,
-    saved: HashMap<(usize, usize), Saved>,
-    outputs: Vec<(usize, Tensor)>,
-    events: Vec<Event>,
-}
+const NAIVE: MatmulVariant = MatmulVariant::Naive;
 
-const MATMUL: MatmulOptions = MatmulOptions {
-    trans_a: false,
-    trans_b: false,
-    variant: VariantChoice::Fixed(MatmulVariant::Naive),
-};
-
-/// Runs stage `stage`'s op list with its sender thread beside it; a failure of either is the
-/// stage's, and the sender's events join the stage's.
-fn run_stage(shared: &Shared<'_>, stage: usize, rx: Receiver<Msg>) -> StageResult<StageOutput> {
-    let (outbox, jobs) = mpsc::channel::<Outbound>();
-    std::thread::scope(|scope| {
-        let sender = scope.spawn(move || {
-            let _guard = FailOnPanic(&shared.failed);
-            let out = run_sender(shared, stage, jobs);
-            if matches!(out, Err(Fail::Own(_))) {
-                shared.failed.store(true, Ordering::SeqCst);
-            }
-            out
-        });
-        // Returning drops the outbox, so the sender drains its queue and ends.
-        let out = run_ops(shared, stage, rx, outbox);
-        if matches!(out, Err(Fail::Own(_))) {
-            shared.failed.store(true, Ordering::SeqCst);
-        }
-        let sent = sender.join().unwrap_or_else(|p| {
-            Err(Fail::Own(Error::panicked(
-                format!("pipeline stage {stage} sender"),
-                &*p,
-            )))
-        });
-        match (out, sent) {
-            (Err(Fail::Own(e)), _) | (_, Err(Fail::Own(e))) => Err(Fail::Own(e)),
-            (Err(Fail::PeerGone), _) | (_, Err(Fail::PeerGone)) => Err(Fail::PeerGone),
-            (Ok(mut o), Ok(events)) => {
-                o.events.extend(events);
-                Ok(o)
-            }
-        }
-    })
-}
-
-/// The sender thread of `stage`: reads each handed-over tensor back, records the transfer-lane
-/// event carrying the flow's `Out` end, and sends the data to the peer stage. It waits for work
-/// until the stage drops its outbox (every stage wait is bounded) or a stage fails.
-fn run_sender(
-    shared: &Shared<'_>,
-    stage: usize,
-    jobs: Receiver<Outbound>,
-) -> StageResult<Vec<Event>> {
-    let mut events = Vec::new();
-    loop {
-        if shared.failed.load(Ordering::SeqCst) {
-            return Err(Fail::PeerGone);
-        }
-        let job = match jobs.recv_timeout(Duration::from_millis(50)) {
-            Ok(job) => job,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return Ok(events),
-        };
-        let tx = shared.senders.get(job.peer).ok_or_else(|| {
-            Fail::Own(Error::InvalidArgument {
-                what: "pipeline run",
-                reason: format!("stage {stage}: no stage {} to send to", job.peer),
-            })
-        })?;
-        let start = shared.ns();
-        // `to_f32` waits only for its own copy, not for the work the stage keeps queueing.
-        let data = job.tensor.to_f32()?;
-        let end = shared.ns();
-        let flow = shared.flow_id();
-        let meta = EventMeta::transfer(stage)
-            .microbatch(job.mb as u32)
-            .flow(flow, FlowRole::Out);
-        let e = meta.event(format!("send {}", job.what.name()), start, end);
-        shared.tracer.emit_with(|| e.clone());
-        events.push(e);
-        let msg = Msg {
-            key: (job.what, job.mb, job.to_vs),
-            data,
-            shape: job.shape,
-            flow,
-        };
-        tx.send(msg).map_err(|_| Fail::PeerGone)?;
+fn missing(stage: usize, what: &str, mb: usize, c: usize) -> Error {
+    Error::InvalidArgument {
+        what: "pipeline run",
+        reason: format!(
+            "stage {stage}: {what} of microbatch {mb}, chunk {c} is not there when needed"
+        ),
     }
 }
 
-fn run_ops(
-    shared: &Shared<'_>,
-    stage: usize,
-    rx: Receiver<Msg>,
-    outbox: Sender<Outbound>,
-) -> StageResult<StageOutput> {
-    let setup = Stage::new(shared, stage, rx, outbox);
-    // Every thread reaches the barrier exactly once, failed setup or not.
-    shared.barrier.wait();
-    let mut st = setup?;
-    let plan = &shared.plan;
-    for op in &plan.schedule.ops[stage] {
-        if shared.failed.load(Ordering::SeqCst) {
-            return Err(Fail::PeerGone);
-        }
-        let (mb, c) = (op.microbatch, op.chunk);
-        match op.kind {
-            OpKind::Forward => st.compute(op.kind, mb, c, Stage::forward)?,
-            OpKind::Backward => st.compute(op.kind, mb, c, Stage::backward)?,
-            OpKind::WeightGrad => st.compute(op.kind, mb, c, Stage::weight_grad)?,
-            OpKind::SendActivation => st.send(Flowing::Activation, mb, c, op.peer)?,
-            OpKind::SendGradient => st.send(Flowing::Gradient, mb, c, op.peer)?,
-            OpKind::RecvActivation => st.recv(Flowing::Activation, mb, c, op.peer)?,
-            OpKind::RecvGradient => st.recv(Flowing::Gradient, mb, c, op.peer)?,
-        }
-    }
-    st.finish()
-}
-
-impl<'a, 's> Stage<'a, 's> {
-    /// Uploads this stage's weights, inputs and targets and compiles its kernels, so the timed
-    /// op list measures only the work.
-    fn new(
-        shared: &'s Shared<'a>,
-        stage: usize,
-        rx: Receiver<Msg>,
-        outbox: Sender<Outbound>,
-    ) -> Result<Self> {
-        let plan = &shared.plan;
-        let device = &plan.devices[stage];
-        let mut chunks = Vec::new();
-        for c in 0..plan.schedule.chunks {
-            let vs = plan.schedule.virtual_stage(stage, c);
-            let layers = plan.split[vs].clone();
-            let mut weights = Vec::new();
-            let mut grads = Vec::new();
-            for l in layers.clone() {
-                let shape = plan.model.layer_shape(l);
-                weights.push(Tensor::from_f32(
-                    device,
-                    &shape,
-                    DType::F32,
-                    &plan.model.weights[l],
-                )?);
-                grads.push(Tensor::zeros(device, &shape, DType::F32)?);
-            }
-            chunks.push(Chunk {
-                vs,
-                layers,
-                weights,
-                grads,
-            });
-        }
-        let widths = &plan.model.widths;
-        let (mut inputs, mut targets) = (HashMap::new(), HashMap::new());
-        for (mb, data) in plan.batch.iter().enumerate() {
-            let rows = plan.rows[mb];
-            if chunks.iter().any(|c| c.vs == 0) {
-                let t = Tensor::from_f32(device, &[rows, widths[0]], DType::F32, &data.input)?;
-                inputs.insert(mb, t);
-            }
-            if chunks.iter().any(|c| c.vs == plan.last_vs()) {
-                let out = widths[widths.len() - 1];
-                let t = Tensor::from_f32(device, &[rows, out], DType::F32, &data.target)?;
-                targets.insert(mb, t);
-            }
-        }
-        MATMUL_NAIVE.pipeline(device, DType::F32, "main")?;
-        ELEMENTWISE.pipeline(device, DType::F32, "relu")?;
-        for entry in ["relu_backward", "mse_grad", "accumulate", "sgd"] {
-            MLP.pipeline(device, DType::F32, entry)?;
-        }
-        // Queued uploads run with the next submission: make it now, outside the timed ops.
-        device.submit(device.encoder("pipeline setup"));
-        device.wait()?;
-        Ok(Stage {
-            shared,
-            stage,
-            device,
-            rx,
-            outbox,
-            stash: HashMap::new(),
-            chunks,
-            inputs,
-            targets,
-            arrived: HashMap::new(),
-            outgoing: HashMap::new(),
-            saved: HashMap::new(),
-            outputs: Vec::new(),
-            events: Vec::new(),
-        })
+impl Lowering<'_, '_> {
+    fn k(&mut self, stage: usize, name: &str, op: KernelOp, inputs: &[Value]) -> Value {
+        let [v] = self.b.kernel(name, &[stage], Arc::new(op), inputs);
+        v
     }
 
-    fn push(&mut self, e: Event) {
-        self.shared.tracer.emit_with(|| e.clone());
-        self.events.push(e);
-    }
-
-    fn chunk(&self, c: usize) -> Result<&Chunk> {
-        self.chunks.get(c).ok_or_else(|| Error::InvalidArgument {
-            what: "pipeline run",
-            reason: format!("stage {} has no chunk {c}", self.stage),
-        })
-    }
-
-    fn missing(&self, what: &str, mb: usize, c: usize) -> Error {
-        Error::InvalidArgument {
-            what: "pipeline run",
-            reason: format!(
-                "stage {}: {what} of microbatch {mb}, chunk {c} is not there when needed",
-                self.stage
-            ),
-        }
-    }
-
-    /// Runs one compute op, waits for the GPU, and records it.
-    fn compute(
+    fn matmul(
         &mut self,
-        kind: OpKind,
-        mb: usize,
-        c: usize,
-        f: fn(&mut Self, usize, usize) -> Result<()>,
-    ) -> Result<()> {
-        let start = self.shared.ns();
-        f(self, mb, c)?;
-        self.device.wait()?;
-        let end = self.shared.ns();
-        let letter = kind.letter().unwrap_or('?');
-        let name = if self.shared.plan.schedule.chunks > 1 {
-            format!("{letter}.c{c}")
-        } else {
-            letter.to_string()
+        stage: usize,
+        name: &str,
+        a: Value,
+        b: Value,
+        ta: bool,
+        tb: bool,
+    ) -> Value {
+        let op = KernelOp::Matmul {
+            trans_a: ta,
+            trans_b: tb,
+            offsets: None,
+            variant: NAIVE,
         };
-        let meta = EventMeta::kernel(self.stage).microbatch(mb as u32);
-        self.push(meta.event(name, start, end));
-        Ok(())
+        self.k(stage, name, op, &[a, b])
     }
 
-    fn forward(&mut self, mb: usize, c: usize) -> Result<()> {
-        let plan = &self.shared.plan;
-        let (layers, last_layer) = (self.chunk(c)?.layers.clone(), plan.model.layers() - 1);
-        let vs = self.chunk(c)?.vs;
-        let mut h = if vs == 0 {
-            self.inputs.get(&mb).cloned()
-        } else {
-            self.arrived.remove(&(Flowing::Activation, mb, c))
-        }
-        .ok_or_else(|| self.missing("the input activation", mb, c))?;
-        let mut inputs = Vec::with_capacity(layers.len());
-        for (j, layer) in layers.enumerate() {
-            inputs.push(h.clone());
-            let z = matmul(&h, &self.chunks[c].weights[j], MATMUL)?;
-            h = if layer < last_layer { relu(&z)? } else { z };
-        }
-        let output = if vs == plan.last_vs() {
-            self.outputs.push((mb, h.clone()));
-            Some(h)
-        } else {
-            self.pass_on(Flowing::Activation, mb, c, h);
-            None
+    /// `grads[layer] += hᵀ · dz` (the first contribution makes the accumulator).
+    fn weight_grad(&mut self, stage: usize, layer: usize, h: Value, dz: Value) {
+        let dw = self.matmul(stage, &format!("dW{layer}"), h, dz, true, false);
+        let next = match self.grads[layer] {
+            None => dw,
+            Some(acc) => self.k(
+                stage,
+                &format!("accumulate dW{layer}"),
+                KernelOp::Accumulate,
+                &[acc, dw],
+            ),
         };
-        let dz = vec![None; inputs.len()];
-        self.saved.insert((mb, c), Saved { inputs, output, dz });
-        Ok(())
+        self.grads[layer] = Some(next);
+    }
+
+    fn chunk_layers(&self, stage: usize, c: usize) -> (usize, Range<usize>) {
+        let vs = self.plan.schedule.virtual_stage(stage, c);
+        (vs, self.plan.split[vs].clone())
     }
 
     /// Hands a chunk's output to its send op, or straight to the next chunk when `p == 1` (a
     /// single stage has no transfers).
-    fn pass_on(&mut self, what: Flowing, mb: usize, c: usize, t: Tensor) {
-        if self.shared.plan.schedule.stages == 1 {
+    fn pass_on(&mut self, stage: usize, what: Flowing, mb: usize, c: usize, v: Value) {
+        if self.plan.schedule.stages == 1 {
             let next = match what {
                 Flowing::Activation => c + 1,
                 Flowing::Gradient => c.wrapping_sub(1),
             };
-            self.arrived.insert((what, mb, next), t);
+            self.arrived.insert((stage, what, mb, next), v);
         } else {
-            self.outgoing.insert((what, mb, c), t);
+            self.outgoing.insert((stage, what, mb, c), v);
         }
     }
 
-    fn backward(&mut self, mb: usize, c: usize) -> Result<()> {
-        let plan = &self.shared.plan;
-        let split = plan.schedule.split_backward;
-        let (vs, layers) = (self.chunk(c)?.vs, self.chunk(c)?.layers.clone());
+    fn forward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
+        let (vs, layers) = self.chunk_layers(s, c);
+        let last_layer = self.plan.model.layers() - 1;
+        let mut h = if vs == 0 {
+            self.inputs.get(mb).copied()
+        } else {
+            self.arrived.remove(&(s, Flowing::Activation, mb, c))
+        }
+        .ok_or_else(|| missing(s, "the input activation", mb, c))?;
+        let mut inputs = Vec::with_capacity(layers.len());
+        for layer in layers {
+            inputs.push(h);
+            let z = self.matmul(
+                s,
+                &format!("F{layer}"),
+                h,
+                self.weights[layer],
+                false,
+                false,
+            );
+            h = if layer < last_layer {
+                self.b.relu(&format!("relu{layer}"), &[s], z)
+            } else {
+                z
+            };
+        }
+        let output = if vs == self.plan.last_vs() {
+            self.outputs[mb] = Some(h);
+            Some(h)
+        } else {
+            self.pass_on(s, Flowing::Activation, mb, c, h);
+            None
+        };
+        let dz = vec![None; inputs.len()];
+        self.saved.insert((s, mb, c), Saved { inputs, output, dz });
+        Ok(())
+    }
+
+    fn backward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
+        let split = self.plan.schedule.split_backward;
+        let (vs, layers) = self.chunk_layers(s, c);
         let mut saved = self
             .saved
-            .remove(&(mb, c))
-            .ok_or_else(|| self.missing("the forward's saved activations", mb, c))?;
-        let mut dz = if vs == plan.last_vs() {
-            let target = self.targets.get(&mb);
-            match (&saved.output, target) {
-                (Some(y), Some(t)) => mlp::mse_grad(y, t)?,
-                _ => return Err(self.missing("the output or target", mb, c)),
-            }
+            .remove(&(s, mb, c))
+            .ok_or_else(|| missing(s, "the forward's saved activations", mb, c))?;
+        let mut dz = if vs == self.plan.last_vs() {
+            let y = saved
+                .output
+                .ok_or_else(|| missing(s, "the output", mb, c))?;
+            let t = *self
+                .targets
+                .get(mb)
+                .ok_or_else(|| missing(s, "the target", mb, c))?;
+            self.k(s, "mse_grad", KernelOp::MseGrad, &[y, t])
         } else {
             self.arrived
-                .remove(&(Flowing::Gradient, mb, c))
-                .ok_or_else(|| self.missing("the output gradient", mb, c))?
+                .remove(&(s, Flowing::Gradient, mb, c))
+                .ok_or_else(|| missing(s, "the output gradient", mb, c))?
         };
-        for j in (0..layers.len()).rev() {
-            let h = &saved.inputs[j];
+        for (j, layer) in layers.clone().enumerate().rev() {
+            let h = saved.inputs[j];
             if split {
-                saved.dz[j] = Some(dz.clone());
+                saved.dz[j] = Some(dz);
             } else {
-                self.weight_grad_of(c, j, h, &dz)?;
+                self.weight_grad(s, layer, h, dz);
             }
-            if layers.start + j > 0 {
-                let w = &self.chunks[c].weights[j];
-                let dh = matmul(
-                    &dz,
-                    w,
-                    MatmulOptions {
-                        trans_b: true,
-                        ..MATMUL
-                    },
-                )?;
-                dz = mlp::relu_backward(&dh, h)?;
+            if layer > 0 {
+                let dh = self.matmul(
+                    s,
+                    &format!("dX{layer}"),
+                    dz,
+                    self.weights[layer],
+                    false,
+                    true,
+                );
+                dz = self.k(
+                    s,
+                    &format!("relu_backward{layer}"),
+                    KernelOp::ReluBackward,
+                    &[dh, h],
+                );
             }
         }
         if vs > 0 {
-            self.pass_on(Flowing::Gradient, mb, c, dz);
+            self.pass_on(s, Flowing::Gradient, mb, c, dz);
         }
         if split {
             saved.output = None;
-            self.saved.insert((mb, c), saved);
+            self.saved.insert((s, mb, c), saved);
         }
         Ok(())
     }
 
-    /// `grads[j] += hᵀ · dz`.
-    fn weight_grad_of(&self, c: usize, j: usize, h: &Tensor, dz: &Tensor) -> Result<()> {
-        let dw = matmul(
-            h,
-            dz,
-            MatmulOptions {
-                trans_a: true,
-                ..MATMUL
-            },
-        )?;
-        mlp::accumulate(&self.chunks[c].grads[j], &dw)
-    }
-
-    fn weight_grad(&mut self, mb: usize, c: usize) -> Result<()> {
+    fn weight_grads(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
+        let (_, layers) = self.chunk_layers(s, c);
         let saved = self
             .saved
-            .remove(&(mb, c))
-            .ok_or_else(|| self.missing("the backward's saved gradients", mb, c))?;
-        for (j, (h, dz)) in saved.inputs.iter().zip(&saved.dz).enumerate() {
-            let dz = dz
-                .as_ref()
-                .ok_or_else(|| self.missing("a layer's output gradient", mb, c))?;
-            self.weight_grad_of(c, j, h, dz)?;
+            .remove(&(s, mb, c))
+            .ok_or_else(|| missing(s, "the backward's saved gradients", mb, c))?;
+        for (j, layer) in layers.enumerate() {
+            let dz = saved.dz[j].ok_or_else(|| missing(s, "a layer's output gradient", mb, c))?;
+            self.weight_grad(s, layer, saved.inputs[j], dz);
         }
         Ok(())
     }
 
-    fn send(&mut self, what: Flowing, mb: usize, c: usize, peer: Option<usize>) -> StageResult<()> {
-        let plan = &self.shared.plan;
-        let vs = self.chunk(c)?.vs;
+    fn send(
+        &mut self,
+        s: usize,
+        what: Flowing,
+        mb: usize,
+        c: usize,
+        peer: Option<usize>,
+    ) -> Result<()> {
+        let plan = self.plan;
+        let vs = plan.schedule.virtual_stage(s, c);
         let to_vs = match what {
             Flowing::Activation => vs + 1,
             Flowing::Gradient => vs.wrapping_sub(1),
         };
-        let peer = peer.ok_or_else(|| self.missing("the send's peer", mb, c))?;
-        if peer >= self.shared.senders.len()
+        let peer = peer.ok_or_else(|| missing(s, "the send's peer", mb, c))?;
+        if peer >= plan.schedule.stages
             || to_vs > plan.last_vs()
             || plan.schedule.placement(to_vs).0 != peer
         {
-            return Err(self.missing("a valid peer for the send", mb, c).into());
+            return Err(missing(s, "a valid peer for the send", mb, c));
         }
-        let tensor = self
+        let v = self
             .outgoing
-            .remove(&(what, mb, c))
-            .ok_or_else(|| self.missing("the tensor to send", mb, c))?;
-        let &[rows, cols] = tensor.shape() else {
-            return Err(self.missing("a matrix to send", mb, c).into());
-        };
-        let job = Outbound {
-            what,
-            mb,
-            to_vs,
-            peer,
-            shape: [rows, cols],
-            tensor,
-        };
-        // The sender thread only hangs up when it failed (its error is the stage's) or saw a
-        // peer fail.
-        self.outbox.send(job).map_err(|_| Fail::PeerGone)
-    }
-
-    fn recv(&mut self, what: Flowing, mb: usize, c: usize, peer: Option<usize>) -> StageResult<()> {
-        let vs = self.chunk(c)?.vs;
-        let key = (what, mb, vs);
-        let start = self.shared.ns();
-        let msg = self.await_msg(key, peer)?;
-        let arrived = self.shared.ns();
-        if arrived > start {
-            let meta = EventMeta::wait(self.stage).microbatch(mb as u32);
-            self.push(meta.event(format!("wait {}", what.name()), start, arrived));
-        }
-        let t = Tensor::from_f32(self.device, &msg.shape, DType::F32, &msg.data)?;
-        // Queued writes run with the next submission: submit one so the wait covers the upload.
-        self.device.submit(self.device.encoder("upload"));
-        self.device.wait()?;
-        let end = self.shared.ns();
-        let meta = EventMeta::transfer(self.stage)
-            .microbatch(mb as u32)
-            .flow(msg.flow, FlowRole::In);
-        self.push(meta.event(format!("recv {}", what.name()), arrived, end));
-        self.arrived.insert((what, mb, c), t);
+            .remove(&(s, what, mb, c))
+            .ok_or_else(|| missing(s, "the tensor to send", mb, c))?;
+        let sent = self.b.send(&format!("send {}", what.name()), v);
+        self.sent.insert((what, mb, to_vs), sent);
         Ok(())
     }
 
-    /// Blocks until `key` arrives (stashing others), a peer fails, or the device's wait timeout.
-    fn await_msg(&mut self, key: Key, peer: Option<usize>) -> StageResult<Msg> {
-        if let Some(m) = self.stash.remove(&key) {
-            return Ok(m);
-        }
-        let timeout = self.device.wait_timeout();
-        let start = Instant::now();
-        loop {
-            if self.shared.failed.load(Ordering::SeqCst) {
-                return Err(Fail::PeerGone);
-            }
-            match self.rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(m) if m.key == key => return Ok(m),
-                Ok(m) => {
-                    self.stash.insert(m.key, m);
-                }
-                Err(RecvTimeoutError::Timeout) if start.elapsed() <= timeout => {}
-                Err(_) => {
-                    let (what, mb, vs) = key;
-                    let from = peer.map_or_else(|| "?".to_owned(), |p| p.to_string());
-                    return Err(Fail::Own(Error::Timeout {
-                        what: format!(
-                            "stage {}: the {} of microbatch {mb} for virtual stage {vs} from \
-                             stage {from}",
-                            self.stage,
-                            match what {
-                                Flowing::Activation => "activation",
-                                Flowing::Gradient => "gradient",
-                            }
-                        ),
-                        waited_ms: start.elapsed().as_millis() as u64,
-                    }));
-                }
-            }
-        }
+    /// Whether the send a receive waits for is already lowered.
+    fn can_recv(&self, s: usize, what: Flowing, mb: usize, c: usize) -> bool {
+        let vs = self.plan.schedule.virtual_stage(s, c);
+        self.sent.contains_key(&(what, mb, vs))
     }
 
-    /// The SGD step on this stage's layers, then its weights and losses back to the host.
-    fn finish(mut self) -> StageResult<StageOutput> {
-        let plan = &self.shared.plan;
-        let scale = plan.lr / plan.schedule.microbatches as f32;
-        let start = self.shared.ns();
-        for chunk in &self.chunks {
-            for (w, g) in chunk.weights.iter().zip(&chunk.grads) {
-                mlp::sgd(w, g, scale)?;
-            }
+    fn recv(&mut self, s: usize, what: Flowing, mb: usize, c: usize) -> Result<()> {
+        let vs = self.plan.schedule.virtual_stage(s, c);
+        let sent = self
+            .sent
+            .remove(&(what, mb, vs))
+            .ok_or_else(|| missing(s, "the sent tensor", mb, c))?;
+        let v = self.b.recv(&format!("recv {}", what.name()), sent, &[s]);
+        self.arrived.insert((s, what, mb, c), v);
+        Ok(())
+    }
+
+    fn tag_from(&mut self, first: usize, tag: Tag) {
+        let end = self.b.node_count();
+        self.tags.resize(end, None);
+        for t in &mut self.tags[first..end] {
+            *t = Some(tag.clone());
         }
-        let end = self.shared.ns();
-        self.push(EventMeta::kernel(self.stage).event("sgd".into(), start, end));
-        let mut weights = Vec::new();
-        for chunk in &self.chunks {
-            for (l, w) in chunk.layers.clone().zip(&chunk.weights) {
-                weights.push((l, w.to_f32()?));
-            }
-        }
-        let mut losses = Vec::new();
-        for (mb, y) in &self.outputs {
-            let y = y.to_f32()?;
-            let t = &plan.batch[*mb].target;
-            let sum: f64 = y
-                .iter()
-                .zip(t)
-                .map(|(&y, &t)| f64::from(y - t).powi(2))
-                .sum();
-            losses.push((sum / y.len().max(1) as f64) as f32);
-        }
-        Ok(StageOutput {
-            weights,
-            losses,
-            events: self.events,
-        })
     }
 }
 
-/// `max(z, 0)` into a new tensor of `z`'s shape, blocking.
-fn relu(z: &Tensor) -> Result<Tensor> {
-    elementwise::run(ElementwiseOp::Relu, z, None)
-}
-
-/// Merges the stages' outputs and measures the run.
-fn report(plan: &Plan<'_>, outputs: Vec<StageOutput>) -> Result<RunReport> {
+/// Lowers the plan's schedule to a program.
+fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     let schedule = plan.schedule;
-    let mut weights = vec![Vec::new(); plan.model.layers()];
-    let mut losses = Vec::new();
-    let mut events = Vec::new();
-    for o in outputs {
-        for (l, w) in o.weights {
-            weights[l] = w;
-        }
-        losses.extend(o.losses);
-        events.extend(o.events);
+    let p = schedule.stages;
+    let mut b = ProgramBuilder::new(format!("pipeline {}", schedule.kind));
+    let widths = &plan.model.widths;
+    let weights: Vec<Value> = (0..plan.model.layers())
+        .map(|l| {
+            let gang = [plan.stage_of_layer(l)];
+            b.variable(
+                &weight_var(l),
+                &gang,
+                TensorType::f32(&plan.model.layer_shape(l)),
+            )
+        })
+        .collect();
+    let first = schedule.placement(0).0;
+    let last = schedule.placement(plan.last_vs()).0;
+    let out = widths[widths.len() - 1];
+    let (mut inputs, mut targets) = (Vec::new(), Vec::new());
+    for &rows in &plan.rows {
+        inputs.push(b.typed_arg(&[first], TensorType::f32(&[rows, widths[0]])));
+        targets.push(b.typed_arg(&[last], TensorType::f32(&[rows, out])));
     }
+    let mut x = Lowering {
+        plan,
+        b,
+        tags: Vec::new(),
+        grads: vec![None; weights.len()],
+        weights,
+        inputs,
+        targets,
+        arrived: HashMap::new(),
+        outgoing: HashMap::new(),
+        sent: HashMap::new(),
+        saved: HashMap::new(),
+        outputs: vec![None; plan.batch.len()],
+    };
+    // A causal order: each stage's ops in its own order, a receive only once its send is in.
+    let mut next = vec![0usize; p];
+    loop {
+        let mut progressed = false;
+        for (s, next) in next.iter_mut().enumerate() {
+            while let Some(op) = schedule.ops[s].get(*next) {
+                let (mb, c) = (op.microbatch, op.chunk);
+                let at = x.b.node_count();
+                let letter = op.kind.letter().unwrap_or('?');
+                let name = if schedule.chunks > 1 {
+                    format!("{letter}.c{c}")
+                } else {
+                    letter.to_string()
+                };
+                let compute = Tag::Compute { stage: s, name, mb };
+                match op.kind {
+                    OpKind::Forward => {
+                        x.forward(s, mb, c)?;
+                        x.tag_from(at, compute);
+                    }
+                    OpKind::Backward => {
+                        x.backward(s, mb, c)?;
+                        x.tag_from(at, compute);
+                    }
+                    OpKind::WeightGrad => {
+                        x.weight_grads(s, mb, c)?;
+                        x.tag_from(at, compute);
+                    }
+                    OpKind::SendActivation | OpKind::SendGradient => {
+                        let what = if op.kind == OpKind::SendActivation {
+                            Flowing::Activation
+                        } else {
+                            Flowing::Gradient
+                        };
+                        x.send(s, what, mb, c, op.peer)?;
+                        x.tag_from(at, Tag::Send { stage: s, what, mb });
+                    }
+                    OpKind::RecvActivation | OpKind::RecvGradient => {
+                        let what = if op.kind == OpKind::RecvActivation {
+                            Flowing::Activation
+                        } else {
+                            Flowing::Gradient
+                        };
+                        if !x.can_recv(s, what, mb, c) {
+                            break;
+                        }
+                        x.recv(s, what, mb, c)?;
+                        x.tag_from(at, Tag::Recv { stage: s, what, mb });
+                    }
+                }
+                *next += 1;
+                progressed = true;
+            }
+        }
+        if (0..p).all(|s| next[s] == schedule.ops[s].len()) {
+            break;
+        }
+        if !progressed {
+            return Err(Error::InvalidArgument {
+                what: "pipeline run",
+                reason: "the schedule's receives wait on sends that never come".into(),
+            });
+        }
+    }
+    // The SGD step per stage, then the weights and outputs back.
+    let scale = plan.lr / schedule.microbatches as f32;
+    let mut updated = Vec::with_capacity(x.weights.len());
+    for l in 0..x.weights.len() {
+        let s = plan.stage_of_layer(l);
+        let g = x.grads[l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
+        let at = x.b.node_count();
+        let w = x.k(
+            s,
+            &format!("sgd{l}"),
+            KernelOp::Sgd { lr: scale },
+            &[x.weights[l], g],
+        );
+        x.tag_from(at, Tag::Sgd { stage: s });
+        updated.push(w);
+    }
+    for w in updated {
+        x.b.result(w);
+    }
+    for (mb, y) in x.outputs.clone().into_iter().enumerate() {
+        let y = y.ok_or_else(|| missing(last, "the output", mb, 0))?;
+        x.b.result(y);
+    }
+    let program = x.b.build()?;
+    let mut tags = x.tags;
+    tags.resize(program.nodes().len(), None);
+    Ok(Lowered { program, tags })
+}
+
+/// The runtime's events of program `program` as the pipeline's view (see the module docs).
+fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
+    // One compute event per op (and per stage's update), spanning its kernels.
+    let mut spans: HashMap<(usize, String, Option<usize>), (u64, u64)> = HashMap::new();
+    let mut out = Vec::new();
+    for e in raw {
+        if e.program != Some(program) {
+            continue;
+        }
+        let Some(tag) = e
+            .node
+            .and_then(|n| lowered.tags.get(n as usize))
+            .and_then(Option::as_ref)
+        else {
+            continue;
+        };
+        match (tag, e.kind) {
+            (Tag::Compute { stage, name, mb }, EventKind::Kernel) => {
+                let span = spans
+                    .entry((*stage, name.clone(), Some(*mb)))
+                    .or_insert((u64::MAX, 0));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+            }
+            (Tag::Sgd { stage }, EventKind::Kernel) => {
+                let span = spans
+                    .entry((*stage, "sgd".into(), None))
+                    .or_insert((u64::MAX, 0));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+            }
+            (Tag::Send { stage, what, mb }, EventKind::Transfer) if e.flow.is_some() => {
+                let mut meta = EventMeta::transfer(*stage).microbatch(*mb as u32);
+                if let Some(f) = e.flow {
+                    meta = meta.flow(f.id, f.role);
+                }
+                out.push(meta.event(format!("send {}", what.name()), e.start_ns, e.end_ns));
+            }
+            (Tag::Recv { stage, what, mb }, EventKind::Transfer) if e.flow.is_some() => {
+                let mut meta = EventMeta::transfer(*stage).microbatch(*mb as u32);
+                if let Some(f) = e.flow {
+                    meta = meta.flow(f.id, f.role);
+                }
+                out.push(meta.event(format!("recv {}", what.name()), e.start_ns, e.end_ns));
+            }
+            (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
+                let meta = EventMeta::wait(*stage).microbatch(*mb as u32);
+                out.push(meta.event(format!("wait {}", what.name()), e.start_ns, e.end_ns));
+            }
+            _ => {}
+        }
+    }
+    for ((stage, name, mb), (start, end)) in spans {
+        let mut meta = EventMeta::kernel(stage);
+        if let Some(mb) = mb {
+            meta = meta.microbatch(mb as u32);
+        }
+        out.push(meta.event(name, start, end));
+    }
+    out.sort_by_key(|e| (e.start_ns, e.end_ns));
+    out
+}
+
+/// Measures the run from its pipeline events.
+fn report(
+    plan: &Plan<'_>,
+    weights: Vec<Vec<f32>>,
+    losses: Vec<f32>,
+    mut events: Vec<Event>,
+) -> Result<RunReport> {
+    let schedule = plan.schedule;
     events.sort_by_key(|e| (e.start_ns, e.end_ns));
     let loss = losses.iter().map(|&l| f64::from(l)).sum::<f64>() / losses.len().max(1) as f64;
 

@@ -80,7 +80,14 @@ impl ProgramBuilder {
     ) -> Value {
         let ty = match inputs.first().and_then(|&v| self.info(v)) {
             // Data movement keeps the input's type; elementwise kernels are f32.
-            Some(i) if matches!(op, Op::Transfer | Op::AllToAll | Op::AllReduce) => i.ty.clone(),
+            Some(i)
+                if matches!(
+                    op,
+                    Op::Transfer | Op::Send | Op::Recv | Op::AllToAll | Op::AllReduce
+                ) =>
+            {
+                i.ty.clone()
+            }
             // An elementwise kernel keeps its input's shape (a row sum is flat).
             Some(i) if matches!(op, Op::Elementwise(_)) && i.shard_len == len => {
                 TensorType::f32(&i.ty.shape)
@@ -260,6 +267,43 @@ impl ProgramBuilder {
         }
         let name = format!("send {:?}→{:?}", info.gang, to);
         self.push(&name, Op::Transfer, to, vec![x], info.shard_len)
+    }
+
+    /// The sending half of a transfer of `x` (see [`Op::Send`]): a value only [`Self::recv`]
+    /// reads.
+    pub fn send(&mut self, name: &str, x: Value) -> Value {
+        let Some(info) = self.known(x) else {
+            return x;
+        };
+        self.push(name, Op::Send, &info.gang, vec![x], info.shard_len)
+    }
+
+    /// The receiving half: shard i of what `sent` sent, on device i of `to`.
+    pub fn recv(&mut self, name: &str, sent: Value, to: &[usize]) -> Value {
+        let Some(info) = self.known(sent) else {
+            return sent;
+        };
+        let from_send = self
+            .program
+            .nodes
+            .get(info.producer)
+            .is_some_and(|n| n.op == Op::Send);
+        if !from_send {
+            self.fail(format!("{name}: receives a value that no send node sent"));
+        }
+        if info.gang.len() != to.len() {
+            self.fail(format!(
+                "{name}: cannot receive {} shards on a gang of {}",
+                info.gang.len(),
+                to.len()
+            ));
+        }
+        self.push(name, Op::Recv, to, vec![sent], info.shard_len)
+    }
+
+    /// Nodes so far: the index the next node gets.
+    pub fn node_count(&self) -> usize {
+        self.program.nodes.len()
     }
 
     fn elementwise(

@@ -154,6 +154,8 @@ impl Program {
                     let src = self.values[n.inputs[0].0].gang[i];
                     vec![(d, out_len), (src, in_len)]
                 }
+                Op::Send => vec![(d, in_len)],
+                Op::Recv => vec![(d, out_len)],
                 Op::AllToAll => vec![(d, out_len), (d, in_len)],
                 Op::AllReduce => vec![(d, out_len), (d, in_len), (d, in_len * n.gang.len() as u64)],
                 Op::Result { .. } => vec![(d, in_len)],
@@ -237,6 +239,13 @@ impl Program {
                     Op::Transfer => {
                         let src = &devices[self.values[n.inputs[0].0].gang[i]];
                         res.staging = Some(src.readback_buffer(&label, out_bytes));
+                        res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
+                    }
+                    Op::Send => {
+                        let bytes = self.values[n.inputs[0].0].shard_bytes();
+                        res.staging = Some(device.readback_buffer(&label, bytes));
+                    }
+                    Op::Recv => {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::AllToAll => {

@@ -115,6 +115,13 @@ pub enum Op {
     Elementwise(ElementwiseOp),
     /// Send/recv between gangs: shard i of the input moves to device i of this node's gang.
     Transfer,
+    /// The sending half of a transfer, on the input's gang: reads each shard back to the host.
+    /// Apart from [`Op::Recv`] so each half can sit at its own place in its device's order
+    /// (pipeline schedules send as soon as an op ends and receive just before the op needing it).
+    Send,
+    /// The receiving half: shard i of the [`Op::Send`] node's value, written on device i of this
+    /// node's gang.
+    Recv,
     /// Shard j of the output is chunk j of every input shard, in shard order.
     AllToAll,
     /// Every output shard is the elementwise sum of all input shards.
@@ -132,6 +139,8 @@ impl Op {
             Op::Kernel(k) => k.0.kind(),
             Op::Elementwise(e) => e.entry(),
             Op::Transfer => "transfer",
+            Op::Send => "send",
+            Op::Recv => "recv",
             Op::AllToAll => "all_to_all",
             Op::AllReduce => "all_reduce",
             Op::Result { .. } => "result",
@@ -221,7 +230,7 @@ impl Program {
     pub fn node_devices(&self, node: usize) -> Vec<usize> {
         let n = &self.nodes[node];
         let mut devices = n.gang.clone();
-        if n.op == Op::Transfer {
+        if matches!(n.op, Op::Transfer | Op::Recv) {
             for v in &n.inputs {
                 devices.extend(&self.values[v.0].gang);
             }

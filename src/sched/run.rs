@@ -130,6 +130,8 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
                 add(prog.value(n.inputs[0]).gang[shard], Role::Send { shard });
                 add(d, Role::Recv { shard });
             }
+            Op::Send => add(d, Role::Send { shard }),
+            Op::Recv => add(d, Role::Recv { shard }),
             Op::AllToAll | Op::AllReduce => {
                 add(d, Role::Stage { shard });
                 add(d, Role::Gather { shard });

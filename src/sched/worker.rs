@@ -104,7 +104,15 @@ struct Worker {
     stamps: Vec<(u32, Arc<RunState>, usize)>,
     /// When the oldest of `stamps` was submitted.
     stamps_since: Option<Instant>,
+    /// Command buffers in sequence order not yet handed to the queue: consecutive kernels go in
+    /// one submission (each `Queue::submit` costs a maintenance pass). Flushed before the worker
+    /// waits, writes a buffer (queue writes land before the next submission's commands) or
+    /// resolves timestamps, and every [`SUBMIT_BATCH`] buffers.
+    unsubmitted: Vec<wgpu::CommandBuffer>,
 }
+
+/// The most command buffers one queue submission carries.
+const SUBMIT_BATCH: usize = 32;
 
 /// The longest a traced kernel's GPU times wait for their batch to be resolved.
 const STAMP_LATENCY: Duration = Duration::from_millis(100);
@@ -134,6 +142,7 @@ pub(crate) fn spawn(
                 broken: None,
                 stamps: Vec::new(),
                 stamps_since: None,
+                unsubmitted: Vec::new(),
             }
             .run();
         })
@@ -177,6 +186,12 @@ impl Worker {
             if state.shutdown && state.queues[self.index].is_empty() {
                 // Drain the GPU's callbacks, but never wait on them past the timeout.
                 let since = *shutdown_since.get_or_insert_with(Instant::now);
+                // Kernels' GPU times still waiting for their batch: resolve them now.
+                if !self.stamps.is_empty() {
+                    drop(state);
+                    self.resolve_stamps();
+                    return false;
+                }
                 if self.inbox.outstanding.load(Ordering::Acquire) == 0
                     || self.broken.is_some()
                     || since.elapsed() > self.device.wait_timeout()
@@ -233,6 +248,7 @@ impl Worker {
 
     /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
     fn idle(&mut self) {
+        self.flush();
         // Resolve a partial batch only once it has waited a while: workers idle between nearly
         // every task, and resolving each time would undo the batching.
         if self
@@ -342,6 +358,12 @@ impl Worker {
 
     /// Runs one role; `Some(reason)` when it must wait.
     fn role(&mut self, run: &Arc<RunState>, node: usize, role: Role) -> Result<Option<String>> {
+        if matches!(
+            role,
+            Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. }
+        ) {
+            self.flush();
+        }
         let prog = run.exec.program();
         let n = &prog.nodes()[node];
         let shard = role.shard();
@@ -376,7 +398,13 @@ impl Worker {
                 run.role_done(node);
             }
             Role::Recv { shard } => {
-                let Some(bytes) = run.mail[node][shard].get() else {
+                // A split transfer's data is in its send node's mailbox.
+                let mail_node = if n.op == Op::Recv {
+                    prog.value(n.inputs[0]).producer
+                } else {
+                    node
+                };
+                let Some(bytes) = run.mail[mail_node][shard].get() else {
                     let from = prog.value(n.inputs[0]).gang[shard];
                     return Ok(Some(format!(
                         "data from {}",
@@ -386,7 +414,7 @@ impl Worker {
                 let start = tracer.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
                 let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
-                if let Some(id) = flow_id(run, node, shard) {
+                if let Some(id) = flow_id(run, mail_node, shard) {
                     meta = meta.flow(id, FlowRole::In);
                 }
                 tracer.finish(start, meta, || format!("recv {}", n.name));
@@ -462,7 +490,11 @@ impl Worker {
             .outstanding
             .fetch_add(callbacks, Ordering::AcqRel);
         run.callbacks.fetch_add(callbacks, Ordering::AcqRel);
-        self.device.submit_commands(commands);
+        self.unsubmitted.push(commands);
+        // Copies that other devices (or the client) wait for go out at once.
+        if self.unsubmitted.len() >= SUBMIT_BATCH || !matches!(role, Role::Kernel { .. }) {
+            self.flush();
+        }
         if let Some(pair) = stamp {
             self.stamps_since.get_or_insert_with(Instant::now);
             self.stamps.push((pair, run.clone(), node));
@@ -473,8 +505,17 @@ impl Worker {
         Ok(())
     }
 
+    /// Hands the command buffers not yet submitted to the queue, in one submission.
+    fn flush(&mut self) {
+        if !self.unsubmitted.is_empty() {
+            self.device
+                .submit_all(std::mem::take(&mut self.unsubmitted));
+        }
+    }
+
     /// Resolves the pending timestamp pairs, one resolve per contiguous range of the ring.
     fn resolve_stamps(&mut self) {
+        self.flush();
         let Some(ring) = self.inbox.ring.as_ref() else {
             self.stamps.clear();
             return;

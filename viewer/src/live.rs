@@ -3,14 +3,14 @@
 //! [`Runtime`], streaming every event to the UI through [`Tracer::subscribe`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
-use gangway::trace::{Event, Tracer};
+use gangway::trace::Tracer;
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
 /// Elements each chain kernel touches.
@@ -146,11 +146,10 @@ pub fn run_chain(
     in_flight.into_iter().try_for_each(|h| h.wait().map(|_| ()))
 }
 
-/// A background workload and its event stream.
+/// A background workload, tracing into the live view's stream.
 #[derive(Debug)]
 pub struct LiveRunner {
     pub tracer: Tracer,
-    events: Receiver<Event>,
     errors: Receiver<String>,
     /// When set, the worker stops submitting (it keeps its runtime).
     pub hold: Arc<AtomicBool>,
@@ -162,9 +161,12 @@ pub struct LiveRunner {
 impl LiveRunner {
     /// Starts running the chain on `devices` forever (until dropped), in batches of 8 runs with
     /// a short rest between, so a 2-core machine stays usable.
-    pub fn start(devices: Vec<Device>, mode: DispatchMode, ctx: Option<egui::Context>) -> Self {
-        let tracer = Tracer::new();
-        let events = tracer.subscribe();
+    pub fn start(
+        devices: Vec<Device>,
+        mode: DispatchMode,
+        tracer: Tracer,
+        ctx: Option<egui::Context>,
+    ) -> Self {
         let (err_tx, errors) = channel();
         let hold = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -185,25 +187,12 @@ impl LiveRunner {
         };
         Self {
             tracer,
-            events,
             errors,
             hold,
             stop,
             worker,
             mode,
         }
-    }
-
-    /// Every event that arrived since the last call (at most `max`).
-    pub fn drain(&self, max: usize) -> Vec<Event> {
-        let mut out = Vec::new();
-        while out.len() < max {
-            match self.events.try_recv() {
-                Ok(e) => out.push(e),
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
-        out
     }
 
     /// The worker's last error, if it stopped on one.

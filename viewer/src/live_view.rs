@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use egui::Ui;
 use gangway::sched::DispatchMode;
-use gangway::trace::{BusyTime, Event};
+use gangway::trace::{BusyTime, Event, Tracer};
+use std::sync::mpsc::{Receiver, TryRecvError};
 
 use crate::live::{DeviceHub, LiveRunner};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
@@ -32,16 +33,37 @@ pub struct LiveView {
     pub utilization: BTreeMap<usize, VecDeque<[f64; 2]>>,
     last_sample_ns: u64,
     pub error: Option<String>,
+    /// The stream every real run traces into (the live workload, MoE training): one clock, one
+    /// subscription. Made on first use.
+    stream: Option<(Tracer, Receiver<Event>)>,
 }
 
 impl LiveView {
+    /// The tracer whose events this view shows: hand it to any run that should appear here.
+    pub fn tracer(&mut self) -> Tracer {
+        self.stream
+            .get_or_insert_with(|| {
+                let tracer = Tracer::new();
+                let events = tracer.subscribe();
+                (tracer, events)
+            })
+            .0
+            .clone()
+    }
+
     /// Starts the workload on the hub's devices, if it has any.
     pub fn start(&mut self, hub: &DeviceHub, ctx: Option<egui::Context>) {
         if self.runner.is_some() {
             return;
         }
         if let Some(devices) = hub.devices() {
-            self.runner = Some(LiveRunner::start(devices, DispatchMode::Parallel, ctx));
+            let tracer = self.tracer();
+            self.runner = Some(LiveRunner::start(
+                devices,
+                DispatchMode::Parallel,
+                tracer,
+                ctx,
+            ));
             self.timeline.follow_live = true;
         }
     }
@@ -52,21 +74,28 @@ impl LiveView {
 
     /// Moves new events into the timeline and samples utilization. Call once per frame.
     pub fn poll(&mut self) {
-        let Some(runner) = &self.runner else {
-            return;
-        };
-        if let Some(e) = runner.error() {
+        if let Some(e) = self.runner.as_ref().and_then(LiveRunner::error) {
             self.error = Some(e);
         }
+        let Some((tracer, events)) = &self.stream else {
+            return;
+        };
+        // The subscription has every event; the tracer's own copy would only grow.
+        drop(tracer.take_events());
         if !self.paused {
-            for e in runner.drain(200_000) {
-                if e.is_device_work() {
-                    self.recent.push_back(e.clone());
+            for _ in 0..200_000 {
+                match events.try_recv() {
+                    Ok(e) => {
+                        if e.is_device_work() {
+                            self.recent.push_back(e.clone());
+                        }
+                        self.data.push(e);
+                    }
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
-                self.data.push(e);
             }
         }
-        let now = runner.now_ns();
+        let now = tracer.now_ns();
         if now >= self.last_sample_ns + 250_000_000 {
             self.last_sample_ns = now;
             self.sample(now);

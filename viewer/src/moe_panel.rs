@@ -14,6 +14,7 @@ use gangway::data::Corpus;
 use gangway::moe::train::StepStats;
 use gangway::moe::training::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
+use gangway::trace::Tracer;
 
 use crate::live::{DeviceHub, Discovery};
 
@@ -154,6 +155,7 @@ pub fn run_training(
     devices: &[Device],
     settings: MoeSettings,
     stop: Arc<AtomicBool>,
+    tracer: Option<Tracer>,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport, String> {
     let corpus = Corpus::bundled_all().map_err(|e| format!("cannot load the corpus: {e}"))?;
@@ -163,7 +165,7 @@ pub fn run_training(
         &corpus,
         &start,
         &settings.options(stop),
-        None,
+        tracer,
         progress,
     )
     .map_err(|e| e.to_string())
@@ -192,6 +194,8 @@ pub struct MoePanel {
     pub error: Option<String>,
     /// The step whose tokens per expert are drawn; `None`: the latest.
     pub shown_step: Option<usize>,
+    /// Where runs trace every kernel, transfer and step (the live timeline's stream).
+    pub trace_to: Option<Tracer>,
 }
 
 impl MoePanel {
@@ -237,12 +241,13 @@ impl MoePanel {
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
+        let tracer = self.trace_to.clone();
         let spawned = std::thread::Builder::new()
             .name("gangway-moe-train".into())
             .spawn(move || {
                 let progress_tx = tx.clone();
                 let progress_ctx = ctx.clone();
-                let result = run_training(&devices, settings, thread_stop, move |p| {
+                let result = run_training(&devices, settings, thread_stop, tracer, move |p| {
                     let _ = progress_tx.send(Message::Progress(Box::new(p.clone())));
                     if let Some(ctx) = &progress_ctx {
                         ctx.request_repaint();

@@ -236,3 +236,43 @@ fn a_device_lost_mid_training_shows_the_error_and_the_viewer_keeps_running() {
             .is_disabled()
     );
 }
+
+#[test]
+fn the_live_timeline_shows_the_kernels_of_training_started_from_the_panel() {
+    let test = "the_live_timeline_shows_the_kernels_of_training_started_from_the_panel";
+    let Some(mut h) = device_harness(test, 2, 2, false) else {
+        return;
+    };
+    click(&mut h, "2 experts");
+    common::set_slider(&mut h, "devices", 2.0);
+    start_long_run(&mut h, 2);
+    h.get_by_label("Stop").click();
+    h.step();
+    wait_for_run(&mut h, Duration::from_secs(120));
+    // The run's kernels reached the live timeline through the runtime's event stream: named by
+    // their program node, on both devices, beside the all-to-all's transfers.
+    let devices: Vec<usize> = h.state().hub.devices().unwrap()[..2]
+        .iter()
+        .map(gangway::Device::id)
+        .collect();
+    let data = &h.state().live.data;
+    for &device in &devices {
+        for name in ["r0 b0 router", "r0 b0 expert w1", "r0 b0 expert w2 grad"] {
+            assert!(
+                data.all_events().any(|e| e.device == device
+                    && e.kind == gangway::trace::EventKind::Kernel
+                    && e.name == name),
+                "no kernel {name:?} on device {device} in the live timeline ({} events)",
+                data.len()
+            );
+        }
+        assert!(
+            data.all_events()
+                .any(|e| e.device == device && e.name.contains("all-to-all forward")),
+            "no all-to-all on device {device}"
+        );
+    }
+    h.get_by_label("Live timeline").click();
+    h.step();
+    h.get_by_label_contains("events");
+}
