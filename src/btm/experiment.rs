@@ -117,7 +117,7 @@ pub fn train_all(
 pub fn load_all(dir: &Path, domain_names: &[String]) -> Result<BtmModels> {
     let load = |name: &str| MoeLmParams::load(&dir.join(name));
     let elm = |domain: String| -> Result<Elm> {
-        let params = load(&format!("elm-{domain}.ckpt"))?;
+        let params = MoeLmParams::load(&super::elm_path(dir, &domain))?;
         Ok(Elm {
             report: crate::moe::training::TrainReport::loaded(&params),
             domain,

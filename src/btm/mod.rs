@@ -156,14 +156,41 @@ pub fn validation_windows(
     Ok((windows, docs))
 }
 
-/// Saves every ELM as `<dir>/elm-<domain>.ckpt`.
+/// Where the ELM of `domain` is saved in `dir`: `<dir>/elm-<domain>.ckpt`. The one place that
+/// knows the naming.
+pub fn elm_path(dir: &Path, domain: &str) -> PathBuf {
+    dir.join(format!("elm-{domain}.ckpt"))
+}
+
+/// The domain an ELM checkpoint's file name says (`elm-<domain>.ckpt`), if it is one.
+fn elm_domain(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_prefix("elm-")
+        .and_then(|n| n.strip_suffix(".ckpt"))
+}
+
+/// Saves every ELM as [`elm_path`].
 pub fn save_elms(dir: &Path, elms: &[Elm]) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     elms.iter()
         .map(|e| {
-            let path = dir.join(format!("elm-{}.ckpt", e.domain));
+            let path = elm_path(dir, &e.domain);
             e.params.save(&path)?;
             Ok(path)
         })
         .collect()
+}
+
+/// Every domain ELM saved in `dir` (random-split ELMs, `elm-random…`, left out), by domain name.
+pub fn load_domain_elms(dir: &Path) -> Result<Vec<(String, MoeLmParams)>> {
+    let mut elms = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
+        let name = entry.map_err(Error::io(dir))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(domain) = elm_domain(&name).filter(|d| !d.starts_with("random")) {
+            elms.push((domain.to_string(), MoeLmParams::load(&dir.join(&*name))?));
+        }
+    }
+    elms.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(elms)
 }

@@ -185,11 +185,19 @@ impl Kernel for KernelOp {
             } => {
                 arity(what, inputs, 2)?;
                 let (r, c) = dims2(what, &inputs[0])?;
-                let m = if *trans_a { c } else { r };
-                let n = match (inputs[1].shape.as_slice(), trans_b) {
-                    ([_, n], false) | ([_, _, n], false) | ([n, _], true) | ([_, n, _], true) => *n,
+                let (m, k) = if *trans_a { (c, r) } else { (r, c) };
+                let (kb, n) = match (inputs[1].shape.as_slice(), trans_b) {
+                    ([k, n], false) | ([_, k, n], false) | ([n, k], true) | ([_, n, k], true) => {
+                        (*k, *n)
+                    }
                     _ => return Err(bad(what, format!("b is {}", inputs[1]))),
                 };
+                if k != kb {
+                    return Err(bad(
+                        what,
+                        format!("inner dimensions differ: {} · {}", inputs[0], inputs[1]),
+                    ));
+                }
                 vec![f32s(&[m, n])]
             }
             Self::ReluBackward => {

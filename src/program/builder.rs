@@ -479,4 +479,62 @@ mod tests {
         let _ = p.arg(&[0], 4);
         assert!(p.build().unwrap_err().to_string().contains("no results"));
     }
+
+    #[test]
+    fn kernel_nodes_are_typed_and_bad_shapes_are_build_errors() {
+        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::ops::KernelOp;
+        let matmul = || {
+            Arc::new(KernelOp::Matmul {
+                trans_a: false,
+                trans_b: true,
+                offsets: None,
+                variant: MatmulVariant::Tiled,
+            })
+        };
+        let mut p = ProgramBuilder::new("typed");
+        let a = p.typed_arg(&[0], TensorType::f32(&[3, 5]));
+        let w = p.variable("w", &[0], TensorType::f32(&[7, 5]));
+        let [c] = p.kernel("a·wᵀ", &[0], matmul(), &[a, w]);
+        assert_eq!(p.ty(c), TensorType::f32(&[3, 7]));
+        // An in-place update keeps its input's type.
+        let [acc] = p.kernel("acc", &[0], Arc::new(KernelOp::Accumulate), &[c, c]);
+        assert_eq!(p.ty(acc), p.ty(c));
+        p.result(acc);
+        let prog = p.build().unwrap();
+        assert_eq!(prog.value(c).shard_bytes(), 3 * 7 * 4);
+
+        let mut p = ProgramBuilder::new("bad");
+        let a = p.typed_arg(&[0], TensorType::f32(&[3, 5]));
+        let w = p.typed_arg(&[0], TensorType::f32(&[7, 4]));
+        let [c] = p.kernel("a·wᵀ", &[0], matmul(), &[a, w]);
+        p.result(c);
+        let e = p.build().unwrap_err().to_string();
+        assert!(e.contains("a·wᵀ"), "{e}");
+
+        let mut p = ProgramBuilder::new("outputs");
+        let a = p.typed_arg(&[0], TensorType::f32(&[3, 5]));
+        let [_, _] = p.kernel("two of one", &[0], Arc::new(KernelOp::RowLogsumexp), &[a]);
+        p.result(a);
+        assert!(p.build().unwrap_err().to_string().contains("1 outputs"));
+    }
+
+    #[test]
+    fn a_recv_takes_only_what_a_send_sent() {
+        let mut p = ProgramBuilder::new("split transfer");
+        let x = p.arg(&[0], 8);
+        let sent = p.send("send", x);
+        let got = p.recv("recv", sent, &[1]);
+        p.result(got);
+        let prog = p.build().unwrap();
+        let kinds: Vec<_> = prog.nodes().iter().map(|n| n.op.kind()).collect();
+        assert_eq!(kinds, ["arg", "send", "recv", "result"]);
+        assert_eq!(prog.node_devices(2), vec![0, 1]);
+
+        let mut p = ProgramBuilder::new("no send");
+        let x = p.arg(&[0], 8);
+        let got = p.recv("recv", x, &[1]);
+        p.result(got);
+        assert!(p.build().unwrap_err().to_string().contains("no send node"));
+    }
 }

@@ -290,6 +290,15 @@ impl Worker {
     }
 
     fn finish(&mut self, task: Task) {
+        // A run counts as submitted once its tasks are done, and its client may then touch its
+        // buffers (read a variable): hand this run's batched commands to the queue first, unless
+        // the next task on this device is the same run's.
+        let same_run_next = self.shared.lock().queues[self.index]
+            .front()
+            .is_some_and(|next| Arc::ptr_eq(&next.run, &task.run));
+        if !same_run_next {
+            self.flush();
+        }
         if let Some((_, start_ns, reason)) = &task.blocked {
             let end = task.run.tracer.now_ns();
             task.run.tracer.record(

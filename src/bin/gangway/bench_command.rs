@@ -1,7 +1,8 @@
 //! `gangway bench` and `gangway bench compare`: options in, progress on stderr, the Markdown table
 //! on stdout, the report to `--json`.
 
-use crate::{BenchArgs, DTypeArg, progress_bar};
+use crate::progress;
+use crate::{BenchArgs, DTypeArg};
 use anyhow::{Context, Result, bail};
 use gangway::bench::compare::{Pairing, Verdict, compare};
 use gangway::bench::report::{Status, number, seconds};
@@ -10,7 +11,6 @@ use gangway::bench::{BenchOptions, Report, Suite, select_adapters};
 use gangway::kernels::matmul::MatmulVariant;
 use gangway::trace::Tracer;
 use gangway::{DType, Device};
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 /// The options the flags ask for, on top of the standard or quick sizes.
@@ -107,51 +107,50 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
         gangway::fsutil::check_writable(path)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let terminal = std::io::stderr().is_terminal();
     let mut save_error = None;
-    let report = run(&adapters, &o, |p| {
-        let mut err = std::io::stderr().lock();
-        // Progress is best effort: a closed stderr must not stop the run.
-        let _ = match p {
-            Progress::Started {
-                index,
-                total,
-                suite,
-                case,
-                adapter,
-            } if terminal => write!(
-                err,
-                "\r\x1b[K{} {index}/{total} {suite} · {case} · {adapter}",
-                progress_bar(index - 1, total)
-            ),
-            Progress::Started { .. } => Ok(()),
-            Progress::Finished {
-                index,
-                total,
-                adapter,
-                report,
-            } => {
-                // Saved after every case: an interrupted run keeps what it measured.
-                if let Some(path) = &args.json
-                    && save_error.is_none()
-                    && let Err(e) = save(path, &report.to_json())
-                {
-                    save_error = Some(e);
-                }
-                match report.results.last() {
-                    Some(result) => writeln!(
-                        err,
-                        "{}[{index}/{total}] {} · {} · {adapter}: {}",
-                        if terminal { "\r\x1b[K" } else { "" },
-                        result.suite,
-                        result.case,
-                        summary(result)
-                    ),
-                    None => Ok(()),
+    let mut pb: Option<indicatif::ProgressBar> = None;
+    let report = run(&adapters, &o, |p| match p {
+        Progress::Started {
+            index,
+            total,
+            suite,
+            case,
+            adapter,
+        } => {
+            let pb = pb.get_or_insert_with(|| progress::bar(total as u64));
+            pb.set_position(index as u64 - 1);
+            pb.set_message(format!("{suite} · {case} · {adapter}"));
+        }
+        Progress::Finished {
+            index,
+            total,
+            adapter,
+            report,
+        } => {
+            // Saved after every case: an interrupted run keeps what it measured.
+            if let Some(path) = &args.json
+                && save_error.is_none()
+                && let Err(e) = save(path, &report.to_json())
+            {
+                save_error = Some(e);
+            }
+            if let Some(result) = report.results.last() {
+                let text = format!(
+                    "[{index}/{total}] {} · {} · {adapter}: {}",
+                    result.suite,
+                    result.case,
+                    summary(result)
+                );
+                match &pb {
+                    Some(pb) => progress::line(pb, text),
+                    None => eprintln!("{text}"),
                 }
             }
-        };
+        }
     })?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
     let table = report.table();
     print!("{table}");
     if let Some(e) = save_error {

@@ -9,11 +9,12 @@ use gangway::pipeline::ScheduleKind;
 use gangway::trace::Tracer;
 use gangway::{Device, DiscoveryOptions, discover};
 
-mod bench_cmd;
-use bench_cmd::{bench_compare, bench_suites};
+mod bench_command;
+use bench_command::{bench_compare, bench_suites};
 
 mod cli;
 use cli::*;
+mod progress;
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
@@ -191,23 +192,21 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         dispatch: args.dispatch.into(),
         ..TrainOptions::default()
     };
+    let pb = progress::bar(u64::from(args.steps));
     let show = |p: &gangway::moe::training::Progress| {
-        let eval = p
-            .valid_bpb
-            .map(|b| format!("  valid {b:.3} bpb"))
-            .unwrap_or_default();
-        eprint!(
-            "\r{} {}/{} (step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%{eval}   ",
-            progress_bar(p.step as usize, p.steps as usize),
-            p.step,
-            p.steps,
+        pb.set_position(u64::from(p.step));
+        pb.set_message(format!(
+            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
             p.stats.step,
             p.stats.loss,
             p.tokens_per_s,
             p.stats.dropped_fraction * 100.0
-        );
-        if p.valid_bpb.is_some() {
-            eprintln!();
+        ));
+        if let Some(b) = p.valid_bpb {
+            progress::line(
+                &pb,
+                format!("step {}: valid {b:.3} bits per byte", p.stats.step),
+            );
         }
     };
     let tracer = tracer.is_on().then(|| tracer.clone());
@@ -218,7 +217,7 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         }
         None => train(devices, &corpus, &start, &opts, tracer, show)?,
     };
-    eprintln!();
+    pb.finish();
     let first = report.losses.first().copied().unwrap_or(f64::NAN);
     let last = report.losses.last().copied().unwrap_or(f64::NAN);
     println!(
@@ -315,6 +314,8 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
         opts.seed_steps,
         opts.branch_steps
     );
+    let bars = progress::Bars::new();
+    let domains = corpus.domains();
     let models = train_all(
         &devices,
         &corpus,
@@ -322,9 +323,22 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
         &opts,
         &args.checkpoint_dir,
         tracer.is_on().then(|| tracer.clone()),
-        |phase, i, step| eprint!("\r{phase} {i}: step {step}      "),
+        |phase, i, step| {
+            let (task, len) = match phase {
+                "seed" => ("seed".to_string(), opts.seed_steps),
+                "dense" => (
+                    "dense".to_string(),
+                    opts.seed_steps + opts.branch_steps * domains.len() as u32,
+                ),
+                "branch" => (
+                    format!("branch {}", domains.get(i).map_or("?", String::as_str)),
+                    opts.branch_steps,
+                ),
+                _ => (format!("{phase} {i}"), opts.branch_steps),
+            };
+            bars.set(&task, u64::from(len), u64::from(step));
+        },
     )?;
-    eprintln!();
     let tokens: u64 = models.elms.iter().map(|e| e.report.tokens).sum();
     println!(
         "branch phase: {} ELMs, {tokens} tokens in {:.1} s ({:.0} tokens/s over {} devices)",
@@ -338,27 +352,12 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
 }
 
 fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
-    use gangway::btm::{average, branch, save_elms};
+    use gangway::btm::{average, branch, load_domain_elms, save_elms};
     use gangway::data::Corpus;
-    use gangway::moe::MoeLmParams;
     use gangway::moe::training::TrainOptions;
     let device = devices.first().context("no device")?;
-    let mut elms = Vec::new();
-    for entry in std::fs::read_dir(&args.checkpoint_dir)
-        .with_context(|| format!("reading {}", args.checkpoint_dir.display()))?
-    {
-        let name = entry?.file_name().to_string_lossy().to_string();
-        if let Some(domain) = name
-            .strip_prefix("elm-")
-            .and_then(|n| n.strip_suffix(".ckpt"))
-            .filter(|d| !d.starts_with("random"))
-        {
-            elms.push((
-                domain.to_string(),
-                MoeLmParams::load(&args.checkpoint_dir.join(&name))?,
-            ));
-        }
-    }
+    let elms = load_domain_elms(&args.checkpoint_dir)
+        .with_context(|| format!("reading {}", args.checkpoint_dir.display()))?;
     if elms.is_empty() {
         bail!(
             "no ELMs in {} (run `gangway train btm` first)",
@@ -378,15 +377,16 @@ fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
         lr: args.lr,
         ..TrainOptions::default()
     };
+    let pb = progress::bar(u64::from(args.branch_steps));
     let new = branch(
         std::slice::from_ref(device),
         &[(name, corpus)],
         &averaged,
         &opts,
         None,
-        |_, s| eprint!("\rstep {s}   "),
+        |_, s| pb.set_position(u64::from(s)),
     )?;
-    eprintln!();
+    pb.finish();
     let paths = save_elms(&args.checkpoint_dir, &new)?;
     for (e, path) in new.iter().zip(&paths) {
         println!(
@@ -632,13 +632,6 @@ fn demo(devices: &[Device], args: &DemoArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// `[#####-----]`: `done` of `total`, 30 columns.
-fn progress_bar(done: usize, total: usize) -> String {
-    const WIDTH: usize = 30;
-    let filled = (done * WIDTH / total.max(1)).min(WIDTH);
-    format!("[{}{}]", "#".repeat(filled), "-".repeat(WIDTH - filled))
 }
 
 /// Writes `value` as pretty JSON to `path`, when one was given.

@@ -1,0 +1,186 @@
+//! Adam: one bias-corrected step in place.
+
+use super::*;
+
+/// Adam hyper-parameters; no weight decay.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AdamConfig {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl AdamConfig {
+    /// β1 0.9, β2 0.999, ε 1e-8.
+    pub fn new(lr: f32) -> Self {
+        Self {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+
+    fn validate(&self, step: u32) -> Result<()> {
+        let ok = self.lr.is_finite()
+            && (0.0..1.0).contains(&self.beta1)
+            && (0.0..1.0).contains(&self.beta2)
+            && self.eps.is_finite()
+            && self.eps > 0.0;
+        if !ok || step == 0 {
+            return Err(Error::InvalidArgument {
+                what: "adam",
+                reason: format!(
+                    "need a finite lr, betas in [0, 1), eps > 0 and step >= 1; got {self:?}, step {step}"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// `(1 / (1 − β1^step), 1 / (1 − β2^step))`, computed in f64 once for kernel and reference.
+    pub fn bias(&self, step: u32) -> (f32, f32) {
+        let c = |b: f32| (1.0 / (1.0 - f64::from(b).powf(f64::from(step)))) as f32;
+        (c(self.beta1), c(self.beta2))
+    }
+}
+
+// ---- Adam --------------------------------------------------------------------------------------
+
+/// Records one Adam step (`step` counts from 1) on `param` with moments `m`, `v`, all in place.
+pub fn encode_adam(
+    encoder: &mut impl Recorder,
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    config: AdamConfig,
+    step: u32,
+) -> Result<()> {
+    const WHAT: &str = "adam";
+    let device = param.device();
+    config.validate(step)?;
+    for t in [param, m, v, grad] {
+        expect(WHAT, t, device, DType::F32, param.shape())?;
+    }
+    let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
+    for (i, a) in buffers.iter().enumerate() {
+        if buffers[i + 1..].contains(a) {
+            return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
+        }
+    }
+    let (bias1, bias2) = config.bias(step);
+    let params = Params {
+        rows: to_u32(WHAT, param.len())?,
+        lr: config.lr,
+        beta1: config.beta1,
+        beta2: config.beta2,
+        eps: config.eps,
+        bias1,
+        bias2,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (23, param.buffer()),
+        (24, m.buffer()),
+        (25, v.buffer()),
+        (26, grad.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, param.len())
+}
+
+/// Records one Adam step whose bias corrections are read when the commands run, from `bias` (f32
+/// `[2]`: [`AdamConfig::bias`] of the step): one recording serves every step of a compiled
+/// training program.
+pub fn encode_adam_from(
+    encoder: &mut impl Recorder,
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    config: AdamConfig,
+    bias: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "adam";
+    let device = param.device();
+    config.validate(1)?;
+    for t in [param, m, v, grad] {
+        expect(WHAT, t, device, DType::F32, param.shape())?;
+    }
+    expect(WHAT, bias, device, DType::F32, &[2])?;
+    let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
+    for (i, a) in buffers.iter().enumerate() {
+        if buffers[i + 1..].contains(a) {
+            return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
+        }
+    }
+    let params = Params {
+        rows: to_u32(WHAT, param.len())?,
+        lr: config.lr,
+        beta1: config.beta1,
+        beta2: config.beta2,
+        eps: config.eps,
+        bias1: 1.0,
+        bias2: 1.0,
+        ..Params::zeroed()
+    };
+    let uniform = device.uniform_buffer(WHAT, &params);
+    let at = std::mem::offset_of!(Params, bias1) as u64;
+    encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
+    let bindings = [
+        (23, param.buffer()),
+        (24, m.buffer()),
+        (25, v.buffer()),
+        (26, grad.buffer()),
+    ];
+    encode_with(encoder, device, WHAT, &uniform, &bindings, param.len())
+}
+
+/// One Adam step in place. Blocks.
+pub fn adam(
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    config: AdamConfig,
+    step: u32,
+) -> Result<()> {
+    run(param.device(), "adam", |enc| {
+        encode_adam(enc, param, m, v, grad, config, step)
+    })
+}
+
+/// Reference of [`adam`], in place.
+pub fn adam_reference(
+    param: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    grad: &[f32],
+    config: AdamConfig,
+    step: u32,
+) -> Result<()> {
+    config.validate(step)?;
+    let n = param.len();
+    if m.len() != n || v.len() != n || grad.len() != n {
+        return Err(Error::ShapeMismatch {
+            what: "adam_reference",
+            expected: format!("{n} values in m, v and grad"),
+            got: format!("{}, {}, {}", m.len(), v.len(), grad.len()),
+        });
+    }
+    let (bias1, bias2) = config.bias(step);
+    let AdamConfig {
+        lr,
+        beta1,
+        beta2,
+        eps,
+    } = config;
+    for i in 0..n {
+        let g = grad[i];
+        m[i] = beta1 * m[i] + (1.0 - beta1) * g;
+        v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
+        param[i] -= lr * (m[i] * bias1) / ((v[i] * bias2).sqrt() + eps);
+    }
+    Ok(())
+}

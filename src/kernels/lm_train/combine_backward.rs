@@ -1,0 +1,191 @@
+//! The backward of dispatch and combine ([`crate::kernels::moe_dispatch`]): the gates' gradient, the slots' gradient and the tokens' gradient.
+
+use super::*;
+
+/// Records `d_gate[t·K + c] = dy[t] · slots[slot(t, c)]` (0 for dropped choices): `dy` `[T, d]`,
+/// `slots` the expert outputs `[E·capacity, d]`, `d_gate` `[T, K]`.
+pub fn encode_gate_grad(
+    encoder: &mut impl Recorder,
+    dy: &Tensor,
+    slots: &Tensor,
+    routing: &Routing,
+    d_gate: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "gate_grad";
+    let device = dy.device();
+    let [t, k, cap] = routing_dims(WHAT, routing, device)?;
+    let (_, d) = dims2(WHAT, dy)?;
+    expect(WHAT, dy, device, DType::F32, &[t, d])?;
+    expect(
+        WHAT,
+        slots,
+        device,
+        DType::F32,
+        &[routing.config.experts * cap, d],
+    )?;
+    expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, d)?,
+        k: to_u32(WHAT, k)?,
+        capacity: to_u32(WHAT, cap)?,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (10, &routing.routes),
+        (11, dy.buffer()),
+        (12, slots.buffer()),
+        (13, d_gate.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, t * k)
+}
+
+/// The gradient of the loss with respect to each gate, `[T, K]`. Blocks.
+pub fn gate_grad(dy: &Tensor, slots: &Tensor, routing: &Routing) -> Result<Tensor> {
+    let out = Tensor::zeros(dy.device(), &[routing.tokens, routing.config.k], DType::F32)?;
+    run(dy.device(), "gate_grad", |enc| {
+        encode_gate_grad(enc, dy, slots, routing, &out)
+    })?;
+    Ok(out)
+}
+
+/// Records `d_slots[slot(t, c)] = gate · dy[t]` for kept choices into `d_slots`
+/// (`[E·capacity, d]`), cleared first so that slots no token filled are zero.
+pub fn encode_combine_backward_slots(
+    encoder: &mut impl Recorder,
+    dy: &Tensor,
+    routing: &Routing,
+    d_slots: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "combine_backward_slots";
+    let device = dy.device();
+    let [t, k, cap] = routing_dims(WHAT, routing, device)?;
+    let (_, d) = dims2(WHAT, dy)?;
+    expect(WHAT, dy, device, DType::F32, &[t, d])?;
+    expect(
+        WHAT,
+        d_slots,
+        device,
+        DType::F32,
+        &[routing.config.experts * cap, d],
+    )?;
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, d)?,
+        k: to_u32(WHAT, k)?,
+        capacity: to_u32(WHAT, cap)?,
+        ..Params::zeroed()
+    };
+    encoder.clear_buffer(d_slots.buffer(), 0, None);
+    let bindings = [
+        (10, &routing.routes),
+        (11, dy.buffer()),
+        (14, d_slots.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, t * k * d)
+}
+
+/// The gradient of combine's expert-output slots, `[E·capacity, d]`. Blocks.
+pub fn combine_backward_slots(dy: &Tensor, routing: &Routing) -> Result<Tensor> {
+    let (_, d) = dims2("combine_backward_slots", dy)?;
+    let rows = routing.config.experts * routing.capacity;
+    let out = Tensor::zeros(dy.device(), &[rows, d], DType::F32)?;
+    run(dy.device(), "combine_backward_slots", |enc| {
+        encode_combine_backward_slots(enc, dy, routing, &out)
+    })?;
+    Ok(out)
+}
+
+/// Records `d_x[t] = Σ_{kept c} d_slots[slot(t, c)]` (`d_slots` `[E·capacity, d]`, `d_x` `[T, d]`).
+pub fn encode_dispatch_backward(
+    encoder: &mut impl Recorder,
+    d_slots: &Tensor,
+    routing: &Routing,
+    d_x: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "dispatch_backward";
+    let device = d_slots.device();
+    let [t, k, cap] = routing_dims(WHAT, routing, device)?;
+    let (_, d) = dims2(WHAT, d_slots)?;
+    expect(
+        WHAT,
+        d_slots,
+        device,
+        DType::F32,
+        &[routing.config.experts * cap, d],
+    )?;
+    expect(WHAT, d_x, device, DType::F32, &[t, d])?;
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, d)?,
+        k: to_u32(WHAT, k)?,
+        capacity: to_u32(WHAT, cap)?,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (10, &routing.routes),
+        (15, d_slots.buffer()),
+        (16, d_x.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, t * d)
+}
+
+/// The gradient of dispatch's token rows, `[T, d]`. Blocks.
+pub fn dispatch_backward(d_slots: &Tensor, routing: &Routing) -> Result<Tensor> {
+    let (_, d) = dims2("dispatch_backward", d_slots)?;
+    let out = Tensor::zeros(d_slots.device(), &[routing.tokens, d], DType::F32)?;
+    run(d_slots.device(), "dispatch_backward", |enc| {
+        encode_dispatch_backward(enc, d_slots, routing, &out)
+    })?;
+    Ok(out)
+}
+
+/// Reference of [`gate_grad`]: `[T·K]`.
+pub fn gate_grad_reference(
+    dy: &[f32],
+    slots: &[f32],
+    routes: &[Route],
+    k: usize,
+    capacity: usize,
+    d: usize,
+) -> Vec<f32> {
+    routes
+        .iter()
+        .enumerate()
+        .map(|(tc, r)| {
+            if r.kept == 0 {
+                return 0.0;
+            }
+            let (t, s) = (tc / k, r.slot(capacity));
+            dy[t * d..(t + 1) * d]
+                .iter()
+                .zip(&slots[s * d..(s + 1) * d])
+                .map(|(a, b)| a * b)
+                .sum()
+        })
+        .collect()
+}
+
+/// Reference of [`combine_backward_slots`]: `[experts·capacity, d]`.
+pub fn combine_backward_slots_reference(
+    dy: &[f32],
+    routes: &[Route],
+    k: usize,
+    experts: usize,
+    capacity: usize,
+    d: usize,
+) -> Vec<f32> {
+    scatter_reference(dy, routes, k, experts * capacity, capacity, d, |r| r.gate)
+}
+
+/// Reference of [`dispatch_backward`]: `[tokens, d]`.
+pub fn dispatch_backward_reference(
+    d_slots: &[f32],
+    routes: &[Route],
+    tokens: usize,
+    k: usize,
+    capacity: usize,
+    d: usize,
+) -> Vec<f32> {
+    gather_reference(d_slots, routes, tokens, k, capacity, d, |_| 1.0)
+}

@@ -1,0 +1,140 @@
+//! Byte embeddings of context windows and their gradient.
+
+use super::*;
+
+/// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
+/// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).
+pub fn encode_embed_gather(
+    encoder: &mut impl Recorder,
+    contexts: &Tensor,
+    table: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "embed_gather";
+    let device = table.device();
+    let (t, c) = dims2(WHAT, contexts)?;
+    let (v, e) = dims2(WHAT, table)?;
+    expect(WHAT, contexts, device, DType::U32, &[t, c])?;
+    expect(WHAT, table, device, DType::F32, &[v, e])?;
+    expect(WHAT, out, device, DType::F32, &[t, c * e])?;
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, e)?,
+        context: to_u32(WHAT, c)?,
+        experts: to_u32(WHAT, v)?,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (1, contexts.buffer()),
+        (2, table.buffer()),
+        (3, out.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, t * c * e)
+}
+
+/// The embeddings of `contexts` (u32 `[T, C]`) from `table` (`[V, d_e]`): `[T, C·d_e]`. Blocks.
+pub fn embed_gather(contexts: &Tensor, table: &Tensor) -> Result<Tensor> {
+    let (t, c) = dims2("embed_gather", contexts)?;
+    let (_, e) = dims2("embed_gather", table)?;
+    let out = Tensor::zeros(table.device(), &[t, c * e], DType::F32)?;
+    run(table.device(), "embed_gather", |enc| {
+        encode_embed_gather(enc, contexts, table, &out)
+    })?;
+    Ok(out)
+}
+
+/// Records `d_table[v, j] = Σ_{(t,c): contexts[t,c] = v} d_x[t, c·d_e + j]` into `d_table`
+/// (`[V, d_e]`, overwritten). One thread per table entry looping over every position: no float
+/// atomics needed, fine at byte-vocabulary sizes.
+pub fn encode_embed_grad(
+    encoder: &mut impl Recorder,
+    contexts: &Tensor,
+    d_x: &Tensor,
+    d_table: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "embed_grad";
+    let device = d_table.device();
+    let (t, c) = dims2(WHAT, contexts)?;
+    let (v, e) = dims2(WHAT, d_table)?;
+    expect(WHAT, contexts, device, DType::U32, &[t, c])?;
+    expect(WHAT, d_x, device, DType::F32, &[t, c * e])?;
+    expect(WHAT, d_table, device, DType::F32, &[v, e])?;
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, e)?,
+        context: to_u32(WHAT, c)?,
+        experts: to_u32(WHAT, v)?,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (1, contexts.buffer()),
+        (4, d_x.buffer()),
+        (5, d_table.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, v * e)
+}
+
+/// The gradient of a `[vocab, d_e]` table from the gradient of [`embed_gather`]'s output. Blocks.
+pub fn embed_grad(contexts: &Tensor, d_x: &Tensor, vocab: usize) -> Result<Tensor> {
+    let (_, c) = dims2("embed_grad", contexts)?;
+    let (_, width) = dims2("embed_grad", d_x)?;
+    if c == 0 || !width.is_multiple_of(c) {
+        return Err(bad(
+            "embed_grad",
+            format!("d_x width {width} is not a multiple of the context {c}"),
+        ));
+    }
+    let out = Tensor::zeros(d_x.device(), &[vocab, width / c], DType::F32)?;
+    run(d_x.device(), "embed_grad", |enc| {
+        encode_embed_grad(enc, contexts, d_x, &out)
+    })?;
+    Ok(out)
+}
+
+pub(super) fn check_ids(what: &'static str, ids: &[u32], bound: usize) -> Result<()> {
+    match ids.iter().find(|&&i| i as usize >= bound) {
+        Some(i) => Err(bad(what, format!("id {i} is not below {bound}"))),
+        None => Ok(()),
+    }
+}
+
+/// Reference of [`embed_gather`]: `contexts` flat `[T·C]`, `table` flat `[V, embed]`.
+pub fn embed_gather_reference(contexts: &[u32], table: &[f32], embed: usize) -> Result<Vec<f32>> {
+    if embed == 0 || !table.len().is_multiple_of(embed) {
+        return Err(bad(
+            "embed_gather_reference",
+            format!("table of {} values is not [V, {embed}]", table.len()),
+        ));
+    }
+    check_ids("embed_gather_reference", contexts, table.len() / embed)?;
+    Ok(contexts
+        .iter()
+        .flat_map(|&id| &table[id as usize * embed..(id as usize + 1) * embed])
+        .copied()
+        .collect())
+}
+
+/// Reference of [`embed_grad`]: `[vocab, embed]`.
+pub fn embed_grad_reference(
+    contexts: &[u32],
+    d_x: &[f32],
+    vocab: usize,
+    embed: usize,
+) -> Result<Vec<f32>> {
+    check_ids("embed_grad_reference", contexts, vocab)?;
+    if d_x.len() != contexts.len() * embed {
+        return Err(Error::ShapeMismatch {
+            what: "embed_grad_reference",
+            expected: format!("{} values", contexts.len() * embed),
+            got: format!("{} values", d_x.len()),
+        });
+    }
+    let mut out = vec![0.0f32; vocab * embed];
+    for (q, &id) in contexts.iter().enumerate() {
+        let row = &mut out[id as usize * embed..(id as usize + 1) * embed];
+        row.iter_mut()
+            .zip(&d_x[q * embed..(q + 1) * embed])
+            .for_each(|(o, &g)| *o += g);
+    }
+    Ok(out)
+}

@@ -1,0 +1,103 @@
+//! The expert weight gradient: per row group `A_gᵀ·B_g`, the backward of the grouped matmul.
+
+use super::*;
+
+/// Records `c[g] = a[g]ᵀ · b[g]` where `a[g]`, `b[g]` are rows `offsets[g]..offsets[g+1]` of `a`
+/// `[rows, inner]` and `b` `[rows, N]`, into `c` `[G, inner, N]` (u32 `offsets` `[G + 1]`, the
+/// grouped matmul's): each expert's weight gradient from its own rows, whether they are
+/// `capacity`-sized slot blocks or the all-to-all's variable groups. Rows past `rows` are never
+/// read, whatever the device-side offsets hold.
+pub fn encode_expert_weight_grad(
+    encoder: &mut impl Recorder,
+    a: &Tensor,
+    b: &Tensor,
+    offsets: &Tensor,
+    c: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "expert_weight_grad";
+    let device = a.device();
+    let (rows, inner) = dims2(WHAT, a)?;
+    let (_, n) = dims2(WHAT, b)?;
+    let groups = match *c.shape() {
+        [g, i, nn] if i == inner && nn == n => g,
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: WHAT,
+                expected: format!("[groups, {inner}, {n}]"),
+                got: format!("{:?}", c.shape()),
+            });
+        }
+    };
+    expect(WHAT, a, device, DType::F32, &[rows, inner])?;
+    expect(WHAT, b, device, DType::F32, &[rows, n])?;
+    expect(WHAT, offsets, device, DType::U32, &[groups + 1])?;
+    expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
+    let params = Params {
+        rows: to_u32(WHAT, rows)?,
+        cols: to_u32(WHAT, n)?,
+        experts: to_u32(WHAT, groups)?,
+        inner: to_u32(WHAT, inner)?,
+        ..Params::zeroed()
+    };
+    to_u32(WHAT, groups * inner * n)?;
+    let bindings = [
+        (20, a.buffer()),
+        (21, b.buffer()),
+        (22, c.buffer()),
+        (27, offsets.buffer()),
+    ];
+    encode(
+        encoder,
+        device,
+        WHAT,
+        &params,
+        &bindings,
+        groups * inner * n,
+    )
+}
+
+/// `[G, inner, N]` per-group `aᵀ·b` over the row groups of host `offsets` (`G + 1` values,
+/// non-decreasing, the last at most the rows of `a`). Blocks.
+pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32]) -> Result<Tensor> {
+    let (rows, inner) = dims2("expert_weight_grad", a)?;
+    let (_, n) = dims2("expert_weight_grad", b)?;
+    let groups = offsets.len().saturating_sub(1);
+    if groups == 0 {
+        return Err(bad("expert_weight_grad", "need at least one group".into()));
+    }
+    matmul::check_offsets(offsets, groups, rows)?;
+    let device = a.device();
+    let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
+    let out = Tensor::zeros(device, &[groups, inner, n], DType::F32)?;
+    run(device, "expert_weight_grad", |enc| {
+        encode_expert_weight_grad(enc, a, b, &offsets_t, &out)
+    })?;
+    Ok(out)
+}
+
+/// Reference of [`expert_weight_grad`]: the matmul reference (`trans_a`) on each row group.
+/// Offsets must be valid (see [`matmul::check_offsets`]).
+pub fn expert_weight_grad_reference(
+    a: &[f32],
+    b: &[f32],
+    offsets: &[u32],
+    inner: usize,
+    n: usize,
+) -> Vec<f32> {
+    offsets
+        .windows(2)
+        .flat_map(|w| {
+            let (start, end) = (w[0] as usize, w[1] as usize);
+            let shape = MatmulShape {
+                trans_a: true,
+                ..MatmulShape::plain(inner, n, end - start, DType::F32)
+            };
+            matmul::reference(
+                &a[start * inner..end * inner],
+                &b[start * n..end * n],
+                &[0, inner as u32],
+                &shape,
+            )
+        })
+        .collect()
+}

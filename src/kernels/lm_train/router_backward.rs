@@ -1,0 +1,128 @@
+//! The router's backward: gates, load-balancing loss and z-loss back to the logits.
+
+use super::*;
+
+/// Weights of the router's auxiliary losses.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RouterLoss {
+    /// Load-balancing loss `alpha · E · Σ_i f_i · P_i`.
+    pub alpha: f32,
+    /// z-loss `z_loss · mean_t logsumexp(r[t])²`.
+    pub z_loss: f32,
+}
+
+// ---- router backward ---------------------------------------------------------------------------
+
+/// Records the router-logit gradient `d_logits` (`[T, E]`) from `logits` (`[T, E]`, what the
+/// routing was computed from), `d_gate` (`[T, K]`) and the routing's routes and `f_i`.
+pub fn encode_router_backward(
+    encoder: &mut impl Recorder,
+    logits: &Tensor,
+    d_gate: &Tensor,
+    routing: &Routing,
+    loss: RouterLoss,
+    d_logits: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "router_backward";
+    let device = logits.device();
+    let [t, k, _] = routing_dims(WHAT, routing, device)?;
+    let e = routing.config.experts;
+    expect(WHAT, logits, device, DType::F32, &[t, e])?;
+    expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
+    expect(WHAT, d_logits, device, DType::F32, &[t, e])?;
+    if !(loss.alpha.is_finite() && loss.z_loss.is_finite()) {
+        return Err(bad(WHAT, format!("loss weights must be finite: {loss:?}")));
+    }
+    let params = Params {
+        rows: to_u32(WHAT, t)?,
+        cols: to_u32(WHAT, e)?,
+        k: to_u32(WHAT, k)?,
+        normalize: u32::from(normalized(routing.config)),
+        alpha: loss.alpha,
+        z_loss: loss.z_loss,
+        ..Params::zeroed()
+    };
+    let bindings = [
+        (6, logits.buffer()),
+        (10, &routing.routes),
+        (17, d_gate.buffer()),
+        (18, &routing.stats),
+        (19, d_logits.buffer()),
+    ];
+    encode(encoder, device, WHAT, &params, &bindings, t)
+}
+
+/// The gradient of the router logits from the gates, the aux loss and the z-loss. Blocks.
+pub fn router_backward(
+    logits: &Tensor,
+    d_gate: &Tensor,
+    routing: &Routing,
+    loss: RouterLoss,
+) -> Result<Tensor> {
+    let out = Tensor::zeros(
+        logits.device(),
+        &[routing.tokens, routing.config.experts],
+        DType::F32,
+    )?;
+    run(logits.device(), "router_backward", |enc| {
+        encode_router_backward(enc, logits, d_gate, routing, loss, &out)
+    })?;
+    Ok(out)
+}
+
+/// Whether the router renormalised the gates: top-2 only, as `shaders/router.wgsl` does. Gates
+/// are normalised over both choices even when one is dropped.
+fn normalized(config: RouterConfig) -> bool {
+    config.normalize_gates && config.k == 2
+}
+
+/// Reference of [`router_backward`]: `[T, E]` from `logits` `[T, E]`, the routes and stats of
+/// the routing and `d_gate` `[T·K]`.
+pub fn router_backward_reference(
+    logits: &[f32],
+    routes: &[Route],
+    stats: &[ExpertStat],
+    d_gate: &[f32],
+    config: RouterConfig,
+    loss: RouterLoss,
+) -> Vec<f32> {
+    let (e_n, k) = (config.experts, config.k);
+    let tokens = logits.len() / e_n.max(1);
+    let n = tokens as f32;
+    let aux = loss.alpha * e_n as f32 / n;
+    let mut out = Vec::with_capacity(logits.len());
+    for (t, row) in logits.chunks_exact(e_n).enumerate() {
+        let (m, s) = max_and_sum(row);
+        let lse = m + s.ln();
+        let prob = |j: usize| (row[j] - m).exp() / s;
+        let g = |c: usize| {
+            let tc = t * k + c;
+            if routes[tc].kept != 0 {
+                d_gate[tc]
+            } else {
+                0.0
+            }
+        };
+        let mut dp: Vec<f32> = stats.iter().map(|st| aux * st.fraction).collect();
+        let e1 = routes[t * k].expert as usize;
+        if k == 2 {
+            let e2 = routes[t * k + 1].expert as usize;
+            let (g1, g2) = (g(0), g(1));
+            if normalized(config) {
+                let (p1, p2) = (prob(e1), prob(e2));
+                let sum = p1 + p2;
+                dp[e1] += p2 * (g1 - g2) / (sum * sum);
+                dp[e2] += p1 * (g2 - g1) / (sum * sum);
+            } else {
+                dp[e1] += g1;
+                dp[e2] += g2;
+            }
+        } else {
+            dp[e1] += g(0);
+        }
+        let dot: f32 = (0..e_n).map(|j| prob(j) * dp[j]).sum();
+        let z = 2.0 * loss.z_loss * lse / n;
+        out.extend((0..e_n).map(|j| prob(j) * (dp[j] - dot) + z * prob(j)));
+    }
+    out
+}
