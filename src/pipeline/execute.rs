@@ -25,7 +25,7 @@
 //! ([`RunReport::device_names`] names each stage's process after its device). An op is one
 //! compute-lane kernel event named `F`, `B`, `W` (with `.c<chunk>` when `v > 1`, as the
 //! simulator names them) spanning its kernels, with its microbatch. A send is a transfer-lane
-//! event (the readback) carrying the flow's `Out` end; the matching receive is a transfer-lane
+//! event (the readback, from when the op that made its tensor ended) carrying the flow's `Out` end; the matching receive is a transfer-lane
 //! event on the peer (the upload) carrying its `In` end; time a receive waited for its data is a
 //! wait event. The final update is a compute-lane kernel named `sgd`, outside the measured
 //! makespan.
@@ -715,13 +715,27 @@ fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> 
             _ => {}
         }
     }
+    let mut compute = Vec::new();
     for ((stage, name, mb), (start, end)) in spans {
         let mut meta = EventMeta::kernel(stage);
         if let Some(mb) = mb {
             meta = meta.microbatch(mb as u32);
         }
-        out.push(meta.event(name, start, end));
+        compute.push(meta.event(name, start, end));
     }
+    // A send's readback is queued behind the op that makes its tensor (parallel dispatch submits
+    // both at once): it starts, as a transfer, when that op's kernels end on its stage.
+    for e in out.iter_mut().filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::Out)) {
+        let ready = compute
+            .iter()
+            .filter(|c| c.device == e.device && c.end_ns <= e.end_ns)
+            .map(|c| c.end_ns)
+            .max();
+        if let Some(ready) = ready {
+            e.start_ns = e.start_ns.max(ready);
+        }
+    }
+    out.extend(compute);
     out.sort_by_key(|e| (e.start_ns, e.end_ns));
     out
 }
