@@ -8,7 +8,7 @@ use common::{Adapters, case};
 use gangway::btm::experiment::{BtmModels, BtmOptions, evaluate};
 use gangway::btm::{EnsembleOptions, average, branch};
 use gangway::data::Corpus;
-use gangway::moe::training::{TrainOptions, train};
+use gangway::moe::training_run::{TrainOptions, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::trace::{EventKind, Tracer};
 

@@ -85,7 +85,7 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     adapters: &Adapters,
 ) {
     use gangway::data::{Corpus, Document};
-    use gangway::moe::training::{TrainOptions, train};
+    use gangway::moe::training_run::{TrainOptions, train};
     use gangway::moe::{MoeLmConfig, MoeLmParams, TrainerCheckpoint};
 
     let devices = fresh_devices(adapters, 4);

@@ -8,7 +8,7 @@ use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
 use super::suite::Planned;
 use crate::btm::branch;
 use crate::data::Corpus;
-use crate::moe::training::TrainOptions;
+use crate::moe::training_run::TrainOptions;
 use crate::moe::{MoeLmConfig, MoeLmParams};
 use crate::{Device, Error, Result};
 

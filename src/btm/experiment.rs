@@ -7,7 +7,7 @@ use super::{
 };
 use crate::data::{Corpus, bits_per_byte};
 use crate::moe::MoeLmParams;
-use crate::moe::training::{TrainOptions, train};
+use crate::moe::training_run::{TrainOptions, train};
 use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use serde::Serialize;
@@ -119,7 +119,7 @@ pub fn load_all(dir: &Path, domain_names: &[String]) -> Result<BtmModels> {
     let elm = |domain: String| -> Result<Elm> {
         let params = MoeLmParams::load(&super::elm_path(dir, &domain))?;
         Ok(Elm {
-            report: crate::moe::training::TrainReport::loaded(&params),
+            report: crate::moe::training_run::TrainReport::loaded(&params),
             domain,
             params,
         })

@@ -7,7 +7,7 @@
 //! 3. *Merge*: the domain-posterior ensemble ([`ensemble`]) or parameter averaging ([`average`]);
 //!    either can seed a new branch for a new domain.
 //!
-//! Every phase trains through [`crate::moe::training::train`]: there is one trainer.
+//! Every phase trains through [`crate::moe::training_run::train`]: there is one trainer.
 
 pub mod ensemble;
 pub mod experiment;
@@ -18,7 +18,7 @@ pub use merge::average;
 
 use crate::data::Corpus;
 use crate::kernels::lm_train::AdamConfig;
-use crate::moe::training::{TrainOptions, TrainReport, TrainingRun};
+use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
 use crate::moe::{GpuTrainer, MoeLmParams};
 use crate::sched::{Runtime, RuntimeOptions};
 use crate::trace::Tracer;

@@ -43,8 +43,8 @@ pub mod params;
 pub mod reference;
 #[cfg(test)]
 mod tests;
-pub mod train;
-pub mod training;
+pub mod trainer;
+pub mod training_run;
 
 pub use adam::Adam;
 pub use params::{MoeLmParams, ParamSpec};
@@ -52,7 +52,7 @@ pub use reference::{
     BlockCache, Forward, GroupedForward, LossParts, RoutingStats, backward, backward_grouped,
     forward, forward_grouped, loss_and_grads, loss_and_grads_grouped,
 };
-pub use train::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
+pub use trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 
 use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::router::RouterConfig;

@@ -725,7 +725,10 @@ fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> 
     }
     // A send's readback is queued behind the op that makes its tensor (parallel dispatch submits
     // both at once): it starts, as a transfer, when that op's kernels end on its stage.
-    for e in out.iter_mut().filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::Out)) {
+    for e in out
+        .iter_mut()
+        .filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::Out))
+    {
         let ready = compute
             .iter()
             .filter(|c| c.device == e.device && c.end_ns <= e.end_ns)

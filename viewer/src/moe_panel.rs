@@ -11,8 +11,8 @@ use egui::{Button, RichText, Slider, Ui};
 use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
 use gangway::Device;
 use gangway::data::Corpus;
-use gangway::moe::train::StepStats;
-use gangway::moe::training::{Progress, TrainOptions, TrainReport, train};
+use gangway::moe::trainer::StepStats;
+use gangway::moe::training_run::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::trace::Tracer;
 

@@ -145,7 +145,7 @@ fn run(cli: Cli) -> Result<()> {
 
 fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result<()> {
     use gangway::data::Corpus;
-    use gangway::moe::training::{TrainOptions, resume, train};
+    use gangway::moe::training_run::{TrainOptions, resume, train};
     use gangway::moe::{MoeLmParams, TrainerCheckpoint};
     if args.devices == 0 || args.devices > devices.len() {
         bail!(
@@ -193,7 +193,7 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
         ..TrainOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));
-    let show = |p: &gangway::moe::training::Progress| {
+    let show = |p: &gangway::moe::training_run::Progress| {
         pb.set_position(u64::from(p.step));
         pb.set_message(format!(
             "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
@@ -252,7 +252,7 @@ fn btm_setup(
 )> {
     use gangway::btm::{EnsembleOptions, experiment::BtmOptions};
     use gangway::data::Corpus;
-    use gangway::moe::training::TrainOptions;
+    use gangway::moe::training_run::TrainOptions;
     if args.devices == 0 || args.devices > devices.len() {
         bail!(
             "--devices {} but {} devices were found (try --virtual-devices)",
@@ -354,7 +354,7 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
 fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
     use gangway::btm::{average, branch, load_domain_elms, save_elms};
     use gangway::data::Corpus;
-    use gangway::moe::training::TrainOptions;
+    use gangway::moe::training_run::TrainOptions;
     let device = devices.first().context("no device")?;
     let elms = load_domain_elms(&args.checkpoint_dir)
         .with_context(|| format!("reading {}", args.checkpoint_dir.display()))?;

@@ -380,8 +380,9 @@ impl GpuTrainer {
             return Ok(p.clone());
         }
         let program = step_program::build(&self.shape(tokens), &self.expert, mode)?;
+        // Two training steps may be in flight (the next one submitted while this one runs).
         let opts = CompileOptions {
-            in_flight: 1,
+            in_flight: if mode == Mode::Train { 2 } else { 1 },
             ..CompileOptions::default()
         };
         let exec = Arc::new(program.compile_with(&self.devices, opts, &self.variables)?);

@@ -2,7 +2,7 @@
 //! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
 //! Branch-Train-Merge both train through [`train`].
 
-use super::train::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
+use super::trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::kernels::lm_train::AdamConfig;
@@ -190,8 +190,21 @@ fn run(
 ) -> Result<TrainReport> {
     let mut run = TrainingRun::new(devices, corpus, start, opts, None)?;
     run.trainer.set_tracer(tracer);
-    while let Some(pending) = run.submit()? {
-        run.finish(pending, &mut progress)?;
+    let mut pending = run.submit()?;
+    while let Some(step) = pending {
+        // Step n + 1 goes to the runtime before step n is finished (its batch drawn, its
+        // commands recorded while the devices run step n), unless step n evaluates or
+        // checkpoints: those must see step n's parameters, not step n + 1's.
+        let next = if run.may_submit_ahead() {
+            run.submit()?
+        } else {
+            None
+        };
+        run.finish(step, &mut progress)?;
+        pending = match next {
+            Some(n) => Some(n),
+            None => run.submit()?,
+        };
     }
     run.report()
 }
@@ -209,6 +222,8 @@ pub struct TrainingRun {
     dropped: f64,
     /// Steps finished by this run.
     done: u32,
+    /// The trainer's step count when the run began (a resumed run continues it).
+    first_step: u32,
     parameters: usize,
 }
 
@@ -263,6 +278,7 @@ impl TrainingRun {
             batches.next();
         }
         Ok(Self {
+            first_step: trainer.steps(),
             trainer,
             opts: opts.clone(),
             valid: split.valid,
@@ -294,7 +310,9 @@ impl TrainingRun {
             .stop
             .as_ref()
             .is_some_and(|s| s.load(Ordering::Relaxed));
-        if stopped || self.done >= self.opts.steps {
+        // Steps taken by the trainer so far, finished or in flight.
+        let taken = self.trainer.steps() - self.first_step;
+        if stopped || taken >= self.opts.steps {
             return Ok(None);
         }
         let (ctx, tgt) = self.batches.next().ok_or_else(|| Error::InvalidArgument {
@@ -302,6 +320,17 @@ impl TrainingRun {
             reason: "the batches ran out".into(),
         })?;
         self.trainer.submit_step(&ctx, &tgt).map(Some)
+    }
+
+    /// Whether the step after the one in flight may be submitted before that one is finished:
+    /// there is one, and finishing the one in flight neither evaluates nor checkpoints.
+    fn may_submit_ahead(&self) -> bool {
+        let o = &self.opts;
+        let in_flight = self.done + 1;
+        let due = |every: u32| every > 0 && in_flight.is_multiple_of(every);
+        in_flight < o.steps
+            && !due(o.eval_every)
+            && !(o.checkpoint.is_some() && due(o.checkpoint_every))
     }
 
     /// Finishes a submitted step: statistics, evaluation and checkpoint when due, progress.
