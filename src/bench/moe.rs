@@ -62,38 +62,33 @@ pub struct MoeBenchOptions {
 
 impl MoeBenchOptions {
     pub fn standard() -> Self {
+        let config = MoeLmConfig {
+            context: 8,
+            embed: 16,
+            model: 64,
+            hidden: 128,
+            experts: 8,
+            top_k: 2,
+            capacity_factor: 2.0,
+            blocks: 2,
+            aux_alpha: 0.01,
+            z_loss: 0.001,
+            normalize_gates: true,
+            seed: 0,
+        };
         Self {
-            config: MoeLmConfig {
-                context: 8,
-                embed: 16,
-                model: 64,
-                hidden: 128,
-                experts: 8,
-                top_k: 2,
-                capacity_factor: 2.0,
-                blocks: 2,
-                aux_alpha: 0.01,
-                z_loss: 0.001,
-                normalize_gates: true,
-                seed: 0,
-            },
+            config,
             tokens: 1024,
             experts: vec![1, 2, 4, 8, 16],
             devices: vec![1, 2, 4, 8],
+            // `train moe`'s defaults.
             parallel: (
                 MoeLmConfig {
                     context: 16,
-                    embed: 16,
-                    model: 64,
-                    hidden: 128,
-                    experts: 8,
-                    top_k: 2,
                     capacity_factor: 1.25,
                     blocks: 1,
-                    aux_alpha: 0.01,
                     z_loss: 0.0,
-                    normalize_gates: true,
-                    seed: 0,
+                    ..config
                 },
                 128,
             ),

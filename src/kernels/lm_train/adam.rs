@@ -58,36 +58,10 @@ pub fn encode_adam(
     config: AdamConfig,
     step: u32,
 ) -> Result<()> {
-    const WHAT: &str = "adam";
-    let device = param.device();
     config.validate(step)?;
-    for t in [param, m, v, grad] {
-        expect(WHAT, t, device, DType::F32, param.shape())?;
-    }
-    let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
-    for (i, a) in buffers.iter().enumerate() {
-        if buffers[i + 1..].contains(a) {
-            return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
-        }
-    }
-    let (bias1, bias2) = config.bias(step);
-    let params = Params {
-        rows: to_u32(WHAT, param.len())?,
-        lr: config.lr,
-        beta1: config.beta1,
-        beta2: config.beta2,
-        eps: config.eps,
-        bias1,
-        bias2,
-        ..Params::zeroed()
-    };
-    let bindings = [
-        (23, param.buffer()),
-        (24, m.buffer()),
-        (25, v.buffer()),
-        (26, grad.buffer()),
-    ];
-    encode(encoder, device, WHAT, &params, &bindings, param.len())
+    let params = checked_params(param, m, v, grad, config, config.bias(step))?;
+    let uniform = param.device().uniform_buffer(WHAT, &params);
+    encode_step(encoder, param, m, v, grad, &uniform)
 }
 
 /// Records one Adam step whose bias corrections are read when the commands run, from `bias` (f32
@@ -102,39 +76,71 @@ pub fn encode_adam_from(
     config: AdamConfig,
     bias: &Tensor,
 ) -> Result<()> {
-    const WHAT: &str = "adam";
-    let device = param.device();
     config.validate(1)?;
+    expect(WHAT, bias, param.device(), DType::F32, &[2])?;
+    let params = checked_params(param, m, v, grad, config, (1.0, 1.0))?;
+    let uniform = param.device().uniform_buffer(WHAT, &params);
+    let at = std::mem::offset_of!(Params, bias1) as u64;
+    encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
+    encode_step(encoder, param, m, v, grad, &uniform)
+}
+
+const WHAT: &str = "adam";
+
+/// Checks the four tensors (f32, one shape, one device, distinct buffers) and makes the step's
+/// parameters with bias corrections `bias`.
+fn checked_params(
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    config: AdamConfig,
+    (bias1, bias2): (f32, f32),
+) -> Result<Params> {
     for t in [param, m, v, grad] {
-        expect(WHAT, t, device, DType::F32, param.shape())?;
+        expect(WHAT, t, param.device(), DType::F32, param.shape())?;
     }
-    expect(WHAT, bias, device, DType::F32, &[2])?;
     let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
     for (i, a) in buffers.iter().enumerate() {
         if buffers[i + 1..].contains(a) {
             return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
         }
     }
-    let params = Params {
+    Ok(Params {
         rows: to_u32(WHAT, param.len())?,
         lr: config.lr,
         beta1: config.beta1,
         beta2: config.beta2,
         eps: config.eps,
-        bias1: 1.0,
-        bias2: 1.0,
+        bias1,
+        bias2,
         ..Params::zeroed()
-    };
-    let uniform = device.uniform_buffer(WHAT, &params);
-    let at = std::mem::offset_of!(Params, bias1) as u64;
-    encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
+    })
+}
+
+/// The step's dispatch, its parameters in `uniform`.
+fn encode_step(
+    encoder: &mut impl Recorder,
+    param: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    grad: &Tensor,
+    uniform: &wgpu::Buffer,
+) -> Result<()> {
     let bindings = [
         (23, param.buffer()),
         (24, m.buffer()),
         (25, v.buffer()),
         (26, grad.buffer()),
     ];
-    encode_with(encoder, device, WHAT, &uniform, &bindings, param.len())
+    encode_with(
+        encoder,
+        param.device(),
+        WHAT,
+        uniform,
+        &bindings,
+        param.len(),
+    )
 }
 
 /// One Adam step in place. Blocks.

@@ -171,6 +171,23 @@ impl Builder<'_> {
         self.grads[p] = Some(next);
     }
 
+    /// The backward of `y = x · W[p]` given `dy`: adds `xᵀ · dy` to W[p]'s gradient and returns
+    /// `dy · W[p]ᵀ`. Nodes are named `at("<what> weight grad")`, `at("accumulate <what> grad")`
+    /// and `at("<what> input grad")`.
+    fn linear_backward(
+        &mut self,
+        at: &dyn Fn(&str) -> String,
+        what: &str,
+        p: usize,
+        x: Value,
+        dy: Value,
+    ) -> Value {
+        let g = self.mm(&at(&format!("{what} weight grad")), x, dy, true, false);
+        self.grad(p, &at(&format!("accumulate {what} grad")), g);
+        let w = self.params[p];
+        self.mm(&at(&format!("{what} input grad")), dy, w, false, true)
+    }
+
     /// The slot-major ↔ expert-major block moves around the all-to-all: on device j the
     /// all-to-all gives `[source][local expert][capacity]`; the grouped matmuls want
     /// `[local expert][source][capacity]`. `back` is the inverse.
@@ -328,15 +345,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             Mode::Grads => {}
         }
         // ---- backward
-        let g = x.mm(&at("output weight grad"), last, d_logits, true, false);
-        x.grad(w_out, &at("accumulate output grad"), g);
-        let mut dh = x.mm(
-            &at("output input grad"),
-            d_logits,
-            x.params[w_out],
-            false,
-            true,
-        );
+        let mut dh = x.linear_backward(&at, "output", w_out, last, d_logits);
         for l in (0..cfg.blocks).rev() {
             let ix = cfg.block_index(l);
             let at = |what: &str| format!("r{r} b{l} {what}");
@@ -396,30 +405,14 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 KernelOp::RouterBackward(router, cfg.router_loss()),
                 &[logits, d_gate, probs, routes, stats],
             );
-            let gr = x.mm(&at("router weight grad"), mid, d_r, true, false);
-            x.grad(ix.router, &at("accumulate router grad"), gr);
-            let back = x.mm(
-                &at("router input grad"),
-                d_r,
-                x.params[ix.router],
-                false,
-                true,
-            );
+            let back = x.linear_backward(&at, "router", ix.router, mid, d_r);
             d_mid = x.accumulate(&at("accumulate router input grad"), d_mid, back);
             let d_pre = x.k(
                 &at("dense relu backward"),
                 KernelOp::ReluBackward,
                 &[d_mid, dense],
             );
-            let gd = x.mm(&at("dense weight grad"), input, d_pre, true, false);
-            x.grad(ix.dense, &at("accumulate dense grad"), gd);
-            let back = x.mm(
-                &at("dense input grad"),
-                d_pre,
-                x.params[ix.dense],
-                false,
-                true,
-            );
+            let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
         let d_pre = x.k(
@@ -427,9 +420,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             KernelOp::ReluBackward,
             &[dh, stem],
         );
-        let gw = x.mm(&at("stem weight grad"), emb, d_pre, true, false);
-        x.grad(W_IN, &at("accumulate stem grad"), gw);
-        let d_x = x.mm(&at("stem input grad"), d_pre, x.params[W_IN], false, true);
+        let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
         let ge = x.k(
             &at("embed grad"),
             KernelOp::EmbedGrad { vocab: VOCAB },
