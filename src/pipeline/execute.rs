@@ -694,19 +694,21 @@ fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> 
                     .or_insert((u64::MAX, 0));
                 *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
             }
-            (Tag::Send { stage, what, mb }, EventKind::Transfer) if e.flow.is_some() => {
-                let mut meta = EventMeta::transfer(*stage).microbatch(*mb as u32);
-                if let Some(f) = e.flow {
-                    meta = meta.flow(f.id, f.role);
-                }
-                out.push(meta.event(format!("send {}", what.name()), e.start_ns, e.end_ns));
-            }
-            (Tag::Recv { stage, what, mb }, EventKind::Transfer) if e.flow.is_some() => {
-                let mut meta = EventMeta::transfer(*stage).microbatch(*mb as u32);
-                if let Some(f) = e.flow {
-                    meta = meta.flow(f.id, f.role);
-                }
-                out.push(meta.event(format!("recv {}", what.name()), e.start_ns, e.end_ns));
+            (
+                Tag::Send { stage, what, mb } | Tag::Recv { stage, what, mb },
+                EventKind::Transfer,
+            ) => {
+                // Only the flow ends are the pipeline's transfers (not uploads of arguments).
+                let Some(f) = e.flow else { continue };
+                let verb = if f.role == FlowRole::Out {
+                    "send"
+                } else {
+                    "recv"
+                };
+                let meta = EventMeta::transfer(*stage)
+                    .microbatch(*mb as u32)
+                    .flow(f.id, f.role);
+                out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
             }
             (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
                 let meta = EventMeta::wait(*stage).microbatch(*mb as u32);
