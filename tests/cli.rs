@@ -12,6 +12,10 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(host: pipeline_prints_the_textbook_bubble_and_traces_the_simulation),
         case!(host: bad_pipeline_parameters_are_clear_errors),
+        case!(host: interleaved_beats_1f1b_at_the_same_model_cost),
+        case!(host: pipeline_svg_writes_the_figure_whole),
+        case!(host: pipeline_compare_writes_all_four_schedules),
+        case!(host: bad_svg_paths_are_clear_errors),
         case!(device: bench_dispatch_writes_json_and_a_valid_trace),
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
         case!(adapters: train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint)
@@ -85,6 +89,168 @@ fn bad_pipeline_parameters_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("multiple"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The `makespan: X ms` line of a `pipeline --simulate` run, in ms.
+fn makespan_ms(out: &str) -> f64 {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("makespan: "))
+        .unwrap_or_else(|| panic!("no makespan in:\n{out}"));
+    line.trim_end_matches(" ms").parse().unwrap()
+}
+
+/// `--costs-us` is a device's whole model share: interleaved runs v chunk ops of 1/v of it, so
+/// at p = 4, m = 8 it finishes before 1F1B (2.85 against 3.3 ms), not after.
+fn interleaved_beats_1f1b_at_the_same_model_cost() {
+    let run = |schedule: &str| {
+        gangway(&[
+            "pipeline",
+            "--schedule",
+            schedule,
+            "--chunks",
+            "2",
+            "--stages",
+            "4",
+            "--microbatches",
+            "8",
+            "--simulate",
+            "--costs-us",
+            "100,100,100",
+        ])
+    };
+    let (inter, one) = (run("interleaved"), run("1f1b"));
+    let (inter_ms, one_ms) = (makespan_ms(&inter), makespan_ms(&one));
+    assert!(
+        inter_ms < one_ms,
+        "interleaved {inter_ms} ms vs 1f1b {one_ms} ms"
+    );
+    assert_eq!((inter_ms, one_ms), (2.85, 3.3));
+    assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+fn scratch_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gangway-cli-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every file in `dir` (no `.partial` temporaries left behind).
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn pipeline_svg_writes_the_figure_whole() {
+    let dir = scratch_dir("svg");
+    let path = dir.join("1f1b.svg");
+    std::fs::write(&path, "old").unwrap();
+    let out = gangway(&[
+        "pipeline",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--svg",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("figure: ") && out.contains("projector theme"),
+        "{out}"
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg:.200}"
+    );
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains(">1F1B</text>"));
+    for mb in 1..=8 {
+        // Each microbatch labels its F and B block on each of the 4 stages.
+        let label = format!(">{mb}</text>");
+        assert!(svg.matches(&label).count() >= 8, "label {mb}");
+    }
+    assert!(svg.contains("makespan 3300 µs, bubble 900 µs (27.3%)"));
+    assert_eq!(names_in(&dir), ["1f1b.svg"]);
+    // The screen theme is dark.
+    gangway(&[
+        "pipeline",
+        "--svg",
+        path.to_str().unwrap(),
+        "--theme",
+        "screen",
+    ]);
+    let dark = std::fs::read_to_string(&path).unwrap();
+    assert!(dark.contains(r##"fill="#1b1b1b""##), "{dark:.400}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn pipeline_compare_writes_all_four_schedules() {
+    let dir = scratch_dir("compare");
+    let path = dir.join("compare.svg");
+    let out = gangway(&[
+        "pipeline",
+        "--compare",
+        "--stages",
+        "4",
+        "--microbatches",
+        "8",
+        "--chunks",
+        "2",
+        "--svg",
+        path.to_str().unwrap(),
+    ]);
+    let ms = |name: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace()
+            .nth(if name == "interleaved" { 2 } else { 1 })
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        [ms("gpipe"), ms("1f1b"), ms("interleaved"), ms("zb-h1")],
+        [3.3, 3.3, 2.85, 2.7],
+        "{out}"
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for title in [">GPipe<", ">1F1B<", ">Interleaved 1F1B, v = 2<", ">ZB-H1<"] {
+        assert!(svg.contains(title), "{title}");
+    }
+    assert!(svg.contains(">8</text>") && svg.contains("weight grad W"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A path in a missing directory or a directory fails at once, naming the path, and leaves
+/// nothing behind.
+fn bad_svg_paths_are_clear_errors() {
+    let dir = scratch_dir("bad-svg");
+    let missing = dir.join("no/such/dir/f.svg");
+    for (path, want) in [
+        (missing.to_str().unwrap(), "No such file"),
+        (dir.to_str().unwrap(), "is a directory"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(["pipeline", "--compare", "--svg", path])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{path}");
+        assert!(
+            err.contains("cannot write the SVG figure") && err.contains(path) && err.contains(want),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert!(names_in(&dir).is_empty(), "{:?}", names_in(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Two virtual devices of the device's adapter, by `--adapters <index>`.

@@ -1,5 +1,6 @@
-//! Pipeline parallelism without GPUs: schedules as data, a validator, a cost-model simulator and
-//! an ASCII timeline. Executing a schedule on devices lives elsewhere and consumes these types.
+//! Pipeline parallelism without GPUs: schedules as data, a validator, a cost-model simulator, an
+//! ASCII timeline and the textbook figure ([`figure`], as SVG or for any painter). Executing a
+//! schedule on devices lives elsewhere and consumes these types.
 //!
 //! A model is cut into `p` stages (one per device), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
@@ -24,6 +25,7 @@ mod ascii;
 mod engine;
 mod error;
 mod execute;
+pub mod figure;
 mod mlp;
 mod orders;
 mod schedule;
@@ -34,6 +36,7 @@ pub use ascii::timeline;
 pub use engine::OpAt;
 pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
+pub use figure::{Figure, FigureRow, Theme};
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
 pub use schedule::{MAX_OPS, Op, OpKind, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate};

@@ -44,6 +44,29 @@ impl Costs {
         }
     }
 
+    /// Compute costs of a stage's *whole* model share, split into `chunks` model chunks (v) as
+    /// Megatron's interleaved schedule splits it: each chunk op costs `1/v` of the whole, so a
+    /// stage does the same work per microbatch whatever `v` is, and only the bubble changes.
+    /// With `chunks == 1` (every schedule but interleaved) this is [`Costs::compute_only`].
+    ///
+    /// Each per-chunk cost is rounded *up* to a whole nanosecond (`ceil(x / v)`), so an uneven
+    /// split never makes interleaving look cheaper than it is; the error is under one
+    /// nanosecond per chunk op. `chunks == 0` is taken as 1. Transfers are free, as in
+    /// [`Costs::compute_only`].
+    pub fn stage_model(
+        forward_ns: u64,
+        backward_ns: u64,
+        weight_grad_ns: u64,
+        chunks: usize,
+    ) -> Costs {
+        let v = chunks.max(1) as u64;
+        Costs::compute_only(
+            forward_ns.div_ceil(v),
+            backward_ns.div_ceil(v),
+            weight_grad_ns.div_ceil(v),
+        )
+    }
+
     /// Time one activation or gradient takes from send to arrival.
     pub fn transfer_ns(&self) -> Result<u64, ScheduleError> {
         let bw = self.bytes_per_ns;
@@ -332,6 +355,37 @@ mod tests {
                 assert_eq!(summary.flow_pairs, transfers, "{kind} latency {latency_ns}");
             }
         }
+    }
+
+    /// A stage's model share split into v chunks costs 1/v per chunk op (rounded up), so
+    /// interleaving keeps the work and shrinks the bubble: below 1F1B at the same share cost.
+    #[test]
+    fn stage_model_splits_the_share_into_chunks() {
+        assert_eq!(
+            Costs::stage_model(100, 200, 50, 1),
+            Costs::compute_only(100, 200, 50)
+        );
+        assert_eq!(
+            Costs::stage_model(100, 200, 50, 2),
+            Costs::compute_only(50, 100, 25)
+        );
+        assert_eq!(
+            Costs::stage_model(10, 10, 10, 3),
+            Costs::compute_only(4, 4, 4)
+        );
+        assert_eq!(Costs::stage_model(7, 0, 1, 0), Costs::compute_only(7, 0, 1));
+        let whole = Costs::compute_only(100, 100, 100);
+        let one = sim(ScheduleKind::OneFOneB, 4, 8, 1, &whole);
+        let inter = sim(
+            ScheduleKind::Interleaved,
+            4,
+            8,
+            2,
+            &Costs::stage_model(100, 100, 100, 2),
+        );
+        assert_eq!(one.makespan_ns, 3300);
+        assert_eq!(inter.ideal_ns, one.ideal_ns);
+        assert_eq!(inter.makespan_ns, 2850);
     }
 
     /// Issuing ops in `order` from one thread never meets a receive before its send.

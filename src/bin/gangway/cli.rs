@@ -232,12 +232,44 @@ pub(crate) struct PipelineArgs {
     /// Run a pipelined MLP training step on the devices and measure the bubble.
     #[arg(long)]
     pub(crate) run: bool,
-    /// Cost-model times per op, in microseconds: forward, backward (input grad), weight grad.
+    /// Cost-model times, in microseconds, of one microbatch through a device's whole model
+    /// share: forward, backward (input grad), weight grad. Interleaved splits each into v chunk
+    /// ops of 1/v of it; schedules that do not split the backward run W inside B.
     #[arg(long, value_delimiter = ',', default_values_t = [100.0, 100.0, 100.0])]
     pub(crate) costs_us: Vec<f64>,
     /// Columns of the ASCII timeline.
     #[arg(long, default_value_t = 100)]
     pub(crate) width: usize,
+    /// All four schedules (gpipe, 1f1b, interleaved with --chunks, zb-h1) at the same stages,
+    /// microbatches and --costs-us: a table, and with --svg the stacked figure.
+    #[arg(long, conflicts_with = "run")]
+    pub(crate) compare: bool,
+    /// Write the textbook figure of the simulation as SVG here (with --compare, all four
+    /// schedules on one time axis).
+    #[arg(long, value_name = "PATH", conflicts_with = "run")]
+    pub(crate) svg: Option<PathBuf>,
+    /// The figure's look: projector (light, large type, for slides) or screen (dark).
+    #[arg(long, value_enum, default_value = "projector")]
+    pub(crate) theme: ThemeArg,
+    /// The figure's width in pixels (wider when its columns need it).
+    #[arg(long, default_value_t = 1600.0, value_name = "PX")]
+    pub(crate) svg_width: f32,
+}
+
+/// `--theme`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum ThemeArg {
+    Projector,
+    Screen,
+}
+
+impl From<ThemeArg> for gangway::pipeline::Theme {
+    fn from(t: ThemeArg) -> Self {
+        match t {
+            ThemeArg::Projector => Self::Projector,
+            ThemeArg::Screen => Self::Screen,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

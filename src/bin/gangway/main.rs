@@ -490,27 +490,70 @@ fn chunks_suffix(chunks: usize) -> String {
     }
 }
 
-/// Simulates (or runs) one schedule; returns the trace's process names (one per stage).
+/// Simulates (or runs) one schedule, or compares all four; returns the trace's process names
+/// (one per stage).
 fn pipeline(
     args: &PipelineArgs,
     devices: &[Device],
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::{Costs, Schedule, bubble_formula, simulate, validate};
+    use gangway::pipeline::{Costs, Figure, Schedule, bubble_formula, simulate, validate};
     if args.run {
         return pipeline_run(args, devices, tracer);
     }
-    let chunks = args.schedule.chunks(args.chunks);
-    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
-    let validation = validate(&schedule)?;
     let [f, b, w] = match args.costs_us[..] {
         [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
         _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
     };
+    if let Some(path) = &args.svg {
+        if !(args.svg_width.is_finite() && args.svg_width > 0.0) {
+            bail!("--svg-width must be a positive number of pixels");
+        }
+        // Fail now on a bad path, not after the work.
+        if path.is_dir() {
+            bail!(
+                "cannot write the SVG figure: {} is a directory",
+                path.display()
+            );
+        }
+        gangway::fsutil::check_writable(path).context("cannot write the SVG figure")?;
+    }
+    let names = (0..args.stages)
+        .map(|s| (s, format!("stage {s}")))
+        .collect();
     let ns = |us: f64| (us * 1e3).round() as u64;
-    let sim = simulate(&schedule, &Costs::compute_only(ns(f), ns(b), ns(w)))?;
+    if args.compare {
+        let figure = Figure::compare(
+            args.stages,
+            args.microbatches,
+            args.chunks,
+            ns(f),
+            ns(b),
+            ns(w),
+        )?;
+        print_comparison(args, &figure, [f, b, w]);
+        if let Some(path) = &args.svg {
+            write_figure(path, &figure, args)?;
+        }
+        return Ok(names);
+    }
+    let chunks = args.schedule.chunks(args.chunks);
+    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
+    let validation = validate(&schedule)?;
+    let costs = Costs::stage_model(ns(f), ns(b), ns(w), chunks);
+    let sim = simulate(&schedule, &costs)?;
+    let per_chunk = if chunks > 1 {
+        format!(
+            " per device's model share, so {}/{}/{} µs per chunk op",
+            costs.forward_ns as f64 / 1e3,
+            costs.backward_ns as f64 / 1e3,
+            costs.weight_grad_ns as f64 / 1e3
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{} on {} stages, {} microbatches{} (simulated, F/B/W = {f}/{b}/{w} µs)",
+        "{} on {} stages, {} microbatches{} (simulated, F/B/W = {f}/{b}/{w} µs{per_chunk})",
         args.schedule.name(),
         args.stages,
         args.microbatches,
@@ -535,9 +578,66 @@ fn pipeline(
     for e in &sim.events {
         tracer.emit(e.clone());
     }
-    Ok((0..args.stages)
-        .map(|s| (s, format!("stage {s}")))
-        .collect())
+    if let Some(path) = &args.svg {
+        let figure = Figure::single(
+            args.schedule,
+            args.stages,
+            args.microbatches,
+            chunks,
+            &costs,
+        )?;
+        write_figure(path, &figure, args)?;
+    }
+    Ok(names)
+}
+
+/// The four schedules of a `--compare` side by side.
+fn print_comparison(args: &PipelineArgs, figure: &gangway::pipeline::Figure, [f, b, w]: [f64; 3]) {
+    use gangway::pipeline::bubble_formula;
+    println!(
+        "{} stages, {} microbatches, F/B/W = {f}/{b}/{w} µs per device's model share (simulated; \
+         interleaved runs {} chunk ops of 1/{} each)",
+        args.stages, args.microbatches, args.chunks, args.chunks
+    );
+    println!(
+        "{:<18} {:>12} {:>8} {:>9}  peak activations per stage",
+        "schedule", "makespan", "bubble", "textbook"
+    );
+    for row in &figure.rows {
+        let s = &row.schedule;
+        let name = if s.chunks > 1 {
+            format!("{} v={}", s.kind.name(), s.chunks)
+        } else {
+            s.kind.name().to_owned()
+        };
+        println!(
+            "{:<18} {:>9.3} ms {:>7.1}% {:>8.1}%  {:?}",
+            name,
+            row.sim.makespan_ns as f64 / 1e6,
+            row.sim.bubble_fraction * 100.0,
+            bubble_formula(s.kind, s.stages, s.microbatches, s.chunks) * 100.0,
+            row.peak_activations
+        );
+    }
+}
+
+/// Writes `figure` as SVG to `path`, all or nothing.
+fn write_figure(
+    path: &std::path::Path,
+    figure: &gangway::pipeline::Figure,
+    args: &PipelineArgs,
+) -> Result<()> {
+    let layout = figure.layout(args.svg_width, args.theme.into(), None);
+    let text = gangway::pipeline::figure::svg(&layout);
+    gangway::fsutil::write_atomic(path, text.as_bytes()).context("cannot write the SVG figure")?;
+    println!(
+        "figure: {} ({:.0}×{:.0} px, {} theme)",
+        path.display(),
+        layout.width,
+        layout.height,
+        format!("{:?}", args.theme).to_lowercase()
+    );
+    Ok(())
 }
 
 fn devices(devices: &[Device], json: bool) -> Result<()> {
