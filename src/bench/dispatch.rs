@@ -211,7 +211,8 @@ struct Shares {
 
 impl BlockingRun for Shares {
     fn run(&mut self) -> Result<()> {
-        let before = self.runtime.gang_order().first().map_or(0, Vec::len);
+        // The record is bounded (older gangs are forgotten): start each run from an empty one.
+        self.runtime.clear_gang_order();
         self.runtime.pause_admission();
         let mut handles = Vec::new();
         for (client, exec) in &self.clients {
@@ -225,7 +226,7 @@ impl BlockingRun for Shares {
         let mut seen = std::collections::HashSet::new();
         let admitted: Vec<usize> = order
             .first()
-            .map(|o| &o[before.min(o.len())..])
+            .map(Vec::as_slice)
             .unwrap_or_default()
             .iter()
             .filter(|r| seen.insert(r.run))

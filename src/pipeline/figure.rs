@@ -382,7 +382,9 @@ impl Figure {
             let costs = Costs::stage_model(forward_ns, backward_ns, weight_grad_ns, v);
             rows.push(FigureRow::new(schedule_title(kind, v), schedule, &costs)?);
         }
-        let unit = Unit::for_span(forward_ns.max(backward_ns).max(weight_grad_ns));
+        // The rows' unit (picked from the longest makespan), so the caption reads like them.
+        let longest = rows.iter().map(|r| r.sim.makespan_ns).max().unwrap_or(0);
+        let unit = Unit::for_span(longest);
         Ok(Figure {
             caption: format!(
                 "{} · one microbatch through a stage: F {}, B {}, W {}",

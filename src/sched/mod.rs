@@ -12,4 +12,6 @@ mod worker;
 
 pub use resources::{ResourceManager, Slice, SliceRequest};
 pub use run::{DispatchMode, RunOptions};
-pub use runtime::{Client, ClientStats, GangRecord, Policy, RunHandle, Runtime, RuntimeOptions};
+pub use runtime::{
+    Client, ClientStats, GANG_ORDER_KEEP, GangRecord, Policy, RunHandle, Runtime, RuntimeOptions,
+};

@@ -5,7 +5,7 @@
 use super::clock::GpuClock;
 use super::record::{Recorded, record};
 use super::run::{DispatchMode, Role, RunState};
-use super::runtime::{GangRecord, Shared};
+use super::runtime::{GANG_ORDER_KEEP, GangRecord, Shared};
 use super::timestamps::{BATCH, TimestampRing, contiguous};
 use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
@@ -201,7 +201,12 @@ impl Worker {
             }
             *current = state.queues[self.index].pop_front();
             if let Some(t) = current.as_ref() {
-                state.order[self.index].push(GangRecord {
+                let order = &mut state.order[self.index];
+                if order.len() >= GANG_ORDER_KEEP {
+                    // Bounded, so a runtime that runs for hours keeps constant memory.
+                    order.drain(..GANG_ORDER_KEEP / 2);
+                }
+                order.push(GangRecord {
                     seq: t.seq,
                     run: t.run.id,
                     program: t.run.exec.id(),
