@@ -5,12 +5,94 @@
 //! assignment in start order that the Chrome exporter uses for its overflow threads (a row is
 //! free when its last event ends at or before the new start), so a track takes as many rows as
 //! events it has at once. Rows are assigned as events arrive (O(rows) for an in-order append;
-//! a track that got an out-of-order insert is reassigned once per batch), never per frame.
+//! a track that got out-of-order events is sorted and reassigned once per batch), never per
+//! frame.
+//!
+//! Each sub-row also keeps an index of its own events (which never overlap, so they are in start
+//! *and* end order) with running sums of busy time and of kind changes. A frame then costs
+//! O(pixels × log events) however many events are in view: [`Track::bars`] finds the events
+//! that start in one pixel column by binary search and sums their busy time by subtraction.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
 use gangway::trace::{Event, EventKind, Lane};
+
+use super::view::TimeView;
+
+/// The events of one sub-row, for per-pixel sums: a row's events never overlap, so they are in
+/// start order and in end order at once.
+#[derive(Debug, Clone)]
+struct RowIndex {
+    /// Indices into the track's events, ascending.
+    events: Vec<u32>,
+    /// Start and (clamped) end of each, contiguous for the binary searches of a frame.
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    /// Running busy time: `busy[k] - busy[m]` is the summed duration of the row's events `m..k`
+    /// (one longer than `events`; forgetting drops a prefix, so only differences mean anything).
+    busy: Vec<u64>,
+    /// Running kind changes: `changes[k] == changes[m]` (m < k) when the row's events `m..=k`
+    /// are all of one kind.
+    changes: Vec<u32>,
+}
+
+impl RowIndex {
+    fn new() -> Self {
+        Self {
+            events: Vec::new(),
+            starts: Vec::new(),
+            ends: Vec::new(),
+            busy: vec![0],
+            changes: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, index: u32, e: &Event, kind_changed: bool) {
+        let busy = self.busy.last().copied().unwrap_or(0);
+        let changes = self.changes.last().copied().unwrap_or(0);
+        self.events.push(index);
+        self.starts.push(e.start_ns);
+        self.ends.push(e.clamped_end_ns());
+        self.busy.push(busy.saturating_add(e.duration_ns()));
+        self.changes.push(changes + u32::from(kind_changed));
+    }
+
+    /// Drops the entries of the first `cut` events of the track (renumbering the rest).
+    fn forget(&mut self, cut: u32) {
+        let gone = self.events.partition_point(|&i| i < cut);
+        self.events.drain(..gone);
+        self.starts.drain(..gone);
+        self.ends.drain(..gone);
+        self.busy.drain(..gone);
+        self.changes.drain(..gone);
+        for i in &mut self.events {
+            *i -= cut;
+        }
+    }
+}
+
+/// Greedy step: the lowest sub-row free at `start` (its last event ended by then), or a new
+/// one. Events must come in start order.
+fn next_row(
+    row_last: &mut Vec<(u64, u64)>,
+    index: &mut Vec<RowIndex>,
+    start: u64,
+    end: u64,
+) -> usize {
+    let row = match row_last.iter().position(|&(_, e)| e <= start) {
+        Some(row) => row,
+        None => {
+            row_last.push((start, end));
+            index.push(RowIndex::new());
+            row_last.len() - 1
+        }
+    };
+    if let Some(last) = row_last.get_mut(row) {
+        *last = (start, end);
+    }
+    row
+}
 
 /// One row of the timeline: one lane of one device.
 #[derive(Debug, Clone)]
@@ -19,14 +101,20 @@ pub struct Track {
     pub lane: Lane,
     /// Sorted by `start_ns` (ties keep arrival order).
     events: Vec<Event>,
+    /// [`BarKind::of`] each event (parallel to `events`), so frames never look at names.
+    kinds: Vec<BarKind>,
     /// Sub-row of each event (parallel to `events`); events on one sub-row never overlap.
     rows: Vec<u32>,
     /// Per sub-row, `(start, end)` of its latest-starting event.
     row_last: Vec<(u64, u64)>,
-    /// An out-of-order insert happened: `rows` must be reassigned.
-    dirty: bool,
+    /// Per sub-row, its events with running sums (parallel to `row_last`).
+    row_index: Vec<RowIndex>,
+    /// Events were appended out of start order: sort, then reassign every row.
+    unsorted: bool,
     /// Longest event, so a search for events overlapping a window knows how far back to look.
     max_duration_ns: u64,
+    /// Latest end of the events kept.
+    max_end_ns: u64,
 }
 
 impl Track {
@@ -35,10 +123,13 @@ impl Track {
             device,
             lane,
             events: Vec::new(),
+            kinds: Vec::new(),
             rows: Vec::new(),
             row_last: Vec::new(),
-            dirty: false,
+            row_index: Vec::new(),
+            unsorted: false,
             max_duration_ns: 0,
+            max_end_ns: 0,
         }
     }
 
@@ -51,66 +142,71 @@ impl Track {
         &self.rows
     }
 
-    /// How many sub-rows the track takes (at least 1).
+    /// How many sub-rows the track takes (at least 1). Every sub-row holds an event: rows left
+    /// empty by [`TimelineData::forget_before`] are removed.
     pub fn row_count(&self) -> usize {
         self.row_last.len().max(1)
     }
 
-    /// Inserts `e` keeping start order; an out-of-order insert marks the rows for
-    /// [`Track::assign_rows`].
+    /// Appends `e`; an event out of start order marks the track for [`Track::settle`].
     fn insert(&mut self, e: Event) {
         self.max_duration_ns = self.max_duration_ns.max(e.duration_ns());
+        self.max_end_ns = self.max_end_ns.max(e.clamped_end_ns());
         // Live events arrive nearly in order: appending is the common case.
-        if self
-            .events
-            .last()
-            .is_none_or(|last| last.start_ns <= e.start_ns)
-        {
-            if !self.dirty {
-                let row = self.next_row(e.start_ns, e.clamped_end_ns());
-                self.rows.push(row);
-            }
-            self.events.push(e);
+        let in_order = !self.unsorted
+            && self
+                .events
+                .last()
+                .is_none_or(|last| last.start_ns <= e.start_ns);
+        self.kinds.push(BarKind::of(&e));
+        self.events.push(e);
+        if in_order {
+            self.index_event(self.events.len() - 1);
         } else {
-            let at = self.events.partition_point(|x| x.start_ns <= e.start_ns);
-            self.events.insert(at, e);
-            self.dirty = true;
+            self.unsorted = true;
         }
     }
 
-    /// Greedy step: the lowest sub-row free at `start` (its last event ended by then), or a
-    /// new one. Events must come in start order.
-    fn next_row(&mut self, start: u64, end: u64) -> u32 {
-        let free = self.row_last.iter().position(|&(_, e)| e <= start);
-        let row = match free {
-            Some(row) => row,
-            None => {
-                self.row_last.push((start, end));
-                self.row_last.len() - 1
-            }
+    /// Puts event `at` (the latest-starting so far) on its sub-row.
+    fn index_event(&mut self, at: usize) {
+        let Self {
+            events,
+            kinds,
+            rows,
+            row_last,
+            row_index,
+            ..
+        } = self;
+        let Some(e) = events.get(at) else {
+            return;
         };
-        if let Some(last) = self.row_last.get_mut(row) {
-            *last = (start, end);
+        let row = next_row(row_last, row_index, e.start_ns, e.clamped_end_ns());
+        rows.push(u32::try_from(row).unwrap_or(u32::MAX));
+        let kind = kinds.get(at).copied();
+        if let Some(r) = row_index.get_mut(row) {
+            let changed = r
+                .events
+                .last()
+                .is_some_and(|&prev| kinds.get(prev as usize).copied() != kind);
+            r.push(u32::try_from(at).unwrap_or(u32::MAX), e, changed);
         }
-        u32::try_from(row).unwrap_or(u32::MAX)
     }
 
-    /// Reassigns every event's sub-row, in start order, if an out-of-order insert asked for it.
-    fn assign_rows(&mut self) {
-        if !self.dirty {
+    /// After out-of-order appends: sorts the events by start (stable: ties keep arrival
+    /// order) and reassigns every sub-row. Once per batch, never per frame.
+    fn settle(&mut self) {
+        if !self.unsorted {
             return;
         }
-        self.dirty = false;
+        self.unsorted = false;
+        self.events.sort_by_key(|e| e.start_ns);
+        self.kinds = self.events.iter().map(BarKind::of).collect();
+        self.rows.clear();
         self.row_last.clear();
-        let spans: Vec<(u64, u64)> = self
-            .events
-            .iter()
-            .map(|e| (e.start_ns, e.clamped_end_ns()))
-            .collect();
-        self.rows = spans
-            .into_iter()
-            .map(|(start, end)| self.next_row(start, end))
-            .collect();
+        self.row_index.clear();
+        for at in 0..self.events.len() {
+            self.index_event(at);
+        }
     }
 
     /// The index range of the events that overlap `window` (plus, at the front, possibly a few
@@ -139,28 +235,72 @@ impl Track {
         }
     }
 
-    /// Drops events that ended before `ns` (keeps memory bounded for a long live session),
-    /// and the sub-rows at the top left empty.
+    /// The bars of every sub-row under `view` across `0..width` pixels (as [`bars_by_row`],
+    /// which gives the same bars): O(pixel columns × log n + wide bars), however many events
+    /// are in view. `first` of each bar indexes [`Track::events`].
+    pub fn bars(&self, view: &TimeView, width: f32) -> Vec<Vec<Bar>> {
+        self.row_index
+            .iter()
+            .map(|row| {
+                let mut out = Vec::new();
+                row_bars(&self.kinds, row, view, width, &mut out);
+                out
+            })
+            .collect()
+    }
+
+    /// The event of sub-row `row` that covers `t ± slack` (the latest-starting, if several):
+    /// O(log n).
+    pub fn pick(&self, row: usize, t: f64, slack: f64) -> Option<&Event> {
+        let r = self.row_index.get(row)?;
+        let n = r.starts.partition_point(|&s| s as f64 <= t + slack);
+        let last = n.checked_sub(1)?;
+        let end = *r.ends.get(last)?;
+        let e = self.events.get(*r.events.get(last)? as usize)?;
+        (end as f64 >= t - slack).then_some(e)
+    }
+
+    /// Drops events that ended before `ns` (keeps memory bounded for a long live session).
+    /// Sub-rows left empty are removed and the ones above move down, so the track shrinks.
     fn forget_before(&mut self, ns: u64) {
+        self.settle();
+        // The longest prefix (by start) of events that all ended before `ns`: O(cut).
         let cut = self
             .events
-            .partition_point(|e| e.start_ns.saturating_add(self.max_duration_ns) < ns);
+            .iter()
+            .position(|e| e.clamped_end_ns() >= ns)
+            .unwrap_or(self.events.len());
         if cut == 0 {
             return;
         }
-        self.assign_rows();
         self.events.drain(..cut);
-        self.rows.drain(..cut.min(self.rows.len()));
-        // The cut is a prefix by start (ties are never split), so a row whose latest event
-        // starts before the first kept event is empty.
-        let first_kept = self.events.first().map_or(u64::MAX, |e| e.start_ns);
-        while self
-            .row_last
-            .last()
-            .is_some_and(|&(start, _)| start < first_kept)
-        {
-            self.row_last.pop();
+        self.kinds.drain(..cut);
+        self.rows.drain(..cut);
+        let cut = u32::try_from(cut).unwrap_or(u32::MAX);
+        for r in &mut self.row_index {
+            r.forget(cut);
         }
+        if self.row_index.iter().any(|r| r.events.is_empty()) {
+            let mut renumber = Vec::with_capacity(self.row_index.len());
+            let mut next = 0u32;
+            for r in &self.row_index {
+                renumber.push(next);
+                next += u32::from(!r.events.is_empty());
+            }
+            for row in &mut self.rows {
+                *row = renumber.get(*row as usize).copied().unwrap_or(0);
+            }
+            let mut kept = self.row_index.iter().map(|r| !r.events.is_empty());
+            self.row_last.retain(|_| kept.next().unwrap_or(true));
+            self.row_index.retain(|r| !r.events.is_empty());
+        }
+        // A row's last event ends last on that row.
+        self.max_end_ns = self
+            .row_index
+            .iter()
+            .filter_map(|r| r.ends.last().copied())
+            .max()
+            .unwrap_or(0);
     }
 }
 
@@ -183,14 +323,14 @@ impl TimelineData {
         data
     }
 
-    /// Adds events; sub-rows of tracks that got out-of-order events are reassigned once, at
-    /// the end.
+    /// Adds events: appended to their tracks in one pass; a track that got any out of start
+    /// order is sorted and has its sub-rows reassigned once, at the end.
     pub fn extend(&mut self, events: impl IntoIterator<Item = Event>) {
         for e in events {
             self.insert(e);
         }
         for t in &mut self.tracks {
-            t.assign_rows();
+            t.settle();
         }
     }
 
@@ -199,7 +339,7 @@ impl TimelineData {
         self.insert(e);
         let at = self.tracks.partition_point(|t| (t.device, t.lane) < key);
         if let Some(track) = self.tracks.get_mut(at) {
-            track.assign_rows();
+            track.settle();
         }
     }
 
@@ -229,7 +369,7 @@ impl TimelineData {
         &self.tracks
     }
 
-    /// Earliest start to latest end of everything pushed.
+    /// Earliest start to latest end of the events kept.
     pub fn span(&self) -> Option<Range<u64>> {
         self.span.clone()
     }
@@ -247,12 +387,31 @@ impl TimelineData {
         self.tracks.iter().flat_map(|t| t.events.iter())
     }
 
-    /// Drops events that ended before `ns`; the span keeps its start so views stay stable.
+    /// Drops events that ended before `ns`. The span then starts at the earliest event kept
+    /// (a fitted view follows it), tracks left without events go, and sub-rows left empty are
+    /// removed.
     pub fn forget_before(&mut self, ns: u64) {
         for t in &mut self.tracks {
             t.forget_before(ns);
         }
+        self.tracks.retain(|t| !t.events.is_empty());
         self.count = self.tracks.iter().map(|t| t.events.len()).sum();
+        let start = self
+            .tracks
+            .iter()
+            .filter_map(|t| t.events.first())
+            .map(|e| e.start_ns)
+            .min();
+        let end = self.tracks.iter().map(|t| t.max_end_ns).max();
+        self.span = start.zip(end).map(|(s, e)| s..e.max(s));
+    }
+
+    /// Forgets every event (say, a new run whose clock starts again at 0): no tracks, no span.
+    /// Device names and the label prefix stay.
+    pub fn clear(&mut self) {
+        self.tracks.clear();
+        self.span = None;
+        self.count = 0;
     }
 
     /// The row title of a track, e.g. "dev 0 compute" or "stage 2 compute" (device names are
@@ -276,6 +435,13 @@ pub enum BarKind {
     Wait,
 }
 
+/// Whether `hay` contains `needle`, ignoring ASCII case (no allocation).
+fn contains_ignore_ascii_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 impl BarKind {
     pub const ALL: [BarKind; 8] = [
         BarKind::Forward,
@@ -296,8 +462,9 @@ impl BarKind {
             EventKind::HostEncode => BarKind::HostEncode,
             EventKind::Wait => BarKind::Wait,
             EventKind::Kernel => {
-                let lower = e.name.to_ascii_lowercase();
-                if lower.contains("all_to_all") || lower.contains("all-to-all") {
+                if contains_ignore_ascii_case(&e.name, "all_to_all")
+                    || contains_ignore_ascii_case(&e.name, "all-to-all")
+                {
                     return BarKind::AllToAll;
                 }
                 let mut chars = e.name.chars();
@@ -341,71 +508,435 @@ impl BarKind {
     }
 }
 
-/// A bar to paint: one event, or several adjacent ones narrower than a pixel merged together.
+/// Busy-fraction steps: neighbouring pixel columns whose busy fractions round to the same step
+/// (and whose kinds agree) merge into one bar.
+const DENSITY_LEVELS: f64 = 10.0;
+
+/// A bar to paint: one event at least a pixel wide, or a run of pixel columns holding narrower
+/// events, painted by how busy they are.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bar {
     pub x0: f32,
     pub x1: f32,
+    /// The events' kind, or [`BarKind::Kernel`] where kinds mix.
     pub kind: BarKind,
-    /// Events merged into this bar (1 for a single event).
+    /// Events in this bar (1 for a single event).
     pub merged: usize,
-    /// Index (into the slice given to [`bars`]) of the first event.
+    /// Index (into the slice given to [`bars`], or [`Track::events`]) of the first event.
     pub first: usize,
+    /// Summed duration of the bar's events.
+    pub busy_ns: u64,
+    /// A run of whole pixel columns of sub-pixel events (painted with
+    /// [`Bar::busy_fraction`] as opacity), not one event drawn to scale.
+    pub dense: bool,
 }
 
-/// The bars of `events` (sorted by start) under `x_of`, culled to `0..width` and with runs of
-/// sub-pixel events merged into one bar, so a frame paints at most a few bars per pixel.
-pub fn bars(events: &[Event], width: f32, x_of: impl Fn(f64) -> f32) -> Vec<Bar> {
-    bars_by_row(events, &[], width, x_of)
+impl Bar {
+    /// How busy the bar's pixels are, in `[0, 1]`: its events' time over the time it spans at
+    /// `ns_per_px` (at least one pixel's worth). 1 for an event drawn to scale; 0.2 for a
+    /// zoomed-out stretch of a trace that is busy a fifth of the time.
+    pub fn busy_fraction(&self, ns_per_px: f64) -> f32 {
+        let span_ns = f64::from((self.x1 - self.x0).max(1.0)) * ns_per_px;
+        if span_ns > 0.0 {
+            (self.busy_ns as f64 / span_ns).clamp(0.0, 1.0) as f32
+        } else {
+            1.0
+        }
+    }
+}
+
+/// The bars of `events` (sorted by start, none overlapping: one sub-row) under `view`, culled
+/// to `0..width`: events at least a pixel wide get a bar each; narrower ones are summed per
+/// pixel column, and neighbouring columns of equal busy fraction merge, so a frame paints at
+/// most about one bar per pixel.
+pub fn bars(events: &[Event], width: f32, view: &TimeView) -> Vec<Bar> {
+    bars_by_row(events, &[], width, view)
         .into_iter()
         .next()
         .unwrap_or_default()
 }
 
 /// [`bars`] per sub-row: `rows[i]` is the sub-row of `events[i]` (missing entries count as
-/// row 0); bars merge only with neighbours on their own row. One pass over `events`.
-pub fn bars_by_row(
-    events: &[Event],
-    rows: &[u32],
-    width: f32,
-    x_of: impl Fn(f64) -> f32,
-) -> Vec<Vec<Bar>> {
-    let mut by_row: Vec<Vec<Bar>> = vec![Vec::new()];
-    for (i, e) in events.iter().enumerate() {
+/// row 0); bars merge only with neighbours on their own row. Indexes `events` in one pass, then
+/// as [`Track::bars`] (which keeps that index between frames).
+pub fn bars_by_row(events: &[Event], rows: &[u32], width: f32, view: &TimeView) -> Vec<Vec<Bar>> {
+    let kinds: Vec<BarKind> = events.iter().map(BarKind::of).collect();
+    let mut index = vec![RowIndex::new()];
+    for (i, (e, &kind)) in events.iter().zip(&kinds).enumerate() {
         let row = rows.get(i).map_or(0, |&r| r as usize);
-        if row >= by_row.len() {
-            by_row.resize_with(row + 1, Vec::new);
+        if row >= index.len() {
+            index.resize_with(row + 1, RowIndex::new);
         }
-        let Some(out) = by_row.get_mut(row) else {
-            continue;
-        };
-        let x0 = x_of(e.start_ns as f64);
-        let x1 = x_of(e.clamped_end_ns() as f64);
-        if x1 < 0.0 || x0 > width {
-            continue;
+        if let Some(r) = index.get_mut(row) {
+            let changed = r
+                .events
+                .last()
+                .is_some_and(|&prev| kinds.get(prev as usize) != Some(&kind));
+            r.push(u32::try_from(i).unwrap_or(u32::MAX), e, changed);
         }
-        let (x0, x1) = (x0.max(-1.0), x1.min(width + 1.0));
-        let kind = BarKind::of(e);
-        let narrow = x1 - x0 < 1.0;
-        if narrow
-            && let Some(last) = out.last_mut()
-            && (last.merged > 1 || last.x1 - last.x0 < 1.0)
-            && x0 <= last.x1 + 1.0
-        {
-            last.x1 = last.x1.max(x1);
-            if last.kind != kind {
-                last.kind = BarKind::Kernel;
-            }
-            last.merged += 1;
-            continue;
-        }
-        out.push(Bar {
-            x0,
-            x1,
-            kind,
-            merged: 1,
-            first: i,
-        });
     }
-    by_row
+    index
+        .iter()
+        .map(|row| {
+            let mut out = Vec::new();
+            row_bars(&kinds, row, view, width, &mut out);
+            out
+        })
+        .collect()
+}
+
+/// The first `k` in `from..n` where `holds(k)` is false (it holds on a prefix), searched
+/// outwards from `from`: O(log(k - from)).
+fn gallop(from: usize, n: usize, holds: impl Fn(usize) -> bool) -> usize {
+    let mut lo = from;
+    let mut step = 1usize;
+    let mut hi = n;
+    while lo < n {
+        let probe = lo.saturating_add(step - 1).min(n - 1);
+        if holds(probe) {
+            lo = probe + 1;
+            step = step.saturating_mul(2);
+        } else {
+            hi = probe;
+            break;
+        }
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The bars of one sub-row: walks its events from the first visible one; an event at least a
+/// pixel wide is a bar; otherwise every event starting in the same pixel column is found by a
+/// binary search and summed from the running sums, so each column costs O(log n).
+fn row_bars(kinds: &[BarKind], row: &RowIndex, view: &TimeView, width: f32, out: &mut Vec<Bar>) {
+    let RowIndex {
+        events: idx,
+        starts,
+        ends,
+        busy,
+        changes,
+    } = row;
+    let n = idx.len();
+    if starts.len() != n || ends.len() != n || busy.len() != n + 1 || changes.len() != n {
+        return;
+    }
+    let (origin, ns_per_px) = (view.start_ns, view.ns_per_px);
+    let px = |ns: u64| (ns as f64 - origin) / ns_per_px;
+    let kind = |k: usize| {
+        kinds
+            .get(idx[k] as usize)
+            .copied()
+            .unwrap_or(BarKind::Kernel)
+    };
+    let width64 = f64::from(width);
+    // Ends ascend along a row: the first visible event is a binary search away.
+    let mut i = ends.partition_point(|&e| px(e) < 0.0);
+    // The busy step of the last bar, while it is a dense run.
+    let mut run: Option<i64> = None;
+    while i < n {
+        let (x0, x1) = (px(starts[i]), px(ends[i]));
+        if x0 >= width64 {
+            break;
+        }
+        if x1 - x0 >= 1.0 {
+            out.push(Bar {
+                x0: x0.max(-1.0) as f32,
+                x1: x1.min(width64 + 1.0) as f32,
+                kind: kind(i),
+                merged: 1,
+                first: idx[i] as usize,
+                busy_ns: busy[i + 1].saturating_sub(busy[i]),
+                dense: false,
+            });
+            run = None;
+            i += 1;
+            continue;
+        }
+        // Every event starting in this pixel column; all but the last end in it too (a row's
+        // events never overlap), and the last, if wide, gets a bar of its own.
+        let col = x0.floor();
+        let mut j = gallop(i + 1, n, |k| px(starts[k]) < col + 1.0);
+        if j > i + 1 && px(ends[j - 1]) - px(starts[j - 1]) >= 1.0 {
+            j -= 1;
+        }
+        let busy_ns = busy[j].saturating_sub(busy[i]);
+        let kind = if changes[j - 1] == changes[i] {
+            kind(i)
+        } else {
+            BarKind::Kernel
+        };
+        let step = ((busy_ns as f64 / ns_per_px).min(1.0) * DENSITY_LEVELS).round() as i64;
+        let (cx0, cx1) = (col.max(-1.0) as f32, (col + 1.0).min(width64 + 1.0) as f32);
+        match out.last_mut() {
+            Some(last) if run == Some(step) && last.kind == kind && last.x1 >= cx0 => {
+                last.x1 = cx1;
+                last.merged += j - i;
+                last.busy_ns = last.busy_ns.saturating_add(busy_ns);
+            }
+            _ => {
+                out.push(Bar {
+                    x0: cx0,
+                    x1: cx1,
+                    kind,
+                    merged: j - i,
+                    first: idx[i] as usize,
+                    busy_ns,
+                    dense: true,
+                });
+                run = Some(step);
+            }
+        }
+        i = j;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use gangway::trace::EventMeta;
+
+    fn kernel(device: usize, name: &str, start: u64, end: u64) -> Event {
+        EventMeta::kernel(device).event(name.into(), start, end)
+    }
+
+    /// Every sub-row holds an event, rows agree with the row index, and rows never overlap.
+    fn assert_consistent(d: &TimelineData) {
+        for t in d.tracks() {
+            assert!(!t.events.is_empty(), "an empty track is kept");
+            assert_eq!(t.row_index.len(), t.row_last.len());
+            assert_eq!(t.rows.len(), t.events.len());
+            assert_eq!(t.kinds.len(), t.events.len());
+            let used = t.rows.iter().map(|&r| r as usize + 1).max().unwrap_or(1);
+            assert_eq!(t.row_count(), used, "stale empty sub-rows");
+            for (r, index) in t.row_index.iter().enumerate() {
+                assert!(!index.events.is_empty(), "sub-row {r} is empty");
+                assert_eq!(index.busy.len(), index.events.len() + 1);
+                for w in index.events.windows(2) {
+                    let (a, b) = (&t.events[w[0] as usize], &t.events[w[1] as usize]);
+                    assert!(a.clamped_end_ns() <= b.start_ns, "overlap on sub-row {r}");
+                }
+                for &i in &index.events {
+                    assert_eq!(t.rows[i as usize] as usize, r);
+                }
+            }
+        }
+        let span = d.all_events().fold(None, |s: Option<Range<u64>>, e| {
+            Some(match s {
+                None => e.start_ns..e.clamped_end_ns(),
+                Some(s) => s.start.min(e.start_ns)..s.end.max(e.clamped_end_ns()),
+            })
+        });
+        assert_eq!(d.span(), span, "span is not the kept events'");
+        assert_eq!(d.len(), d.all_events().count());
+    }
+
+    #[test]
+    fn zoomed_out_bars_carry_busy_fraction_not_solid_coverage() {
+        // 1 µs kernels every 5 µs: 20 % busy. 200k of them over 1 s, in 1000 px: 1 ms a pixel,
+        // 200 events a pixel.
+        let events: Vec<Event> = (0..200_000u64)
+            .map(|i| kernel(0, "k", i * 5_000, i * 5_000 + 1_000))
+            .collect();
+        let d = TimelineData::from_events(events.clone());
+        let width = 1_000.0;
+        let view = TimeView {
+            start_ns: 0.0,
+            ns_per_px: 1e6,
+        };
+        let rows = d.tracks()[0].bars(&view, width);
+        assert_eq!(rows.len(), 1);
+        let bars = &rows[0];
+        assert!(bars.iter().all(|b| b.dense));
+        assert_eq!(bars.iter().map(|b| b.merged).sum::<usize>(), 200_000);
+        assert_eq!(bars.iter().map(|b| b.busy_ns).sum::<u64>(), 200_000_000);
+        // One even density: one bar, not a thousand.
+        assert!(bars.len() <= 3, "{} bars", bars.len());
+        for b in bars {
+            let f = b.busy_fraction(view.ns_per_px);
+            assert!((f - 0.2).abs() < 0.01, "{b:?}: {f}");
+        }
+        // The slice path gives the same bars.
+        assert_eq!(&bars_by_row(&events, &[], width, &view)[0], bars);
+
+        // Zoomed in to 10 ns a pixel, each kernel is a solid bar of its own.
+        let near = TimeView {
+            start_ns: 0.0,
+            ns_per_px: 10.0,
+        };
+        let bars = &d.tracks()[0].bars(&near, width)[0];
+        assert_eq!(bars.len(), 2);
+        assert!(
+            bars.iter()
+                .all(|b| !b.dense && b.merged == 1 && b.busy_fraction(10.0) == 1.0)
+        );
+
+        // Half the trace at 60 % busy: the two halves paint at different opacities.
+        let mixed = TimelineData::from_events((0..2_000u64).map(|i| {
+            let busy = if i < 1_000 { 1_000 } else { 3_000 };
+            kernel(0, "k", i * 5_000, i * 5_000 + busy)
+        }));
+        let view = TimeView {
+            start_ns: 0.0,
+            ns_per_px: 100_000.0,
+        };
+        let bars = &mixed.tracks()[0].bars(&view, 100.0)[0];
+        let fractions: Vec<f32> = bars
+            .iter()
+            .map(|b| (b.busy_fraction(view.ns_per_px) * 100.0).round() / 100.0)
+            .collect();
+        assert_eq!(fractions, [0.2, 0.6], "{bars:?}");
+    }
+
+    #[test]
+    fn mixed_kinds_merge_as_kernel_and_wide_events_stand_alone() {
+        // F and B alternate at 10 ns; then a long W.
+        let mut events: Vec<Event> = (0..100u64)
+            .map(|i| kernel(0, if i % 2 == 0 { "F" } else { "B" }, i * 10, i * 10 + 5))
+            .collect();
+        events.push(kernel(0, "W", 1_000, 5_000));
+        let d = TimelineData::from_events(events.clone());
+        let view = TimeView {
+            start_ns: 0.0,
+            ns_per_px: 100.0,
+        };
+        let bars = &d.tracks()[0].bars(&view, 100.0)[0];
+        assert_eq!(bars.len(), 2, "{bars:?}");
+        assert_eq!(
+            (bars[0].kind, bars[0].dense, bars[0].merged),
+            (BarKind::Kernel, true, 100)
+        );
+        assert!((bars[0].busy_fraction(100.0) - 0.5).abs() < 1e-6);
+        assert_eq!(
+            (bars[1].kind, bars[1].dense, bars[1].first),
+            (BarKind::WeightGrad, false, 100)
+        );
+        assert_eq!((bars[1].x0, bars[1].x1), (10.0, 50.0));
+        // Only F: the run keeps its kind.
+        let only_f = TimelineData::from_events(events.iter().filter(|e| e.name == "F").cloned());
+        let bars = &only_f.tracks()[0].bars(&view, 100.0)[0];
+        assert_eq!(bars[0].kind, BarKind::Forward);
+        assert_eq!(
+            &bars_by_row(
+                only_f.tracks()[0].events(),
+                only_f.tracks()[0].rows(),
+                100.0,
+                &view
+            )[0],
+            bars
+        );
+    }
+
+    #[test]
+    fn out_of_order_batches_sort_once_and_ties_keep_arrival_order() {
+        let events = vec![
+            kernel(0, "c", 300, 400),
+            kernel(0, "a", 100, 200),
+            kernel(0, "b1", 200, 250),
+            kernel(0, "b2", 200, 260),
+            kernel(0, "d", 50, 500),
+        ];
+        let d = TimelineData::from_events(events.clone());
+        let names: Vec<&str> = d.tracks()[0]
+            .events()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(names, ["d", "a", "b1", "b2", "c"]);
+        assert_eq!(d.tracks()[0].rows(), [0, 1, 1, 2, 1]);
+        assert_consistent(&d);
+        // One by one: the same.
+        let mut one = TimelineData::default();
+        for e in events {
+            one.push(e);
+        }
+        assert_eq!(one.tracks()[0].rows(), d.tracks()[0].rows());
+        assert_consistent(&one);
+        // Picking on each sub-row.
+        let t = &d.tracks()[0];
+        assert_eq!(t.pick(0, 450.0, 1.0).map(|e| e.name.as_str()), Some("d"));
+        assert_eq!(t.pick(1, 350.0, 1.0).map(|e| e.name.as_str()), Some("c"));
+        assert_eq!(t.pick(1, 280.0, 1.0), None);
+        assert_eq!(t.pick(2, 255.0, 1.0).map(|e| e.name.as_str()), Some("b2"));
+        assert_eq!(t.pick(3, 255.0, 1.0), None);
+    }
+
+    #[test]
+    fn forgetting_moves_the_span_and_drops_empty_rows_and_tracks() {
+        let mut d = TimelineData::default();
+        // Device 1 only early; device 0 throughout, with a burst of overlap early on.
+        d.extend((0..100u64).map(|i| kernel(0, "k", i * 1_000, i * 1_000 + 500)));
+        d.extend((0..10u64).map(|i| kernel(1, "k", i * 1_000, i * 1_000 + 500)));
+        d.push(kernel(0, "over", 2_100, 2_400));
+        d.push(kernel(0, "long", 2_000, 30_000));
+        assert_consistent(&d);
+        assert_eq!(d.tracks()[0].row_count(), 3);
+        assert_eq!(d.span(), Some(0..99_500));
+
+        d.forget_before(20_000);
+        assert_consistent(&d);
+        assert_eq!(d.tracks().len(), 1, "device 1 has nothing left");
+        // "long" (2 000..30 000) ends after the cut: kept, and so is all that starts after it.
+        assert_eq!(d.span(), Some(2_000..99_500));
+        assert_eq!(d.tracks()[0].events()[0].name, "long");
+        assert_eq!(d.tracks()[0].row_count(), 3);
+
+        d.forget_before(40_000);
+        assert_consistent(&d);
+        assert_eq!(d.tracks()[0].row_count(), 1);
+        assert_eq!(d.span(), Some(40_000..99_500));
+        assert!(d.tracks()[0].rows().iter().all(|&r| r == 0));
+        // Appending after a forget continues the same rows.
+        d.push(kernel(0, "next", 100_000, 100_500));
+        d.push(kernel(0, "overlap", 100_100, 100_200));
+        assert_consistent(&d);
+        assert_eq!(d.tracks()[0].row_count(), 2);
+
+        d.forget_before(u64::MAX);
+        assert_consistent(&d);
+        assert!(d.is_empty() && d.tracks().is_empty() && d.span().is_none());
+
+        // A clock restart: clear, then the new run's events alone.
+        d.extend((0..10u64).map(|i| kernel(0, "k", 1_000_000 + i, 1_000_001 + i)));
+        d.clear();
+        d.extend((0..10u64).map(|i| kernel(0, "k", i * 10, i * 10 + 5)));
+        assert_consistent(&d);
+        assert_eq!(d.span(), Some(0..95));
+        assert_eq!(d.tracks()[0].row_count(), 1);
+    }
+
+    #[test]
+    fn gallop_finds_the_end_of_a_prefix() {
+        for n in 0..40usize {
+            for from in 0..=n {
+                for cut in from..=n {
+                    assert_eq!(
+                        gallop(from, n, |k| k < cut),
+                        cut,
+                        "n {n} from {from} cut {cut}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kind_of_ignores_case_without_allocating() {
+        assert_eq!(
+            BarKind::of(&kernel(0, "MoE All-To-All", 0, 1)),
+            BarKind::AllToAll
+        );
+        assert_eq!(
+            BarKind::of(&kernel(0, "x ALL_TO_ALL", 0, 1)),
+            BarKind::AllToAll
+        );
+        assert_eq!(BarKind::of(&kernel(0, "all", 0, 1)), BarKind::Kernel);
+    }
 }

@@ -1,10 +1,11 @@
 //! A zoomable, pannable timeline of trace events: the model (`data`), the time ↔ pixel
-//! transform (`view`) and the widget (`draw`).
+//! transform (`view`), the rows as texels (`raster`) and the widget (`draw`).
 
 pub mod data;
 pub mod draw;
+pub mod raster;
 pub mod view;
 
 pub use data::{BarKind, TimelineData, Track};
-pub use draw::{TimelineState, legend, timeline};
+pub use draw::{Fitted, TimelineState, legend, timeline};
 pub use view::{TimeView, format_ns};

@@ -140,3 +140,30 @@ pub fn format_tick(t: f64, step: f64) -> String {
     };
     format!("{v:.decimals$} {name}")
 }
+
+/// A tick label relative to an origin (the newest event): `rel` is the tick's time minus the
+/// origin, a whole number of `step`s. `now` at the origin, `−5 s` before it, `+5 s` after.
+pub fn format_tick_relative(rel: f64, step: f64) -> String {
+    if rel.abs() < step / 2.0 {
+        "now".into()
+    } else if rel < 0.0 {
+        format!("\u{2212}{}", format_tick(-rel, step))
+    } else {
+        format!("+{}", format_tick(rel, step))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_ticks_count_back_from_now() {
+        assert_eq!(format_tick_relative(0.0, 5e9), "now");
+        assert_eq!(format_tick_relative(1.0, 5e9), "now");
+        assert_eq!(format_tick_relative(-5e9, 5e9), "\u{2212}5 s");
+        assert_eq!(format_tick_relative(-10e9, 5e9), "\u{2212}10 s");
+        assert_eq!(format_tick_relative(-0.5e9, 0.5e9), "\u{2212}500 ms");
+        assert_eq!(format_tick_relative(2e6, 2e6), "+2 ms");
+    }
+}
