@@ -1,14 +1,18 @@
 //! The whole app: a tab bar, a banner when real runs are off, and one panel per tab.
 
-use egui::{RichText, Ui};
+use std::path::PathBuf;
+
+use egui::{Key, RichText, Ui};
+use serde::{Deserialize, Serialize};
 
 use crate::bubble_lab::BubbleLab;
 use crate::devices_panel;
 use crate::dispatch_compare::DispatchCompare;
 use crate::files::FilesTab;
 use crate::live::{DeviceHub, Discovery};
-use crate::live_view::LiveView;
+use crate::live_view::{LiveView, Workload};
 use crate::moe_panel::MoePanel;
+use crate::{fonts, theme};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tab {
@@ -64,6 +68,19 @@ impl Default for Options {
     }
 }
 
+/// What the app remembers between launches (eframe's storage, under [`SETTINGS_KEY`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// The projector theme: light background, large type, thick blocks. `P` toggles it.
+    pub projector: bool,
+    /// Files opened lately, newest first.
+    pub recent: Vec<PathBuf>,
+}
+
+/// The storage key of [`Settings`].
+pub const SETTINGS_KEY: &str = "gangway-viewer-settings";
+
 #[derive(Debug)]
 pub struct ViewerApp {
     pub tab: Tab,
@@ -73,7 +90,9 @@ pub struct ViewerApp {
     pub compare: DispatchCompare,
     pub moe: MoePanel,
     pub files: FilesTab,
-    options: Options,
+    pub settings: Settings,
+    /// The theme last applied to the context (`Some(projector)`), so it is set on change only.
+    applied_theme: Option<bool>,
 }
 
 impl ViewerApp {
@@ -83,15 +102,51 @@ impl ViewerApp {
         } else {
             DeviceHub::disabled("device discovery is off (--no-devices)")
         };
+        let mut live = LiveView::default();
+        if !options.autostart_live {
+            live.workload = Workload::Off;
+        }
         Self {
             tab: Tab::BubbleLab,
             hub,
             lab: BubbleLab::default(),
-            live: LiveView::default(),
+            live,
             compare: DispatchCompare::default(),
             moe: MoePanel::default(),
             files: FilesTab::default(),
-            options,
+            settings: Settings::default(),
+            applied_theme: None,
+        }
+    }
+
+    /// Takes the settings saved by the last launch, if any could be read (an unreadable entry is
+    /// ignored: the defaults are used).
+    pub fn restore(&mut self, storage: &dyn eframe::Storage) {
+        if let Some(saved) = storage
+            .get_string(SETTINGS_KEY)
+            .and_then(|s| serde_json::from_str::<Settings>(&s).ok())
+        {
+            self.settings = saved;
+        }
+        self.files.set_recent(self.settings.recent.clone());
+    }
+
+    /// Opens `path` on the Files tab.
+    pub fn open_file(&mut self, path: PathBuf) {
+        self.files.path = path.display().to_string();
+        self.files.open_path();
+        self.tab = Tab::Files;
+    }
+
+    /// Fonts, theme and the theme key: once per frame, before anything is laid out.
+    fn look(&mut self, ctx: &egui::Context) {
+        fonts::install(ctx);
+        if ctx.input(|i| i.key_pressed(Key::P)) && !ctx.egui_wants_keyboard_input() {
+            self.settings.projector = !self.settings.projector;
+        }
+        if self.applied_theme != Some(self.settings.projector) {
+            theme::apply(ctx, self.settings.projector);
+            self.applied_theme = Some(self.settings.projector);
         }
     }
 
@@ -108,12 +163,14 @@ impl ViewerApp {
 
     /// Draws the whole app into `ui`.
     pub fn show(&mut self, ui: &mut Ui) {
-        if self.options.autostart_live && self.live.runner.is_none() && self.live.error.is_none() {
-            self.live.start(&self.hub, Some(ui.ctx().clone()));
+        self.look(ui.ctx());
+        if self.files.handle_dropped(ui.ctx()) {
+            self.tab = Tab::Files;
         }
         // The comparison measures dispatch, the lab's run measures its bubble and MoE training
         // measures tokens/s: keep the live workload off the devices meanwhile.
         self.lab.poll();
+        self.lab.projector = self.settings.projector;
         self.moe.trace_to = Some(self.live.tracer());
         self.moe.poll();
         if let Some(r) = &self.live.runner {
@@ -130,6 +187,9 @@ impl ViewerApp {
                 for tab in Tab::ALL {
                     ui.selectable_value(&mut self.tab, tab, tab.title());
                 }
+                ui.separator();
+                ui.toggle_value(&mut self.settings.projector, "projector (P)")
+                    .on_hover_text("light background and large type, for a projector");
             });
             match (self.banner(), self.hub.get()) {
                 (Some(b), _) => {
@@ -143,6 +203,10 @@ impl ViewerApp {
                 (None, _) => {}
             }
         });
+        // The live workload runs while a tab showing it is on screen (or the user started it):
+        // any other tab leaves the machine idle. After the tab bar, so a click acts this frame.
+        let shown = matches!(self.tab, Tab::Live | Tab::Devices);
+        self.live.sync(shown, &self.hub, Some(ui.ctx().clone()));
         egui::CentralPanel::default_margins().show(ui, |ui| match self.tab {
             Tab::BubbleLab => {
                 egui::ScrollArea::vertical().show(ui, |ui| self.lab.ui(ui, &self.hub));
@@ -166,5 +230,12 @@ impl ViewerApp {
 impl eframe::App for ViewerApp {
     fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
         self.show(ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        self.settings.recent = self.files.recent.clone();
+        if let Ok(json) = serde_json::to_string(&self.settings) {
+            storage.set_string(SETTINGS_KEY, json);
+        }
     }
 }

@@ -1,10 +1,10 @@
 //! A `gangway bench --json` report: what ran where, a bar chart of each suite's derived figure
 //! per case and adapter, and the suite's table; optionally beside a second report, compared.
 
-use egui::Ui;
+use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, Legend, Plot};
 use gangway::bench::Report;
-use gangway::bench::compare::Comparison;
+use gangway::bench::compare::{Comparison, Verdict};
 use gangway::bench::report::{Status, TABLE_COLUMNS, number, seconds};
 
 /// The suites of a report, in run order.
@@ -115,8 +115,12 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                 plot.bar_chart(c);
             }
         });
+    // A region of its own: a suite with many cases scrolls here, not the page.
+    let height = (ui.ctx().content_rect().height() * 0.4).clamp(160.0, 480.0);
     egui::ScrollArea::both()
         .id_salt("bench-table")
+        .max_height(height)
+        .min_scrolled_height(height)
         .show(ui, |ui| {
             egui::Grid::new("bench-rows").striped(true).show(ui, |ui| {
                 // The report's own columns, less the suite (one suite is shown).
@@ -166,26 +170,123 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
         });
 }
 
-/// Two reports' cases side by side: the ratio and whether it is beyond the noise.
-pub fn show_comparison(ui: &mut Ui, c: &Comparison) {
-    egui::Grid::new("bench-compare")
-        .striped(true)
+/// Columns of the comparison table; `true`: a number, right-aligned.
+const COMPARE_COLUMNS: [(&str, bool); 7] = [
+    ("suite", false),
+    ("case", false),
+    ("adapter", false),
+    ("old", true),
+    ("new", true),
+    ("new/old", true),
+    ("verdict", false),
+];
+
+/// Two reports' cases side by side: the ratio and whether it is beyond the noise. A table of its
+/// own at most `max_height` tall whose header stays put while its rows scroll; only the rows in
+/// view are laid out. `only_changed`: just the cases beyond the noise.
+pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_height: f32) {
+    let rows: Vec<([String; 7], Verdict)> = c
+        .cases
+        .iter()
+        .filter(|k| !only_changed || matches!(k.verdict, Verdict::Faster | Verdict::Slower))
+        .map(|k| {
+            (
+                [
+                    k.suite.clone(),
+                    k.case.clone(),
+                    k.adapter.clone(),
+                    k.old_median_s.map_or("–".into(), seconds),
+                    k.new_median_s.map_or("–".into(), seconds),
+                    k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")),
+                    k.verdict.name().to_string(),
+                ],
+                k.verdict,
+            )
+        })
+        .collect();
+    // Column widths from every row, not just those in view, so nothing shifts while scrolling.
+    let font = TextStyle::Body.resolve(ui.style());
+    let pad = ui.spacing().item_spacing.x * 2.0;
+    let mut widths = [0.0f32; 7];
+    ui.ctx().fonts_mut(|f| {
+        let mut fit = |i: usize, text: &str| {
+            let w = f
+                .layout_no_wrap(text.to_owned(), font.clone(), Color32::PLACEHOLDER)
+                .size()
+                .x;
+            widths[i] = widths[i].max(w + pad);
+        };
+        for (i, (h, _)) in COMPARE_COLUMNS.iter().enumerate() {
+            fit(i, h);
+        }
+        for (cells, _) in &rows {
+            for (i, text) in cells.iter().enumerate() {
+                fit(i, text);
+            }
+        }
+    });
+    let row_h = ui
+        .text_style_height(&TextStyle::Body)
+        .max(ui.spacing().interact_size.y);
+    let faster = Color32::from_rgb(52, 168, 83);
+    egui::ScrollArea::horizontal()
+        .id_salt("bench-compare-h")
         .show(ui, |ui| {
-            for h in [
-                "suite", "case", "adapter", "old", "new", "new/old", "verdict",
-            ] {
-                ui.strong(h);
-            }
-            ui.end_row();
-            for k in &c.cases {
-                ui.label(&k.suite);
-                ui.label(&k.case);
-                ui.label(&k.adapter);
-                ui.label(k.old_median_s.map_or("–".into(), seconds));
-                ui.label(k.new_median_s.map_or("–".into(), seconds));
-                ui.label(k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")));
-                ui.label(k.verdict.name());
-                ui.end_row();
-            }
+            ui.vertical(|ui| {
+                table_row(ui, &widths, row_h, false, |i, ui| {
+                    ui.strong(COMPARE_COLUMNS[i].0);
+                });
+                egui::ScrollArea::vertical()
+                    .id_salt("bench-compare")
+                    .max_height(max_height)
+                    .min_scrolled_height(max_height.min(row_h * 4.0))
+                    .show_rows(ui, row_h, rows.len(), |ui, range| {
+                        for r in range {
+                            let (cells, verdict) = &rows[r];
+                            table_row(ui, &widths, row_h, r % 2 == 1, |i, ui| {
+                                let text = cells[i].as_str();
+                                match (i, verdict) {
+                                    (6, Verdict::Faster) => ui.colored_label(faster, text),
+                                    (6, Verdict::Slower) => {
+                                        ui.colored_label(ui.visuals().error_fg_color, text)
+                                    }
+                                    _ => ui.label(text),
+                                };
+                            });
+                        }
+                    });
+                if rows.is_empty() {
+                    ui.weak("no case beyond the noise");
+                }
+            });
         });
+}
+
+/// One row of a table of fixed column `widths`: `cell(column, ui)` fills each cell.
+fn table_row(
+    ui: &mut Ui,
+    widths: &[f32; 7],
+    height: f32,
+    stripe: bool,
+    mut cell: impl FnMut(usize, &mut Ui),
+) {
+    let (rect, _) = ui.allocate_exact_size(Vec2::new(widths.iter().sum(), height), Sense::hover());
+    if stripe {
+        ui.painter()
+            .rect_filled(rect, 0.0, ui.visuals().faint_bg_color);
+    }
+    let half_pad = ui.spacing().item_spacing.x;
+    let mut x = rect.left();
+    for (i, w) in widths.iter().enumerate() {
+        let cell_rect = Rect::from_min_size(egui::pos2(x, rect.top()), Vec2::new(*w, height))
+            .shrink2(Vec2::new(half_pad, 0.0));
+        let layout = if COMPARE_COLUMNS[i].1 {
+            Layout::right_to_left(Align::Center)
+        } else {
+            Layout::left_to_right(Align::Center)
+        };
+        let mut child = ui.new_child(UiBuilder::new().max_rect(cell_rect).layout(layout));
+        cell(i, &mut child);
+        x += w;
+    }
 }

@@ -1,28 +1,53 @@
 //! Opening and saving files: Chrome trace JSON (gangway's own, and others leniently) and
 //! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
 //! never a panic.
+//!
+//! No file I/O runs on the UI thread: reading, parsing and interpreting a file, serializing and
+//! writing a trace, and loading the report to compare with all run on a worker thread that hands
+//! its result back through a channel and asks for a repaint; every frame polls
+//! ([`FilesTab::poll`]) and, meanwhile, shows what is under way with a spinner. Saving goes
+//! through [`gangway::fsutil::write_atomic`], so a kill mid-save never leaves a torn file.
+//!
+//! Files come from the path field, a native dialog (`rfd`; where none can open, the field stays
+//! and the UI says why), a drop onto the window ([`FilesTab::handle_dropped`]) or the recent
+//! list ([`FilesTab::recent`], which the app persists).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
 
 use egui::Ui;
 use gangway::bench::Report;
-use gangway::bench::compare::{Comparison, Pairing, compare};
-use gangway::trace::Event;
+use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
+use gangway::trace::{Event, Lane};
 use serde_json::Value;
 
-use crate::timeline::{self, TimelineData, TimelineState};
+use crate::timeline::{self, BarKind, TimelineData, TimelineState};
+
+/// How many recently opened files [`FilesTab::recent`] keeps.
+pub const RECENT_MAX: usize = 8;
 
 /// What a file turned out to be.
 #[derive(Debug, Clone)]
 pub enum Loaded {
-    Trace(TimelineData),
+    Trace(Box<OpenedTrace>),
     Bench(Box<Report>),
+}
+
+/// An opened Chrome trace.
+#[derive(Debug, Clone)]
+pub struct OpenedTrace {
+    /// Shared, so saving it again runs off the UI thread without a copy.
+    pub data: Arc<TimelineData>,
+    /// Set when the trace looks like a pipeline run: see [`pipeline_bubble`].
+    pub bubble: Option<PipelineBubble>,
 }
 
 impl Loaded {
     pub fn summary(&self) -> String {
         match self {
-            Loaded::Trace(d) => format!("Chrome trace: {} events", d.len()),
+            Loaded::Trace(t) => format!("Chrome trace: {} events", t.data.len()),
             Loaded::Bench(r) => format!(
                 "benchmark report: {} results on {} adapter(s)",
                 r.results.len(),
@@ -30,6 +55,104 @@ impl Loaded {
             ),
         }
     }
+
+    /// The trace's timeline, if this is a trace.
+    pub fn trace(&self) -> Option<&OpenedTrace> {
+        match self {
+            Loaded::Trace(t) => Some(t),
+            Loaded::Bench(_) => None,
+        }
+    }
+}
+
+/// The pipeline bubble of a trace: idle compute time over `stages × makespan`, the figure the
+/// simulator reports as [`gangway::pipeline::Simulation::bubble_fraction`] and a real run as
+/// [`gangway::pipeline::RunReport::measured_bubble`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineBubble {
+    /// Devices that ran pipeline ops.
+    pub stages: usize,
+    /// First pipeline op's start to the last one's end, over all stages.
+    pub makespan_ns: u64,
+    /// Per stage `(device, ns)`: time its compute lane spent in pipeline ops (the union of their
+    /// intervals, so overlapping slices count once).
+    pub busy_ns: Vec<(usize, u64)>,
+    /// `1 − Σ busy / (stages × makespan)`, in `[0, 1]`.
+    pub fraction: f64,
+}
+
+/// The bubble of a pipeline run's trace, or `None` when the trace does not look like one.
+///
+/// A pipeline run is what gangway's pipeline executor and simulator trace: kernels on each
+/// device's compute lane named `F`, `B` and `W` (with a microbatch or `.c<chunk>` suffix; see
+/// [`BarKind::of`]), both forwards and backwards present. Only those ops count as busy: other
+/// kernels, transfers and host work are not pipeline compute.
+pub fn pipeline_bubble(data: &TimelineData) -> Option<PipelineBubble> {
+    let (mut forward, mut backward) = (false, false);
+    let mut per_device: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
+    for track in data.tracks().iter().filter(|t| t.lane == Lane::Compute) {
+        let mut intervals: Vec<(u64, u64)> = Vec::new();
+        for e in track.events() {
+            match BarKind::of(e) {
+                BarKind::Forward => forward = true,
+                BarKind::Backward => backward = true,
+                BarKind::WeightGrad => {}
+                _ => continue,
+            }
+            intervals.push((e.start_ns, e.clamped_end_ns()));
+        }
+        if !intervals.is_empty() {
+            // Tracks are per (device, lane): one compute track per device.
+            per_device.push((track.device, intervals));
+        }
+    }
+    if !(forward && backward) {
+        return None;
+    }
+    let first = per_device
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|i| i.0))
+        .min()?;
+    let last = per_device
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|i| i.1))
+        .max()?;
+    let makespan_ns = last.saturating_sub(first);
+    if makespan_ns == 0 {
+        return None;
+    }
+    let busy_ns: Vec<(usize, u64)> = per_device
+        .into_iter()
+        .map(|(device, mut v)| (device, union_ns(&mut v)))
+        .collect();
+    let stages = busy_ns.len();
+    let busy: u64 = busy_ns.iter().map(|(_, b)| b).sum();
+    let capacity = stages as f64 * makespan_ns as f64;
+    let fraction = (1.0 - busy as f64 / capacity).clamp(0.0, 1.0);
+    Some(PipelineBubble {
+        stages,
+        makespan_ns,
+        busy_ns,
+        fraction,
+    })
+}
+
+/// Length of the union of `intervals` (sorted here).
+fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0;
+    let mut current: Option<(u64, u64)> = None;
+    for &(s, e) in intervals.iter() {
+        current = match current {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    total + current.map_or(0, |(s, e)| e - s)
 }
 
 /// Recognises and parses a JSON document.
@@ -41,7 +164,11 @@ pub fn interpret(v: &Value) -> Result<Loaded, String> {
         let (events, names) = gangway::trace::chrome::parse(v)?;
         let mut data = TimelineData::from_events(events);
         data.device_names = names.into_iter().collect();
-        return Ok(Loaded::Trace(data));
+        let bubble = pipeline_bubble(&data);
+        return Ok(Loaded::Trace(Box::new(OpenedTrace {
+            data: Arc::new(data),
+            bubble,
+        })));
     }
     if v.get("schema").is_some() {
         return Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r)));
@@ -56,18 +183,24 @@ pub fn interpret(v: &Value) -> Result<Loaded, String> {
     Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
 }
 
-/// Reads and interprets the file at `path`.
-pub fn open(path: &Path) -> Result<Loaded, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let v: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
-    interpret(&v).map_err(|e| format!("{}: {e}", path.display()))
+/// Parses and interprets a file's bytes; `name` is what errors call the file.
+pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("{name} is not JSON: {e}"))?;
+    interpret(&v).map_err(|e| format!("{name}: {e}"))
 }
 
-/// Writes `events` as Chrome trace JSON.
+/// Reads and interprets the file at `path`. Blocking: the UI runs it on a worker thread.
+pub fn open(path: &Path) -> Result<Loaded, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    open_bytes(&bytes, &path.display().to_string())
+}
+
+/// Writes `events` as Chrome trace JSON, atomically: `path` ends up holding either its old
+/// contents or the whole new trace, whatever happens meanwhile. Blocking: the UI runs it on a
+/// worker thread.
 pub fn save_trace(path: &Path, events: &[Event], names: &[(usize, String)]) -> Result<(), String> {
-    std::fs::write(path, gangway::trace::chrome::to_string(events, names))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let json = gangway::trace::chrome::to_string(events, names);
+    gangway::fsutil::write_atomic(path, json.as_bytes()).map_err(|e| format!("cannot write {e}"))
 }
 
 /// Which timeline "Save" writes.
@@ -78,11 +211,60 @@ pub enum SaveWhat {
     Opened,
 }
 
+/// Collects a timeline's events and device names, to save them: on the worker.
+type Gather = Box<dyn FnOnce() -> (Vec<Event>, Vec<(usize, String)>) + Send>;
+
+/// What a worker hands back.
+#[derive(Debug)]
+enum Done {
+    /// `path`: where the file came from (canonical when it could be made so), for the recent
+    /// list; `None` for a dropped file without one.
+    Opened {
+        path: Option<PathBuf>,
+        result: Result<Loaded, String>,
+    },
+    Saved(Result<String, String>),
+    Compared(Result<Comparison, String>),
+}
+
+/// File I/O under way on a worker thread.
+#[derive(Debug)]
+struct Work {
+    /// What the spinner says: "opening trace.json".
+    what: String,
+    started: Instant,
+    /// Only opens may be abandoned (a save finishes anyway, whole).
+    cancellable: bool,
+    rx: Receiver<Done>,
+}
+
+/// What a file dialog was opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Open,
+    Compare,
+    SaveAs,
+}
+
+/// A native file dialog open on a worker thread.
+#[derive(Debug)]
+struct Dialog {
+    purpose: Purpose,
+    started: Instant,
+    rx: Receiver<Option<PathBuf>>,
+}
+
+/// A dialog that returns nothing sooner than this most likely never opened: nobody picks
+/// "Cancel" that fast.
+const DIALOG_FAILED_WITHIN: Duration = Duration::from_millis(400);
+
 /// The files tab.
 #[derive(Debug)]
 pub struct FilesTab {
     pub path: String,
     pub loaded: Option<Loaded>,
+    /// Where [`FilesTab::loaded`] came from.
+    pub loaded_from: Option<PathBuf>,
     pub message: Option<Result<String, String>>,
     pub timeline: TimelineState,
     pub save_what: SaveWhat,
@@ -91,6 +273,19 @@ pub struct FilesTab {
     /// A second report to compare the opened one with.
     pub compare_path: String,
     pub comparison: Option<Result<Comparison, String>>,
+    /// Show only compared cases beyond the noise.
+    pub only_changed: bool,
+    /// Files opened lately, newest first, at most [`RECENT_MAX`]; the app persists them (set
+    /// with [`FilesTab::set_recent`]).
+    pub recent: Vec<PathBuf>,
+    work: Option<Work>,
+    dialog: Option<Dialog>,
+    /// A "Save as…" dialog chose a path: save there on the next frame that has the timelines.
+    save_pending: bool,
+    /// To ask for a repaint when a worker finishes (known from the first frame on).
+    ctx: Option<egui::Context>,
+    /// The pass whose dropped files were taken.
+    dropped_pass: Option<u64>,
 }
 
 impl Default for FilesTab {
@@ -98,39 +293,474 @@ impl Default for FilesTab {
         Self {
             path: "trace.json".into(),
             loaded: None,
+            loaded_from: None,
             message: None,
             timeline: TimelineState::default(),
             save_what: SaveWhat::Live,
             suite: String::new(),
             compare_path: "old.json".into(),
             comparison: None,
+            only_changed: false,
+            recent: Vec::new(),
+            work: None,
+            dialog: None,
+            save_pending: false,
+            ctx: None,
+            dropped_pass: None,
         }
     }
 }
 
+/// Runs `job` on a new thread; its result arrives on the receiver, then `ctx` (if any) gets a
+/// repaint, also when the job panics (the receiver then reads as disconnected).
+fn spawn<T: Send + 'static>(
+    ctx: Option<egui::Context>,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<Receiver<T>, String> {
+    struct RepaintOnDrop(Option<egui::Context>);
+    impl Drop for RepaintOnDrop {
+        fn drop(&mut self) {
+            if let Some(ctx) = &self.0 {
+                ctx.request_repaint();
+            }
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("gangway-viewer-files".into())
+        .spawn(move || {
+            let _repaint = RepaintOnDrop(ctx);
+            // The receiver is gone when the UI stopped waiting: nothing to do.
+            let _ = tx.send(job());
+        })
+        .map_err(|e| format!("cannot start a worker thread: {e}"))?;
+    Ok(rx)
+}
+
+/// Frees `value` on another thread: dropping a large trace takes milliseconds the UI can use.
+fn drop_elsewhere<T: Send + 'static>(value: T) {
+    // If no thread can start, dropping here is the fallback (the closure is dropped with it).
+    let _ = std::thread::Builder::new()
+        .name("gangway-viewer-drop".into())
+        .spawn(move || drop(value));
+}
+
+/// Why no native file dialog can open here, if that is known before trying. On Linux the dialog
+/// is the xdg-desktop-portal's, over the D-Bus session bus, else zenity's.
+fn dialog_unavailable() -> Option<String> {
+    if !cfg!(any(
+        target_os = "linux",
+        target_os = "freebsd",
+        target_os = "dragonfly",
+        target_os = "netbsd",
+        target_os = "openbsd"
+    )) {
+        return None;
+    }
+    let bus = std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some_and(|a| !a.is_empty())
+        || std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| Path::new(&d).join("bus").exists());
+    let zenity = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("zenity").is_file()));
+    if bus || zenity {
+        None
+    } else {
+        Some(
+            "no file dialog on this system (it needs an xdg-desktop-portal on the D-Bus session \
+             bus, or zenity): type the path in the field instead"
+                .into(),
+        )
+    }
+}
+
+/// The file name of `path`, for a button.
+fn short_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    )
+}
+
 impl FilesTab {
+    /// Whether a file is being opened, saved or compared.
+    pub fn is_busy(&self) -> bool {
+        self.work.is_some()
+    }
+
+    /// Whether a native file dialog is open.
+    pub fn dialog_open(&self) -> bool {
+        self.dialog.is_some()
+    }
+
+    /// What is under way, as the spinner says it ("opening trace.json").
+    pub fn busy_with(&self) -> Option<&str> {
+        self.work.as_ref().map(|w| w.what.as_str())
+    }
+
+    /// Replaces the recent list (e.g. with the one saved by the last launch): duplicates go, the
+    /// newest [`RECENT_MAX`] stay.
+    pub fn set_recent(&mut self, recent: Vec<PathBuf>) {
+        self.recent.clear();
+        for p in recent {
+            if !self.recent.contains(&p) {
+                self.recent.push(p);
+            }
+        }
+        self.recent.truncate(RECENT_MAX);
+    }
+
+    /// Puts `path` first in the recent list.
+    pub fn remember(&mut self, path: PathBuf) {
+        self.recent.retain(|p| *p != path);
+        self.recent.insert(0, path);
+        self.recent.truncate(RECENT_MAX);
+    }
+
+    /// Opens the file in the path field, in the background.
     pub fn open_path(&mut self) {
-        match open(Path::new(self.path.trim())) {
-            Ok(l) => {
-                self.message = Some(Ok(format!("opened {}", l.summary())));
-                self.loaded = Some(l);
-                self.timeline = TimelineState::default();
-                self.comparison = None;
+        let path = PathBuf::from(self.path.trim());
+        self.open(path);
+    }
+
+    /// Opens `path` in the background (shown in the path field).
+    pub fn open(&mut self, path: PathBuf) {
+        self.path = path.display().to_string();
+        let what = format!("opening {}", path.display());
+        self.start(what, true, move || {
+            let result = open(&path);
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            Done::Opened {
+                path: Some(path),
+                result,
+            }
+        });
+    }
+
+    /// Opens files dropped onto the window: call every frame (it also polls finished work, so
+    /// results arrive whichever tab is shown). While a file hovers over the window it says what
+    /// a drop does. Returns whether a file was dropped (show the Files tab then).
+    pub fn handle_dropped(&mut self, ctx: &egui::Context) -> bool {
+        self.ctx = Some(ctx.clone());
+        self.poll();
+        let (hovering, dropped) =
+            ctx.input(|i| (!i.raw.hovered_files.is_empty(), i.raw.dropped_files.clone()));
+        if hovering {
+            let painter = ctx.layer_painter(egui::LayerId::new(
+                egui::Order::Foreground,
+                egui::Id::unique("gangway-files-drop"),
+            ));
+            let rect = ctx.content_rect();
+            painter.rect_filled(rect, 0.0, egui::Color32::from_black_alpha(160));
+            painter.text(
+                rect.center(),
+                egui::Align2::CENTER_CENTER,
+                "drop a Chrome trace or a gangway bench --json report to open it",
+                egui::TextStyle::Heading.resolve(&ctx.global_style()),
+                egui::Color32::WHITE,
+            );
+        }
+        let Some(file) = dropped.first().cloned() else {
+            return false;
+        };
+        // Called twice in one frame (by the app and a test, say), the drop opens once.
+        let pass = ctx.cumulative_pass_nr();
+        if self.dropped_pass.replace(pass) == Some(pass) {
+            return true;
+        }
+        let path = file.path().to_path_buf();
+        let shown = if path.as_os_str().is_empty() {
+            "the dropped file".to_string()
+        } else {
+            path.display().to_string()
+        };
+        if !path.as_os_str().is_empty() {
+            self.path = shown.clone();
+        }
+        let what = if dropped.len() > 1 {
+            format!(
+                "opening {shown} (the first of {} dropped files)",
+                dropped.len()
+            )
+        } else {
+            format!("opening {shown}")
+        };
+        self.start(what, true, move || {
+            let result = file
+                .bytes()
+                .map_err(|e| format!("cannot read {shown}: {e}"))
+                .and_then(|bytes| open_bytes(&bytes, &shown));
+            let path = (!path.as_os_str().is_empty())
+                .then(|| std::fs::canonicalize(&path).unwrap_or(path));
+            Done::Opened { path, result }
+        });
+        true
+    }
+
+    /// Starts `job` in the background; any open under way is abandoned.
+    fn start(
+        &mut self,
+        what: String,
+        cancellable: bool,
+        job: impl FnOnce() -> Done + Send + 'static,
+    ) {
+        match spawn(self.ctx.clone(), job) {
+            Ok(rx) => {
+                self.work = Some(Work {
+                    what,
+                    started: Instant::now(),
+                    cancellable,
+                    rx,
+                });
             }
             Err(e) => self.message = Some(Err(e)),
         }
     }
 
+    /// Takes the results of finished background work. [`FilesTab::ui`] and
+    /// [`FilesTab::handle_dropped`] call it every frame.
+    pub fn poll(&mut self) {
+        if let Some(work) = &self.work {
+            match work.rx.try_recv() {
+                Ok(done) => {
+                    self.work = None;
+                    self.finish(done);
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    let what = work.what.clone();
+                    self.work = None;
+                    self.message = Some(Err(format!("{what}: the worker stopped unexpectedly")));
+                }
+            }
+        }
+        if let Some(dialog) = &self.dialog {
+            match dialog.rx.try_recv() {
+                Ok(picked) => {
+                    let (purpose, took) = (dialog.purpose, dialog.started.elapsed());
+                    self.dialog = None;
+                    self.picked(purpose, picked, took);
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    self.dialog = None;
+                    self.message = Some(Err(
+                        "the file dialog failed: type the path in the field instead".into(),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Blocks until the background open, save or compare is done (or `timeout` passes) and takes
+    /// its result; whether nothing is left under way. For tests and scripted use; the UI never
+    /// waits.
+    pub fn wait_idle(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Some(work) = &self.work {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match work.rx.recv_timeout(left) {
+                Ok(done) => {
+                    self.work = None;
+                    self.finish(done);
+                }
+                Err(RecvTimeoutError::Timeout) => return false,
+                Err(RecvTimeoutError::Disconnected) => self.poll(),
+            }
+        }
+        true
+    }
+
+    fn finish(&mut self, done: Done) {
+        match done {
+            Done::Opened { path, result } => match result {
+                Ok(l) => {
+                    self.message = Some(Ok(format!("opened {}", l.summary())));
+                    if let Some(p) = &path {
+                        self.remember(p.clone());
+                    }
+                    self.loaded_from = path;
+                    if let Some(old) = self.loaded.replace(l) {
+                        drop_elsewhere(old);
+                    }
+                    self.timeline = TimelineState::default();
+                    self.comparison = None;
+                }
+                Err(e) => {
+                    // A recent file that is gone leaves the list.
+                    if let Some(p) = path.filter(|p| !p.exists()) {
+                        self.recent.retain(|r| *r != p);
+                    }
+                    self.message = Some(Err(e));
+                }
+            },
+            Done::Saved(result) => self.message = Some(result),
+            Done::Compared(result) => self.comparison = Some(result),
+        }
+    }
+
+    /// Opens a native file dialog for `purpose` on a worker thread.
+    fn browse(&mut self, purpose: Purpose) {
+        if let Some(why) = dialog_unavailable() {
+            self.message = Some(Err(why));
+            return;
+        }
+        let current = match purpose {
+            Purpose::Compare => &self.compare_path,
+            Purpose::Open | Purpose::SaveAs => &self.path,
+        };
+        let current = PathBuf::from(current.trim());
+        let dir = current
+            .parent()
+            .filter(|d| d.is_dir())
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::current_dir().ok());
+        let mut dialog = rfd::AsyncFileDialog::new()
+            .add_filter("JSON (Chrome trace, gangway bench report)", &["json"])
+            .add_filter("all files", &["*"]);
+        if let Some(dir) = dir {
+            dialog = dialog.set_directory(dir);
+        }
+        // The future is made here (macOS wants dialogs made on the main thread) and awaited on
+        // the worker: the UI never blocks on the dialog, which may stay open for minutes.
+        let rx = match purpose {
+            Purpose::Open | Purpose::Compare => {
+                let title = if purpose == Purpose::Open {
+                    "Open a Chrome trace or a gangway bench report"
+                } else {
+                    "The old report to compare with"
+                };
+                let picked = dialog.set_title(title).pick_file();
+                spawn(self.ctx.clone(), move || {
+                    pollster::block_on(picked).map(|h| h.path().to_path_buf())
+                })
+            }
+            Purpose::SaveAs => {
+                let name = current
+                    .file_name()
+                    .map_or_else(|| "trace.json".into(), |n| n.to_string_lossy().into_owned());
+                let picked = dialog
+                    .set_title("Save as Chrome trace")
+                    .set_file_name(name)
+                    .save_file();
+                spawn(self.ctx.clone(), move || {
+                    pollster::block_on(picked).map(|h| h.path().to_path_buf())
+                })
+            }
+        };
+        match rx {
+            Ok(rx) => {
+                self.dialog = Some(Dialog {
+                    purpose,
+                    started: Instant::now(),
+                    rx,
+                });
+            }
+            Err(e) => self.message = Some(Err(e)),
+        }
+    }
+
+    /// A dialog returned `picked` after `took`.
+    fn picked(&mut self, purpose: Purpose, picked: Option<PathBuf>, took: Duration) {
+        let Some(path) = picked else {
+            self.message = Some(if took < DIALOG_FAILED_WITHIN {
+                Err(
+                    "the file dialog did not open (no xdg-desktop-portal or zenity here?): type \
+                     the path in the field instead"
+                        .into(),
+                )
+            } else {
+                Ok("no file chosen".into())
+            });
+            return;
+        };
+        match purpose {
+            Purpose::Open => self.open(path),
+            Purpose::Compare => self.compare_path = path.display().to_string(),
+            Purpose::SaveAs => {
+                self.path = path.display().to_string();
+                self.save_pending = true;
+            }
+        }
+    }
+
+    /// Saves the chosen timeline to the path field, in the background.
+    fn save(&mut self, live: &TimelineData, lab: Option<&TimelineData>) {
+        let path = PathBuf::from(self.path.trim());
+        let shown = path.display().to_string();
+        // The opened trace is shared with the worker; the others are copied (events only).
+        let job: Gather = match self.save_what {
+            SaveWhat::Opened => match self.loaded.as_ref().and_then(Loaded::trace) {
+                Some(t) => {
+                    let data = Arc::clone(&t.data);
+                    Box::new(move || (data.all_events().cloned().collect(), names_of(&data)))
+                }
+                None => {
+                    self.message = Some(Err("nothing to save: no trace is open".into()));
+                    return;
+                }
+            },
+            SaveWhat::Live | SaveWhat::BubbleLab => {
+                let source = if self.save_what == SaveWhat::Live {
+                    Some(live)
+                } else {
+                    lab
+                };
+                match source.filter(|d| !d.is_empty()) {
+                    Some(d) => {
+                        let events: Vec<Event> = d.all_events().cloned().collect();
+                        let names = names_of(d);
+                        Box::new(move || (events, names))
+                    }
+                    None => {
+                        self.message = Some(Err("nothing to save: that timeline is empty".into()));
+                        return;
+                    }
+                }
+            }
+        };
+        self.start(format!("saving {shown}"), false, move || {
+            let (events, names) = job();
+            Done::Saved(
+                save_trace(&path, &events, &names)
+                    .map(|()| format!("saved {} events to {shown}", events.len())),
+            )
+        });
+    }
+
+    /// Compares the opened report with the one at the compare path, in the background.
+    fn compare(&mut self, new: Report) {
+        let old = PathBuf::from(self.compare_path.trim());
+        self.start(
+            format!("comparing with {}", old.display()),
+            true,
+            move || Done::Compared(compare_file(&old, &new)),
+        );
+    }
+
     /// `sources`: the live and bubble-lab timelines, to save.
     pub fn ui(&mut self, ui: &mut Ui, live: &TimelineData, lab: Option<&TimelineData>) {
+        self.ctx = Some(ui.ctx().clone());
+        self.poll();
+        if std::mem::take(&mut self.save_pending) {
+            self.save(live, lab);
+        }
+        let idle = self.work.is_none();
+        let no_dialog = self.dialog.is_none();
         ui.horizontal(|ui| {
             ui.label("path:");
             ui.add(egui::TextEdit::singleline(&mut self.path).desired_width(360.0))
                 .labelled_by(ui.label("file path").id);
-            if ui.button("Open").clicked() {
+            if ui.add_enabled(idle, egui::Button::new("Open")).clicked() {
                 self.open_path();
             }
+            if ui
+                .add_enabled(idle && no_dialog, egui::Button::new("Browse…"))
+                .on_hover_text("choose a file to open in the system's file dialog")
+                .clicked()
+            {
+                self.browse(Purpose::Open);
+            }
         });
+        self.recent_ui(ui, idle);
         ui.horizontal(|ui| {
             ui.label("save as Chrome trace:");
             ui.selectable_value(&mut self.save_what, SaveWhat::Live, "live timeline");
@@ -140,30 +770,88 @@ impl FilesTab {
                 "bubble-lab timeline",
             );
             ui.selectable_value(&mut self.save_what, SaveWhat::Opened, "opened trace");
-            if ui.button("Save").clicked() {
-                let source = match self.save_what {
-                    SaveWhat::Live => Some(live),
-                    SaveWhat::BubbleLab => lab,
-                    SaveWhat::Opened => match &self.loaded {
-                        Some(Loaded::Trace(d)) => Some(d),
-                        _ => None,
-                    },
-                };
-                self.message = Some(match source {
-                    None => Err("nothing to save: that timeline is empty".into()),
-                    Some(d) => {
-                        let events: Vec<Event> = d.all_events().cloned().collect();
-                        let names: Vec<(usize, String)> = d
-                            .device_names
-                            .iter()
-                            .map(|(k, v)| (*k, v.clone()))
-                            .collect();
-                        save_trace(Path::new(self.path.trim()), &events, &names)
-                            .map(|()| format!("saved {} events to {}", events.len(), self.path))
-                    }
-                });
+            if ui.add_enabled(idle, egui::Button::new("Save")).clicked() {
+                self.save(live, lab);
+            }
+            if ui
+                .add_enabled(idle && no_dialog, egui::Button::new("Save as…"))
+                .on_hover_text("choose where to save in the system's file dialog")
+                .clicked()
+            {
+                self.browse(Purpose::SaveAs);
             }
         });
+        self.status_ui(ui);
+        ui.separator();
+        self.content_ui(ui);
+    }
+
+    fn recent_ui(&mut self, ui: &mut Ui, idle: bool) {
+        if self.recent.is_empty() {
+            return;
+        }
+        let mut open = None;
+        let mut clear = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.label("recent:");
+            for p in &self.recent {
+                let b = ui
+                    .add_enabled(idle, egui::Button::new(short_name(p)).small())
+                    .on_hover_text(p.display().to_string());
+                if b.clicked() {
+                    open = Some(p.clone());
+                }
+            }
+            if ui.small_button("clear recent").clicked() {
+                clear = true;
+            }
+        });
+        if clear {
+            self.recent.clear();
+        }
+        if let Some(p) = open {
+            self.open(p);
+        }
+    }
+
+    /// What is under way, and the last outcome.
+    fn status_ui(&mut self, ui: &mut Ui) {
+        let mut cancel = false;
+        let mut stop_dialog = false;
+        if let Some(w) = &self.work {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!(
+                    "{}… {:.1} s",
+                    w.what,
+                    w.started.elapsed().as_secs_f32()
+                ));
+                if w.cancellable && ui.small_button("cancel").clicked() {
+                    cancel = true;
+                }
+            });
+        }
+        if self.dialog.is_some() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("waiting for the file dialog…");
+                if ui.small_button("stop waiting").clicked() {
+                    stop_dialog = true;
+                }
+            });
+        }
+        if cancel {
+            // The worker finishes on its own; its result is dropped with the receiver.
+            if let Some(w) = self.work.take() {
+                self.message = Some(Ok(format!("cancelled {}", w.what)));
+            }
+        }
+        if stop_dialog {
+            self.dialog = None;
+            self.message = Some(Ok(
+                "stopped waiting for the file dialog: type the path in the field instead".into(),
+            ));
+        }
         match &self.message {
             Some(Ok(m)) => {
                 ui.label(m);
@@ -172,59 +860,124 @@ impl FilesTab {
                 ui.colored_label(ui.visuals().error_fg_color, format!("error: {e}"));
             }
             None => {
-                ui.weak("opens Chrome trace JSON (gangway --trace) and gangway bench --json files");
+                ui.weak(
+                    "opens Chrome trace JSON (gangway --trace) and gangway bench --json files; \
+                     drop one onto the window to open it",
+                );
             }
         }
-        ui.separator();
+    }
+
+    fn content_ui(&mut self, ui: &mut Ui) {
+        let idle = self.work.is_none();
+        let no_dialog = self.dialog.is_none();
+        let mut compare_with = None;
+        let mut browse_old = false;
         let Self {
             loaded,
+            loaded_from,
             compare_path,
             comparison,
             suite,
+            only_changed,
             timeline: timeline_state,
             ..
         } = self;
         match loaded {
             None => {}
-            Some(Loaded::Trace(data)) => {
+            Some(Loaded::Trace(t)) => {
+                if let Some(from) = loaded_from {
+                    ui.weak(format!("file: {}", from.display()));
+                }
+                if let Some(b) = &t.bubble {
+                    ui.label(format!(
+                        "pipeline bubble: {:.1}% ({} stages, makespan {})",
+                        b.fraction * 100.0,
+                        b.stages,
+                        timeline::format_ns(b.makespan_ns as f64)
+                    ))
+                    .on_hover_text(
+                        "idle compute time / (stages × makespan): the F, B and W ops on each \
+                         device's compute lane, from the first op's start to the last one's end",
+                    );
+                }
                 timeline::legend(ui);
-                egui::ScrollArea::vertical().show(ui, |ui| {
-                    timeline::timeline(ui, "file", data, timeline_state);
-                });
+                egui::ScrollArea::vertical()
+                    .id_salt("files-trace")
+                    .show(ui, |ui| {
+                        timeline::timeline(ui, "file", &t.data, timeline_state);
+                    });
             }
             Some(Loaded::Bench(report)) => {
-                ui.horizontal(|ui| {
-                    ui.label("compare with (old):");
-                    ui.add(egui::TextEdit::singleline(compare_path).desired_width(300.0))
-                        .labelled_by(ui.label("old report path").id);
-                    if ui.button("Compare").clicked() {
-                        *comparison = Some(compare_file(compare_path, report));
-                    }
-                });
-                match comparison {
-                    Some(Ok(c)) => {
-                        ui.label(format!(
-                            "compared: {} cases, {} faster, {} slower beyond the noise",
-                            c.cases.len(),
-                            c.count(gangway::bench::compare::Verdict::Faster),
-                            c.count(gangway::bench::compare::Verdict::Slower)
-                        ));
-                        crate::bench_view::show_comparison(ui, c);
-                        ui.separator();
-                    }
-                    Some(Err(e)) => {
-                        ui.colored_label(ui.visuals().error_fg_color, format!("error: {e}"));
-                    }
-                    None => {}
-                }
-                crate::bench_view::show(ui, report, suite);
+                // The whole report scrolls; the comparison table and the suite's table are each
+                // a bounded region of their own, so the chart is never pushed off the screen.
+                egui::ScrollArea::vertical()
+                    .id_salt("files-bench")
+                    .show(ui, |ui| {
+                        if let Some(from) = loaded_from {
+                            ui.weak(format!("file: {}", from.display()));
+                        }
+                        ui.horizontal(|ui| {
+                            ui.label("compare with (old):");
+                            ui.add(egui::TextEdit::singleline(compare_path).desired_width(300.0))
+                                .labelled_by(ui.label("old report path").id);
+                            if ui.add_enabled(idle, egui::Button::new("Compare")).clicked() {
+                                compare_with = Some(report.as_ref().clone());
+                            }
+                            if ui
+                                .add_enabled(idle && no_dialog, egui::Button::new("Browse old…"))
+                                .clicked()
+                            {
+                                browse_old = true;
+                            }
+                        });
+                        match comparison {
+                            Some(Ok(c)) => {
+                                ui.horizontal(|ui| {
+                                    ui.label(format!(
+                                        "compared: {} cases, {} faster, {} slower beyond the noise",
+                                        c.cases.len(),
+                                        c.count(Verdict::Faster),
+                                        c.count(Verdict::Slower)
+                                    ));
+                                    ui.checkbox(only_changed, "only beyond the noise");
+                                });
+                                let height =
+                                    (ui.ctx().content_rect().height() * 0.3).clamp(120.0, 360.0);
+                                crate::bench_view::show_comparison(ui, c, *only_changed, height);
+                                ui.separator();
+                            }
+                            Some(Err(e)) => {
+                                ui.colored_label(
+                                    ui.visuals().error_fg_color,
+                                    format!("error: {e}"),
+                                );
+                            }
+                            None => {}
+                        }
+                        crate::bench_view::show(ui, report, suite);
+                    });
             }
+        }
+        if let Some(report) = compare_with {
+            self.compare(report);
+        }
+        if browse_old {
+            self.browse(Purpose::Compare);
         }
     }
 }
 
+/// The device names of `data`, as the exporter takes them.
+fn names_of(data: &TimelineData) -> Vec<(usize, String)> {
+    data.device_names
+        .iter()
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
+}
+
 /// Compares the report at `old` with `new`.
-fn compare_file(old: &str, new: &Report) -> Result<Comparison, String> {
-    let old = Report::load(Path::new(old.trim())).map_err(|e| e.to_string())?;
+fn compare_file(old: &Path, new: &Report) -> Result<Comparison, String> {
+    let old = Report::load(old).map_err(|e| e.to_string())?;
     compare(&old, new, Pairing::SameAdapter)
 }

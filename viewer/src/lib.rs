@@ -17,9 +17,11 @@ pub mod bubble_lab;
 pub mod devices_panel;
 pub mod dispatch_compare;
 pub mod files;
+pub mod fonts;
 pub mod live;
 pub mod live_view;
 pub mod moe_panel;
+pub mod theme;
 pub mod timeline;
 
-pub use app::{Options, Tab, ViewerApp};
+pub use app::{Options, Settings, Tab, ViewerApp};

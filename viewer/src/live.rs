@@ -2,7 +2,7 @@
 //! program (one tiny kernel per device, Pathways Fig. 4/7) over and over through a traced
 //! [`Runtime`], streaming every event to the UI through [`Tracer::subscribe`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -15,6 +15,8 @@ use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
 /// Elements each chain kernel touches.
 const CHAIN_LEN: usize = 4096;
+/// How long the worker runs without the UI taking its events before it holds.
+const UNPOLLED_NS: u64 = 1_000_000_000;
 
 /// Devices found at start-up, shared by everything that runs real work.
 #[derive(Debug, Clone)]
@@ -153,6 +155,9 @@ pub struct LiveRunner {
     errors: Receiver<String>,
     /// When set, the worker stops submitting (it keeps its runtime).
     pub hold: Arc<AtomicBool>,
+    /// When the UI last took events (trace clock, ns). A window that is minimized or hidden
+    /// draws no frames: the worker then holds rather than fill the event channel.
+    last_poll_ns: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     worker: Option<JoinHandle<()>>,
     pub mode: DispatchMode,
@@ -169,12 +174,18 @@ impl LiveRunner {
     ) -> Self {
         let (err_tx, errors) = channel();
         let hold = Arc::new(AtomicBool::new(false));
+        let last_poll_ns = Arc::new(AtomicU64::new(tracer.now_ns()));
         let stop = Arc::new(AtomicBool::new(false));
         let worker = {
-            let (tracer, hold, stop) = (tracer.clone(), hold.clone(), stop.clone());
+            let (tracer, stop) = (tracer.clone(), stop.clone());
+            let (hold, last_poll_ns) = (hold.clone(), last_poll_ns.clone());
+            let held = move |now: u64| {
+                hold.load(Ordering::Relaxed)
+                    || now.saturating_sub(last_poll_ns.load(Ordering::Relaxed)) > UNPOLLED_NS
+            };
             std::thread::Builder::new()
                 .name("gangway-live".into())
-                .spawn(move || work(devices, tracer, mode, &hold, &stop, &err_tx, ctx))
+                .spawn(move || work(devices, tracer, mode, &held, &stop, &err_tx, ctx))
         };
         let (worker, errors) = match worker {
             Ok(h) => (Some(h), errors),
@@ -189,10 +200,16 @@ impl LiveRunner {
             tracer,
             errors,
             hold,
+            last_poll_ns,
             stop,
             worker,
             mode,
         }
+    }
+
+    /// Says the UI took the events up to `now_ns` (trace clock).
+    pub fn heartbeat(&self, now_ns: u64) {
+        self.last_poll_ns.store(now_ns, Ordering::Relaxed);
     }
 
     /// The worker's last error, if it stopped on one.
@@ -219,7 +236,7 @@ fn work(
     devices: Vec<Device>,
     tracer: Tracer,
     mode: DispatchMode,
-    hold: &AtomicBool,
+    held: &dyn Fn(u64) -> bool,
     stop: &AtomicBool,
     errors: &Sender<String>,
     ctx: Option<egui::Context>,
@@ -234,7 +251,7 @@ fn work(
             },
         )?;
         while !stop.load(Ordering::Relaxed) {
-            if hold.load(Ordering::Relaxed) {
+            if held(tracer.now_ns()) {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }

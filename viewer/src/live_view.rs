@@ -20,13 +20,29 @@ const KEEP_NS: u64 = 60_000_000_000;
 /// Utilization samples kept per device (about 2 minutes at 4 per second).
 const MAX_SAMPLES: usize = 480;
 
-#[derive(Debug, Default)]
+/// When the background workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workload {
+    /// While a tab that shows it (Live timeline, Devices) is on screen: the default launch.
+    #[default]
+    WhileShown,
+    /// The user pressed Start: on every tab, until Stop.
+    Always,
+    /// The user pressed Stop (or `--no-live`): off until Start.
+    Off,
+}
+
+#[derive(Debug)]
 pub struct LiveView {
     pub runner: Option<LiveRunner>,
+    pub workload: Workload,
     pub data: TimelineData,
     pub timeline: TimelineState,
-    /// Frozen display: events wait in the channel until resumed.
+    /// Frozen display: new events are held back from the timeline until resumed (utilization
+    /// keeps being measured from them).
     pub paused: bool,
+    /// Events that arrived while paused, for the timeline on resume.
+    held: VecDeque<Event>,
     /// Device work of the last window, for utilization.
     recent: VecDeque<Event>,
     /// Per device, `(seconds since start, utilization)`.
@@ -36,6 +52,28 @@ pub struct LiveView {
     /// The stream every real run traces into (the live workload, MoE training): one clock, one
     /// subscription. Made on first use.
     stream: Option<(Tracer, Receiver<Event>)>,
+}
+
+impl Default for LiveView {
+    fn default() -> Self {
+        Self {
+            runner: None,
+            workload: Workload::default(),
+            data: TimelineData::default(),
+            // The last minute, counted back from now: absolute times of hours are unreadable.
+            timeline: TimelineState {
+                relative_to_end: true,
+                ..TimelineState::default()
+            },
+            paused: false,
+            held: VecDeque::new(),
+            recent: VecDeque::new(),
+            utilization: BTreeMap::new(),
+            last_sample_ns: 0,
+            error: None,
+            stream: None,
+        }
+    }
 }
 
 impl LiveView {
@@ -51,25 +89,54 @@ impl LiveView {
             .clone()
     }
 
-    /// Starts the workload on the hub's devices, if it has any.
+    /// Starts the workload on the hub's devices, if it has any, and follows it live. It runs on
+    /// every tab until [`Self::stop`].
     pub fn start(&mut self, hub: &DeviceHub, ctx: Option<egui::Context>) {
-        if self.runner.is_some() {
-            return;
-        }
-        if let Some(devices) = hub.devices() {
-            let tracer = self.tracer();
-            self.runner = Some(LiveRunner::start(
-                devices,
-                DispatchMode::Parallel,
-                tracer,
-                ctx,
-            ));
+        self.workload = Workload::Always;
+        self.error = None;
+        if self.launch(hub, ctx) {
             self.timeline.follow_live = true;
         }
     }
 
+    /// Stops the workload until [`Self::start`]; nothing restarts it meanwhile.
     pub fn stop(&mut self) {
+        self.workload = Workload::Off;
         self.runner = None;
+    }
+
+    /// Starts or stops the workload as [`Self::workload`] asks, given whether a tab showing it
+    /// is on screen. A workload that stopped on an error stays stopped until Start.
+    pub fn sync(&mut self, shown: bool, hub: &DeviceHub, ctx: Option<egui::Context>) {
+        let wanted = match self.workload {
+            Workload::Always => true,
+            Workload::WhileShown => shown,
+            Workload::Off => false,
+        };
+        if !wanted {
+            self.runner = None;
+        } else if self.runner.is_none() && self.error.is_none() && self.launch(hub, ctx) {
+            // First launch: show the newest events.
+            self.timeline.follow_live |= self.data.is_empty();
+        }
+    }
+
+    /// Starts the worker if none runs; true when one was started.
+    fn launch(&mut self, hub: &DeviceHub, ctx: Option<egui::Context>) -> bool {
+        if self.runner.is_some() {
+            return false;
+        }
+        let Some(devices) = hub.devices() else {
+            return false;
+        };
+        let tracer = self.tracer();
+        self.runner = Some(LiveRunner::start(
+            devices,
+            DispatchMode::Parallel,
+            tracer,
+            ctx,
+        ));
+        true
     }
 
     /// Moves new events into the timeline and samples utilization. Call once per frame.
@@ -82,20 +149,34 @@ impl LiveView {
         };
         // The subscription has every event; the tracer's own copy would only grow.
         drop(tracer.take_events());
-        if !self.paused {
-            for _ in 0..200_000 {
-                match events.try_recv() {
-                    Ok(e) => {
-                        if e.is_device_work() {
-                            self.recent.push_back(e.clone());
-                        }
-                        self.data.push(e);
+        let now = tracer.now_ns();
+        if let Some(r) = &self.runner {
+            r.heartbeat(now);
+        }
+        // Drained even while paused: utilization is measured from every event, and the
+        // channel must not grow.
+        let mut arrived = Vec::new();
+        for _ in 0..200_000 {
+            match events.try_recv() {
+                Ok(e) => {
+                    if e.is_device_work() {
+                        self.recent.push_back(e.clone());
                     }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    arrived.push(e);
                 }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let now = tracer.now_ns();
+        if self.paused {
+            self.held.extend(arrived);
+            // Held events the timeline would forget on resume are not kept either.
+            let from = now.saturating_sub(KEEP_NS);
+            while self.held.front().is_some_and(|e| e.end_ns < from) {
+                self.held.pop_front();
+            }
+        } else {
+            self.data.extend(self.held.drain(..).chain(arrived));
+        }
         if now >= self.last_sample_ns + 250_000_000 {
             self.last_sample_ns = now;
             self.sample(now);
@@ -137,7 +218,11 @@ impl LiveView {
         ui.horizontal_wrapped(|ui| {
             let running = self.runner.is_some();
             if running {
-                if ui.button("Stop workload").clicked() {
+                if ui
+                    .button("Stop workload")
+                    .on_hover_text("stop the workload; it stays off until Start")
+                    .clicked()
+                {
                     self.stop();
                 }
             } else {
@@ -165,7 +250,8 @@ impl LiveView {
         });
         ui.weak(
             "workload: the chain program (one tiny kernel per device, up to 4), parallel \
-             dispatch, in batches of 8 runs. Drag pans, ctrl+scroll zooms about the mouse, \
+             dispatch, in batches of 8 runs, while this tab or Devices is shown (Start: on every \
+             tab until Stop). Drag pans, ctrl+scroll zooms about the mouse, \
              click a bar zooms to it, double-click resets.",
         );
         if let Some(e) = &self.error {

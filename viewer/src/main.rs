@@ -1,40 +1,45 @@
-//! `gangway-viewer [--no-devices] [--no-live] [--virtual-devices N] [FILE.json]`: the desktop
-//! viewer.
+//! `gangway-viewer`: the desktop viewer. See `gangway-viewer --help`.
 
-use gangway_viewer::{Options, Tab, ViewerApp};
+use std::path::PathBuf;
+
+use clap::Parser;
+use gangway_viewer::{Options, ViewerApp};
+
+/// The gangway desktop viewer: pipeline bubble lab, live dispatch timelines, device
+/// utilization, MoE training, trace and benchmark files.
+#[derive(Parser, Debug)]
+#[command(name = "gangway-viewer", version)]
+struct Args {
+    /// Simulator only: do not look for adapters.
+    #[arg(long)]
+    no_devices: bool,
+    /// Do not start the live workload when the Live timeline tab is shown.
+    #[arg(long)]
+    no_live: bool,
+    /// Devices made from each adapter (default: GANGWAY_VIRTUAL_DEVICES, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    virtual_devices: Option<u32>,
+    /// Start in the projector theme (light, large type); `P` toggles it in the app.
+    #[arg(long)]
+    projector: bool,
+    /// A Chrome trace or `gangway bench --json` report to open.
+    #[arg(value_name = "FILE.json")]
+    file: Option<PathBuf>,
+}
 
 fn main() -> anyhow::Result<()> {
-    let mut options = Options::default();
-    let mut file = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--no-devices" => options.discover = false,
-            "--no-live" => options.autostart_live = false,
-            "--virtual-devices" => {
-                options.virtual_devices = Some(virtual_devices(args.next().as_deref())?);
-            }
-            "-h" | "--help" => {
-                println!(
-                    "gangway-viewer [--no-devices] [--no-live] [--virtual-devices N] [FILE.json]\n\n  \
-                     --no-devices         simulator only: do not look for adapters\n  \
-                     --no-live            do not start the background workload\n  \
-                     --virtual-devices N  make N devices of each adapter (default: \
-                     GANGWAY_VIRTUAL_DEVICES, else 1)\n  \
-                     FILE.json            a Chrome trace or gangway bench --json file to open"
-                );
-                return Ok(());
-            }
-            other => match other.strip_prefix("--virtual-devices=") {
-                Some(n) => options.virtual_devices = Some(virtual_devices(Some(n))?),
-                None => file = Some(other.to_string()),
-            },
-        }
-    }
+    // Unknown flags and bad values end here with clap's message and exit code 2.
+    let args = Args::parse();
+    let options = Options {
+        discover: !args.no_devices,
+        autostart_live: !args.no_live,
+        virtual_devices: args.virtual_devices.map(|n| n as usize),
+    };
     let native = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_inner_size([1280.0, 820.0])
-            .with_title("gangway viewer"),
+            .with_title("gangway viewer")
+            .with_drag_and_drop(true),
         ..Default::default()
     };
     eframe::run_native(
@@ -42,25 +47,17 @@ fn main() -> anyhow::Result<()> {
         native,
         Box::new(move |cc| {
             let mut app = ViewerApp::new(options, Some(cc.egui_ctx.clone()));
-            if let Some(path) = file {
-                app.files.path = path;
-                app.files.open_path();
-                app.tab = Tab::Files;
+            if let Some(storage) = cc.storage {
+                app.restore(storage);
+            }
+            if args.projector {
+                app.settings.projector = true;
+            }
+            if let Some(path) = args.file {
+                app.open_file(path);
             }
             Ok(Box::new(app))
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
-}
-
-/// The value of `--virtual-devices`: a whole number of at least 1.
-fn virtual_devices(arg: Option<&str>) -> anyhow::Result<usize> {
-    arg.and_then(|n| n.trim().parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--virtual-devices needs a whole number of at least 1, got {}",
-                arg.unwrap_or("nothing")
-            )
-        })
 }

@@ -4,6 +4,9 @@
 mod common;
 
 use egui_kittest::kittest::{NodeT, Queryable};
+use std::collections::BTreeSet;
+
+use gangway::pipeline::figure::Shape;
 use gangway::pipeline::{ScheduleKind, bubble_formula};
 
 #[test]
@@ -70,13 +73,13 @@ fn stepping_says_what_each_stage_waits_for() {
     let mut h = common::harness([1200.0, 900.0]);
     h.get_by_label("step >").click();
     h.run();
-    assert_eq!(h.state().lab.step, 1);
+    assert_eq!(h.state().lab.player.step(), 1);
     // At t = 0 only stage 0 runs; stage 1 waits for microbatch 0's activation from stage 0.
     h.get_by_label("stage 0: running F mb 0");
     h.get_by_label("stage 1: waits for the activation of mb 0 from stage 0");
     h.get_by_label("< step").click();
     h.run();
-    assert_eq!(h.state().lab.step, 0);
+    assert_eq!(h.state().lab.player.step(), 0);
 }
 
 #[test]
@@ -85,4 +88,237 @@ fn no_adapter_banner_says_why_real_runs_are_off() {
     h.get_by_label_contains("Real runs are off: device discovery is off");
     // The lab still works on the simulator.
     h.get_by_label_contains("bubble (simulated):");
+}
+
+/// Bug 5: interleaved charged each chunk the whole stage's F/B/W, so v = 2 doubled the model and
+/// looked slower than 1F1B. Each chunk op now costs F/v, and interleaved is shorter.
+#[test]
+fn interleaved_splits_the_stage_model_and_beats_1f1b() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    let one = h.state().lab.result.as_ref().unwrap().sim.makespan_ns;
+    h.get_by_label("makespan 33.0 µs");
+    h.get_by_label("Interleaved 1F1B").click();
+    h.run();
+    common::set_slider(&mut h, "chunks v", 2.0);
+    let r = h.state().lab.result.as_ref().unwrap();
+    assert_eq!(r.schedule.chunks, 2);
+    // 2 × 8 microbatch-chunks of (F + B) / 2 per stage, plus a (p − 1) / v ramp.
+    assert!(r.sim.makespan_ns < one, "{} vs {one}", r.sim.makespan_ns);
+    h.get_by_label("makespan 28.5 µs");
+}
+
+/// The stacked comparison: one time axis, the four schedules at the same p, m and total cost;
+/// at p = 4, m = 8 interleaved (v = 2) and ZB-H1 finish before 1F1B.
+#[test]
+fn the_comparison_stacks_the_four_schedules_on_one_axis() {
+    let mut h = common::harness([1400.0, 1400.0]);
+    h.get_by_label("compare all four").click();
+    h.run();
+    let lab = &h.state().lab;
+    let figure = lab.figure().unwrap();
+    let span: Vec<(String, u64)> = figure
+        .rows
+        .iter()
+        .map(|r| (r.title.clone(), r.sim.makespan_ns))
+        .collect();
+    let of = |t: &str| span.iter().find(|(n, _)| n.starts_with(t)).unwrap().1;
+    assert_eq!(span.len(), 4, "{span:?}");
+    assert!(of("Interleaved") < of("1F1B"), "{span:?}");
+    assert!(of("ZB-H1") < of("1F1B"), "{span:?}");
+    assert_eq!(of("GPipe"), of("1F1B"), "{span:?}");
+    // Drawn: each row's title, a makespan and bubble beside each row, every compute op as a
+    // block.
+    let (layout, rect) = lab.layout.as_ref().unwrap();
+    let texts: Vec<&str> = layout
+        .shapes
+        .iter()
+        .filter_map(|s| match s {
+            Shape::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (title, _) in &span {
+        assert!(texts.contains(&title.as_str()), "{title} not drawn");
+    }
+    let makespans = texts.iter().filter(|t| t.starts_with("makespan ")).count();
+    assert_eq!(makespans, 4, "{texts:?}");
+    let ops: usize = figure.rows.iter().map(|r| r.blocks().len()).sum();
+    assert_eq!(layout.blocks.len(), ops);
+    // The figure fills the width it is given, and follows a resize (bug 7 for the lab).
+    assert!(rect.width() > 1300.0, "{rect:?}");
+    h.set_size(egui::vec2(1000.0, 1400.0));
+    h.run();
+    let (_, rect) = h.state().lab.layout.as_ref().unwrap();
+    assert!(rect.width() < 1000.0 && rect.width() > 900.0, "{rect:?}");
+}
+
+/// Animation: space plays, ← / → step by compute op, ops not yet started are dimmed.
+#[test]
+fn the_animation_plays_and_steps_by_compute_op() {
+    let mut h = common::harness([1200.0, 900.0]);
+    let total = h.state().lab.player.total();
+    // 1F1B, p = 4, m = 8: 4 × 8 × (F + B); sends and receives are not steps.
+    assert_eq!(total, 64);
+    h.key_press(egui::Key::ArrowRight);
+    h.run();
+    h.key_press(egui::Key::ArrowRight);
+    h.run();
+    assert_eq!(h.state().lab.player.step(), 2);
+    h.get_by_label_contains("op 2/64 started by");
+    // Dimmed: the blocks' fills before and after the cursor differ.
+    let dimmed = fills(&h);
+    h.key_press(egui::Key::ArrowLeft);
+    h.run();
+    h.key_press(egui::Key::ArrowLeft);
+    h.run();
+    assert_eq!(h.state().lab.player.at_ns(), None);
+    let whole_fills = fills(&h);
+    assert!(
+        dimmed.difference(&whole_fills).count() > 0,
+        "nothing was dimmed mid-animation"
+    );
+    h.key_press(egui::Key::Space);
+    h.step();
+    assert!(h.state().lab.player.playing);
+    let t0 = std::time::Instant::now();
+    while h.state().lab.player.playing && t0.elapsed() < std::time::Duration::from_secs(30) {
+        h.state_mut().lab.player.speed_ns_per_s = 50_000.0;
+        h.step();
+    }
+    assert!(!h.state().lab.player.playing, "never reached the end");
+    assert_eq!(h.state().lab.player.step(), total);
+    h.run();
+    h.get_by_label("Play");
+}
+
+/// Every fill colour of the lab's figure as drawn last frame.
+fn fills(h: &egui_kittest::Harness<'static, gangway_viewer::ViewerApp>) -> BTreeSet<[u8; 4]> {
+    let (layout, _) = h.state().lab.layout.as_ref().unwrap();
+    layout
+        .shapes
+        .iter()
+        .filter_map(|s| match s {
+            Shape::Rect { fill, .. } => Some(fill.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The projector theme: `P` toggles it (not while typing), it is light with large type, and it
+/// is remembered through eframe's storage.
+#[test]
+fn p_toggles_the_projector_theme_and_it_is_remembered() {
+    let mut h = common::harness([1200.0, 900.0]);
+    assert!(!h.state().settings.projector);
+    assert!(h.ctx.global_style().visuals.dark_mode);
+    h.key_press(egui::Key::P);
+    h.run();
+    assert!(h.state().settings.projector);
+    assert!(!h.ctx.global_style().visuals.dark_mode);
+    let body = h.ctx.global_style().text_styles[&egui::TextStyle::Body].size;
+    assert!(body >= 18.0, "{body}");
+    // The figure is drawn for the projector too: light background.
+    let (layout, _) = h.state().lab.layout.as_ref().unwrap();
+    assert!(
+        layout.background.0[..3].iter().all(|&c| c > 200),
+        "{:?}",
+        layout.background
+    );
+
+    let mut storage = MemoryStorage::default();
+    eframe::App::save(h.state_mut(), &mut storage);
+    let mut again = common::app();
+    again.restore(&storage);
+    assert!(again.settings.projector);
+
+    // Typing a P in a text field does not toggle it.
+    h.get_by_role(egui::accesskit::Role::TextInput).click();
+    h.run();
+    h.key_press(egui::Key::P);
+    h.run();
+    assert!(h.state().settings.projector);
+}
+
+#[derive(Default)]
+struct MemoryStorage(std::collections::HashMap<String, String>);
+
+impl eframe::Storage for MemoryStorage {
+    fn get_string(&self, key: &str) -> Option<String> {
+        self.0.get(key).cloned()
+    }
+    fn set_string(&mut self, key: &str, value: String) {
+        self.0.insert(key.into(), value);
+    }
+    fn remove_string(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+    fn flush(&mut self) {}
+}
+
+/// Bug 8: "→" drew as a box. The bundled font draws every symbol the UI prints, in both
+/// families, without any system font.
+#[test]
+fn the_bundled_font_draws_the_arrows_and_symbols() {
+    let mut h = common::harness([800.0, 600.0]);
+    h.run();
+    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
+        let font = egui::FontId::new(14.0, family.clone());
+        let missing: String = h.ctx.fonts_mut(|f| {
+            gangway_viewer::fonts::SYMBOLS
+                .chars()
+                .filter(|&c| !f.has_glyph(&font, c))
+                .collect()
+        });
+        assert!(missing.is_empty(), "{family:?} lacks {missing:?}");
+    }
+}
+
+/// Export for slides: SVG from the layout, PNG from the screen, both written whole.
+#[test]
+fn the_figure_exports_as_svg_and_png() {
+    let dir = std::env::temp_dir().join(format!("gangway-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut h = common::harness([1200.0, 900.0]);
+    h.state_mut().lab.export_path = dir.join("fig").display().to_string();
+    h.get_by_label("Export SVG").click();
+    h.step();
+    let t0 = std::time::Instant::now();
+    while h.state().lab.exporter.is_busy() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.step();
+    }
+    let svg = std::fs::read_to_string(dir.join("fig.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") || svg.starts_with("<?xml"),
+        "{}",
+        &svg[..80]
+    );
+    assert!(svg.contains("makespan") && svg.trim_end().ends_with("</svg>"));
+    h.get_by_label_contains("wrote ");
+
+    if !common::can_render("the_figure_exports_as_svg_and_png (PNG)") {
+        return;
+    }
+    h.get_by_label("Export PNG").click();
+    h.step();
+    let t0 = std::time::Instant::now();
+    while h.state().lab.exporter.is_busy() && t0.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.step();
+    }
+    assert!(
+        matches!(h.state().lab.exporter.last, Some(Ok(_))),
+        "{:?}",
+        h.state().lab.exporter.last
+    );
+    let png = image::open(dir.join("fig.png")).unwrap();
+    let (_, rect) = h.state().lab.layout.as_ref().unwrap();
+    assert!(
+        (png.width() as f32 - rect.width()).abs() <= 2.0,
+        "{} vs {rect:?}",
+        png.width()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,12 @@
 //! the dispatch comparison traces both modes. Skipped with a message when no adapter exists
 //! (fails instead under `GANGWAY_REQUIRE_ADAPTER=1`).
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
 
 use gangway::sched::DispatchMode;
 use gangway::trace::{EventKind, Lane};
@@ -11,6 +16,7 @@ use gangway::{DiscoveryOptions, discover};
 use gangway_viewer::dispatch_compare::{RUNS, compare};
 use gangway_viewer::live::{DeviceHub, Discovery};
 use gangway_viewer::live_view::LiveView;
+use gangway_viewer::{Tab, ViewerApp};
 
 fn devices(test: &str) -> Option<Vec<gangway::Device>> {
     match DiscoveryOptions::from_env().and_then(|o| discover(&o)) {
@@ -78,4 +84,190 @@ fn comparison_traces_both_modes() {
         assert_eq!(kernels, RUNS * stages, "{:?}", r.mode);
         assert!(r.wall_ns > 0);
     }
+}
+
+/// Steps `h` for `d`, a frame every 50 ms.
+fn step_for(h: &mut Harness<'static, ViewerApp>, d: Duration) {
+    let deadline = Instant::now() + d;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+}
+
+/// Steps `h` until `done` (at most 60 s).
+fn step_until(h: &mut Harness<'static, ViewerApp>, what: &str, done: impl Fn(&ViewerApp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done(h.state()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(done(h.state()), "not within 60 s: {what}");
+}
+
+fn show(h: &mut Harness<'static, ViewerApp>, tab: Tab) {
+    h.get_by_label(tab.title()).click();
+    h.step();
+    assert_eq!(h.state().tab, tab);
+}
+
+/// Bug 10: the default launch left the workload running on every tab (100–150 % CPU on the
+/// lab). It runs only while the Live timeline (or Devices) tab is shown, and the lab then asks
+/// for no frames at all.
+#[test]
+fn the_default_launch_runs_the_workload_only_while_its_tab_is_shown() {
+    let test = "the_default_launch_runs_the_workload_only_while_its_tab_is_shown";
+    let Some(mut h) = common::device_harness(test, 1, 1, true) else {
+        return;
+    };
+    step_for(&mut h, Duration::from_millis(300));
+    assert_eq!(h.state().tab, Tab::BubbleLab);
+    assert!(h.state().live.runner.is_none(), "runs on the lab tab");
+    // Idle: no repaint requests, so `run` settles within its step limit.
+    h.try_run()
+        .expect("the lab keeps asking for frames while idle");
+
+    show(&mut h, Tab::Live);
+    assert!(
+        h.state().live.runner.is_some(),
+        "not started on the Live tab"
+    );
+    step_until(&mut h, "events on the Live tab", |a| {
+        a.live.data.len() >= 20
+    });
+    show(&mut h, Tab::Devices);
+    assert!(
+        h.state().live.runner.is_some(),
+        "stopped on the Devices tab"
+    );
+    show(&mut h, Tab::BubbleLab);
+    assert!(h.state().live.runner.is_none(), "still runs on the lab tab");
+}
+
+/// Bug 1: Stop did not stop (the app restarted the workload at once, and follow-live turned
+/// itself on).
+#[test]
+fn stop_stops_the_workload_until_start() {
+    let test = "stop_stops_the_workload_until_start";
+    let Some(mut h) = common::device_harness(test, 1, 1, true) else {
+        return;
+    };
+    show(&mut h, Tab::Live);
+    step_until(&mut h, "events", |a| a.live.data.len() >= 20);
+    h.state_mut().live.timeline.follow_live = false;
+    h.get_by_label("Stop workload").click();
+    h.step();
+    step_for(&mut h, Duration::from_millis(300));
+    let count = h.state().live.data.len();
+    step_for(&mut h, Duration::from_secs(1));
+    let live = &h.state().live;
+    assert!(live.runner.is_none(), "the workload restarted after Stop");
+    assert_eq!(live.data.len(), count, "events still arrive after Stop");
+    assert!(!live.timeline.follow_live, "follow-live turned itself on");
+    h.get_by_label("Start workload");
+    // Leaving the tab and coming back does not restart it either.
+    show(&mut h, Tab::BubbleLab);
+    show(&mut h, Tab::Live);
+    assert!(h.state().live.runner.is_none());
+}
+
+/// Bug 2: Start → Stop → Start restarted the clock at 0, froze the span and added empty
+/// sub-rows. The restarted run continues the same clock and the same rows.
+#[test]
+fn restarting_the_workload_continues_the_timeline() {
+    let test = "restarting_the_workload_continues_the_timeline";
+    let Some(mut h) = common::device_harness(test, 1, 1, false) else {
+        return;
+    };
+    show(&mut h, Tab::Live);
+    assert!(h.state().live.runner.is_none(), "--no-live started it");
+    h.get_by_label("Start workload").click();
+    h.step();
+    step_until(&mut h, "first events", |a| a.live.data.len() >= 20);
+    h.get_by_label("Stop workload").click();
+    h.step();
+    step_for(&mut h, Duration::from_millis(200));
+    let data = &h.state().live.data;
+    let (count, span) = (data.len(), data.span().unwrap());
+    let last_end = data.all_events().map(|e| e.end_ns).max().unwrap();
+    let rows: Vec<usize> = data.tracks().iter().map(|t| t.row_count()).collect();
+
+    h.get_by_label("Start workload").click();
+    h.step();
+    step_until(&mut h, "events after the restart", |a| {
+        a.live.data.len() >= count + 20
+    });
+    let data = &h.state().live.data;
+    let later: Vec<_> = data
+        .all_events()
+        .filter(|e| e.start_ns > last_end)
+        .collect();
+    assert!(
+        later.len() >= 20,
+        "{} events after the first run's last one: the clock went back",
+        later.len()
+    );
+    assert!(data.span().unwrap().end > span.end, "the span froze");
+    let rows_after: Vec<usize> = data.tracks().iter().map(|t| t.row_count()).collect();
+    assert_eq!(rows_after, rows, "the restart added sub-rows");
+}
+
+/// Bug 4: pausing the view recorded 0 % utilization for as long as it was paused, although
+/// the workload kept running. Pause freezes the timeline only.
+#[test]
+fn pausing_the_view_keeps_measuring_utilization() {
+    let test = "pausing_the_view_keeps_measuring_utilization";
+    let Some(mut h) = common::device_harness(test, 1, 1, true) else {
+        return;
+    };
+    show(&mut h, Tab::Live);
+    step_until(&mut h, "utilization samples", |a| {
+        a.live.utilization.get(&0).is_some_and(|s| s.len() >= 2)
+    });
+    h.get_by_label("pause").click();
+    h.step();
+    let paused_at = h.state().live.utilization[&0].back().unwrap()[0];
+    let count = h.state().live.data.len();
+    step_for(&mut h, Duration::from_secs(2));
+    let live = &h.state().live;
+    assert_eq!(live.data.len(), count, "the paused timeline changed");
+    let during: Vec<f64> = live.utilization[&0]
+        .iter()
+        .filter(|p| p[0] > paused_at)
+        .map(|p| p[1])
+        .collect();
+    assert!(during.len() >= 3, "{} samples while paused", during.len());
+    assert!(
+        during.iter().any(|&u| u > 0.0),
+        "0 % utilization while paused: {during:?}"
+    );
+    h.get_by_label("pause").click();
+    h.step();
+    h.step();
+    assert!(
+        h.state().live.data.len() > count,
+        "the events of the pause did not reach the timeline on resume"
+    );
+}
+
+/// Bug 9: a mistyped flag opened as a file. Unknown flags are clap errors (exit code 2), before
+/// any window opens.
+#[test]
+fn a_mistyped_flag_is_an_error_not_a_file() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gangway-viewer"))
+        .arg("--no-device")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--no-device'"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--no-devices"), "no suggestion: {stderr}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gangway-viewer"))
+        .args(["--virtual-devices", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

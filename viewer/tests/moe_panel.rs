@@ -74,6 +74,8 @@ fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     let Some(mut h) = device_harness(test, 1, 1, true) else {
         return;
     };
+    // Started by the user, the live workload runs on every tab: training must hold it.
+    common::start_live(&mut h);
     click(&mut h, "2 experts");
     click(&mut h, "top-1 (Switch)");
     common::set_slider(&mut h, "devices", 1.0);
@@ -101,10 +103,9 @@ fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     let t0 = Instant::now();
     let saw_hold = wait_for_run(&mut h, Duration::from_secs(120));
     eprintln!("{test}: run took {:.1} s", t0.elapsed().as_secs_f64());
-    if let Some(r) = &h.state().live.runner {
-        assert!(saw_hold, "the live workload was not held during training");
-        assert!(!r.hold.load(Ordering::Relaxed), "still held after training");
-    }
+    let r = h.state().live.runner.as_ref().unwrap();
+    assert!(saw_hold, "the live workload was not held during training");
+    assert!(!r.hold.load(Ordering::Relaxed), "still held after training");
 
     let moe = &h.state().moe;
     assert_eq!(moe.error, None);

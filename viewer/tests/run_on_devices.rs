@@ -27,6 +27,8 @@ fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
     let Some(mut h) = common::device_harness(test, 2, 2, true) else {
         return;
     };
+    // Started by the user, the live workload runs on every tab: the run must hold it.
+    common::start_live(&mut h);
     h.get_by_label("1F1B").click();
     h.run_ok();
     common::set_slider(&mut h, "stages p", 2.0);
@@ -57,11 +59,9 @@ fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
     assert!(!h.state().lab.is_running(), "no result within 180 s");
     eprintln!("{test}: run took {:.1} s", t0.elapsed().as_secs_f64());
     h.step();
-    if h.state().live.runner.is_some() {
-        assert!(saw_hold, "the live workload was not held during the run");
-        let r = h.state().live.runner.as_ref().unwrap();
-        assert!(!r.hold.load(Ordering::Relaxed), "still held after the run");
-    }
+    assert!(saw_hold, "the live workload was not held during the run");
+    let r = h.state().live.runner.as_ref().unwrap();
+    assert!(!r.hold.load(Ordering::Relaxed), "still held after the run");
 
     h.get_by_label("run: 1F1B, p = 2, m = 2");
     let measured = label_of(&h, "bubble (measured): ");

@@ -84,18 +84,38 @@ fn readme_screenshot() {
     let mut h = app_harness([1280.0, 800.0]);
     h.get_by_label("1F1B").click();
     h.run();
-    h.state_mut().lab.step = 19;
+    h.state_mut().lab.player.set_step(19);
     h.run();
     h.remove_cursor();
     h.run();
-    save_screenshot(&mut h, "viewer.png");
+    save_screenshot(&mut h, "viewer.png", [1280, 800]);
 }
 
-/// Renders `h` at 1280×800 into `assets/NAME` when `GANGWAY_WRITE_SCREENSHOT=1`, else into the
-/// temp directory (so CI does not rewrite tracked files).
-fn save_screenshot(h: &mut Harness<'static, ViewerApp>, name: &str) {
+/// The README's lecture screenshot: the four schedules stacked on one time axis, in the
+/// projector theme, animated to the middle of the step.
+#[test]
+fn readme_projector_comparison_screenshot() {
+    if !common::can_render("readme_projector_comparison_screenshot") {
+        return;
+    }
+    let mut h = app_harness([1400.0, 1500.0]);
+    h.key_press(egui::Key::P);
+    h.run();
+    h.get_by_label("compare all four").click();
+    h.run();
+    assert!(h.state().settings.projector);
+    h.state_mut().lab.player.set_step(130);
+    h.run();
+    h.remove_cursor();
+    h.run();
+    save_screenshot(&mut h, "viewer-projector-compare.png", [1400, 1500]);
+}
+
+/// Renders `h` (`size` pixels) into `assets/NAME` when `GANGWAY_WRITE_SCREENSHOT=1`, else into
+/// the temp directory (so CI does not rewrite tracked files).
+fn save_screenshot(h: &mut Harness<'static, ViewerApp>, name: &str, size: [u32; 2]) {
     let image = h.render().unwrap();
-    assert_eq!((image.width(), image.height()), (1280, 800));
+    assert_eq!([image.width(), image.height()], size);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let path = if std::env::var("GANGWAY_WRITE_SCREENSHOT").as_deref() == Ok("1") {
         root.join("assets").join(name)
@@ -119,10 +139,16 @@ fn readme_bench_screenshot() {
     h.state_mut().files.path = "../assets/bench/dev-2core.json".into();
     h.run();
     h.get_by_label("Open").click();
+    h.step();
+    assert!(
+        h.state_mut()
+            .files
+            .wait_idle(std::time::Duration::from_secs(60))
+    );
     h.run();
     h.get_by_label_contains("opened benchmark report: 112 results on 2 adapter(s)");
     h.get_by_label("matmul: GFLOP/s per case (higher is better)");
     h.remove_cursor();
     h.run();
-    save_screenshot(&mut h, "viewer-bench.png");
+    save_screenshot(&mut h, "viewer-bench.png", [1280, 800]);
 }

@@ -1,19 +1,29 @@
-//! The pipeline bubble lab: pick a schedule and its shape, and see the simulated timeline, the
-//! bubble against the textbook formula, peak activations, and a step-by-step walk through the
-//! schedule saying what each stage waits for. "Run on devices" trains one MLP step with the same
+//! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
+//! simulation (or all four schedules stacked on one time axis at the same total cost), the
+//! bubble against the textbook formula, peak activations, and an animation that plays or steps
+//! op by op saying what each stage waits for. The figure exports as SVG and PNG for slides. "Run on devices" trains one MLP step with the same
 //! schedule on the first `p` devices (in the background) and shows the measured timeline under
 //! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
 //! times) and the textbook's.
 
+mod export;
+mod paint;
+mod player;
+
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
-use egui::{Button, RichText, Slider, Ui};
+use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
 use gangway::bench::pipeline::{PipelineResult, run_case};
+use gangway::pipeline::figure::{Figure, Layout, Theme};
 use gangway::pipeline::{
     Costs, OpKind, Schedule, ScheduleKind, Simulation, bubble_formula, simulate, validate,
 };
 use gangway::trace::{Lane, Tracer};
+
+pub use export::{Exporter, png_bytes};
+pub use player::Player;
 
 use crate::live::{DeviceHub, Discovery};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
@@ -28,7 +38,9 @@ pub struct LabParams {
     pub stages: usize,
     pub microbatches: usize,
     pub chunks: usize,
-    /// Relative costs of F, B and W (units of 1 µs simulated).
+    /// Relative costs of F, B and W of one microbatch through a stage's whole model share
+    /// (units of 1 µs simulated). Interleaved splits the share into v chunks: each chunk op
+    /// costs 1/v of it, as in Megatron.
     pub forward: u64,
     pub backward: u64,
     pub weight_grad: u64,
@@ -162,7 +174,22 @@ pub struct LabResult {
     pub sim: Simulation,
     pub peak_activations: Vec<usize>,
     pub textbook: f64,
+    /// The simulation as trace events (the Files tab saves it).
     pub data: TimelineData,
+    /// The textbook figure of this schedule.
+    pub figure: Figure,
+    /// All four schedules at this p, m and v and the same total cost, on one time axis.
+    pub comparison: Result<Figure, String>,
+}
+
+/// What the lab's figure shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabView {
+    /// The chosen schedule.
+    #[default]
+    One,
+    /// GPipe, 1F1B, interleaved and ZB-H1 stacked on one time axis.
+    Compare,
 }
 
 /// The lab's state.
@@ -171,9 +198,16 @@ pub struct BubbleLab {
     pub params: LabParams,
     computed_for: Option<LabParams>,
     pub result: Result<LabResult, String>,
-    pub timeline: TimelineState,
-    /// How many ops of `Simulation::order` have started (0 = before the first).
-    pub step: usize,
+    pub view: LabView,
+    /// The animation over the figure's compute ops.
+    pub player: Player,
+    /// The projector theme (set by the app each frame).
+    pub projector: bool,
+    /// The figure as laid out last frame, and where it was painted (for export and tests).
+    pub layout: Option<(Layout, egui::Rect)>,
+    pub exporter: Exporter,
+    /// Where "Export SVG"/"Export PNG" write (the extension is replaced).
+    pub export_path: String,
     /// The run on devices in progress, and what it is for.
     pending: Option<(RunShape, Receiver<Result<DeviceRun, String>>)>,
     /// The last run on devices, with the shape it ran (not necessarily the controls' now).
@@ -186,8 +220,12 @@ impl Default for BubbleLab {
             params: LabParams::default(),
             computed_for: None,
             result: Err(String::new()),
-            timeline: TimelineState::default(),
-            step: 0,
+            view: LabView::default(),
+            player: Player::new([]),
+            projector: false,
+            layout: None,
+            exporter: Exporter::default(),
+            export_path: "pipeline-figure.svg".into(),
             pending: None,
             measured: None,
         };
@@ -232,11 +270,16 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     let v = p.effective_chunks();
     let schedule = Schedule::new(p.kind, p.stages, p.microbatches, v).map_err(|e| e.to_string())?;
     let validation = validate(&schedule).map_err(|e| e.to_string())?;
-    let costs = Costs::compute_only(
+    let (f, b, w) = (
         p.forward * UNIT_NS,
         p.backward * UNIT_NS,
         p.weight_grad * UNIT_NS,
     );
+    let costs = Costs::stage_model(f, b, w, v);
+    let figure =
+        Figure::single(p.kind, p.stages, p.microbatches, v, &costs).map_err(|e| e.to_string())?;
+    let comparison = Figure::compare(p.stages, p.microbatches, p.chunks.max(2), f, b, w)
+        .map_err(|e| e.to_string());
     let sim = simulate(&schedule, &costs).map_err(|e| e.to_string())?;
     // Transfers are free here (zero-length): show compute lanes only.
     let mut data = TimelineData::from_events(
@@ -252,6 +295,8 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         schedule,
         sim,
         data,
+        figure,
+        comparison,
     })
 }
 
@@ -262,8 +307,28 @@ impl BubbleLab {
         }
         self.result = compute(&self.params);
         self.computed_for = Some(self.params);
-        self.timeline.view = None;
-        self.step = 0;
+        self.reset_player();
+    }
+
+    /// A new player over what the figure shows now.
+    fn reset_player(&mut self) {
+        self.player = match (&self.result, self.view) {
+            (Ok(r), LabView::One) => Player::new([(&r.schedule, &r.sim)]),
+            (Ok(r), LabView::Compare) => match &r.comparison {
+                Ok(f) => Player::new(f.rows.iter().map(|row| (&row.schedule, &row.sim))),
+                Err(_) => Player::new([]),
+            },
+            (Err(_), _) => Player::new([]),
+        };
+    }
+
+    /// The figure the lab shows now.
+    pub fn figure(&self) -> Option<&Figure> {
+        let r = self.result.as_ref().ok()?;
+        match self.view {
+            LabView::One => Some(&r.figure),
+            LabView::Compare => r.comparison.as_ref().ok(),
+        }
     }
 
     /// What each stage is doing at `t_ns`: running an op, waiting for data, or done.
@@ -381,12 +446,12 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.stages, 1..=16).text("stages p"));
             ui.add(Slider::new(&mut self.params.microbatches, 1..=64).text("microbatches m"));
             ui.add_enabled(
-                self.params.kind == ScheduleKind::Interleaved,
+                self.params.kind == ScheduleKind::Interleaved || self.view == LabView::Compare,
                 Slider::new(&mut self.params.chunks, 2..=8).text("chunks v"),
             );
         });
         ui.horizontal_wrapped(|ui| {
-            ui.label("relative costs (1 = 1 µs):");
+            ui.label("one microbatch through a stage's model (1 = 1 µs):");
             ui.add(Slider::new(&mut self.params.forward, 1..=10).text("F"));
             ui.add(Slider::new(&mut self.params.backward, 1..=10).text("B"));
             ui.add(Slider::new(&mut self.params.weight_grad, 0..=10).text("W"));
@@ -396,7 +461,8 @@ impl BubbleLab {
         self.measured_ui(ui);
     }
 
-    /// The simulation of the controls' shape: bubble, formula, step walk-through, timeline.
+    /// The simulation of the controls' shape: bubble, formula, the figure with its animation
+    /// and export.
     fn simulated_ui(&mut self, ui: &mut Ui) {
         let r = match &self.result {
             Ok(r) => r,
@@ -447,43 +513,179 @@ impl BubbleLab {
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
-
-        // Step walk-through.
-        let total = r.sim.order.len();
-        let mut step = self.step.min(total);
-        ui.horizontal(|ui| {
-            if ui.button("< step").clicked() {
-                step = step.saturating_sub(1);
-            }
-            if ui.button("step >").clicked() {
-                step = (step + 1).min(total);
-            }
-            ui.add(Slider::new(&mut step, 0..=total).text("ops started"));
+        ui.separator();
+        let view = self.view;
+        ui.horizontal_wrapped(|ui| {
+            ui.label("figure:");
+            ui.selectable_value(&mut self.view, LabView::One, "this schedule");
+            ui.selectable_value(&mut self.view, LabView::Compare, "compare all four")
+                .on_hover_text(
+                    "GPipe, 1F1B, interleaved (v chunks, F/v each) and ZB-H1 at the same p, m \
+                     and total cost, on one time axis",
+                );
         });
-        self.step = step;
-        let t_ns = match step {
-            0 => None,
-            k => r.sim.order.get(k - 1).map(|o| o.at_ns),
+        if self.view != view {
+            self.reset_player();
+        }
+        self.player_ui(ui);
+        self.export_ui(ui);
+        let Some(figure) = self.figure() else {
+            if let Ok(LabResult {
+                comparison: Err(e), ..
+            }) = &self.result
+            {
+                ui.colored_label(
+                    ui.visuals().error_fg_color,
+                    format!("the four schedules cannot all take this shape: {e}"),
+                );
+            }
+            return;
         };
-        self.timeline.cursor_ns = t_ns;
-        if let Some(t) = t_ns
-            && let Some(o) = r.sim.order.get(step - 1)
-            && let Some(op) = r.schedule.ops[o.stage].get(o.index)
+        let theme = if self.projector {
+            Theme::Projector
+        } else {
+            Theme::Screen
+        };
+        // Laid out for the width there is now: a resize or a zoom refits it.
+        let layout = figure.layout(ui.available_width(), theme, self.player.at_ns());
+        let (response, rect) = paint::figure(ui, &layout);
+        if let Some(pos) = response.hover_pos()
+            && let Some(b) = paint::block_at(&layout, rect.min, pos)
         {
-            ui.label(format!(
-                "op {step}/{total} at {}: stage {} starts {op}",
-                format_ns(t as f64),
-                o.stage
+            let row = figure.rows.get(b.row).map_or("", |r| r.title.as_str());
+            let kind = match b.block.kind {
+                OpKind::Forward => "forward F",
+                OpKind::Backward => "backward B",
+                _ => "weight-grad W",
+            };
+            let mb = b
+                .block
+                .microbatch
+                .map_or_else(String::new, |m| format!(" of microbatch {}", m + 1));
+            response.on_hover_text(format!(
+                "{row}: {kind}{mb}, chunk {}, on stage {}, {} to {}",
+                b.block.chunk,
+                b.block.stage,
+                format_ns(b.block.start_ns as f64),
+                format_ns(b.block.end_ns as f64)
             ));
+        }
+        self.layout = Some((layout, rect));
+        if self.view == LabView::One
+            && let Some(t) = self.player.at_ns()
+            && let Ok(r) = &self.result
+        {
             for line in Self::stage_status(r, t) {
                 ui.monospace(line);
             }
-        } else {
-            ui.weak("step through the schedule op by op (Simulation::order)");
         }
-        ui.separator();
-        timeline::legend(ui);
-        timeline::timeline(ui, "bubble-lab", &r.data, &mut self.timeline);
+    }
+
+    /// Play/pause, speed and stepping (also ← / → and space while no text field has focus).
+    fn player_ui(&mut self, ui: &mut Ui) {
+        if !ui.ctx().egui_wants_keyboard_input() {
+            let (left, right, space) = ui.input(|i| {
+                (
+                    i.key_pressed(Key::ArrowLeft),
+                    i.key_pressed(Key::ArrowRight),
+                    i.key_pressed(Key::Space),
+                )
+            });
+            if left || right {
+                self.player.step_by(right);
+            }
+            if space {
+                self.player.toggle_play();
+            }
+        }
+        let total = self.player.total();
+        ui.horizontal_wrapped(|ui| {
+            let play = if self.player.playing { "Pause" } else { "Play" };
+            if ui.button(play).on_hover_text("space").clicked() {
+                self.player.toggle_play();
+            }
+            if ui.button("< step").on_hover_text("←").clicked() {
+                self.player.step_by(false);
+            }
+            if ui.button("step >").on_hover_text("→").clicked() {
+                self.player.step_by(true);
+            }
+            let mut step = self.player.step();
+            if ui
+                .add(Slider::new(&mut step, 0..=total).text("ops started"))
+                .changed()
+            {
+                self.player.playing = false;
+                self.player.set_step(step);
+            }
+            let mut units = self.player.speed_ns_per_s / UNIT_NS as f64;
+            if ui
+                .add(
+                    Slider::new(&mut units, 0.5..=50.0)
+                        .logarithmic(true)
+                        .text("speed (units/s)"),
+                )
+                .changed()
+            {
+                self.player.speed_ns_per_s = units * UNIT_NS as f64;
+            }
+        });
+        if self.player.playing {
+            let dt = ui.input(|i| f64::from(i.unstable_dt).min(0.1));
+            if self.player.advance(dt) {
+                ui.ctx().request_repaint();
+            }
+        }
+        match (self.player.step(), self.player.at_ns()) {
+            (0, _) | (_, None) => {
+                ui.weak("play, or step op by op (← / →): ops not yet started are dimmed");
+            }
+            (k, Some(t)) => {
+                ui.label(format!("op {k}/{total} started by {}", format_ns(t as f64)));
+            }
+        }
+    }
+
+    /// Export the figure as SVG or PNG.
+    fn export_ui(&mut self, ui: &mut Ui) {
+        self.exporter.poll();
+        ui.horizontal_wrapped(|ui| {
+            ui.label("export to:");
+            ui.add(egui::TextEdit::singleline(&mut self.export_path).desired_width(260.0))
+                .labelled_by(ui.label("(path)").id);
+            let busy = self.exporter.is_busy();
+            let path = PathBuf::from(self.export_path.trim());
+            if ui
+                .add_enabled(!busy, Button::new("Export SVG"))
+                .on_hover_text("the figure as shown, as SVG (same as gangway pipeline --svg)")
+                .clicked()
+                && let Some((layout, _)) = &self.layout
+            {
+                self.exporter
+                    .svg(layout, path.with_extension("svg"), ui.ctx());
+            }
+            if ui
+                .add_enabled(!busy, Button::new("Export PNG"))
+                .on_hover_text("the figure's pixels as shown")
+                .clicked()
+                && let Some((_, rect)) = &self.layout
+            {
+                self.exporter
+                    .png(*rect, path.with_extension("png"), ui.ctx());
+            }
+            if busy {
+                ui.spinner();
+            }
+            match &self.exporter.last {
+                Some(Ok(p)) => {
+                    ui.label(format!("wrote {}", p.display()));
+                }
+                Some(Err(e)) => {
+                    ui.colored_label(ui.visuals().error_fg_color, format!("export failed: {e}"));
+                }
+                None => {}
+            }
+        });
     }
 
     /// The last run on devices, labelled with the shape it ran.

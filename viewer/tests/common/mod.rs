@@ -61,10 +61,10 @@ pub fn device_harness(
         },
         None,
     );
-    // Real trace names contain glyphs the test font lacks ("→").
+    // Real trace names contain "→": the bundled font must draw it (kittest fails on a missing
+    // glyph).
     let mut h = Harness::builder()
         .with_size([1400.0, 1800.0])
-        .allow_missing_glyphs()
         .build_ui_state(|ui, app: &mut ViewerApp| app.show(ui), app);
     let deadline = Instant::now() + Duration::from_secs(60);
     while matches!(h.state().hub.get(), Discovery::Pending) && Instant::now() < deadline {
@@ -88,4 +88,15 @@ pub fn set_slider(h: &mut Harness<'_, ViewerApp>, label: &str, v: f64) {
     h.get_by_role_and_label(Role::Slider, label)
         .set_value_accesskit(v);
     h.run_ok();
+}
+
+/// Starts the live workload as the Start button does: it then runs on every tab until Stop.
+pub fn start_live(h: &mut Harness<'static, ViewerApp>) {
+    let hub = h.state().hub.clone();
+    h.state_mut().live.start(&hub, None);
+    h.step();
+    assert!(
+        h.state().live.runner.is_some(),
+        "the live workload did not start"
+    );
 }

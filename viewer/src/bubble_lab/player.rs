@@ -1,0 +1,177 @@
+//! The lab's animation: a position on the simulated time axis that plays at a chosen speed or
+//! steps from one compute op's start to the next (sends and receives take no time in the lab's
+//! cost model, so they are not steps). Pure state, unit-tested; the UI drives it.
+
+use gangway::pipeline::{OpKind, Schedule, Simulation};
+
+/// Where the animation stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Player {
+    /// Advancing with time.
+    pub playing: bool,
+    /// Simulated nanoseconds per real second while playing.
+    pub speed_ns_per_s: f64,
+    /// Compute ops started (0: before the first; the figure is then shown whole).
+    step: usize,
+    /// Simulated time shown; `None` with step 0.
+    at_ns: Option<f64>,
+    /// Start of every compute op, sorted.
+    starts: Vec<u64>,
+    end_ns: u64,
+}
+
+impl Player {
+    /// A player over the compute ops of `runs` (one schedule, or several on a shared axis).
+    pub fn new<'a>(runs: impl IntoIterator<Item = (&'a Schedule, &'a Simulation)>) -> Self {
+        let mut starts = Vec::new();
+        let mut end_ns = 0;
+        for (schedule, sim) in runs {
+            end_ns = end_ns.max(sim.makespan_ns);
+            starts.extend(sim.order.iter().filter_map(|o| {
+                let op = schedule.ops.get(o.stage)?.get(o.index)?;
+                matches!(
+                    op.kind,
+                    OpKind::Forward | OpKind::Backward | OpKind::WeightGrad
+                )
+                .then_some(o.at_ns)
+            }));
+        }
+        starts.sort_unstable();
+        Self {
+            playing: false,
+            speed_ns_per_s: 4_000.0,
+            step: 0,
+            at_ns: None,
+            starts,
+            end_ns,
+        }
+    }
+
+    /// Compute ops in all.
+    pub fn total(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Compute ops started.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// The simulated time shown, if the animation has started: ops starting after it are
+    /// dimmed.
+    pub fn at_ns(&self) -> Option<u64> {
+        self.at_ns.map(|t| t.round().max(0.0) as u64)
+    }
+
+    /// Goes to just after the `step`-th compute op started (0: before any, the whole figure).
+    pub fn set_step(&mut self, step: usize) {
+        self.step = step.min(self.total());
+        self.at_ns = match self.step {
+            0 => None,
+            k => self.starts.get(k - 1).map(|&t| t as f64),
+        };
+    }
+
+    /// One compute op on (`forward`) or back, and pause.
+    pub fn step_by(&mut self, forward: bool) {
+        self.playing = false;
+        let k = if forward {
+            self.step + 1
+        } else {
+            self.step.saturating_sub(1)
+        };
+        self.set_step(k);
+    }
+
+    /// Play from where it stands (from the start if at the end or before it), or pause.
+    pub fn toggle_play(&mut self) {
+        if self.playing {
+            self.playing = false;
+            return;
+        }
+        if self.at_ns.is_none_or(|t| t >= self.end_ns as f64) {
+            self.at_ns = Some(0.0);
+        }
+        self.playing = true;
+        self.sync_step();
+    }
+
+    /// Advances by `dt_s` real seconds while playing; stops at the end. True while it plays
+    /// (the UI then asks for the next frame).
+    pub fn advance(&mut self, dt_s: f64) -> bool {
+        if !self.playing {
+            return false;
+        }
+        let t = self.at_ns.unwrap_or(0.0) + dt_s.max(0.0) * self.speed_ns_per_s;
+        let end = self.end_ns as f64;
+        self.at_ns = Some(t.min(end));
+        self.sync_step();
+        if t >= end {
+            self.playing = false;
+        }
+        self.playing
+    }
+
+    fn sync_step(&mut self) {
+        if let Some(t) = self.at_ns {
+            self.step = self.starts.partition_point(|&s| s as f64 <= t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway::pipeline::{Costs, ScheduleKind, simulate};
+
+    fn one_f_one_b() -> (Schedule, Simulation) {
+        let s = Schedule::new(ScheduleKind::OneFOneB, 2, 2, 1).expect("a valid shape");
+        let sim = simulate(&s, &Costs::compute_only(1000, 1000, 0)).expect("it simulates");
+        (s, sim)
+    }
+
+    #[test]
+    fn steps_are_compute_ops_only() {
+        let (s, sim) = one_f_one_b();
+        let p = Player::new([(&s, &sim)]);
+        // 2 stages × 2 microbatches × (F + B); the sends and receives are not steps.
+        assert_eq!(p.total(), 8);
+        assert!(sim.order.len() > p.total());
+    }
+
+    #[test]
+    fn stepping_moves_to_each_op_start_and_back_to_the_whole_figure() {
+        let (s, sim) = one_f_one_b();
+        let mut p = Player::new([(&s, &sim)]);
+        assert_eq!(p.at_ns(), None);
+        p.step_by(true);
+        assert_eq!((p.step(), p.at_ns()), (1, Some(0)));
+        p.step_by(true);
+        assert_eq!(p.step(), 2);
+        // Stage 0's second F and stage 1's first both start when stage 0's first F ends.
+        assert_eq!(p.at_ns(), Some(1000));
+        p.step_by(false);
+        p.step_by(false);
+        assert_eq!((p.step(), p.at_ns()), (0, None));
+        p.set_step(100);
+        assert_eq!(p.step(), p.total());
+    }
+
+    #[test]
+    fn playing_advances_at_its_speed_and_stops_at_the_end() {
+        let (s, sim) = one_f_one_b();
+        let mut p = Player::new([(&s, &sim)]);
+        p.speed_ns_per_s = 1000.0;
+        p.toggle_play();
+        assert!(p.advance(1.5));
+        assert_eq!(p.at_ns(), Some(1500));
+        // F of stage 0 mb 0 (0), F of stage 0 mb 1 (1000), F of stage 1 mb 0 (1000).
+        assert_eq!(p.step(), 3);
+        assert!(!p.advance(1e6));
+        assert_eq!(p.at_ns(), Some(sim.makespan_ns));
+        assert_eq!(p.step(), p.total());
+        // Play again at the end starts over.
+        p.toggle_play();
+        assert_eq!(p.at_ns(), Some(0));
+    }
+}
