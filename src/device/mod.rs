@@ -547,9 +547,13 @@ impl Device {
     /// Copies the first `len` bytes out of a mapped readback buffer and unmaps it.
     pub fn take_mapped(&self, buffer: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
         let _serial = self.serial();
-        let view = buffer.get_mapped_range(..).map_err(|e| Error::Gpu {
-            what: "readback".into(),
-            message: e.to_string(),
+        let view = buffer.get_mapped_range(..).map_err(|e| {
+            // A buffer of a device destroyed meanwhile fails validation here; the loss is what
+            // explains that to the user.
+            self.check_health().err().unwrap_or(Error::Gpu {
+                what: "readback".into(),
+                message: e.to_string(),
+            })
         })?;
         let out = view[..len as usize].to_vec();
         drop(view);

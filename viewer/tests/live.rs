@@ -190,7 +190,6 @@ fn restarting_the_workload_continues_the_timeline() {
     let data = &h.state().live.data;
     let (count, span) = (data.len(), data.span().unwrap());
     let last_end = data.all_events().map(|e| e.end_ns).max().unwrap();
-    let rows: Vec<usize> = data.tracks().iter().map(|t| t.row_count()).collect();
 
     h.get_by_label("Start workload").click();
     h.step();
@@ -208,8 +207,16 @@ fn restarting_the_workload_continues_the_timeline() {
         later.len()
     );
     assert!(data.span().unwrap().end > span.end, "the span froze");
-    let rows_after: Vec<usize> = data.tracks().iter().map(|t| t.row_count()).collect();
-    assert_eq!(rows_after, rows, "the restart added sub-rows");
+    // Overlapping events (parallel readbacks) may need more sub-rows; an empty one is the bug.
+    for t in data.tracks() {
+        let used: std::collections::BTreeSet<u32> = t.rows().iter().copied().collect();
+        assert_eq!(
+            used.len(),
+            t.row_count(),
+            "{} has empty sub-rows after the restart",
+            data.track_label(t)
+        );
+    }
 }
 
 /// Bug 4: pausing the view recorded 0 % utilization for as long as it was paused, although
