@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use egui::{Key, RichText, Ui};
+use gangway::pipeline::figure::Theme;
 use serde::{Deserialize, Serialize};
 
 use crate::bubble_lab::BubbleLab;
@@ -140,7 +141,10 @@ impl ViewerApp {
 
     /// Fonts, theme and the theme key: once per frame, before anything is laid out.
     fn look(&mut self, ctx: &egui::Context) {
-        fonts::install(ctx);
+        if self.applied_theme.is_none() {
+            // First frame: the font goes in before anything is laid out, once.
+            fonts::install(ctx);
+        }
         if ctx.input(|i| i.key_pressed(Key::P)) && !ctx.egui_wants_keyboard_input() {
             self.settings.projector = !self.settings.projector;
         }
@@ -170,7 +174,6 @@ impl ViewerApp {
         // The comparison measures dispatch, the lab's run measures its bubble and MoE training
         // measures tokens/s: keep the live workload off the devices meanwhile.
         self.lab.poll();
-        self.lab.projector = self.settings.projector;
         self.moe.trace_to = Some(self.live.tracer());
         self.moe.poll();
         if let Some(r) = &self.live.runner {
@@ -209,7 +212,12 @@ impl ViewerApp {
         self.live.sync(shown, &self.hub, Some(ui.ctx().clone()));
         egui::CentralPanel::default_margins().show(ui, |ui| match self.tab {
             Tab::BubbleLab => {
-                egui::ScrollArea::vertical().show(ui, |ui| self.lab.ui(ui, &self.hub));
+                let theme = if self.settings.projector {
+                    Theme::Projector
+                } else {
+                    Theme::Screen
+                };
+                egui::ScrollArea::vertical().show(ui, |ui| self.lab.ui(ui, &self.hub, theme));
             }
             Tab::Live => self.live.ui(ui, &self.hub),
             Tab::Devices => devices_panel::ui(ui, &self.hub, &self.live),

@@ -2,7 +2,7 @@
 //! sequential dispatch the host encodes node i+1 only after node i is done, so the devices sit
 //! idle between kernels; parallel dispatch encodes everything up front.
 
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use egui::Ui;
@@ -10,6 +10,7 @@ use gangway::Device;
 use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
 use gangway::trace::{EventKind, Tracer};
 
+use crate::background;
 use crate::live::{DeviceHub, chain, run_chain};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
@@ -98,21 +99,12 @@ impl DispatchCompare {
 
     /// Starts both runs on a background thread.
     pub fn start(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
-        let (tx, rx) = channel();
-        let spawned = std::thread::Builder::new()
-            .name("gangway-compare".into())
-            .spawn(move || {
-                let _ = tx.send(compare(&devices));
-                if let Some(ctx) = ctx {
-                    ctx.request_repaint();
-                }
-            });
-        match spawned {
-            Ok(_) => {
+        match background::spawn("gangway-compare", ctx, move || compare(&devices)) {
+            Ok(rx) => {
                 self.pending = Some(rx);
                 self.error = None;
             }
-            Err(e) => self.error = Some(e.to_string()),
+            Err(e) => self.error = Some(e),
         }
     }
 

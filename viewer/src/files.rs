@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use egui::Ui;
@@ -23,6 +23,7 @@ use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
 use gangway::trace::{Event, Lane};
 use serde_json::Value;
 
+use crate::background::spawn;
 use crate::timeline::{self, BarKind, TimelineData, TimelineState};
 
 /// How many recently opened files [`FilesTab::recent`] keeps.
@@ -311,32 +312,6 @@ impl Default for FilesTab {
     }
 }
 
-/// Runs `job` on a new thread; its result arrives on the receiver, then `ctx` (if any) gets a
-/// repaint, also when the job panics (the receiver then reads as disconnected).
-fn spawn<T: Send + 'static>(
-    ctx: Option<egui::Context>,
-    job: impl FnOnce() -> T + Send + 'static,
-) -> Result<Receiver<T>, String> {
-    struct RepaintOnDrop(Option<egui::Context>);
-    impl Drop for RepaintOnDrop {
-        fn drop(&mut self) {
-            if let Some(ctx) = &self.0 {
-                ctx.request_repaint();
-            }
-        }
-    }
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("gangway-viewer-files".into())
-        .spawn(move || {
-            let _repaint = RepaintOnDrop(ctx);
-            // The receiver is gone when the UI stopped waiting: nothing to do.
-            let _ = tx.send(job());
-        })
-        .map_err(|e| format!("cannot start a worker thread: {e}"))?;
-    Ok(rx)
-}
-
 /// Frees `value` on another thread: dropping a large trace takes milliseconds the UI can use.
 fn drop_elsewhere<T: Send + 'static>(value: T) {
     // If no thread can start, dropping here is the fallback (the closure is dropped with it).
@@ -502,7 +477,7 @@ impl FilesTab {
         cancellable: bool,
         job: impl FnOnce() -> Done + Send + 'static,
     ) {
-        match spawn(self.ctx.clone(), job) {
+        match spawn("gangway-viewer-files", self.ctx.clone(), job) {
             Ok(rx) => {
                 self.work = Some(Work {
                     what,
@@ -629,7 +604,7 @@ impl FilesTab {
                     "The old report to compare with"
                 };
                 let picked = dialog.set_title(title).pick_file();
-                spawn(self.ctx.clone(), move || {
+                spawn("gangway-viewer-files", self.ctx.clone(), move || {
                     pollster::block_on(picked).map(|h| h.path().to_path_buf())
                 })
             }
@@ -641,7 +616,7 @@ impl FilesTab {
                     .set_title("Save as Chrome trace")
                     .set_file_name(name)
                     .save_file();
-                spawn(self.ctx.clone(), move || {
+                spawn("gangway-viewer-files", self.ctx.clone(), move || {
                     pollster::block_on(picked).map(|h| h.path().to_path_buf())
                 })
             }

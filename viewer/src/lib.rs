@@ -12,6 +12,7 @@
 //! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` reports ([`bench_view`]).
 
 pub mod app;
+pub mod background;
 pub mod bench_view;
 pub mod bubble_lab;
 pub mod devices_panel;

@@ -34,7 +34,7 @@ fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
     h.get_by_label("textbook: 27.3%");
     h.get_by_label("bubble = (p - 1) / (m + p - 1) = 3 / (8 + 3) = 3/11");
     h.get_by_label("peak activations per stage: 4, 3, 2, 1");
-    let sim = &h.state().lab.result.as_ref().unwrap().sim;
+    let sim = &h.state().lab.result.as_ref().unwrap().row().sim;
     assert!((sim.bubble_fraction - bubble_formula(ScheduleKind::OneFOneB, 4, 8, 1)).abs() < 1e-12);
     // The run-on-devices button exists, disabled without devices (tests/run_on_devices.rs).
     assert!(
@@ -97,15 +97,19 @@ fn interleaved_splits_the_stage_model_and_beats_1f1b() {
     let mut h = common::harness([1200.0, 900.0]);
     h.get_by_label("1F1B").click();
     h.run();
-    let one = h.state().lab.result.as_ref().unwrap().sim.makespan_ns;
+    let one = h.state().lab.result.as_ref().unwrap().row().sim.makespan_ns;
     h.get_by_label("makespan 33.0 µs");
     h.get_by_label("Interleaved 1F1B").click();
     h.run();
     common::set_slider(&mut h, "chunks v", 2.0);
     let r = h.state().lab.result.as_ref().unwrap();
-    assert_eq!(r.schedule.chunks, 2);
+    assert_eq!(r.row().schedule.chunks, 2);
     // 2 × 8 microbatch-chunks of (F + B) / 2 per stage, plus a (p − 1) / v ramp.
-    assert!(r.sim.makespan_ns < one, "{} vs {one}", r.sim.makespan_ns);
+    assert!(
+        r.row().sim.makespan_ns < one,
+        "{} vs {one}",
+        r.row().sim.makespan_ns
+    );
     h.get_by_label("makespan 28.5 µs");
 }
 

@@ -9,6 +9,8 @@ use std::sync::mpsc::{Receiver, TryRecvError, channel};
 use egui::{ColorImage, Rect};
 use gangway::pipeline::figure::{Layout, svg};
 
+use crate::background;
+
 /// An export being written, and the outcome of the last one.
 #[derive(Debug, Default)]
 pub struct Exporter {
@@ -36,19 +38,14 @@ impl Exporter {
         let repaint = ctx.clone();
         let callback = egui::ScreenshotCallback::new(move |image| {
             // Encoding a large PNG takes a while: not on the thread that renders.
-            let spawned = std::thread::Builder::new()
-                .name("gangway-png".into())
-                .spawn({
-                    let tx = tx.clone();
-                    let repaint = repaint.clone();
-                    move || {
-                        let _ =
-                            tx.send(png_bytes(&image, rect, scale).and_then(|b| write(&path, &b)));
-                        repaint.request_repaint();
-                    }
-                });
-            if let Err(e) = spawned {
-                let _ = tx.send(Err(format!("cannot start the export: {e}")));
+            let encode = {
+                let tx = tx.clone();
+                move || {
+                    let _ = tx.send(png_bytes(&image, rect, scale).and_then(|b| write(&path, &b)));
+                }
+            };
+            if let Err(e) = background::spawn("gangway-png", Some(repaint), encode) {
+                let _ = tx.send(Err(e));
             }
         });
         ctx.send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
@@ -76,17 +73,9 @@ impl Exporter {
         ctx: &egui::Context,
         job: impl FnOnce() -> Result<PathBuf, String> + Send + 'static,
     ) {
-        let (tx, rx) = channel();
-        let repaint = ctx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("gangway-export".into())
-            .spawn(move || {
-                let _ = tx.send(job());
-                repaint.request_repaint();
-            });
-        match spawned {
-            Ok(_) => self.pending = Some(rx),
-            Err(e) => self.last = Some(Err(format!("cannot start the export: {e}"))),
+        match background::spawn("gangway-export", Some(ctx.clone()), job) {
+            Ok(rx) => self.pending = Some(rx),
+            Err(e) => self.last = Some(Err(e)),
         }
     }
 }

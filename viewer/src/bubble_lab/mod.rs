@@ -11,20 +11,19 @@ mod paint;
 mod player;
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, TryRecvError};
 
 use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
 use gangway::bench::pipeline::{PipelineResult, run_case};
-use gangway::pipeline::figure::{Figure, Layout, Theme};
-use gangway::pipeline::{
-    Costs, OpKind, Schedule, ScheduleKind, Simulation, bubble_formula, simulate, validate,
-};
+use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
+use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula};
 use gangway::trace::{Lane, Tracer};
 
 pub use export::{Exporter, png_bytes};
 pub use player::Player;
 
+use crate::background;
 use crate::live::{DeviceHub, Discovery};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
@@ -170,9 +169,6 @@ fn needs_devices(stages: usize, devices: &[Device]) -> String {
 /// The result of one simulation, kept until the inputs change.
 #[derive(Debug, Clone)]
 pub struct LabResult {
-    pub schedule: Schedule,
-    pub sim: Simulation,
-    pub peak_activations: Vec<usize>,
     pub textbook: f64,
     /// The simulation as trace events (the Files tab saves it).
     pub data: TimelineData,
@@ -180,6 +176,14 @@ pub struct LabResult {
     pub figure: Figure,
     /// All four schedules at this p, m and v and the same total cost, on one time axis.
     pub comparison: Result<Figure, String>,
+}
+
+impl LabResult {
+    /// The schedule, its simulation and its peak activations: the figure's one row.
+    pub fn row(&self) -> &FigureRow {
+        // `compute` only makes results whose figure has its one row.
+        &self.figure.rows[0]
+    }
 }
 
 /// What the lab's figure shows.
@@ -201,8 +205,6 @@ pub struct BubbleLab {
     pub view: LabView,
     /// The animation over the figure's compute ops.
     pub player: Player,
-    /// The projector theme (set by the app each frame).
-    pub projector: bool,
     /// The figure as laid out last frame, and where it was painted (for export and tests).
     pub layout: Option<(Layout, egui::Rect)>,
     pub exporter: Exporter,
@@ -222,7 +224,6 @@ impl Default for BubbleLab {
             result: Err(String::new()),
             view: LabView::default(),
             player: Player::new([]),
-            projector: false,
             layout: None,
             exporter: Exporter::default(),
             export_path: "pipeline-figure.svg".into(),
@@ -268,22 +269,32 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
 /// Runs the schedule and simulation for `p`.
 pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     let v = p.effective_chunks();
-    let schedule = Schedule::new(p.kind, p.stages, p.microbatches, v).map_err(|e| e.to_string())?;
-    let validation = validate(&schedule).map_err(|e| e.to_string())?;
     let (f, b, w) = (
         p.forward * UNIT_NS,
         p.backward * UNIT_NS,
         p.weight_grad * UNIT_NS,
     );
-    let costs = Costs::stage_model(f, b, w, v);
-    let figure =
-        Figure::single(p.kind, p.stages, p.microbatches, v, &costs).map_err(|e| e.to_string())?;
+    let figure = Figure::single(
+        p.kind,
+        p.stages,
+        p.microbatches,
+        v,
+        &Costs::stage_model(f, b, w, v),
+    )
+    .map_err(|e| e.to_string())?;
+    if figure.rows.len() != 1 {
+        return Err(format!(
+            "a figure of one schedule has {} rows",
+            figure.rows.len()
+        ));
+    }
     let comparison = Figure::compare(p.stages, p.microbatches, p.chunks.max(2), f, b, w)
         .map_err(|e| e.to_string());
-    let sim = simulate(&schedule, &costs).map_err(|e| e.to_string())?;
     // Transfers are free here (zero-length): show compute lanes only.
     let mut data = TimelineData::from_events(
-        sim.events
+        figure.rows[0]
+            .sim
+            .events
             .iter()
             .filter(|e| e.lane == Lane::Compute)
             .cloned(),
@@ -291,9 +302,6 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     data.device_prefix = Some("stage".into());
     Ok(LabResult {
         textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
-        peak_activations: validation.peak_activations,
-        schedule,
-        sim,
         data,
         figure,
         comparison,
@@ -313,7 +321,7 @@ impl BubbleLab {
     /// A new player over what the figure shows now.
     fn reset_player(&mut self) {
         self.player = match (&self.result, self.view) {
-            (Ok(r), LabView::One) => Player::new([(&r.schedule, &r.sim)]),
+            (Ok(r), LabView::One) => Player::new([(&r.row().schedule, &r.row().sim)]),
             (Ok(r), LabView::Compare) => match &r.comparison {
                 Ok(f) => Player::new(f.rows.iter().map(|row| (&row.schedule, &row.sim))),
                 Err(_) => Player::new([]),
@@ -332,7 +340,7 @@ impl BubbleLab {
     }
 
     /// What each stage is doing at `t_ns`: running an op, waiting for data, or done.
-    pub fn stage_status(r: &LabResult, t_ns: u64) -> Vec<String> {
+    pub fn stage_status(r: &FigureRow, t_ns: u64) -> Vec<String> {
         (0..r.schedule.stages)
             .map(|stage| {
                 let running = r.sim.events.iter().find(|e| {
@@ -380,20 +388,11 @@ impl BubbleLab {
     /// Starts a run of the current shape on `devices` on a background thread.
     pub fn start_run(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
         let shape = RunShape::of(&self.params);
-        let (tx, rx) = channel();
-        let spawned = std::thread::Builder::new()
-            .name("gangway-pipeline".into())
-            .spawn(move || {
-                let _ = tx.send(run_on_devices(&devices, shape));
-                if let Some(ctx) = ctx {
-                    ctx.request_repaint();
-                }
-            });
-        match spawned {
-            Ok(_) => self.pending = Some((shape, rx)),
-            Err(e) => {
-                self.measured = Some((shape, Err(format!("cannot start the run: {e}"))));
-            }
+        match background::spawn("gangway-pipeline", ctx, move || {
+            run_on_devices(&devices, shape)
+        }) {
+            Ok(rx) => self.pending = Some((shape, rx)),
+            Err(e) => self.measured = Some((shape, Err(e))),
         }
     }
 
@@ -412,7 +411,8 @@ impl BubbleLab {
         true
     }
 
-    pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {
+    /// `theme`: the figure's look (the app's projector setting).
+    pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub, theme: Theme) {
         self.poll();
         ui.horizontal_wrapped(|ui| {
             ui.label("schedule:");
@@ -457,13 +457,13 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.weight_grad, 0..=10).text("W"));
         });
         self.recompute();
-        self.simulated_ui(ui);
+        self.simulated_ui(ui, theme);
         self.measured_ui(ui);
     }
 
     /// The simulation of the controls' shape: bubble, formula, the figure with its animation
     /// and export.
-    fn simulated_ui(&mut self, ui: &mut Ui) {
+    fn simulated_ui(&mut self, ui: &mut Ui, theme: Theme) {
         let r = match &self.result {
             Ok(r) => r,
             Err(e) => {
@@ -471,6 +471,7 @@ impl BubbleLab {
                 return;
             }
         };
+        let row = r.row();
         let p = &self.params;
         ui.separator();
         ui.horizontal_wrapped(|ui| {
@@ -479,7 +480,7 @@ impl BubbleLab {
                     p.kind,
                     p.stages,
                     p.microbatches,
-                    r.schedule.chunks,
+                    row.schedule.chunks,
                 ))
                 .monospace(),
             );
@@ -488,26 +489,29 @@ impl BubbleLab {
             ui.label(
                 RichText::new(format!(
                     "bubble (simulated): {:.1}%",
-                    r.sim.bubble_fraction * 100.0
+                    row.sim.bubble_fraction * 100.0
                 ))
                 .strong(),
             );
             ui.separator();
             ui.label(format!("textbook: {:.1}%", r.textbook * 100.0));
             ui.separator();
-            ui.label(format!("makespan {}", format_ns(r.sim.makespan_ns as f64)));
+            ui.label(format!(
+                "makespan {}",
+                format_ns(row.sim.makespan_ns as f64)
+            ));
             if p.kind == ScheduleKind::ZbH1
                 && !(p.forward == p.backward && p.backward == p.weight_grad)
             {
                 ui.weak("(textbook assumes F = B = W)");
             }
-            if !r.schedule.split_backward && p.weight_grad > 0 {
+            if !row.schedule.split_backward && p.weight_grad > 0 {
                 ui.weak("(W folded into B)");
             }
         });
         ui.label(format!(
             "peak activations per stage: {}",
-            r.peak_activations
+            row.peak_activations
                 .iter()
                 .map(usize::to_string)
                 .collect::<Vec<_>>()
@@ -541,11 +545,6 @@ impl BubbleLab {
             }
             return;
         };
-        let theme = if self.projector {
-            Theme::Projector
-        } else {
-            Theme::Screen
-        };
         // Laid out for the width there is now: a resize or a zoom refits it.
         let layout = figure.layout(ui.available_width(), theme, self.player.at_ns());
         let (response, rect) = paint::figure(ui, &layout);
@@ -575,7 +574,7 @@ impl BubbleLab {
             && let Some(t) = self.player.at_ns()
             && let Ok(r) = &self.result
         {
-            for line in Self::stage_status(r, t) {
+            for line in Self::stage_status(r.row(), t) {
                 ui.monospace(line);
             }
         }
