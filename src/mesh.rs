@@ -1,36 +1,25 @@
 //! Meshes: devices arranged in an n-d grid with named axes (`data`, `expert`, `stage`, ...).
 
+use crate::named_sharding::GangAxes;
 use crate::{Device, Error, Result};
 
 /// An n-d, row-major grid of devices with named axes.
 #[derive(Debug, Clone)]
 pub struct Mesh {
     devices: Vec<Device>,
-    axes: Vec<(String, usize)>,
+    axes: GangAxes,
 }
 
 impl Mesh {
     /// Arranges `devices` row-major over `axes`; the axis sizes must multiply to the device count.
     pub fn new(devices: Vec<Device>, axes: &[(&str, usize)]) -> Result<Self> {
-        let product: usize = axes.iter().map(|(_, n)| n).product();
-        if axes.is_empty() || product != devices.len() {
-            return Err(Error::Mesh(format!(
-                "axes {axes:?} hold {product} devices but {} were given",
-                devices.len()
-            )));
-        }
-        for (i, (name, size)) in axes.iter().enumerate() {
-            if *size == 0 {
-                return Err(Error::Mesh(format!("axis {name:?} has size 0")));
-            }
-            if axes[..i].iter().any(|(n, _)| n == name) {
-                return Err(Error::Mesh(format!("axis {name:?} appears twice")));
-            }
-        }
-        Ok(Self {
-            devices,
-            axes: axes.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
-        })
+        let axes = GangAxes::new(axes, devices.len()).map_err(Error::Mesh)?;
+        Ok(Self { devices, axes })
+    }
+
+    /// The mesh's named axes, as a program's gang over these devices has them.
+    pub fn gang_axes(&self) -> &GangAxes {
+        &self.axes
     }
 
     /// A 1-d mesh over all of `devices`.
@@ -44,29 +33,30 @@ impl Mesh {
     }
 
     pub fn shape(&self) -> Vec<usize> {
-        self.axes.iter().map(|(_, s)| *s).collect()
+        self.axes.axes().iter().map(|(_, s)| *s).collect()
     }
 
     pub fn axis_names(&self) -> Vec<&str> {
-        self.axes.iter().map(|(n, _)| n.as_str()).collect()
+        self.axes.axes().iter().map(|(n, _)| n.as_str()).collect()
     }
 
     /// Position of `axis` among the mesh's axes.
     pub fn axis(&self, axis: &str) -> Result<usize> {
         self.axes
+            .axes()
             .iter()
             .position(|(n, _)| n == axis)
             .ok_or_else(|| Error::Mesh(format!("no axis {axis:?} in {:?}", self.axis_names())))
     }
 
     pub fn axis_size(&self, axis: &str) -> Result<usize> {
-        Ok(self.axes[self.axis(axis)?].1)
+        Ok(self.axes.axes()[self.axis(axis)?].1)
     }
 
     /// Coordinates of the device at row-major index `linear`.
     pub fn coords(&self, mut linear: usize) -> Vec<usize> {
-        let mut coords = vec![0; self.axes.len()];
-        for (i, (_, size)) in self.axes.iter().enumerate().rev() {
+        let mut coords = vec![0; self.axes.axes().len()];
+        for (i, (_, size)) in self.axes.axes().iter().enumerate().rev() {
             coords[i] = linear % size;
             linear /= size;
         }
@@ -75,8 +65,11 @@ impl Mesh {
 
     /// The device at `coords`.
     pub fn device(&self, coords: &[usize]) -> Result<&Device> {
-        if coords.len() != self.axes.len()
-            || coords.iter().zip(&self.axes).any(|(c, (_, s))| c >= s)
+        if coords.len() != self.axes.axes().len()
+            || coords
+                .iter()
+                .zip(self.axes.axes())
+                .any(|(c, (_, s))| c >= s)
         {
             return Err(Error::Mesh(format!(
                 "coordinates {coords:?} are outside mesh {:?}",
@@ -85,7 +78,7 @@ impl Mesh {
         }
         let linear = coords
             .iter()
-            .zip(&self.axes)
+            .zip(self.axes.axes())
             .fold(0, |acc, (c, (_, s))| acc * s + c);
         Ok(&self.devices[linear])
     }

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Adapters, Span, case};
+use gangway::kernels::TensorType;
 use gangway::kernels::elementwise::{ElementwiseOp, reference};
 use gangway::program::{CompileOptions, Program, ProgramBuilder};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
@@ -15,6 +16,7 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(adapters: fig4_chain_matches_the_host_in_both_modes).span(Span::EachAndCross),
         case!(adapters: collectives_match_the_host).span(Span::EachAndCross),
+        case!(adapters: collectives_over_one_axis_of_a_2d_mesh).span(Span::EachAndCross),
         case!(device: wrong_arguments_are_errors),
     ])
 }
@@ -123,6 +125,55 @@ fn collectives_match_the_host(adapters: &Adapters) {
         let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
         common::assert_close("all-to-all", &out[0], &a2a, 1e-6);
         common::assert_close("all-reduce", &out[1], &all_reduced, 1e-5);
+    }
+}
+
+/// A data × expert mesh (four virtual devices of each adapter): an all-to-all within each row of
+/// experts, then an all-reduce of the partial sums within each column of data replicas, against
+/// host references. Shard i sits at (data i / E, expert i % E).
+fn collectives_over_one_axis_of_a_2d_mesh(adapters: &Adapters) {
+    let devices = &adapters.mesh(4);
+    let n = devices.len();
+    let (data, experts) = (2, n / 2);
+    let gang: Vec<usize> = (0..n).collect();
+    let shard = 5 * experts; // chunks of 5
+    let mut p = ProgramBuilder::new("2-d collectives");
+    p.mesh(&gang, &[("data", data), ("expert", experts)]);
+    // Each data replica holds a partial sum of rows split over the experts (a gradient).
+    let laid = p.spec(&gang, &[&["expert"]], &["data"]);
+    let x = p.sharded_arg(&gang, TensorType::f32(&[shard]), laid);
+    let t = p.all_to_all_over("a2a over experts", x, "expert");
+    let r = p.all_reduce_over("sum over data", t, "data");
+    let whole = format!("P(expert) over {{data=2, expert={experts}}}");
+    assert_eq!(p.sharding(r).to_string(), whole);
+    p.result(t);
+    p.result(r);
+    let exec = compile(&p.build().unwrap(), devices);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    let input = Rng::new(9).vec(n * shard);
+    let chunk = shard / experts;
+    let mut a2a = vec![0.0; n * shard];
+    for i in 0..n {
+        let (row, e) = (i / experts * experts, i % experts);
+        for k in 0..experts {
+            for c in 0..chunk {
+                a2a[i * shard + k * chunk + c] = input[(row + k) * shard + e * chunk + c];
+            }
+        }
+    }
+    let reduced: Vec<f32> = (0..n * shard)
+        .map(|j| {
+            let (i, at) = (j / shard, j % shard);
+            (0..data)
+                .map(|d| a2a[(d * experts + i % experts) * shard + at])
+                .sum()
+        })
+        .collect();
+    for mode in MODES {
+        let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
+        common::assert_close("all-to-all over experts", &out[0], &a2a, 1e-6);
+        common::assert_close("all-reduce over data", &out[1], &reduced, 1e-5);
     }
 }
 

@@ -11,6 +11,7 @@ pub mod moe_dispatch;
 pub mod ops;
 mod prepared;
 pub mod router;
+pub mod sharding_rules;
 
 pub use prepared::{Kernel, Prepared, TensorType};
 

@@ -6,8 +6,9 @@ use super::copy_blocks::{self, Block};
 use super::lm_train::{self as lt, AdamConfig, RouterLoss};
 use super::matmul::{self, MatmulArgs, MatmulOptions, MatmulVariant, VariantChoice};
 use super::router::{self, ExpertStat, Route, RouterConfig, Routing};
-use super::{Kernel, Prepared, TensorType, mlp, moe_dispatch};
+use super::{Kernel, Prepared, TensorType, mlp, moe_dispatch, sharding_rules};
 use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
 /// Words of one [`Route`] and of one [`ExpertStat`].
@@ -166,6 +167,21 @@ impl Kernel for KernelOp {
                 | Self::Matmul { trans_b: true, .. }
                 | Self::ExpertWeightGrad { .. }
         )
+    }
+
+    fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
+        match self {
+            Self::Matmul {
+                trans_a, trans_b, ..
+            } => sharding_rules::matmul(inputs, *trans_a, *trans_b),
+            Self::EmbedGrad { .. } => sharding_rules::embed_grad(inputs, outputs),
+            Self::Accumulate | Self::Sgd { .. } => sharding_rules::in_place(inputs, 1, 0),
+            // (param, m, v, grad) alike; the bias corrections are the step's constants.
+            Self::Adam(_) => sharding_rules::in_place(inputs, 3, 1),
+            Self::Pack { .. } => sharding_rules::pack(inputs),
+            Self::Unpack { .. } => sharding_rules::unpack(inputs, outputs),
+            _ => sharding_rules::rows(inputs, outputs),
+        }
     }
 
     fn in_place(&self) -> Vec<(usize, usize)> {

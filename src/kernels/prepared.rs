@@ -4,6 +4,7 @@
 //! scheduler: the program layer builds on it.
 
 use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Result, Tensor};
 
 /// Element type and per-shard shape of a value.
@@ -62,6 +63,16 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
     }
     /// Records the kernel for these buffers (shaped as [`Self::outputs`] said) into `rec`, once.
     fn prepare(&self, inputs: &[Tensor], outputs: &[Tensor], rec: &mut Prepared) -> Result<()>;
+    /// How the outputs (of `outputs` types) lie over the gang given the inputs' layouts, or why
+    /// running shard by shard would not compute the kernel for these layouts. The default is the
+    /// rule of kernels that work row by row ([`super::sharding_rules::rows`]).
+    fn shardings(
+        &self,
+        inputs: &[NamedSharding],
+        outputs: &[TensorType],
+    ) -> super::sharding_rules::Rule {
+        super::sharding_rules::rows(inputs, outputs)
+    }
     /// Whether the kernel runs transposed matmuls (reported by the benches: they are slower).
     fn transposed(&self) -> bool {
         false

@@ -14,9 +14,10 @@
 //! # Ok::<(), gangway::Error>(())
 //! ```
 
-use super::ir::{KernelNode, Node, Op, Program, Value, ValueInfo};
+use super::ir::{Collective, KernelNode, Node, Op, Program, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
+use crate::named_sharding::{GangAxes, NamedSharding};
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
@@ -24,8 +25,13 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct ProgramBuilder {
     program: Program,
+    /// Named axes declared for gangs; any other gang is one axis, [`DEFAULT_AXIS`].
+    meshes: Vec<(Vec<usize>, GangAxes)>,
     error: Option<String>,
 }
+
+/// The axis of a gang whose axes were not declared with [`ProgramBuilder::mesh`].
+pub const DEFAULT_AXIS: &str = "d";
 
 impl ProgramBuilder {
     pub fn new(name: impl Into<String>) -> Self {
@@ -38,6 +44,7 @@ impl ProgramBuilder {
                 results: Vec::new(),
                 result_nodes: Vec::new(),
             },
+            meshes: Vec::new(),
             error: None,
         }
     }
@@ -70,6 +77,7 @@ impl ProgramBuilder {
         info
     }
 
+    /// A node of one output laid out as `sharding`.
     fn push(
         &mut self,
         name: &str,
@@ -77,13 +85,14 @@ impl ProgramBuilder {
         gang: &[usize],
         inputs: Vec<Value>,
         len: usize,
+        sharding: NamedSharding,
     ) -> Value {
         let ty = match inputs.first().and_then(|&v| self.info(v)) {
             // Data movement keeps the input's type; elementwise kernels are f32.
             Some(i)
                 if matches!(
                     op,
-                    Op::Transfer | Op::Send | Op::Recv | Op::AllToAll | Op::AllReduce
+                    Op::Transfer | Op::Send | Op::Recv | Op::AllToAll(_) | Op::AllReduce(_)
                 ) =>
             {
                 i.ty.clone()
@@ -94,7 +103,7 @@ impl ProgramBuilder {
             }
             _ => TensorType::f32(&[len]),
         };
-        self.push_typed(name, op, gang, inputs, vec![ty])
+        self.push_typed(name, op, gang, inputs, vec![(ty, sharding)])
             .first()
             .copied()
             .unwrap_or(Value(usize::MAX))
@@ -106,17 +115,18 @@ impl ProgramBuilder {
         op: Op,
         gang: &[usize],
         inputs: Vec<Value>,
-        types: Vec<TensorType>,
+        outputs_of: Vec<(TensorType, NamedSharding)>,
     ) -> Vec<Value> {
         self.check_gang(name, gang);
         let node = self.program.nodes.len();
-        let mut outputs = Vec::with_capacity(types.len());
-        for (output, ty) in types.into_iter().enumerate() {
+        let mut outputs = Vec::with_capacity(outputs_of.len());
+        for (output, (ty, sharding)) in outputs_of.into_iter().enumerate() {
             outputs.push(Value(self.program.values.len()));
             self.program.values.push(ValueInfo {
                 gang: gang.to_vec(),
                 shard_len: ty.len(),
                 ty,
+                sharding,
                 producer: node,
                 output,
             });
@@ -138,8 +148,82 @@ impl ProgramBuilder {
             .unwrap_or_else(|| TensorType::f32(&[0]))
     }
 
-    /// An argument of `ty` per device of `gang`, given at every run (shard-major).
+    /// How `x` lies over its gang (replicated on one axis for a value of another builder).
+    pub fn sharding(&self, x: Value) -> NamedSharding {
+        self.info(x)
+            .map(|i| i.sharding.clone())
+            .unwrap_or_else(|| NamedSharding::replicated(&GangAxes::line(DEFAULT_AXIS, 1), 1))
+    }
+
+    /// Names the axes of `gang` (sizes multiplying to its device count, row-major: device `i`
+    /// of the gang sits at the coordinates of `i`), before any value lives on it. Collectives can
+    /// then run over one axis, and shardings name them.
+    pub fn mesh(&mut self, gang: &[usize], axes: &[(&str, usize)]) -> GangAxes {
+        let declared = match GangAxes::new(axes, gang.len()) {
+            Ok(a) => a,
+            Err(e) => {
+                self.fail(format!("gang {gang:?}: {e}"));
+                return self.axes_of(gang);
+            }
+        };
+        if self.program.values.iter().any(|v| v.gang == gang) {
+            self.fail(format!(
+                "gang {gang:?}: axes are named before any value lives on the gang"
+            ));
+        } else if let Some((_, a)) = self.meshes.iter().find(|(g, _)| g == gang) {
+            if *a != declared {
+                self.fail(format!("gang {gang:?} already has axes {a}"));
+            }
+        } else {
+            self.meshes.push((gang.to_vec(), declared.clone()));
+        }
+        declared
+    }
+
+    /// The axes of `gang`: declared with [`Self::mesh`], or one axis [`DEFAULT_AXIS`].
+    pub fn axes_of(&self, gang: &[usize]) -> GangAxes {
+        self.meshes
+            .iter()
+            .find(|(g, _)| g == gang)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_else(|| GangAxes::line(DEFAULT_AXIS, gang.len()))
+    }
+
+    /// A sharding on `gang`'s axes (see [`NamedSharding::new`]); a bad spec is a build error.
+    pub fn spec(&mut self, gang: &[usize], dims: &[&[&str]], partial: &[&str]) -> NamedSharding {
+        let axes = self.axes_of(gang);
+        NamedSharding::new(&axes, dims, partial).unwrap_or_else(|e| {
+            self.fail(format!("gang {gang:?}: {e}"));
+            NamedSharding::replicated(&axes, dims.len())
+        })
+    }
+
+    /// Checks that `sharding` describes a `ty` value on `gang`.
+    fn check_sharding(&mut self, what: &str, gang: &[usize], ty: &TensorType, s: &NamedSharding) {
+        if *s.mesh() != self.axes_of(gang) || s.rank() != ty.shape.len() {
+            self.fail(format!(
+                "{what}: sharding {s} does not fit a {ty} value on gang {gang:?} with axes {}",
+                self.axes_of(gang)
+            ));
+        }
+    }
+
+    /// An argument of `ty` per device of `gang`, given at every run (shard-major), whose rows are
+    /// split over the gang's axes: the host array is the global value.
     pub fn typed_arg(&mut self, gang: &[usize], ty: TensorType) -> Value {
+        let sharding = NamedSharding::rows(&self.axes_of(gang), ty.shape.len());
+        self.sharded_arg(gang, ty, sharding)
+    }
+
+    /// [`Self::typed_arg`] laid out as `sharding`. The host data is still given shard by shard
+    /// (a replicated argument repeats the value for every device).
+    pub fn sharded_arg(
+        &mut self,
+        gang: &[usize],
+        ty: TensorType,
+        sharding: NamedSharding,
+    ) -> Value {
+        self.check_sharding("argument", gang, &ty, &sharding);
         if ty.is_empty() {
             self.fail("an argument with empty shards".into());
         }
@@ -149,7 +233,7 @@ impl ProgramBuilder {
             Op::Arg { index },
             gang,
             vec![],
-            vec![ty],
+            vec![(ty, sharding)],
         );
         let v = v.first().copied().unwrap_or(Value(usize::MAX));
         self.program.args.push(v);
@@ -157,13 +241,52 @@ impl ProgramBuilder {
     }
 
     /// State named `name` of the [`super::Variables`] the program will be compiled against: one
-    /// `ty` tensor per device of `gang`.
+    /// `ty` tensor per device of `gang`, replicated (the same on every device, as dense weights).
     pub fn variable(&mut self, name: &str, gang: &[usize], ty: TensorType) -> Value {
+        let sharding = NamedSharding::replicated(&self.axes_of(gang), ty.shape.len());
+        self.sharded_variable(name, gang, ty, sharding)
+    }
+
+    /// [`Self::variable`] laid out as `sharding` (expert weights split over the expert axis).
+    pub fn sharded_variable(
+        &mut self,
+        name: &str,
+        gang: &[usize],
+        ty: TensorType,
+        sharding: NamedSharding,
+    ) -> Value {
+        self.check_sharding(name, gang, &ty, &sharding);
         let op = Op::Variable {
             name: name.to_string(),
         };
-        let v = self.push_typed(name, op, gang, vec![], vec![ty]);
+        let v = self.push_typed(name, op, gang, vec![], vec![(ty, sharding)]);
         v.first().copied().unwrap_or(Value(usize::MAX))
+    }
+
+    /// The outputs' shardings by `kernel`'s rule, or a recorded error naming the node.
+    fn kernel_shardings(
+        &mut self,
+        name: &str,
+        kernel: &dyn Kernel,
+        inputs: &[Value],
+        outputs: &[TensorType],
+    ) -> Option<Vec<NamedSharding>> {
+        let shardings: Vec<NamedSharding> = inputs.iter().map(|&v| self.sharding(v)).collect();
+        match kernel.shardings(&shardings, outputs) {
+            Ok(s) if s.len() == outputs.len() => Some(s),
+            Ok(s) => {
+                self.fail(format!(
+                    "{name}: {} shardings for {} outputs",
+                    s.len(),
+                    outputs.len()
+                ));
+                None
+            }
+            Err(e) => {
+                self.fail(format!("{name}: {e}"));
+                None
+            }
+        }
     }
 
     /// `kernel` on every device of `gang` over `inputs` (moved there when they live elsewhere):
@@ -199,6 +322,11 @@ impl ProgramBuilder {
                 ));
             }
         }
+        let Some(shardings) = self.kernel_shardings(name, kernel.as_ref(), &inputs, &outputs)
+        else {
+            return bad;
+        };
+        let outputs = outputs.into_iter().zip(shardings).collect();
         let values = self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs);
         values.try_into().unwrap_or(bad)
     }
@@ -215,6 +343,12 @@ impl ProgramBuilder {
         let types: Vec<TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
         match kernel.outputs(&types) {
             Ok(outputs) => {
+                let Some(shardings) =
+                    self.kernel_shardings(name, kernel.as_ref(), &inputs, &outputs)
+                else {
+                    return Vec::new();
+                };
+                let outputs = outputs.into_iter().zip(shardings).collect();
                 self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs)
             }
             Err(e) => {
@@ -229,7 +363,8 @@ impl ProgramBuilder {
         self.typed_arg(gang, TensorType::f32(&[shard_len]))
     }
 
-    /// Data fixed at compile time: `data` holds every shard, one after the other.
+    /// Data fixed at compile time: `data` holds every shard, one after the other (rows split
+    /// over the gang's axes).
     pub fn constant(&mut self, name: &str, gang: &[usize], data: Vec<f32>) -> Value {
         let len = data.len() / gang.len().max(1);
         if data.is_empty() || len * gang.len() != data.len() {
@@ -239,7 +374,8 @@ impl ProgramBuilder {
                 gang.len()
             ));
         }
-        self.push(name, Op::Constant { data }, gang, vec![], len)
+        let sharding = NamedSharding::rows(&self.axes_of(gang), 1);
+        self.push(name, Op::Constant { data }, gang, vec![], len, sharding)
     }
 
     /// `x` on `gang`: itself when it lives there, else a transfer node (same shard count).
@@ -266,7 +402,8 @@ impl ProgramBuilder {
             ));
         }
         let name = format!("send {:?}→{:?}", info.gang, to);
-        self.push(&name, Op::Transfer, to, vec![x], info.shard_len)
+        let sharding = self.moved(&name, &info, to);
+        self.push(&name, Op::Transfer, to, vec![x], info.shard_len, sharding)
     }
 
     /// The sending half of a transfer of `x` (see [`Op::Send`]): a value only [`Self::recv`]
@@ -275,7 +412,15 @@ impl ProgramBuilder {
         let Some(info) = self.known(x) else {
             return x;
         };
-        self.push(name, Op::Send, &info.gang, vec![x], info.shard_len)
+        let sharding = info.sharding.clone();
+        self.push(
+            name,
+            Op::Send,
+            &info.gang,
+            vec![x],
+            info.shard_len,
+            sharding,
+        )
     }
 
     /// The receiving half: shard i of what `sent` sent, on device i of `to`.
@@ -298,7 +443,17 @@ impl ProgramBuilder {
                 to.len()
             ));
         }
-        self.push(name, Op::Recv, to, vec![sent], info.shard_len)
+        let sharding = self.moved(name, &info, to);
+        self.push(name, Op::Recv, to, vec![sent], info.shard_len, sharding)
+    }
+
+    /// The sharding of `info`'s value moved shard for shard onto `to`, whose axes must match.
+    fn moved(&mut self, name: &str, info: &ValueInfo, to: &[usize]) -> NamedSharding {
+        let axes = self.axes_of(to);
+        info.sharding.on(&axes).unwrap_or_else(|e| {
+            self.fail(format!("{name}: {e}"));
+            info.sharding.clone()
+        })
     }
 
     /// Nodes so far: the index the next node gets.
@@ -328,7 +483,39 @@ impl ProgramBuilder {
             self.fail(format!("{name}: elementwise kernels take f32 values"));
         }
         let len = lens.first().copied().unwrap_or(0);
-        self.push(name, Op::Elementwise(op), gang, inputs, len)
+        let sharding = self.elementwise_sharding(name, op, &inputs);
+        self.push(name, Op::Elementwise(op), gang, inputs, len, sharding)
+    }
+
+    /// Elementwise inputs are laid out alike, and so is the output. Only sums and scalings are
+    /// linear, so only they may take partial sums.
+    fn elementwise_sharding(
+        &mut self,
+        name: &str,
+        op: ElementwiseOp,
+        xs: &[Value],
+    ) -> NamedSharding {
+        let shardings: Vec<NamedSharding> = xs.iter().map(|&v| self.sharding(v)).collect();
+        let first = shardings
+            .first()
+            .cloned()
+            .unwrap_or_else(|| self.sharding(Value(usize::MAX)));
+        if let Some(other) = shardings.iter().find(|s| **s != first) {
+            self.fail(format!(
+                "{name}: inputs laid out differently: {first} and {other}"
+            ));
+        }
+        let linear = match op {
+            ElementwiseOp::Add => true,
+            ElementwiseOp::Affine { shift, .. } => shift == 0.0,
+            _ => false,
+        };
+        if !linear && !first.partial().is_empty() {
+            self.fail(format!(
+                "{name}: a nonlinear kernel over partial sums ({first}); all-reduce them first"
+            ));
+        }
+        first
     }
 
     /// `x * scale + shift` on every device of `gang`.
@@ -369,27 +556,76 @@ impl ProgramBuilder {
         self.elementwise(name, gang, ElementwiseOp::Add, &[x, z])
     }
 
-    /// All-to-all over `x`'s gang: each shard is cut into one chunk per device.
-    pub fn all_to_all(&mut self, name: &str, x: Value) -> Value {
-        let Some(info) = self.known(x) else {
-            return x;
+    /// The groups of a collective over `axis` of `info`'s gang (`None`: the whole gang).
+    fn collective(&mut self, name: &str, info: &ValueInfo, axis: Option<&str>) -> Collective {
+        let Some(axis) = axis else {
+            return Collective::whole(info.gang.len());
         };
-        if !info.shard_len.is_multiple_of(info.gang.len()) {
-            self.fail(format!(
-                "{name}: shards of {} values cannot be cut into {} equal chunks",
-                info.shard_len,
-                info.gang.len()
-            ));
+        match info.sharding.mesh().group(axis) {
+            Ok((size, stride)) => Collective {
+                axis: Some(axis.to_string()),
+                size,
+                stride,
+            },
+            Err(e) => {
+                self.fail(format!("{name}: {e}"));
+                Collective::whole(info.gang.len())
+            }
         }
-        self.push(name, Op::AllToAll, &info.gang, vec![x], info.shard_len)
     }
 
-    /// Sum of all shards of `x`, on every device of its gang.
-    pub fn all_reduce(&mut self, name: &str, x: Value) -> Value {
+    /// All-to-all over `x`'s whole gang: each shard is cut into one chunk per device. The layout
+    /// is unchanged: rows move between shards, as the caller's routing says.
+    pub fn all_to_all(&mut self, name: &str, x: Value) -> Value {
+        self.all_to_all_among(name, x, None)
+    }
+
+    /// [`Self::all_to_all`] within each group of shards along `axis` of `x`'s gang (the expert
+    /// axis of a data × expert mesh).
+    pub fn all_to_all_over(&mut self, name: &str, x: Value, axis: &str) -> Value {
+        self.all_to_all_among(name, x, Some(axis))
+    }
+
+    fn all_to_all_among(&mut self, name: &str, x: Value, axis: Option<&str>) -> Value {
         let Some(info) = self.known(x) else {
             return x;
         };
-        self.push(name, Op::AllReduce, &info.gang, vec![x], info.shard_len)
+        let group = self.collective(name, &info, axis);
+        if !info.shard_len.is_multiple_of(group.size) {
+            self.fail(format!(
+                "{name}: shards of {} values cannot be cut into {} equal chunks",
+                info.shard_len, group.size
+            ));
+        }
+        let sharding = info.sharding.clone();
+        let op = Op::AllToAll(group);
+        self.push(name, op, &info.gang, vec![x], info.shard_len, sharding)
+    }
+
+    /// Sum of all shards of `x`, on every device of its gang: partial sums become whole.
+    pub fn all_reduce(&mut self, name: &str, x: Value) -> Value {
+        self.all_reduce_among(name, x, None)
+    }
+
+    /// Sum of the shards of each group along `axis` of `x`'s gang, on every member (the data axis
+    /// of a data × expert mesh): no longer partial over `axis`.
+    pub fn all_reduce_over(&mut self, name: &str, x: Value, axis: &str) -> Value {
+        self.all_reduce_among(name, x, Some(axis))
+    }
+
+    fn all_reduce_among(&mut self, name: &str, x: Value, axis: Option<&str>) -> Value {
+        let Some(info) = self.known(x) else {
+            return x;
+        };
+        let group = self.collective(name, &info, axis);
+        let mesh = info.sharding.mesh().clone();
+        let reduced: Vec<&str> = match axis {
+            Some(a) => vec![a],
+            None => mesh.axes().iter().map(|(n, _)| n.as_str()).collect(),
+        };
+        let sharding = info.sharding.clone().reduced(&reduced);
+        let op = Op::AllReduce(group);
+        self.push(name, op, &info.gang, vec![x], info.shard_len, sharding)
     }
 
     /// Marks `x` as a result, read back after every run (shards concatenated).
@@ -536,5 +772,103 @@ mod tests {
         let got = p.recv("recv", x, &[1]);
         p.result(got);
         assert!(p.build().unwrap_err().to_string().contains("no send node"));
+    }
+
+    /// A data-parallel linear layer's step: its weight gradient is a partial sum over the data
+    /// axis until an all-reduce, and an optimizer fed the partial sum is a build error.
+    #[test]
+    fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
+        use crate::kernels::lm_train::AdamConfig;
+        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::ops::KernelOp;
+        let mm = |trans_a| {
+            Arc::new(KernelOp::Matmul {
+                trans_a,
+                trans_b: false,
+                offsets: None,
+                variant: MatmulVariant::Tiled,
+            })
+        };
+        for all_reduce in [true, false] {
+            let gang = [0, 1, 2, 3];
+            let mut p = ProgramBuilder::new("dp linear");
+            p.mesh(&gang, &[("data", 4)]);
+            let x = p.typed_arg(&gang, TensorType::f32(&[8, 3]));
+            let dy = p.typed_arg(&gang, TensorType::f32(&[8, 5]));
+            let w = p.variable("w", &gang, TensorType::f32(&[3, 5]));
+            let m = p.variable("m", &gang, TensorType::f32(&[3, 5]));
+            let v = p.variable("v", &gang, TensorType::f32(&[3, 5]));
+            let bias = p.spec(&gang, &[&[]], &[]);
+            let bias = p.sharded_arg(&gang, TensorType::f32(&[2]), bias);
+            let [y] = p.kernel("x·w", &gang, mm(false), &[x, w]);
+            assert_eq!(p.sharding(y).to_string(), "P(data, -) over {data=4}");
+            assert_eq!(p.sharding(y).global_shape(&[8, 5]), [32, 5]);
+            let [g] = p.kernel("xᵀ·dy", &gang, mm(true), &[x, dy]);
+            assert_eq!(
+                p.sharding(g).to_string(),
+                "P(-, -) over {data=4}, partial over data"
+            );
+            let g = if all_reduce {
+                p.all_reduce("sum", g)
+            } else {
+                g
+            };
+            let adam = Arc::new(KernelOp::Adam(AdamConfig::new(1e-3)));
+            let [_, _, _] = p.kernel("adam", &gang, adam, &[w, m, v, g, bias]);
+            p.result(y);
+            match p.build() {
+                Ok(_) => assert!(all_reduce),
+                Err(e) => {
+                    assert!(!all_reduce, "{e}");
+                    assert!(e.to_string().contains("adam: updates P(-, -)"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_that_would_compute_something_else_are_build_errors() {
+        let gang = [0, 1, 2, 3];
+        let fresh = || {
+            let mut p = ProgramBuilder::new("2-d");
+            p.mesh(&gang, &[("data", 2), ("expert", 2)]);
+            p
+        };
+        // Summing blocks over one axis leaves them split over the other.
+        let mut p = fresh();
+        let x = p.arg(&gang, 8);
+        let r = p.all_reduce_over("sum", x, "data");
+        assert_eq!(
+            p.sharding(r).to_string(),
+            "P(expert) over {data=2, expert=2}"
+        );
+        // A relu of partial sums.
+        let mut p = fresh();
+        let laid = p.spec(&gang, &[&[]], &["data"]);
+        let x = p.sharded_arg(&gang, TensorType::f32(&[8]), laid);
+        let r = p.relu("relu", &gang, x);
+        p.result(r);
+        assert!(p.build().unwrap_err().to_string().contains("nonlinear"));
+        // Adding values laid out differently.
+        let mut p = fresh();
+        let x = p.arg(&gang, 8);
+        let laid = p.spec(&gang, &[&["expert"]], &[]);
+        let z = p.sharded_arg(&gang, TensorType::f32(&[8]), laid);
+        let r = p.add("add", &gang, x, z);
+        p.result(r);
+        assert!(
+            p.build()
+                .unwrap_err()
+                .to_string()
+                .contains("laid out differently")
+        );
+        // A collective over an axis the gang does not have; axes named too late.
+        let mut p = fresh();
+        let x = p.arg(&gang, 8);
+        let r = p.all_to_all_over("a2a", x, "pipe");
+        p.mesh(&gang, &[("x", 4)]);
+        p.result(r);
+        let e = p.build().unwrap_err().to_string();
+        assert!(e.contains("no axis \"pipe\""), "{e}");
     }
 }

@@ -146,7 +146,7 @@ impl Program {
         n.gang
             .iter()
             .enumerate()
-            .flat_map(|(i, &d)| match n.op {
+            .flat_map(|(i, &d)| match &n.op {
                 Op::Arg { .. } | Op::Constant { .. } | Op::Elementwise(_) => vec![(d, out_len)],
                 Op::Variable { .. } => vec![],
                 Op::Kernel(_) => vec![(d, kernel_out)],
@@ -156,8 +156,10 @@ impl Program {
                 }
                 Op::Send => vec![(d, in_len)],
                 Op::Recv => vec![(d, out_len)],
-                Op::AllToAll => vec![(d, out_len), (d, in_len)],
-                Op::AllReduce => vec![(d, out_len), (d, in_len), (d, in_len * n.gang.len() as u64)],
+                Op::AllToAll(_) => vec![(d, out_len), (d, in_len)],
+                Op::AllReduce(group) => {
+                    vec![(d, out_len), (d, in_len), (d, in_len * group.size as u64)]
+                }
                 Op::Result { .. } => vec![(d, in_len)],
             })
             .collect()
@@ -248,12 +250,12 @@ impl Program {
                     Op::Recv => {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
-                    Op::AllToAll => {
+                    Op::AllToAll(_) => {
                         res.staging = Some(device.readback_buffer(&label, out_bytes));
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
-                    Op::AllReduce => {
-                        let members = n.gang.len();
+                    Op::AllReduce(group) => {
+                        let members = group.size;
                         let gather = device.storage_buffer(&label, out_bytes * members as u64)?;
                         let y = device.storage_buffer(&label, out_bytes)?;
                         let sum = ElementwiseOp::SumRows {

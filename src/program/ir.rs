@@ -2,6 +2,7 @@
 
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub struct ValueInfo {
     pub shard_len: usize,
     /// Element type and shape of every shard.
     pub ty: TensorType,
+    /// How the shards make up the whole value: which gang axes split which dimension, or hold
+    /// copies, or partial sums.
+    pub sharding: NamedSharding,
     /// The node that produces it, and which of its outputs it is.
     pub producer: usize,
     pub output: usize,
@@ -98,6 +102,40 @@ impl From<Vec<u32>> for HostData {
     }
 }
 
+/// The groups a collective exchanges within: the shards that differ only along one axis of the
+/// gang (every shard, for a collective over the whole gang). A group has `size` members, `stride`
+/// apart in shard order, since gang axes are row-major.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collective {
+    /// The gang axis, or `None` for the whole gang.
+    pub axis: Option<String>,
+    pub size: usize,
+    pub stride: usize,
+}
+
+impl Collective {
+    /// One group of every shard of a gang of `devices`.
+    pub fn whole(devices: usize) -> Self {
+        Self {
+            axis: None,
+            size: devices,
+            stride: 1,
+        }
+    }
+
+    /// `shard`'s place in its group.
+    pub fn position(&self, shard: usize) -> usize {
+        (shard / self.stride) % self.size
+    }
+
+    /// The shards of `shard`'s group, in member order.
+    pub fn members(&self, shard: usize) -> impl Iterator<Item = usize> + use<> {
+        let base = shard - self.position(shard) * self.stride;
+        let stride = self.stride;
+        (0..self.size).map(move |k| base + k * stride)
+    }
+}
+
 /// What one node computes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -122,10 +160,11 @@ pub enum Op {
     /// The receiving half: shard i of the [`Op::Send`] node's value, written on device i of this
     /// node's gang.
     Recv,
-    /// Shard j of the output is chunk j of every input shard, in shard order.
-    AllToAll,
-    /// Every output shard is the elementwise sum of all input shards.
-    AllReduce,
+    /// Within each group of the collective, shard j of the output is chunk j of every member's
+    /// input shard, in member order.
+    AllToAll(Collective),
+    /// Every output shard is the elementwise sum of its group's input shards, in member order.
+    AllReduce(Collective),
     /// The `index`-th result, read back to the host after every run.
     Result { index: usize },
 }
@@ -141,8 +180,8 @@ impl Op {
             Op::Transfer => "transfer",
             Op::Send => "send",
             Op::Recv => "recv",
-            Op::AllToAll => "all_to_all",
-            Op::AllReduce => "all_reduce",
+            Op::AllToAll(_) => "all_to_all",
+            Op::AllReduce(_) => "all_reduce",
             Op::Result { .. } => "result",
         }
     }

@@ -120,7 +120,7 @@ fn record_commands(
         }
         Role::Upload { .. } | Role::Recv { .. } => return Ok(None),
     }
-    debug_assert!(matches!(n.op, Op::AllReduce) || !matches!(role, Role::Gather { .. }));
+    debug_assert!(matches!(n.op, Op::AllReduce(_)) || !matches!(role, Role::Gather { .. }));
     Ok(Some(Recorded {
         commands: encoder.finish(),
         callbacks,

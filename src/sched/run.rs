@@ -103,7 +103,7 @@ impl Role {
             | Role::Send { .. }
             | Role::Stage { .. }
             | Role::Download { .. } => true,
-            Role::Gather { .. } => *op == Op::AllReduce,
+            Role::Gather { .. } => matches!(op, Op::AllReduce(_)),
             Role::Upload { .. } | Role::Recv { .. } => false,
         }
     }
@@ -132,7 +132,7 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
             }
             Op::Send => add(d, Role::Send { shard }),
             Op::Recv => add(d, Role::Recv { shard }),
-            Op::AllToAll | Op::AllReduce => {
+            Op::AllToAll(_) | Op::AllReduce(_) => {
                 add(d, Role::Stage { shard });
                 add(d, Role::Gather { shard });
             }

@@ -435,32 +435,34 @@ impl Worker {
                 run.role_done(node);
             }
             Role::Gather { shard } => {
+                let (Op::AllToAll(group) | Op::AllReduce(group)) = &n.op else {
+                    return Err(missing());
+                };
                 let mail = &run.mail[node];
-                if let Some(missing_from) = mail.iter().position(|m| m.get().is_none()) {
-                    let from = n.gang[missing_from];
+                // Only this shard's group takes part: shards that differ along the collective's axis.
+                let members: Vec<usize> = group.members(shard).collect();
+                if let Some(&from) = members.iter().find(|&&m| mail[m].get().is_none()) {
                     return Ok(Some(format!(
                         "{} data from {}",
                         n.op.kind(),
-                        run.exec.devices()[from].label()
+                        run.exec.devices()[n.gang[from]].label()
                     )));
                 }
-                let members = n.gang.len();
                 let len_bytes =
                     n.output().map(|v| prog.value(v).shard_bytes()).unwrap_or(0) as usize;
                 let start = tracer.span();
-                if n.op == Op::AllToAll {
-                    let chunk = len_bytes / members;
-                    let out = res.outputs.first().ok_or_else(missing)?;
-                    for (s, m) in mail.iter().enumerate() {
-                        let bytes = m.get().map(Vec::as_slice).unwrap_or(&[]);
-                        let piece = bytes.get(shard * chunk..(shard + 1) * chunk).unwrap_or(&[]);
-                        device.write_buffer(out, (s * chunk) as u64, piece);
-                    }
-                } else {
-                    let gather = res.gather.as_ref().ok_or_else(missing)?;
-                    for (s, m) in mail.iter().enumerate() {
-                        let bytes = m.get().map(Vec::as_slice).unwrap_or(&[]);
-                        device.write_buffer(gather, (s * len_bytes) as u64, bytes);
+                let all_to_all = matches!(n.op, Op::AllToAll(_));
+                let place = group.position(shard);
+                for (k, &m) in members.iter().enumerate() {
+                    let bytes = mail[m].get().map(Vec::as_slice).unwrap_or(&[]);
+                    if all_to_all {
+                        let chunk = len_bytes / members.len();
+                        let piece = bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
+                        let out = res.outputs.first().ok_or_else(missing)?;
+                        device.write_buffer(out, (k * chunk) as u64, piece);
+                    } else {
+                        let gather = res.gather.as_ref().ok_or_else(missing)?;
+                        device.write_buffer(gather, (k * len_bytes) as u64, bytes);
                     }
                 }
                 tracer.finish(
@@ -468,7 +470,7 @@ impl Worker {
                     run.event_meta(EventMeta::transfer(device.id()), node),
                     || format!("gather {}", n.name),
                 );
-                if n.op == Op::AllToAll {
+                if all_to_all {
                     run.role_done(node);
                 } else {
                     self.submit(run, node, role)?;

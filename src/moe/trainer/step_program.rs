@@ -59,6 +59,9 @@ impl StepShape {
 }
 
 /// The variable names of parameter `p`, its first and its second moment.
+/// The step program's one gang axis.
+pub const EXPERT_AXIS: &str = "expert";
+
 pub(super) fn param_var(p: usize) -> String {
     format!("param {p}")
 }
@@ -250,9 +253,20 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         params: Vec::new(),
         grads: vec![None; expert.len()],
     };
+    // One axis carries both the token groups and the experts (GShard): device i routes group i
+    // and holds experts [i·E/D, (i+1)·E/D).
+    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]);
     let shapes = shard_shapes(&cfg, expert, shape.devices);
     for (p, s) in shapes.iter().enumerate() {
-        let v = x.b.variable(&param_var(p), &gang, TensorType::f32(s));
+        let ty = TensorType::f32(s);
+        let v = if expert[p] {
+            let mut dims: Vec<&[&str]> = vec![&[]; s.len()];
+            dims[0] = &[EXPERT_AXIS];
+            let split = x.b.spec(&gang, &dims, &[]);
+            x.b.sharded_variable(&param_var(p), &gang, ty, split)
+        } else {
+            x.b.variable(&param_var(p), &gang, ty)
+        };
         x.params.push(v);
     }
     let (tg, c) = (shape.group_tokens, cfg.context);
@@ -265,7 +279,10 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             (ctx, tgt)
         })
         .collect();
-    let bias = (mode == Mode::Train).then(|| x.b.typed_arg(&gang, TensorType::f32(&[2])));
+    let bias = (mode == Mode::Train).then(|| {
+        let every = x.b.spec(&gang, &[&[]], &[]);
+        x.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
+    });
     for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
         // ---- forward
@@ -478,9 +495,11 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 return x.b.build();
             };
             for (p, &g) in grads.iter().enumerate() {
-                let ty = TensorType::f32(&shapes[p]);
-                let m = x.b.variable(&m_var(p), &gang, ty.clone());
-                let v = x.b.variable(&v_var(p), &gang, ty);
+                // The moments lie as their parameter does.
+                let (ty, laid) = (TensorType::f32(&shapes[p]), x.b.sharding(x.params[p]));
+                let m =
+                    x.b.sharded_variable(&m_var(p), &gang, ty.clone(), laid.clone());
+                let v = x.b.sharded_variable(&v_var(p), &gang, ty, laid);
                 let [_, _, _] = x.b.kernel(
                     &format!("adam {}", cfg.param_specs()[p].name),
                     &gang,
