@@ -137,6 +137,22 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
             && r.stats.as_ref().unwrap().timing == gangway::bench::report::Timing::Gpu));
     }
     assert!(report.results.iter().any(|r| r.baseline.is_some()));
+    // With two adapters, the MoE step over both runs once, on the first, against its D = 1.
+    let across: Vec<_> = report
+        .results
+        .iter()
+        .filter(|r| r.case == "parallel: D=4 over two adapters")
+        .collect();
+    assert_eq!(
+        across.len(),
+        usize::from(report.adapters.len() >= 2),
+        "{across:?}"
+    );
+    for r in across {
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.baseline.as_ref().unwrap().case, "parallel: D=1");
+        assert!(r.note.contains("devices: "), "{r:?}");
+    }
     assert_eq!(
         report.machine.cores,
         std::thread::available_parallelism().unwrap().get()

@@ -19,7 +19,8 @@
 //!   reports the overlap (the median share of a step's traced span during which two or more
 //!   devices were busy with kernels or transfers, [`crate::trace::overlap_ns`]) and the five
 //!   kernels with the largest share of the devices' time (`kernel share: …`, GPU-timestamped
-//!   where the adapter has timestamps).
+//!   where the adapter has timestamps). On the run's first adapter, `D=4 over two adapters`
+//!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none).
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
 //!   runtime's trace: the sum of the durations of the transfer-lane events of the all-to-all
@@ -210,6 +211,8 @@ struct TrainStep {
     /// steps, and the steps' wall time times the device count.
     kernel_ns: std::collections::BTreeMap<String, f64>,
     device_wall_ns: f64,
+    /// For a case over several adapters: which devices, for the note.
+    across: Option<String>,
 }
 
 /// A kernel node's name without its round and block (`r0 b1 expert w1` → `expert w1`).
@@ -269,7 +272,10 @@ impl BlockingRun for TrainStep {
     fn extras(&mut self) -> Result<Extras> {
         let cfg = self.config;
         let mut e = Extras {
-            note: format!("data: {}", self.data.source),
+            note: match &self.across {
+                Some(on) => format!("devices: {on}; data: {}", self.data.source),
+                None => format!("data: {}", self.data.source),
+            },
             ..Extras::default()
         };
         let m = &mut e.metrics;
@@ -317,6 +323,12 @@ fn train_case(
 ) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<>, TrainStep> {
     let devices = devices.to_vec();
     let (tokens, seed) = (o.tokens, o.seed);
+    // A case over more than one adapter says which devices it used.
+    let adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
+    let across = adapters.windows(2).any(|w| w[0] != w[1]).then(|| {
+        let labels: Vec<String> = devices.iter().map(Device::label).collect();
+        labels.join(", ")
+    });
     let work = Work::new(tokens as f64, WorkUnit::Token)
         .with_flops(6.0 * (active_params(&cfg) * tokens) as f64);
     Blocking::new(name, work, move || {
@@ -338,12 +350,19 @@ fn train_case(
             overlap_shares: Vec::new(),
             kernel_ns: Default::default(),
             device_wall_ns: 0.0,
+            across,
         })
     })
 }
 
-/// Every section's cases on one adapter's devices (see the module docs).
-pub fn plan(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<Planned>> {
+/// Every section's cases on one adapter's devices (see the module docs). `elsewhere`, given for
+/// the first adapter of a run only, holds the other chosen adapters' devices, for the case over
+/// two adapters.
+pub fn plan(
+    devices: &[Device],
+    elsewhere: Option<&[Device]>,
+    o: &MoeBenchOptions,
+) -> Result<Vec<Planned>> {
     o.config.validate()?;
     let one = &devices[..1];
     let mut out: Vec<Planned> = Vec::new();
@@ -426,8 +445,38 @@ pub fn plan(devices: &[Device], o: &MoeBenchOptions) -> Result<Vec<Planned>> {
         ));
     } else {
         out.push(Planned::Run(Box::new(
-            train_case(name, &devices[..4], cfg, &sized, true).compared_to(base_name),
+            train_case(name, &devices[..4], cfg, &sized, true).compared_to(base_name.clone()),
         )));
+    }
+    // The same over two adapters: 2 devices of this one and 2 of the next adapter chosen.
+    if let Some(elsewhere) = elsewhere {
+        let name = "parallel: D=4 over two adapters".to_string();
+        let second: Vec<Device> = elsewhere
+            .iter()
+            .filter(|d| Some(d.info().adapter) == elsewhere.first().map(|f| f.info().adapter))
+            .take(2)
+            .cloned()
+            .collect();
+        if devices.len() < 2 || second.len() < 2 {
+            out.push(Planned::skip(
+                name,
+                format!(
+                    "needs 2 devices of each of two adapters (this one has {}, the next {})",
+                    devices.len(),
+                    second.len()
+                ),
+            ));
+        } else if !cfg.experts.is_multiple_of(4) || !tokens.is_multiple_of(4) {
+            out.push(Planned::skip(
+                name,
+                "needs experts and tokens divisible by 4".into(),
+            ));
+        } else {
+            let four: Vec<Device> = devices[..2].iter().chain(&second).cloned().collect();
+            out.push(Planned::Run(Box::new(
+                train_case(name, &four, cfg, &sized, true).compared_to(base_name),
+            )));
+        }
     }
 
     // The all-to-all share of a step at each device count.

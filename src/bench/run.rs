@@ -199,12 +199,18 @@ pub fn run(
     };
     // Plan everything first, so progress knows the total.
     let mut plans = Vec::new();
-    for (adapter, rec) in adapters.iter().zip(&records) {
+    let later: Vec<Device> = adapters
+        .iter()
+        .skip(1)
+        .flat_map(|a| a.devices.iter().cloned())
+        .collect();
+    for (i, (adapter, rec)) in adapters.iter().zip(&records).enumerate() {
+        let elsewhere = (i == 0).then_some(later.as_slice());
         for &suite in &o.suites {
-            let planned = catch_unwind(AssertUnwindSafe(|| suite.plan(&adapter.devices, &o.sizes)))
-                .unwrap_or_else(|p| {
-                    Err(Error::panicked(format!("planning {}", suite.name()), &*p))
-                });
+            let planned = catch_unwind(AssertUnwindSafe(|| {
+                suite.plan(&adapter.devices, elsewhere, &o.sizes)
+            }))
+            .unwrap_or_else(|p| Err(Error::panicked(format!("planning {}", suite.name()), &*p)));
             plans.push((adapter, rec, suite, planned));
         }
     }

@@ -64,7 +64,14 @@ impl Suite {
     }
 
     /// The suite's cases on one adapter's devices (its virtual devices, for multi-device cases).
-    pub fn plan(self, devices: &[Device], o: &SuiteOptions) -> Result<Vec<Planned>> {
+    /// `elsewhere`, for the first adapter of a run, holds the other chosen adapters' devices:
+    /// the cases over two adapters (MoE's `parallel: D=4 over two adapters`) are planned there.
+    pub fn plan(
+        self,
+        devices: &[Device],
+        elsewhere: Option<&[Device]>,
+        o: &SuiteOptions,
+    ) -> Result<Vec<Planned>> {
         let first = devices.first().ok_or_else(|| Error::InvalidArgument {
             what: "bench",
             reason: "an adapter without devices".into(),
@@ -74,7 +81,7 @@ impl Suite {
             Suite::Memory => memory::plan(first, &o.memory),
             Suite::Dispatch => dispatch::plan(devices, &o.dispatch)?,
             Suite::Pipeline => pipeline::plan(devices, &o.pipeline)?,
-            Suite::Moe => moe::plan(devices, &o.moe)?,
+            Suite::Moe => moe::plan(devices, elsewhere, &o.moe)?,
             Suite::Btm => btm::plan(devices, &o.btm)?,
         })
     }
