@@ -130,11 +130,19 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
             assert!(f.value.is_finite() && f.value > 0.0, "{r:?}");
         }
     }
-    // A GPU-timed kernel where the adapter has timestamp queries; baselines linked.
+    // Where the adapter has timestamp queries, every kernel case is timed by the runtime's trace
+    // of its kernel (GPU timestamps); baselines linked.
     for a in report.adapters.iter().filter(|a| a.timestamp_query) {
-        assert!(report.results.iter().any(|r| r.adapter == a.index
-            && r.suite == "matmul"
-            && r.stats.as_ref().unwrap().timing == gangway::bench::report::Timing::Gpu));
+        let kernels: Vec<_> = report
+            .results
+            .iter()
+            .filter(|r| r.adapter == a.index && ["matmul", "memory"].contains(&r.suite.as_str()))
+            .filter_map(|r| r.stats.as_ref().map(|s| (r, s.timing)))
+            .collect();
+        assert!(!kernels.is_empty());
+        for (r, timing) in kernels {
+            assert_eq!(timing, gangway::bench::report::Timing::Gpu, "{r:?}");
+        }
     }
     assert!(report.results.iter().any(|r| r.baseline.is_some()));
     // With two adapters, the MoE step over both runs once, on the first, against its D = 1.

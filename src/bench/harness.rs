@@ -1,7 +1,7 @@
 //! The [`Benchmark`] trait and the loop that measures one: prepare once (untimed), warm up, then
 //! time samples. A sample is one `run` + `sync`; its time is what the benchmark measured itself
-//! (GPU timestamp queries, or the span of its trace) when it did, else the host wall time around
-//! both calls.
+//! (from the runtime's trace: a kernel's GPU timestamps, or a step's span) when it did, else the
+//! host wall time around both calls.
 
 use super::report::{Stats, Timing};
 use crate::Result;

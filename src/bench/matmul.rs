@@ -1,14 +1,19 @@
 //! The `matmul` suite: every matmul variant on square sizes and a tall-skinny expert FFN shape,
-//! GPU-timed where the adapter has timestamp queries. Each variant is compared to the naive kernel
+//! each a one-kernel program on the runtime, timed by its trace (GPU timestamps where the adapter
+//! has timestamp queries). Each variant is compared to the naive kernel
 //! of the same shape, and placed on the roofline (FLOPs `2·M·N·K` over the compulsory traffic of
 //! reading A and B and writing C once).
 
-use super::gpu_timer::{GpuTimer, submit_timed, wait_timed};
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
+use super::traced::TracedProgram;
+use crate::kernels::TensorType;
 use crate::kernels::autotune::Operands;
-use crate::kernels::matmul::{MatmulShape, MatmulVariant, encode};
+use crate::kernels::matmul::{MatmulShape, MatmulVariant};
+use crate::kernels::ops::KernelOp;
+use crate::program::{ProgramBuilder, Variables};
 use crate::{DType, Device, Result};
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct MatmulOptions {
@@ -49,8 +54,7 @@ pub struct MatmulBench {
     device: Device,
     shape: MatmulShape,
     variant: MatmulVariant,
-    operands: Option<Operands>,
-    timer: Option<GpuTimer>,
+    program: Option<TracedProgram>,
 }
 
 fn case_name(shape_name: &str, dtype: DType, variant: MatmulVariant) -> String {
@@ -94,8 +98,7 @@ pub fn plan(device: &Device, o: &MatmulOptions) -> Vec<Planned> {
                     device: device.clone(),
                     shape,
                     variant,
-                    operands: None,
-                    timer: None,
+                    program: None,
                 })));
             }
         }
@@ -119,22 +122,47 @@ impl Benchmark for MatmulBench {
             .then(|| case_name(&self.shape_name, self.shape.dtype, MatmulVariant::Naive))
     }
 
+    /// `c = a · b` of random operands held as program variables, `c` read back after each run.
     fn prepare(&mut self) -> Result<()> {
-        self.operands = Some(Operands::random(&self.device, &self.shape)?);
-        self.timer = GpuTimer::new(&self.device);
+        let operands = Operands::random(&self.device, &self.shape)?;
+        let args = operands.args(self.variant);
+        let mut variables = Variables::new();
+        variables.insert("a", vec![args.a.clone()]);
+        variables.insert("b", vec![args.b.clone()]);
+        let s = &self.shape;
+        let mut p = ProgramBuilder::new(self.name.clone());
+        let a = p.variable("a", &[0], TensorType::new(s.dtype, &[s.m, s.k]));
+        let b = p.variable("b", &[0], TensorType::new(s.dtype, &[s.k, s.n]));
+        let kernel = Arc::new(KernelOp::Matmul {
+            trans_a: false,
+            trans_b: false,
+            offsets: None,
+            variant: self.variant,
+        });
+        let [c] = p.kernel("matmul", &[0], kernel, &[a, b]);
+        p.result(c);
+        self.program = Some(TracedProgram::new(
+            &self.device,
+            p.build()?,
+            &variables,
+            "matmul",
+        )?);
         Ok(())
     }
 
     fn run(&mut self) -> Result<()> {
-        let Some(operands) = &self.operands else {
-            return Err(unprepared(&self.name));
-        };
-        submit_timed(&self.device, self.timer.as_ref(), "matmul bench", |e| {
-            encode(e, &operands.args(self.variant)).map(|_| ())
-        })
+        let name = &self.name;
+        self.program
+            .as_mut()
+            .ok_or_else(|| unprepared(name))?
+            .submit()
     }
 
     fn sync(&mut self) -> Result<Option<Timed>> {
-        wait_timed(&self.device, self.timer.as_ref())
+        let name = &self.name;
+        self.program
+            .as_mut()
+            .ok_or_else(|| unprepared(name))?
+            .wait()
     }
 }

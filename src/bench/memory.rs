@@ -1,21 +1,19 @@
 //! The `memory` suite: device-memory bandwidth of a streaming kernel, `y = 2·x + 1` over N f32
-//! values (the elementwise affine kernel), GPU-timed where the adapter has timestamp queries.
+//! values (the elementwise affine kernel as a one-node program on the runtime), timed by its trace
+//! (GPU timestamps where the adapter has timestamp queries).
 //! It reads 4 and writes 4 bytes per element for 2 FLOPs, so it sits far left on the roofline:
 //! its fraction of peak is a fraction of the memory bandwidth. After the samples the output is
 //! checked against the host.
 
-use super::gpu_timer::{GpuTimer, submit_timed, wait_timed};
 use super::harness::{Benchmark, Extras, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
-use crate::kernels::PreparedDispatch;
-use crate::kernels::elementwise::{ElementwiseOp, prepare};
-use crate::{Device, Error, Result};
+use super::traced::TracedProgram;
+use crate::kernels::TensorType;
+use crate::program::{ProgramBuilder, Variables};
+use crate::{DType, Device, Error, Result, Tensor};
 
-const OP: ElementwiseOp = ElementwiseOp::Affine {
-    scale: 2.0,
-    shift: 1.0,
-    repeat: 1,
-};
+const SCALE: f32 = 2.0;
+const SHIFT: f32 = 1.0;
 
 #[derive(Debug, Clone)]
 pub struct MemoryOptions {
@@ -49,27 +47,20 @@ pub fn plan(device: &Device, o: &MemoryOptions) -> Vec<Planned> {
             Planned::Run(Box::new(StreamBench {
                 device: device.clone(),
                 len,
-                state: None,
-                timer: None,
+                x: Vec::new(),
+                program: None,
             }))
         })
         .collect()
 }
 
 #[derive(Debug)]
-struct Stream {
-    x: Vec<f32>,
-    y: wgpu::Buffer,
-    dispatch: PreparedDispatch,
-    _x: wgpu::Buffer,
-}
-
-#[derive(Debug)]
 pub struct StreamBench {
     device: Device,
     len: usize,
-    state: Option<Stream>,
-    timer: Option<GpuTimer>,
+    /// The input, to check the output against.
+    x: Vec<f32>,
+    program: Option<TracedProgram>,
 }
 
 impl Benchmark for StreamBench {
@@ -81,57 +72,62 @@ impl Benchmark for StreamBench {
         Work::new(8.0 * self.len as f64, WorkUnit::Byte).with_flops(2.0 * self.len as f64)
     }
 
+    /// `y = 2·x + 1` of a program variable `x`, `y` read back after each run.
     fn prepare(&mut self) -> Result<()> {
-        let bytes = 4 * self.len as u64;
-        self.device.check_storage_size("stream x", bytes)?;
-        let x: Vec<f32> = (0..self.len).map(|i| (i % 1000) as f32).collect();
-        let xb = self
-            .device
-            .storage_buffer_init("stream x", bytemuck::cast_slice(&x))?;
-        let y = self.device.storage_buffer("stream y", bytes)?;
-        let dispatch = prepare(&self.device, OP, &xb, None, &y, self.len)?;
-        self.state = Some(Stream {
-            x,
-            y,
-            dispatch,
-            _x: xb,
-        });
-        self.timer = GpuTimer::new(&self.device);
+        self.device
+            .check_storage_size("stream x", 4 * self.len as u64)?;
+        self.x = (0..self.len).map(|i| (i % 1000) as f32).collect();
+        let mut variables = Variables::new();
+        let x = Tensor::from_f32(&self.device, &[self.len], DType::F32, &self.x)?;
+        variables.insert("x", vec![x]);
+        let mut p = ProgramBuilder::new(self.case());
+        let x = p.variable("x", &[0], TensorType::f32(&[self.len]));
+        let y = p.affine("stream", &[0], x, SCALE, SHIFT);
+        p.result(y);
+        self.program = Some(TracedProgram::new(
+            &self.device,
+            p.build()?,
+            &variables,
+            "stream",
+        )?);
         Ok(())
     }
 
     fn run(&mut self) -> Result<()> {
-        let s = self.state.as_ref().ok_or_else(|| unprepared("stream"))?;
-        submit_timed(&self.device, self.timer.as_ref(), "stream bench", |e| {
-            s.dispatch.encode(e, None);
-            Ok(())
-        })
+        self.program
+            .as_mut()
+            .ok_or_else(|| unprepared("stream"))?
+            .submit()
     }
 
     fn sync(&mut self) -> Result<Option<Timed>> {
-        wait_timed(&self.device, self.timer.as_ref())
+        self.program
+            .as_mut()
+            .ok_or_else(|| unprepared("stream"))?
+            .wait()
     }
 
-    /// Checks the first and last 1024 outputs against the host.
+    /// Checks the last run's every output against the host.
     fn extras(&mut self) -> Result<Extras> {
-        let s = self.state.as_ref().ok_or_else(|| unprepared("stream"))?;
-        let n = self.len.min(1024);
-        for start in [0, self.len - n] {
-            let bytes = self
-                .device
-                .read_buffer(&s.y, 4 * start as u64, 4 * n as u64)?;
-            let got: &[f32] = bytemuck::cast_slice(&bytes);
-            if let Some((i, (g, x))) = got
-                .iter()
-                .zip(&s.x[start..start + n])
-                .enumerate()
-                .find(|(_, (g, x))| **g != 2.0 * **x + 1.0)
-            {
-                return Err(Error::Mismatch {
-                    what: self.case(),
-                    detail: format!("y[{}] = {g}, expected {}", start + i, 2.0 * x + 1.0),
-                });
-            }
+        let p = self.program.as_ref().ok_or_else(|| unprepared("stream"))?;
+        let bytes = p.results.first().map_or(&[][..], Vec::as_slice);
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
+        if got.len() != self.len {
+            return Err(Error::Mismatch {
+                what: self.case(),
+                detail: format!("{} outputs, expected {}", got.len(), self.len),
+            });
+        }
+        if let Some((i, (g, x))) = got
+            .iter()
+            .zip(&self.x)
+            .enumerate()
+            .find(|(_, (g, x))| **g != SCALE * **x + SHIFT)
+        {
+            return Err(Error::Mismatch {
+                what: self.case(),
+                detail: format!("y[{i}] = {g}, expected {}", SCALE * x + SHIFT),
+            });
         }
         Ok(Extras::default())
     }

@@ -10,7 +10,6 @@
 pub mod btm;
 pub mod compare;
 pub mod dispatch;
-pub mod gpu_timer;
 pub mod harness;
 pub mod machine;
 pub mod matmul;
@@ -21,6 +20,7 @@ pub mod pipeline;
 pub mod report;
 pub mod run;
 pub mod suite;
+mod traced;
 
 pub use harness::{Benchmark, Sampling, Work, WorkUnit};
 pub use report::Report;

@@ -214,7 +214,18 @@ impl Kernel for KernelOp {
                         format!("inner dimensions differ: {} · {}", inputs[0], inputs[1]),
                     ));
                 }
-                vec![f32s(&[m, n])]
+                // f32, or f16 where the adapter has it (the kernel checks at prepare).
+                let dtype = inputs[0].dtype;
+                if dtype != inputs[1].dtype || dtype == DType::U32 {
+                    return Err(bad(
+                        what,
+                        format!(
+                            "needs two f32 or two f16 operands: {} · {}",
+                            inputs[0], inputs[1]
+                        ),
+                    ));
+                }
+                vec![TensorType::new(dtype, &[m, n])]
             }
             Self::ReluBackward => {
                 arity(what, inputs, 2)?;

@@ -774,6 +774,37 @@ mod tests {
         assert!(p.build().unwrap_err().to_string().contains("no send node"));
     }
 
+    /// A matmul's output has its operands' float type; mixed or integer operands are build errors.
+    #[test]
+    fn matmul_nodes_keep_their_operands_float_type() {
+        use crate::DType;
+        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::ops::KernelOp;
+        let mm = Arc::new(KernelOp::Matmul {
+            trans_a: false,
+            trans_b: false,
+            offsets: None,
+            variant: MatmulVariant::Tiled,
+        });
+        let f16 = |shape: &[usize]| TensorType::new(DType::F16, shape);
+        let mut p = ProgramBuilder::new("f16 matmul");
+        let a = p.variable("a", &[0], f16(&[5, 3]));
+        let b = p.variable("b", &[0], f16(&[3, 7]));
+        let [c] = p.kernel("a·b", &[0], mm.clone(), &[a, b]);
+        assert_eq!(p.ty(c), f16(&[5, 7]));
+        p.result(c);
+        assert!(p.build().is_ok());
+        for b in [TensorType::f32(&[3, 7]), TensorType::u32(&[3, 7])] {
+            let mut p = ProgramBuilder::new("mixed matmul");
+            let a = p.variable("a", &[0], f16(&[5, 3]));
+            let b = p.variable("b", &[0], b);
+            let [c] = p.kernel("a·b", &[0], mm.clone(), &[a, b]);
+            p.result(c);
+            let e = p.build().unwrap_err().to_string();
+            assert!(e.contains("needs two f32 or two f16 operands"), "{e}");
+        }
+    }
+
     /// A data-parallel linear layer's step: its weight gradient is a partial sum over the data
     /// axis until an all-reduce, and an optimizer fed the partial sum is a build error.
     #[test]
