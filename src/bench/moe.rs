@@ -297,12 +297,28 @@ impl BlockingRun for TrainStep {
                 median(&mut self.overlap_shares),
             );
             // Where a step's device time goes: the five biggest kernels, from GPU timestamps
-            // where the adapter has them.
+            // where the adapter has them, those running transposed matmuls marked.
+            let transposed: std::collections::BTreeSet<String> = self
+                .trainer
+                .transposed_kernels()
+                .iter()
+                .map(|n| kernel_name(n))
+                .collect();
             let mut kernels: Vec<(&String, &f64)> = self.kernel_ns.iter().collect();
             kernels.sort_by(|a, b| b.1.total_cmp(a.1));
             let wall = self.device_wall_ns.max(1.0);
             for (name, ns) in kernels.into_iter().take(5) {
-                m.insert(format!("kernel share: {name}"), ns / wall);
+                let mark = if transposed.contains(name) {
+                    " (transposed)"
+                } else {
+                    ""
+                };
+                m.insert(format!("kernel share: {name}{mark}"), ns / wall);
+            }
+            if !transposed.is_empty() {
+                let t: Vec<&str> = transposed.iter().map(String::as_str).collect();
+                e.note
+                    .push_str(&format!("; transposed matmuls: {}", t.join(", ")));
             }
         }
         Ok(e)

@@ -32,11 +32,11 @@ use super::{MoeLmConfig, MoeLmParams, VOCAB};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::kernels::ops::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
-use crate::program::{CompileOptions, Executable, HostData, Variables};
+use crate::program::{CompileOptions, Executable, HostData, Op, Variables};
 use crate::sched::{Client, DispatchMode, RunHandle, RunOptions, Runtime, RuntimeOptions};
 use crate::trace::{EventMeta, Tracer};
 use crate::{DType, Device, Error, Result, Tensor};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 use step_program::{Mode, StepShape, m_var, param_var, shard_shapes, v_var};
@@ -338,6 +338,19 @@ impl GpuTrainer {
 
     pub fn tracer(&self) -> Option<&Tracer> {
         self.tracer.is_on().then_some(&self.tracer)
+    }
+
+    /// The names of the compiled programs' kernel nodes that run transposed matmuls (`xᵀ·dy`,
+    /// `dy·wᵀ`, expert weight gradients): benches name them, since on some adapters transposed
+    /// operands cannot use the fastest matmul kernel.
+    pub fn transposed_kernels(&self) -> BTreeSet<String> {
+        let programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
+        programs
+            .values()
+            .flat_map(|exec| exec.program().nodes())
+            .filter(|n| matches!(&n.op, Op::Kernel(k) if k.0.transposed()))
+            .map(|n| n.name.clone())
+            .collect()
     }
 
     /// Checks a batch; returns `T`.
