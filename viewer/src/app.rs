@@ -10,6 +10,7 @@ use crate::bubble_lab::BubbleLab;
 use crate::devices_panel;
 use crate::dispatch_compare::DispatchCompare;
 use crate::files::FilesTab;
+use crate::frame_stats::FrameStats;
 use crate::live::{DeviceHub, Discovery};
 use crate::live_view::{LiveView, Workload};
 use crate::moe_panel::MoePanel;
@@ -57,6 +58,9 @@ pub struct Options {
     /// Devices made from each adapter (`--virtual-devices`); `None`: `GANGWAY_VIRTUAL_DEVICES`,
     /// else 1.
     pub virtual_devices: Option<usize>,
+    /// Print frame-rate statistics to stderr about once a second while frames are drawn
+    /// (`--frame-stats`).
+    pub frame_stats: bool,
 }
 
 impl Default for Options {
@@ -65,6 +69,7 @@ impl Default for Options {
             discover: true,
             autostart_live: true,
             virtual_devices: None,
+            frame_stats: false,
         }
     }
 }
@@ -94,6 +99,7 @@ pub struct ViewerApp {
     pub settings: Settings,
     /// The theme last applied to the context (`Some(projector)`), so it is set on change only.
     applied_theme: Option<bool>,
+    frame_stats: Option<FrameStats>,
 }
 
 impl ViewerApp {
@@ -117,6 +123,7 @@ impl ViewerApp {
             files: FilesTab::default(),
             settings: Settings::default(),
             applied_theme: None,
+            frame_stats: options.frame_stats.then(FrameStats::default),
         }
     }
 
@@ -236,7 +243,12 @@ impl ViewerApp {
 }
 
 impl eframe::App for ViewerApp {
-    fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
+    fn ui(&mut self, ui: &mut Ui, frame: &mut eframe::Frame) {
+        if let Some(stats) = &mut self.frame_stats
+            && let Some(window) = stats.frame(std::time::Instant::now(), frame.info().cpu_usage)
+        {
+            eprintln!("{window}");
+        }
         self.show(ui);
     }
 

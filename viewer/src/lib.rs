@@ -19,6 +19,7 @@ pub mod devices_panel;
 pub mod dispatch_compare;
 pub mod files;
 pub mod fonts;
+pub mod frame_stats;
 pub mod live;
 pub mod live_view;
 pub mod moe_panel;

@@ -22,6 +22,9 @@ struct Args {
     /// Start in the projector theme (light, large type); `P` toggles it in the app.
     #[arg(long)]
     projector: bool,
+    /// Print frame-rate statistics to stderr about once a second while the window draws.
+    #[arg(long)]
+    frame_stats: bool,
     /// A Chrome trace or `gangway bench --json` report to open.
     #[arg(value_name = "FILE.json")]
     file: Option<PathBuf>,
@@ -34,6 +37,7 @@ fn main() -> anyhow::Result<()> {
         discover: !args.no_devices,
         autostart_live: !args.no_live,
         virtual_devices: args.virtual_devices.map(|n| n as usize),
+        frame_stats: args.frame_stats,
     };
     let native = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()

@@ -17,6 +17,7 @@ pub fn app() -> ViewerApp {
             discover: false,
             autostart_live: false,
             virtual_devices: None,
+            ..Options::default()
         },
         None,
     )
@@ -58,6 +59,7 @@ pub fn device_harness(
             discover: true,
             autostart_live: live,
             virtual_devices: Some(virtual_devices),
+            ..Options::default()
         },
         None,
     );
