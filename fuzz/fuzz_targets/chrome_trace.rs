@@ -1,22 +1,28 @@
 //! Chrome trace-event JSON as the viewer opens it: parsed into events, written back out, and the
-//! result must pass the trace structure check and parse again to the same events.
+//! result must pass the trace structure check and parse again to the same events. Read from the
+//! text and from its `Value`, a trace must come out the same, errors included.
 #![no_main]
 
 use gangway::trace::chrome;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // Whatever the bytes, reading them is a result, never a panic.
+    let sliced = chrome::parse_slice(data);
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
         return;
     };
     let _ = chrome::check(&value);
-    let Ok((events, names)) = chrome::parse(&value) else {
+    let parsed = chrome::parse(&value);
+    assert_eq!(sliced, parsed, "the text and its Value read differently");
+    let Ok((events, names)) = parsed else {
         return;
     };
     let out = chrome::to_json(&events, &names);
     if let Err(e) = chrome::check(&out) {
         panic!("an imported trace exports to an invalid one: {e}");
     }
-    let (again, _) = chrome::parse(&out).expect("an exported trace imports");
+    let (again, _) = chrome::parse_slice(out.to_string().as_bytes())
+        .expect("an exported trace imports");
     assert_eq!(again.len(), events.len());
 });

@@ -13,7 +13,7 @@ mod import;
 
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
-pub use import::parse;
+pub use import::{parse, parse_slice};
 
 use super::event::Lane;
 

@@ -21,6 +21,8 @@ use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
 use gangway::trace::{Event, Lane};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::background::spawn;
@@ -156,38 +158,151 @@ fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
     total + current.map_or(0, |(s, e)| e - s)
 }
 
+/// What a JSON document is, as [`kind_of`] tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Trace,
+    Bench,
+    /// An array that is not a trace: bench results from before the schema.
+    OldBench,
+    Unknown,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier)]
+enum TopKey {
+    #[serde(rename = "traceEvents")]
+    TraceEvents,
+    #[serde(rename = "schema")]
+    Schema,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads a document only as far as it takes to tell its [`Kind`]: a Chrome trace is an object
+/// with a `traceEvents` key or an array whose first element has a `ph`, a bench report an object
+/// with a `schema`.
+///
+/// A trace is told at its `traceEvents` key or first element, so a large one is not read twice
+/// (the rest is the import's to check). Serde stops a visit early only with an error, so the
+/// visit records what it told and then fails, and what it told wins.
+fn kind_of<'de, D: Deserializer<'de>>(de: D) -> Result<Kind, D::Error> {
+    let mut told = None;
+    let read = de.deserialize_any(Sniff(&mut told));
+    told.map_or(read, Ok)
+}
+
+struct Sniff<'a>(&'a mut Option<Kind>);
+
+impl Sniff<'_> {
+    fn tell<E: de::Error>(self, kind: Kind) -> Result<Kind, E> {
+        *self.0 = Some(kind);
+        Err(E::custom("told"))
+    }
+}
+
+impl<'de> Visitor<'de> for Sniff<'_> {
+    type Value = Kind;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON document")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+        let mut schema = false;
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::TraceEvents => return self.tell(Kind::Trace),
+                TopKey::Schema => schema = true,
+                TopKey::Other => {}
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(if schema { Kind::Bench } else { Kind::Unknown })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+        // One element: small in a trace, as in a result list.
+        let first: Option<Value> = seq.next_element()?;
+        if first.is_some_and(|f| f.get("ph").is_some()) {
+            self.tell(Kind::Trace)
+        } else {
+            self.tell(Kind::OldBench)
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+        Ok(Kind::Unknown)
+    }
+}
+
 /// Recognises and parses a JSON document.
 pub fn interpret(v: &Value) -> Result<Loaded, String> {
-    let rows = v.as_array();
-    let first = rows.and_then(|r| r.first());
-    let is_trace = v.get("traceEvents").is_some() || first.is_some_and(|f| f.get("ph").is_some());
-    if is_trace {
-        let (events, names) = gangway::trace::chrome::parse(v)?;
-        let mut data = TimelineData::from_events(events);
-        data.device_names = names.into_iter().collect();
-        let bubble = pipeline_bubble(&data);
-        return Ok(Loaded::Trace(Box::new(OpenedTrace {
-            data: Arc::new(data),
-            bubble,
-        })));
-    }
-    if v.get("schema").is_some() {
-        return Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r)));
-    }
-    if rows.is_some() {
-        return Err(
-            "a gangway bench result array from before schema version 1: rerun \
-                    gangway bench --json"
+    let kind = kind_of(v).map_err(|e| e.to_string())?;
+    interpret_as(kind, v)
+}
+
+/// [`interpret`] of a document of known kind.
+fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
+    match kind {
+        Kind::Trace => gangway::trace::chrome::parse(v).map(opened_trace),
+        Kind::Bench => Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r))),
+        Kind::OldBench => Err(
+            "a gangway bench result array from before schema version 1: \
+             rerun gangway bench --json"
                 .into(),
-        );
+        ),
+        Kind::Unknown => {
+            Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
+        }
     }
-    Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
+}
+
+/// An imported trace, indexed for the timeline.
+#[allow(clippy::type_complexity)] // what `chrome::parse` returns
+fn opened_trace((events, names): (Vec<Event>, Vec<(usize, String)>)) -> Loaded {
+    let mut data = TimelineData::from_events(events);
+    data.device_names = names.into_iter().collect();
+    let bubble = pipeline_bubble(&data);
+    Loaded::Trace(Box::new(OpenedTrace {
+        data: Arc::new(data),
+        bubble,
+    }))
 }
 
 /// Parses and interprets a file's bytes; `name` is what errors call the file.
 pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("{name} is not JSON: {e}"))?;
-    interpret(&v).map_err(|e| format!("{name}: {e}"))
+    let not_json = |e: serde_json::Error| format!("{name} is not JSON: {e}");
+    let kind = kind_of(&mut serde_json::Deserializer::from_slice(bytes)).map_err(not_json)?;
+    let loaded = if kind == Kind::Trace {
+        // Straight from the text: a `Value` of a large trace would take most of the time and
+        // memory of the open.
+        gangway::trace::chrome::parse_slice(bytes).map(opened_trace)
+    } else {
+        let v: Value = serde_json::from_slice(bytes).map_err(not_json)?;
+        interpret_as(kind, &v)
+    };
+    loaded.map_err(|e| format!("{name}: {e}"))
 }
 
 /// Reads and interprets the file at `path`. Blocking: the UI runs it on a worker thread.

@@ -208,6 +208,81 @@ fn old_and_malformed_bench_files_are_errors() {
     ));
 }
 
+/// A file's bytes are told apart as their `Value` is: a trace by a `traceEvents` key anywhere
+/// in the top-level object or a `ph` in the first element of a top-level array, a report by a
+/// `schema`; a trace read from the text that breaks off later is not JSON, never a panic.
+#[test]
+fn bytes_are_told_apart_as_their_value_is() {
+    let kernel = r#"{"ph": "X", "pid": 0, "tid": 2, "ts": 1, "dur": 2, "name": "F0"}"#;
+    let report = std::fs::read_to_string(dev_report()).unwrap();
+    let cases = [
+        format!(r#"{{"displayTimeUnit": "ms", "traceEvents": [{kernel}]}}"#),
+        format!(r#"{{"schema": "gangway-bench", "traceEvents": [{kernel}, {kernel}]}}"#),
+        format!("[{kernel}]"),
+        r#"{"traceEvents": {}}"#.to_string(),
+        r#"[{"adapter": "llvmpipe"}, {"ph": "X"}]"#.to_string(),
+        "[]".to_string(),
+        "42".to_string(),
+        r#"{"hello": [1, 2]}"#.to_string(),
+        report,
+    ];
+    let told = |r: &Result<Loaded, String>| match r {
+        Ok(loaded) => loaded.summary(),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut summaries = Vec::new();
+    for text in &cases {
+        let from_bytes = gangway_viewer::files::open_bytes(text.as_bytes(), "f.json");
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        let from_value = interpret(&value).map_err(|e| format!("f.json: {e}"));
+        assert_eq!(told(&from_bytes), told(&from_value), "{text}");
+        summaries.push(told(&from_bytes));
+    }
+    assert_eq!(summaries[0], "Chrome trace: 1 events");
+    assert_eq!(summaries[1], "Chrome trace: 2 events");
+    assert_eq!(summaries[2], "Chrome trace: 1 events");
+    assert!(
+        summaries[3].contains("\"traceEvents\" array"),
+        "{}",
+        summaries[3]
+    );
+    assert!(
+        summaries[4].contains("before schema version 1"),
+        "{}",
+        summaries[4]
+    );
+    assert!(
+        summaries[5].contains("before schema version 1"),
+        "{}",
+        summaries[5]
+    );
+    assert!(
+        summaries[6].contains("nor a gangway bench report"),
+        "{}",
+        summaries[6]
+    );
+    assert!(
+        summaries[7].contains("nor a gangway bench report"),
+        "{}",
+        summaries[7]
+    );
+    assert!(
+        summaries[8].starts_with("benchmark report: 112 results"),
+        "{}",
+        summaries[8]
+    );
+
+    // Told a trace at its key, the rest broken: the import says it is not JSON, and where.
+    let broken = format!(r#"{{"traceEvents": [{kernel}, {{"ph": "X", "pid": 0 "#);
+    let err = gangway_viewer::files::open_bytes(broken.as_bytes(), "f.json").unwrap_err();
+    assert!(
+        err.starts_with("f.json: not JSON: ") && err.contains("column"),
+        "{err}"
+    );
+    let err = gangway_viewer::files::open_bytes(b"[{\"ph\": \"X\"} ", "f.json").unwrap_err();
+    assert!(err.starts_with("f.json: not JSON: "), "{err}");
+}
+
 /// The development machine's report: 112 results over six suites and two adapters.
 fn dev_report() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/bench/dev-2core.json")
@@ -589,10 +664,7 @@ fn measure_open_frame_gaps_30mb() {
     let bytes = std::fs::read(&path).unwrap();
     let read = t.elapsed();
     let t = Instant::now();
-    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    let json = t.elapsed();
-    let t = Instant::now();
-    let (events, _) = gangway::trace::chrome::parse(&value).unwrap();
+    let (events, _) = gangway::trace::chrome::parse_slice(&bytes).unwrap();
     let parse = t.elapsed();
     let t = Instant::now();
     let data = gangway_viewer::timeline::TimelineData::from_events(events);
@@ -601,11 +673,11 @@ fn measure_open_frame_gaps_30mb() {
     let bubble = pipeline_bubble(&data).unwrap();
     let bubble_time = t.elapsed();
     eprintln!(
-        "read {read:?}, JSON {json:?}, chrome::parse {parse:?}, timeline {timeline:?}, bubble \
+        "read {read:?}, chrome::parse_slice {parse:?}, timeline {timeline:?}, bubble \
          {bubble_time:?} ({:.1}%)",
         bubble.fraction * 100.0
     );
-    drop((bytes, value, data));
+    drop((bytes, data));
 
     // After: the click's frame, then frames every 16 ms until it is open.
     let mut h = files_tab([1280.0, 820.0]);

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use egui::epaint::{ClippedShape, Shape};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use gangway::trace::{Event, EventMeta};
+use gangway::trace::{Event, EventMeta, Flow, FlowRole, Lane};
+use gangway_viewer::files::{Loaded, open_bytes};
 use gangway_viewer::timeline::data::{BarKind, bars};
 use gangway_viewer::timeline::{TimeView, TimelineData, TimelineState, timeline};
 
@@ -703,4 +704,92 @@ fn a_million_events_open_and_pan_fast() {
         results.iter().all(|&(ms, bound)| ms < bound),
         "mean frame ms (bound): {results:?}"
     );
+}
+
+/// Issue 15: a 1M-event Chrome trace file opens (JSON parse, import with flow binding, and the
+/// timeline index) in under 2 s. [`synthetic_trace`] with a flow on every 10th event (a transfer
+/// from an even device to the next one), written as gangway writes traces; the open's time is
+/// printed (`--nocapture`) and bounded loosely, for a busy 2-core debug build. What comes back
+/// must be exactly what was written, flows included.
+#[test]
+fn a_million_event_trace_file_opens_fast() {
+    let devices = 8;
+    let mut events = synthetic_trace(devices, 62_500);
+    // Events come as (kernel, transfer) per device per step.
+    let transfer = |step: usize, device: usize| (step * devices + device) * 2 + 1;
+    for step in (0..62_500).step_by(5) {
+        for d in (0..devices).step_by(2) {
+            let id = (step * devices + d) as u64;
+            events[transfer(step, d)].flow = Some(Flow {
+                id,
+                role: FlowRole::Out,
+            });
+            events[transfer(step, d + 1)].flow = Some(Flow {
+                id,
+                role: FlowRole::In,
+            });
+        }
+    }
+    assert_eq!(events.iter().filter(|e| e.flow.is_some()).count(), 100_000);
+    let t0 = Instant::now();
+    let json = gangway::trace::chrome::to_string(&events, &[(3, "gpu three".into())]);
+    println!(
+        "1M-event trace: written in {:.1} s, {:.0} MB",
+        t0.elapsed().as_secs_f64(),
+        json.len() as f64 / 1e6
+    );
+
+    let t0 = Instant::now();
+    let loaded = open_bytes(json.as_bytes(), "1m.json").unwrap();
+    let open = t0.elapsed();
+    println!(
+        "1M-event trace: open_bytes {:.0} ms",
+        open.as_secs_f64() * 1e3
+    );
+    let Loaded::Trace(trace) = loaded else {
+        panic!("not opened as a trace: {}", loaded.summary());
+    };
+    let data = &trace.data;
+    assert_eq!(data.len(), 1_000_000);
+    assert_eq!(
+        data.device_names.get(&3).map(String::as_str),
+        Some("gpu three")
+    );
+    assert_eq!(
+        data.device_names.get(&0).map(String::as_str),
+        Some("device 0")
+    );
+    // Every track as written, in order: names, times, microbatches, clocks and flows.
+    assert_eq!(data.tracks().len(), 2 * devices);
+    for track in data.tracks() {
+        let written: Vec<&Event> = events
+            .iter()
+            .filter(|e| (e.device, e.lane) == (track.device, track.lane))
+            .collect();
+        assert_eq!(track.events().len(), written.len());
+        assert!(
+            track.events().iter().eq(written.iter().copied()),
+            "device {} {:?} differs",
+            track.device,
+            track.lane
+        );
+    }
+    let flows = data
+        .tracks()
+        .iter()
+        .flat_map(|t| t.events())
+        .filter(|e| e.flow.is_some())
+        .count();
+    assert_eq!(flows, 100_000);
+    // Tracks go by (device, lane): 1 is device 0's transfers, 3 device 1's.
+    let flow = |track: usize, k: usize| {
+        let e = &data.tracks()[track].events()[k];
+        assert_eq!(e.lane, Lane::Transfer);
+        e.flow.map(|f| (e.device, f.id, f.role))
+    };
+    assert_eq!(flow(1, 0), Some((0, 0, FlowRole::Out)));
+    assert_eq!(flow(3, 0), Some((1, 0, FlowRole::In)));
+    assert_eq!(flow(1, 1), None);
+    assert_eq!(flow(3, 5), Some((1, 40, FlowRole::In)));
+    assert!(open < Duration::from_secs(20), "open_bytes took {open:?}");
 }
