@@ -170,6 +170,34 @@ fn drag_pans_in_the_ui_and_reset_fits_again() {
     assert!(close(reset.start_ns, fitted.start_ns) && close(reset.ns_per_px, fitted.ns_per_px));
 }
 
+/// Issue 15: the hover text sits at the pointer, not below the whole widget: hovering a bar at
+/// either end of a tall timeline puts the event's details beside the pointer.
+#[test]
+fn hover_text_follows_the_pointer() {
+    let events = (0..8usize)
+        .flat_map(|d| (0..10u64).map(move |i| kernel(d, &format!("k{d}"), i * 100, i * 100 + 90)));
+    let state = (TimelineData::from_events(events), TimelineState::default());
+    let mut h = Harness::builder().with_size([900.0, 600.0]).build_ui_state(
+        |ui, (data, state): &mut (TimelineData, TimelineState)| {
+            timeline(ui, "t", data, state);
+        },
+        state,
+    );
+    h.run();
+    // Rows are 22 pt apart from y = 8 + 18, bars from x = 158.
+    for (device, x) in [(0usize, 200.0f32), (7, 820.0)] {
+        let pointer = egui::pos2(x, 8.0 + 18.0 + 22.0 * device as f32 + 11.0);
+        h.hover_at(pointer);
+        h.run();
+        let name = format!("k{device}");
+        let gap = h.get_by_label(&name).rect().center().distance(pointer);
+        assert!(
+            gap < 200.0,
+            "device {device}: hover text {gap} pt from the pointer"
+        );
+    }
+}
+
 /// Bar area and view for picking tests: bars from x = 0, 1 ns per px, rows from y = 0.
 fn pick_setup() -> (TimeView, egui::Rect) {
     let view = TimeView {

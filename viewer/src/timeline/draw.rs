@@ -12,7 +12,7 @@ use gangway::trace::Event;
 
 use super::data::{BarKind, TimelineData, Track};
 use super::raster::{RowPalette, SHAPE_MIN_PT, paint_row};
-use super::view::{TimeView, format_ns, format_tick, format_tick_relative, tick_step_ns};
+use super::view::{TimeView, fitted_tick_step, format_ns, format_tick, format_tick_relative};
 
 const LABEL_W: f32 = 150.0;
 const ROW_H: f32 = 22.0;
@@ -240,30 +240,40 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     let texel_of = |ns: f64| (ns - tex_view.start_ns) / tex_view.ns_per_px;
 
     // Axis and grid: absolute times, or times before the newest event.
-    let step = tick_step_ns(view.ns_per_px, 90.0);
     let origin = match (&span, state.relative_to_end) {
         (Some(span), true) => Some(span.end as f64),
         _ => None,
     };
+    let label_at = |t: f64, step: f64| match origin {
+        Some(origin) => format_tick_relative(t - origin, step),
+        None => format_tick(t, step),
+    };
+    let font = FontId::monospace(10.0);
+    let step = fitted_tick_step(&view, bar_w, 90.0, |t, step| {
+        painter
+            .layout_no_wrap(label_at(t, step), font.clone(), weak)
+            .size()
+            .x
+    });
     let zero = origin.unwrap_or(0.0);
     let mut t = zero + ((view.start_ns - zero) / step).ceil() * step;
     let mut grid_x = Vec::new();
+    let mut labels_end = f32::NEG_INFINITY;
     while view.x_of(t) <= bar_w && grid_x.len() < 200 {
         grid_x.push(texel_of(t));
         let x = bar_rect.left() + view.x_of(t);
-        let label = match origin {
-            Some(origin) => format_tick_relative(t - origin, step),
-            None => format_tick(t, step),
-        };
-        // Right of the tick, or left of it where the label would run off the edge.
-        let font = FontId::monospace(10.0);
-        let galley = painter.layout_no_wrap(label, font, weak);
+        // Right of the tick, or left of it where the label would run off the edge, unless it
+        // would then cover the label before it.
+        let galley = painter.layout_no_wrap(label_at(t, step), font.clone(), weak);
         let left = if x + 2.0 + galley.size().x > rect.right() {
             x - 2.0 - galley.size().x
         } else {
             x + 2.0
         };
-        painter.galley(Pos2::new(left, rect.top()), galley, weak);
+        if left > labels_end + 4.0 {
+            labels_end = left + galley.size().x;
+            painter.galley(Pos2::new(left, rect.top()), galley, weak);
+        }
         t += step;
     }
 
@@ -391,27 +401,33 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
             || format!("{}", e.device),
             |n| format!("{} ({n})", e.device),
         );
-        response.show_tooltip_ui(|ui| {
-            ui.strong(&e.name);
-            ui.label(format!(
-                "{} on {} lane",
-                BarKind::of(&e).name(),
-                e.lane.name()
-            ));
-            ui.label(format!("device {name}"));
-            if let Some(mb) = e.microbatch {
-                ui.label(format!("microbatch {mb}"));
-            }
-            ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
-            match origin {
-                Some(origin) => ui.label(format!(
-                    "start {} before the newest event",
-                    format_ns(origin - e.start_ns as f64)
-                )),
-                None => ui.label(format!("start {}", format_ns(e.start_ns as f64))),
-            };
-            ui.label(format!("clock: {}", e.clock.name()));
-        });
+        // Beside the pointer, like every trace viewer: anchored to the widget it would sit
+        // below the whole timeline, far from the bar it describes.
+        egui::Popup::from_response(&response)
+            .kind(egui::PopupKind::Tooltip)
+            .at_pointer()
+            .gap(12.0)
+            .show(|ui| {
+                ui.strong(&e.name);
+                ui.label(format!(
+                    "{} on {} lane",
+                    BarKind::of(&e).name(),
+                    e.lane.name()
+                ));
+                ui.label(format!("device {name}"));
+                if let Some(mb) = e.microbatch {
+                    ui.label(format!("microbatch {mb}"));
+                }
+                ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
+                match origin {
+                    Some(origin) => ui.label(format!(
+                        "start {} before the newest event",
+                        format_ns(origin - e.start_ns as f64)
+                    )),
+                    None => ui.label(format!("start {}", format_ns(e.start_ns as f64))),
+                };
+                ui.label(format!("clock: {}", e.clock.name()));
+            });
     }
 }
 

@@ -114,6 +114,27 @@ pub fn tick_step_ns(ns_per_px: f64, min_px: f32) -> f64 {
     step
 }
 
+/// The tick step of a view `width` px wide: at least `min_px` apart, and widened until the
+/// widest label (`label_width(t, step)` at either end of the view) fits between two ticks with
+/// room to spare. Zoomed in far from zero, labels grow long (`252390500 ns`) and would overlap.
+pub fn fitted_tick_step(
+    view: &TimeView,
+    width: f32,
+    min_px: f32,
+    label_width: impl Fn(f64, f64) -> f32,
+) -> f64 {
+    let mut step = tick_step_ns(view.ns_per_px, min_px);
+    for _ in 0..6 {
+        let step_px = (step / view.ns_per_px) as f32;
+        let widest = label_width(view.start_ns, step).max(label_width(view.ns_at(width), step));
+        if step_px >= widest + 12.0 {
+            break;
+        }
+        step = tick_step_ns(view.ns_per_px, step_px * 1.01);
+    }
+    step
+}
+
 /// A tick label at `t` for ticks `step` apart: the unit fits the step, with just enough
 /// decimals that neighbouring ticks never print the same text (`2940 ms`, `2942 ms`).
 pub fn format_tick(t: f64, step: f64) -> String {
@@ -156,6 +177,30 @@ pub fn format_tick_relative(rel: f64, step: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_widen_until_long_labels_fit() {
+        // 10 px per character of the label.
+        let width = |t: f64, step: f64| 10.0 * format_tick(t, step).chars().count() as f32;
+        let near_zero = TimeView {
+            start_ns: 0.0,
+            ns_per_px: 10.0,
+        };
+        assert_eq!(fitted_tick_step(&near_zero, 1_000.0, 90.0, width), 1_000.0);
+        // 252 ms in, at 1 ns per px: "252390600 ns" is 120 px, more than the 100 px step.
+        let far = TimeView {
+            start_ns: 252_389_500.0,
+            ns_per_px: 1.0,
+        };
+        assert_eq!(tick_step_ns(1.0, 90.0), 100.0);
+        let step = fitted_tick_step(&far, 1_000.0, 90.0, width);
+        let label = format_tick(far.ns_at(1_000.0), step);
+        assert!(
+            step >= 10.0 * label.chars().count() as f64 + 12.0,
+            "{step} for {label}"
+        );
+        assert_eq!(step, 200.0);
+    }
 
     #[test]
     fn relative_ticks_count_back_from_now() {
