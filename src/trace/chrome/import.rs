@@ -520,8 +520,7 @@ impl<'de> Shape<'de> for Top<'_> {
     }
 
     fn array<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
-        self.0.read_list(seq)?;
-        Ok(true)
+        List(self.0).array(seq)
     }
 
     fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
