@@ -29,6 +29,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: traces_export_to_valid_chrome_json).span(Span::EachAndCross),
         case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
+        case!(device: a_client_per_request_does_not_grow_the_runtime),
     ])
 }
 
@@ -422,4 +423,54 @@ fn a_wait_that_cannot_finish_times_out_naming_what_it_awaited(adapters: &Adapter
     );
     runtime.resume_admission();
     assert_eq!(first.wait().unwrap()[0], vec![1.0; 16]);
+}
+
+/// A long-lived runtime that makes a client per request (the viewer's live workload made one per
+/// batch) forgets each once its handle is dropped and its runs are done: the client table stays
+/// one slot, and the counts survive, summed by name.
+fn a_client_per_request_does_not_grow_the_runtime(device: &Device) {
+    let devices = std::slice::from_ref(device);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let mut p = ProgramBuilder::new("request");
+    let x = p.arg(&[0], 16);
+    let y = p.affine("y", &[0], x, 2.0, 0.0);
+    p.result(y);
+    let exec = Arc::new(
+        p.build()
+            .unwrap()
+            .compile(devices, CompileOptions::default())
+            .unwrap(),
+    );
+    // A client dropped while its run is still queued keeps its slot until the run is done.
+    let early = runtime.client("early", 1);
+    runtime.pause_admission();
+    let queued = early
+        .submit(&exec, vec![vec![1.0; 16]], RunOptions::default())
+        .unwrap();
+    drop(early);
+    runtime.resume_admission();
+    assert_eq!(queued.wait().unwrap()[0], vec![2.0; 16]);
+    for i in 0..200 {
+        let client = runtime.client("per request", 1);
+        let out = client
+            .run(&exec, vec![vec![i as f32; 16]], RunOptions::default())
+            .unwrap();
+        assert_eq!(out[0], vec![2.0 * i as f32; 16]);
+    }
+    let live = runtime.client("live", 1);
+    let mut stats = runtime.client_stats();
+    stats.sort_by(|a, b| a.name.cmp(&b.name));
+    let counts: Vec<(&str, u64, u64)> = stats
+        .iter()
+        .map(|s| (s.name.as_str(), s.admitted, s.finished))
+        .collect();
+    assert_eq!(
+        counts,
+        [("early", 1, 1), ("live", 0, 0), ("per request", 200, 200)]
+    );
+    // Every gang record names a slot in use then: one slot served all 201 requests.
+    let slots: std::collections::BTreeSet<usize> =
+        runtime.gang_order()[0].iter().map(|g| g.client).collect();
+    assert_eq!(slots.len(), 1, "{slots:?}");
+    drop(live);
 }

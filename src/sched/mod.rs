@@ -2,6 +2,7 @@
 //! scheduler orders every sharded computation, and per-device workers dispatch sequentially or with
 //! parallel asynchronous dispatch.
 
+mod clients;
 mod clock;
 mod record;
 mod resources;

@@ -6,6 +6,7 @@
 //! queue in that order, so two gangs that share devices run in the same order on all of them and
 //! collectives of concurrent programs can never deadlock or interleave wrongly.
 
+use super::clients::ClientTable;
 use super::record::record;
 use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::worker::{self, Inbox, Task};
@@ -64,17 +65,8 @@ pub struct GangRecord {
     pub run: u64,
     pub program: u64,
     pub node: usize,
+    /// The client's slot: a slot is reused once its client is gone.
     pub client: usize,
-}
-
-#[derive(Debug)]
-struct ClientState {
-    name: String,
-    share: u32,
-    pass: f64,
-    pending: VecDeque<(u64, Arc<RunState>)>,
-    admitted: u64,
-    finished: u64,
 }
 
 #[derive(Debug)]
@@ -84,7 +76,7 @@ pub(crate) struct SchedState {
     /// Virtual time of proportional shares: the pass of the last admitted client.
     vtime: f64,
     in_flight: usize,
-    clients: Vec<ClientState>,
+    clients: ClientTable,
     pub queues: Vec<VecDeque<Task>>,
     pub order: Vec<Vec<GangRecord>>,
     pub shutdown: bool,
@@ -118,11 +110,7 @@ impl Shared {
     pub fn run_finished(&self, run: &RunState) {
         let mut state = self.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        if let Some(c) = state.clients.get_mut(run.client)
-            && !run.failed()
-        {
-            c.finished += 1;
-        }
+        state.clients.finished(run.client, !run.failed());
         self.admit(&mut state);
     }
 
@@ -137,26 +125,28 @@ impl Shared {
                 Policy::Fifo => state
                     .clients
                     .iter()
-                    .enumerate()
                     .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (*a, i)))
                     .min()
                     .map(|(_, i)| i),
                 Policy::Proportional => state
                     .clients
                     .iter()
-                    .enumerate()
                     .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (c.pass, *a, i)))
                     .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
                     .map(|(_, _, i)| i),
             };
             let Some(ci) = pick else { return };
-            let Some((_, run)) = state.clients[ci].pending.pop_front() else {
+            let Some(client) = state.clients.get_mut(ci) else {
                 return;
             };
-            let client = &mut state.clients[ci];
+            let Some((_, run)) = client.pending.pop_front() else {
+                return;
+            };
             client.admitted += 1;
-            state.vtime = client.pass;
+            client.running += 1;
+            let pass = client.pass;
             client.pass += 1.0 / f64::from(client.share.max(1));
+            state.vtime = pass;
             state.in_flight += 1;
             // Waiting for admission is not a stall: the no-progress clock starts now.
             run.progress();
@@ -202,11 +192,27 @@ pub struct Runtime {
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
-/// One client of a runtime; runs it submits are admitted by its share.
+/// One client of a runtime; runs it submits are admitted by its share. Clones are the same
+/// client; when the last is dropped and its runs are done, the runtime forgets it (its counts
+/// stay in [`Runtime::client_stats`], by name).
 #[derive(Debug, Clone)]
 pub struct Client {
     shared: Arc<Shared>,
     index: usize,
+    _lease: Arc<Lease>,
+}
+
+/// Frees a client's slot when the last handle to it goes.
+#[derive(Debug)]
+struct Lease {
+    shared: Arc<Shared>,
+    index: usize,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.shared.lock().clients.release(self.index);
+    }
 }
 
 /// A submitted run: wait for its results.
@@ -245,7 +251,7 @@ impl Runtime {
                 arrivals: 0,
                 vtime: 0.0,
                 in_flight: 0,
-                clients: Vec::new(),
+                clients: ClientTable::default(),
                 queues: (0..n).map(|_| VecDeque::new()).collect(),
                 order: vec![Vec::new(); n],
                 shutdown: false,
@@ -275,17 +281,14 @@ impl Runtime {
     pub fn client(&self, name: &str, share: u32) -> Client {
         let mut state = self.shared.lock();
         let vtime = state.vtime;
-        state.clients.push(ClientState {
-            name: name.to_string(),
-            share: share.max(1),
-            pass: vtime,
-            pending: VecDeque::new(),
-            admitted: 0,
-            finished: 0,
-        });
+        let index = state.clients.add(name, share, vtime);
         Client {
             shared: self.shared.clone(),
-            index: state.clients.len() - 1,
+            index,
+            _lease: Arc::new(Lease {
+                shared: self.shared.clone(),
+                index,
+            }),
         }
     }
 
@@ -331,18 +334,9 @@ impl Runtime {
         }
     }
 
+    /// What every client was given: the live ones, then those gone, summed by name.
     pub fn client_stats(&self) -> Vec<ClientStats> {
-        self.shared
-            .lock()
-            .clients
-            .iter()
-            .map(|c| ClientStats {
-                name: c.name.clone(),
-                share: c.share,
-                admitted: c.admitted,
-                finished: c.finished,
-            })
-            .collect()
+        self.shared.lock().clients.stats()
     }
 }
 
@@ -419,7 +413,10 @@ impl Client {
             state.arrivals += 1;
             let arrival = state.arrivals;
             let vtime = state.vtime;
-            let client = &mut state.clients[self.index];
+            let Some(client) = state.clients.get_mut(self.index) else {
+                // A handle keeps its slot: this cannot happen while `self` lives.
+                return Err(fail("the client is gone".into()));
+            };
             if client.pending.is_empty() {
                 // An idle client re-enters at the current virtual time, with no banked credit.
                 client.pass = client.pass.max(vtime);

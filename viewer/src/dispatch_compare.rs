@@ -11,7 +11,7 @@ use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
 use gangway::trace::{EventKind, Tracer};
 
 use crate::background;
-use crate::live::{DeviceHub, chain, run_chain};
+use crate::live::{DeviceHub, chain, chain_client, run_chain};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
 /// Runs of the chain per mode.
@@ -47,12 +47,13 @@ fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
     )
     .map_err(|e| e.to_string())?;
     let kernels_per_run = devices.len().clamp(1, 4);
+    let client = chain_client(&runtime, mode);
     // One untraced-in-effect warm-up, then the measured runs.
-    run_chain(&runtime, &exec, mode, 1).map_err(|e| e.to_string())?;
+    run_chain(&client, &exec, mode, 1).map_err(|e| e.to_string())?;
     wait_for_kernels(&tracer, kernels_per_run);
     drop(tracer.take_events());
     let t0 = Instant::now();
-    run_chain(&runtime, &exec, mode, RUNS).map_err(|e| e.to_string())?;
+    run_chain(&client, &exec, mode, RUNS).map_err(|e| e.to_string())?;
     let wall_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
     wait_for_kernels(&tracer, RUNS * kernels_per_run);
     let mut data = TimelineData::from_events(tracer.take_events());

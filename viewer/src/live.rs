@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
-use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use gangway::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::trace::Tracer;
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
@@ -123,15 +123,19 @@ pub fn chain(devices: &[Device], in_flight: usize) -> gangway::Result<Arc<Execut
     )?))
 }
 
+/// The viewer's client of `runtime` for `mode`'s runs.
+pub fn chain_client(runtime: &Runtime, mode: DispatchMode) -> Client {
+    runtime.client(&format!("viewer {}", mode.name()), 1)
+}
+
 /// Submits `runs` runs of `exec` in `mode` (sequential waits for each; parallel keeps every
 /// slot full) and waits for all.
 pub fn run_chain(
-    runtime: &Runtime,
+    client: &Client,
     exec: &Arc<Executable>,
     mode: DispatchMode,
     runs: usize,
 ) -> gangway::Result<()> {
-    let client = runtime.client(&format!("viewer {}", mode.name()), 1);
     let opts = RunOptions {
         mode,
         microbatch: None,
@@ -250,12 +254,13 @@ fn work(
                 ..RuntimeOptions::default()
             },
         )?;
+        let client = chain_client(&runtime, mode);
         while !stop.load(Ordering::Relaxed) {
             if held(tracer.now_ns()) {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
-            run_chain(&runtime, &exec, mode, 8)?;
+            run_chain(&client, &exec, mode, 8)?;
             // The subscriber has every event; the tracer's own copy would only grow.
             drop(tracer.take_events());
             if let Some(ctx) = &ctx {
