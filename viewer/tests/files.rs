@@ -241,31 +241,15 @@ fn bytes_are_told_apart_as_their_value_is() {
     assert_eq!(summaries[0], "Chrome trace: 1 events");
     assert_eq!(summaries[1], "Chrome trace: 2 events");
     assert_eq!(summaries[2], "Chrome trace: 1 events");
-    assert!(
-        summaries[3].contains("\"traceEvents\" array"),
-        "{}",
-        summaries[3]
-    );
-    assert!(
-        summaries[4].contains("before schema version 1"),
-        "{}",
-        summaries[4]
-    );
-    assert!(
-        summaries[5].contains("before schema version 1"),
-        "{}",
-        summaries[5]
-    );
-    assert!(
-        summaries[6].contains("nor a gangway bench report"),
-        "{}",
-        summaries[6]
-    );
-    assert!(
-        summaries[7].contains("nor a gangway bench report"),
-        "{}",
-        summaries[7]
-    );
+    for (i, want) in [
+        (3, "\"traceEvents\" array"),
+        (4, "before schema version 1"),
+        (5, "before schema version 1"),
+        (6, "nor a gangway bench report"),
+        (7, "nor a gangway bench report"),
+    ] {
+        assert!(summaries[i].contains(want), "{}", summaries[i]);
+    }
     assert!(
         summaries[8].starts_with("benchmark report: 112 results"),
         "{}",
