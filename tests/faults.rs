@@ -9,7 +9,7 @@ use common::{Adapters, case};
 
 use gangway::program::{CompileOptions, Executable};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
-use gangway::{Device, DiscoveryOptions, Error};
+use gangway::{DType, Device, DiscoveryOptions, Error, Tensor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(adapters: a_panicking_worker_fails_its_runs_at_once_and_spares_the_other_devices),
         case!(adapters: losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint),
+        case!(adapters: a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error),
     ])
 }
 
@@ -137,4 +138,48 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     let saved = TrainerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.step, 2);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// wgpu-core calls a destroyed device's lost callback only after its queue has drained, and
+/// destroys the device's buffers just before it, so for a moment work on it fails validation
+/// ("buffer has been destroyed") with no loss reported. That explains nothing to the user (a CI run
+/// of the viewer's device-loss test failed so, on a collective's staging buffer): the loss is
+/// known from the moment of `destroy`, even with work still queued.
+fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
+    adapters: &Adapters,
+) {
+    let device = fresh_devices(adapters, 1).remove(0);
+    let bytes = 32 << 20;
+    let buffer = |label| {
+        device.serialized(|| {
+            device.wgpu().create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    };
+    let (from, to) = (buffer("from"), buffer("to"));
+    let mut encoder = device.encoder("keeps the queue busy");
+    device.serialized(|| {
+        for _ in 0..16 {
+            encoder.copy_buffer_to_buffer(&from, 0, &to, 0, bytes);
+        }
+    });
+    device.submit(encoder);
+    device.destroy();
+    let err = device.check_health().unwrap_err();
+    let line = err.to_string();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{line}");
+    assert!(line.contains(&device.label()), "{line}");
+    // It stays lost: waiting for the queued work, and the next use, say so too.
+    for err in [
+        device.wait().unwrap_err(),
+        Tensor::from_f32(&device, &[4], DType::F32, &[1.0; 4])
+            .and_then(|t| t.to_f32())
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    }
 }

@@ -416,6 +416,18 @@ impl Device {
 
     /// Loses the device on purpose, as a driver reset would: for fault-injection tests.
     pub fn destroy(&self) {
+        // wgpu-core calls the device-lost callback of a destroyed device only once its queue is
+        // empty, while work already on the queue fails validation at once ("buffer has been
+        // destroyed"). Record the loss first, so that every error from here on is explained by
+        // it, as it is for a real driver loss (which wgpu reports at once).
+        self.0
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(Error::DeviceLost {
+                device: self.label(),
+                reason: "Destroyed: the device was destroyed (Device::destroy)".into(),
+            });
         let _maintaining = self.maintaining();
         self.0.device.destroy();
         // wgpu reports the loss from its next maintenance pass; run one now.
