@@ -7,6 +7,7 @@ mod common;
 use common::programs::chain_program;
 use common::{Adapters, case};
 
+use gangway::kernels::matmul::{MatmulOptions, matmul};
 use gangway::program::{CompileOptions, Executable};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{DType, Device, DiscoveryOptions, Error, Tensor};
@@ -161,6 +162,7 @@ fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
         })
     };
     let (from, to) = (buffer("from"), buffer("to"));
+    let x = Tensor::from_f32(&device, &[3, 5], DType::F32, &[0.5; 15]).unwrap();
     let mut encoder = device.encoder("keeps the queue busy");
     device.serialized(|| {
         for _ in 0..16 {
@@ -173,9 +175,18 @@ fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
     let line = err.to_string();
     assert!(matches!(err, Error::DeviceLost { .. }), "{line}");
     assert!(line.contains(&device.label()), "{line}");
-    // It stays lost: waiting for the queued work, and the next use, say so too.
+    // It stays lost: waiting for the queued work, a kernel, and the next upload say so too.
     for err in [
         device.wait().unwrap_err(),
+        matmul(
+            &x,
+            &x,
+            MatmulOptions {
+                trans_b: true,
+                ..MatmulOptions::default()
+            },
+        )
+        .unwrap_err(),
         Tensor::from_f32(&device, &[4], DType::F32, &[1.0; 4])
             .and_then(|t| t.to_f32())
             .unwrap_err(),

@@ -198,6 +198,20 @@ impl Device {
         }
     }
 
+    /// The device's loss when it is lost, else `error`: on a lost device every call fails
+    /// validation, and the loss is what explains that to the user.
+    fn loss_or(&self, error: Error) -> Error {
+        let slot = self
+            .0
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &*slot {
+            Some(lost @ Error::DeviceLost { .. }) => lost.clone_for_report(),
+            _ => error,
+        }
+    }
+
     /// Checks that one storage binding of `bytes` fits this device.
     pub fn check_storage_size(&self, what: &str, bytes: u64) -> Result<()> {
         let l = &self.0.info.limits;
@@ -485,10 +499,10 @@ impl Device {
                 cache: None,
             });
         if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(Error::Shader {
+            return Err(self.loss_or(Error::Shader {
                 shader: cache_key,
                 message: err.to_string(),
-            });
+            }));
         }
         cache.insert(cache_key, pipeline.clone());
         Ok(pipeline)
@@ -560,9 +574,8 @@ impl Device {
     pub fn take_mapped(&self, buffer: &wgpu::Buffer, len: u64) -> Result<Vec<u8>> {
         let _serial = self.serial();
         let view = buffer.get_mapped_range(..).map_err(|e| {
-            // A buffer of a device destroyed meanwhile fails validation here; the loss is what
-            // explains that to the user.
-            self.check_health().err().unwrap_or(Error::Gpu {
+            // A buffer of a device destroyed meanwhile fails validation here.
+            self.loss_or(Error::Gpu {
                 what: "readback".into(),
                 message: e.to_string(),
             })
