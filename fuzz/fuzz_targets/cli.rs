@@ -1,4 +1,4 @@
-//! The command line through clap, with the binary's own definitions (`src/cli.rs`): any
+//! The command line through clap, with the binary's own definitions (`src/bin/gangway/cli.rs`): any
 //! arguments parse or give clap's error, which must render; nothing panics. Arguments are the
 //! input cut at NUL bytes (lossy UTF-8: a shell passes any bytes, clap sees strings).
 #![no_main]
@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser};
 use libfuzzer_sys::fuzz_target;
 
 #[allow(dead_code)] // the binary's commands use what the parser does not
-#[path = "../../src/cli.rs"]
+#[path = "../../src/bin/gangway/cli.rs"]
 mod cli;
 
 fuzz_target!(|data: &[u8]| {
