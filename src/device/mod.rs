@@ -444,7 +444,8 @@ impl Device {
             });
         let _maintaining = self.maintaining();
         self.0.device.destroy();
-        // wgpu reports the loss from its next maintenance pass; run one now.
+        // wgpu frees the device's resources in the maintenance pass that finds its queue empty;
+        // run one now, in case it already is.
         let _ = self.0.device.poll(wgpu::PollType::Poll);
     }
 

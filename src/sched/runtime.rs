@@ -196,20 +196,16 @@ pub struct Runtime {
 /// client; when the last is dropped and its runs are done, the runtime forgets it (its counts
 /// stay in [`Runtime::client_stats`], by name).
 #[derive(Debug, Clone)]
-pub struct Client {
-    shared: Arc<Shared>,
-    index: usize,
-    _lease: Arc<Lease>,
-}
+pub struct Client(Arc<ClientSlot>);
 
-/// Frees a client's slot when the last handle to it goes.
+/// A client's slot in its runtime, freed when the last handle to it goes.
 #[derive(Debug)]
-struct Lease {
+struct ClientSlot {
     shared: Arc<Shared>,
     index: usize,
 }
 
-impl Drop for Lease {
+impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.shared.lock().clients.release(self.index);
     }
@@ -282,14 +278,10 @@ impl Runtime {
         let mut state = self.shared.lock();
         let vtime = state.vtime;
         let index = state.clients.add(name, share, vtime);
-        Client {
+        Client(Arc::new(ClientSlot {
             shared: self.shared.clone(),
             index,
-            _lease: Arc::new(Lease {
-                shared: self.shared.clone(),
-                index,
-            }),
-        }
+        }))
     }
 
     /// The order in which every device ran its gangs, per device: the last
@@ -372,12 +364,13 @@ impl Client {
             .devices()
             .iter()
             .map(|d| {
-                self.shared
+                self.0
+                    .shared
                     .worker_of(d)
                     .ok_or_else(|| fail(format!("device {} is not in this runtime", d.label())))
             })
             .collect::<Result<_>>()?;
-        if self.shared.lock().shutdown {
+        if self.0.shared.lock().shutdown {
             return Err(fail("the runtime is shutting down".into()));
         }
         let timeout = exec
@@ -396,10 +389,10 @@ impl Client {
             opts,
             args,
             RunEnv {
-                client: self.index,
+                client: self.0.index,
                 workers,
-                tracer: self.shared.opts.tracer.clone(),
-                gpu_timed: self.shared.gpu_timed(),
+                tracer: self.0.shared.opts.tracer.clone(),
+                gpu_timed: self.0.shared.gpu_timed(),
             },
         ));
         if opts.mode == super::DispatchMode::Parallel
@@ -409,11 +402,11 @@ impl Client {
             return Err(e);
         }
         {
-            let mut state = self.shared.lock();
+            let mut state = self.0.shared.lock();
             state.arrivals += 1;
             let arrival = state.arrivals;
             let vtime = state.vtime;
-            let Some(client) = state.clients.get_mut(self.index) else {
+            let Some(client) = state.clients.get_mut(self.0.index) else {
                 // A handle keeps its slot: this cannot happen while `self` lives.
                 return Err(fail("the client is gone".into()));
             };
@@ -422,7 +415,7 @@ impl Client {
                 client.pass = client.pass.max(vtime);
             }
             client.pending.push_back((arrival, run.clone()));
-            self.shared.admit(&mut state);
+            self.0.shared.admit(&mut state);
         }
         Ok(RunHandle { run, timeout })
     }
@@ -448,7 +441,7 @@ impl Client {
         }
         let record_device = |logical: usize, work: &[(usize, Role)]| -> Result<()> {
             let device = &exec.devices()[logical];
-            let inbox = &self.shared.inboxes[run.workers[logical]];
+            let inbox = &self.0.shared.inboxes[run.workers[logical]];
             for &(node, role) in work {
                 if let Some(r) = record(run, node, role, device, inbox)? {
                     run.put_prepared(node, role, r);
