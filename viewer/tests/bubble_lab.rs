@@ -326,3 +326,24 @@ fn the_figure_exports_as_svg_and_png() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A block's hover text sits beside the pointer, not below the whole figure (where egui anchors a
+/// widget's tooltip): at the first block of stage 0 and the last of stage 3 alike.
+#[test]
+fn block_hover_text_follows_the_pointer() {
+    let mut h = common::harness([1200.0, 900.0]);
+    let (layout, rect) = h.state().lab.layout.clone().unwrap();
+    let first = layout.blocks.first().unwrap();
+    let last = layout.blocks.last().unwrap();
+    for b in [first, last] {
+        let pointer = rect.min + egui::vec2(b.x + b.w / 2.0, b.y + b.h / 2.0);
+        h.hover_at(pointer);
+        h.run();
+        let text = format!("on stage {}", b.block.stage);
+        let gap = h
+            .get_by_label_contains(&text)
+            .rect()
+            .distance_to_pos(pointer);
+        assert!(gap < 40.0, "{text}: hover text {gap} pt from the pointer");
+    }
+}

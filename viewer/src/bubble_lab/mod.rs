@@ -561,13 +561,15 @@ impl BubbleLab {
                 .block
                 .microbatch
                 .map_or_else(String::new, |m| format!(" of microbatch {}", m + 1));
-            response.on_hover_text(format!(
-                "{row}: {kind}{mb}, chunk {}, on stage {}, {} to {}",
-                b.block.chunk,
-                b.block.stage,
-                format_ns(b.block.start_ns as f64),
-                format_ns(b.block.end_ns as f64)
-            ));
+            timeline::tooltip_at_pointer(&response, |ui| {
+                ui.label(format!(
+                    "{row}: {kind}{mb}, chunk {}, on stage {}, {} to {}",
+                    b.block.chunk,
+                    b.block.stage,
+                    format_ns(b.block.start_ns as f64),
+                    format_ns(b.block.end_ns as f64)
+                ));
+            });
         }
         self.layout = Some((layout, rect));
         if self.view == LabView::One

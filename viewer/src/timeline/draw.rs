@@ -401,34 +401,39 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
             || format!("{}", e.device),
             |n| format!("{} ({n})", e.device),
         );
-        // Beside the pointer, like every trace viewer: anchored to the widget it would sit
-        // below the whole timeline, far from the bar it describes.
-        egui::Popup::from_response(&response)
-            .kind(egui::PopupKind::Tooltip)
-            .at_pointer()
-            .gap(12.0)
-            .show(|ui| {
-                ui.strong(&e.name);
-                ui.label(format!(
-                    "{} on {} lane",
-                    BarKind::of(&e).name(),
-                    e.lane.name()
-                ));
-                ui.label(format!("device {name}"));
-                if let Some(mb) = e.microbatch {
-                    ui.label(format!("microbatch {mb}"));
-                }
-                ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
-                match origin {
-                    Some(origin) => ui.label(format!(
-                        "start {} before the newest event",
-                        format_ns(origin - e.start_ns as f64)
-                    )),
-                    None => ui.label(format!("start {}", format_ns(e.start_ns as f64))),
-                };
-                ui.label(format!("clock: {}", e.clock.name()));
-            });
+        tooltip_at_pointer(&response, |ui| {
+            ui.strong(&e.name);
+            ui.label(format!(
+                "{} on {} lane",
+                BarKind::of(&e).name(),
+                e.lane.name()
+            ));
+            ui.label(format!("device {name}"));
+            if let Some(mb) = e.microbatch {
+                ui.label(format!("microbatch {mb}"));
+            }
+            ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
+            match origin {
+                Some(origin) => ui.label(format!(
+                    "start {} before the newest event",
+                    format_ns(origin - e.start_ns as f64)
+                )),
+                None => ui.label(format!("start {}", format_ns(e.start_ns as f64))),
+            };
+            ui.label(format!("clock: {}", e.clock.name()));
+        });
     }
+}
+
+/// A tooltip beside the pointer, for a widget drawing many items (a timeline's bars, a figure's
+/// blocks): egui's own tooltip is anchored to the widget and would sit below all of it, far from
+/// the item it describes.
+pub fn tooltip_at_pointer(response: &egui::Response, add_contents: impl FnOnce(&mut Ui)) {
+    egui::Popup::from_response(response)
+        .kind(egui::PopupKind::Tooltip)
+        .at_pointer()
+        .gap(12.0)
+        .show(add_contents);
 }
 
 /// The event under `pos`, if any (on the track and sub-row under `pos`, the last-starting one

@@ -7,5 +7,5 @@ pub mod raster;
 pub mod view;
 
 pub use data::{BarKind, TimelineData, Track};
-pub use draw::{Fitted, TimelineState, legend, timeline};
+pub use draw::{Fitted, TimelineState, legend, timeline, tooltip_at_pointer};
 pub use view::{TimeView, format_ns};
