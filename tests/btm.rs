@@ -10,6 +10,7 @@ use gangway::btm::{EnsembleOptions, average, branch};
 use gangway::data::Corpus;
 use gangway::moe::training_run::{TrainOptions, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
+use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::{EventKind, Tracer};
 
 fn tiny() -> MoeLmConfig {
@@ -55,21 +56,23 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
             .collect(),
     );
     let init = MoeLmParams::init(tiny()).unwrap();
-    let seed = train(&devices[..1], &all, &init, &opts(5), None, |_| {})
+    let tracer = Tracer::new();
+    let runtime = Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: tracer.clone(),
+            ..RuntimeOptions::default()
+        },
+    )
+    .unwrap();
+    let client = runtime.client("seed", 1);
+    let seed = train(&client, &devices[..1], &all, &init, &opts(5), |_| {})
         .unwrap()
         .params;
 
-    let tracer = Tracer::new();
-    let elms = branch(
-        devices,
-        &domains,
-        &seed,
-        &opts(6),
-        Some(tracer.clone()),
-        |_, _| {},
-    )
-    .unwrap();
-    let events = tracer.events();
+    drop(tracer.take_events());
+    let elms = branch(&runtime, devices, &domains, &seed, &opts(6), |_, _| {}).unwrap();
+    let events = tracer.take_events();
     assert!(!events.is_empty(), "the branch phase was traced");
     // Batches go up and statistics come back (host transfers), but nothing moves between
     // devices: no flows, no collectives.
@@ -96,11 +99,11 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
     let averaged = average(&[&elms[0].params, &elms[1].params], None).unwrap();
     let persian = vec![("persian".to_string(), Corpus::bundled("persian").unwrap())];
     let new = branch(
+        &runtime,
         &devices[..1],
         &persian,
         &averaged,
         &opts(3),
-        None,
         |_, _| {},
     )
     .unwrap();
@@ -120,7 +123,7 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
         eval_windows_per_doc: 4,
         ensemble: EnsembleOptions::default(),
     };
-    let scores = evaluate(&devices[0], &all, &models, &eval_opts).unwrap();
+    let scores = evaluate(&client, &devices[0], &all, &models, &eval_opts).unwrap();
     assert_eq!(scores.len(), 2);
     for s in &scores {
         for v in [

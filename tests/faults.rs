@@ -40,6 +40,7 @@ fn opts(mode: DispatchMode) -> RunOptions {
     RunOptions {
         mode,
         microbatch: None,
+        ..RunOptions::default()
     }
 }
 
@@ -119,12 +120,13 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
         ..TrainOptions::default()
     };
     let doomed = devices[2].clone();
+    let (_runtime, client) = common::runtime_client(&devices, "test");
     let err = train(
+        &client,
         &devices,
         &corpus,
         &MoeLmParams::init(cfg).unwrap(),
         &train_opts,
-        None,
         |p| {
             if p.step == 2 {
                 doomed.destroy();

@@ -12,7 +12,7 @@ use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
     loss_and_grads_grouped,
 };
-use gangway::trace::{EventKind, Tracer};
+use gangway::trace::EventKind;
 use gangway::{Device, Rng};
 use std::time::Instant;
 
@@ -76,9 +76,11 @@ fn one_device_matches_the_reference(device: &Device) {
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let adam = AdamConfig::new(0.01);
     let t0 = Instant::now();
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
     for groups in [1, 2] {
         let trainer =
-            GpuTrainer::with_groups(std::slice::from_ref(device), &params, adam, groups).unwrap();
+            GpuTrainer::with_groups(&client, std::slice::from_ref(device), &params, adam, groups)
+                .unwrap();
         let (want_fwd, want) = loss_and_grads_grouped(&params, &ctx, &tgt, groups).unwrap();
         let got = trainer.grads(&ctx, &tgt).unwrap();
         for (spec, (g, w)) in cfg
@@ -94,7 +96,8 @@ fn one_device_matches_the_reference(device: &Device) {
     }
 
     // Three Adam steps: the same losses, stats and parameters as the reference's.
-    let mut trainer = GpuTrainer::new(std::slice::from_ref(device), &params, adam).unwrap();
+    let mut trainer =
+        GpuTrainer::new(&client, std::slice::from_ref(device), &params, adam).unwrap();
     let mut ref_params = params.clone();
     let mut ref_adam = Adam::new(&params, adam).unwrap();
     for step in 1..=3u32 {
@@ -149,11 +152,12 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
     let cfg = config();
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
-    let mut one = GpuTrainer::with_groups(&mesh[..1], &params, adam, 4).unwrap();
-    let mut four = GpuTrainer::new(mesh, &params, adam).unwrap();
+    let (_runtime, client) = common::runtime_client(mesh, "test");
+    let mut one = GpuTrainer::with_groups(&client, &mesh[..1], &params, adam, 4).unwrap();
+    let mut four = GpuTrainer::new(&client, mesh, &params, adam).unwrap();
     assert_eq!(four.groups(), 4);
-    let tracer = Tracer::new();
-    four.set_tracer(Some(tracer.clone()));
+    four.set_trace(true);
+    let mut events = Vec::new();
     let mut rng = Rng::new(2);
     let (mut t1, mut t4) = (0.0, 0.0);
     let mut curve = Vec::new();
@@ -161,6 +165,8 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
         let (ctx, tgt) = batch(&cfg, 64, &mut rng);
         let a = one.step(&ctx, &tgt).unwrap();
         let b = four.step(&ctx, &tgt).unwrap();
+        assert!(a.trace.is_empty(), "the 1-device trainer does not trace");
+        events.extend(b.trace.iter().cloned());
         t1 += a.seconds;
         t4 += b.seconds;
         let rel = (a.loss - b.loss).abs() / a.loss;
@@ -197,9 +203,8 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
             .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(err < 0.1 * adam.lr, "{}: max |Δ| {err}", spec.name);
     }
-    // Every kernel of a step, its transfers and the stats became runtime events on every device
-    // (by id: the GL adapter's do not start at 0).
-    let events = tracer.events();
+    // Every kernel of a step, its transfers and the stats became the step's events on every
+    // device (by id: the GL adapter's do not start at 0).
     for device in mesh.iter().map(Device::id) {
         for (kind, name) in [
             (EventKind::Kernel, "r0 b0 router"),
@@ -241,13 +246,16 @@ fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
     let mut rng = Rng::new(4);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let adam = AdamConfig::new(0.01);
-    let mut meshes: Vec<(Vec<Device>, usize)> = vec![(vec![device.clone()], 1), (vec![device], 4)];
     let virt = adapters.mesh(4);
+    let mut all = vec![device.clone()];
+    all.extend(virt.iter().cloned());
+    let (_runtime, client) = common::runtime_client(&all, "test");
+    let mut meshes: Vec<(Vec<Device>, usize)> = vec![(vec![device.clone()], 1), (vec![device], 4)];
     meshes.push((virt[..4].to_vec(), 4));
     meshes.push((virt[..2].to_vec(), 2));
     for (mesh, groups) in meshes {
         let want = forward_grouped(&params, &ctx, &tgt, groups).unwrap();
-        let mut trainer = GpuTrainer::with_groups(&mesh, &params, adam, groups).unwrap();
+        let mut trainer = GpuTrainer::with_groups(&client, &mesh, &params, adam, groups).unwrap();
         let got = trainer.step(&ctx, &tgt).unwrap();
         let b0 = &got.blocks[0];
         assert!(
@@ -279,17 +287,18 @@ fn bad_inputs_are_errors(device: &Device) {
     let adam = AdamConfig::new(0.01);
     let one = std::slice::from_ref(device);
     // Experts not divisible by the devices, groups not by the devices, no devices, bad Adam.
+    let (_runtime, client) = common::runtime_client(one, "test");
     let three = vec![device.clone(), device.clone(), device.clone()];
-    assert!(GpuTrainer::new(&three, &params, adam).is_err());
-    assert!(GpuTrainer::with_groups(&three[..2], &params, adam, 3).is_err());
-    assert!(GpuTrainer::with_groups(one, &params, adam, 0).is_err());
-    assert!(GpuTrainer::new(&[], &params, adam).is_err());
-    assert!(GpuTrainer::new(one, &params, AdamConfig::new(f32::NAN)).is_err());
+    assert!(GpuTrainer::new(&client, &three, &params, adam).is_err());
+    assert!(GpuTrainer::with_groups(&client, &three[..2], &params, adam, 3).is_err());
+    assert!(GpuTrainer::with_groups(&client, one, &params, adam, 0).is_err());
+    assert!(GpuTrainer::new(&client, &[], &params, adam).is_err());
+    assert!(GpuTrainer::new(&client, one, &params, AdamConfig::new(f32::NAN)).is_err());
     let mut broken = params.clone();
     broken.tensors[1].pop();
-    assert!(GpuTrainer::new(one, &broken, adam).is_err());
+    assert!(GpuTrainer::new(&client, one, &broken, adam).is_err());
 
-    let mut trainer = GpuTrainer::with_groups(one, &params, adam, 4).unwrap();
+    let mut trainer = GpuTrainer::with_groups(&client, one, &params, adam, 4).unwrap();
     let mut rng = Rng::new(5);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let mut bad_ctx = ctx.clone();
@@ -323,8 +332,9 @@ fn eight_devices_follow_one_device_with_eight_groups(adapters: &Adapters) {
     };
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
-    let mut one = GpuTrainer::with_groups(&devices[..1], &params, adam, 8).unwrap();
-    let mut eight = GpuTrainer::new(&devices[..8], &params, adam).unwrap();
+    let (_runtime, client) = common::runtime_client(&devices[..8], "test");
+    let mut one = GpuTrainer::with_groups(&client, &devices[..1], &params, adam, 8).unwrap();
+    let mut eight = GpuTrainer::new(&client, &devices[..8], &params, adam).unwrap();
     let mut rng = Rng::new(6);
     for _ in 0..3 {
         let (ctx, tgt) = batch(&cfg, 64, &mut rng);
@@ -356,14 +366,15 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     let mut rng = Rng::new(7);
     let batches: Vec<_> = (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect();
 
-    let mut straight = GpuTrainer::with_groups(before, &params, adam, 4).unwrap();
+    let (_runtime, client) = common::runtime_client(after, "test");
+    let mut straight = GpuTrainer::with_groups(&client, before, &params, adam, 4).unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| straight.step(c, t).unwrap().loss)
         .collect();
     let want_params = straight.params().unwrap();
 
-    let mut first = GpuTrainer::with_groups(before, &params, adam, 4).unwrap();
+    let mut first = GpuTrainer::with_groups(&client, before, &params, adam, 4).unwrap();
     for (c, t) in &batches[..3] {
         first.step(c, t).unwrap();
     }
@@ -378,7 +389,7 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert_eq!(loaded, ckpt);
 
     for (mesh, exact) in [(before, true), (after, before.len() == after.len())] {
-        let mut resumed = GpuTrainer::resume(mesh, &loaded).unwrap();
+        let mut resumed = GpuTrainer::resume(&client, mesh, &loaded).unwrap();
         assert_eq!((resumed.steps(), resumed.groups()), (3, 4));
         for (i, (c, t)) in batches[3..].iter().enumerate() {
             let got = resumed.step(c, t).unwrap();
@@ -448,10 +459,10 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert!(TrainerCheckpoint::load(&corrupt).is_err());
     assert!(TrainerCheckpoint::load(&dir.join("missing.gwckpt")).is_err());
     let three = vec![before[0].clone(); 3];
-    assert!(GpuTrainer::resume(&three, &loaded).is_err());
+    assert!(GpuTrainer::resume(&client, &three, &loaded).is_err());
     let mut mismatched = loaded.clone();
     mismatched.m.tensors[0].pop();
-    assert!(GpuTrainer::resume(before, &mismatched).is_err());
+    assert!(GpuTrainer::resume(&client, before, &mismatched).is_err());
     assert!(mismatched.to_bytes().is_err());
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(

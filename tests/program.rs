@@ -27,6 +27,7 @@ fn opts(mode: DispatchMode) -> RunOptions {
     RunOptions {
         mode,
         microbatch: None,
+        ..RunOptions::default()
     }
 }
 

@@ -30,6 +30,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
+        case!(adapters: each_run_handle_returns_its_own_events),
     ])
 }
 
@@ -81,6 +82,7 @@ fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order(adapters:
                     let opts = RunOptions {
                         mode,
                         microbatch: None,
+                        ..RunOptions::default()
                     };
                     let want = exchange_reference(&x, gang.len(), shard, c as f32);
                     pending.push((client.submit(&exec, vec![x], opts).unwrap(), want));
@@ -247,6 +249,7 @@ fn a_lost_device_fails_its_programs_and_spares_the_others(adapters: &Adapters) {
                 RunOptions {
                     mode,
                     microbatch: None,
+                    ..RunOptions::default()
                 },
             )
             .unwrap();
@@ -293,6 +296,7 @@ fn traces_export_to_valid_chrome_json(adapters: &Adapters) {
                     RunOptions {
                         mode,
                         microbatch: Some(7),
+                        ..RunOptions::default()
                     },
                 )
                 .unwrap();
@@ -473,4 +477,67 @@ fn a_client_per_request_does_not_grow_the_runtime(device: &Device) {
         runtime.gang_order()[0].iter().map(|g| g.client).collect();
     assert_eq!(slots.len(), 1, "{slots:?}");
     drop(live);
+}
+
+/// Two virtual devices of the adapter. One runtime, its own tracer off: traced runs of two
+/// clients in flight at once each get exactly their own events back, on the process's clock;
+/// an untraced run gets none.
+fn each_run_handle_returns_its_own_events(adapters: &Adapters) {
+    let devices = &adapters.mesh(2)[..2];
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let exchange = |c: f32| {
+        Arc::new(
+            exchange_program(&[0, 1], 64, c)
+                .compile(devices, CompileOptions::default())
+                .unwrap(),
+        )
+    };
+    let (a, b) = (exchange(1.0), exchange(2.0));
+    let (ca, cb) = (runtime.client("a", 1), runtime.client("b", 1));
+    let traced = RunOptions {
+        trace: true,
+        ..RunOptions::default()
+    };
+    let x: Vec<f32> = (0..2 * 64).map(|i| i as f32).collect();
+    let before = gangway::trace::ns_since_epoch(Instant::now());
+    let ha = ca.submit(&a, vec![x.clone()], traced).unwrap();
+    let hb = cb.submit(&b, vec![x.clone()], traced).unwrap();
+    let quiet = ca
+        .submit(&a, vec![x.clone()], RunOptions::default())
+        .unwrap();
+    let (ra, ea) = ha.wait_traced().unwrap();
+    let (rb, eb) = hb.wait_traced().unwrap();
+    let (rq, eq) = quiet.wait_traced().unwrap();
+    let after = gangway::trace::ns_since_epoch(Instant::now());
+    assert_eq!(ra, rq, "tracing does not change results");
+    assert!(!rb.is_empty());
+    assert!(eq.is_empty(), "an untraced run keeps no events");
+    let want_clock = if devices[0].info().features.timestamp_query {
+        Clock::Gpu
+    } else {
+        Clock::Host
+    };
+    for (events, exec) in [(&ea, &a), (&eb, &b)] {
+        assert!(!events.is_empty());
+        assert!(
+            events.iter().all(|e| e.program == Some(exec.id())),
+            "only the run's own program's events"
+        );
+        assert!(events.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
+        for e in events {
+            assert!(
+                e.start_ns >= before && e.end_ns <= after,
+                "{e:?} outside the run ({before}..{after})"
+            );
+        }
+        // Every kernel of every shard, timed as the adapter can, is there at once.
+        let kernels: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::Kernel)
+            .collect();
+        let want = exec.program().computations();
+        assert_eq!(kernels.len(), want, "{kernels:?}");
+        assert!(kernels.iter().all(|e| e.clock == want_clock));
+        assert!(events.iter().any(|e| e.kind == EventKind::Transfer));
+    }
 }

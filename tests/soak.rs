@@ -122,6 +122,7 @@ fn soak(adapters: &Adapters, rounds: usize) {
                         let run = RunOptions {
                             mode,
                             microbatch: None,
+                            ..RunOptions::default()
                         };
                         match client.submit(exec, vec![x], run) {
                             Ok(h) => pending.push_back((h, want)),

@@ -10,6 +10,7 @@ use crate::btm::branch;
 use crate::data::Corpus;
 use crate::moe::training_run::TrainOptions;
 use crate::moe::{MoeLmConfig, MoeLmParams};
+use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
 #[derive(Debug, Clone)]
@@ -40,6 +41,7 @@ impl BtmBenchOptions {
 }
 
 struct Branching {
+    runtime: Runtime,
     devices: Vec<Device>,
     domains: Vec<(String, Corpus)>,
     seed: MoeLmParams,
@@ -49,11 +51,11 @@ struct Branching {
 impl BlockingRun for Branching {
     fn run(&mut self) -> Result<()> {
         let elms = branch(
+            &self.runtime,
             &self.devices,
             &self.domains,
             &self.seed,
             &self.opts,
-            None,
             |_, _| {},
         )?;
         let trained: u64 = elms.iter().map(|e| e.report.tokens).sum();
@@ -72,8 +74,9 @@ fn case_name(domains: usize, devices: usize) -> String {
     format!("branch {domains} domains on {devices} device(s)")
 }
 
-/// Branching on 1 device, and on as many as there are domains (capped at the devices there are).
-pub fn plan(devices: &[Device], o: &BtmBenchOptions) -> Result<Vec<Planned>> {
+/// Branching on 1 device, and on as many as there are domains (capped at the devices there are),
+/// on `runtime`.
+pub fn plan(runtime: &Runtime, devices: &[Device], o: &BtmBenchOptions) -> Result<Vec<Planned>> {
     o.config.validate()?;
     let domains = Corpus::bundled_all()?.by_domain();
     let n = domains.len();
@@ -87,8 +90,10 @@ pub fn plan(devices: &[Device], o: &BtmBenchOptions) -> Result<Vec<Planned>> {
         .map(|count| {
             let (devices, domains) = (devices[..count].to_vec(), domains.clone());
             let (config, steps, batch) = (o.config, o.steps, o.batch);
+            let runtime = runtime.clone();
             let bench = Blocking::new(case_name(n, count), work, move || {
                 Ok(Branching {
+                    runtime,
                     devices,
                     domains,
                     seed: MoeLmParams::init(config)?,

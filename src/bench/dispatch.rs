@@ -11,14 +11,18 @@
 //! - **shares** (Fig. 9): four clients with proportional shares 1:1:1:1 and 1:2:4:8 competing for
 //!   one admission slot; the metrics give each client's fraction of the admissions while all were
 //!   backlogged.
-//! - **tracing**: the parallel chain at S = min(4, devices) with tracing off and on (GPU timestamps,
-//!   host timing), compared to off; the off case also measures what a disabled tracer call costs.
-//!   The traced cases record into `--trace` when it is given.
+//! - **tracing**: the parallel chain at S = min(4, devices) with tracing off and on (every run
+//!   keeps its events for its handle; kernels timed by GPU timestamps, or on the host), compared
+//!   to off; the off case also measures what a disabled tracer call costs. The traced cases'
+//!   events go to `--trace` when it is given.
+//!
+//! Every case runs on the process's one runtime; the shares case sets its admission policy for
+//! its own runs and puts it back after, the tracing cases likewise their kernel timing.
 
 use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
 use super::suite::Planned;
 use crate::program::{CompileOptions, Executable, Program, ProgramBuilder};
-use crate::sched::{Client, DispatchMode, Policy, RunOptions, Runtime, RuntimeOptions};
+use crate::sched::{Client, DispatchMode, Policy, RunOptions, Runtime};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Device, Result};
 use std::collections::VecDeque;
@@ -67,15 +71,16 @@ fn chain(stages: usize) -> Result<Program> {
     p.build()
 }
 
-/// A compiled program, a runtime and a client: one case's state.
+/// A compiled program and a client: one case's state.
 struct Chain {
-    _runtime: Runtime,
     client: Client,
     exec: Arc<Executable>,
     mode: DispatchMode,
     runs: usize,
     /// Host calls per run (OpByOp calls the one-node program 128 times).
     calls: usize,
+    /// Traced runs: each keeps its events, which then go to this tracer (when it is on).
+    trace: Option<Tracer>,
 }
 
 impl BlockingRun for Chain {
@@ -85,6 +90,19 @@ impl BlockingRun for Chain {
         let opts = RunOptions {
             mode: self.mode,
             microbatch: None,
+            trace: self.trace.is_some(),
+        };
+        let finish = |h: crate::sched::RunHandle| -> Result<()> {
+            match &self.trace {
+                Some(tracer) => {
+                    let (_, events) = h.wait_traced()?;
+                    events.into_iter().for_each(|e| tracer.emit(e));
+                }
+                None => {
+                    h.wait_bytes()?;
+                }
+            }
+            Ok(())
         };
         let mut in_flight = VecDeque::new();
         for _ in 0..self.runs * self.calls {
@@ -92,23 +110,28 @@ impl BlockingRun for Chain {
             if (in_flight.len() >= self.exec.in_flight() || self.mode == DispatchMode::Sequential)
                 && let Some(h) = in_flight.pop_front()
             {
-                h.wait()?;
+                finish(h)?;
             }
         }
-        in_flight.into_iter().try_for_each(|h| h.wait().map(|_| ()))
+        in_flight.into_iter().try_for_each(finish)
     }
+}
+
+/// How a chain case runs: its runtime, dispatch mode, runs per sample and host calls per run.
+#[derive(Clone)]
+struct ChainRuns {
+    runtime: Runtime,
+    mode: DispatchMode,
+    runs: usize,
+    calls: usize,
 }
 
 fn compile(
     program: Program,
     devices: &[Device],
     in_flight: usize,
-    runtime: RuntimeOptions,
-    mode: DispatchMode,
-    runs: usize,
-    calls: usize,
+    how: ChainRuns,
 ) -> Result<Chain> {
-    let runtime = Runtime::new(devices.to_vec(), runtime)?;
     let exec = Arc::new(program.compile(
         devices,
         CompileOptions {
@@ -117,12 +140,12 @@ fn compile(
         },
     )?);
     Ok(Chain {
-        client: runtime.client(exec.program().name(), 1),
-        _runtime: runtime,
+        client: how.runtime.client(exec.program().name(), 1),
         exec,
-        mode,
-        runs,
-        calls,
+        mode: how.mode,
+        runs: how.runs,
+        calls: how.calls,
+        trace: None,
     })
 }
 
@@ -139,19 +162,23 @@ fn case<R: BlockingRun + 'static>(
     )
 }
 
-fn chain_case(devices: &[Device], stages: usize, mode: DispatchMode, runs: usize) -> Planned {
+fn chain_case(
+    runtime: &Runtime,
+    devices: &[Device],
+    stages: usize,
+    mode: DispatchMode,
+    runs: usize,
+) -> Planned {
     let name = |m: DispatchMode| format!("chain {stages} stages, {}", m.name());
     let devices = devices[..stages].to_vec();
+    let how = ChainRuns {
+        runtime: runtime.clone(),
+        mode,
+        runs,
+        calls: 1,
+    };
     let bench = case(name(mode), stages * runs, move || {
-        compile(
-            chain(stages)?,
-            &devices,
-            stages.max(2),
-            RuntimeOptions::default(),
-            mode,
-            runs,
-            1,
-        )
+        compile(chain(stages)?, &devices, stages.max(2), how)
     });
     Planned::Run(Box::new(if mode == DispatchMode::Parallel {
         bench.compared_to(name(DispatchMode::Sequential))
@@ -160,9 +187,15 @@ fn chain_case(devices: &[Device], stages: usize, mode: DispatchMode, runs: usize
     }))
 }
 
-fn granularity_case(device: &Device, kind: &'static str, mode: DispatchMode) -> Planned {
+fn granularity_case(
+    runtime: &Runtime,
+    device: &Device,
+    kind: &'static str,
+    mode: DispatchMode,
+) -> Planned {
     let name = |k: &str| format!("granularity {k}, {}", mode.name());
     let device = vec![device.clone()];
+    let runtime = runtime.clone();
     let bench = case(name(kind), GRANULARITY, move || {
         let (program, calls) = match kind {
             "OpByOp" => (chain(1)?, GRANULARITY),
@@ -183,15 +216,13 @@ fn granularity_case(device: &Device, kind: &'static str, mode: DispatchMode) -> 
                 (p.build()?, 1)
             }
         };
-        compile(
-            program,
-            &device,
-            1,
-            RuntimeOptions::default(),
+        let how = ChainRuns {
+            runtime,
             mode,
-            1,
+            runs: 1,
             calls,
-        )
+        };
+        compile(program, &device, 1, how)
     });
     Planned::Run(Box::new(if kind == "OpByOp" {
         bench
@@ -211,6 +242,32 @@ struct Shares {
 
 impl BlockingRun for Shares {
     fn run(&mut self) -> Result<()> {
+        // Proportional shares on one admission slot, for this case only: the runtime is the
+        // process's, and it goes back to what it was after.
+        let before = self.runtime.admission();
+        self.runtime.set_admission(Policy::Proportional, 1);
+        let result = self.backlogged();
+        self.runtime.set_admission(before.0, before.1);
+        result
+    }
+
+    fn extras(&mut self) -> Result<Extras> {
+        let mut e = Extras::default();
+        for (c, f) in self.split.iter().enumerate() {
+            e.metrics.insert(format!("admitted c{c}"), *f);
+        }
+        e.note = format!(
+            "admissions while all {} clients are backlogged (first {})",
+            self.clients.len(),
+            self.per_client
+        );
+        Ok(e)
+    }
+}
+
+impl Shares {
+    /// Every client's runs queued while admission is paused, then admitted and run.
+    fn backlogged(&mut self) -> Result<()> {
         // The record is bounded (older gangs are forgotten): start each run from an empty one.
         self.runtime.clear_gang_order();
         self.runtime.pause_admission();
@@ -240,37 +297,17 @@ impl BlockingRun for Shares {
             .collect();
         Ok(())
     }
-
-    fn extras(&mut self) -> Result<Extras> {
-        let mut e = Extras::default();
-        for (c, f) in self.split.iter().enumerate() {
-            e.metrics.insert(format!("admitted c{c}"), *f);
-        }
-        e.note = format!(
-            "admissions while all {} clients are backlogged (first {})",
-            self.clients.len(),
-            self.per_client
-        );
-        Ok(e)
-    }
 }
 
-fn shares_case(device: &Device, shares: [u32; 4], runs: usize) -> Planned {
+fn shares_case(runtime: &Runtime, device: &Device, shares: [u32; 4], runs: usize) -> Planned {
     let text: Vec<String> = shares.iter().map(u32::to_string).collect();
     let per_client = (runs * 2).max(16);
     let device = vec![device.clone()];
+    let runtime = runtime.clone();
     Planned::Run(Box::new(case(
         format!("shares {}", text.join(":")),
         per_client * shares.len(),
         move || {
-            let runtime = Runtime::new(
-                device.clone(),
-                RuntimeOptions {
-                    policy: Policy::Proportional,
-                    max_in_flight: 1,
-                    ..RuntimeOptions::default()
-                },
-            )?;
             let opts = CompileOptions {
                 in_flight: per_client,
                 ..CompileOptions::default()
@@ -297,6 +334,9 @@ fn shares_case(device: &Device, shares: [u32; 4], runs: usize) -> Planned {
 /// The parallel chain, traced or not.
 struct Traced {
     chain: Chain,
+    runtime: Runtime,
+    /// Traced kernels timed with GPU timestamps (else on the host).
+    gpu_timestamps: bool,
     /// Whether to measure the disabled tracer's per-call cost at the end.
     off: bool,
     stages: usize,
@@ -305,10 +345,14 @@ struct Traced {
 
 impl BlockingRun for Traced {
     fn run(&mut self) -> Result<()> {
+        // The process's runtime: its timing goes back to what it was after this case's runs.
+        let before = self.runtime.gpu_timestamps();
+        self.runtime.set_gpu_timestamps(self.gpu_timestamps);
         let start = std::time::Instant::now();
-        self.chain.run()?;
+        let result = self.chain.run();
         self.seconds_per_run = start.elapsed().as_secs_f64() / self.chain.runs as f64;
-        Ok(())
+        self.runtime.set_gpu_timestamps(before);
+        result
     }
 
     /// Off: what a disabled tracer call costs, measured; each computation makes about ten
@@ -335,36 +379,31 @@ impl BlockingRun for Traced {
     }
 }
 
-fn tracing_case(devices: &[Device], mode: &'static str, o: &DispatchOptions) -> Planned {
+fn tracing_case(
+    runtime: &Runtime,
+    devices: &[Device],
+    mode: &'static str,
+    o: &DispatchOptions,
+) -> Planned {
     let runs = o.runs;
-    let on = if o.trace.is_on() {
-        o.trace.clone()
-    } else {
-        Tracer::new()
-    };
+    let on = o.trace.clone();
     let stages = devices.len().min(4);
     let name = |m: &str| format!("tracing {m}, chain {stages} stages");
     let devices = devices[..stages].to_vec();
+    let runtime = runtime.clone();
     let bench = case(name(mode), stages * runs, move || {
-        let (tracer, gpu_timestamps) = match mode {
-            "off" => (Tracer::off(), false),
-            "GPU timestamps" => (on, true),
-            _ => (on, false),
+        let how = ChainRuns {
+            runtime: runtime.clone(),
+            mode: DispatchMode::Parallel,
+            runs,
+            calls: 1,
         };
+        let mut chain = compile(chain(stages)?, &devices, stages.max(2), how)?;
+        chain.trace = (mode != "off").then_some(on);
         Ok(Traced {
-            chain: compile(
-                chain(stages)?,
-                &devices,
-                stages.max(2),
-                RuntimeOptions {
-                    tracer,
-                    gpu_timestamps,
-                    ..RuntimeOptions::default()
-                },
-                DispatchMode::Parallel,
-                runs,
-                1,
-            )?,
+            chain,
+            runtime,
+            gpu_timestamps: mode == "GPU timestamps",
             off: mode == "off",
             stages,
             seconds_per_run: 0.0,
@@ -377,25 +416,25 @@ fn tracing_case(devices: &[Device], mode: &'static str, o: &DispatchOptions) -> 
     }))
 }
 
-/// Every case on one adapter's devices.
-pub fn plan(devices: &[Device], o: &DispatchOptions) -> Result<Vec<Planned>> {
+/// Every case on one adapter's devices, on `runtime`.
+pub fn plan(runtime: &Runtime, devices: &[Device], o: &DispatchOptions) -> Result<Vec<Planned>> {
     let mut out = Vec::new();
     let longest = o.max_stages.min(devices.len());
     for stages in [1, 2, 4, 8, 16, 32].into_iter().filter(|&s| s <= longest) {
         for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
-            out.push(chain_case(devices, stages, mode, o.runs));
+            out.push(chain_case(runtime, devices, stages, mode, o.runs));
         }
     }
     for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
         for kind in ["OpByOp", "Chained", "Fused"] {
-            out.push(granularity_case(&devices[0], kind, mode));
+            out.push(granularity_case(runtime, &devices[0], kind, mode));
         }
     }
     for shares in [[1, 1, 1, 1], [1, 2, 4, 8]] {
-        out.push(shares_case(&devices[0], shares, o.runs));
+        out.push(shares_case(runtime, &devices[0], shares, o.runs));
     }
     for mode in ["off", "GPU timestamps", "host timing"] {
-        out.push(tracing_case(devices, mode, o));
+        out.push(tracing_case(runtime, devices, mode, o));
     }
     Ok(out)
 }

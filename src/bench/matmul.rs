@@ -12,6 +12,7 @@ use crate::kernels::autotune::Operands;
 use crate::kernels::matmul::{MatmulShape, MatmulVariant};
 use crate::kernels::ops::KernelOp;
 use crate::program::{ProgramBuilder, Variables};
+use crate::sched::Runtime;
 use crate::{DType, Device, Result};
 use std::sync::Arc;
 
@@ -51,6 +52,7 @@ impl MatmulOptions {
 pub struct MatmulBench {
     name: String,
     shape_name: String,
+    runtime: Runtime,
     device: Device,
     shape: MatmulShape,
     variant: MatmulVariant,
@@ -62,7 +64,7 @@ fn case_name(shape_name: &str, dtype: DType, variant: MatmulVariant) -> String {
 }
 
 /// The suite's cases on `device`.
-pub fn plan(device: &Device, o: &MatmulOptions) -> Vec<Planned> {
+pub fn plan(runtime: &Runtime, device: &Device, o: &MatmulOptions) -> Vec<Planned> {
     let mut shapes: Vec<(String, MatmulShape)> = o
         .sizes
         .iter()
@@ -95,6 +97,7 @@ pub fn plan(device: &Device, o: &MatmulOptions) -> Vec<Planned> {
                 out.push(Planned::Run(Box::new(MatmulBench {
                     name: case,
                     shape_name: name.clone(),
+                    runtime: runtime.clone(),
                     device: device.clone(),
                     shape,
                     variant,
@@ -142,6 +145,7 @@ impl Benchmark for MatmulBench {
         let [c] = p.kernel("matmul", &[0], kernel, &[a, b]);
         p.result(c);
         self.program = Some(TracedProgram::new(
+            &self.runtime,
             &self.device,
             p.build()?,
             &variables,

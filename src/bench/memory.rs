@@ -10,6 +10,7 @@ use super::suite::Planned;
 use super::traced::TracedProgram;
 use crate::kernels::TensorType;
 use crate::program::{ProgramBuilder, Variables};
+use crate::sched::Runtime;
 use crate::{DType, Device, Error, Result, Tensor};
 
 const SCALE: f32 = 2.0;
@@ -37,7 +38,7 @@ impl MemoryOptions {
     }
 }
 
-pub fn plan(device: &Device, o: &MemoryOptions) -> Vec<Planned> {
+pub fn plan(runtime: &Runtime, device: &Device, o: &MemoryOptions) -> Vec<Planned> {
     o.sizes
         .iter()
         .map(|&len| {
@@ -45,6 +46,7 @@ pub fn plan(device: &Device, o: &MemoryOptions) -> Vec<Planned> {
                 return Planned::skip("stream 2x+1, 0 f32".into(), "empty".into());
             }
             Planned::Run(Box::new(StreamBench {
+                runtime: runtime.clone(),
                 device: device.clone(),
                 len,
                 x: Vec::new(),
@@ -56,6 +58,7 @@ pub fn plan(device: &Device, o: &MemoryOptions) -> Vec<Planned> {
 
 #[derive(Debug)]
 pub struct StreamBench {
+    runtime: Runtime,
     device: Device,
     len: usize,
     /// The input, to check the output against.
@@ -85,6 +88,7 @@ impl Benchmark for StreamBench {
         let y = p.affine("stream", &[0], x, SCALE, SHIFT);
         p.result(y);
         self.program = Some(TracedProgram::new(
+            &self.runtime,
             &self.device,
             p.build()?,
             &variables,

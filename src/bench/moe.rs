@@ -41,7 +41,8 @@ use super::suite::Planned;
 use crate::data::{Batches, Corpus};
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
-use crate::trace::{self, BusyTime, EventKind, Lane, Tracer};
+use crate::sched::Runtime;
+use crate::trace::{self, BusyTime, EventKind, Lane};
 use crate::{Device, Error, Result, Rng};
 
 /// Sizes of the suite.
@@ -200,7 +201,7 @@ struct TrainStep {
     /// Ids of the devices trained on (trace events name devices by id).
     devices: Vec<usize>,
     /// Traces the steps to measure the all-to-all and all-reduce shares.
-    tracer: Option<Tracer>,
+    traced: bool,
     step: usize,
     dropped: f64,
     all_to_all_shares: Vec<f64>,
@@ -232,8 +233,8 @@ impl BlockingRun for TrainStep {
         self.step += 1;
         let stats = self.trainer.step(ctx, tgt)?;
         self.dropped = stats.dropped_fraction;
-        if let Some(tracer) = &self.tracer {
-            let events = tracer.take_events();
+        if self.traced {
+            let events = &stats.trace;
             let sum = |device: usize, what: &str| -> f64 {
                 events
                     .iter()
@@ -252,11 +253,11 @@ impl BlockingRun for TrainStep {
             let wall = stats.seconds.max(1e-12);
             self.all_to_all_shares.push(slowest("all-to-all") / wall);
             self.all_reduce_shares.push(slowest("all-reduce") / wall);
-            let window = trace::span(&events).unwrap_or(0..1);
+            let window = trace::span(events).unwrap_or(0..1);
             let busy: Vec<BusyTime> = self
                 .devices
                 .iter()
-                .map(|&d| BusyTime::of(&events, d))
+                .map(|&d| BusyTime::of(events, d))
                 .collect();
             let span_ns = (window.end - window.start).max(1) as f64;
             self.overlap_shares
@@ -282,7 +283,7 @@ impl BlockingRun for TrainStep {
         m.insert("dropped".into(), self.dropped);
         m.insert("params".into(), params(&cfg) as f64);
         m.insert("active params".into(), active_params(&cfg) as f64);
-        if self.tracer.is_some() {
+        if self.traced {
             let median = |v: &mut Vec<f64>| crate::kernels::autotune::median(v);
             m.insert(
                 "all-to-all share".into(),
@@ -331,6 +332,7 @@ fn params(cfg: &MoeLmConfig) -> usize {
 
 /// A case training `cfg` on `devices` with one routing group per device.
 fn train_case(
+    runtime: &Runtime,
     name: String,
     devices: &[Device],
     cfg: MoeLmConfig,
@@ -338,6 +340,7 @@ fn train_case(
     traced: bool,
 ) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<>, TrainStep> {
     let devices = devices.to_vec();
+    let client = runtime.client("bench moe", 1);
     let (tokens, seed) = (o.tokens, o.seed);
     // A case over more than one adapter says which devices it used.
     let adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
@@ -349,16 +352,20 @@ fn train_case(
         .with_flops(6.0 * (active_params(&cfg) * tokens) as f64);
     Blocking::new(name, work, move || {
         let init = MoeLmParams::init(cfg)?;
-        let mut trainer =
-            GpuTrainer::with_groups(&devices, &init, AdamConfig::new(1e-3), devices.len())?;
-        let tracer = traced.then(Tracer::new);
-        trainer.set_tracer(tracer.clone());
+        let mut trainer = GpuTrainer::with_groups(
+            &client,
+            &devices,
+            &init,
+            AdamConfig::new(1e-3),
+            devices.len(),
+        )?;
+        trainer.set_trace(traced);
         Ok(TrainStep {
             config: cfg,
             trainer,
             data: Data::new(cfg.context, tokens, BATCHES, seed),
             devices: devices.iter().map(Device::id).collect(),
-            tracer,
+            traced,
             step: 0,
             dropped: 0.0,
             all_to_all_shares: Vec::new(),
@@ -375,6 +382,7 @@ fn train_case(
 /// the first adapter of a run only, holds the other chosen adapters' devices, for the case over
 /// two adapters.
 pub fn plan(
+    runtime: &Runtime,
     devices: &[Device],
     elsewhere: Option<&[Device]>,
     o: &MoeBenchOptions,
@@ -398,6 +406,7 @@ pub fn plan(
     };
     let dense_name = format!("moe-vs-dense: dense d_ff={}", dense.hidden);
     out.push(Planned::Run(Box::new(train_case(
+        runtime,
         dense_name.clone(),
         one,
         dense,
@@ -406,6 +415,7 @@ pub fn plan(
     ))));
     out.push(Planned::Run(Box::new(
         train_case(
+            runtime,
             format!(
                 "moe-vs-dense: moe E={} K={} d_ff={}",
                 moe.experts, moe.top_k, moe.hidden
@@ -427,7 +437,7 @@ pub fn plan(
             ..o.config
         };
         let name = format!("experts: E={e} K={}", cfg.top_k);
-        let bench = train_case(name.clone(), one, cfg, o, false);
+        let bench = train_case(runtime, name.clone(), one, cfg, o, false);
         out.push(Planned::Run(Box::new(match &first {
             Some(f) => bench.compared_to(String::clone(f)),
             None => bench,
@@ -444,6 +454,7 @@ pub fn plan(
         ..o.clone()
     };
     out.push(Planned::Run(Box::new(train_case(
+        runtime,
         base_name.clone(),
         one,
         cfg,
@@ -461,7 +472,8 @@ pub fn plan(
         ));
     } else {
         out.push(Planned::Run(Box::new(
-            train_case(name, &devices[..4], cfg, &sized, true).compared_to(base_name.clone()),
+            train_case(runtime, name, &devices[..4], cfg, &sized, true)
+                .compared_to(base_name.clone()),
         )));
     }
     // The same over two adapters: 2 devices of this one and 2 of the next adapter chosen.
@@ -490,7 +502,7 @@ pub fn plan(
         } else {
             let four: Vec<Device> = devices[..2].iter().chain(&second).cloned().collect();
             out.push(Planned::Run(Box::new(
-                train_case(name, &four, cfg, &sized, true).compared_to(base_name),
+                train_case(runtime, name, &four, cfg, &sized, true).compared_to(base_name),
             )));
         }
     }
@@ -522,7 +534,7 @@ pub fn plan(
             out.push(Planned::skip(name, reason));
             continue;
         }
-        let bench = train_case(name.clone(), &devices[..n], cfg, o, true);
+        let bench = train_case(runtime, name.clone(), &devices[..n], cfg, o, true);
         out.push(Planned::Run(Box::new(match &first {
             Some(f) => bench.compared_to(String::clone(f)),
             None => bench,

@@ -9,7 +9,7 @@ use crate::pipeline::{
     Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula, execute,
     validate,
 };
-use crate::trace::Tracer;
+use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result, Rng};
 use serde::Serialize;
 
@@ -96,8 +96,9 @@ impl PreparedCase {
         })
     }
 
-    /// Runs the step on the first `stages` devices; its weights are compared with the reference.
-    pub fn run(&self, devices: &[Device], tracer: &Tracer) -> Result<(PipelineResult, RunReport)> {
+    /// Runs the step on the first `stages` devices, as a run of `client`; its weights are
+    /// compared with the reference.
+    pub fn run(&self, client: &Client, devices: &[Device]) -> Result<(PipelineResult, RunReport)> {
         let s = &self.schedule;
         if devices.len() < s.stages {
             return Err(Error::InvalidArgument {
@@ -110,7 +111,7 @@ impl PreparedCase {
                 ),
             });
         }
-        let report = execute(s, &devices[..s.stages], &self.mlp, &self.data, LR, tracer)?;
+        let report = execute(client, s, &devices[..s.stages], &self.mlp, &self.data, LR)?;
         let max_weight_error = report
             .weights
             .iter()
@@ -138,17 +139,17 @@ impl PreparedCase {
     }
 }
 
-/// Runs one training step of `kind` on the first `stages` devices and checks it against the
-/// single-device reference.
+/// Runs one training step of `kind` on the first `stages` devices, as a run of `client`, and
+/// checks it against the single-device reference.
 pub fn run_case(
+    client: &Client,
     devices: &[Device],
     kind: ScheduleKind,
     stages: usize,
     microbatches: usize,
     chunks: usize,
-    tracer: &Tracer,
 ) -> Result<(PipelineResult, RunReport)> {
-    PreparedCase::new(kind, stages, microbatches, chunks)?.run(devices, tracer)
+    PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices)
 }
 
 /// The suite's sizes: every schedule on `stages` devices for each microbatch count.
@@ -180,6 +181,7 @@ impl PipelineOptions {
 
 /// One schedule's training step, checked against the single-device reference every time.
 struct Step {
+    client: Client,
     devices: Vec<Device>,
     /// The model, batch and reference step, made once.
     case: PreparedCase,
@@ -189,7 +191,7 @@ struct Step {
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, _) = self.case.run(&self.devices, &Tracer::off())?;
+        let (r, _) = self.case.run(&self.client, &self.devices)?;
         // NaN fails too.
         if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
@@ -252,7 +254,9 @@ fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize) -> String {
 /// step is computed once, in `prepare`. The sample is the traced step, first kernel to last (the
 /// executor's per-step set-up, threads, weight uploads and read-back, is not part of it). FLOPs
 /// are the model's `6 · weights · samples`.
-pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
+/// Runs go through one client of `runtime`.
+pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
+    let client = runtime.client("bench pipeline", 1);
     let mut out = Vec::new();
     for &m in &o.microbatches {
         for kind in ScheduleKind::ALL {
@@ -279,8 +283,10 @@ pub fn plan(devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
             let (devices, stages) = (devices[..o.stages].to_vec(), o.stages);
             let work = Work::new(samples as f64, WorkUnit::Sample)
                 .with_flops(6.0 * (weights * samples) as f64);
+            let client = client.clone();
             let bench = Blocking::new(name, work, move || {
                 Ok(Step {
+                    client,
                     devices,
                     case: PreparedCase::new(kind, stages, m, chunks)?,
                     results: Vec::new(),

@@ -10,6 +10,7 @@ use super::report::{
     Status, picks,
 };
 use super::suite::{Planned, Suite, SuiteOptions};
+use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -173,9 +174,11 @@ fn record(adapter: &Adapter, o: &BenchOptions) -> AdapterRecord {
     }
 }
 
-/// Runs every chosen suite on every adapter, in that order. Invalid options
-/// ([`BenchOptions::validate`]) are an error before anything runs.
+/// Runs every chosen suite on every adapter, in that order, on `runtime` (whose devices the
+/// adapters' are). Invalid options ([`BenchOptions::validate`]) are an error before anything
+/// runs.
 pub fn run(
+    runtime: &Runtime,
     adapters: &[Adapter],
     o: &BenchOptions,
     mut progress: impl FnMut(Progress<'_>),
@@ -208,7 +211,7 @@ pub fn run(
         let elsewhere = (i == 0).then_some(later.as_slice());
         for &suite in &o.suites {
             let planned = catch_unwind(AssertUnwindSafe(|| {
-                suite.plan(&adapter.devices, elsewhere, &o.sizes)
+                suite.plan(runtime, &adapter.devices, elsewhere, &o.sizes)
             }))
             .unwrap_or_else(|p| Err(Error::panicked(format!("planning {}", suite.name()), &*p)));
             plans.push((adapter, rec, suite, planned));

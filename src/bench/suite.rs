@@ -3,6 +3,7 @@
 
 use super::harness::Benchmark;
 use super::{btm, dispatch, matmul, memory, moe, pipeline};
+use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,6 +69,7 @@ impl Suite {
     /// the cases over two adapters (MoE's `parallel: D=4 over two adapters`) are planned there.
     pub fn plan(
         self,
+        runtime: &Runtime,
         devices: &[Device],
         elsewhere: Option<&[Device]>,
         o: &SuiteOptions,
@@ -77,12 +79,12 @@ impl Suite {
             reason: "an adapter without devices".into(),
         })?;
         Ok(match self {
-            Suite::Matmul => matmul::plan(first, &o.matmul),
-            Suite::Memory => memory::plan(first, &o.memory),
-            Suite::Dispatch => dispatch::plan(devices, &o.dispatch)?,
-            Suite::Pipeline => pipeline::plan(devices, &o.pipeline)?,
-            Suite::Moe => moe::plan(devices, elsewhere, &o.moe)?,
-            Suite::Btm => btm::plan(devices, &o.btm)?,
+            Suite::Matmul => matmul::plan(runtime, first, &o.matmul),
+            Suite::Memory => memory::plan(runtime, first, &o.memory),
+            Suite::Dispatch => dispatch::plan(runtime, devices, &o.dispatch)?,
+            Suite::Pipeline => pipeline::plan(runtime, devices, &o.pipeline)?,
+            Suite::Moe => moe::plan(runtime, devices, elsewhere, &o.moe)?,
+            Suite::Btm => btm::plan(runtime, devices, &o.btm)?,
         })
     }
 }

@@ -8,7 +8,7 @@ use super::{
 use crate::data::{Corpus, bits_per_byte};
 use crate::moe::MoeLmParams;
 use crate::moe::training_run::{TrainOptions, train};
-use crate::trace::Tracer;
+use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -49,14 +49,15 @@ fn with_steps(opts: &TrainOptions, steps: u32) -> TrainOptions {
     }
 }
 
-/// Seed, branch (by domain and by random split) and the dense baseline; saves them under `dir`.
+/// Seed, branch (by domain and by random split) and the dense baseline, on `devices` of
+/// `runtime`; saves them under `dir`.
 pub fn train_all(
+    runtime: &Runtime,
     devices: &[Device],
     corpus: &Corpus,
     init: &MoeLmParams,
     opts: &BtmOptions,
     dir: &Path,
-    tracer: Option<Tracer>,
     progress: impl Fn(&str, usize, u32) + Sync,
 ) -> Result<BtmModels> {
     let first = devices.first().ok_or_else(|| Error::InvalidArgument {
@@ -66,18 +67,19 @@ pub fn train_all(
     let domains = domains_of(corpus);
     let k = domains.len();
     let one = std::slice::from_ref(first);
+    let client = runtime.client("btm seed and dense", 1);
     let seed = train(
+        &client,
         one,
         corpus,
         init,
         &with_steps(&opts.train, opts.seed_steps),
-        None,
         |p| progress("seed", 0, p.stats.step),
     )?
     .params;
     let branch_opts = with_steps(&opts.train, opts.branch_steps);
     let start = std::time::Instant::now();
-    let elms = branch(devices, &domains, &seed, &branch_opts, tracer, |i, s| {
+    let elms = branch(runtime, devices, &domains, &seed, &branch_opts, |i, s| {
         progress("branch", i, s)
     })?;
     let branch_seconds = start.elapsed().as_secs_f64();
@@ -87,16 +89,16 @@ pub fn train_all(
         .enumerate()
         .map(|(i, c)| (format!("random{i}"), c))
         .collect();
-    let random_elms = branch(devices, &random, &seed, &branch_opts, None, |i, s| {
+    let random_elms = branch(runtime, devices, &random, &seed, &branch_opts, |i, s| {
         progress("random", i, s)
     })?;
     let total = opts.seed_steps + opts.branch_steps * k as u32;
     let dense = train(
+        &client,
         one,
         corpus,
         init,
         &with_steps(&opts.train, total),
-        None,
         |p| progress("dense", 0, p.stats.step),
     )?
     .params;
@@ -155,8 +157,9 @@ pub struct DomainScores {
     pub prior: Vec<f64>,
 }
 
-/// Scores every model on each domain's validation split, on `device`.
+/// Scores every model on each domain's validation split, on `device` (one of `client`'s runtime).
 pub fn evaluate(
+    client: &Client,
     device: &Device,
     corpus: &Corpus,
     models: &BtmModels,
@@ -173,7 +176,7 @@ pub fn evaluate(
     for (name, domain) in domains_of(corpus) {
         let valid = domain.split(opts.train.valid_fraction)?.valid;
         let (windows, docs) = validation_windows(&valid, cfg.context, opts.eval_windows_per_doc)?;
-        let nats = |p: &MoeLmParams| window_nats(device, p, &windows, batch);
+        let nats = |p: &MoeLmParams| window_nats(client, device, p, &windows, batch);
         let elm_nats = models
             .elms
             .iter()

@@ -20,8 +20,7 @@ use crate::data::Corpus;
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
 use crate::moe::{GpuTrainer, MoeLmParams};
-use crate::sched::{Runtime, RuntimeOptions};
-use crate::trace::Tracer;
+use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -37,15 +36,16 @@ pub struct Elm {
 }
 
 /// Trains one ELM per `(domain, corpus)` from `seed`, concurrently: ELM i on `devices[i % n]`.
-/// Every ELM is a client of one shared [`Runtime`]; each round submits every branch's next step
-/// before finishing any, and the gang scheduler interleaves them (ELMs sharing a device take
-/// turns on it). `progress(i, step)` reports each step.
+/// Every ELM is its own client of `runtime` (the devices must be its); each round submits every
+/// branch's next step before finishing any, and the gang scheduler interleaves them (ELMs sharing
+/// a device take turns on it). `progress(i, step)` reports each step. The steps are traced by the
+/// runtime's tracer when it is on.
 pub fn branch(
+    runtime: &Runtime,
     devices: &[Device],
     domains: &[(String, Corpus)],
     seed: &MoeLmParams,
     opts: &TrainOptions,
-    tracer: Option<Tracer>,
     progress: impl Fn(usize, u32) + Sync,
 ) -> Result<Vec<Elm>> {
     if devices.is_empty() || domains.is_empty() {
@@ -55,19 +55,12 @@ pub fn branch(
         });
     }
     let n = devices.len().min(domains.len());
-    let runtime = Runtime::new(
-        devices[..n].to_vec(),
-        RuntimeOptions {
-            tracer: tracer.unwrap_or_else(Tracer::off),
-            ..RuntimeOptions::default()
-        },
-    )?;
     let mut runs = domains
         .iter()
         .enumerate()
         .map(|(i, (domain, corpus))| {
             let client = runtime.client(&format!("elm {domain}"), 1);
-            TrainingRun::on_client(client, &devices[i % n..i % n + 1], corpus, seed, opts)
+            TrainingRun::fresh(&client, &devices[i % n..i % n + 1], corpus, seed, opts)
         })
         .collect::<Result<Vec<_>>>()?;
     loop {
@@ -97,10 +90,11 @@ pub fn branch(
         .collect()
 }
 
-/// Per-window nats of `params` on `windows` (each `(context bytes, target)`), on `device`, in
-/// batches of `batch` (the last batch is padded by repeating its final window; the padding's
-/// scores are dropped).
+/// Per-window nats of `params` on `windows` (each `(context bytes, target)`), on `device` (one of
+/// `client`'s runtime), in batches of `batch` (the last batch is padded by repeating its final
+/// window; the padding's scores are dropped).
 pub fn window_nats(
+    client: &Client,
     device: &Device,
     params: &MoeLmParams,
     windows: &[Window],
@@ -108,6 +102,7 @@ pub fn window_nats(
 ) -> Result<Vec<f64>> {
     crate::data::check_batch("window_nats", params.config.context, batch)?;
     let trainer = GpuTrainer::with_groups(
+        client,
         std::slice::from_ref(device),
         params,
         AdamConfig::new(1e-3),

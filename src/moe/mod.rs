@@ -36,7 +36,7 @@
 //!
 //! Parameters, their order, names and initialisation are in [`params`]; the reference in
 //! [`mod@reference`]; Adam in [`adam`]; the GPU trainer (expert- and data-parallel over devices) in
-//! [`train`].
+//! [`trainer`], a run of it on a corpus in [`training_run`].
 
 pub mod adam;
 pub mod params;

@@ -7,7 +7,6 @@ use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::kernels::lm_train::AdamConfig;
 use crate::sched::{Client, DispatchMode};
-use crate::trace::Tracer;
 use crate::{Device, Error, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,34 +142,35 @@ pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usi
     Ok(bits_per_byte(nats / scored as f64))
 }
 
-/// Trains fresh `start` parameters on `corpus` over `devices`.
+/// Trains fresh `start` parameters on `corpus` over `devices`, as runs of `client` (the devices
+/// must be its runtime's). Its steps go to the runtime's tracer when that is on.
 pub fn train(
+    client: &Client,
     devices: &[Device],
     corpus: &Corpus,
     start: &MoeLmParams,
     opts: &TrainOptions,
-    tracer: Option<Tracer>,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
-    run(devices, corpus, Start::Fresh(start), opts, tracer, progress)
+    run(client, devices, corpus, Start::Fresh(start), opts, progress)
 }
 
 /// Continues a run saved by [`train`] (parameters, Adam's moments and the step count) for
 /// `opts.steps` more steps; the batches continue where the saved run's stopped.
 pub fn resume(
+    client: &Client,
     devices: &[Device],
     corpus: &Corpus,
     checkpoint: &TrainerCheckpoint,
     opts: &TrainOptions,
-    tracer: Option<Tracer>,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
     run(
+        client,
         devices,
         corpus,
         Start::Resume(checkpoint),
         opts,
-        tracer,
         progress,
     )
 }
@@ -181,15 +181,14 @@ enum Start<'a> {
 }
 
 fn run(
+    client: &Client,
     devices: &[Device],
     corpus: &Corpus,
     start: Start<'_>,
     opts: &TrainOptions,
-    tracer: Option<Tracer>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
-    let mut run = TrainingRun::new(devices, corpus, start, opts, None)?;
-    run.trainer.set_tracer(tracer);
+    let mut run = TrainingRun::new(client, devices, corpus, start, opts)?;
     let mut pending = run.submit()?;
     while let Some(step) = pending {
         // Step n + 1 goes to the runtime before step n is finished (its batch drawn, its
@@ -239,11 +238,11 @@ impl std::fmt::Debug for TrainingRun {
 
 impl TrainingRun {
     fn new(
+        client: &Client,
         devices: &[Device],
         corpus: &Corpus,
         start: Start<'_>,
         opts: &TrainOptions,
-        client: Option<Client>,
     ) -> Result<Self> {
         let (start, resumed_from, prior_steps) = match start {
             Start::Fresh(p) => (p, None, 0),
@@ -263,14 +262,10 @@ impl TrainingRun {
         let split = corpus.split(opts.valid_fraction)?;
         let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
         let adam = AdamConfig::new(opts.lr);
-        let trainer = match (resumed_from, client) {
-            (Some(c), _) => GpuTrainer::resume(devices, c)?,
-            (None, Some(client)) => {
-                GpuTrainer::on_client(client, devices, start, adam, devices.len())?
-            }
-            (None, None) => GpuTrainer::new(devices, start, adam)?,
+        let mut trainer = match resumed_from {
+            Some(c) => GpuTrainer::resume(client, devices, c)?,
+            None => GpuTrainer::new(client, devices, start, adam)?,
         };
-        let mut trainer = trainer;
         trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
         // The saved run drew `done` batches: draw past them so the data continues, not repeats.
@@ -292,15 +287,15 @@ impl TrainingRun {
         })
     }
 
-    /// A fresh run of `start` whose trainer submits through `client` of a shared runtime.
-    pub fn on_client(
-        client: Client,
+    /// A fresh run of `start` whose trainer submits through `client`.
+    pub fn fresh(
+        client: &Client,
         devices: &[Device],
         corpus: &Corpus,
         start: &MoeLmParams,
         opts: &TrainOptions,
     ) -> Result<Self> {
-        Self::new(devices, corpus, Start::Fresh(start), opts, Some(client))
+        Self::new(client, devices, corpus, Start::Fresh(start), opts)
     }
 
     /// Submits the next step, or `None` once the run has taken its steps or was stopped.

@@ -1,5 +1,5 @@
 //! Real pipelined training runs: a [`Schedule`] lowered to one [`Program`] and run by the
-//! gang-scheduling [`Runtime`], like every other workload.
+//! gang-scheduling runtime, as one run of the caller's [`Client`], like every other workload.
 //!
 //! Stage `s` runs on `devices[s]` and holds virtual stages `c · p + s` for its chunks `c`; each
 //! virtual stage holds a contiguous block of the [`Mlp`]'s layers ([`Mlp::split`]). The
@@ -42,8 +42,8 @@ use crate::kernels::TensorType;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::ops::KernelOp;
 use crate::program::{CompileOptions, HostData, Program, ProgramBuilder, Value, Variables};
-use crate::sched::{RunOptions, Runtime, RuntimeOptions};
-use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane, Tracer};
+use crate::sched::{Client, RunOptions};
+use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// What one pipelined training step did and how long it took.
@@ -72,15 +72,17 @@ pub struct RunReport {
 }
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
-/// microbatch) with learning rate `lr`: `devices[s]` runs stage `s` (with all its chunks). Events
-/// go to `tracer` once the step is done, and into the report whether or not it is on.
+/// microbatch) with learning rate `lr`, as one run of `client`: `devices[s]` (a device of the
+/// client's runtime) runs stage `s` (with all its chunks). The report holds the run's events in
+/// the pipeline's view; the runtime's own tracer, when on, also gets them as they happen, in the
+/// runtime's view (device ids).
 pub fn execute(
+    client: &Client,
     schedule: &Schedule,
     devices: &[Device],
     model: &Mlp,
     batch: &[Microbatch],
     lr: f32,
-    tracer: &Tracer,
 ) -> Result<RunReport> {
     let plan = Plan::new(schedule, devices, model, batch, lr)?;
     let lowered = lower(&plan)?;
@@ -98,43 +100,21 @@ pub fn execute(
         },
         &variables,
     )?);
-    // The run's own tracer: its events become the pipeline's view below.
-    let local = Tracer::new();
-    let runtime = Runtime::new(
-        devices.to_vec(),
-        RuntimeOptions {
-            tracer: local.clone(),
-            ..RuntimeOptions::default()
-        },
-    )?;
-    let client = runtime.client("pipeline", 1);
     let mut args: Vec<HostData> = Vec::new();
     for mb in batch {
         args.push(mb.input.clone().into());
         args.push(mb.target.clone().into());
     }
-    let results = client.submit(&exec, args, RunOptions::default())?.wait()?;
-    // Stopping the workers resolves the last GPU timestamps.
-    drop(runtime);
-    let events = stage_events(&lowered, exec.id(), local.take_events());
-    let shift = match (local.epoch(), tracer.epoch()) {
-        (Some(a), Some(b)) => {
-            a.saturating_duration_since(b).as_nanos() as i128
-                - b.saturating_duration_since(a).as_nanos() as i128
-        }
-        _ => 0,
+    let opts = RunOptions {
+        trace: true,
+        ..RunOptions::default()
     };
-    let events: Vec<Event> = events
-        .into_iter()
-        .map(|mut e| {
-            let at = |t: u64| (i128::from(t) + shift).max(0) as u64;
-            (e.start_ns, e.end_ns) = (at(e.start_ns), at(e.end_ns));
-            e
-        })
+    let (results, events) = client.submit(&exec, args, opts)?.wait_traced()?;
+    let results: Vec<Vec<f32>> = results
+        .iter()
+        .map(|b| bytemuck::pod_collect_to_vec::<u8, f32>(b))
         .collect();
-    for e in &events {
-        tracer.emit_with(|| e.clone());
-    }
+    let events = stage_events(&lowered, exec.id(), events);
     let layers = model.layers();
     let weights = results.get(..layers).unwrap_or_default().to_vec();
     let mut losses = Vec::with_capacity(batch.len());

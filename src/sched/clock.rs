@@ -1,6 +1,6 @@
 //! Mapping GPU timestamps onto the host clock.
 //!
-//! One calibration per device when the runtime starts: an empty compute pass writes a timestamp
+//! One calibration per device, when the device first serves a run timed on the GPU: an empty compute pass writes a timestamp
 //! while the host notes the time just before submitting and just after the work is done; the GPU
 //! time is taken to be the midpoint. Of three tries, the one with the shortest round trip wins, so
 //! the mapping is good to about half that round trip (tens of µs on the software adapters). Drift
@@ -48,8 +48,8 @@ impl GpuClock {
         best.map(|(_, c)| c)
     }
 
-    /// The tracer-clock time of a GPU timestamp.
-    pub fn host_ns(&self, tracer: &Tracer, ticks: u64) -> u64 {
+    /// The trace-clock time of a GPU timestamp.
+    pub fn host_ns(&self, trace: &Tracer, ticks: u64) -> u64 {
         let gpu = ticks as f64 * self.period;
         let at = if gpu >= self.anchor_gpu_ns {
             self.anchor + Duration::from_nanos((gpu - self.anchor_gpu_ns) as u64)
@@ -58,6 +58,6 @@ impl GpuClock {
                 .checked_sub(Duration::from_nanos((self.anchor_gpu_ns - gpu) as u64))
                 .unwrap_or(self.anchor)
         };
-        tracer.ns_at(at)
+        trace.ns_at(at)
     }
 }

@@ -34,11 +34,11 @@ pub(crate) fn record(
     device: &Device,
     inbox: &Arc<Inbox>,
 ) -> Result<Option<Recorded>> {
-    let start = run.tracer.span();
+    let start = run.trace.span();
     let recorded = record_commands(run, node, role, device, inbox)?;
     if recorded.is_some() {
         let name = &run.exec.program().nodes()[node].name;
-        run.tracer.finish(
+        run.trace.finish(
             start,
             run.event_meta(EventMeta::host_encode(device.id()), node),
             || format!("encode {name}"),
@@ -71,7 +71,10 @@ fn record_commands(
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "kernel"))?;
             // GPU timestamps only while tracing, into the device's ring (resolved in batches).
-            let ring = inbox.ring.as_ref().filter(|_| run.gpu_timed);
+            let ring = inbox
+                .ring
+                .as_ref()
+                .filter(|_| run.gpu_timed && inbox.clock(device).is_some());
             stamp = ring.map(|r| r.allocate());
             dispatch.encode(
                 &mut encoder,
@@ -80,7 +83,7 @@ fn record_commands(
             let (inbox2, run2) = (inbox.clone(), run.clone());
             let host_timed = stamp.is_none();
             encoder.on_submitted_work_done(move || {
-                let at_ns = run2.tracer.now_ns();
+                let at_ns = run2.trace.now_ns();
                 inbox2.push(Completion::WorkDone {
                     run: run2,
                     node,

@@ -35,6 +35,10 @@ pub struct RunOptions {
     pub mode: DispatchMode,
     /// Put on every trace event of the run (pipeline schedules use it).
     pub microbatch: Option<u32>,
+    /// Keep this run's trace events (kernels GPU-timestamped where the adapter can) for
+    /// [`RunHandle::wait_traced`](super::RunHandle::wait_traced), whether or not the runtime's own
+    /// tracer is on.
+    pub trace: bool,
 }
 
 impl Default for RunOptions {
@@ -42,6 +46,7 @@ impl Default for RunOptions {
         Self {
             mode: DispatchMode::Parallel,
             microbatch: None,
+            trace: false,
         }
     }
 }
@@ -154,9 +159,13 @@ pub(crate) struct RunState {
     pub slot: usize,
     pub opts: RunOptions,
     pub args: Vec<HostData>,
-    pub tracer: Tracer,
-    /// Kernels write GPU timestamps (tracing is on and GPU times were asked for).
+    /// Where the run's events go: the runtime's tracer, or (when the run keeps its events, see
+    /// [`RunOptions::trace`]) a tracer of its own that forwards to it.
+    pub trace: Tracer,
+    /// Kernels write GPU timestamps (the run is traced and GPU times were asked for).
     pub gpu_timed: bool,
+    /// Kernels of this run whose GPU timestamps are not turned into events yet.
+    pub stamps_pending: AtomicUsize,
     /// `[node][shard]`: host bytes sent by a transfer, staged by a collective member, or read back.
     pub mail: Vec<Vec<OnceLock<Vec<u8>>>>,
     /// `[node][shard][role waits]`: command buffers recorded ahead of time (parallel dispatch).
@@ -186,8 +195,10 @@ pub(crate) struct RunState {
 pub(crate) struct RunEnv {
     pub client: usize,
     pub workers: Vec<usize>,
+    /// The runtime's tracer.
     pub tracer: Tracer,
-    pub gpu_timed: bool,
+    /// Whether the runtime times kernels with GPU timestamps when a run is traced.
+    pub gpu_timestamps: bool,
 }
 
 impl RunState {
@@ -203,8 +214,14 @@ impl RunState {
             client,
             workers,
             tracer,
-            gpu_timed,
+            gpu_timestamps,
         } = env;
+        let trace = if opts.trace {
+            Tracer::forwarding_to(&tracer)
+        } else {
+            tracer
+        };
+        let gpu_timed = gpu_timestamps && trace.is_on();
         let nodes = exec.program().nodes();
         let per_shard = |n: &crate::program::Node| n.gang.len();
         let roles: Vec<NodeRoles> = (0..nodes.len()).map(|i| roles(&exec, i)).collect();
@@ -219,8 +236,9 @@ impl RunState {
             slot,
             opts,
             args,
-            tracer,
+            trace,
             gpu_timed,
+            stamps_pending: AtomicUsize::new(0),
             mail: nodes
                 .iter()
                 .map(|n| (0..per_shard(n)).map(|_| OnceLock::new()).collect())
@@ -325,6 +343,49 @@ impl RunState {
         {
             self.exec.release_slot(self.slot);
         }
+    }
+
+    /// One of this run's kernels' GPU times became an event (or will never come).
+    pub fn stamp_done(&self) {
+        if self.stamps_pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.signal();
+        }
+    }
+
+    /// After [`Self::wait`]: blocks until every kernel's GPU times are events, then takes the
+    /// run's events. Device workers resolve a traced run's timestamps as soon as its last task
+    /// on the device is submitted, so this is one GPU round trip at most.
+    pub fn wait_events(&self, timeout: Duration) -> Result<Vec<crate::trace::Event>> {
+        let (lock, cv) = &self.done;
+        let mut done = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = Instant::now();
+        while self.stamps_pending.load(Ordering::Acquire) > 0 {
+            if let Some(e) = self.error.get() {
+                return Err(e.clone_for_report());
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "GPU timestamps of run {} of program {:?}",
+                        self.id,
+                        self.exec.program().name()
+                    ),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            done = cv
+                .wait_timeout(done, Duration::from_millis(20))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(done);
+        if !self.opts.trace {
+            // The runtime's own tracer: its events are not the run's to take.
+            return Ok(Vec::new());
+        }
+        let mut events = self.trace.take_events();
+        events.sort_by_key(|e| (e.start_ns, e.end_ns));
+        Ok(events)
     }
 
     /// Blocks until the results are read back or the run failed. No progress for `timeout` is

@@ -11,10 +11,10 @@ use super::record::record;
 use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::worker::{self, Inbox, Task};
 use crate::program::{Executable, HostData};
-use crate::trace::Tracer;
+use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -71,6 +71,10 @@ pub struct GangRecord {
 
 #[derive(Debug)]
 pub(crate) struct SchedState {
+    /// Admission's policy and window: from [`RuntimeOptions`], changed by
+    /// [`Runtime::set_admission`].
+    policy: Policy,
+    max_in_flight: usize,
     next_seq: u64,
     arrivals: u64,
     /// Virtual time of proportional shares: the pass of the last admitted client.
@@ -92,13 +96,8 @@ pub(crate) struct Shared {
     pub injected_panics: Vec<Mutex<Option<String>>>,
     state: Mutex<SchedState>,
     opts: RuntimeOptions,
-}
-
-impl Shared {
-    /// Whether kernels are timed with GPU timestamps (tracing on and asked for).
-    pub fn gpu_timed(&self) -> bool {
-        self.opts.tracer.is_on() && self.opts.gpu_timestamps
-    }
+    /// Whether traced kernels are timed with GPU timestamps ([`Runtime::set_gpu_timestamps`]).
+    gpu_timestamps: AtomicBool,
 }
 
 impl Shared {
@@ -120,8 +119,8 @@ impl Shared {
 
     /// Admits runs while the window has room: assigns sequence numbers and queues device tasks.
     fn admit(&self, state: &mut SchedState) {
-        while !state.paused && state.in_flight < self.opts.max_in_flight.max(1) {
-            let pick = match self.opts.policy {
+        while !state.paused && state.in_flight < state.max_in_flight.max(1) {
+            let pick = match state.policy {
                 Policy::Fifo => state
                     .clients
                     .iter()
@@ -185,9 +184,15 @@ impl Shared {
     }
 }
 
-/// The devices' workers and the gang scheduler in front of them.
+/// The devices' workers and the gang scheduler in front of them: one per process, handed to
+/// every workload. Clones are handles to the same runtime; the workers stop when the last one is
+/// dropped (after the runs already queued).
+#[derive(Debug, Clone)]
+pub struct Runtime(Arc<Owner>);
+
+/// What the last [`Runtime`] handle shuts down.
 #[derive(Debug)]
-pub struct Runtime {
+struct Owner {
     shared: Arc<Shared>,
     workers: Vec<std::thread::JoinHandle<()>>,
 }
@@ -243,6 +248,8 @@ impl Runtime {
             devices,
             wake: Condvar::new(),
             state: Mutex::new(SchedState {
+                policy: opts.policy,
+                max_in_flight: opts.max_in_flight,
                 next_seq: 0,
                 arrivals: 0,
                 vtime: 0.0,
@@ -253,6 +260,7 @@ impl Runtime {
                 shutdown: false,
                 paused: false,
             }),
+            gpu_timestamps: AtomicBool::new(opts.gpu_timestamps),
             opts,
         });
         let workers = (0..n)
@@ -262,24 +270,36 @@ impl Runtime {
                 what: "runtime",
                 reason: format!("cannot start a worker thread: {e}"),
             })?;
-        Ok(Self { shared, workers })
+        Ok(Self(Arc::new(Owner { shared, workers })))
     }
 
     pub fn devices(&self) -> &[Device] {
-        &self.shared.devices
+        &self.0.shared.devices
     }
 
+    /// The process-wide event stream: every run's events go here when it is on.
     pub fn tracer(&self) -> &Tracer {
-        &self.shared.opts.tracer
+        &self.0.shared.opts.tracer
+    }
+
+    /// Times the kernels of later traced runs with GPU timestamps (where the adapter has them)
+    /// or on the host ([`RuntimeOptions::gpu_timestamps`]); for benchmarks of the two.
+    pub fn set_gpu_timestamps(&self, on: bool) {
+        self.0.shared.gpu_timestamps.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether traced kernels are timed with GPU timestamps now.
+    pub fn gpu_timestamps(&self) -> bool {
+        self.0.shared.gpu_timestamps.load(Ordering::Relaxed)
     }
 
     /// A new client with a proportional `share` (ignored under FIFO).
     pub fn client(&self, name: &str, share: u32) -> Client {
-        let mut state = self.shared.lock();
+        let mut state = self.0.shared.lock();
         let vtime = state.vtime;
         let index = state.clients.add(name, share, vtime);
         Client(Arc::new(ClientSlot {
-            shared: self.shared.clone(),
+            shared: self.0.shared.clone(),
             index,
         }))
     }
@@ -288,18 +308,34 @@ impl Runtime {
     /// [`GANG_ORDER_KEEP`] to [`GANG_ORDER_KEEP`]` / 2` of them (older ones are forgotten in
     /// halves, so a long-lived runtime's memory stays bounded).
     pub fn gang_order(&self) -> Vec<Vec<GangRecord>> {
-        self.shared.lock().order.clone()
+        self.0.shared.lock().order.clone()
     }
 
     /// Stops admitting runs: submissions queue up, in flight ones finish. To line clients up.
     pub fn pause_admission(&self) {
-        self.shared.lock().paused = true;
+        self.0.shared.lock().paused = true;
+    }
+
+    /// Changes how later runs are admitted: the policy between clients and the window of runs
+    /// in flight. Runs already admitted are not affected. (One runtime serves the whole
+    /// process, so a benchmark of the policies changes them here rather than starting its own.)
+    pub fn set_admission(&self, policy: Policy, max_in_flight: usize) {
+        let mut state = self.0.shared.lock();
+        state.policy = policy;
+        state.max_in_flight = max_in_flight;
+        self.0.shared.admit(&mut state);
+    }
+
+    /// The admission policy and window now in force.
+    pub fn admission(&self) -> (Policy, usize) {
+        let state = self.0.shared.lock();
+        (state.policy, state.max_in_flight)
     }
 
     pub fn resume_admission(&self) {
-        let mut state = self.shared.lock();
+        let mut state = self.0.shared.lock();
         state.paused = false;
-        self.shared.admit(&mut state);
+        self.0.shared.admit(&mut state);
     }
 
     /// Fault injection, for tests of failure containment: `device`'s worker panics with
@@ -308,31 +344,32 @@ impl Runtime {
     #[doc(hidden)]
     pub fn inject_panic(&self, device: &Device, message: &str) -> Result<()> {
         let worker = self
+            .0
             .shared
             .worker_of(device)
             .ok_or_else(|| Error::InvalidArgument {
                 what: "inject_panic",
                 reason: format!("device {} is not in this runtime", device.label()),
             })?;
-        *self.shared.injected_panics[worker]
+        *self.0.shared.injected_panics[worker]
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(message.to_string());
         Ok(())
     }
 
     pub fn clear_gang_order(&self) {
-        for o in &mut self.shared.lock().order {
+        for o in &mut self.0.shared.lock().order {
             o.clear();
         }
     }
 
     /// What every client was given: the live ones, then those gone, summed by name.
     pub fn client_stats(&self) -> Vec<ClientStats> {
-        self.shared.lock().clients.stats()
+        self.0.shared.lock().clients.stats()
     }
 }
 
-impl Drop for Runtime {
+impl Drop for Owner {
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.wake.notify_all();
@@ -343,6 +380,16 @@ impl Drop for Runtime {
 }
 
 impl Client {
+    /// The runtime's process-wide event stream (see [`Runtime::tracer`]).
+    pub fn tracer(&self) -> &Tracer {
+        &self.0.shared.opts.tracer
+    }
+
+    /// Every device of the client's runtime, in its order.
+    pub fn devices(&self) -> &[Device] {
+        &self.0.shared.devices
+    }
+
     /// Submits a run of `exec` with `args` (argument i: every shard's values, one after another).
     ///
     /// Waits for a free run slot of `exec`; in parallel dispatch, records every command buffer of
@@ -392,7 +439,7 @@ impl Client {
                 client: self.0.index,
                 workers,
                 tracer: self.0.shared.opts.tracer.clone(),
-                gpu_timed: self.0.shared.gpu_timed(),
+                gpu_timestamps: self.0.shared.gpu_timestamps.load(Ordering::Relaxed),
             },
         ));
         if opts.mode == super::DispatchMode::Parallel
@@ -492,6 +539,15 @@ impl RunHandle {
     /// are not f32.
     pub fn wait_bytes(self) -> Result<Vec<Vec<u8>>> {
         self.run.wait(self.timeout)
+    }
+
+    /// The run's results as bytes, and its trace events by start time: empty unless the run
+    /// was submitted with [`RunOptions::trace`]. Times count from the process's trace epoch
+    /// ([`crate::trace::process_epoch`]).
+    pub fn wait_traced(self) -> Result<(Vec<Vec<u8>>, Vec<Event>)> {
+        let results = self.run.wait(self.timeout)?;
+        let events = self.run.wait_events(self.timeout)?;
+        Ok((results, events))
     }
 
     pub fn id(&self) -> u64 {

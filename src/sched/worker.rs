@@ -12,7 +12,7 @@ use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A GPU callback's news, handed to the device's worker (callbacks themselves only push here).
@@ -49,6 +49,9 @@ pub(crate) struct Inbox {
     pub outstanding: AtomicUsize,
     /// The device's timestamp queries, when it has them.
     pub ring: Option<TimestampRing>,
+    /// The device's GPU clock on the host's, calibrated when a run first needs it (`None`
+    /// inside: calibration failed, so kernels are host-timed).
+    clock: OnceLock<Option<GpuClock>>,
 }
 
 impl Inbox {
@@ -57,7 +60,15 @@ impl Inbox {
             items: Mutex::default(),
             outstanding: AtomicUsize::new(0),
             ring: TimestampRing::new(device),
+            clock: OnceLock::new(),
         }
+    }
+
+    /// The device's clock mapping, calibrated on first use (a few round trips on its queue).
+    pub fn clock(&self, device: &Device) -> Option<&GpuClock> {
+        self.clock
+            .get_or_init(|| GpuClock::calibrate(device))
+            .as_ref()
     }
 
     pub fn push(&self, c: Completion) {
@@ -94,7 +105,6 @@ struct Worker {
     index: usize,
     device: Device,
     inbox: Arc<Inbox>,
-    clock: Option<GpuClock>,
     /// Host-timed kernels: when the previous one ended, so intervals on the lane never overlap.
     last_kernel_end: u64,
     /// Set once the device is lost or this worker panicked: every later task of the device fails
@@ -125,19 +135,12 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name(format!("gangway device {}", device.id()))
         .spawn(move || {
-            // Calibrating costs a few round trips: only when GPU times will be taken.
-            let clock = if shared.gpu_timed() {
-                GpuClock::calibrate(&device)
-            } else {
-                None
-            };
             let inbox = shared.inboxes[index].clone();
             Worker {
                 shared,
                 index,
                 device,
                 inbox,
-                clock,
                 last_kernel_end: 0,
                 broken: None,
                 stamps: Vec::new(),
@@ -231,7 +234,7 @@ impl Worker {
         let now = Instant::now();
         let since = task
             .blocked
-            .get_or_insert_with(|| (now, task.run.tracer.now_ns(), reason.clone()))
+            .get_or_insert_with(|| (now, task.run.trace.now_ns(), reason.clone()))
             .0;
         if now - since > self.device.wait_timeout() {
             let e = Error::Timeout {
@@ -303,10 +306,14 @@ impl Worker {
             .is_some_and(|next| Arc::ptr_eq(&next.run, &task.run));
         if !same_run_next {
             self.flush();
+            // A run whose handle waits for its events: its GPU times now, not a batch later.
+            if task.run.opts.trace && self.stamps.iter().any(|s| Arc::ptr_eq(&s.1, &task.run)) {
+                self.resolve_stamps();
+            }
         }
         if let Some((_, start_ns, reason)) = &task.blocked {
-            let end = task.run.tracer.now_ns();
-            task.run.tracer.record(
+            let end = task.run.trace.now_ns();
+            task.run.trace.record(
                 task.run
                     .event_meta(EventMeta::wait(self.device.id()), task.node),
                 || format!("wait: {reason}"),
@@ -383,7 +390,7 @@ impl Worker {
         let shard = role.shard();
         let res = &run.exec.slots[run.slot].nodes[node][shard];
         let device = self.device.clone();
-        let tracer = &run.tracer;
+        let trace = &run.trace;
         let missing = || Error::Program {
             program: prog.name().to_string(),
             reason: format!("{}: no output buffer", n.name),
@@ -402,9 +409,9 @@ impl Worker {
                         what: "run",
                         reason: format!("argument {index} is too short"),
                     })?;
-                let start = tracer.span();
+                let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, data);
-                tracer.finish(
+                trace.finish(
                     start,
                     run.event_meta(EventMeta::transfer(device.id()), node),
                     || format!("upload arg{index}"),
@@ -425,13 +432,13 @@ impl Worker {
                         run.exec.devices()[from].label()
                     )));
                 };
-                let start = tracer.span();
+                let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
                 let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
                 if let Some(id) = flow_id(run, mail_node, shard) {
                     meta = meta.flow(id, FlowRole::In);
                 }
-                tracer.finish(start, meta, || format!("recv {}", n.name));
+                trace.finish(start, meta, || format!("recv {}", n.name));
                 run.role_done(node);
             }
             Role::Gather { shard } => {
@@ -450,7 +457,7 @@ impl Worker {
                 }
                 let len_bytes =
                     n.output().map(|v| prog.value(v).shard_bytes()).unwrap_or(0) as usize;
-                let start = tracer.span();
+                let start = trace.span();
                 let all_to_all = matches!(n.op, Op::AllToAll(_));
                 let place = group.position(shard);
                 for (k, &m) in members.iter().enumerate() {
@@ -465,7 +472,7 @@ impl Worker {
                         device.write_buffer(gather, (k * len_bytes) as u64, bytes);
                     }
                 }
-                tracer.finish(
+                trace.finish(
                     start,
                     run.event_meta(EventMeta::transfer(device.id()), node),
                     || format!("gather {}", n.name),
@@ -501,7 +508,7 @@ impl Worker {
             run.role_done(node);
             return Ok(());
         };
-        run.submitted_ns[node][role.shard()].store(run.tracer.now_ns(), Ordering::Release);
+        run.submitted_ns[node][role.shard()].store(run.trace.now_ns(), Ordering::Release);
         self.inbox
             .outstanding
             .fetch_add(callbacks, Ordering::AcqRel);
@@ -512,6 +519,7 @@ impl Worker {
             self.flush();
         }
         if let Some(pair) = stamp {
+            run.stamps_pending.fetch_add(1, Ordering::AcqRel);
             self.stamps_since.get_or_insert_with(Instant::now);
             self.stamps.push((pair, run.clone(), node));
             if self.stamps.len() >= BATCH {
@@ -533,7 +541,9 @@ impl Worker {
     fn resolve_stamps(&mut self) {
         self.flush();
         let Some(ring) = self.inbox.ring.as_ref() else {
-            self.stamps.clear();
+            for (_, run, _) in self.stamps.drain(..) {
+                run.stamp_done();
+            }
             return;
         };
         self.stamps_since = None;
@@ -569,11 +579,13 @@ impl Worker {
     fn drain_completions(&mut self) {
         for c in self.inbox.take() {
             // Timestamp batches belong to the device, not to one run's slot.
-            let run = match &c {
+            let (run, stamped) = match &c {
                 Completion::Mapped { run, .. } | Completion::WorkDone { run, .. } => {
-                    Some(run.clone())
+                    (Some(run.clone()), Vec::new())
                 }
-                Completion::Timestamps { .. } => None,
+                Completion::Timestamps { kernels, .. } => {
+                    (None, kernels.iter().map(|(r, _)| r.clone()).collect())
+                }
             };
             // A panic while completing one callback fails that callback's run only.
             let outcome = catch_unwind(AssertUnwindSafe(|| self.complete(c))).unwrap_or_else(|p| {
@@ -583,6 +595,10 @@ impl Worker {
                 ))
             });
             self.inbox.outstanding.fetch_sub(1, Ordering::AcqRel);
+            // Recorded or lost, these GPU times are no longer pending.
+            for r in stamped {
+                r.stamp_done();
+            }
             if let Some(run) = run {
                 if let Err(e) = outcome {
                     run.fail(e);
@@ -616,11 +632,11 @@ impl Worker {
                     meta = meta.flow(id, FlowRole::Out);
                 }
                 let name = &run.exec.program().nodes()[node].name;
-                run.tracer.record(
+                run.trace.record(
                     meta,
                     || format!("read back {name}"),
                     start,
-                    run.tracer.now_ns(),
+                    run.trace.now_ns(),
                 );
                 run.role_done(node);
             }
@@ -631,12 +647,12 @@ impl Worker {
                 at_ns,
                 host_timed,
             } => {
-                if host_timed && run.tracer.is_on() {
+                if host_timed && run.trace.is_on() {
                     let submitted = run.submitted_ns[node][shard].load(Ordering::Acquire);
                     let start = submitted.max(self.last_kernel_end).min(at_ns);
                     self.last_kernel_end = at_ns;
                     let name = &run.exec.program().nodes()[node].name;
-                    run.tracer.record(
+                    run.trace.record(
                         run.event_meta(EventMeta::kernel(self.device.id()), node),
                         || name.clone(),
                         start,
@@ -655,16 +671,16 @@ impl Worker {
                     .device
                     .take_mapped(&buffer, kernels.len() as u64 * 16)?;
                 let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
-                let Some(clock) = &self.clock else {
+                let Some(clock) = self.inbox.clock(&self.device) else {
                     return Ok(());
                 };
                 for ((run, node), t) in kernels.iter().zip(ticks.chunks_exact(2)) {
                     let (start, end) = (
-                        clock.host_ns(&run.tracer, t[0]),
-                        clock.host_ns(&run.tracer, t[1]),
+                        clock.host_ns(&run.trace, t[0]),
+                        clock.host_ns(&run.trace, t[1]),
                     );
                     let name = &run.exec.program().nodes()[*node].name;
-                    run.tracer.record(
+                    run.trace.record(
                         run.event_meta(EventMeta::kernel(self.device.id()), *node)
                             .clock(Clock::Gpu),
                         || name.clone(),

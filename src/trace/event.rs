@@ -1,6 +1,7 @@
 //! One traced interval: a kernel, a transfer, host encoding or a wait, on one lane of one device.
 //!
-//! Times are nanoseconds on the host clock since the tracer's epoch. GPU times taken from
+//! Times are nanoseconds on the host clock since the process's trace epoch
+//! ([`super::process_epoch`]). GPU times taken from
 //! timestamp queries are mapped onto that clock before they become events; [`Clock`] says which.
 
 use serde::{Deserialize, Serialize};

@@ -5,11 +5,24 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 use super::event::Event;
 use super::meta::EventMeta;
+
+/// The one instant every trace time of this process counts from: the first time anything asked.
+/// Every tracer and every run's own trace use it, so events of different tracers, runtimes and
+/// runs line up without shifting.
+pub fn process_epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// `t` as nanoseconds since [`process_epoch`], saturating to 0 before it.
+pub fn ns_since_epoch(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(process_epoch()).as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Records events and streams them to subscribers. Clones share one recording.
 #[derive(Clone, Default)]
@@ -21,6 +34,8 @@ struct Inner {
     epoch: Instant,
     next_flow_id: AtomicU64,
     state: Mutex<State>,
+    /// Where every event also goes ([`Tracer::forwarding_to`]).
+    forward: Tracer,
 }
 
 #[derive(Default)]
@@ -35,13 +50,21 @@ struct State {
 pub struct SpanStart(pub u64);
 
 impl Tracer {
-    /// A tracer that records every event and streams it to subscribers; its epoch is now.
+    /// A tracer that records every event and streams it to subscribers; its times count from
+    /// the [`process_epoch`].
     pub fn new() -> Self {
+        Self::forwarding_to(&Self::off())
+    }
+
+    /// A tracer of its own (recording, with its own subscribers) that also hands every event to
+    /// `to`: a run keeps its events this way while they still reach the process's stream.
+    pub fn forwarding_to(to: &Tracer) -> Self {
         Self {
             inner: Some(Arc::new(Inner {
-                epoch: Instant::now(),
+                epoch: process_epoch(),
                 next_flow_id: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
+                forward: to.clone(),
             })),
         }
     }
@@ -79,6 +102,7 @@ impl Tracer {
     /// Records `e` and sends a copy to every live subscriber; drops subscribers that hung up.
     pub fn emit(&self, e: Event) {
         if let Some(inner) = &self.inner {
+            inner.forward.emit_with(|| e.clone());
             let mut state = inner.lock();
             state.subscribers.retain(|tx| tx.send(e.clone()).is_ok());
             state.events.push(e);
@@ -183,6 +207,19 @@ mod tests {
 
     fn kernel(tracer: &Tracer, name: &str, start: u64) {
         tracer.record(EventMeta::kernel(0), || name.to_string(), start, start + 5);
+    }
+
+    #[test]
+    fn a_forwarding_tracer_keeps_its_events_and_hands_them_on() {
+        let process = Tracer::new();
+        let run = Tracer::forwarding_to(&process);
+        let quiet = Tracer::forwarding_to(&Tracer::off());
+        kernel(&run, "a", 0);
+        kernel(&quiet, "b", 0);
+        assert_eq!(run.take_events().len(), 1);
+        assert_eq!(quiet.event_count(), 1);
+        let names: Vec<_> = process.events().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["a"]);
     }
 
     #[test]

@@ -60,3 +60,22 @@ pub fn scratch_path(what: &str, device: &gangway::Device) -> std::path::PathBuf 
         device.info().adapter
     ))
 }
+
+/// A runtime over `devices` (each once, in first-seen order), as a process's one runtime would
+/// be, and a client of it named `name`. Keep the runtime while the client is used: its workers
+/// stop when it is dropped.
+pub fn runtime_client(
+    devices: &[gangway::Device],
+    name: &str,
+) -> (gangway::sched::Runtime, gangway::sched::Client) {
+    let mut unique: Vec<gangway::Device> = Vec::new();
+    for d in devices {
+        if !unique.contains(d) {
+            unique.push(d.clone());
+        }
+    }
+    let runtime = gangway::sched::Runtime::new(unique, gangway::sched::RuntimeOptions::default())
+        .expect("a runtime over the test's devices");
+    let client = runtime.client(name, 1);
+    (runtime, client)
+}

@@ -3,12 +3,10 @@
 //! idle between kernels; parallel dispatch encodes everything up front.
 
 use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use egui::Ui;
-use gangway::Device;
-use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
-use gangway::trace::{EventKind, Tracer};
+use gangway::sched::{DispatchMode, Runtime};
 
 use crate::background;
 use crate::live::{DeviceHub, chain, chain_client, run_chain};
@@ -35,28 +33,16 @@ pub struct DispatchCompare {
     scaled: bool,
 }
 
-fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
-    let tracer = Tracer::new();
+fn run_mode(runtime: &Runtime, mode: DispatchMode) -> Result<ModeRun, String> {
+    let devices = runtime.devices();
     let exec = chain(devices, 4).map_err(|e| e.to_string())?;
-    let runtime = Runtime::new(
-        devices.to_vec(),
-        RuntimeOptions {
-            tracer: tracer.clone(),
-            ..RuntimeOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let kernels_per_run = devices.len().clamp(1, 4);
-    let client = chain_client(&runtime, mode);
-    // One untraced-in-effect warm-up, then the measured runs.
-    run_chain(&client, &exec, mode, 1).map_err(|e| e.to_string())?;
-    wait_for_kernels(&tracer, kernels_per_run);
-    drop(tracer.take_events());
+    let client = chain_client(runtime, mode);
+    // One untraced warm-up, then the measured runs, each keeping its events.
+    run_chain(&client, &exec, mode, 1, false).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    run_chain(&client, &exec, mode, RUNS).map_err(|e| e.to_string())?;
+    let events = run_chain(&client, &exec, mode, RUNS, true).map_err(|e| e.to_string())?;
     let wall_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    wait_for_kernels(&tracer, RUNS * kernels_per_run);
-    let mut data = TimelineData::from_events(tracer.take_events());
+    let mut data = TimelineData::from_events(events);
     data.device_names = devices
         .iter()
         .map(|d| (d.id(), d.info().name.clone()))
@@ -69,27 +55,11 @@ fn run_mode(devices: &[Device], mode: DispatchMode) -> Result<ModeRun, String> {
     })
 }
 
-/// Waits (at most 5 s) until `tracer` holds `kernels` kernel events: GPU-timestamped kernels
-/// reach the tracer in batches, up to ~100 ms after their run finished.
-fn wait_for_kernels(tracer: &Tracer, kernels: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while tracer
-        .events()
-        .iter()
-        .filter(|e| e.kind == EventKind::Kernel)
-        .count()
-        < kernels
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Both modes, one after the other, on `devices`.
-pub fn compare(devices: &[Device]) -> Result<Vec<ModeRun>, String> {
+/// Both modes, one after the other, as clients of `runtime` (on its first devices, up to 4).
+pub fn compare(runtime: &Runtime) -> Result<Vec<ModeRun>, String> {
     [DispatchMode::Sequential, DispatchMode::Parallel]
         .into_iter()
-        .map(|m| run_mode(devices, m))
+        .map(|m| run_mode(runtime, m))
         .collect()
 }
 
@@ -99,8 +69,8 @@ impl DispatchCompare {
     }
 
     /// Starts both runs on a background thread.
-    pub fn start(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
-        match background::spawn("gangway-compare", ctx, move || compare(&devices)) {
+    pub fn start(&mut self, runtime: Runtime, ctx: Option<egui::Context>) {
+        match background::spawn("gangway-compare", ctx, move || compare(&runtime)) {
             Ok(rx) => {
                 self.pending = Some(rx);
                 self.error = None;
@@ -132,15 +102,15 @@ impl DispatchCompare {
     pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {
         self.poll();
         ui.horizontal(|ui| {
-            let devices = hub.devices();
-            let enabled = devices.is_some() && !self.is_running();
+            let runtime = hub.runtime();
+            let enabled = runtime.is_some() && !self.is_running();
             if ui
                 .add_enabled(enabled, egui::Button::new("Run comparison"))
                 .on_disabled_hover_text("needs devices, and no comparison running")
                 .clicked()
-                && let Some(devices) = devices
+                && let Some(runtime) = runtime
             {
-                self.start(devices, Some(ui.ctx().clone()));
+                self.start(runtime, Some(ui.ctx().clone()));
             }
             if self.is_running() {
                 ui.spinner();

@@ -1,6 +1,7 @@
-//! Real work on the real devices, in the background: discover devices, then run the chain
-//! program (one tiny kernel per device, Pathways Fig. 4/7) over and over through a traced
-//! [`Runtime`], streaming every event to the UI through [`Tracer::subscribe`].
+//! Real work on the real devices, in the background: discover devices and start the app's one
+//! [`Runtime`] over them (traced: every run's events stream to the UI through
+//! [`Tracer::subscribe`]), then run the chain program (one tiny kernel per device, Pathways
+//! Fig. 4/7) over and over as one of its clients.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
-use gangway::trace::Tracer;
+use gangway::trace::{Event, Tracer};
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
 /// Elements each chain kernel touches.
@@ -27,10 +28,13 @@ pub enum Discovery {
     Unavailable(String),
 }
 
-/// Discovers devices on a background thread so the window opens at once.
+/// Discovers devices on a background thread so the window opens at once, and owns the app's one
+/// runtime over them: every real run (the live workload, the dispatch comparison, the lab's run,
+/// MoE training) is a client of it, so they share the devices in one gang order and one clock.
 #[derive(Debug, Clone)]
 pub struct DeviceHub {
     state: Arc<Mutex<Discovery>>,
+    runtime: Arc<Mutex<Option<Runtime>>>,
 }
 
 impl DeviceHub {
@@ -43,8 +47,10 @@ impl DeviceHub {
     /// overriding `GANGWAY_VIRTUAL_DEVICES`.
     pub fn discover_with(ctx: Option<egui::Context>, virtual_devices: Option<usize>) -> Self {
         let state = Arc::new(Mutex::new(Discovery::Pending));
+        let runtime = Arc::new(Mutex::new(None));
         let hub = Self {
             state: state.clone(),
+            runtime: runtime.clone(),
         };
         let spawned = std::thread::Builder::new()
             .name("gangway-discover".into())
@@ -57,6 +63,15 @@ impl DeviceHub {
                         o
                     })
                     .and_then(|o| discover(&o))
+                    .and_then(|devices| {
+                        let traced = RuntimeOptions {
+                            tracer: Tracer::new(),
+                            ..RuntimeOptions::default()
+                        };
+                        let started = Runtime::new(devices.clone(), traced)?;
+                        *runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
+                        Ok(devices)
+                    })
                     .map_or_else(|e| Discovery::Unavailable(e.to_string()), Discovery::Found);
                 *state.lock().unwrap_or_else(PoisonError::into_inner) = found;
                 if let Some(ctx) = ctx {
@@ -75,7 +90,16 @@ impl DeviceHub {
     pub fn disabled(reason: &str) -> Self {
         Self {
             state: Arc::new(Mutex::new(Discovery::Unavailable(reason.into()))),
+            runtime: Arc::default(),
         }
+    }
+
+    /// The app's runtime, once devices were found.
+    pub fn runtime(&self) -> Option<Runtime> {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn set(&self, d: Discovery) {
@@ -129,16 +153,23 @@ pub fn chain_client(runtime: &Runtime, mode: DispatchMode) -> Client {
 }
 
 /// Submits `runs` runs of `exec` in `mode` (sequential waits for each; parallel keeps every
-/// slot full) and waits for all.
+/// slot full) and waits for all; with `trace`, returns every run's events.
 pub fn run_chain(
     client: &Client,
     exec: &Arc<Executable>,
     mode: DispatchMode,
     runs: usize,
-) -> gangway::Result<()> {
+    trace: bool,
+) -> gangway::Result<Vec<Event>> {
     let opts = RunOptions {
         mode,
-        microbatch: None,
+        trace,
+        ..RunOptions::default()
+    };
+    let mut events = Vec::new();
+    let mut finish = |h: gangway::sched::RunHandle| -> gangway::Result<()> {
+        events.extend(h.wait_traced()?.1);
+        Ok(())
     };
     let mut in_flight = std::collections::VecDeque::new();
     for _ in 0..runs {
@@ -146,13 +177,14 @@ pub fn run_chain(
         if (in_flight.len() >= exec.in_flight() || mode == DispatchMode::Sequential)
             && let Some(h) = in_flight.pop_front()
         {
-            h.wait()?;
+            finish(h)?;
         }
     }
-    in_flight.into_iter().try_for_each(|h| h.wait().map(|_| ()))
+    in_flight.into_iter().try_for_each(&mut finish)?;
+    Ok(events)
 }
 
-/// A background workload, tracing into the live view's stream.
+/// A background workload on the app's runtime, whose tracer is the live view's stream.
 #[derive(Debug)]
 pub struct LiveRunner {
     pub tracer: Tracer,
@@ -168,20 +200,16 @@ pub struct LiveRunner {
 }
 
 impl LiveRunner {
-    /// Starts running the chain on `devices` forever (until dropped), in batches of 8 runs with
-    /// a short rest between, so a 2-core machine stays usable.
-    pub fn start(
-        devices: Vec<Device>,
-        mode: DispatchMode,
-        tracer: Tracer,
-        ctx: Option<egui::Context>,
-    ) -> Self {
+    /// Starts running the chain on the runtime's devices forever (until dropped), in batches of 8
+    /// runs with a short rest between, so a 2-core machine stays usable.
+    pub fn start(runtime: Runtime, mode: DispatchMode, ctx: Option<egui::Context>) -> Self {
+        let tracer = runtime.tracer().clone();
         let (err_tx, errors) = channel();
         let hold = Arc::new(AtomicBool::new(false));
         let last_poll_ns = Arc::new(AtomicU64::new(tracer.now_ns()));
         let stop = Arc::new(AtomicBool::new(false));
         let worker = {
-            let (tracer, stop) = (tracer.clone(), stop.clone());
+            let stop = stop.clone();
             let (hold, last_poll_ns) = (hold.clone(), last_poll_ns.clone());
             let held = move |now: u64| {
                 hold.load(Ordering::Relaxed)
@@ -189,7 +217,7 @@ impl LiveRunner {
             };
             std::thread::Builder::new()
                 .name("gangway-live".into())
-                .spawn(move || work(devices, tracer, mode, &held, &stop, &err_tx, ctx))
+                .spawn(move || work(&runtime, mode, &held, &stop, &err_tx, ctx))
         };
         let (worker, errors) = match worker {
             Ok(h) => (Some(h), errors),
@@ -237,30 +265,23 @@ impl Drop for LiveRunner {
 }
 
 fn work(
-    devices: Vec<Device>,
-    tracer: Tracer,
+    runtime: &Runtime,
     mode: DispatchMode,
     held: &dyn Fn(u64) -> bool,
     stop: &AtomicBool,
     errors: &Sender<String>,
     ctx: Option<egui::Context>,
 ) {
+    let tracer = runtime.tracer();
     let result = (|| -> gangway::Result<()> {
-        let exec = chain(&devices, 4)?;
-        let runtime = Runtime::new(
-            devices,
-            RuntimeOptions {
-                tracer: tracer.clone(),
-                ..RuntimeOptions::default()
-            },
-        )?;
-        let client = chain_client(&runtime, mode);
+        let exec = chain(runtime.devices(), 4)?;
+        let client = chain_client(runtime, mode);
         while !stop.load(Ordering::Relaxed) {
             if held(tracer.now_ns()) {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
-            run_chain(&client, &exec, mode, 8)?;
+            run_chain(&client, &exec, mode, 8, false)?;
             // The subscriber has every event; the tracer's own copy would only grow.
             drop(tracer.take_events());
             if let Some(ctx) = &ctx {

@@ -49,8 +49,8 @@ pub struct LiveView {
     pub utilization: BTreeMap<usize, VecDeque<[f64; 2]>>,
     last_sample_ns: u64,
     pub error: Option<String>,
-    /// The stream every real run traces into (the live workload, MoE training): one clock, one
-    /// subscription. Made on first use.
+    /// The stream every real run traces into (the app runtime's tracer: the live workload, MoE
+    /// training, ...), subscribed to once the runtime exists ([`Self::attach`]).
     stream: Option<(Tracer, Receiver<Event>)>,
 }
 
@@ -77,16 +77,16 @@ impl Default for LiveView {
 }
 
 impl LiveView {
-    /// The tracer whose events this view shows: hand it to any run that should appear here.
-    pub fn tracer(&mut self) -> Tracer {
-        self.stream
-            .get_or_insert_with(|| {
-                let tracer = Tracer::new();
-                let events = tracer.subscribe();
-                (tracer, events)
-            })
-            .0
-            .clone()
+    /// Follows the hub's runtime's event stream, once the hub has a runtime: every run on it
+    /// appears here. Call every frame (cheap once attached).
+    pub fn attach(&mut self, hub: &DeviceHub) {
+        if self.stream.is_none()
+            && let Some(runtime) = hub.runtime()
+        {
+            let tracer = runtime.tracer().clone();
+            let events = tracer.subscribe();
+            self.stream = Some((tracer, events));
+        }
     }
 
     /// Starts the workload on the hub's devices, if it has any, and follows it live. It runs on
@@ -126,16 +126,11 @@ impl LiveView {
         if self.runner.is_some() {
             return false;
         }
-        let Some(devices) = hub.devices() else {
+        let Some(runtime) = hub.runtime() else {
             return false;
         };
-        let tracer = self.tracer();
-        self.runner = Some(LiveRunner::start(
-            devices,
-            DispatchMode::Parallel,
-            tracer,
-            ctx,
-        ));
+        self.attach(hub);
+        self.runner = Some(LiveRunner::start(runtime, DispatchMode::Parallel, ctx));
         true
     }
 

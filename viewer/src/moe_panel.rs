@@ -14,7 +14,7 @@ use gangway::data::Corpus;
 use gangway::moe::trainer::StepStats;
 use gangway::moe::training_run::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
-use gangway::trace::Tracer;
+use gangway::sched::Runtime;
 
 use crate::live::{DeviceHub, Discovery};
 
@@ -149,23 +149,24 @@ pub enum Message {
     Done(Result<TrainReport, String>),
 }
 
-/// Loads the bundled corpus and trains `settings` on `devices` (blocking: call it off the UI
-/// thread), reporting every step through `progress`.
+/// Loads the bundled corpus and trains `settings` on `devices` of `runtime`, as one of its
+/// clients (blocking: call it off the UI thread), reporting every step through `progress`. Its
+/// kernels appear on the live timeline, as every run on the app's runtime does.
 pub fn run_training(
+    runtime: &Runtime,
     devices: &[Device],
     settings: MoeSettings,
     stop: Arc<AtomicBool>,
-    tracer: Option<Tracer>,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport, String> {
     let corpus = Corpus::bundled_all().map_err(|e| format!("cannot load the corpus: {e}"))?;
     let start = MoeLmParams::init(settings.config()).map_err(|e| e.to_string())?;
     train(
+        &runtime.client("viewer: MoE training", 1),
         devices,
         &corpus,
         &start,
         &settings.options(stop),
-        tracer,
         progress,
     )
     .map_err(|e| e.to_string())
@@ -194,8 +195,6 @@ pub struct MoePanel {
     pub error: Option<String>,
     /// The step whose tokens per expert are drawn; `None`: the latest.
     pub shown_step: Option<usize>,
-    /// Where runs trace every kernel, transfer and step (the live timeline's stream).
-    pub trace_to: Option<Tracer>,
 }
 
 impl MoePanel {
@@ -217,8 +216,9 @@ impl MoePanel {
         }
     }
 
-    /// Starts training the current settings on the first `settings.devices` of `devices`.
-    pub fn start(&mut self, devices: &[Device], ctx: Option<egui::Context>) {
+    /// Starts training the current settings on the first `settings.devices` of `runtime`'s.
+    pub fn start(&mut self, runtime: Runtime, ctx: Option<egui::Context>) {
+        let devices = runtime.devices();
         if self.running.is_some() {
             return;
         }
@@ -241,13 +241,12 @@ impl MoePanel {
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
-        let tracer = self.trace_to.clone();
         let spawned = std::thread::Builder::new()
             .name("gangway-moe-train".into())
             .spawn(move || {
                 let progress_tx = tx.clone();
                 let progress_ctx = ctx.clone();
-                let result = run_training(&devices, settings, thread_stop, tracer, move |p| {
+                let result = run_training(&runtime, &devices, settings, thread_stop, move |p| {
                     let _ = progress_tx.send(Message::Progress(Box::new(p.clone())));
                     if let Some(ctx) = &progress_ctx {
                         ctx.request_repaint();
@@ -315,11 +314,11 @@ impl MoePanel {
                 format!("MoE training is off: real runs are off: {why}"),
             );
         }
-        self.controls_ui(ui, &discovery);
+        self.controls_ui(ui, &discovery, hub.runtime());
         self.run_ui(ui);
     }
 
-    fn controls_ui(&mut self, ui: &mut Ui, discovery: &Discovery) {
+    fn controls_ui(&mut self, ui: &mut Ui, discovery: &Discovery, runtime: Option<Runtime>) {
         let running = self.is_running();
         let found = match discovery {
             Discovery::Found(d) => d.len(),
@@ -369,9 +368,9 @@ impl MoePanel {
             };
             if start.clicked()
                 && blocker.is_none()
-                && let Discovery::Found(devices) = discovery
+                && let Some(runtime) = runtime
             {
-                self.start(devices, Some(ui.ctx().clone()));
+                self.start(runtime, Some(ui.ctx().clone()));
             }
             let stop = ui.add_enabled(running && !self.is_stopping(), Button::new("Stop"));
             if stop

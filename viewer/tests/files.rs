@@ -149,7 +149,9 @@ fn memory_report() -> Option<gangway::bench::Report> {
         suites: vec![gangway::bench::Suite::Memory],
         ..gangway::bench::BenchOptions::quick()
     };
-    Some(gangway::bench::run::run(&adapters, &opts, |_| {}).unwrap())
+    let runtime =
+        gangway::sched::Runtime::new(devices, gangway::sched::RuntimeOptions::default()).unwrap();
+    Some(gangway::bench::run::run(&runtime, &adapters, &opts, |_| {}).unwrap())
 }
 
 #[test]

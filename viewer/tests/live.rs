@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-use gangway::sched::DispatchMode;
+use gangway::sched::{DispatchMode, Runtime, RuntimeOptions};
 use gangway::trace::{EventKind, Lane};
 use gangway::{DiscoveryOptions, discover};
 use gangway_viewer::dispatch_compare::{RUNS, compare};
@@ -71,7 +71,8 @@ fn comparison_traces_both_modes() {
     let Some(devices) = devices("comparison_traces_both_modes") else {
         return;
     };
-    let runs = compare(&devices).unwrap();
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    let runs = compare(&runtime).unwrap();
     let modes: Vec<_> = runs.iter().map(|r| r.mode).collect();
     assert_eq!(modes, [DispatchMode::Sequential, DispatchMode::Parallel]);
     let stages = devices.len().clamp(1, 4);

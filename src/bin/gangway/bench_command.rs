@@ -9,6 +9,7 @@ use gangway::bench::report::{Status, number, seconds};
 use gangway::bench::run::{Progress, run};
 use gangway::bench::{BenchOptions, Report, Suite, select_adapters};
 use gangway::kernels::matmul::MatmulVariant;
+use gangway::sched::Runtime;
 use gangway::trace::Tracer;
 use gangway::{DType, Device};
 use std::path::{Path, PathBuf};
@@ -99,7 +100,12 @@ fn save(path: &Path, text: &str) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Result<()> {
+pub fn bench_suites(
+    runtime: &Runtime,
+    devices: &[Device],
+    args: &BenchArgs,
+    tracer: &Tracer,
+) -> Result<()> {
     let o = options(args, tracer)?;
     let adapters = select_adapters(devices, &args.adapters)?;
     // Fail on an unwritable output now, not after the run.
@@ -109,7 +115,7 @@ pub fn bench_suites(devices: &[Device], args: &BenchArgs, tracer: &Tracer) -> Re
     }
     let mut save_error = None;
     let mut pb: Option<indicatif::ProgressBar> = None;
-    let report = run(&adapters, &o, |p| match p {
+    let report = run(runtime, &adapters, &o, |p| match p {
         Progress::Started {
             index,
             total,

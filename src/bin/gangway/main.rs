@@ -6,6 +6,7 @@ use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
 use gangway::pipeline::ScheduleKind;
+use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::Tracer;
 use gangway::{Device, DiscoveryOptions, discover};
 
@@ -96,9 +97,12 @@ fn run(cli: Cli) -> Result<()> {
         names = found.iter().map(|d| (d.id(), d.label())).collect();
         Ok(found)
     };
+    // The commands that run work: the process's one runtime over every device found, streaming
+    // every run's events to `tracer`.
+    let mut runtime = |tracer: &Tracer| process_runtime(&discover()?, tracer);
     match &cli.command {
-        Command::Devices { json } => devices(&discover()?, *json)?,
-        Command::Demo(args) => demo(&discover()?, args)?,
+        Command::Devices { json } => devices(&cli.devices.discover()?, *json)?,
+        Command::Demo(args) => demo(&cli.devices.discover()?, args)?,
         Command::Bench(args) => match &args.compare {
             Some(BenchSub::Compare {
                 old,
@@ -120,16 +124,25 @@ fn run(cli: Cli) -> Result<()> {
                 let split = if args.quick { 2 } else { 4 };
                 let found = cli.devices.discover_split(split)?;
                 names = found.iter().map(|d| (d.id(), d.label())).collect();
-                bench_suites(&found, args, &tracer)?
+                // The cases trace the runs they measure themselves (into `--trace`, if given).
+                let runtime = process_runtime(&found, &Tracer::off())?;
+                bench_suites(&runtime, &found, args, &tracer)?
             }
         },
-        Command::Train(TrainCommand::Moe(args)) => train_moe(&discover()?, args, &tracer)?,
-        Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
-        Command::Train(TrainCommand::BtmBranch(args)) => train_btm_branch(&discover()?, args)?,
-        Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
+        Command::Train(TrainCommand::Moe(args)) => train_moe(&runtime(&tracer)?, args)?,
+        Command::Train(TrainCommand::Btm(args)) => train_btm(&runtime(&tracer)?, args)?,
+        Command::Train(TrainCommand::BtmBranch(args)) => {
+            train_btm_branch(&runtime(&tracer)?, args)?
+        }
+        Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, args)?,
         Command::Pipeline(args) => {
-            let devices = if args.run { discover()? } else { Vec::new() };
-            names = pipeline(args, &devices, &tracer)?;
+            // A run's trace is the pipeline's view (stages, F/B/W), written by `pipeline`.
+            let runtime = if args.run {
+                Some(runtime(&Tracer::off())?)
+            } else {
+                None
+            };
+            names = pipeline(args, runtime.as_ref(), &tracer)?;
         }
     }
     if let Some(path) = &cli.trace {
@@ -143,7 +156,20 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result<()> {
+/// The process's one runtime over every device found: every workload of a command runs on it.
+/// `tracer` gets every run's events, as they happen.
+fn process_runtime(devices: &[Device], tracer: &Tracer) -> Result<Runtime> {
+    Ok(Runtime::new(
+        devices.to_vec(),
+        RuntimeOptions {
+            tracer: tracer.clone(),
+            ..RuntimeOptions::default()
+        },
+    )?)
+}
+
+fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
+    let devices = runtime.devices();
     use gangway::data::Corpus;
     use gangway::moe::training_run::{TrainOptions, resume, train};
     use gangway::moe::{MoeLmParams, TrainerCheckpoint};
@@ -209,13 +235,13 @@ fn train_moe(devices: &[Device], args: &TrainMoeArgs, tracer: &Tracer) -> Result
             );
         }
     };
-    let tracer = tracer.is_on().then(|| tracer.clone());
+    let client = runtime.client("train moe", 1);
     let report = match &checkpoint {
         Some(c) => {
             eprintln!("resuming after step {}", c.step);
-            resume(devices, &corpus, c, &opts, tracer, show)?
+            resume(&client, devices, &corpus, c, &opts, show)?
         }
-        None => train(devices, &corpus, &start, &opts, tracer, show)?,
+        None => train(&client, devices, &corpus, &start, &opts, show)?,
     };
     pb.finish();
     let first = report.losses.first().copied().unwrap_or(f64::NAN);
@@ -280,15 +306,23 @@ fn btm_setup(
     Ok((devices[..args.devices].to_vec(), corpus, opts))
 }
 
+/// Scores every model on the runtime's first device, prints the table and writes `json`.
 fn print_btm_eval(
-    device: &Device,
+    runtime: &Runtime,
     corpus: &gangway::data::Corpus,
     models: &gangway::btm::experiment::BtmModels,
     opts: &gangway::btm::experiment::BtmOptions,
     json: Option<&std::path::Path>,
 ) -> Result<()> {
     use gangway::btm::experiment::{evaluate, table};
-    let scores = evaluate(device, corpus, models, opts)?;
+    let device = runtime.devices().first().context("no device")?;
+    let scores = evaluate(
+        &runtime.client("btm evaluation", 1),
+        device,
+        corpus,
+        models,
+        opts,
+    )?;
     print!("{}", table(&scores));
     let wins = scores
         .iter()
@@ -302,7 +336,8 @@ fn print_btm_eval(
     Ok(())
 }
 
-fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> {
+fn train_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
+    let devices = runtime.devices();
     use gangway::btm::experiment::train_all;
     use gangway::moe::MoeLmParams;
     let (devices, corpus, opts) = btm_setup(devices, args)?;
@@ -317,12 +352,12 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
     let bars = progress::Bars::new();
     let domains = corpus.domains();
     let models = train_all(
+        runtime,
         &devices,
         &corpus,
         &init,
         &opts,
         &args.checkpoint_dir,
-        tracer.is_on().then(|| tracer.clone()),
         |phase, i, step| {
             let (task, len) = match phase {
                 "seed" => ("seed".to_string(), opts.seed_steps),
@@ -348,10 +383,11 @@ fn train_btm(devices: &[Device], args: &BtmArgs, tracer: &Tracer) -> Result<()> 
         devices.len()
     );
     println!("checkpoints: {}", args.checkpoint_dir.display());
-    print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
+    print_btm_eval(runtime, &corpus, &models, &opts, args.json.as_deref())
 }
 
-fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
+fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
+    let devices = runtime.devices();
     use gangway::btm::{average, branch, load_domain_elms, save_elms};
     use gangway::data::Corpus;
     use gangway::moe::training_run::TrainOptions;
@@ -379,11 +415,11 @@ fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
     };
     let pb = progress::bar(u64::from(args.branch_steps));
     let new = branch(
+        runtime,
         std::slice::from_ref(device),
         &[(name, corpus)],
         &averaged,
         &opts,
-        None,
         |_, s| pb.set_position(u64::from(s)),
     )?;
     pb.finish();
@@ -400,28 +436,32 @@ fn train_btm_branch(devices: &[Device], args: &BtmBranchArgs) -> Result<()> {
     Ok(())
 }
 
-fn eval_btm(devices: &[Device], args: &BtmArgs) -> Result<()> {
+fn eval_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
     use gangway::btm::experiment::load_all;
-    let (devices, corpus, opts) = btm_setup(devices, args)?;
+    let (_, corpus, opts) = btm_setup(runtime.devices(), args)?;
     let models = load_all(&args.checkpoint_dir, &corpus.domains())?;
-    print_btm_eval(&devices[0], &corpus, &models, &opts, args.json.as_deref())
+    print_btm_eval(runtime, &corpus, &models, &opts, args.json.as_deref())
 }
 
-/// Runs one pipelined training step on the devices and prints measured beside simulated.
+/// Runs one pipelined training step on the runtime's devices and prints measured beside
+/// simulated; the step's events, in the pipeline's view, go to `tracer`.
 fn pipeline_run(
     args: &PipelineArgs,
-    devices: &[Device],
+    runtime: &Runtime,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
     use gangway::pipeline::timeline;
     let (r, report) = gangway::bench::pipeline::run_case(
-        devices,
+        &runtime.client("pipeline", 1),
+        runtime.devices(),
         args.schedule,
         args.stages,
         args.microbatches,
         args.chunks,
-        tracer,
     )?;
+    for e in &report.events {
+        tracer.emit(e.clone());
+    }
     let chunks = r.chunks;
     println!(
         "{} on {} devices, {} microbatches{}: one MLP training step ({} layers of {}, {} rows per microbatch)",
@@ -490,16 +530,16 @@ fn chunks_suffix(chunks: usize) -> String {
     }
 }
 
-/// Simulates (or runs) one schedule, or compares all four; returns the trace's process names
-/// (one per stage).
+/// Simulates (or, given a runtime, runs) one schedule, or compares all four; returns the trace's
+/// process names (one per stage).
 fn pipeline(
     args: &PipelineArgs,
-    devices: &[Device],
+    runtime: Option<&Runtime>,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
     use gangway::pipeline::{Costs, Figure, Schedule, bubble_formula, simulate, validate};
-    if args.run {
-        return pipeline_run(args, devices, tracer);
+    if let Some(runtime) = runtime {
+        return pipeline_run(args, runtime, tracer);
     }
     let [f, b, w] = match args.costs_us[..] {
         [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],

@@ -1,7 +1,8 @@
 //! The GPU trainer of the MoE language model ([`super`]): forward, backward and Adam in WGSL,
 //! data- and expert-parallel over a mesh of `D` devices, as one compiled program per step shape
-//! ([`step_program`]) run by the gang-scheduling [`Runtime`]. The host only submits batches and
-//! reads back small statistics; every kernel is a trace event of the runtime.
+//! ([`step_program`]) submitted through the caller's client of the process's gang-scheduling
+//! [`Runtime`](crate::sched::Runtime). The host only submits batches and reads back small
+//! statistics; every kernel is a trace event of the runtime.
 //!
 //! # Layout
 //!
@@ -33,8 +34,8 @@ use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::kernels::ops::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
 use crate::program::{CompileOptions, Executable, HostData, Op, Variables};
-use crate::sched::{Client, DispatchMode, RunHandle, RunOptions, Runtime, RuntimeOptions};
-use crate::trace::{EventMeta, Tracer};
+use crate::sched::{Client, DispatchMode, RunHandle, RunOptions};
+use crate::trace::{Event, EventMeta, ns_since_epoch};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -62,6 +63,9 @@ pub struct StepStats {
     pub blocks: Vec<RoutingStats>,
     /// Wall time of the step.
     pub seconds: f64,
+    /// The step's trace events (kernels, transfers, waits, host encoding), when the trainer
+    /// traces its steps ([`GpuTrainer::set_trace`]); times count from the process's trace epoch.
+    pub trace: Vec<Event>,
 }
 
 /// Loss and routing sums of a step's rounds.
@@ -77,14 +81,6 @@ struct RoundSums {
     /// `[block]` aux and z sums over groups.
     block_aux: Vec<f64>,
     block_z: Vec<f64>,
-}
-
-/// The runtime a trainer submits its steps to (its own, or one it shares with other clients),
-/// and its client.
-struct Session {
-    /// `None` when the trainer runs on a runtime it was given.
-    runtime: Option<Runtime>,
-    client: Client,
 }
 
 /// A step submitted to the runtime and not yet finished ([`GpuTrainer::submit_step`]).
@@ -107,75 +103,60 @@ pub struct GpuTrainer {
     /// Per parameter: whether it is an expert tensor (sharded over devices).
     expert: Vec<bool>,
     variables: Variables,
-    session: Session,
+    client: Client,
     dispatch: DispatchMode,
+    /// Keep each step's trace events in its [`StepStats`].
+    trace: bool,
     /// Compiled programs by mode and batch tokens.
     programs: Mutex<HashMap<(Mode, usize), Arc<Executable>>>,
-    tracer: Tracer,
 }
 
 fn invalid(what: &'static str, reason: String) -> Error {
     Error::InvalidArgument { what, reason }
 }
 
-fn session(devices: &[Device], tracer: &Tracer) -> Result<Session> {
-    let runtime = Runtime::new(
-        devices.to_vec(),
-        RuntimeOptions {
-            tracer: tracer.clone(),
-            ..RuntimeOptions::default()
-        },
-    )?;
-    let client = runtime.client("moe trainer", 1);
-    Ok(Session {
-        runtime: Some(runtime),
-        client,
-    })
-}
-
 impl GpuTrainer {
-    /// A trainer over `devices` with one routing group per device.
-    pub fn new(devices: &[Device], params: &MoeLmParams, adam: AdamConfig) -> Result<Self> {
-        Self::with_groups(devices, params, adam, devices.len())
+    /// A trainer over `devices` (devices of `client`'s runtime) with one routing group per
+    /// device. Steps run as runs of `client`, so other clients of the runtime (another trainer, a
+    /// live view) share the devices in gang order.
+    pub fn new(
+        client: &Client,
+        devices: &[Device],
+        params: &MoeLmParams,
+        adam: AdamConfig,
+    ) -> Result<Self> {
+        Self::with_groups(client, devices, params, adam, devices.len())
     }
 
     /// A trainer over `devices` routing each batch in `groups` groups (a multiple of the device
     /// count): the same math as [`super::Adam::train_step_grouped`] with `groups`.
     pub fn with_groups(
+        client: &Client,
         devices: &[Device],
         params: &MoeLmParams,
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(devices, params, None, adam, groups, 0, None)
-    }
-
-    /// A trainer submitting its steps through `client` of a runtime it shares with others (each
-    /// Branch-Train-Merge branch is one): `devices` must belong to that runtime. Its steps are
-    /// traced by that runtime's tracer.
-    pub fn on_client(
-        client: Client,
-        devices: &[Device],
-        params: &MoeLmParams,
-        adam: AdamConfig,
-        groups: usize,
-    ) -> Result<Self> {
-        Self::build(devices, params, None, adam, groups, 0, Some(client))
+        Self::build(client, devices, params, None, adam, groups, 0)
     }
 
     /// A trainer continuing from `checkpoint` on `devices` (any count dividing both `E` and the
     /// checkpoint's groups): replicated tensors and their moments are uploaded to every device,
     /// expert tensors to their owners; the next step is `checkpoint.step + 1`.
-    pub fn resume(devices: &[Device], checkpoint: &TrainerCheckpoint) -> Result<Self> {
+    pub fn resume(
+        client: &Client,
+        devices: &[Device],
+        checkpoint: &TrainerCheckpoint,
+    ) -> Result<Self> {
         checkpoint.check()?;
         Self::build(
+            client,
             devices,
             &checkpoint.params,
             Some((&checkpoint.m, &checkpoint.v)),
             checkpoint.adam,
             checkpoint.groups,
             checkpoint.step,
-            None,
         )
     }
 
@@ -195,13 +176,13 @@ impl GpuTrainer {
     }
 
     fn build(
+        client: &Client,
         devices: &[Device],
         params: &MoeLmParams,
         moments: Option<(&MoeLmParams, &MoeLmParams)>,
         adam: AdamConfig,
         groups: usize,
         step: u32,
-        client: Option<Client>,
     ) -> Result<Self> {
         const WHAT: &str = "moe trainer";
         params.check()?;
@@ -209,6 +190,12 @@ impl GpuTrainer {
         let n = devices.len();
         if n == 0 {
             return Err(invalid(WHAT, "no devices".into()));
+        }
+        if let Some(d) = devices.iter().find(|d| !client.devices().contains(d)) {
+            return Err(invalid(
+                WHAT,
+                format!("device {} is not in the client's runtime", d.label()),
+            ));
         }
         if !cfg.experts.is_multiple_of(n) {
             return Err(invalid(
@@ -269,14 +256,6 @@ impl GpuTrainer {
             variables.insert(m_var(p), m);
             variables.insert(v_var(p), v);
         }
-        let tracer = Tracer::off();
-        let session = match client {
-            Some(client) => Session {
-                runtime: None,
-                client,
-            },
-            None => session(devices, &tracer)?,
-        };
         Ok(Self {
             config: cfg,
             adam,
@@ -285,10 +264,10 @@ impl GpuTrainer {
             devices: devices.to_vec(),
             expert,
             variables,
-            session,
+            client: client.clone(),
             dispatch: DispatchMode::Parallel,
+            trace: false,
             programs: Mutex::default(),
-            tracer,
         })
     }
 
@@ -310,34 +289,16 @@ impl GpuTrainer {
         self.devices.clone()
     }
 
-    /// The runtime the steps run on, when the trainer owns it.
-    pub fn runtime(&self) -> Option<&Runtime> {
-        self.session.runtime.as_ref()
-    }
-
     /// How the runtime dispatches each step (parallel by default).
     pub fn set_dispatch(&mut self, mode: DispatchMode) {
         self.dispatch = mode;
     }
 
-    /// Records every kernel, transfer and wait of each step as trace events (from the runtime,
-    /// GPU-timed where the adapter can), plus a per-step statistics event on each device; `None`
-    /// turns tracing off. Restarts the runtime's workers (compiled programs are kept); on a
-    /// shared runtime only the statistics events follow it (the runtime keeps its own tracer).
-    pub fn set_tracer(&mut self, tracer: Option<Tracer>) {
-        let tracer = tracer.unwrap_or_else(Tracer::off);
-        if self.session.runtime.is_none() {
-            self.tracer = tracer;
-            return;
-        }
-        if let Ok(s) = session(&self.devices, &tracer) {
-            self.session = s;
-            self.tracer = tracer;
-        }
-    }
-
-    pub fn tracer(&self) -> Option<&Tracer> {
-        self.tracer.is_on().then_some(&self.tracer)
+    /// Keep every step's trace events (kernels GPU-timestamped where the adapter can) in its
+    /// [`StepStats::trace`]. Whether or not it is on, steps also go to the runtime's own tracer
+    /// when that is on, with a statistics event per device and step.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
     }
 
     /// The names of the compiled programs' kernel nodes that run transposed matmuls (`xᵀ·dy`,
@@ -447,8 +408,9 @@ impl GpuTrainer {
         let opts = RunOptions {
             mode: self.dispatch,
             microbatch: None,
+            trace: self.trace && mode == Mode::Train,
         };
-        self.session.client.submit(&exec, args, opts)
+        self.client.submit(&exec, args, opts)
     }
 
     /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]
@@ -583,7 +545,7 @@ impl GpuTrainer {
             tokens: t,
             step,
         } = pending;
-        let results = handle.wait_bytes()?;
+        let (results, mut trace) = handle.wait_traced()?;
         let cfg = self.config;
         let tg = t / self.groups;
         let sums = self.sums(&results, tg)?;
@@ -613,26 +575,29 @@ impl GpuTrainer {
             dropped_fraction: dropped as f64 / (t * cfg.top_k * cfg.blocks.max(1)) as f64,
             blocks,
             seconds: start.elapsed().as_secs_f64(),
+            trace: Vec::new(),
         };
-        if self.tracer.is_on() {
-            let now = self.tracer.now_ns();
-            let begin = self.tracer.ns_at(start);
+        let process = self.client.tracer();
+        if process.is_on() || self.trace {
+            let (begin, now) = (ns_since_epoch(start), ns_since_epoch(Instant::now()));
+            let name = format!(
+                "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?}",
+                stats.loss,
+                stats.ce,
+                stats.aux,
+                stats.z,
+                stats.dropped_fraction,
+                stats.tokens_per_expert
+            );
             for device in &self.devices {
-                self.tracer.record(
-                    EventMeta::host_encode(device.id()),
-                    || {
-                        format!(
-                            "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?}",
-                            stats.loss, stats.ce, stats.aux, stats.z, stats.dropped_fraction,
-                            stats.tokens_per_expert
-                        )
-                    },
-                    begin,
-                    now,
-                );
+                let e = EventMeta::host_encode(device.id()).event(name.clone(), begin, now);
+                process.emit_with(|| e.clone());
+                if self.trace {
+                    trace.push(e);
+                }
             }
         }
-        Ok(stats)
+        Ok(StepStats { trace, ..stats })
     }
 
     /// Mean cross-entropy (nats) of the current parameters on a batch, forward only (routed in
@@ -680,7 +645,7 @@ impl std::fmt::Debug for GpuTrainer {
                 "devices",
                 &self.devices.iter().map(Device::label).collect::<Vec<_>>(),
             )
-            .field("tracing", &self.tracer.is_on())
+            .field("tracing", &self.trace)
             .finish()
     }
 }

@@ -18,7 +18,8 @@ use gangway::Device;
 use gangway::bench::pipeline::{PipelineResult, run_case};
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
 use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula};
-use gangway::trace::{Lane, Tracer};
+use gangway::sched::Runtime;
+use gangway::trace::Lane;
 
 pub use export::{Exporter, png_bytes};
 pub use player::Player;
@@ -112,16 +113,16 @@ pub struct DeviceRun {
     pub timeline: TimelineState,
 }
 
-/// Runs `shape` on the first `shape.stages` of `devices` and checks it against a single-device
-/// step (blocking: call it off the UI thread).
-pub fn run_on_devices(devices: &[Device], shape: RunShape) -> Result<DeviceRun, String> {
+/// Runs `shape` on the first `shape.stages` devices of `runtime`, as one of its clients, and
+/// checks it against a single-device step (blocking: call it off the UI thread).
+pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, String> {
     let (result, report) = run_case(
-        devices,
+        &runtime.client("viewer: bubble lab", 1),
+        runtime.devices(),
         shape.kind,
         shape.stages,
         shape.microbatches,
         shape.chunks,
-        &Tracer::off(),
     )
     .map_err(|e| e.to_string())?;
     // Start at 0, as the simulated timeline does, so the two read on the same axis.
@@ -385,11 +386,11 @@ impl BubbleLab {
         self.pending.is_some()
     }
 
-    /// Starts a run of the current shape on `devices` on a background thread.
-    pub fn start_run(&mut self, devices: Vec<Device>, ctx: Option<egui::Context>) {
+    /// Starts a run of the current shape on `runtime`'s devices on a background thread.
+    pub fn start_run(&mut self, runtime: Runtime, ctx: Option<egui::Context>) {
         let shape = RunShape::of(&self.params);
         match background::spawn("gangway-pipeline", ctx, move || {
-            run_on_devices(&devices, shape)
+            run_on_devices(&runtime, shape)
         }) {
             Ok(rx) => self.pending = Some((shape, rx)),
             Err(e) => self.measured = Some((shape, Err(e))),
@@ -437,9 +438,9 @@ impl BubbleLab {
             };
             if button.clicked()
                 && blocker.is_none()
-                && let Discovery::Found(devices) = discovery
+                && let Some(runtime) = hub.runtime()
             {
-                self.start_run(devices, Some(ui.ctx().clone()));
+                self.start_run(runtime, Some(ui.ctx().clone()));
             }
         });
         ui.horizontal_wrapped(|ui| {
