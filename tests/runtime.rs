@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
         case!(adapters: each_run_handle_returns_its_own_events),
+        case!(adapters: a_device_waiting_on_another_runs_independent_work_meanwhile),
     ])
 }
 
@@ -540,4 +541,79 @@ fn each_run_handle_returns_its_own_events(adapters: &Adapters) {
         assert!(kernels.iter().all(|e| e.clock == want_clock));
         assert!(events.iter().any(|e| e.kind == EventKind::Transfer));
     }
+}
+
+/// Two virtual devices of the adapter. Device 0 waits for data that device 1 computes slowly;
+/// meanwhile it runs the later node that does not need that data (run ahead), but not the one
+/// that does, and a program that keeps its order runs nothing ahead. Results are the same.
+fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapters) {
+    let devices = &adapters.mesh(2)[..2];
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("t", 1);
+    const N: usize = 1 << 18;
+    let program = |keep_order: bool| {
+        let mut p = ProgramBuilder::new("run ahead");
+        if keep_order {
+            p.keep_order();
+        }
+        let a = p.arg(&[0], N);
+        let b = p.arg(&[1], N);
+        let slow = p.fused_affine("slow", &[1], b, 1.0, 1.0, 400);
+        let moved = p.transfer(slow, &[0]);
+        let free = p.affine("independent", &[0], a, 2.0, 0.0);
+        let joined = p.add("dependent", &[0], moved, free);
+        p.result(joined);
+        Arc::new(
+            p.build()
+                .unwrap()
+                .compile(devices, CompileOptions::default())
+                .unwrap(),
+        )
+    };
+    let traced = RunOptions {
+        trace: true,
+        ..RunOptions::default()
+    };
+    let (a, b) = (vec![1.0f32; N], vec![0.0f32; N]);
+    let mut outputs = Vec::new();
+    for keep_order in [false, true] {
+        let exec = program(keep_order);
+        let (out, events) = client
+            .submit(&exec, vec![a.clone(), b.clone()], traced)
+            .unwrap()
+            .wait_traced()
+            .unwrap();
+        outputs.push(out);
+        let on0 = devices[0].id();
+        let named = |name: &str| {
+            events
+                .iter()
+                .find(|e| e.device == on0 && e.name == name && e.kind == EventKind::Kernel)
+                .unwrap_or_else(|| panic!("no kernel {name} on device 0: {events:?}"))
+        };
+        let received = events
+            .iter()
+            .find(|e| e.device == on0 && e.name.starts_with("recv"))
+            .expect("the receive on device 0");
+        let (free, dependent) = (named("independent"), named("dependent"));
+        assert!(
+            dependent.start_ns >= received.end_ns,
+            "the node needing the data ran after it arrived"
+        );
+        if keep_order {
+            assert!(
+                free.start_ns >= received.end_ns,
+                "in kept order the independent node waits its turn: {free:?} vs {received:?}"
+            );
+        } else {
+            assert!(
+                free.end_ns <= received.start_ns,
+                "the independent node ran while device 0 waited: {free:?} vs {received:?}"
+            );
+        }
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    // 0 + 400 slow steps of +1, plus 2 · 1.
+    let values: Vec<f32> = bytemuck::pod_collect_to_vec(&outputs[0][0]);
+    assert!(values.iter().all(|&v| v == 402.0), "{:?}", &values[..4]);
 }

@@ -17,9 +17,12 @@
 //! - **`parallel`**: tokens/s of `D = 4` of the adapter's (virtual) devices against `D = 1`, at
 //!   `train moe`'s defaults (batch 128, one routing group per device). Both are traced; each row
 //!   reports the overlap (the median share of a step's traced span during which two or more
-//!   devices were busy with kernels or transfers, [`crate::trace::overlap_ns`]) and the five
-//!   kernels with the largest share of the devices' time (`kernel share: …`, GPU-timestamped
-//!   where the adapter has timestamps). On the run's first adapter, `D=4 over two adapters`
+//!   devices were busy with kernels or transfers, [`crate::trace::overlap_ns`]), the
+//!   collectives' exposed share (`collectives exposed`: the most any device of the step sat idle,
+//!   no kernel running, while its host waited on an all-to-all's or the all-reduce's data,
+//!   [`crate::trace::exposed_wait_ns`], over the step's wall time) and the five kernels with the
+//!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
+//!   timestamps). On the run's first adapter, `D=4 over two adapters`
 //!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none).
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
@@ -206,6 +209,8 @@ struct TrainStep {
     dropped: f64,
     all_to_all_shares: Vec<f64>,
     all_reduce_shares: Vec<f64>,
+    /// Per step: the largest share of the step a device sat idle waiting on a collective.
+    exposed_shares: Vec<f64>,
     /// Per step: the share of its wall time during which 2 or more devices were busy.
     overlap_shares: Vec<f64>,
     /// GPU time per kernel (node name without its round and block), summed over devices and
@@ -253,6 +258,14 @@ impl BlockingRun for TrainStep {
             let wall = stats.seconds.max(1e-12);
             self.all_to_all_shares.push(slowest("all-to-all") / wall);
             self.all_reduce_shares.push(slowest("all-reduce") / wall);
+            let collective = |n: &str| n.contains("all_to_all") || n.contains("all_reduce");
+            let exposed = self
+                .devices
+                .iter()
+                .map(|&d| trace::exposed_wait_ns(events, d, collective))
+                .max()
+                .unwrap_or(0);
+            self.exposed_shares.push(exposed as f64 * 1e-9 / wall);
             let window = trace::span(events).unwrap_or(0..1);
             let busy: Vec<BusyTime> = self
                 .devices
@@ -292,6 +305,10 @@ impl BlockingRun for TrainStep {
             m.insert(
                 "all-reduce share".into(),
                 median(&mut self.all_reduce_shares),
+            );
+            m.insert(
+                "collectives exposed".into(),
+                median(&mut self.exposed_shares),
             );
             m.insert(
                 "overlap (2+ devices busy)".into(),
@@ -370,6 +387,7 @@ fn train_case(
             dropped: 0.0,
             all_to_all_shares: Vec::new(),
             all_reduce_shares: Vec::new(),
+            exposed_shares: Vec::new(),
             overlap_shares: Vec::new(),
             kernel_ns: Default::default(),
             device_wall_ns: 0.0,

@@ -519,6 +519,8 @@ fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     let schedule = plan.schedule;
     let p = schedule.stages;
     let mut b = ProgramBuilder::new(format!("pipeline {}", schedule.kind));
+    // The schedule is the order: no device runs a later op while an earlier one waits.
+    b.keep_order();
     let widths = &plan.model.widths;
     let weights: Vec<Value> = (0..plan.model.layers())
         .map(|l| {

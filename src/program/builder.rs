@@ -43,10 +43,19 @@ impl ProgramBuilder {
                 args: Vec::new(),
                 results: Vec::new(),
                 result_nodes: Vec::new(),
+                in_order: false,
             },
             meshes: Vec::new(),
             error: None,
         }
+    }
+
+    /// Every device runs this program's nodes strictly in the order they were added. By default
+    /// a device waiting on other devices for one node runs later independent nodes of the run
+    /// meanwhile (sends go early, receives wait late); a program whose order is the point, a
+    /// pipeline schedule's, keeps it.
+    pub fn keep_order(&mut self) {
+        self.program.in_order = true;
     }
 
     fn fail(&mut self, reason: String) {

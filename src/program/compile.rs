@@ -1,6 +1,7 @@
 //! Lowering a program onto devices: pipelines, buffers and bind groups are made once here, for
 //! `in_flight` runs at a time (slots), and every run reuses them.
 
+use super::access::NodeAccess;
 use super::ir::{Op, Program};
 use super::variables::Variables;
 use crate::device::{Reservation, WhenFull, padded_size};
@@ -56,6 +57,8 @@ pub struct Executable {
     pub(crate) program: Program,
     pub(crate) devices: Vec<Device>,
     pub(crate) slots: Vec<Slot>,
+    /// What each node reads and writes, for running independent nodes ahead of a waiting one.
+    pub(crate) access: Vec<NodeAccess>,
     free: Mutex<Vec<bool>>,
     freed: Condvar,
     _memory: Vec<Reservation>,
@@ -118,6 +121,7 @@ impl Program {
             id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed),
             program: self.clone(),
             devices: devices.to_vec(),
+            access: super::access::accesses(self),
             free: Mutex::new(vec![true; slots.len()]),
             slots,
             freed: Condvar::new(),

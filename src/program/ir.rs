@@ -216,11 +216,19 @@ pub struct Program {
     pub(crate) results: Vec<Value>,
     /// `result_nodes[i]`: the node that reads back result `i`.
     pub(crate) result_nodes: Vec<usize>,
+    /// Devices run the nodes strictly in this order ([`super::ProgramBuilder::keep_order`]).
+    pub(crate) in_order: bool,
 }
 
 impl Program {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether every device must run the nodes strictly in program order, never a later node
+    /// while an earlier one waits for other devices.
+    pub fn in_order(&self) -> bool {
+        self.in_order
     }
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

@@ -2,6 +2,7 @@
 //! computation, built with [`ProgramBuilder`] and compiled once for a slice of devices into an
 //! [`Executable`] whose pipelines, buffers and bind groups every run reuses.
 
+pub mod access;
 mod builder;
 mod compile;
 mod ir;

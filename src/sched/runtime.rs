@@ -2,8 +2,9 @@
 //!
 //! Clients submit runs of compiled programs. Admission picks the next run (FIFO, or by
 //! proportional shares) and, under one lock, gives each of its nodes a global sequence number and
-//! appends the node's work to the queue of every device in its gang. Each device's worker runs its
-//! queue in that order, so two gangs that share devices run in the same order on all of them and
+//! appends the node's work to the queue of every device in its gang. Each device's worker takes
+//! its queue in that order (running a run's later independent gangs ahead of one that waits, see
+//! [`super::worker`]), so two gangs that share devices run in the same order on all of them and
 //! collectives of concurrent programs can never deadlock or interleave wrongly.
 
 use super::clients::ClientTable;

@@ -1,6 +1,14 @@
-//! One worker thread per device: it runs the device's gangs strictly in the scheduler's sequence
-//! order, submits their (pre-recorded or just-recorded) commands, waits for transfer futures, and
-//! turns GPU callbacks into ready outputs and trace events.
+//! One worker thread per device: it takes the device's gangs in the scheduler's sequence order,
+//! submits their (pre-recorded or just-recorded) commands, waits for transfer futures, and turns
+//! GPU callbacks into ready outputs and trace events.
+//!
+//! A gang waiting on other devices (a receive, a collective's gather) does not hold the device:
+//! later gangs of the same run that touch no storage it still needs run meanwhile (see
+//! [`crate::program::access`]), so sends go out as early and receives wait as late as the
+//! dependencies allow. Nothing of another run goes ahead, and a program that keeps its order
+//! ([`crate::program::ProgramBuilder::keep_order`]) runs strictly in sequence. Going ahead only
+//! ever makes a device's data available sooner, so the gang order's promise (no deadlock between
+//! concurrent programs' collectives) holds. Time in which no gang could move is a wait event.
 
 use super::clock::GpuClock;
 use super::record::{Recorded, record};
@@ -92,7 +100,7 @@ pub(crate) struct Task {
     pub roles: Vec<Role>,
     pub next: usize,
     /// When the task first had to wait, and for what.
-    pub blocked: Option<(Instant, u64, String)>,
+    pub blocked: Option<(Instant, String)>,
 }
 
 enum Step {
@@ -119,10 +127,19 @@ struct Worker {
     /// waits, writes a buffer (queue writes land before the next submission's commands) or
     /// resolves timestamps, and every [`SUBMIT_BATCH`] buffers.
     unsubmitted: Vec<wgpu::CommandBuffer>,
+    /// Since when (trace ns) no task could move, and the task the device waits on.
+    stall: Option<(u64, Arc<RunState>, usize, String)>,
 }
 
 /// The most command buffers one queue submission carries.
 const SUBMIT_BATCH: usize = 32;
+
+/// The most tasks a worker runs ahead of one that waits on other devices.
+const RUN_AHEAD: usize = 64;
+
+/// How long one poll of the device's own work lasts. Other devices' data arriving does not end
+/// it; shorter polls (250 µs was tried) cost more CPU than they save on CPU-backed adapters.
+const POLL: Duration = Duration::from_millis(2);
 
 /// The longest a traced kernel's GPU times wait for their batch to be resolved.
 const STAMP_LATENCY: Duration = Duration::from_millis(100);
@@ -146,6 +163,7 @@ pub(crate) fn spawn(
                 stamps: Vec::new(),
                 stamps_since: None,
                 unsubmitted: Vec::new(),
+                stall: None,
             }
             .run();
         })
@@ -156,11 +174,11 @@ impl Worker {
     /// the worker, which then fails every later task at once instead of leaving runs to time out,
     /// while it still drains GPU callbacks so runs already past this device finish.
     fn run(&mut self) {
-        let mut current: Option<Task> = None;
+        let mut active: Vec<Task> = Vec::new();
         let mut shutdown_since: Option<Instant> = None;
         loop {
             let turn = catch_unwind(AssertUnwindSafe(|| {
-                self.turn(&mut current, &mut shutdown_since)
+                self.turn(&mut active, &mut shutdown_since)
             }));
             match turn {
                 Ok(true) => return,
@@ -171,87 +189,164 @@ impl Worker {
                         &*payload,
                     );
                     self.broken.get_or_insert(e.clone_for_report());
-                    if let Some(task) = current.take() {
-                        task.run.fail(e);
-                        self.finish(task);
+                    for task in std::mem::take(&mut active) {
+                        task.run.fail(e.clone_for_report());
+                        self.finish(task, false);
                     }
                 }
             }
         }
     }
 
-    /// One turn of the loop: completions, then the next step of the current task, then idling.
-    /// True when the worker should exit.
-    fn turn(&mut self, current: &mut Option<Task>, shutdown_since: &mut Option<Instant>) -> bool {
+    /// The next task of the device's queue, recorded in the gang order; `None` when the queue is
+    /// empty or its front is not `run`'s (when given).
+    fn pop(&mut self, run: Option<&Arc<RunState>>) -> Option<Task> {
+        let mut state = self.shared.lock();
+        let queue = &mut state.queues[self.index];
+        if run.is_some_and(|r| !queue.front().is_some_and(|t| Arc::ptr_eq(&t.run, r))) {
+            return None;
+        }
+        let task = queue.pop_front()?;
+        let order = &mut state.order[self.index];
+        if order.len() >= GANG_ORDER_KEEP {
+            // Bounded, so a runtime that runs for hours keeps constant memory.
+            order.drain(..GANG_ORDER_KEEP / 2);
+        }
+        order.push(GangRecord {
+            seq: task.seq,
+            run: task.run.id,
+            program: task.run.exec.id(),
+            node: task.node,
+            client: task.run.client,
+        });
+        Some(task)
+    }
+
+    /// Whether `task` may run while the (unfinished, earlier) `ahead` tasks wait: the run lets
+    /// nodes run ahead (parallel dispatch, no kept order) and `task` touches no storage they
+    /// still read or write.
+    fn may_run_ahead(ahead: &[Task], task: &Task) -> bool {
+        let run = &task.run;
+        let access = &run.exec.access;
+        run.opts.mode == DispatchMode::Parallel
+            && !run.exec.program().in_order()
+            && ahead.iter().all(|t| {
+                Arc::ptr_eq(&t.run, run) && !access[task.node].conflicts_with(&access[t.node])
+            })
+    }
+
+    /// One turn of the loop: completions, then every active task as far as it can go, then
+    /// idling. A task waiting on other devices (a receive, a collective's gather) does not hold
+    /// the device: later tasks of the same run that do not depend on it (in storage, see
+    /// [`crate::program::access`]) run meanwhile, at most [`RUN_AHEAD`] of them, so sends go out
+    /// early and receives wait late. True when the worker should exit.
+    fn turn(&mut self, active: &mut Vec<Task>, shutdown_since: &mut Option<Instant>) -> bool {
         self.drain_completions();
-        if current.is_none() {
-            let mut state = self.shared.lock();
-            if state.shutdown && state.queues[self.index].is_empty() {
-                // Drain the GPU's callbacks, but never wait on them past the timeout.
-                let since = *shutdown_since.get_or_insert_with(Instant::now);
-                // Kernels' GPU times still waiting for their batch: resolve them now.
-                if !self.stamps.is_empty() {
-                    drop(state);
-                    self.resolve_stamps();
+        if active.is_empty() {
+            {
+                let state = self.shared.lock();
+                if state.shutdown && state.queues[self.index].is_empty() {
+                    // Drain the GPU's callbacks, but never wait on them past the timeout.
+                    let since = *shutdown_since.get_or_insert_with(Instant::now);
+                    // Kernels' GPU times still waiting for their batch: resolve them now.
+                    if !self.stamps.is_empty() {
+                        drop(state);
+                        self.resolve_stamps();
+                        return false;
+                    }
+                    if self.inbox.outstanding.load(Ordering::Acquire) == 0
+                        || self.broken.is_some()
+                        || since.elapsed() > self.device.wait_timeout()
+                    {
+                        return true;
+                    }
+                }
+            }
+            match self.pop(None) {
+                Some(t) => active.push(t),
+                None => {
+                    self.idle();
                     return false;
                 }
-                if self.inbox.outstanding.load(Ordering::Acquire) == 0
-                    || self.broken.is_some()
-                    || since.elapsed() > self.device.wait_timeout()
-                {
-                    return true;
-                }
-            }
-            *current = state.queues[self.index].pop_front();
-            if let Some(t) = current.as_ref() {
-                let order = &mut state.order[self.index];
-                if order.len() >= GANG_ORDER_KEEP {
-                    // Bounded, so a runtime that runs for hours keeps constant memory.
-                    order.drain(..GANG_ORDER_KEEP / 2);
-                }
-                order.push(GangRecord {
-                    seq: t.seq,
-                    run: t.run.id,
-                    program: t.run.exec.id(),
-                    node: t.node,
-                    client: t.run.client,
-                });
             }
         }
-        let Some(task) = current.as_mut() else {
-            self.idle();
-            return false;
-        };
-        let reason = match self.step(task) {
-            Step::Done => {
-                if let Some(task) = current.take() {
-                    self.finish(task);
+        let mut progressed = false;
+        let mut i = 0;
+        while i < active.len() {
+            if i > 0 && !Self::may_run_ahead(&active[..i], &active[i]) {
+                break;
+            }
+            let before = active[i].next;
+            match self.step(&mut active[i]) {
+                Step::Done => {
+                    let task = active.remove(i);
+                    let more = !active.is_empty();
+                    self.finish(task, more);
+                    progressed = true;
                 }
+                Step::Blocked(reason) => {
+                    progressed |= active[i].next != before;
+                    let task = &mut active[i];
+                    task.blocked.get_or_insert_with(|| (Instant::now(), reason));
+                    i += 1;
+                }
+            }
+        }
+        // Everything active waits: take the run's next task, to run it ahead if it may.
+        if i == active.len()
+            && active.len() <= RUN_AHEAD
+            && let Some(first) = active.first().map(|t| t.run.clone())
+            && first.opts.mode == DispatchMode::Parallel
+            && !first.exec.program().in_order()
+            && let Some(next) = self.pop(Some(&first))
+        {
+            active.push(next);
+            progressed = true;
+        }
+        if progressed {
+            self.end_stall();
+            return false;
+        }
+        // Nothing could move: the device waits on the oldest task.
+        if let Some(task) = active.first() {
+            let Some((since, reason)) = task.blocked.clone() else {
+                return false;
+            };
+            self.stall.get_or_insert_with(|| {
+                let now = task.run.trace.now_ns();
+                (now, task.run.clone(), task.node, reason.clone())
+            });
+            if since.elapsed() > self.device.wait_timeout() {
+                let e = Error::Timeout {
+                    what: format!(
+                        "device {}: {} of program {:?} (run {}) waiting for {reason}",
+                        self.device.label(),
+                        task.run.exec.program().nodes()[task.node].name,
+                        task.run.exec.program().name(),
+                        task.run.id
+                    ),
+                    waited_ms: since.elapsed().as_millis() as u64,
+                };
+                task.run.fail(e);
                 return false;
             }
-            Step::Blocked(reason) => reason,
-        };
-        let now = Instant::now();
-        let since = task
-            .blocked
-            .get_or_insert_with(|| (now, task.run.trace.now_ns(), reason.clone()))
-            .0;
-        if now - since > self.device.wait_timeout() {
-            let e = Error::Timeout {
-                what: format!(
-                    "device {}: {} of program {:?} (run {}) waiting for {reason}",
-                    self.device.label(),
-                    task.run.exec.program().nodes()[task.node].name,
-                    task.run.exec.program().name(),
-                    task.run.id
-                ),
-                waited_ms: (now - since).as_millis() as u64,
-            };
-            task.run.fail(e);
-            return false;
         }
         self.idle();
         false
+    }
+
+    /// The device stalled (no task could move) from the stall's start until now: a wait event
+    /// of the task it waited on.
+    fn end_stall(&mut self) {
+        if let Some((start_ns, run, node, reason)) = self.stall.take() {
+            let end = run.trace.now_ns().max(start_ns);
+            run.trace.record(
+                run.event_meta(EventMeta::wait(self.device.id()), node),
+                || format!("wait: {reason}"),
+                start_ns,
+                end,
+            );
+        }
     }
 
     /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
@@ -267,7 +362,7 @@ impl Worker {
         }
         let lost = matches!(self.broken, Some(Error::DeviceLost { .. }));
         if !lost && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
-            if let Err(e) = self.device.poll(Duration::from_millis(2)) {
+            if let Err(e) = self.device.poll(POLL) {
                 self.lose(e);
             }
             return;
@@ -297,29 +392,21 @@ impl Worker {
         self.broken.get_or_insert(e);
     }
 
-    fn finish(&mut self, task: Task) {
+    /// `more_active`: other tasks of the run are active on this device.
+    fn finish(&mut self, task: Task, more_active: bool) {
         // A run counts as submitted once its tasks are done, and its client may then touch its
         // buffers (read a variable): hand this run's batched commands to the queue first, unless
         // the next task on this device is the same run's.
-        let same_run_next = self.shared.lock().queues[self.index]
-            .front()
-            .is_some_and(|next| Arc::ptr_eq(&next.run, &task.run));
+        let same_run_next = more_active
+            || self.shared.lock().queues[self.index]
+                .front()
+                .is_some_and(|next| Arc::ptr_eq(&next.run, &task.run));
         if !same_run_next {
             self.flush();
             // A run whose handle waits for its events: its GPU times now, not a batch later.
             if task.run.opts.trace && self.stamps.iter().any(|s| Arc::ptr_eq(&s.1, &task.run)) {
                 self.resolve_stamps();
             }
-        }
-        if let Some((_, start_ns, reason)) = &task.blocked {
-            let end = task.run.trace.now_ns();
-            task.run.trace.record(
-                task.run
-                    .event_meta(EventMeta::wait(self.device.id()), task.node),
-                || format!("wait: {reason}"),
-                *start_ns,
-                end,
-            );
         }
         let run = task.run;
         if run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1 {

@@ -14,4 +14,6 @@ pub mod utilization;
 pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch};
-pub use utilization::{BusyTime, overlap_ns, span, utilization, utilization_series};
+pub use utilization::{
+    BusyTime, exposed_wait_ns, overlap_ns, span, utilization, utilization_series,
+};

@@ -4,6 +4,9 @@
 //! [`Transfer`](super::EventKind::Transfer) events is running, on any lane. Busy time is the length of
 //! the *union* of those intervals, so overlapping kernels and copies are not counted twice and
 //! utilization never exceeds 1. Host encoding and waits are host work and never count.
+//!
+//! [`exposed_wait_ns`] measures the other side: how long a device sat idle while its host waited
+//! for other devices (a collective's data), the communication that computation did not hide.
 
 use std::ops::Range;
 
@@ -32,10 +35,6 @@ pub fn utilization_series(
     BusyTime::of(events, device).series(window, bins)
 }
 
-/// One device's busy time as sorted, disjoint, non-empty intervals.
-///
-/// Building it sorts once (O(n log n)); every query after that is a binary search plus a walk,
-/// so a viewer can keep one per device and ask for a series every frame.
 /// Nanoseconds of `window` during which at least `at_least` of the devices were busy: how much
 /// their work overlapped (with 2: the time two or more devices worked at once).
 pub fn overlap_ns(devices: &[BusyTime], window: Range<u64>, at_least: usize) -> u64 {
@@ -62,6 +61,31 @@ pub fn overlap_ns(devices: &[BusyTime], window: Range<u64>, at_least: usize) -> 
     total
 }
 
+/// Nanoseconds `device` sat idle waiting: inside its host's [`Wait`](super::EventKind::Wait)
+/// events whose name `waits_on` accepts, the time no kernel of the device ran. A wait while the
+/// device still computes (work submitted before, or run ahead of what is awaited) hides the
+/// communication and is not counted; this is the exposed part.
+pub fn exposed_wait_ns(events: &[Event], device: usize, waits_on: impl Fn(&str) -> bool) -> u64 {
+    let kernels: Vec<Event> = events
+        .iter()
+        .filter(|e| e.device == device && e.kind == super::EventKind::Kernel)
+        .cloned()
+        .collect();
+    let computing = BusyTime::of(&kernels, device);
+    events
+        .iter()
+        .filter(|e| e.device == device && e.kind == super::EventKind::Wait && waits_on(&e.name))
+        .map(|w| {
+            let window = w.start_ns..w.clamped_end_ns();
+            (window.end - window.start).saturating_sub(computing.busy_ns(window))
+        })
+        .sum()
+}
+
+/// One device's busy time as sorted, disjoint, non-empty intervals.
+///
+/// Building it sorts once (O(n log n)); every query after that is a binary search plus a walk,
+/// so a viewer can keep one per device and ask for a series every frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BusyTime {
     intervals: Vec<(u64, u64)>,
@@ -172,6 +196,28 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn exposed_waits_are_the_idle_part_of_the_awaited_waits() {
+        let mut wait = ev(0, Lane::Host, EventKind::Wait, 10, 50);
+        wait.name = "wait: all_to_all data from #1".into();
+        let mut other = ev(0, Lane::Host, EventKind::Wait, 60, 90);
+        other.name = "wait: data from #1".into();
+        let events = [
+            ev(0, Lane::Compute, EventKind::Kernel, 0, 20),
+            ev(0, Lane::Compute, EventKind::Kernel, 30, 35),
+            // Another device's kernel and this device's transfer do not hide the wait.
+            ev(1, Lane::Compute, EventKind::Kernel, 20, 50),
+            ev(0, Lane::Transfer, EventKind::Transfer, 35, 50),
+            wait,
+            other,
+        ];
+        let collective = |n: &str| n.contains("all_to_all");
+        // 10..50 waited; kernels cover 10..20 and 30..35: 25 ns idle.
+        assert_eq!(exposed_wait_ns(&events, 0, collective), 25);
+        assert_eq!(exposed_wait_ns(&events, 0, |_| true), 25 + 30);
+        assert_eq!(exposed_wait_ns(&events, 1, collective), 0);
     }
 
     #[test]
