@@ -130,6 +130,10 @@ pub enum Error {
     #[error("program {program:?}: {reason}")]
     Program { program: String, reason: String },
 
+    /// Something between the job's processes: a rank that cannot be reached or disagrees.
+    #[error("rank {rank}: {reason}")]
+    Job { rank: usize, reason: String },
+
     #[error("pipeline schedule: {0}")]
     Schedule(#[from] crate::pipeline::ScheduleError),
 }
@@ -211,6 +215,10 @@ impl Error {
             Error::Panic { what, message } => Error::Panic {
                 what: what.clone(),
                 message: message.clone(),
+            },
+            Error::Job { rank, reason } => Error::Job {
+                rank: *rank,
+                reason: reason.clone(),
             },
             other => Error::Gpu {
                 what: "reported".into(),

@@ -12,6 +12,7 @@ pub mod data;
 pub mod device;
 mod error;
 pub mod fsutil;
+pub mod job;
 pub mod kernels;
 mod mesh;
 pub mod moe;
@@ -25,8 +26,9 @@ mod sharded;
 pub mod tensor;
 pub mod trace;
 
-pub use device::{Device, DeviceInfo, DiscoveryOptions, discover};
+pub use device::{Device, DeviceInfo, DeviceList, DiscoveryOptions, MeshDevice, discover};
 pub use error::{Error, Result};
+pub use job::Job;
 pub use mesh::Mesh;
 pub use named_sharding::{GangAxes, NamedSharding};
 pub use rng::Rng;

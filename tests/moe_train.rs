@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::moe::{batch, config};
 use common::{Adapters, case};
 use gangway::kernels::lm_train::AdamConfig;
 use gangway::moe::{
@@ -25,37 +26,6 @@ fn main() -> std::process::ExitCode {
         case!(adapters: eight_devices_follow_one_device_with_eight_groups),
         case!(adapters: a_checkpointed_run_resumes_where_it_stopped),
     ])
-}
-
-fn config() -> MoeLmConfig {
-    MoeLmConfig {
-        context: 8,
-        embed: 8,
-        model: 32,
-        hidden: 32,
-        experts: 4,
-        top_k: 2,
-        capacity_factor: 1.25,
-        blocks: 2,
-        aux_alpha: 0.01,
-        z_loss: 0.001,
-        normalize_gates: true,
-        seed: 3,
-    }
-}
-
-const TEXT: &[u8] = b"the quick brown fox jumps over the lazy dog; a mixture of experts \
-learns which expert should read which byte, and the router learns to balance them. ";
-
-/// `tokens` windows of the text at random offsets: `(contexts, targets)`.
-fn batch(cfg: &MoeLmConfig, tokens: usize, rng: &mut Rng) -> (Vec<u32>, Vec<u32>) {
-    let (mut ctx, mut tgt) = (Vec::new(), Vec::new());
-    for _ in 0..tokens {
-        let at = rng.below(TEXT.len() - cfg.context - 1);
-        ctx.extend(TEXT[at..at + cfg.context].iter().map(|&b| u32::from(b)));
-        tgt.push(u32::from(TEXT[at + cfg.context]));
-    }
-    (ctx, tgt)
 }
 
 /// max |got − want| / max |want|.
@@ -292,7 +262,7 @@ fn bad_inputs_are_errors(device: &Device) {
     assert!(GpuTrainer::new(&client, &three, &params, adam).is_err());
     assert!(GpuTrainer::with_groups(&client, &three[..2], &params, adam, 3).is_err());
     assert!(GpuTrainer::with_groups(&client, one, &params, adam, 0).is_err());
-    assert!(GpuTrainer::new(&client, &[], &params, adam).is_err());
+    assert!(GpuTrainer::new(&client, &Vec::<Device>::new(), &params, adam).is_err());
     assert!(GpuTrainer::new(&client, one, &params, AdamConfig::new(f32::NAN)).is_err());
     let mut broken = params.clone();
     broken.tensors[1].pop();

@@ -5,17 +5,15 @@
 
 mod common;
 
-use common::programs::{
-    assert_consistent_order, chain_program, exchange_program, exchange_reference,
-};
-use common::{Adapters, Span, case};
+use common::programs::{assert_consistent_order, chain_program, exchange_program, run_exchanges};
+use common::{Adapters, Need, Span, case};
 use gangway::device::WhenFull;
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{
     DispatchMode, Policy, ResourceManager, RunOptions, Runtime, RuntimeOptions, SliceRequest,
 };
 use gangway::trace::{Clock, EventKind, Tracer, chrome};
-use gangway::{Device, DiscoveryOptions, Error, Rng};
+use gangway::{Device, DiscoveryOptions, Error};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +29,8 @@ fn main() -> std::process::ExitCode {
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
         case!(adapters: each_run_handle_returns_its_own_events),
-        case!(adapters: a_device_waiting_on_another_runs_independent_work_meanwhile),
+        case!(adapters: a_device_waiting_on_another_runs_independent_work_meanwhile)
+            .needs(Need::ConcurrentDevices),
     ])
 }
 
@@ -71,30 +70,7 @@ fn concurrent_clients_with_overlapping_all_to_alls_agree_on_gang_order(adapters:
                 let shard = 4 * gang.len();
                 let prog = exchange_program(gang, shard, c as f32);
                 let exec = Arc::new(prog.compile(devices, CompileOptions::default()).unwrap());
-                let mut rng = Rng::new(c as u64);
-                let mut pending = Vec::new();
-                for i in 0..50 {
-                    let x = rng.vec(shard * gang.len());
-                    let mode = if i % 2 == 0 {
-                        DispatchMode::Parallel
-                    } else {
-                        DispatchMode::Sequential
-                    };
-                    let opts = RunOptions {
-                        mode,
-                        microbatch: None,
-                        ..RunOptions::default()
-                    };
-                    let want = exchange_reference(&x, gang.len(), shard, c as f32);
-                    pending.push((client.submit(&exec, vec![x], opts).unwrap(), want));
-                    if pending.len() == 2 {
-                        let (h, want) = pending.remove(0);
-                        common::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
-                    }
-                }
-                for (h, want) in pending {
-                    common::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
-                }
+                run_exchanges(&client, &exec, gang.len(), shard, c, 50);
             });
         }
     });

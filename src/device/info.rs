@@ -1,9 +1,9 @@
 //! What a user needs to know about a device, in a serializable form.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The limits that decide which problems fit on a device.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeviceLimits {
     pub max_buffer_size: u64,
     pub max_storage_buffer_binding_size: u64,
@@ -33,7 +33,7 @@ impl From<&wgpu::Limits> for DeviceLimits {
 }
 
 /// Optional features gangway uses when they exist.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeviceFeatures {
     pub timestamp_query: bool,
     pub shader_f16: bool,
@@ -51,7 +51,7 @@ impl From<wgpu::Features> for DeviceFeatures {
 }
 
 /// One device: which adapter it came from, which virtual slice of it it is, and what it can do.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DeviceInfo {
     /// Index in the discovered device list.
     pub id: usize,

@@ -4,6 +4,7 @@
 mod backends;
 mod discovery;
 mod info;
+mod mesh_device;
 mod pool;
 
 pub use backends::{backends_to_string, parse_backends};
@@ -12,6 +13,7 @@ pub use discovery::{
     WAIT_TIMEOUT_ENV, discover, parse_bytes, parse_virtual_devices,
 };
 pub use info::{DeviceFeatures, DeviceInfo, DeviceLimits};
+pub use mesh_device::{DeviceList, MeshDevice, RemoteDevice};
 pub use pool::{MemoryStats, Reservation, WhenFull};
 
 use crate::{DType, Error, Result};

@@ -4,10 +4,10 @@
 use super::access::NodeAccess;
 use super::ir::{Op, Program};
 use super::variables::Variables;
-use crate::device::{Reservation, WhenFull, padded_size};
+use crate::device::{DeviceList, MeshDevice, Reservation, WhenFull, padded_size};
 use crate::kernels::Prepared;
 use crate::kernels::elementwise::{self, ElementwiseOp};
-use crate::{Device, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -55,10 +55,12 @@ pub(crate) struct Slot {
 pub struct Executable {
     pub(crate) id: u64,
     pub(crate) program: Program,
-    pub(crate) devices: Vec<Device>,
+    pub(crate) devices: Vec<MeshDevice>,
     pub(crate) slots: Vec<Slot>,
     /// What each node reads and writes, for running independent nodes ahead of a waiting one.
     pub(crate) access: Vec<NodeAccess>,
+    /// [`Program::fingerprint`], computed once.
+    fingerprint: u64,
     free: Mutex<Vec<bool>>,
     freed: Condvar,
     _memory: Vec<Reservation>,
@@ -67,18 +69,26 @@ pub struct Executable {
 static NEXT_PROGRAM_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Program {
-    /// Compiles the program for `devices` (logical device i is `devices[i]`).
-    pub fn compile(&self, devices: &[Device], opts: CompileOptions) -> Result<Executable> {
+    /// Compiles the program for `devices` (logical device i is `devices[i]`): this process's
+    /// devices, or a job's mesh, whose other ranks' devices get no buffers here (their ranks
+    /// compile the same program for theirs).
+    pub fn compile(
+        &self,
+        devices: &(impl DeviceList + ?Sized),
+        opts: CompileOptions,
+    ) -> Result<Executable> {
         self.compile_with(devices, opts, &Variables::default())
     }
 
-    /// Compiles the program for `devices`, binding its variables to those of `variables`.
+    /// Compiles the program for `devices`, binding its variables to those of `variables` (which
+    /// hold this process's shards).
     pub fn compile_with(
         &self,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         opts: CompileOptions,
         variables: &Variables,
     ) -> Result<Executable> {
+        let devices = devices.mesh_devices();
         let fail = |reason: String| Error::Program {
             program: self.name.clone(),
             reason,
@@ -110,18 +120,19 @@ impl Program {
         }
         let mut memory = Vec::new();
         for (device, &b) in devices.iter().zip(&bytes) {
-            if b > 0 {
+            if let Some(device) = device.local().filter(|_| b > 0) {
                 memory.push(device.reserve(b * opts.in_flight as u64, opts.when_full)?);
             }
         }
         let slots = (0..opts.in_flight)
-            .map(|_| self.build_slot(devices, variables))
+            .map(|_| self.build_slot(&devices, variables))
             .collect::<Result<Vec<_>>>()?;
         Ok(Executable {
             id: NEXT_PROGRAM_ID.fetch_add(1, Ordering::Relaxed),
             program: self.clone(),
-            devices: devices.to_vec(),
+            devices,
             access: super::access::accesses(self),
+            fingerprint: self.fingerprint(),
             free: Mutex::new(vec![true; slots.len()]),
             slots,
             freed: Condvar::new(),
@@ -169,7 +180,7 @@ impl Program {
             .collect()
     }
 
-    fn build_slot(&self, devices: &[Device], variables: &Variables) -> Result<Slot> {
+    fn build_slot(&self, devices: &[MeshDevice], variables: &Variables) -> Result<Slot> {
         let fail = |reason: String| Error::Program {
             program: self.name.clone(),
             reason,
@@ -181,7 +192,19 @@ impl Program {
             let out_bytes = out_info.map_or(0, |v| v.shard_bytes());
             let mut shards = Vec::with_capacity(n.gang.len());
             for (i, &d) in n.gang.iter().enumerate() {
-                let device = &devices[d];
+                let mut res = ShardRes::default();
+                if let Op::Transfer = &n.op
+                    && let Some(src) = devices[self.values[n.inputs[0].0].gang[i]].local()
+                {
+                    // The sending half lives on the source device, whoever receives.
+                    let label = format!("{}/{} shard {i}", self.name, n.name);
+                    res.staging = Some(src.readback_buffer(&label, out_bytes));
+                }
+                let Some(device) = devices[d].local() else {
+                    // Another rank's device: its rank makes its buffers.
+                    shards.push(res);
+                    continue;
+                };
                 let label = format!("{}/{} shard {i}", self.name, n.name);
                 let input = |k: usize| -> Result<&wgpu::Buffer> {
                     let v = &self.values[n.inputs[k].0];
@@ -190,7 +213,6 @@ impl Program {
                         .get(v.output)
                         .ok_or_else(|| fail(format!("{}: input {k} has no buffer", n.name)))
                 };
-                let mut res = ShardRes::default();
                 match &n.op {
                     Op::Arg { .. } => {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
@@ -243,8 +265,6 @@ impl Program {
                         res.outputs = vec![y];
                     }
                     Op::Transfer => {
-                        let src = &devices[self.values[n.inputs[0].0].gang[i]];
-                        res.staging = Some(src.readback_buffer(&label, out_bytes));
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::Send => {
@@ -289,9 +309,15 @@ impl Executable {
     pub fn program(&self) -> &Program {
         &self.program
     }
-    pub fn devices(&self) -> &[Device] {
+    /// Logical device i of the program is `devices()[i]`.
+    pub fn devices(&self) -> &[MeshDevice] {
         &self.devices
     }
+    /// [`Program::fingerprint`] of its program.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
     /// A process-unique id, used in trace events.
     pub fn id(&self) -> u64 {
         self.id

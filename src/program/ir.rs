@@ -225,6 +225,32 @@ impl Program {
         &self.name
     }
 
+    /// A hash of the program's structure (name, and every node's name, kind, gang, inputs and
+    /// output types): ranks running one program across a job check they run the same one.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(self.name.as_bytes());
+        for n in &self.nodes {
+            eat(n.name.as_bytes());
+            eat(n.op.kind().as_bytes());
+            for &d in &n.gang {
+                eat(&(d as u64).to_le_bytes());
+            }
+            for v in n.inputs.iter() {
+                eat(&(v.0 as u64).to_le_bytes());
+            }
+            for v in &n.outputs {
+                eat(format!("{}", self.values[v.0].ty).as_bytes());
+            }
+        }
+        h
+    }
+
     /// Whether every device must run the nodes strictly in program order, never a later node
     /// while an earlier one waits for other devices.
     pub fn in_order(&self) -> bool {

@@ -6,10 +6,11 @@ use crate::kernels::TensorType;
 use crate::{Device, Error, Result, Tensor};
 use std::collections::BTreeMap;
 
-/// Named variables, each one tensor per shard (shard i on the gang's device i).
+/// Named variables, each one tensor per shard (shard i on the gang's device i). In a job of
+/// several ranks a process holds only its own devices' shards: the others are `None`.
 #[derive(Debug, Clone, Default)]
 pub struct Variables {
-    map: BTreeMap<String, Vec<Tensor>>,
+    map: BTreeMap<String, Vec<Option<Tensor>>>,
 }
 
 impl Variables {
@@ -19,10 +20,18 @@ impl Variables {
 
     /// Adds (or replaces) `name`, one tensor per shard.
     pub fn insert(&mut self, name: impl Into<String>, shards: Vec<Tensor>) {
+        self.map
+            .insert(name.into(), shards.into_iter().map(Some).collect());
+    }
+
+    /// Adds (or replaces) `name` with this process's shards: `None` where another rank holds
+    /// the shard.
+    pub fn insert_shards(&mut self, name: impl Into<String>, shards: Vec<Option<Tensor>>) {
         self.map.insert(name.into(), shards);
     }
 
-    pub fn get(&self, name: &str) -> Option<&[Tensor]> {
+    /// Every shard of `name`, `None` where another rank holds it.
+    pub fn get(&self, name: &str) -> Option<&[Option<Tensor>]> {
         self.map.get(name).map(Vec::as_slice)
     }
 
@@ -47,7 +56,8 @@ impl Variables {
             .get(name)
             .ok_or_else(|| bad("no such variable".into()))?
             .get(i)
-            .ok_or_else(|| bad(format!("no shard {i}")))?;
+            .and_then(Option::as_ref)
+            .ok_or_else(|| bad(format!("no shard {i} here")))?;
         if t.device() != device {
             return Err(bad(format!(
                 "shard {i} is on {}, the program runs it on {}",

@@ -2,6 +2,7 @@
 //! pre-encoded command buffers, and the bookkeeping that says when it is done.
 
 use super::record::Recorded;
+use crate::collective::transport::RunKey;
 use crate::program::{Executable, HostData, Op};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Error, Result};
@@ -117,14 +118,20 @@ impl Role {
 /// What every device of a node does: `(logical device, its roles)`.
 pub(crate) type NodeRoles = Vec<(usize, Vec<Role>)>;
 
-/// The roles of every device for `node`, keyed by the program's logical device.
+/// The roles of this process's devices for `node`, keyed by the program's logical device (other
+/// ranks' devices do their own).
 pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
     let prog = exec.program();
     let n = &prog.nodes()[node];
     let mut out: Vec<(usize, Vec<Role>)> = Vec::new();
-    let mut add = |d: usize, r: Role| match out.iter_mut().find(|(x, _)| *x == d) {
-        Some((_, v)) => v.push(r),
-        None => out.push((d, vec![r])),
+    let mut add = |d: usize, r: Role| {
+        if !exec.devices()[d].is_local() {
+            return;
+        }
+        match out.iter_mut().find(|(x, _)| *x == d) {
+            Some((_, v)) => v.push(r),
+            None => out.push((d, vec![r])),
+        }
     };
     for (shard, &d) in n.gang.iter().enumerate() {
         match n.op {
@@ -172,8 +179,10 @@ pub(crate) struct RunState {
     pub prepared: Vec<Vec<[Mutex<Option<Recorded>>; 2]>>,
     /// `[node][shard]`: host clock (tracer ns) when the shard's commands were submitted.
     pub submitted_ns: Vec<Vec<AtomicU64>>,
-    /// `[logical device]`: the runtime worker that runs it.
-    pub workers: Vec<usize>,
+    /// `[logical device]`: the runtime worker that runs it; `None` for another rank's device.
+    pub workers: Vec<Option<usize>>,
+    /// The job-wide key of a run spanning ranks.
+    pub key: Option<RunKey>,
     /// `[node]`: what each device does for the node, worked out once per run.
     pub roles: Vec<NodeRoles>,
     /// `[node]`: roles of the node not yet complete (outputs not ready).
@@ -194,7 +203,8 @@ pub(crate) struct RunState {
 #[derive(Debug)]
 pub(crate) struct RunEnv {
     pub client: usize,
-    pub workers: Vec<usize>,
+    pub workers: Vec<Option<usize>>,
+    pub key: Option<RunKey>,
     /// The runtime's tracer.
     pub tracer: Tracer,
     /// Whether the runtime times kernels with GPU timestamps when a run is traced.
@@ -213,6 +223,7 @@ impl RunState {
         let RunEnv {
             client,
             workers,
+            key,
             tracer,
             gpu_timestamps,
         } = env;
@@ -233,6 +244,7 @@ impl RunState {
             id,
             client,
             workers,
+            key,
             slot,
             opts,
             args,
@@ -321,12 +333,13 @@ impl RunState {
         self.node_pending[node].load(Ordering::Acquire) == 0
     }
 
-    fn results_ready(&self) -> bool {
+    /// Every result read back, here or (another rank's shards) sent from there.
+    pub fn results_ready(&self) -> bool {
         self.exec
             .program()
             .result_nodes()
             .iter()
-            .all(|&node| self.node_ready(node))
+            .all(|&node| self.node_ready(node) && self.mail[node].iter().all(|m| m.get().is_some()))
     }
 
     pub fn signal(&self) {

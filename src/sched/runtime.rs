@@ -9,8 +9,12 @@
 
 use super::clients::ClientTable;
 use super::record::record;
+use super::remote::{Remote, Routed};
 use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::worker::{self, Inbox, Task};
+use crate::collective::transport::RunKey;
+use crate::device::MeshDevice;
+use crate::job::Job;
 use crate::program::{Executable, HostData};
 use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
@@ -42,6 +46,9 @@ pub struct RuntimeOptions {
     /// alone cost ~15-20% of the dispatch rate of tiny kernels (host timing: ~1%);
     /// `GANGWAY_GPU_TIMESTAMPS=off` turns them off.
     pub gpu_timestamps: bool,
+    /// The job the runtime is part of: alone (the default), or one rank of several, whose
+    /// devices form one mesh ([`Runtime::mesh`]) that programs may span.
+    pub job: Job,
 }
 
 impl Default for RuntimeOptions {
@@ -51,6 +58,7 @@ impl Default for RuntimeOptions {
             max_in_flight: 16,
             tracer: Tracer::off(),
             gpu_timestamps: std::env::var("GANGWAY_GPU_TIMESTAMPS").map_or(true, |v| v != "off"),
+            job: Job::single(),
         }
     }
 }
@@ -68,6 +76,8 @@ pub struct GangRecord {
     pub node: usize,
     /// The client's slot: a slot is reused once its client is gone.
     pub client: usize,
+    /// For a run spanning ranks, its job-wide key: the same run on every rank.
+    pub key: Option<RunKey>,
 }
 
 #[derive(Debug)]
@@ -91,6 +101,10 @@ pub(crate) struct SchedState {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub devices: Vec<Device>,
+    /// The job's mesh: every rank's devices, this process's as they are in `devices`.
+    pub mesh: Vec<MeshDevice>,
+    /// The link to the job's other ranks, when there are any.
+    pub remote: Option<Remote>,
     pub inboxes: Vec<Arc<Inbox>>,
     pub wake: Condvar,
     /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
@@ -118,24 +132,72 @@ impl Shared {
         self.devices.iter().position(|d| d == device)
     }
 
+    /// A message from another rank: fills a run's mailbox, or queues rank 0's admission.
+    fn receive(&self, from: usize, message: crate::collective::transport::Message) {
+        let Some(remote) = &self.remote else { return };
+        match remote.route(from, message) {
+            Routed::Filled => {}
+            Routed::Ticket => self.admit(&mut self.lock()),
+            Routed::Nothing => return,
+        }
+        self.wake.notify_all();
+    }
+
     /// Admits runs while the window has room: assigns sequence numbers and queues device tasks.
+    /// In a job of several ranks, rank 0 admits runs spanning ranks by its policy and announces
+    /// each; the other ranks admit those in its order, at once (rank 0's window bounds them), and
+    /// their own runs by their policy.
     fn admit(&self, state: &mut SchedState) {
-        while !state.paused && state.in_flight < state.max_in_flight.max(1) {
+        let follower = self.remote.as_ref().filter(|r| !r.is_root());
+        loop {
+            if state.paused {
+                return;
+            }
+            let ticketed = follower.and_then(|remote| {
+                let key = remote.front_ticket()?;
+                state.clients.iter().find_map(|(i, c)| {
+                    c.pending
+                        .front()
+                        .is_some_and(|(_, r)| r.key == Some(key))
+                        .then_some((remote, i))
+                })
+            });
+            if let Some((remote, ci)) = ticketed {
+                remote.pop_ticket();
+                self.admit_client(state, ci);
+                continue;
+            }
+            if state.in_flight >= state.max_in_flight.max(1) {
+                return;
+            }
+            // Runs spanning ranks wait for rank 0's word on the other ranks.
+            let eligible = |run: &Arc<RunState>| follower.is_none() || run.key.is_none();
             let pick = match state.policy {
                 Policy::Fifo => state
                     .clients
                     .iter()
-                    .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (*a, i)))
+                    .filter_map(|(i, c)| c.pending.front().map(|(a, r)| (*a, i, r)))
+                    .filter(|(_, _, r)| eligible(r))
+                    .map(|(a, i, _)| (a, i))
                     .min()
                     .map(|(_, i)| i),
                 Policy::Proportional => state
                     .clients
                     .iter()
-                    .filter_map(|(i, c)| c.pending.front().map(|(a, _)| (c.pass, *a, i)))
+                    .filter_map(|(i, c)| c.pending.front().map(|(a, r)| (c.pass, *a, i, r)))
+                    .filter(|(_, _, _, r)| eligible(r))
                     .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
-                    .map(|(_, _, i)| i),
+                    .map(|(_, _, i, _)| i),
             };
             let Some(ci) = pick else { return };
+            self.admit_client(state, ci);
+        }
+    }
+
+    /// Admits the front run of client `ci`: sequence numbers for its nodes, and its tasks on the
+    /// queues of this process's devices.
+    fn admit_client(&self, state: &mut SchedState, ci: usize) {
+        {
             let Some(client) = state.clients.get_mut(ci) else {
                 return;
             };
@@ -148,6 +210,12 @@ impl Shared {
             client.pass += 1.0 / f64::from(client.share.max(1));
             state.vtime = pass;
             state.in_flight += 1;
+            if let (Some(remote), Some(key)) = (&self.remote, run.key)
+                && remote.is_root()
+                && let Err(e) = remote.announce(key)
+            {
+                run.fail(e);
+            }
             // Waiting for admission is not a stall: the no-progress clock starts now.
             run.progress();
             run.admitted.store(true, Ordering::Release);
@@ -159,8 +227,11 @@ impl Shared {
                 let seq = state.next_seq;
                 state.next_seq += 1;
                 for (logical, node_roles) in per_device {
+                    let Some(worker) = run.workers[*logical] else {
+                        continue;
+                    };
                     tasks.push((
-                        run.workers[*logical],
+                        worker,
                         Task {
                             seq,
                             run: run.clone(),
@@ -174,7 +245,10 @@ impl Shared {
             }
             run.tasks_left.store(tasks.len(), Ordering::Release);
             if tasks.is_empty() {
+                // Nothing for this process's devices (another rank's run, or an empty program).
                 state.in_flight -= 1;
+                state.clients.finished(run.client, !run.failed());
+                run.signal();
                 run.release_if_idle();
             }
             for (w, task) in tasks {
@@ -209,6 +283,8 @@ pub struct Client(Arc<ClientSlot>);
 struct ClientSlot {
     shared: Arc<Shared>,
     index: usize,
+    /// Its name: what keys its runs spanning ranks, the same on every rank.
+    name: String,
 }
 
 impl Drop for ClientSlot {
@@ -243,10 +319,19 @@ impl Runtime {
             });
         }
         let n = devices.len();
+        // The job's mesh: a collective, every rank's runtime forms it at once.
+        let mesh = if opts.job.size() > 1 {
+            opts.job.mesh(&devices)?
+        } else {
+            devices.iter().map(MeshDevice::from).collect()
+        };
+        let remote = opts.job.transport().map(|t| Remote::new(t.clone()));
         let shared = Arc::new(Shared {
             inboxes: devices.iter().map(|d| Arc::new(Inbox::new(d))).collect(),
             injected_panics: (0..n).map(|_| Mutex::default()).collect(),
             devices,
+            mesh,
+            remote,
             wake: Condvar::new(),
             state: Mutex::new(SchedState {
                 policy: opts.policy,
@@ -271,7 +356,27 @@ impl Runtime {
                 what: "runtime",
                 reason: format!("cannot start a worker thread: {e}"),
             })?;
+        if let Some(remote) = &shared.remote {
+            // Weak: the transport outlives no runtime through its sink.
+            let weak = Arc::downgrade(&shared);
+            remote.transport.set_sink(Arc::new(move |from, message| {
+                if let Some(shared) = weak.upgrade() {
+                    shared.receive(from, message);
+                }
+            }));
+        }
         Ok(Self(Arc::new(Owner { shared, workers })))
+    }
+
+    /// The job's mesh: every rank's devices in rank order (this process's as in
+    /// [`Self::devices`]); just this process's devices when it is alone.
+    pub fn mesh(&self) -> &[MeshDevice] {
+        &self.0.shared.mesh
+    }
+
+    /// The job this runtime is part of.
+    pub fn job(&self) -> &Job {
+        &self.0.shared.opts.job
     }
 
     pub fn devices(&self) -> &[Device] {
@@ -302,6 +407,7 @@ impl Runtime {
         Client(Arc::new(ClientSlot {
             shared: self.0.shared.clone(),
             index,
+            name: name.to_string(),
         }))
     }
 
@@ -391,6 +497,11 @@ impl Client {
         &self.0.shared.devices
     }
 
+    /// The job's mesh ([`Runtime::mesh`]).
+    pub fn mesh(&self) -> &[MeshDevice] {
+        &self.0.shared.mesh
+    }
+
     /// Submits a run of `exec` with `args` (argument i: every shard's values, one after another).
     ///
     /// Waits for a free run slot of `exec`; in parallel dispatch, records every command buffer of
@@ -408,25 +519,33 @@ impl Client {
         };
         let args: Vec<HostData> = args.into_iter().map(Into::into).collect();
         prog.check_args(&args)?;
-        let workers: Vec<usize> = exec
+        let shared = &self.0.shared;
+        let workers: Vec<Option<usize>> = exec
             .devices()
             .iter()
-            .map(|d| {
-                self.0
-                    .shared
-                    .worker_of(d)
-                    .ok_or_else(|| fail(format!("device {} is not in this runtime", d.label())))
+            .map(|d| match d.local() {
+                Some(local) => shared.worker_of(local).map(Some),
+                None => shared.mesh.contains(d).then_some(None),
             })
+            .map(|w| w.ok_or_else(|| fail("a device of it is not in this runtime's mesh".into())))
             .collect::<Result<_>>()?;
-        if self.0.shared.lock().shutdown {
+        if shared.lock().shutdown {
             return Err(fail("the runtime is shutting down".into()));
         }
         let timeout = exec
             .devices()
             .iter()
+            .filter_map(MeshDevice::local)
+            .chain(&shared.devices)
             .map(Device::wait_timeout)
             .max()
             .unwrap_or(Duration::from_secs(60));
+        // Spanning ranks: keyed the same on every rank, for the data and the gang order.
+        let key = shared
+            .remote
+            .as_ref()
+            .filter(|_| exec.devices().iter().any(|d| !d.is_local()))
+            .map(|r| r.next_key(&self.0.name));
         let slot = exec.acquire_slot(timeout)?;
         // Process-unique, so trace flow ids stay unique across runtimes sharing a tracer.
         let id = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
@@ -439,6 +558,7 @@ impl Client {
             RunEnv {
                 client: self.0.index,
                 workers,
+                key,
                 tracer: self.0.shared.opts.tracer.clone(),
                 gpu_timestamps: self.0.shared.gpu_timestamps.load(Ordering::Relaxed),
             },
@@ -448,6 +568,9 @@ impl Client {
         {
             run.release_if_idle();
             return Err(e);
+        }
+        if let (Some(remote), Some(key)) = (&shared.remote, key) {
+            remote.register(key, &run);
         }
         {
             let mut state = self.0.shared.lock();
@@ -488,8 +611,13 @@ impl Client {
             }
         }
         let record_device = |logical: usize, work: &[(usize, Role)]| -> Result<()> {
-            let device = &exec.devices()[logical];
-            let inbox = &self.0.shared.inboxes[run.workers[logical]];
+            // Roles are only ever this process's devices'.
+            let (Some(device), Some(worker)) =
+                (exec.devices()[logical].local(), run.workers[logical])
+            else {
+                return Ok(());
+            };
+            let inbox = &self.0.shared.inboxes[worker];
             for &(node, role) in work {
                 if let Some(r) = record(run, node, role, device, inbox)? {
                     run.put_prepared(node, role, r);

@@ -218,6 +218,7 @@ impl Worker {
             program: task.run.exec.id(),
             node: task.node,
             client: task.run.client,
+            key: task.run.key,
         });
         Some(task)
     }
@@ -710,6 +711,10 @@ impl Worker {
             } => {
                 result.map_err(|e| self.gpu_error(e))?;
                 let bytes = self.device.take_mapped(&buffer, len)?;
+                if let (Some(remote), Some(key)) = (&self.shared.remote, run.key) {
+                    // Other ranks' devices read it too: on its way to them now.
+                    remote.send_mail(&run, key, node, shard, &bytes);
+                }
                 let _ = run.mail[node][shard].set(bytes);
                 let start = run.submitted_ns[node][shard].load(Ordering::Acquire);
                 let mut meta = run.event_meta(EventMeta::transfer(self.device.id()), node);

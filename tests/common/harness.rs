@@ -27,6 +27,9 @@ pub enum Need {
     F16,
     /// GPU timestamps (`timestamp-query`).
     TimestampQuery,
+    /// Virtual devices of one adapter that run at the same time (a GL adapter's share one
+    /// context, so gangway runs their work one at a time).
+    ConcurrentDevices,
 }
 
 impl Need {
@@ -37,6 +40,8 @@ impl Need {
             Need::TimestampQuery => {
                 (!device.info().features.timestamp_query).then_some("no timestamp queries")
             }
+            Need::ConcurrentDevices => (device.info().backend == "gl")
+                .then_some("GL virtual devices share one context and run one at a time"),
         }
     }
 }

@@ -22,6 +22,7 @@
 
 mod adapters;
 mod harness;
+pub mod moe;
 pub mod programs;
 
 pub use adapters::{Adapter, Adapters};

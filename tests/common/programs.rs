@@ -105,3 +105,40 @@ pub fn assert_consistent_order(order: &[Vec<GangRecord>]) {
     }
     assert!(pairs > 0, "the test must exercise gangs that share devices");
 }
+
+/// Submits `runs` runs of [`exchange_program`]`(gang of `n`, shard, c)` (compiled as `exec`)
+/// through `client`, two in flight, alternating parallel and sequential dispatch, checking each
+/// result against [`exchange_reference`].
+pub fn run_exchanges(
+    client: &gangway::sched::Client,
+    exec: &std::sync::Arc<gangway::program::Executable>,
+    n: usize,
+    shard: usize,
+    c: usize,
+    runs: usize,
+) {
+    use gangway::sched::{DispatchMode, RunOptions};
+    let mut rng = gangway::Rng::new(c as u64);
+    let mut pending = Vec::new();
+    for i in 0..runs {
+        let x = rng.vec(shard * n);
+        let mode = if i % 2 == 0 {
+            DispatchMode::Parallel
+        } else {
+            DispatchMode::Sequential
+        };
+        let opts = RunOptions {
+            mode,
+            ..RunOptions::default()
+        };
+        let want = exchange_reference(&x, n, shard, c as f32);
+        pending.push((client.submit(exec, vec![x], opts).unwrap(), want));
+        if pending.len() == 2 {
+            let (h, want) = pending.remove(0);
+            super::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
+        }
+    }
+    for (h, want) in pending {
+        super::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
+    }
+}

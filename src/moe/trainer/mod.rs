@@ -30,17 +30,18 @@ pub use checkpoint::TrainerCheckpoint;
 
 use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
+use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::kernels::ops::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
 use crate::program::{CompileOptions, Executable, HostData, Op, Variables};
 use crate::sched::{Client, DispatchMode, RunHandle, RunOptions};
 use crate::trace::{Event, EventMeta, ns_since_epoch};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use step_program::{Mode, StepShape, m_var, param_var, shard_shapes, v_var};
+use step_program::{Kind, Mode, StepShape, m_var, param_var, shard_shapes, v_var};
 
 /// What one [`GpuTrainer::step`] did (losses are those of the parameters before the update).
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +100,7 @@ pub struct GpuTrainer {
     adam: AdamConfig,
     step: u32,
     groups: usize,
-    devices: Vec<Device>,
+    devices: Vec<MeshDevice>,
     /// Per parameter: whether it is an expert tensor (sharded over devices).
     expert: Vec<bool>,
     variables: Variables,
@@ -121,23 +122,33 @@ impl GpuTrainer {
     /// live view) share the devices in gang order.
     pub fn new(
         client: &Client,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         params: &MoeLmParams,
         adam: AdamConfig,
     ) -> Result<Self> {
-        Self::with_groups(client, devices, params, adam, devices.len())
+        let devices = devices.mesh_devices();
+        let groups = devices.len();
+        Self::build(client, devices, params, None, adam, groups, 0)
     }
 
     /// A trainer over `devices` routing each batch in `groups` groups (a multiple of the device
     /// count): the same math as [`super::Adam::train_step_grouped`] with `groups`.
     pub fn with_groups(
         client: &Client,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         params: &MoeLmParams,
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(client, devices, params, None, adam, groups, 0)
+        Self::build(
+            client,
+            devices.mesh_devices(),
+            params,
+            None,
+            adam,
+            groups,
+            0,
+        )
     }
 
     /// A trainer continuing from `checkpoint` on `devices` (any count dividing both `E` and the
@@ -145,13 +156,13 @@ impl GpuTrainer {
     /// expert tensors to their owners; the next step is `checkpoint.step + 1`.
     pub fn resume(
         client: &Client,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         checkpoint: &TrainerCheckpoint,
     ) -> Result<Self> {
         checkpoint.check()?;
         Self::build(
             client,
-            devices,
+            devices.mesh_devices(),
             &checkpoint.params,
             Some((&checkpoint.m, &checkpoint.v)),
             checkpoint.adam,
@@ -164,9 +175,9 @@ impl GpuTrainer {
     /// gathered from their devices), the step, the Adam setting and the groups.
     pub fn checkpoint(&self) -> Result<TrainerCheckpoint> {
         let out = TrainerCheckpoint {
-            params: self.download(param_var)?,
-            m: self.download(m_var)?,
-            v: self.download(v_var)?,
+            params: self.download(Kind::Param)?,
+            m: self.download(Kind::M)?,
+            v: self.download(Kind::V)?,
             step: self.step,
             adam: self.adam,
             groups: self.groups,
@@ -177,7 +188,7 @@ impl GpuTrainer {
 
     fn build(
         client: &Client,
-        devices: &[Device],
+        devices: Vec<MeshDevice>,
         params: &MoeLmParams,
         moments: Option<(&MoeLmParams, &MoeLmParams)>,
         adam: AdamConfig,
@@ -191,7 +202,7 @@ impl GpuTrainer {
         if n == 0 {
             return Err(invalid(WHAT, "no devices".into()));
         }
-        if let Some(d) = devices.iter().find(|d| !client.devices().contains(d)) {
+        if let Some(d) = devices.iter().find(|d| !client.mesh().contains(d)) {
             return Err(invalid(
                 WHAT,
                 format!("device {} is not in the client's runtime", d.label()),
@@ -225,11 +236,15 @@ impl GpuTrainer {
         let mut variables = Variables::new();
         for (p, (spec, shape)) in specs.iter().zip(&shapes).enumerate() {
             let per_device: usize = shape.iter().product();
-            let upload = |t: &MoeLmParams| -> Result<Vec<Tensor>> {
+            // This process's shards only: other ranks upload theirs.
+            let upload = |t: &MoeLmParams| -> Result<Vec<Option<Tensor>>> {
                 devices
                     .iter()
                     .enumerate()
                     .map(|(i, device)| {
+                        let Some(device) = device.local() else {
+                            return Ok(None);
+                        };
                         let start = if expert[p] { i * per_device } else { 0 };
                         let values = t
                             .tensors
@@ -238,30 +253,34 @@ impl GpuTrainer {
                         let values = values.ok_or_else(|| {
                             invalid(WHAT, format!("{} is shorter than its shape", spec.name))
                         })?;
-                        Tensor::from_f32(device, shape, DType::F32, values)
+                        Tensor::from_f32(device, shape, DType::F32, values).map(Some)
                     })
                     .collect()
             };
-            let zeros = || -> Result<Vec<Tensor>> {
+            let zeros = || -> Result<Vec<Option<Tensor>>> {
                 devices
                     .iter()
-                    .map(|d| Tensor::zeros(d, shape, DType::F32))
+                    .map(|d| {
+                        d.local()
+                            .map(|d| Tensor::zeros(d, shape, DType::F32))
+                            .transpose()
+                    })
                     .collect()
             };
-            variables.insert(param_var(p), upload(params)?);
+            variables.insert_shards(param_var(p), upload(params)?);
             let (m, v) = match moments {
                 Some((m, v)) => (upload(m)?, upload(v)?),
                 None => (zeros()?, zeros()?),
             };
-            variables.insert(m_var(p), m);
-            variables.insert(v_var(p), v);
+            variables.insert_shards(m_var(p), m);
+            variables.insert_shards(v_var(p), v);
         }
         Ok(Self {
             config: cfg,
             adam,
             step,
             groups,
-            devices: devices.to_vec(),
+            devices,
             expert,
             variables,
             client: client.clone(),
@@ -285,8 +304,10 @@ impl GpuTrainer {
         self.step
     }
 
-    pub fn devices(&self) -> Vec<Device> {
-        self.devices.clone()
+    /// The devices the trainer is spread over (in a job of several ranks, some are other
+    /// ranks').
+    pub fn devices(&self) -> &[MeshDevice] {
+        &self.devices
     }
 
     /// How the runtime dispatches each step (parallel by default).
@@ -442,23 +463,27 @@ impl GpuTrainer {
         Ok(out)
     }
 
-    /// Variable `name(p)` of every parameter, gathered: replicated ones from device 0, expert ones
-    /// from every device in order.
-    fn download(&self, name: fn(usize) -> String) -> Result<MoeLmParams> {
-        let tensors = (0..self.expert.len())
-            .map(|p| {
-                let shards = self
-                    .variables
-                    .get(&name(p))
-                    .ok_or_else(|| invalid("moe trainer", format!("no variable {}", name(p))))?;
-                let take = if self.expert[p] { shards.len() } else { 1 };
-                let mut all = Vec::new();
-                for t in &shards[..take] {
-                    all.extend(t.to_f32()?);
+    /// Variable `kind` of every parameter, gathered: replicated ones from device 0, expert ones
+    /// from every device in order. Read back by a program (results reach every rank, so this works
+    /// the same when some of the devices are other ranks').
+    fn download(&self, kind: Kind) -> Result<MoeLmParams> {
+        let exec = self.program(Mode::Read(kind), 0)?;
+        let opts = RunOptions {
+            mode: self.dispatch,
+            ..RunOptions::default()
+        };
+        let results = self.client.run(&exec, Vec::<Vec<f32>>::new(), opts)?;
+        let tensors = results
+            .into_iter()
+            .enumerate()
+            .map(|(p, mut all)| {
+                if !self.expert[p] {
+                    // Every device's copy, one after another: the first.
+                    all.truncate(all.len() / self.devices.len().max(1));
                 }
-                Ok(all)
+                all
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect();
         let out = MoeLmParams {
             config: self.config,
             tensors,
@@ -589,7 +614,7 @@ impl GpuTrainer {
                 stats.dropped_fraction,
                 stats.tokens_per_expert
             );
-            for device in &self.devices {
+            for device in self.devices.iter().filter_map(MeshDevice::local) {
                 let e = EventMeta::host_encode(device.id()).event(name.clone(), begin, now);
                 process.emit_with(|| e.clone());
                 if self.trace {
@@ -630,7 +655,7 @@ impl GpuTrainer {
 
     /// Downloads the parameters (expert tensors gathered from their devices).
     pub fn params(&self) -> Result<MoeLmParams> {
-        self.download(param_var)
+        self.download(Kind::Param)
     }
 }
 
@@ -643,7 +668,11 @@ impl std::fmt::Debug for GpuTrainer {
             .field("groups", &self.groups)
             .field(
                 "devices",
-                &self.devices.iter().map(Device::label).collect::<Vec<_>>(),
+                &self
+                    .devices
+                    .iter()
+                    .map(MeshDevice::label)
+                    .collect::<Vec<_>>(),
             )
             .field("tracing", &self.trace)
             .finish()

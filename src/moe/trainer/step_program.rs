@@ -28,6 +28,29 @@ pub(super) enum Mode {
     Grads,
     /// Forward only; results: per round, each token's loss.
     Forward,
+    /// No step: every parameter's variable of this kind read back (result p: every shard of
+    /// parameter p, one after another).
+    Read(Kind),
+}
+
+/// The variables kept per parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Kind {
+    Param,
+    /// Adam's first moment.
+    M,
+    /// Adam's second moment.
+    V,
+}
+
+impl Kind {
+    pub fn var(self, p: usize) -> String {
+        match self {
+            Kind::Param => param_var(p),
+            Kind::M => m_var(p),
+            Kind::V => v_var(p),
+        }
+    }
 }
 
 /// The shapes a step program is built for.
@@ -245,6 +268,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         Mode::Train => "moe train step",
         Mode::Grads => "moe gradients",
         Mode::Forward => "moe forward",
+        Mode::Read(_) => "moe read variables",
     };
     let mut x = Builder {
         b: ProgramBuilder::new(name),
@@ -257,17 +281,27 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     // and holds experts [i·E/D, (i+1)·E/D).
     x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]);
     let shapes = shard_shapes(&cfg, expert, shape.devices);
+    let kind = match mode {
+        Mode::Read(kind) => kind,
+        _ => Kind::Param,
+    };
     for (p, s) in shapes.iter().enumerate() {
         let ty = TensorType::f32(s);
         let v = if expert[p] {
             let mut dims: Vec<&[&str]> = vec![&[]; s.len()];
             dims[0] = &[EXPERT_AXIS];
             let split = x.b.spec(&gang, &dims, &[]);
-            x.b.sharded_variable(&param_var(p), &gang, ty, split)
+            x.b.sharded_variable(&kind.var(p), &gang, ty, split)
         } else {
-            x.b.variable(&param_var(p), &gang, ty)
+            x.b.variable(&kind.var(p), &gang, ty)
         };
         x.params.push(v);
+    }
+    if let Mode::Read(_) = mode {
+        for &v in &x.params.clone() {
+            x.b.result(v);
+        }
+        return x.b.build();
     }
     let (tg, c) = (shape.group_tokens, cfg.context);
     let router = cfg.router();
@@ -359,7 +393,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 let stats = x.k(&at("stats"), KernelOp::Pack { dtype: DType::U32 }, &pack);
                 x.b.result(stats);
             }
-            Mode::Grads => {}
+            Mode::Grads | Mode::Read(_) => {}
         }
         // ---- backward
         let mut dh = x.linear_backward(&at, "output", w_out, last, d_logits);
@@ -508,7 +542,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 );
             }
         }
-        Mode::Forward => {}
+        Mode::Forward | Mode::Read(_) => {}
     }
     x.b.build()
 }

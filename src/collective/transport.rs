@@ -1,0 +1,233 @@
+//! The seam between the runtime and the wire to the job's other processes (ranks). The runtime's
+//! host mailboxes are where a shard's bytes wait for the device that needs them; within a
+//! process the runtime fills them itself, and a transport fills them with the bytes of other
+//! ranks' shards ([`Message::Data`]). The gang order across ranks travels the same way
+//! ([`Message::Admit`], from rank 0's sequencer).
+//!
+//! Two transports implement it: [`super::loopback`] (ranks as threads of one process, for tests
+//! and for trying multi-rank programs without MPI) and, with the `mpi` feature, `super::mpi`
+//! (OpenMPI through rsmpi, across processes and hosts).
+
+use crate::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Names one run that spans ranks the same way on every rank: its client's name and how many
+/// runs spanning ranks clients of that name submitted before it. Every rank submits the same such
+/// runs in the same order (SPMD), so the keys agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct RunKey {
+    /// A hash of the client's name.
+    pub client: u64,
+    pub seq: u64,
+}
+
+/// What ranks send each other.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Shard `shard` of node `node`'s host bytes in run `run` (what a transfer's send, a
+    /// collective member's stage or a result's read-back put in the mailbox).
+    Data {
+        run: RunKey,
+        /// The sender's program's fingerprint: a rank running another program is an error.
+        program: u64,
+        node: u32,
+        shard: u32,
+        bytes: Vec<u8>,
+    },
+    /// Rank 0's sequencer: the next run spanning ranks to admit.
+    Admit { run: RunKey },
+    /// "Still here", for the watchdog.
+    Heartbeat,
+}
+
+const DATA: u8 = 1;
+const ADMIT: u8 = 2;
+const HEARTBEAT: u8 = 3;
+/// Kind byte, client, seq, program, node, shard.
+const DATA_HEADER: usize = 1 + 8 + 8 + 8 + 4 + 4;
+
+impl Message {
+    /// The message as bytes on the wire (little-endian header, then the payload).
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Message::Data {
+                run,
+                program,
+                node,
+                shard,
+                bytes,
+            } => {
+                let mut out = Vec::with_capacity(DATA_HEADER + bytes.len());
+                out.push(DATA);
+                out.extend_from_slice(&run.client.to_le_bytes());
+                out.extend_from_slice(&run.seq.to_le_bytes());
+                out.extend_from_slice(&program.to_le_bytes());
+                out.extend_from_slice(&node.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(bytes);
+                out
+            }
+            Message::Admit { run } => {
+                let mut out = vec![ADMIT];
+                out.extend_from_slice(&run.client.to_le_bytes());
+                out.extend_from_slice(&run.seq.to_le_bytes());
+                out
+            }
+            Message::Heartbeat => vec![HEARTBEAT],
+        }
+    }
+
+    /// A message from `bytes` received from rank `from`, or why they are not one.
+    pub fn decode(from: usize, bytes: &[u8]) -> Result<Message> {
+        let bad = |what: &str| Error::Job {
+            rank: from,
+            reason: format!("sent a malformed message ({what}, {} bytes)", bytes.len()),
+        };
+        let u64_at = |at: usize| -> Result<u64> {
+            let b = bytes.get(at..at + 8).ok_or_else(|| bad("short"))?;
+            Ok(u64::from_le_bytes(b.try_into().map_err(|_| bad("short"))?))
+        };
+        let u32_at = |at: usize| -> Result<u32> {
+            let b = bytes.get(at..at + 4).ok_or_else(|| bad("short"))?;
+            Ok(u32::from_le_bytes(b.try_into().map_err(|_| bad("short"))?))
+        };
+        match bytes.first() {
+            Some(&DATA) if bytes.len() >= DATA_HEADER => Ok(Message::Data {
+                run: RunKey {
+                    client: u64_at(1)?,
+                    seq: u64_at(9)?,
+                },
+                program: u64_at(17)?,
+                node: u32_at(25)?,
+                shard: u32_at(29)?,
+                bytes: bytes[DATA_HEADER..].to_vec(),
+            }),
+            Some(&ADMIT) if bytes.len() == 17 => Ok(Message::Admit {
+                run: RunKey {
+                    client: u64_at(1)?,
+                    seq: u64_at(9)?,
+                },
+            }),
+            Some(&HEARTBEAT) if bytes.len() == 1 => Ok(Message::Heartbeat),
+            _ => Err(bad("unknown kind")),
+        }
+    }
+}
+
+/// Where a transport hands what arrives: `(sending rank, message)`.
+pub type Sink = Arc<dyn Fn(usize, Message) + Send + Sync>;
+
+/// The sink once set, and the messages that came before it.
+type Slot = (Option<Sink>, VecDeque<(usize, Message)>);
+
+/// A transport's sink, and what arrived before it was set (handed over when it is).
+#[derive(Default)]
+pub struct SinkSlot {
+    slot: Mutex<Slot>,
+}
+
+impl std::fmt::Debug for SinkSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkSlot").finish_non_exhaustive()
+    }
+}
+
+impl SinkSlot {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the sink and hands it what came before, in order.
+    pub fn set(&self, sink: Sink) {
+        let early: Vec<(usize, Message)> = {
+            let mut s = self.lock();
+            s.0 = Some(sink.clone());
+            s.1.drain(..).collect()
+        };
+        for (from, m) in early {
+            sink(from, m);
+        }
+    }
+
+    /// Hands `m` from rank `from` to the sink, or keeps it until there is one.
+    pub fn deliver(&self, from: usize, m: Message) {
+        let sink = {
+            let mut s = self.lock();
+            match &s.0 {
+                Some(sink) => sink.clone(),
+                None => {
+                    s.1.push_back((from, m));
+                    return;
+                }
+            }
+        };
+        sink(from, m);
+    }
+}
+
+/// One process's link to the job's other ranks.
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    /// This process's host name, as the other ranks see it.
+    fn host(&self) -> String;
+    /// Queues `message` for rank `to` and returns at once (a rank's devices never wait on the
+    /// network to hand data on).
+    fn send(&self, to: usize, message: Message) -> Result<()>;
+    /// Sets where messages from other ranks go; those that came before are handed over at once,
+    /// in arrival order.
+    fn set_sink(&self, sink: Sink);
+    /// Every rank's `bytes`, in rank order, on every rank. A set-up and tear-down collective:
+    /// call it when no run spanning ranks is in flight.
+    fn all_gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>>;
+    /// Every rank's `bytes` on rank 0 (`Some` there, `None` elsewhere); like
+    /// [`Self::all_gather`], between runs.
+    fn gather(&self, bytes: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>>;
+    /// Returns once every rank called it; messages keep arriving meanwhile.
+    fn barrier(&self) -> Result<()>;
+    /// Stops this rank's part of the job for good (MPI_Finalize), after the job's last
+    /// collective. Nothing may be sent after it.
+    fn shutdown(&self);
+    /// Ends the whole job at once with `code`, every rank (MPI_Abort). `message` is the one line
+    /// that says why.
+    fn abort(&self, code: i32, message: &str) -> !;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_an_error_naming_the_rank() {
+        let run = RunKey {
+            client: u64::MAX - 3,
+            seq: 77,
+        };
+        for m in [
+            Message::Data {
+                run,
+                program: 42,
+                node: 5,
+                shard: 2,
+                bytes: vec![1, 2, 3, 255],
+            },
+            Message::Data {
+                run,
+                program: u64::MAX,
+                node: 0,
+                shard: 0,
+                bytes: Vec::new(),
+            },
+            Message::Admit { run },
+            Message::Heartbeat,
+        ] {
+            assert_eq!(Message::decode(0, &m.encode()).unwrap(), m);
+        }
+        for garbage in [&[][..], &[9], &[DATA, 1, 2], &[ADMIT; 5], &[HEARTBEAT, 0]] {
+            let e = Message::decode(3, garbage).unwrap_err().to_string();
+            assert!(e.starts_with("rank 3: sent a malformed message"), "{e}");
+        }
+    }
+}
