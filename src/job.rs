@@ -14,7 +14,7 @@
 
 use crate::collective::transport::Transport;
 use crate::device::{MeshDevice, RemoteDevice};
-use crate::trace::ns_since_epoch;
+use crate::trace::{Event, ns_since_epoch};
 use crate::{Device, DeviceInfo, Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -50,12 +50,21 @@ struct RankDevices {
     devices: Vec<DeviceInfo>,
 }
 
-/// One rank's clock against rank 0's, estimated around barriers.
+/// A whole job's trace: every rank's events, and a name per (rank, device) process.
+pub type JobTrace = (Vec<Event>, Vec<(usize, String)>);
+
+/// One rank's trace clock against rank 0's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ClockOffset {
-    /// Add to this rank's trace times to get rank 0's.
+    /// Add to this rank's trace times to get rank 0's: the difference of the two processes'
+    /// trace epochs on the wall clock (exact for ranks of one host; across hosts as good as
+    /// their wall clocks agree).
     pub to_root_ns: i64,
-    /// Half the spread of the estimates: how far the true offset may be.
+    /// The same offset measured around barriers (every rank notes its trace clock as it leaves
+    /// each of several barriers) minus `to_root_ns`: how far the hosts' wall clocks disagree,
+    /// within the barriers' release time.
+    pub skew_ns: i64,
+    /// Half the spread of the barrier measurements: how far `skew_ns` itself may be off.
     pub uncertainty_ns: u64,
 }
 
@@ -193,30 +202,77 @@ impl Job {
         self.0.as_ref().map_or(Ok(()), |t| t.barrier())
     }
 
-    /// Every rank's clock against rank 0's, in rank order: each rank notes its trace clock as it
-    /// leaves each of `rounds` barriers (all ranks leave one together, to within its release
-    /// time); the median of the rounds' differences is the offset, half their spread its
-    /// uncertainty. A collective.
+    /// Every rank's trace clock against rank 0's, in rank order (see [`ClockOffset`]). A
+    /// collective: `rounds` barriers, then a gather.
     pub fn clock_offsets(&self, rounds: usize) -> Result<Vec<ClockOffset>> {
         let mut left = Vec::with_capacity(rounds.max(1));
         for _ in 0..rounds.max(1) {
             self.barrier()?;
             left.push(ns_since_epoch(Instant::now()) as i64);
         }
-        let all: Vec<Vec<i64>> = self.all_gather(&left)?;
-        let root = &all[0];
+        let all: Vec<(i128, Vec<i64>)> = self.all_gather(&(epoch_on_wall_clock(), left))?;
+        let (root_epoch, root) = &all[0];
         Ok(all
             .iter()
-            .map(|mine| {
+            .map(|(epoch, mine)| {
+                let to_root = i64::try_from(epoch - root_epoch).unwrap_or(0);
                 let mut d: Vec<i64> = root.iter().zip(mine).map(|(r, m)| r - m).collect();
                 d.sort_unstable();
                 let spread = d.last().copied().unwrap_or(0) - d.first().copied().unwrap_or(0);
                 ClockOffset {
-                    to_root_ns: d[d.len() / 2],
+                    to_root_ns: to_root,
+                    skew_ns: d[d.len() / 2] - to_root,
                     uncertainty_ns: (spread / 2).unsigned_abs(),
                 }
             })
             .collect())
+    }
+
+    /// One trace of the whole job on rank 0 (`None` on the others): every rank's `events`, its
+    /// devices renumbered rank by rank (rank r's device i after every device of ranks before r)
+    /// so that each (rank, device) is one process of the Chrome trace, named after `names`
+    /// (`(device, name)`, each rank's own), and every time moved onto rank 0's clock by
+    /// `offsets` ([`Self::clock_offsets`], taken on every rank alike). A collective.
+    pub fn gather_trace(
+        &self,
+        events: Vec<Event>,
+        names: &[(usize, String)],
+        offsets: &[ClockOffset],
+    ) -> Result<Option<JobTrace>> {
+        let mine = (events, names.to_vec());
+        let Some(all) = self.gather(&mine)? else {
+            return Ok(None);
+        };
+        let (mut events, mut named) = (Vec::new(), Vec::new());
+        let mut base = 0;
+        for (rank, (rank_events, rank_names)) in all.into_iter().enumerate() {
+            let shift = offsets.get(rank).map_or(0, |o| o.to_root_ns);
+            let at = |t: u64| (i128::from(t) + i128::from(shift)).max(0) as u64;
+            let devices = rank_names
+                .iter()
+                .map(|(d, _)| d + 1)
+                .chain(rank_events.iter().map(|e| e.device + 1))
+                .max()
+                .unwrap_or(0);
+            for mut e in rank_events {
+                e.device += base;
+                (e.start_ns, e.end_ns) = (at(e.start_ns), at(e.end_ns));
+                events.push(e);
+            }
+            let prefix = if self.size() > 1 {
+                format!("rank {rank}: ")
+            } else {
+                String::new()
+            };
+            named.extend(
+                rank_names
+                    .into_iter()
+                    .map(|(d, name)| (base + d, format!("{prefix}{name}"))),
+            );
+            base += devices;
+        }
+        events.sort_by_key(|e| (e.start_ns, e.end_ns));
+        Ok(Some((events, named)))
     }
 
     /// The job's end on this rank: waits for every rank (so none finalises while another still
@@ -241,6 +297,15 @@ impl Job {
             }
         }
     }
+}
+
+/// This process's trace epoch on the wall clock, in nanoseconds since 1970.
+fn epoch_on_wall_clock() -> i128 {
+    let since_epoch = Instant::now().saturating_duration_since(crate::trace::process_epoch());
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    wall.as_nanos() as i128 - since_epoch.as_nanos() as i128
 }
 
 fn to_bytes<T: Serialize>(rank: usize, value: &T) -> Result<Vec<u8>> {
@@ -293,11 +358,12 @@ mod tests {
             assert_eq!(size, 3);
             assert_eq!(all, ["r0", "r1", "r2"]);
             assert_eq!(root, (r == 0).then(|| vec![0, 10, 20]));
-            // One process, one clock: the offsets are the barriers' release skew only.
+            // One process, one clock and one epoch: no offset; the barriers' disagreement is
+            // their release time only.
             assert_eq!(offsets.len(), 3);
-            assert_eq!(offsets[0].to_root_ns, 0);
             for o in offsets {
-                assert!(o.to_root_ns.unsigned_abs() < 50_000_000, "{o:?}");
+                assert!(o.to_root_ns.unsigned_abs() < 1_000_000, "{o:?}");
+                assert!(o.skew_ns.unsigned_abs() < 50_000_000, "{o:?}");
             }
         }
         let single = Job::single();

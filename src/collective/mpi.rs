@@ -31,6 +31,9 @@ const TAG_COLLECTIVE: i32 = 2;
 
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
+/// How long the MPI thread sleeps between looks when nothing moves.
+const IDLE_SLEEP: Duration = Duration::from_micros(100);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -317,14 +320,14 @@ impl Link<'_> {
             self.send_all(&batch);
             let received = self.receive_ready();
             self.keep_alive();
-            // Busy for a while after traffic (latency), then sleep in growing steps (CPU).
+            // Busy for a while after traffic (latency), then short sleeps: a message waits at
+            // most about IDLE_SLEEP for this thread, which costs a few % of a core meanwhile.
             if sent || received {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
                 if idle > 200 {
-                    let pause = 20 * u64::from(idle.min(250) - 200);
-                    std::thread::sleep(Duration::from_micros(pause.max(50)));
+                    std::thread::sleep(IDLE_SLEEP);
                 } else {
                     std::thread::yield_now();
                 }
@@ -352,6 +355,8 @@ impl Link<'_> {
             while !pending.is_empty() {
                 pending = pending.into_iter().filter_map(|r| r.test().err()).collect();
                 if !pending.is_empty() && !self.receive_ready() {
+                    // A send to a rank that stopped never completes: look out for that too.
+                    self.check_watchdog();
                     std::thread::yield_now();
                 }
             }
@@ -397,7 +402,9 @@ impl Link<'_> {
 
     /// Heartbeats out, and the watchdog's look at who went quiet.
     fn keep_alive(&mut self) {
-        let Some(limit) = self.watchdog else { return };
+        if self.watchdog.is_none() {
+            return;
+        }
         if self.last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
             self.last_heartbeat = Instant::now();
             let beat = Message::Heartbeat.encode();
@@ -407,6 +414,12 @@ impl Link<'_> {
                 .collect();
             self.send_all(&batch);
         }
+        self.check_watchdog();
+    }
+
+    /// Ends the job when a rank has been quiet for longer than the watchdog allows.
+    fn check_watchdog(&self) {
+        let Some(limit) = self.watchdog else { return };
         if let Some((quiet, t)) = self
             .heard
             .iter()

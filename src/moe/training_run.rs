@@ -5,9 +5,10 @@
 use super::trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
+use crate::device::DeviceList;
 use crate::kernels::lm_train::AdamConfig;
 use crate::sched::{Client, DispatchMode};
-use crate::{Device, Error, Result};
+use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,7 +147,7 @@ pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usi
 /// must be its runtime's). Its steps go to the runtime's tracer when that is on.
 pub fn train(
     client: &Client,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
     start: &MoeLmParams,
     opts: &TrainOptions,
@@ -159,7 +160,7 @@ pub fn train(
 /// `opts.steps` more steps; the batches continue where the saved run's stopped.
 pub fn resume(
     client: &Client,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
     checkpoint: &TrainerCheckpoint,
     opts: &TrainOptions,
@@ -182,7 +183,7 @@ enum Start<'a> {
 
 fn run(
     client: &Client,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
     start: Start<'_>,
     opts: &TrainOptions,
@@ -239,7 +240,7 @@ impl std::fmt::Debug for TrainingRun {
 impl TrainingRun {
     fn new(
         client: &Client,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         corpus: &Corpus,
         start: Start<'_>,
         opts: &TrainOptions,
@@ -249,6 +250,7 @@ impl TrainingRun {
             Start::Resume(c) => (&c.params, Some(c), c.step),
         };
         let config: MoeLmConfig = start.config;
+        let devices = devices.mesh_devices();
         if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
             return Err(Error::InvalidArgument {
                 what: "train",
@@ -263,8 +265,8 @@ impl TrainingRun {
         let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
         let adam = AdamConfig::new(opts.lr);
         let mut trainer = match resumed_from {
-            Some(c) => GpuTrainer::resume(client, devices, c)?,
-            None => GpuTrainer::new(client, devices, start, adam)?,
+            Some(c) => GpuTrainer::resume(client, &devices, c)?,
+            None => GpuTrainer::new(client, &devices, start, adam)?,
         };
         trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
@@ -290,7 +292,7 @@ impl TrainingRun {
     /// A fresh run of `start` whose trainer submits through `client`.
     pub fn fresh(
         client: &Client,
-        devices: &[Device],
+        devices: &(impl DeviceList + ?Sized),
         corpus: &Corpus,
         start: &MoeLmParams,
         opts: &TrainOptions,
@@ -353,7 +355,11 @@ impl TrainingRun {
             && opts.checkpoint_every > 0
             && step.is_multiple_of(opts.checkpoint_every)
         {
-            self.trainer.checkpoint()?.save(path)?;
+            // Every rank takes part in reading the state back; rank 0 writes it.
+            let checkpoint = self.trainer.checkpoint()?;
+            if self.trainer.client().job().is_root() {
+                checkpoint.save(path)?;
+            }
         }
         let tokens = u64::from(step) * opts.batch as u64;
         progress(&Progress {
@@ -374,7 +380,10 @@ impl TrainingRun {
         let valid_bpb = evaluate(&self.trainer, &self.valid, opts.eval_windows, opts.batch)?;
         let params = self.trainer.params()?;
         if let Some(path) = &opts.checkpoint {
-            self.trainer.checkpoint()?.save(path)?;
+            let checkpoint = self.trainer.checkpoint()?;
+            if self.trainer.client().job().is_root() {
+                checkpoint.save(path)?;
+            }
         }
         let done = self.done;
         let tokens = u64::from(done) * opts.batch as u64;

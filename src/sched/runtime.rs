@@ -502,6 +502,11 @@ impl Client {
         &self.0.shared.mesh
     }
 
+    /// The job the client's runtime is part of.
+    pub fn job(&self) -> &Job {
+        &self.0.shared.opts.job
+    }
+
     /// Submits a run of `exec` with `args` (argument i: every shard's values, one after another).
     ///
     /// Waits for a free run slot of `exec`; in parallel dispatch, records every command buffer of

@@ -96,8 +96,7 @@ fn summary(result: &gangway::bench::report::CaseResult) -> String {
 
 /// Writes `text` to `path` whole or not at all (an interrupted run keeps the last full report).
 fn save(path: &Path, text: &str) -> Result<()> {
-    gangway::fsutil::write_atomic(path, text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+    crate::write_out(path, text.as_bytes())
 }
 
 pub fn bench_suites(

@@ -1,7 +1,30 @@
-//! The `gangway` command line.
+//! The `gangway` command line. Under `mpirun` (built with the `mpi` feature) every rank runs the
+//! same command over the job's global mesh; rank 0 alone prints and writes files.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether this process prints: the only one, or rank 0 of a job.
+static PRINTS: AtomicBool = AtomicBool::new(true);
+
+fn prints() -> bool {
+    PRINTS.load(Ordering::Relaxed)
+}
+
+// The binary's printing goes through these: the other ranks of a job stay quiet (their errors,
+// one line naming the rank, use `std::eprintln!`).
+macro_rules! println {
+    ($($t:tt)*) => { if $crate::prints() { ::std::println!($($t)*) } };
+}
+macro_rules! print {
+    ($($t:tt)*) => { if $crate::prints() { ::std::print!($($t)*) } };
+}
+macro_rules! eprintln {
+    ($($t:tt)*) => { if $crate::prints() { ::std::eprintln!($($t)*) } };
+}
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
@@ -61,13 +84,56 @@ impl ModelArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let cli = Cli::parse();
+    let job = match Job::from_env() {
+        Ok(job) => job,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            std::eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if job.size() > 1 {
+        PRINTS.store(job.is_root(), Ordering::Relaxed);
+        end_job_on_panic(&job);
+    }
+    let result = run(cli, &job).and_then(|()| Ok(job.finish()?));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if job.size() > 1 => job.abort(&format!(
+            "gangway rank {} ({}): error: {}",
+            job.rank(),
+            job.host(),
+            one_line(&e)
+        )),
+        Err(e) => {
+            std::eprintln!("error: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// A panic on any thread of a rank ends the whole job at once, with one line naming the rank:
+/// the other ranks would otherwise wait for it until their timeouts.
+fn end_job_on_panic(job: &Job) {
+    let job = job.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        job.abort(&format!(
+            "gangway rank {} ({}): panic{at}: {}",
+            job.rank(),
+            job.host(),
+            what.replace('\n', " ")
+        ));
+    }));
 }
 
 /// An error and its causes on one line, each cause once (gangway's errors already show theirs).
@@ -85,7 +151,7 @@ fn one_line(e: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, job: &Job) -> Result<()> {
     let tracer = if cli.trace.is_some() {
         Tracer::new()
     } else {
@@ -97,11 +163,11 @@ fn run(cli: Cli) -> Result<()> {
         names = found.iter().map(|d| (d.id(), d.label())).collect();
         Ok(found)
     };
-    // The commands that run work: the process's one runtime over every device found, streaming
-    // every run's events to `tracer`.
-    let mut runtime = |tracer: &Tracer| process_runtime(&discover()?, tracer);
+    // The commands that run work: the process's one runtime over every device found (and the
+    // job's other ranks' devices), streaming every run's events to `tracer`.
+    let mut runtime = |tracer: &Tracer| process_runtime(&discover()?, tracer, job);
     match &cli.command {
-        Command::Devices { json } => devices(&cli.devices.discover()?, *json)?,
+        Command::Devices { json } => devices(&cli.devices.discover()?, job, *json)?,
         Command::Demo(args) => demo(&cli.devices.discover()?, args)?,
         Command::Bench(args) => match &args.compare {
             Some(BenchSub::Compare {
@@ -125,7 +191,7 @@ fn run(cli: Cli) -> Result<()> {
                 let found = cli.devices.discover_split(split)?;
                 names = found.iter().map(|d| (d.id(), d.label())).collect();
                 // The cases trace the runs they measure themselves (into `--trace`, if given).
-                let runtime = process_runtime(&found, &Tracer::off())?;
+                let runtime = process_runtime(&found, &Tracer::off(), job)?;
                 bench_suites(&runtime, &found, args, &tracer)?
             }
         },
@@ -147,29 +213,53 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Some(path) = &cli.trace {
         let events = tracer.take_events();
-        gangway::fsutil::write_atomic(
-            path,
-            gangway::trace::chrome::to_string(&events, &names).as_bytes(),
-        )?;
-        eprintln!("wrote {} events to {}", events.len(), path.display());
+        // Under mpirun every rank's events, on rank 0's clock, one process per (rank, device).
+        let offsets = job.clock_offsets(5)?;
+        if let Some((events, names)) = job.gather_trace(events, &names, &offsets)? {
+            write_out(
+                path,
+                gangway::trace::chrome::to_string(&events, &names).as_bytes(),
+            )?;
+            eprintln!("wrote {} events to {}", events.len(), path.display());
+            for (rank, o) in offsets.iter().enumerate().skip(1) {
+                eprintln!(
+                    "rank {rank}'s trace clock: {:+.1} µs to rank 0's (trace epochs on the wall \
+                     clock); measured around barriers it differs by {:+.1} µs ± {:.1} µs",
+                    o.to_root_ns as f64 / 1e3,
+                    o.skew_ns as f64 / 1e3,
+                    o.uncertainty_ns as f64 / 1e3
+                );
+            }
+        }
     }
     Ok(())
 }
 
-/// The process's one runtime over every device found: every workload of a command runs on it.
-/// `tracer` gets every run's events, as they happen.
-fn process_runtime(devices: &[Device], tracer: &Tracer) -> Result<Runtime> {
+/// Writes `bytes` to `path` all or nothing; in a job of several ranks rank 0 alone writes.
+fn write_out(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    if prints() {
+        gangway::fsutil::write_atomic(path, bytes)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The process's one runtime over every device found, as a part of `job`: every workload of a
+/// command runs on it. `tracer` gets every run's events, as they happen.
+fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Runtime> {
     Ok(Runtime::new(
         devices.to_vec(),
         RuntimeOptions {
             tracer: tracer.clone(),
+            job: job.clone(),
             ..RuntimeOptions::default()
         },
     )?)
 }
 
 fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
-    let devices = runtime.devices();
+    // Under mpirun: every rank's devices, rank by rank.
+    let devices = runtime.mesh();
     use gangway::data::Corpus;
     use gangway::moe::training_run::{TrainOptions, resume, train};
     use gangway::moe::{MoeLmParams, TrainerCheckpoint};
@@ -669,7 +759,7 @@ fn write_figure(
 ) -> Result<()> {
     let layout = figure.layout(args.svg_width, args.theme.into(), None);
     let text = gangway::pipeline::figure::svg(&layout);
-    gangway::fsutil::write_atomic(path, text.as_bytes()).context("cannot write the SVG figure")?;
+    write_out(path, text.as_bytes()).context("cannot write the SVG figure")?;
     println!(
         "figure: {} ({:.0}×{:.0} px, {} theme)",
         path.display(),
@@ -680,19 +770,61 @@ fn write_figure(
     Ok(())
 }
 
-fn devices(devices: &[Device], json: bool) -> Result<()> {
+/// One device of a job's mesh, as `devices --json` prints it under mpirun.
+#[derive(serde::Serialize)]
+struct MeshEntry<'a> {
+    rank: usize,
+    host: &'a str,
+    /// Its index among its rank's devices.
+    local_index: usize,
+    #[serde(flatten)]
+    info: &'a gangway::DeviceInfo,
+}
+
+/// Every device: this process's, or under mpirun the job's global mesh, printed by rank 0 (with
+/// each device's rank, host and local index).
+fn devices(local: &[Device], job: &Job, json: bool) -> Result<()> {
+    let mesh = job.mesh(local)?;
+    let (host, hosts) = (job.host(), job.size() > 1);
+    let entries: Vec<MeshEntry<'_>> = mesh
+        .iter()
+        .map(|d| match d {
+            gangway::MeshDevice::Local(l) => MeshEntry {
+                rank: job.rank(),
+                host: &host,
+                local_index: local.iter().position(|x| x == l).unwrap_or(0),
+                info: l.info(),
+            },
+            gangway::MeshDevice::Remote(r) => MeshEntry {
+                rank: r.rank,
+                host: &r.host,
+                local_index: r.index,
+                info: &r.info,
+            },
+        })
+        .collect();
     if json {
-        let infos: Vec<_> = devices.iter().map(Device::info).collect();
-        println!("{}", serde_json::to_string_pretty(&infos)?);
+        if hosts {
+            println!("{}", serde_json::to_string_pretty(&entries)?);
+        } else {
+            // One process: the device list as it always was.
+            let infos: Vec<_> = entries.iter().map(|e| e.info).collect();
+            println!("{}", serde_json::to_string_pretty(&infos)?);
+        }
         return Ok(());
     }
     let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
-    let rows: Vec<Vec<String>> = devices
+    let rows: Vec<Vec<String>> = entries
         .iter()
-        .map(|d| {
-            let i = d.info();
+        .map(|e| {
+            let i = e.info;
+            let id = if hosts {
+                format!("rank {} ({}) #{}", e.rank, e.host, i.id)
+            } else {
+                i.id.to_string()
+            };
             vec![
-                i.id.to_string(),
+                id,
                 format!("{}/{}", i.adapter, i.virtual_index),
                 i.name.clone(),
                 i.backend.clone(),
@@ -777,7 +909,7 @@ fn demo(devices: &[Device], args: &DemoArgs) -> Result<()> {
 /// Writes `value` as pretty JSON to `path`, when one was given.
 fn write_json(path: Option<&std::path::Path>, value: &impl serde::Serialize) -> Result<()> {
     if let Some(path) = path {
-        gangway::fsutil::write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes())?;
+        write_out(path, serde_json::to_string_pretty(value)?.as_bytes())?;
     }
     Ok(())
 }

@@ -12,9 +12,18 @@ fn style() -> ProgressStyle {
         .progress_chars("#>-")
 }
 
+/// Where bars draw: stderr, on the rank that prints (rank 0 of a job).
+fn target() -> ProgressDrawTarget {
+    if crate::prints() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    }
+}
+
 /// A bar of `len` steps on stderr (hidden when stderr is not a terminal).
 pub fn bar(len: u64) -> ProgressBar {
-    let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    let pb = ProgressBar::with_draw_target(Some(len), target());
     pb.set_style(style());
     pb
 }
@@ -37,7 +46,7 @@ pub struct Bars {
 impl Bars {
     pub fn new() -> Self {
         Self {
-            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+            multi: MultiProgress::with_draw_target(target()),
             bars: Mutex::default(),
         }
     }

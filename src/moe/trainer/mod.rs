@@ -310,6 +310,11 @@ impl GpuTrainer {
         &self.devices
     }
 
+    /// The client the steps run as.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// How the runtime dispatches each step (parallel by default).
     pub fn set_dispatch(&mut self, mode: DispatchMode) {
         self.dispatch = mode;

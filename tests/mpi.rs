@@ -1,0 +1,518 @@
+//! The `gangway` binary under `mpirun` (OpenMPI; built with the `mpi` feature): one global mesh
+//! over the ranks' devices, training over 2 and 4 ranks that equals one process, the same over
+//! two emulated hosts (network namespaces joined by a veth pair, TCP only), and the job ending
+//! within seconds, with a line naming the rank, when a rank is killed, stops, or fails.
+//!
+//! Every `mpirun` runs under a timeout. As root on a small machine OpenMPI needs
+//! `OMPI_ALLOW_RUN_AS_ROOT*`, `--bind-to none`, oversubscription and yielding when idle: set here.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::case;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(host: devices_under_mpirun_are_one_global_mesh),
+        case!(host: training_over_two_and_four_ranks_equals_one_process),
+        case!(host: a_killed_rank_ends_the_job_naming_it),
+        case!(host: a_stopped_rank_is_caught_by_the_watchdog),
+        case!(host: a_failing_rank_ends_the_job_with_its_error),
+        case!(host: two_emulated_hosts_train_as_one_process_does),
+    ])
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_gangway");
+
+/// What a finished `mpirun` left.
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// `mpirun` with the settings a root user on a 2-core machine needs.
+fn mpirun(extra: &[&str]) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--bind-to", "none", "--oversubscribe"])
+        .args(extra)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Whether `mpirun` is here at all (it is in CI: `.ci/run` installs OpenMPI).
+fn have_mpirun(test: &str) -> bool {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+            "{test}: mpirun is missing (install openmpi-bin)"
+        );
+        eprintln!("{test}: skipped, no mpirun");
+    }
+    found
+}
+
+/// Waits for `child` at most `limit`, killing it past that; what it printed.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Ran {
+    let start = Instant::now();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (o, e) = (reader.join().unwrap(), err_reader.join().unwrap());
+            panic!("{what}: still running after {limit:?}\nstdout:\n{o}\nstderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ran {
+        ok: status.success(),
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+        took: start.elapsed(),
+    }
+}
+
+fn run_ok(mut c: Command, limit: Duration, what: &str) -> Ran {
+    let ran = finish(c.spawn().unwrap(), limit, what);
+    assert!(
+        ran.ok,
+        "{what} failed:\nstdout:\n{}\nstderr:\n{}",
+        ran.stdout, ran.stderr
+    );
+    ran
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gangway-mpi-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn losses(report: &Path) -> Vec<f64> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    v["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect()
+}
+
+/// The training run every test compares: `--devices 4` over lavapipe virtual devices.
+fn train_args(json: &Path) -> Vec<String> {
+    train_steps(json, 4)
+}
+
+fn train_steps(json: &Path, steps: usize) -> Vec<String> {
+    let steps = steps.to_string();
+    [
+        "train",
+        "moe",
+        "--devices",
+        "4",
+        "--steps",
+        &steps,
+        "--batch",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn one_process_losses(dir: &Path) -> Vec<f64> {
+    let json = dir.join("one.json");
+    let mut c = Command::new(BIN);
+    c.args(["--backends", "vulkan", "--virtual-devices", "4"])
+        .args(train_args(&json))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    run_ok(c, Duration::from_secs(120), "one process");
+    losses(&json)
+}
+
+fn devices_under_mpirun_are_one_global_mesh() {
+    if !have_mpirun("devices") {
+        return;
+    }
+    let mut c = mpirun(&["-np", "2", BIN]);
+    c.args([
+        "--backends",
+        "vulkan",
+        "--virtual-devices",
+        "2",
+        "devices",
+        "--json",
+    ]);
+    let ran = run_ok(c, Duration::from_secs(60), "devices --json");
+    let mesh: Vec<serde_json::Value> = serde_json::from_str(&ran.stdout).unwrap();
+    // Rank 0 alone prints; rank-major, local indices restarting on each rank.
+    let ranks: Vec<(u64, u64)> = mesh
+        .iter()
+        .map(|d| {
+            (
+                d["rank"].as_u64().unwrap(),
+                d["local_index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ranks, [(0, 0), (0, 1), (1, 0), (1, 1)], "{}", ran.stdout);
+    assert!(
+        mesh.iter()
+            .all(|d| d["host"].is_string() && d["backend"] == "vulkan")
+    );
+}
+
+fn training_over_two_and_four_ranks_equals_one_process() {
+    if !have_mpirun("training") {
+        return;
+    }
+    let dir = scratch("train");
+    let want = one_process_losses(&dir);
+    for ranks in [2usize, 4] {
+        let json = dir.join(format!("ranks{ranks}.json"));
+        let trace = dir.join(format!("ranks{ranks}.trace.json"));
+        let per_rank = (4 / ranks).to_string();
+        let np = ranks.to_string();
+        let mut c = mpirun(&["-np", &np, BIN]);
+        c.args(["--backends", "vulkan", "--virtual-devices", &per_rank])
+            .args(["--trace", trace.to_str().unwrap()])
+            .args(train_args(&json));
+        let ran = run_ok(c, Duration::from_secs(240), &format!("{ranks} ranks"));
+        let got = losses(&json);
+        assert_eq!(got.len(), want.len());
+        for (step, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs(),
+                "{ranks} ranks, step {step}: one process {a}, ranks {b}"
+            );
+        }
+        // One trace: a process per (rank, device), every rank's kernels in it.
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        gangway::trace::chrome::check(&json).unwrap();
+        for rank in 0..ranks {
+            assert!(
+                text.contains(&format!("\"rank {rank}: #")),
+                "no process of rank {rank} in the trace"
+            );
+        }
+        assert!(ran.stderr.contains("trace clock"), "{}", ran.stderr);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The pid of rank `rank` among the processes `mpirun` (pid `root`) started, once it is there.
+fn rank_pid(root: u32, rank: usize) -> Option<u32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let is_rank = environ.split(|&b| b == 0).any(|v| v == want.as_bytes());
+        if parent == Some(root) && is_rank {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// A long training run under `mpirun -np 2`, with `signal` sent to rank 1 once it trains; the
+/// job must end within `limit`.
+fn signal_rank_one(signal: &str, limit: Duration, watchdog: &str) -> Ran {
+    let dir = scratch(signal);
+    let mut c = mpirun(&["-np", "2", "-x", "GANGWAY_MPI_WATCHDOG", BIN]);
+    c.env("GANGWAY_MPI_WATCHDOG", watchdog)
+        .args(["--backends", "vulkan", "--virtual-devices", "2"])
+        .args(train_steps(&dir.join("never.json"), 100_000));
+    let child = c.spawn().unwrap();
+    let root = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pid = loop {
+        if let Some(pid) = rank_pid(root, 1) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "rank 1 never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Let it get well into training (device discovery, the mesh, the first steps).
+    std::thread::sleep(Duration::from_secs(8));
+    let sent = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let ran = finish(child, limit + Duration::from_secs(8), signal);
+    let after = sent.elapsed();
+    if signal == "-STOP" {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!ran.ok, "the job should fail:\n{}", ran.stderr);
+    assert!(
+        after < limit,
+        "the job took {after:?} to end after {signal}"
+    );
+    ran
+}
+
+fn a_killed_rank_ends_the_job_naming_it() {
+    if !have_mpirun("kill") {
+        return;
+    }
+    let ran = signal_rank_one("-KILL", Duration::from_secs(20), "10");
+    // mpirun's own line names the rank (its whole report is a few lines about it).
+    assert!(
+        ran.stderr.contains("rank 1"),
+        "nothing names rank 1:\n{}",
+        ran.stderr
+    );
+}
+
+fn a_stopped_rank_is_caught_by_the_watchdog() {
+    if !have_mpirun("stop") {
+        return;
+    }
+    let ran = signal_rank_one("-STOP", Duration::from_secs(20), "3");
+    let line = ran
+        .stderr
+        .lines()
+        .find(|l| l.contains("sent nothing for"))
+        .unwrap_or_else(|| panic!("no watchdog line:\n{}", ran.stderr));
+    assert!(line.starts_with("gangway rank 0 ("), "{line}");
+    assert!(line.contains("rank 1 sent nothing"), "{line}");
+}
+
+fn a_failing_rank_ends_the_job_with_its_error() {
+    if !have_mpirun("error") {
+        return;
+    }
+    let dir = scratch("error");
+    let json = dir.join("x.json");
+    let common: Vec<String> = ["--backends", "vulkan", "--virtual-devices", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(train_args(&json))
+        .collect();
+    // MPMD: rank 1 is given a corpus that is not there.
+    let mut c = mpirun(&["-np", "1", BIN]);
+    c.args(&common)
+        .args([":", "-np", "1", BIN])
+        .args(&common)
+        .args(["--corpus", "/nonexistent/gangway-corpus.txt"]);
+    let ran = finish(c.spawn().unwrap(), Duration::from_secs(60), "error");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!ran.ok);
+    let line = ran
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("gangway rank 1 ("))
+        .unwrap_or_else(|| panic!("no line from rank 1:\n{}", ran.stderr));
+    assert!(
+        line.contains("error:") && line.contains("gangway-corpus"),
+        "{line}"
+    );
+    assert!(ran.took < Duration::from_secs(60));
+}
+
+/// Two network namespaces joined by a veth pair, removed when dropped.
+struct Hosts {
+    names: [String; 2],
+    addrs: [&'static str; 2],
+}
+
+impl Hosts {
+    fn make() -> Result<Self, String> {
+        let tag = std::process::id() % 100_000;
+        let names = [format!("gw-a-{tag}"), format!("gw-b-{tag}")];
+        let hosts = Hosts {
+            names,
+            addrs: ["10.231.7.1", "10.231.7.2"],
+        };
+        let (a, b) = (&hosts.names[0], &hosts.names[1]);
+        let (va, vb) = (format!("gwa{tag}"), format!("gwb{tag}"));
+        let steps: Vec<Vec<String>> = vec![
+            vec!["netns".into(), "add".into(), a.clone()],
+            vec!["netns".into(), "add".into(), b.clone()],
+            vec![
+                "link".into(),
+                "add".into(),
+                va.clone(),
+                "netns".into(),
+                a.clone(),
+                "type".into(),
+                "veth".into(),
+                "peer".into(),
+                "name".into(),
+                vb.clone(),
+                "netns".into(),
+                b.clone(),
+            ],
+        ];
+        for s in steps {
+            ip(&s)?;
+        }
+        for (ns, dev, addr) in [(a, &va, hosts.addrs[0]), (b, &vb, hosts.addrs[1])] {
+            for s in [
+                vec!["addr", "add", &format!("{addr}/30"), "dev", dev],
+                vec!["link", "set", dev, "up"],
+                vec!["link", "set", "lo", "up"],
+            ] {
+                let mut args = vec!["netns".to_string(), "exec".into(), ns.clone(), "ip".into()];
+                args.extend(s.iter().map(|x| x.to_string()));
+                ip(&args)?;
+            }
+        }
+        Ok(hosts)
+    }
+}
+
+/// `-x NAME` for each of `names` set here: the environment the remote rank gets too.
+fn forwarded(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| std::env::var_os(n).is_some())
+        .flat_map(|n| ["-x".to_string(), n.to_string()])
+        .collect()
+}
+
+fn ip(args: &[String]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = ip(&["netns".into(), "del".into(), ns.clone()]);
+        }
+    }
+}
+
+/// `mpirun` in namespace A, its second rank started in namespace B by a launcher script given
+/// as OpenMPI's remote agent (instead of ssh), the two talking TCP over the veth pair only.
+fn two_emulated_hosts_train_as_one_process_does() {
+    if !have_mpirun("two hosts") {
+        return;
+    }
+    let hosts = match Hosts::make() {
+        Ok(h) => h,
+        Err(why) => {
+            assert!(
+                std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+                "cannot make network namespaces: {why}"
+            );
+            eprintln!("two_emulated_hosts: skipped, {why}");
+            return;
+        }
+    };
+    let dir = scratch("hosts");
+    let want = one_process_losses(&dir);
+    let launcher = dir.join("launch.sh");
+    // ssh's calling convention: host, then the command line for a shell there.
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n  {b}) exec ip netns exec {nb} sh -c \"$*\" ;;\n  *) exec sh -c \"$*\" ;;\nesac\n",
+            b = hosts.addrs[1],
+            nb = hosts.names[1],
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .args(["+x", launcher.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let hostfile = dir.join("hosts");
+    std::fs::write(
+        &hostfile,
+        format!("{} slots=1\n{} slots=1\n", hosts.addrs[0], hosts.addrs[1]),
+    )
+    .unwrap();
+    let json = dir.join("hosts.json");
+    let net = "10.231.7.0/30";
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &hosts.names[0], "mpirun"])
+        .args(["--bind-to", "none", "--oversubscribe", "-np", "2"])
+        .args(["--hostfile", hostfile.to_str().unwrap()])
+        .args(["--mca", "plm_rsh_agent", launcher.to_str().unwrap()])
+        .args(["--mca", "btl", "tcp,self"])
+        .args(["--mca", "btl_tcp_if_include", net])
+        .args(["--mca", "oob_tcp_if_include", net])
+        .args(forwarded(&[
+            "PATH",
+            "XDG_RUNTIME_DIR",
+            "OMPI_MCA_mpi_yield_when_idle",
+        ]))
+        .arg(BIN)
+        .args(["--backends", "vulkan", "--virtual-devices", "2"])
+        .args(train_args(&json))
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    run_ok(c, Duration::from_secs(240), "two hosts");
+    let got = losses(&json);
+    for (step, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * a.abs(),
+            "two hosts, step {step}: one process {a}, two hosts {b}"
+        );
+    }
+    drop(hosts);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
