@@ -106,8 +106,13 @@ impl Job {
         }
         #[cfg(not(feature = "mpi"))]
         {
+            // The launcher's word for this rank, for the message.
+            let rank = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"]
+                .iter()
+                .find_map(|v| std::env::var(v).ok()?.parse().ok())
+                .unwrap_or(0);
             Err(Error::Job {
-                rank: 0,
+                rank,
                 reason: "started by an MPI launcher, but this gangway was built without the `mpi` \
                          feature: build it with `cargo build --release --features mpi`"
                     .into(),

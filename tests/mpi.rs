@@ -23,6 +23,8 @@ fn main() -> std::process::ExitCode {
         case!(host: a_stopped_rank_is_caught_by_the_watchdog),
         case!(host: a_failing_rank_ends_the_job_with_its_error),
         case!(host: two_emulated_hosts_train_as_one_process_does),
+        case!(host: btm_branches_each_train_on_their_own_rank),
+        case!(host: a_pipeline_spreads_its_stages_over_ranks),
     ])
 }
 
@@ -515,4 +517,93 @@ fn two_emulated_hosts_train_as_one_process_does() {
     }
     drop(hosts);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Three ranks of one device each: ELM i trains on rank i alone, with no transfers at all.
+fn btm_branches_each_train_on_their_own_rank() {
+    if !have_mpirun("btm") {
+        return;
+    }
+    let dir = scratch("btm");
+    let trace = dir.join("btm.trace.json");
+    let mut c = mpirun(&["-np", "3", BIN]);
+    c.args(["--backends", "vulkan", "--virtual-devices", "1"])
+        .args(["--trace", trace.to_str().unwrap()])
+        .args(["train", "btm", "--devices", "3", "--seed-steps", "2"])
+        .args([
+            "--branch-steps",
+            "2",
+            "--batch",
+            "32",
+            "--eval-windows",
+            "4",
+        ])
+        .args(["--checkpoint-dir", dir.join("ckpt").to_str().unwrap()]);
+    let ran = run_ok(c, Duration::from_secs(300), "train btm over 3 ranks");
+    // Rank 0 alone prints the table, once.
+    assert_eq!(
+        ran.stdout.matches("| domain (valid bits/byte)").count(),
+        1,
+        "{}",
+        ran.stdout
+    );
+    for domain in ["code", "persian", "prose"] {
+        assert!(dir.join("ckpt").join(format!("elm-{domain}.ckpt")).exists());
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    // Every rank's device computed; nothing moved between devices.
+    let mut pids = std::collections::BTreeMap::new();
+    for e in events {
+        if e["ph"] == "M" && e["name"] == "process_name" {
+            pids.insert(
+                e["pid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    for rank in 0..3 {
+        let pid = pids
+            .iter()
+            .find(|(_, name)| name.starts_with(&format!("rank {rank}: ")))
+            .map(|(pid, _)| *pid)
+            .unwrap_or_else(|| panic!("no process of rank {rank}: {pids:?}"));
+        assert!(
+            events
+                .iter()
+                .any(|e| e["pid"].as_u64() == Some(pid) && e["cat"] == "kernel"),
+            "rank {rank}'s device ran no kernel"
+        );
+    }
+    assert!(
+        !events.iter().any(|e| e["ph"] == "s" || e["ph"] == "f"),
+        "a flow: something moved between devices"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two ranks of two devices: 1F1B's four stages over both, weights equal to one device's step.
+fn a_pipeline_spreads_its_stages_over_ranks() {
+    if !have_mpirun("pipeline") {
+        return;
+    }
+    let mut c = mpirun(&["-np", "2", BIN]);
+    c.args(["--backends", "vulkan", "--virtual-devices", "2"])
+        .args(["pipeline", "--run", "--schedule", "1f1b", "--stages", "4"])
+        .args(["--microbatches", "8"]);
+    let ran = run_ok(c, Duration::from_secs(180), "pipeline over 2 ranks");
+    assert!(ran.stdout.contains("stage 2: rank 1 #0"), "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains("stage 3 |"),
+        "every stage's timeline: {}",
+        ran.stdout
+    );
+    let error = ran
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("max |pipelined − single-device| weight: "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(error <= 1e-4, "{error}");
 }

@@ -5,6 +5,7 @@
 use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
 use super::suite::Planned;
+use crate::device::DeviceList;
 use crate::pipeline::{
     Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula, execute,
     validate,
@@ -98,7 +99,12 @@ impl PreparedCase {
 
     /// Runs the step on the first `stages` devices, as a run of `client`; its weights are
     /// compared with the reference.
-    pub fn run(&self, client: &Client, devices: &[Device]) -> Result<(PipelineResult, RunReport)> {
+    pub fn run(
+        &self,
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+    ) -> Result<(PipelineResult, RunReport)> {
+        let devices = devices.mesh_devices();
         let s = &self.schedule;
         if devices.len() < s.stages {
             return Err(Error::InvalidArgument {
@@ -143,7 +149,7 @@ impl PreparedCase {
 /// checks it against the single-device reference.
 pub fn run_case(
     client: &Client,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     kind: ScheduleKind,
     stages: usize,
     microbatches: usize,

@@ -6,6 +6,7 @@ use super::{
     window_nats,
 };
 use crate::data::{Corpus, bits_per_byte};
+use crate::device::DeviceList;
 use crate::moe::MoeLmParams;
 use crate::moe::training_run::{TrainOptions, train};
 use crate::sched::{Client, Runtime};
@@ -50,16 +51,19 @@ fn with_steps(opts: &TrainOptions, steps: u32) -> TrainOptions {
 }
 
 /// Seed, branch (by domain and by random split) and the dense baseline, on `devices` of
-/// `runtime`; saves them under `dir`.
+/// `runtime`'s mesh; saves them under `dir`. In a job of several ranks every rank calls it: the
+/// seed and the dense model train on the first device (its rank computes, the others get the
+/// results), each rank trains the ELMs of its own devices, and rank 0 saves.
 pub fn train_all(
     runtime: &Runtime,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
     init: &MoeLmParams,
     opts: &BtmOptions,
     dir: &Path,
     progress: impl Fn(&str, usize, u32) + Sync,
 ) -> Result<BtmModels> {
+    let devices = devices.mesh_devices();
     let first = devices.first().ok_or_else(|| Error::InvalidArgument {
         what: "BTM",
         reason: "no devices".into(),
@@ -79,7 +83,7 @@ pub fn train_all(
     .params;
     let branch_opts = with_steps(&opts.train, opts.branch_steps);
     let start = std::time::Instant::now();
-    let elms = branch(runtime, devices, &domains, &seed, &branch_opts, |i, s| {
+    let elms = branch(runtime, &devices, &domains, &seed, &branch_opts, |i, s| {
         progress("branch", i, s)
     })?;
     let branch_seconds = start.elapsed().as_secs_f64();
@@ -89,7 +93,7 @@ pub fn train_all(
         .enumerate()
         .map(|(i, c)| (format!("random{i}"), c))
         .collect();
-    let random_elms = branch(runtime, devices, &random, &seed, &branch_opts, |i, s| {
+    let random_elms = branch(runtime, &devices, &random, &seed, &branch_opts, |i, s| {
         progress("random", i, s)
     })?;
     let total = opts.seed_steps + opts.branch_steps * k as u32;
@@ -102,10 +106,12 @@ pub fn train_all(
         |p| progress("dense", 0, p.stats.step),
     )?
     .params;
-    save_elms(dir, &elms)?;
-    save_elms(dir, &random_elms)?;
-    seed.save(&dir.join("seed.ckpt"))?;
-    dense.save(&dir.join("dense.ckpt"))?;
+    if runtime.job().is_root() {
+        save_elms(dir, &elms)?;
+        save_elms(dir, &random_elms)?;
+        seed.save(&dir.join("seed.ckpt"))?;
+        dense.save(&dir.join("dense.ckpt"))?;
+    }
     Ok(BtmModels {
         seed,
         elms,

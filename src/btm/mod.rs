@@ -17,6 +17,7 @@ pub use ensemble::{EnsembleOptions, ensemble_bits_per_byte};
 pub use merge::average;
 
 use crate::data::Corpus;
+use crate::device::DeviceList;
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
 use crate::moe::{GpuTrainer, MoeLmParams};
@@ -36,18 +37,22 @@ pub struct Elm {
 }
 
 /// Trains one ELM per `(domain, corpus)` from `seed`, concurrently: ELM i on `devices[i % n]`.
-/// Every ELM is its own client of `runtime` (the devices must be its); each round submits every
-/// branch's next step before finishing any, and the gang scheduler interleaves them (ELMs sharing
-/// a device take turns on it). `progress(i, step)` reports each step. The steps are traced by the
-/// runtime's tracer when it is on.
+/// Every ELM is its own client of `runtime` (the devices must be in its mesh); each round submits
+/// every branch's next step before finishing any, and the gang scheduler interleaves them (ELMs
+/// sharing a device take turns on it). `progress(i, step)` reports each step. The steps are traced
+/// by the runtime's tracer when it is on.
+///
+/// In a job of several ranks each rank trains the ELMs of its own devices, with no traffic at all
+/// while they train, and the trained ELMs are then shared so every rank returns all of them.
 pub fn branch(
     runtime: &Runtime,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     domains: &[(String, Corpus)],
     seed: &MoeLmParams,
     opts: &TrainOptions,
     progress: impl Fn(usize, u32) + Sync,
 ) -> Result<Vec<Elm>> {
+    let devices = devices.mesh_devices();
     if devices.is_empty() || domains.is_empty() {
         return Err(Error::InvalidArgument {
             what: "BTM branch",
@@ -55,39 +60,80 @@ pub fn branch(
         });
     }
     let n = devices.len().min(domains.len());
+    // This rank's branches: those whose device is its own.
     let mut runs = domains
         .iter()
         .enumerate()
+        .filter(|(i, _)| devices[i % n].is_local())
         .map(|(i, (domain, corpus))| {
-            let client = runtime.client(&format!("elm {domain}"), 1);
+            // This rank's work alone: the other ranks neither submit nor hear of it.
+            let client = runtime.local_client(&format!("elm {domain}"), 1);
             TrainingRun::fresh(&client, &devices[i % n..i % n + 1], corpus, seed, opts)
+                .map(|run| (i, run))
         })
         .collect::<Result<Vec<_>>>()?;
     loop {
         let pending = runs
             .iter_mut()
-            .map(TrainingRun::submit)
+            .map(|(_, run)| run.submit())
             .collect::<Result<Vec<_>>>()?;
         if pending.iter().all(Option::is_none) {
             break;
         }
-        for (i, (run, step)) in runs.iter_mut().zip(pending).enumerate() {
+        for ((i, run), step) in runs.iter_mut().zip(pending) {
             if let Some(step) = step {
-                run.finish(step, &mut |p| progress(i, p.stats.step))?;
+                run.finish(step, &mut |p| progress(*i, p.stats.step))?;
             }
         }
     }
-    runs.into_iter()
-        .zip(domains)
-        .map(|(run, (domain, _))| {
+    let mine = runs
+        .into_iter()
+        .map(|(i, run)| {
             let report = run.report()?;
-            Ok(Elm {
-                domain: domain.clone(),
-                params: report.params.clone(),
+            Ok(SharedElm {
+                index: i,
+                params: report.params.to_bytes()?,
                 report,
             })
         })
+        .collect::<Result<Vec<_>>>()?;
+    // Every rank's ELMs, in domain order.
+    let mut all: Vec<SharedElm> = runtime
+        .job()
+        .all_gather(&mine)?
+        .into_iter()
+        .flatten()
+        .collect();
+    all.sort_by_key(|e| e.index);
+    all.into_iter()
+        .map(|e| {
+            let params = MoeLmParams::from_bytes(&e.params)?;
+            let domain = domains
+                .get(e.index)
+                .map(|(d, _)| d.clone())
+                .ok_or_else(|| Error::Job {
+                    rank: 0,
+                    reason: format!("shared ELM {} of {} domains", e.index, domains.len()),
+                })?;
+            Ok(Elm {
+                domain,
+                report: TrainReport {
+                    params: params.clone(),
+                    ..e.report
+                },
+                params,
+            })
+        })
         .collect()
+}
+
+/// A trained ELM as the ranks of a job share it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SharedElm {
+    index: usize,
+    /// [`MoeLmParams::to_bytes`].
+    params: Vec<u8>,
+    report: TrainReport,
 }
 
 /// Per-window nats of `params` on `windows` (each `(context bytes, target)`), on `device` (one of

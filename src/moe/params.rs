@@ -139,7 +139,9 @@ impl MoeLmConfig {
 
 /// Values of every parameter tensor, in [`MoeLmConfig::param_specs`] order. Gradients and Adam's
 /// moments use the same type.
-#[derive(Debug, Clone, PartialEq)]
+/// The default is the default model with no tensors (what a report read back from JSON holds:
+/// parameters are saved apart); [`MoeLmParams::check`] fails on it.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct MoeLmParams {
     pub config: MoeLmConfig,
     pub tensors: Vec<Vec<f32>>,

@@ -73,7 +73,7 @@ pub struct Progress {
 }
 
 /// The outcome of a run.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TrainReport {
     pub devices: usize,
     pub steps: u32,
@@ -87,7 +87,7 @@ pub struct TrainReport {
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
     pub parameters: usize,
-    /// The trained parameters.
+    /// The trained parameters (not in the JSON: [`MoeLmParams::save`] writes them).
     #[serde(skip)]
     pub params: MoeLmParams,
 }

@@ -38,13 +38,14 @@ use super::mlp::{Microbatch, Mlp};
 use super::schedule::{OpKind, Schedule};
 use super::simulate::{Costs, Simulation, simulate};
 use super::validate::validate;
+use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::TensorType;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::ops::KernelOp;
 use crate::program::{CompileOptions, HostData, Program, ProgramBuilder, Value, Variables};
 use crate::sched::{Client, RunOptions};
 use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// What one pipelined training step did and how long it took.
 #[derive(Debug, Clone)]
@@ -73,27 +74,36 @@ pub struct RunReport {
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
 /// microbatch) with learning rate `lr`, as one run of `client`: `devices[s]` (a device of the
-/// client's runtime) runs stage `s` (with all its chunks). The report holds the run's events in
-/// the pipeline's view; the runtime's own tracer, when on, also gets them as they happen, in the
-/// runtime's view (device ids).
+/// client's runtime's mesh) runs stage `s` (with all its chunks). The report holds the run's
+/// events in the pipeline's view; the runtime's own tracer, when on, also gets them as they
+/// happen, in the runtime's view (device ids).
+///
+/// In a job of several ranks the stages may be on different ranks: every rank calls this with
+/// the same arguments, each runs its stages, and every rank's report has every stage's events
+/// (gathered, on rank 0's clock).
 pub fn execute(
     client: &Client,
     schedule: &Schedule,
-    devices: &[Device],
+    devices: &(impl DeviceList + ?Sized),
     model: &Mlp,
     batch: &[Microbatch],
     lr: f32,
 ) -> Result<RunReport> {
-    let plan = Plan::new(schedule, devices, model, batch, lr)?;
+    let devices = devices.mesh_devices();
+    let plan = Plan::new(schedule, &devices, model, batch, lr)?;
     let lowered = lower(&plan)?;
     let mut variables = Variables::new();
     for (l, w) in model.weights.iter().enumerate() {
+        // This rank's stages' weights; other ranks upload theirs.
         let stage = plan.stage_of_layer(l);
-        let t = Tensor::from_f32(&devices[stage], &model.layer_shape(l), DType::F32, w)?;
-        variables.insert(weight_var(l), vec![t]);
+        let t = devices[stage]
+            .local()
+            .map(|d| Tensor::from_f32(d, &model.layer_shape(l), DType::F32, w))
+            .transpose()?;
+        variables.insert_shards(weight_var(l), vec![t]);
     }
     let exec = Arc::new(lowered.program.compile_with(
-        devices,
+        &devices,
         CompileOptions {
             in_flight: 1,
             ..CompileOptions::default()
@@ -114,7 +124,19 @@ pub fn execute(
         .iter()
         .map(|b| bytemuck::pod_collect_to_vec::<u8, f32>(b))
         .collect();
-    let events = stage_events(&lowered, exec.id(), events);
+    let mut events = stage_events(&lowered, exec.id(), events);
+    let job = client.job();
+    if job.size() > 1 {
+        // Every rank's stages, on rank 0's clock.
+        let offsets = job.clock_offsets(3)?;
+        let shift = offsets.get(job.rank()).map_or(0, |o| o.to_root_ns);
+        for e in &mut events {
+            let at = |t: u64| (i128::from(t) + i128::from(shift)).max(0) as u64;
+            (e.start_ns, e.end_ns) = (at(e.start_ns), at(e.end_ns));
+        }
+        events = job.all_gather(&events)?.into_iter().flatten().collect();
+        events.sort_by_key(|e| (e.start_ns, e.end_ns));
+    }
     let layers = model.layers();
     let weights = results.get(..layers).unwrap_or_default().to_vec();
     let mut losses = Vec::with_capacity(batch.len());
@@ -136,7 +158,7 @@ fn weight_var(layer: usize) -> String {
 /// Checked inputs of a run.
 struct Plan<'a> {
     schedule: &'a Schedule,
-    devices: &'a [Device],
+    devices: &'a [MeshDevice],
     model: &'a Mlp,
     batch: &'a [Microbatch],
     rows: Vec<usize>,
@@ -148,7 +170,7 @@ struct Plan<'a> {
 impl<'a> Plan<'a> {
     fn new(
         schedule: &'a Schedule,
-        devices: &'a [Device],
+        devices: &'a [MeshDevice],
         model: &'a Mlp,
         batch: &'a [Microbatch],
         lr: f32,

@@ -285,6 +285,8 @@ struct ClientSlot {
     index: usize,
     /// Its name: what keys its runs spanning ranks, the same on every rank.
     name: String,
+    /// Every rank submits its runs ([`Runtime::client`] in a job of several ranks).
+    job_wide: bool,
 }
 
 impl Drop for ClientSlot {
@@ -400,7 +402,23 @@ impl Runtime {
     }
 
     /// A new client with a proportional `share` (ignored under FIFO).
+    ///
+    /// In a job of several ranks the client is the job's: every rank makes it (by the same
+    /// name, unique among such clients) and submits the same runs through it in the same order
+    /// (SPMD), whichever ranks' devices they run on; each run is sequenced by rank 0 and every
+    /// rank gets its results. [`Self::local_client`] is for work of this rank alone.
     pub fn client(&self, name: &str, share: u32) -> Client {
+        self.new_client(name, share, self.0.shared.remote.is_some())
+    }
+
+    /// A client for runs of this rank alone, on its own devices: no other rank submits them or
+    /// hears of them (each Branch-Train-Merge branch under mpirun is one). In a job of one it is
+    /// [`Self::client`].
+    pub fn local_client(&self, name: &str, share: u32) -> Client {
+        self.new_client(name, share, false)
+    }
+
+    fn new_client(&self, name: &str, share: u32, job_wide: bool) -> Client {
         let mut state = self.0.shared.lock();
         let vtime = state.vtime;
         let index = state.clients.add(name, share, vtime);
@@ -408,6 +426,7 @@ impl Runtime {
             shared: self.0.shared.clone(),
             index,
             name: name.to_string(),
+            job_wide,
         }))
     }
 
@@ -545,11 +564,18 @@ impl Client {
             .map(Device::wait_timeout)
             .max()
             .unwrap_or(Duration::from_secs(60));
-        // Spanning ranks: keyed the same on every rank, for the data and the gang order.
+        // The job's runs are keyed the same on every rank, for the data and the gang order.
+        if !self.0.job_wide && exec.devices().iter().any(|d| !d.is_local()) {
+            return Err(fail(format!(
+                "client {:?} is this rank's alone (Runtime::local_client), but the program runs \
+                 on other ranks' devices too: submit it through a client of the job",
+                self.0.name
+            )));
+        }
         let key = shared
             .remote
             .as_ref()
-            .filter(|_| exec.devices().iter().any(|d| !d.is_local()))
+            .filter(|_| self.0.job_wide)
             .map(|r| r.next_key(&self.0.name));
         let slot = exec.acquire_slot(timeout)?;
         // Process-unique, so trace flow ids stay unique across runtimes sharing a tracer.

@@ -788,6 +788,10 @@ impl Worker {
 
 /// The id linking a transfer's send and receive events: unique per run, node and shard.
 fn flow_id(run: &RunState, node: usize, shard: usize) -> Option<u64> {
-    (node < 1 << 12 && shard < 1 << 8)
-        .then_some((run.id << 20) | ((node as u64) << 8) | shard as u64)
+    // A run of the job is the same run on every rank: its key, so the two ends of a transfer
+    // between ranks pair up in the gathered trace.
+    let base = run.key.map_or(run.id, |k| {
+        (k.client.rotate_left(21) ^ k.seq) & ((1 << 43) - 1)
+    });
+    (node < 1 << 12 && shard < 1 << 8).then_some((base << 20) | ((node as u64) << 8) | shard as u64)
 }

@@ -213,9 +213,15 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
     }
     if let Some(path) = &cli.trace {
         let events = tracer.take_events();
-        // Under mpirun every rank's events, on rank 0's clock, one process per (rank, device).
+        // Under mpirun every rank's events, on rank 0's clock, one process per (rank, device);
+        // a pipeline run's events are its stages' already, gathered by the run itself.
         let offsets = job.clock_offsets(5)?;
-        if let Some((events, names)) = job.gather_trace(events, &names, &offsets)? {
+        let gathered = if matches!(cli.command, Command::Pipeline(_)) {
+            Some((events, names))
+        } else {
+            job.gather_trace(events, &names, &offsets)?
+        };
+        if let Some((events, names)) = gathered.filter(|_| prints()) {
             write_out(
                 path,
                 gangway::trace::chrome::to_string(&events, &names).as_bytes(),
@@ -358,11 +364,11 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     Ok(())
 }
 
-fn btm_setup(
-    devices: &[Device],
+fn btm_setup<D: Clone>(
+    devices: &[D],
     args: &BtmArgs,
 ) -> Result<(
-    Vec<Device>,
+    Vec<D>,
     gangway::data::Corpus,
     gangway::btm::experiment::BtmOptions,
 )> {
@@ -405,6 +411,10 @@ fn print_btm_eval(
     json: Option<&std::path::Path>,
 ) -> Result<()> {
     use gangway::btm::experiment::{evaluate, table};
+    if !runtime.job().is_root() {
+        // Rank 0 scores on its device; the others are done.
+        return Ok(());
+    }
     let device = runtime.devices().first().context("no device")?;
     let scores = evaluate(
         &runtime.client("btm evaluation", 1),
@@ -427,7 +437,8 @@ fn print_btm_eval(
 }
 
 fn train_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
-    let devices = runtime.devices();
+    // Under mpirun: every rank's devices; ELM i trains on the i-th.
+    let devices = runtime.mesh();
     use gangway::btm::experiment::train_all;
     use gangway::moe::MoeLmParams;
     let (devices, corpus, opts) = btm_setup(devices, args)?;
@@ -477,7 +488,8 @@ fn train_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
 }
 
 fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
-    let devices = runtime.devices();
+    // Under mpirun the new branch trains on the mesh's first device (rank 0's).
+    let devices = runtime.mesh();
     use gangway::btm::{average, branch, load_domain_elms, save_elms};
     use gangway::data::Corpus;
     use gangway::moe::training_run::TrainOptions;
@@ -513,6 +525,9 @@ fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
         |_, s| pb.set_position(u64::from(s)),
     )?;
     pb.finish();
+    if !prints() {
+        return Ok(());
+    }
     let paths = save_elms(&args.checkpoint_dir, &new)?;
     for (e, path) in new.iter().zip(&paths) {
         println!(
@@ -543,7 +558,8 @@ fn pipeline_run(
     use gangway::pipeline::timeline;
     let (r, report) = gangway::bench::pipeline::run_case(
         &runtime.client("pipeline", 1),
-        runtime.devices(),
+        // Under mpirun the stages spread over the ranks' devices, rank by rank.
+        runtime.mesh(),
         args.schedule,
         args.stages,
         args.microbatches,
