@@ -15,6 +15,7 @@ use bench_command::{bench_compare, bench_suites};
 mod cli;
 use cli::*;
 mod progress;
+mod trace_command;
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
@@ -127,6 +128,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train(TrainCommand::Btm(args)) => train_btm(&discover()?, args, &tracer)?,
         Command::Train(TrainCommand::BtmBranch(args)) => train_btm_branch(&discover()?, args)?,
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&discover()?, args)?,
+        Command::Trace(args) => trace_command::trace(args)?,
         Command::Pipeline(args) => {
             let devices = if args.run { discover()? } else { Vec::new() };
             names = pipeline(args, &devices, &tracer)?;
