@@ -155,7 +155,8 @@ mod tests {
 
     #[test]
     fn bubble_is_idle_compute_over_stages_times_makespan() {
-        let k = |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
+        let k =
+            |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
         // Stage 0 busy 0..40 (F0 and an overlapping F1 count once), stage 1 busy 10..30 and
         // 30..50; makespan 0..50.
         let events = [

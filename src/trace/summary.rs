@@ -151,7 +151,11 @@ impl TraceSummary {
     pub fn of(trace: &ChromeTrace, top: usize) -> Self {
         let events = &trace.events;
         let origin = events.first().map_or(0, |e| e.start_ns);
-        let end = events.iter().map(Event::clamped_end_ns).max().unwrap_or(origin);
+        let end = events
+            .iter()
+            .map(Event::clamped_end_ns)
+            .max()
+            .unwrap_or(origin);
         // Rows: (device, lane) for gangway's traces; a foreign trace's lane is always compute.
         let mut rows: HashMap<(usize, u8), RowSum> = HashMap::new();
         let mut names: HashMap<&str, (u64, u64)> = HashMap::new();
@@ -284,7 +288,11 @@ impl TraceSummary {
                 name: c.name.clone(),
                 samples: c.points.len(),
                 min: c.points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min),
-                max: c.points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+                max: c
+                    .points
+                    .iter()
+                    .map(|p| p.1)
+                    .fold(f64::NEG_INFINITY, f64::max),
             })
             .collect();
         let bubble = match trace.dialect {
@@ -356,7 +364,10 @@ mod tests {
             (main.tid.as_str(), main.name.as_deref(), main.slices),
             ("1", Some("main"), 3)
         );
-        assert_eq!((main.start_ns, main.span_ns, main.busy_ns), (0, 40_000, 20_000));
+        assert_eq!(
+            (main.start_ns, main.span_ns, main.busy_ns),
+            (0, 40_000, 20_000)
+        );
         assert!((main.utilization - 0.5).abs() < 1e-12);
         assert_eq!(s.processes[1].threads[0].start_ns, 10_000);
         let top: Vec<(&str, u64, u64)> = s
@@ -375,7 +386,8 @@ mod tests {
 
     #[test]
     fn a_gangway_trace_sums_kernels_against_transfers_and_its_bubble() {
-        let k = |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
+        let k =
+            |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
         let events = vec![
             k(0, "F0", 0, 100),
             k(0, "B0", 200, 300),
@@ -395,7 +407,16 @@ mod tests {
         let d: Vec<(usize, u64, u64, u64, u64, u64)> = s
             .devices
             .iter()
-            .map(|d| (d.device, d.kernels, d.kernel_ns, d.transfers, d.transfer_ns, d.busy_ns))
+            .map(|d| {
+                (
+                    d.device,
+                    d.kernels,
+                    d.kernel_ns,
+                    d.transfers,
+                    d.transfer_ns,
+                    d.busy_ns,
+                )
+            })
             .collect();
         assert_eq!(d, [(0, 2, 200, 1, 50, 250), (1, 2, 100, 1, 40, 140)]);
         assert_eq!(s.devices[0].name.as_deref(), Some("gpu A"));
@@ -409,6 +430,12 @@ mod tests {
             .iter()
             .map(|p| p.threads.iter().map(|t| t.tid.as_str()).collect())
             .collect();
-        assert_eq!(lanes, [vec!["compute", "transfer"], vec!["host", "compute", "transfer"]]);
+        assert_eq!(
+            lanes,
+            [
+                vec!["compute", "transfer"],
+                vec!["host", "compute", "transfer"]
+            ]
+        );
     }
 }

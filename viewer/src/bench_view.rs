@@ -287,7 +287,11 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
         });
     for (which, keys) in [("old", &c.only_old), ("new", &c.only_new)] {
         if !keys.is_empty() {
-            ui.label(format!("only in {which} ({}): {}", keys.len(), keys.join(", ")));
+            ui.label(format!(
+                "only in {which} ({}): {}",
+                keys.len(),
+                keys.join(", ")
+            ));
         }
     }
 }

@@ -188,7 +188,8 @@ impl DispatchCompare {
             self.scaled = true;
         }
         let wall = |m: DispatchMode| self.runs.iter().find(|r| r.mode == m).map(|r| r.wall_ns);
-        if let (Some(seq), Some(par)) = (wall(DispatchMode::Sequential), wall(DispatchMode::Parallel))
+        if let (Some(seq), Some(par)) =
+            (wall(DispatchMode::Sequential), wall(DispatchMode::Parallel))
         {
             ui.label(egui::RichText::new(verdict(seq, par)).strong());
         }

@@ -272,10 +272,7 @@ fn opened_trace(trace: ChromeTrace) -> Loaded {
         .map(|c| {
             let (group, device) = match (dialect, &c.pid) {
                 (Dialect::Gangway, Id::Int(pid)) => (None, usize::try_from(*pid).ok()),
-                _ => (
-                    Some(process_label(&c.pid, c.process_name.as_deref())),
-                    None,
-                ),
+                _ => (Some(process_label(&c.pid, c.process_name.as_deref())), None),
             };
             CounterRow::new(c.name, group, device, c.points)
         })
@@ -705,10 +702,7 @@ impl FilesTab {
             .map(Path::to_path_buf)
             .or_else(|| std::env::current_dir().ok());
         let mut dialog = rfd::AsyncFileDialog::new()
-            .add_filter(
-                "JSON (Chrome trace, gangway bench report)",
-                &["json", "gz"],
-            )
+            .add_filter("JSON (Chrome trace, gangway bench report)", &["json", "gz"])
             .add_filter("all files", &["*"]);
         if let Some(dir) = dir {
             dialog = dialog.set_directory(dir);

@@ -487,10 +487,13 @@ impl MoePanel {
                     // Markers: a validation is a few points, often one; a line of one point
                     // draws nothing.
                     plot.points(
-                        Points::new("validation (nats)", PlotPoints::from(validation_nats(&self.valid)))
-                            .radius(5.0)
-                            .shape(MarkerShape::Diamond)
-                            .filled(true),
+                        Points::new(
+                            "validation (nats)",
+                            PlotPoints::from(validation_nats(&self.valid)),
+                        )
+                        .radius(5.0)
+                        .shape(MarkerShape::Diamond)
+                        .filled(true),
                     );
                 }
             });

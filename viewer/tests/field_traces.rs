@@ -16,15 +16,15 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use gangway::trace::chrome::Dialect;
 use gangway::trace::{Event, EventMeta};
+use gangway_viewer::ViewerApp;
 use gangway_viewer::files::{Loaded, OpenedTrace, open_bytes};
 use gangway_viewer::timeline::{TimeAxis, TimelineData, TimelineState, timeline};
-use gangway_viewer::ViewerApp;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/traces")
+        .join(name)
 }
-
-
 
 fn opened<'a>(h: &'a Harness<'static, ViewerApp>) -> &'a OpenedTrace {
     match &h.state().files.loaded {
@@ -63,7 +63,10 @@ fn a_pytorch_profiler_trace_opens_with_its_rows_and_counts() {
         // Nested slices sit on sub-rows, each with its title.
         "   depth 1",
     ] {
-        assert!(texts.iter().any(|t| t == title), "{title} not painted: {texts:?}");
+        assert!(
+            texts.iter().any(|t| t == title),
+            "{title} not painted: {texts:?}"
+        );
     }
     // The axis counts from the trace's start, not from 5319376 s.
     assert!(texts.iter().any(|t| t == "0 ms"), "{texts:?}");
@@ -86,9 +89,16 @@ fn a_jax_profiler_trace_opens_gzipped() {
     );
     let per_row: Vec<usize> = t.data.tracks().iter().map(|t| t.events().len()).collect();
     assert_eq!(per_row, [73, 115]);
-    assert!(t.phase_line().contains("not drawn: no phase 1"), "{}", t.phase_line());
+    assert!(
+        t.phase_line().contains("not drawn: no phase 1"),
+        "{}",
+        t.phase_line()
+    );
     let texts = common::painted_texts(&h.output().shapes);
-    assert!(texts.iter().any(|t| t == "/host:CPU (pid 701)"), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t == "/host:CPU (pid 701)"),
+        "{texts:?}"
+    );
 }
 
 /// Counters (`C`) are tracks drawn under their process, with their name as the title.
@@ -126,7 +136,13 @@ fn counters_are_drawn_as_tracks() {
     );
     h.run();
     let texts = common::painted_texts(&h.output().shapes);
-    for title in ["trainer (pid 1)", "memory MB", "process 2", "queue", "max 30"] {
+    for title in [
+        "trainer (pid 1)",
+        "memory MB",
+        "process 2",
+        "queue",
+        "max 30",
+    ] {
         assert!(texts.iter().any(|t| t == title), "{title}: {texts:?}");
     }
 }
@@ -173,8 +189,9 @@ fn every_sub_row_has_a_title() {
 #[test]
 fn file_axes_count_from_the_trace_start() {
     const S: u64 = 1_000_000_000;
-    let data =
-        TimelineData::from_events((0..14u64).map(|i| kernel(0, "k", 1_000 * S + i * S, 1_000 * S + i * S + S / 2)));
+    let data = TimelineData::from_events(
+        (0..14u64).map(|i| kernel(0, "k", 1_000 * S + i * S, 1_000 * S + i * S + S / 2)),
+    );
     let mut h = timeline_harness([1_000.0, 200.0], data, TimelineState::default());
     h.run();
     let texts = common::painted_texts(&h.output().shapes);
@@ -198,7 +215,8 @@ fn file_axes_count_from_the_trace_start() {
 
 /// A harness of many rows in a short widget: the rows scroll.
 fn tall_timeline() -> Harness<'static, (TimelineData, TimelineState)> {
-    let events = (0..30usize).flat_map(|d| (0..10u64).map(move |i| kernel(d, "k", i * 100, i * 100 + 60)));
+    let events =
+        (0..30usize).flat_map(|d| (0..10u64).map(move |i| kernel(d, "k", i * 100, i * 100 + 60)));
     let mut h = timeline_harness(
         [900.0, 300.0],
         TimelineData::from_events(events),
@@ -229,11 +247,21 @@ fn a_plain_wheel_scrolls_rows_and_ctrl_wheel_zooms() {
     let mut h = tall_timeline();
     let texts = common::painted_texts(&h.output().shapes);
     assert!(texts.iter().any(|t| t == "dev 0 compute"));
-    assert!(!texts.iter().any(|t| t == "dev 29 compute"), "all 30 rows fit?");
+    assert!(
+        !texts.iter().any(|t| t == "dev 29 compute"),
+        "all 30 rows fit?"
+    );
     let view = h.state().1.view.unwrap();
     wheel(&mut h, -2_000.0, Modifiers::NONE);
-    assert!(h.state().1.scroll_y > 0.0, "the wheel did not scroll the rows");
-    assert_eq!(h.state().1.view.unwrap(), view, "a plain wheel changed the time view");
+    assert!(
+        h.state().1.scroll_y > 0.0,
+        "the wheel did not scroll the rows"
+    );
+    assert_eq!(
+        h.state().1.view.unwrap(),
+        view,
+        "a plain wheel changed the time view"
+    );
     let texts = common::painted_texts(&h.output().shapes);
     assert!(texts.iter().any(|t| t == "dev 29 compute"), "{texts:?}");
     // The axis labels are still painted at the top.
@@ -241,7 +269,10 @@ fn a_plain_wheel_scrolls_rows_and_ctrl_wheel_zooms() {
 
     wheel(&mut h, 200.0, Modifiers::COMMAND);
     let zoomed = h.state().1.view.unwrap();
-    assert!(zoomed.ns_per_px < view.ns_per_px * 0.9, "{view:?} -> {zoomed:?}");
+    assert!(
+        zoomed.ns_per_px < view.ns_per_px * 0.9,
+        "{view:?} -> {zoomed:?}"
+    );
 }
 
 /// W / S zoom about the pointer and A / D pan, while the pointer is over the timeline.
@@ -266,13 +297,22 @@ fn wasd_zooms_and_pans() {
     // The time under the pointer stays put: the point both views put at the same time is
     // the pointer's, about 300 − 158 px into the bars (the middle is about 370).
     let fixed = (w.start_ns - start.start_ns) / (start.ns_per_px - w.ns_per_px);
-    assert!((fixed - 142.0).abs() < 12.0, "{start:?} -> {w:?}: fixed at {fixed} px");
+    assert!(
+        (fixed - 142.0).abs() < 12.0,
+        "{start:?} -> {w:?}: fixed at {fixed} px"
+    );
     let s = hold(&mut h, Key::S);
     assert!(s.ns_per_px > w.ns_per_px * 2.0, "S: {w:?} -> {s:?}");
     let d = hold(&mut h, Key::D);
-    assert!(d.start_ns > s.start_ns, "D shows later times: {s:?} -> {d:?}");
+    assert!(
+        d.start_ns > s.start_ns,
+        "D shows later times: {s:?} -> {d:?}"
+    );
     let a = hold(&mut h, Key::A);
-    assert!(a.start_ns < d.start_ns, "A shows earlier times: {d:?} -> {a:?}");
+    assert!(
+        a.start_ns < d.start_ns,
+        "A shows earlier times: {d:?} -> {a:?}"
+    );
     // Away from the timeline, keys do nothing to it.
     h.remove_cursor();
     h.run();
@@ -309,7 +349,10 @@ fn projector_timelines_are_larger() {
     };
     let (screen, screen_w) = row_title_size(false);
     let (projector, projector_w) = row_title_size(true);
-    assert!(screen > 0.0 && projector >= screen * 1.35, "{screen} vs {projector}");
+    assert!(
+        screen > 0.0 && projector >= screen * 1.35,
+        "{screen} vs {projector}"
+    );
     // The label column grows with the type, so the bar area is narrower.
     assert!(projector_w < screen_w, "{projector_w} vs {screen_w}");
 }
@@ -383,7 +426,9 @@ fn bare_arrays_get_messages_that_fit() {
 fn a_million_event_foreign_trace_opens_about_as_fast_as_a_gangway_one() {
     let (threads, per) = (16usize, 62_500usize);
     let mut text = String::from("{\"traceEvents\": [\n");
-    text.push_str(r#"{"ph": "M", "name": "process_name", "pid": 4123456, "args": {"name": "python"}}"#);
+    text.push_str(
+        r#"{"ph": "M", "name": "process_name", "pid": 4123456, "args": {"name": "python"}}"#,
+    );
     for t in 0..threads {
         let tid = 4_123_456 + t;
         text.push_str(&format!(
@@ -412,9 +457,11 @@ fn a_million_event_foreign_trace_opens_about_as_fast_as_a_gangway_one() {
         &(0..per)
             .flat_map(|i| {
                 (0..threads).map(move |t| {
-                    EventMeta::kernel(t)
-                        .program(1)
-                        .event(format!("op{}", i % 50), i as u64 * 10_000, i as u64 * 10_000 + 6_500)
+                    EventMeta::kernel(t).program(1).event(
+                        format!("op{}", i % 50),
+                        i as u64 * 10_000,
+                        i as u64 * 10_000 + 6_500,
+                    )
                 })
             })
             .collect::<Vec<_>>(),

@@ -270,7 +270,10 @@ fn bytes_are_told_apart_as_their_value_is() {
     let err = gangway_viewer::files::open_bytes(b"[{\"ph\": \"X\"} ", "f.json").unwrap_err();
     assert_eq!(err, "f.json: traceEvents[0]: missing \"ts\"");
     let err = gangway_viewer::files::open_bytes(b"[{\"ph\": \"X\" ", "f.json").unwrap_err();
-    assert!(err.starts_with("f.json") && err.contains("not JSON: "), "{err}");
+    assert!(
+        err.starts_with("f.json") && err.contains("not JSON: "),
+        "{err}"
+    );
 }
 
 /// The development machine's report: 112 results over six suites and two adapters.

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-
 fn dev_report() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../assets/bench/dev-2core.json")
 }
@@ -22,7 +21,9 @@ fn the_bench_view_shows_each_case_s_metrics() {
     let mut h = common::open_in_app(&dev_report(), [1400.0, 900.0]);
     h.get_by_label("pipeline").click();
     h.run();
-    h.get_by_label_contains("bubble measured 0.3492, bubble simulated 0.3219, bubble textbook 0.2727");
+    h.get_by_label_contains(
+        "bubble measured 0.3492, bubble simulated 0.3219, bubble textbook 0.2727",
+    );
     // Every case of the chart is labelled, and the axis says what it counts.
     h.get_by_label("pipeline: samples/s per case (higher is better)");
 }
@@ -126,7 +127,12 @@ fn the_moe_note_does_not_move_the_plots() {
         let run = h.get_by_label_contains("run: ").rect();
         let plot = h.get_by_label("loss per step").rect();
         h.get_by_label_contains("capacity: 40 per expert");
-        (run, plot, h.query_all_by_label_contains("the controls have changed").count())
+        (
+            run,
+            plot,
+            h.query_all_by_label_contains("the controls have changed")
+                .count(),
+        )
     };
     let (_, same_plot, notes) = place(ran);
     assert_eq!(notes, 0);

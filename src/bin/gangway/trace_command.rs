@@ -71,10 +71,10 @@ fn text(s: &TraceSummary) -> String {
         "\nthreads (busy = union of slices; utilization = busy / the thread's span):"
     );
     for p in &s.processes {
-        let name = p
-            .name
-            .as_deref()
-            .map_or_else(|| format!("process {}", p.pid), |n| format!("{n} (pid {})", p.pid));
+        let name = p.name.as_deref().map_or_else(
+            || format!("process {}", p.pid),
+            |n| format!("{n} (pid {})", p.pid),
+        );
         let _ = writeln!(out, "  {name}");
         for t in &p.threads {
             let _ = writeln!(
@@ -115,7 +115,9 @@ fn text(s: &TraceSummary) -> String {
                 out,
                 "  device {}{}: kernels {} ({}), transfers {} ({}), busy {}, utilization {}",
                 d.device,
-                d.name.as_deref().map_or(String::new(), |n| format!(" ({n})")),
+                d.name
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" ({n})")),
                 d.kernels,
                 ns(d.kernel_ns),
                 d.transfers,

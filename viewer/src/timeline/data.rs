@@ -380,7 +380,11 @@ impl CounterRow {
             .points
             .get(from..to)
             .and_then(|s| s.iter().map(|p| p.1).reduce(f64::max));
-        set.or_else(|| from.checked_sub(1).and_then(|i| self.points.get(i)).map(|p| p.1))
+        set.or_else(|| {
+            from.checked_sub(1)
+                .and_then(|i| self.points.get(i))
+                .map(|p| p.1)
+        })
     }
 }
 

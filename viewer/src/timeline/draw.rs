@@ -10,8 +10,8 @@
 use std::ops::Range;
 
 use egui::{
-    Align2, Color32, ColorImage, CornerRadius, FontId, Key, Mesh, Pos2, Rect, Sense, Shape,
-    Stroke, TextStyle, TextureHandle, TextureOptions, Ui, Vec2,
+    Align2, Color32, ColorImage, CornerRadius, FontId, Key, Mesh, Pos2, Rect, Sense, Shape, Stroke,
+    TextStyle, TextureHandle, TextureOptions, Ui, Vec2,
 };
 use gangway::trace::Event;
 
@@ -178,8 +178,8 @@ impl Look {
     pub fn of(ui: &Ui, data: &TimelineData) -> Self {
         // egui's default body size, once: the sizes above are for it.
         static DEFAULT_BODY: std::sync::OnceLock<f32> = std::sync::OnceLock::new();
-        let default = *DEFAULT_BODY
-            .get_or_init(|| TextStyle::Body.resolve(&egui::Style::default()).size);
+        let default =
+            *DEFAULT_BODY.get_or_init(|| TextStyle::Body.resolve(&egui::Style::default()).size);
         let body = TextStyle::Body.resolve(ui.style()).size;
         let k = (body / default).max(1.0);
         let mut look = Self::scaled(k, !ui.visuals().dark_mode);
@@ -253,7 +253,11 @@ pub fn layout<'a>(data: &'a TimelineData, look: &Look) -> Vec<Placed<'a>> {
     for (t, after) in tracks.iter().zip(&counters_after) {
         let g = data.group_of(t.device);
         if g.is_some() && g != group {
-            place(Item::Header(g.unwrap_or_default()), look.header_h(), &mut out);
+            place(
+                Item::Header(g.unwrap_or_default()),
+                look.header_h(),
+                &mut out,
+            );
         }
         group = g;
         place(Item::Track(t), t.row_count() as f32 * look.row_h, &mut out);
@@ -485,7 +489,8 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
     let visuals = ui.visuals();
     let text_color = visuals.text_color();
     let weak = visuals.weak_text_color();
-    let palette = RowPalette::for_background(visuals.extreme_bg_color, visuals.faint_bg_color, look.light);
+    let palette =
+        RowPalette::for_background(visuals.extreme_bg_color, visuals.faint_bg_color, look.light);
     let ppp = ui.ctx().pixels_per_point();
     let bar_w = bar_rect.width();
     let texels = ((bar_w * ppp).round().max(1.0)) as usize;
@@ -563,7 +568,16 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
                 );
             }
             Item::Counter(c) => {
-                row_title(&title_painter, rect, bar_rect, top, p.h, &c.name, look, text_color);
+                row_title(
+                    &title_painter,
+                    rect,
+                    bar_rect,
+                    top,
+                    p.h,
+                    &c.name,
+                    look,
+                    text_color,
+                );
                 paint_counter(&bar_painter, c, &view, bar_rect, top, p.h, look, palette);
             }
             Item::Track(track) => {
@@ -577,7 +591,16 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
                         k if foreign => (format!("   depth {k}"), weak),
                         k => (format!("   overlap {k}"), weak),
                     };
-                    row_title(&title_painter, rect, bar_rect, sub_top, row_h, &title, look, color);
+                    row_title(
+                        &title_painter,
+                        rect,
+                        bar_rect,
+                        sub_top,
+                        row_h,
+                        &title,
+                        look,
+                        color,
+                    );
                     if sub_top + row_h < bar_rect.top() || sub_top > rect.bottom() {
                         continue;
                     }
@@ -591,7 +614,15 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
                     pixels.resize(from + texels, palette.background);
                     if let Some(line) = pixels.get_mut(from..) {
                         let ns_per_texel = tex_view.ns_per_px;
-                        paint_row(line, &by_row, band, &grid_x, palette, ns_per_texel, shape_min);
+                        paint_row(
+                            line,
+                            &by_row,
+                            band,
+                            &grid_x,
+                            palette,
+                            ns_per_texel,
+                            shape_min,
+                        );
                     }
                     row_rects.push(row_rect);
                     for bar in &by_row {
@@ -647,7 +678,8 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
         if let Some(e) = track.events().get(first) {
             let visible = r.intersect(bar_rect);
             let text = data.bar_label(e);
-            let galley = painter.layout_no_wrap(text.into_owned(), look.name.clone(), Color32::WHITE);
+            let galley =
+                painter.layout_no_wrap(text.into_owned(), look.name.clone(), Color32::WHITE);
             // The name where it fits; a pipeline op's short label fits narrow blocks too.
             if galley.size().x + 4.0 <= visible.width() {
                 let pos = Pos2::new(visible.left() + 3.0, r.center().y - galley.size().y / 2.0);
@@ -691,13 +723,15 @@ fn row_title(
     if clip.height() <= 0.0 {
         return;
     }
-    painter.with_clip_rect(clip.intersect(painter.clip_rect())).text(
-        Pos2::new(rect.left() + 4.0, top + look.row_h / 2.0),
-        Align2::LEFT_CENTER,
-        title,
-        look.label.clone(),
-        color,
-    );
+    painter
+        .with_clip_rect(clip.intersect(painter.clip_rect()))
+        .text(
+            Pos2::new(rect.left() + 4.0, top + look.row_h / 2.0),
+            Align2::LEFT_CENTER,
+            title,
+            look.label.clone(),
+            color,
+        );
 }
 
 /// A counter track as a filled step plot over `top..top + h`: each pixel column shows the
@@ -714,7 +748,11 @@ fn paint_counter(
     palette: RowPalette,
 ) {
     let (lo, hi) = (c.min.min(0.0), c.max);
-    let scale = if hi > lo { (h - 6.0) / (hi - lo) as f32 } else { 0.0 };
+    let scale = if hi > lo {
+        (h - 6.0) / (hi - lo) as f32
+    } else {
+        0.0
+    };
     let y_of = |v: f64| top + h - 3.0 - (v - lo) as f32 * scale;
     let color = palette.bar(BarKind::Transfer);
     let width = bar_rect.width().max(1.0) as usize;
@@ -724,12 +762,18 @@ fn paint_counter(
         let (t0, t1) = (view.ns_at(col as f32), view.ns_at(col as f32 + 1.0));
         let Some(v) = c.value_over(t0, t1) else {
             if line.len() > 1 {
-                painter.add(Shape::line(std::mem::take(&mut line), Stroke::new(1.5, color)));
+                painter.add(Shape::line(
+                    std::mem::take(&mut line),
+                    Stroke::new(1.5, color),
+                ));
             }
             line.clear();
             continue;
         };
-        let (x0, x1) = (bar_rect.left() + col as f32, bar_rect.left() + col as f32 + 1.0);
+        let (x0, x1) = (
+            bar_rect.left() + col as f32,
+            bar_rect.left() + col as f32 + 1.0,
+        );
         let y = y_of(v);
         line.push(Pos2::new(x0, y));
         line.push(Pos2::new(x1, y));

@@ -238,7 +238,9 @@ mod tests {
             let on_dark = distance(dense_color(&run, 1.0, dark), dark.idle);
             assert!(on_light >= on_dark, "{kind:?}: {on_light} vs {on_dark}");
             // Solid bars are darker than the screen theme's on a light background.
-            assert!(distance(light.bar(kind), Color32::WHITE) > distance(kind.color(), Color32::WHITE));
+            assert!(
+                distance(light.bar(kind), Color32::WHITE) > distance(kind.color(), Color32::WHITE)
+            );
         }
     }
 }

@@ -65,7 +65,11 @@ fn export_then_parse_round_trips_events() {
     let util = "utilization (busy time / window, %) busy %";
     assert_eq!(
         tracks,
-        [(&Id::Int(0), util), (&Id::Int(1), util), (&Id::Int(2), util)]
+        [
+            (&Id::Int(0), util),
+            (&Id::Int(1), util),
+            (&Id::Int(2), util)
+        ]
     );
     assert_eq!(count(&back.phases, "X"), 8);
     assert_eq!(count(&back.phases, "s") + count(&back.phases, "f"), 2);
@@ -132,10 +136,7 @@ fn any_pid_and_tid_is_a_row_named_from_metadata() {
                 "python3 (pid 5312327)".into(),
                 "MainThread (tid 5312327)".into()
             ),
-            (
-                "process 100000000000000000000".into(),
-                "thread -3".into()
-            ),
+            ("process 100000000000000000000".into(), "thread -3".into()),
             ("process Spans".into(), "thread PyTorch Profiler".into()),
         ]
     );
@@ -370,10 +371,9 @@ fn text_and_value_are_read_alike() {
         both(r#"[{"ph": "X", "pid": 0, "ts": 1}, {"ph": "X", "pid": 0, "ts": "soon"}]"#).err(),
         Some("traceEvents[1]: \"ts\" must be a finite number >= 0, got \"soon\"".into())
     );
-    let trace = both(
-        r#"[{"ph": "C", "ph": "X", "pid": 0, "ts": 5, "ts": 1, "name": "x", "name": "y"}]"#,
-    )
-    .unwrap();
+    let trace =
+        both(r#"[{"ph": "C", "ph": "X", "pid": 0, "ts": 5, "ts": 1, "name": "x", "name": "y"}]"#)
+            .unwrap();
     assert_eq!(
         (trace.events[0].name.as_str(), trace.events[0].start_ns),
         ("y", 1_000)
