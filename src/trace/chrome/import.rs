@@ -138,6 +138,9 @@ fn is_id(id: &Id, v: Option<&Scalar<'_>>) -> bool {
     }
 }
 
+/// A counter track's `(ns, value)` samples.
+type Samples = Vec<(u64, f64)>;
+
 /// A trace's dialect, its rows (foreign) and its device names (gangway's).
 type Placement = (Dialect, Vec<ThreadRow>, Vec<(usize, String)>);
 
@@ -186,7 +189,7 @@ struct Import {
     process_sort: HashMap<Id, f64>,
     thread_sort: HashMap<(Id, Id), f64>,
     /// Counter tracks by (pid, name), in order of appearance.
-    counters: Vec<(Id, String, Vec<(u64, f64)>)>,
+    counters: Vec<(Id, String, Samples)>,
     counter_index: HashMap<(Id, String), usize>,
     phases: Vec<(String, u64)>,
     not_drawn: Vec<(String, u64)>,
