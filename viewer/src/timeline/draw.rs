@@ -680,8 +680,9 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
             let text = data.bar_label(e);
             let galley =
                 painter.layout_no_wrap(text.into_owned(), look.name.clone(), Color32::WHITE);
-            // The name where it fits; a pipeline op's short label fits narrow blocks too.
-            if galley.size().x + 4.0 <= visible.width() {
+            // A label that fits, however narrow the block (a pipeline op's "F3"); a longer one
+            // clipped to blocks wide enough to show some of it.
+            if galley.size().x + 4.0 <= visible.width() || visible.width() > 28.0 {
                 let pos = Pos2::new(visible.left() + 3.0, r.center().y - galley.size().y / 2.0);
                 bar_painter
                     .with_clip_rect(visible)
