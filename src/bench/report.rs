@@ -490,7 +490,9 @@ fn peak_text(r: &CaseResult) -> String {
     }
 }
 
-fn note_text(r: &CaseResult) -> String {
+/// A result's note and its metrics (`bubble measured 0.18, ...`), as the table's note column shows
+/// them.
+pub fn note_text(r: &CaseResult) -> String {
     let metrics = r
         .metrics
         .iter()

@@ -1,4 +1,5 @@
-//! Chrome trace-event JSON: export for Perfetto and `chrome://tracing`, and a structure check.
+//! Chrome trace-event JSON: export for Perfetto and `chrome://tracing`, a structure check, and
+//! import of gangway's traces and other tools' ([`ChromeTrace`]).
 //!
 //! Layout: one process per device (`pid` = device id), one thread per [`Lane`] (`tid` 1 host,
 //! 2 compute, 3 transfer). Slices on one thread never overlap, because both viewers mis-draw or
@@ -10,10 +11,12 @@
 mod check;
 mod export;
 mod import;
+mod imported;
 
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
-pub use import::{parse, parse_slice};
+pub use import::{parse, parse_slice, read, text_of};
+pub use imported::{ChromeTrace, CounterTrack, Dialect, Id, ThreadRow, process_label};
 
 use super::event::Lane;
 

@@ -3,14 +3,19 @@
 //! Pure data and arithmetic, independent of any GPU API, so the executor, the simulator, the
 //! viewer and the tests share one model. A [`Tracer`] records and streams events; it is off by
 //! default and then costs a branch per call. [`mod@utilization`] measures device busy time and
-//! [`chrome`] exports traces for Perfetto / `chrome://tracing` and checks their structure.
+//! [`chrome`] exports traces for Perfetto / `chrome://tracing`, checks their structure and reads
+//! them back (other tools' traces too). [`summary`] sums a read trace up, and [`bubble`]
+//! measures a pipeline trace's bubble.
 
+pub mod bubble;
 pub mod chrome;
 pub mod event;
 pub mod meta;
+pub mod summary;
 pub mod tracer;
 pub mod utilization;
 
+pub use bubble::{PipelineBubble, PipelineOp, pipeline_bubble};
 pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch};

@@ -1,11 +1,14 @@
 //! A `gangway bench --json` report: what ran where, a bar chart of each suite's derived figure
-//! per case and adapter, and the suite's table; optionally beside a second report, compared.
+//! per case and adapter (every case labelled), and the suite's table with each case's note and
+//! metrics as the CLI prints them; optionally beside a second report, compared: each case's
+//! ratio, verdict and note (as `gangway bench compare` prints it), and the cases found in one
+//! report only.
 
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
-use egui_plot::{Bar, BarChart, Legend, Plot};
+use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Verdict};
-use gangway::bench::report::{Status, TABLE_COLUMNS, number, seconds};
+use gangway::bench::report::{Status, TABLE_COLUMNS, note_text, number, seconds};
 
 /// The suites of a report, in run order.
 pub fn suites(report: &Report) -> Vec<String> {
@@ -100,8 +103,11 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
     Plot::new(format!("bench-{suite}"))
         .legend(Legend::default())
         .height(240.0)
+        .x_axis_label("case")
         .y_axis_label(unit)
         .include_y(0.0)
+        // A mark (and so a label) on every case, however egui_plot would space its grid.
+        .x_grid_spacer(case_marks)
         .x_axis_formatter(move |mark, _| {
             let i = mark.value.round();
             if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
@@ -149,7 +155,7 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                                     format!("{:.2}× {}", b.speedup, b.case)
                                 }),
                             );
-                            ui.label(&r.note);
+                            ui.label(note_text(r));
                         }
                         _ => {
                             let status = if r.status == Status::Skipped {
@@ -170,8 +176,23 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
         });
 }
 
+/// Grid marks on every whole number in view (one per case of a bar chart), at most 200.
+fn case_marks(input: GridInput) -> Vec<GridMark> {
+    let (lo, hi) = input.bounds;
+    let (lo, hi) = (lo.ceil().max(0.0), hi.floor());
+    if hi < lo || hi - lo > 200.0 {
+        return Vec::new();
+    }
+    (lo as usize..=hi as usize)
+        .map(|i| GridMark {
+            value: i as f64,
+            step_size: 1.0,
+        })
+        .collect()
+}
+
 /// Columns of the comparison table; `true`: a number, right-aligned.
-const COMPARE_COLUMNS: [(&str, bool); 7] = [
+const COMPARE_COLUMNS: [(&str, bool); 8] = [
     ("suite", false),
     ("case", false),
     ("adapter", false),
@@ -179,13 +200,16 @@ const COMPARE_COLUMNS: [(&str, bool); 7] = [
     ("new", true),
     ("new/old", true),
     ("verdict", false),
+    ("note", false),
 ];
 
-/// Two reports' cases side by side: the ratio and whether it is beyond the noise. A table of its
-/// own at most `max_height` tall whose header stays put while its rows scroll; only the rows in
-/// view are laid out. `only_changed`: just the cases beyond the noise.
+/// Two reports' cases side by side: the ratio, whether it is beyond the noise, and the note
+/// (say, "compared per unit of work" when the two did different amounts). A table of its own at
+/// most `max_height` tall whose header stays put while its rows scroll; only the rows in view
+/// are laid out. `only_changed`: just the cases beyond the noise. Below it, the cases found in
+/// one report only.
 pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_height: f32) {
-    let rows: Vec<([String; 7], Verdict)> = c
+    let rows: Vec<([String; 8], Verdict)> = c
         .cases
         .iter()
         .filter(|k| !only_changed || matches!(k.verdict, Verdict::Faster | Verdict::Slower))
@@ -199,6 +223,7 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                     k.new_median_s.map_or("–".into(), seconds),
                     k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")),
                     k.verdict.name().to_string(),
+                    k.note.clone(),
                 ],
                 k.verdict,
             )
@@ -207,7 +232,7 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
     // Column widths from every row, not just those in view, so nothing shifts while scrolling.
     let font = TextStyle::Body.resolve(ui.style());
     let pad = ui.spacing().item_spacing.x * 2.0;
-    let mut widths = [0.0f32; 7];
+    let mut widths = [0.0f32; 8];
     ui.ctx().fonts_mut(|f| {
         let mut fit = |i: usize, text: &str| {
             let w = f
@@ -260,12 +285,21 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                 }
             });
         });
+    for (which, keys) in [("old", &c.only_old), ("new", &c.only_new)] {
+        if !keys.is_empty() {
+            ui.label(format!(
+                "only in {which} ({}): {}",
+                keys.len(),
+                keys.join(", ")
+            ));
+        }
+    }
 }
 
 /// One row of a table of fixed column `widths`: `cell(column, ui)` fills each cell.
 fn table_row(
     ui: &mut Ui,
-    widths: &[f32; 7],
+    widths: &[f32; 8],
     height: f32,
     stripe: bool,
     mut cell: impl FnMut(usize, &mut Ui),

@@ -1,5 +1,8 @@
 //! Every device: its adapter, backend, type and virtual split, and its live utilization
-//! (busy time over a sliding window) as a plot and a number.
+//! (busy time over a sliding window) as a plot and a number. The plot's time axis counts back
+//! from now, as the Live timeline's does.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use egui::Ui;
 use egui_plot::{Legend, Line, Plot, PlotPoints};
@@ -62,16 +65,46 @@ pub fn ui(ui: &mut Ui, hub: &DeviceHub, live: &LiveView) {
         .height(ui.available_height().clamp(120.0, 400.0))
         .include_y(0.0)
         .include_y(1.0)
-        .x_axis_label("trace time (s)")
+        .x_axis_label("seconds before now")
         .y_axis_label("busy / window")
         .show(ui, |plot| {
-            for (device, series) in &live.utilization {
+            for (device, points) in before_now(&live.utilization) {
                 let label = infos
                     .iter()
-                    .find(|i| i.id == *device)
+                    .find(|i| i.id == device)
                     .map_or_else(|| format!("device {device}"), |i| i.label());
-                let points: Vec<[f64; 2]> = series.iter().copied().collect();
                 plot.line(Line::new(label, PlotPoints::from(points)));
             }
         });
+}
+
+/// Each device's `(seconds, utilization)` samples with time counted back from the newest
+/// sample of any device (so "now" is 0 and the past negative), as the Live timeline labels it.
+pub fn before_now(series: &BTreeMap<usize, VecDeque<[f64; 2]>>) -> Vec<(usize, Vec<[f64; 2]>)> {
+    let now = series
+        .values()
+        .filter_map(|s| s.back().map(|p| p[0]))
+        .fold(f64::NEG_INFINITY, f64::max);
+    series
+        .iter()
+        .map(|(d, s)| (*d, s.iter().map(|p| [p[0] - now, p[1]]).collect()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_count_back_from_the_newest() {
+        let series: BTreeMap<usize, VecDeque<[f64; 2]>> = [
+            (0, VecDeque::from([[750.0, 0.5], [760.0, 0.25]])),
+            (1, VecDeque::from([[761.5, 1.0]])),
+        ]
+        .into();
+        assert_eq!(
+            before_now(&series),
+            [(0, vec![[-11.5, 0.5], [-1.5, 0.25]]), (1, vec![[0.0, 1.0]])]
+        );
+    }
 }

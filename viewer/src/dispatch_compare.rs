@@ -55,6 +55,21 @@ fn run_mode(runtime: &Runtime, mode: DispatchMode) -> Result<ModeRun, String> {
     })
 }
 
+/// The comparison in one line, from each mode's wall time for the same [`RUNS`] runs:
+/// "parallel 2.0× faster than sequential".
+pub fn verdict(sequential_ns: u64, parallel_ns: u64) -> String {
+    let (seq, par) = (sequential_ns.max(1) as f64, parallel_ns.max(1) as f64);
+    let ratio = seq / par;
+    let what = if (ratio - 1.0).abs() < 0.005 {
+        "as fast as".to_string()
+    } else if ratio > 1.0 {
+        format!("{ratio:.1}× faster than")
+    } else {
+        format!("{:.1}× slower than", 1.0 / ratio)
+    };
+    format!("parallel {what} sequential ({RUNS} runs each, wall time)")
+}
+
 /// Both modes, one after the other, as clients of `runtime` (on its first devices, up to 4).
 pub fn compare(runtime: &Runtime) -> Result<Vec<ModeRun>, String> {
     [DispatchMode::Sequential, DispatchMode::Parallel]
@@ -142,7 +157,16 @@ impl DispatchCompare {
             }
             self.scaled = true;
         }
-        ui.weak("both on one time scale; double-click a timeline to fit it alone");
+        let wall = |m: DispatchMode| self.runs.iter().find(|r| r.mode == m).map(|r| r.wall_ns);
+        if let (Some(seq), Some(par)) =
+            (wall(DispatchMode::Sequential), wall(DispatchMode::Parallel))
+        {
+            ui.label(egui::RichText::new(verdict(seq, par)).strong());
+        }
+        ui.weak(
+            "both on one time scale, each axis from its own run's first event; double-click a \
+             timeline to fit it alone",
+        );
         timeline::legend(ui);
         ui.columns(self.runs.len(), |cols| {
             for (col, run) in cols.iter_mut().zip(&mut self.runs) {

@@ -1,6 +1,8 @@
-//! Opening and saving files: Chrome trace JSON (gangway's own, and others leniently) and
+//! Opening and saving files: Chrome trace JSON, gzipped or not (gangway's own, and what
+//! PyTorch's, JAX's and Perfetto's tools write: see `gangway::trace::chrome::ChromeTrace`), and
 //! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
-//! never a panic.
+//! never a panic. Saving an opened trace of another tool writes it in gangway's layout (one
+//! process per row).
 //!
 //! No file I/O runs on the UI thread: reading, parsing and interpreting a file, serializing and
 //! writing a trace, and loading the report to compare with all run on a worker thread that hands
@@ -20,13 +22,16 @@ use std::time::{Duration, Instant};
 use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
-use gangway::trace::{Event, Lane};
+use gangway::trace::Event;
+use gangway::trace::chrome::{ChromeTrace, Dialect, Id, process_label};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::background::spawn;
-use crate::timeline::{self, BarKind, TimelineData, TimelineState};
+pub use gangway::trace::PipelineBubble;
+
+use crate::timeline::{self, CounterRow, TimelineData, TimelineState};
 
 /// How many recently opened files [`FilesTab::recent`] keeps.
 pub const RECENT_MAX: usize = 8;
@@ -45,12 +50,45 @@ pub struct OpenedTrace {
     pub data: Arc<TimelineData>,
     /// Set when the trace looks like a pipeline run: see [`pipeline_bubble`].
     pub bubble: Option<PipelineBubble>,
+    /// gangway's own trace, or another tool's (one row per thread).
+    pub dialect: Dialect,
+    /// Trace events read, by phase, and what of them is not drawn (see
+    /// [`gangway::trace::chrome::ChromeTrace`]).
+    pub phases: Vec<(String, u64)>,
+    pub not_drawn: Vec<(String, u64)>,
+}
+
+impl OpenedTrace {
+    /// The file's summary: every phase read and what is not drawn, e.g. "261 trace events: M 8,
+    /// X 223, f 14, i 2, s 14 · not drawn: instant (i/I) 2".
+    pub fn phase_line(&self) -> String {
+        let list = |l: &[(String, u64)]| {
+            l.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let total: u64 = self.phases.iter().map(|(_, n)| n).sum();
+        let mut line = format!("{total} trace events: {}", list(&self.phases));
+        if !self.not_drawn.is_empty() {
+            line.push_str(&format!(" · not drawn: {}", list(&self.not_drawn)));
+        }
+        line
+    }
 }
 
 impl Loaded {
     pub fn summary(&self) -> String {
         match self {
-            Loaded::Trace(t) => format!("Chrome trace: {} events", t.data.len()),
+            Loaded::Trace(t) => match t.dialect {
+                Dialect::Gangway => format!("Chrome trace: {} events", t.data.len()),
+                Dialect::Foreign => format!(
+                    "Chrome trace: {} slices on {} threads, {} counter tracks",
+                    t.data.len(),
+                    t.data.row_titles.len(),
+                    t.data.counters.len()
+                ),
+            },
             Loaded::Bench(r) => format!(
                 "benchmark report: {} results on {} adapter(s)",
                 r.results.len(),
@@ -68,94 +106,10 @@ impl Loaded {
     }
 }
 
-/// The pipeline bubble of a trace: idle compute time over `stages × makespan`, the figure the
-/// simulator reports as [`gangway::pipeline::Simulation::bubble_fraction`] and a real run as
-/// [`gangway::pipeline::RunReport::measured_bubble`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct PipelineBubble {
-    /// Devices that ran pipeline ops.
-    pub stages: usize,
-    /// First pipeline op's start to the last one's end, over all stages.
-    pub makespan_ns: u64,
-    /// Per stage `(device, ns)`: time its compute lane spent in pipeline ops (the union of their
-    /// intervals, so overlapping slices count once).
-    pub busy_ns: Vec<(usize, u64)>,
-    /// `1 − Σ busy / (stages × makespan)`, in `[0, 1]`.
-    pub fraction: f64,
-}
-
-/// The bubble of a pipeline run's trace, or `None` when the trace does not look like one.
-///
-/// A pipeline run is what gangway's pipeline executor and simulator trace: kernels on each
-/// device's compute lane named `F`, `B` and `W` (with a microbatch or `.c<chunk>` suffix; see
-/// [`BarKind::of`]), both forwards and backwards present. Only those ops count as busy: other
-/// kernels, transfers and host work are not pipeline compute.
+/// The pipeline bubble of an opened trace, by the one computation
+/// ([`gangway::trace::pipeline_bubble`]) that `gangway trace` uses too.
 pub fn pipeline_bubble(data: &TimelineData) -> Option<PipelineBubble> {
-    let (mut forward, mut backward) = (false, false);
-    let mut per_device: Vec<(usize, Vec<(u64, u64)>)> = Vec::new();
-    for track in data.tracks().iter().filter(|t| t.lane == Lane::Compute) {
-        let mut intervals: Vec<(u64, u64)> = Vec::new();
-        for e in track.events() {
-            match BarKind::of(e) {
-                BarKind::Forward => forward = true,
-                BarKind::Backward => backward = true,
-                BarKind::WeightGrad => {}
-                _ => continue,
-            }
-            intervals.push((e.start_ns, e.clamped_end_ns()));
-        }
-        if !intervals.is_empty() {
-            // Tracks are per (device, lane): one compute track per device.
-            per_device.push((track.device, intervals));
-        }
-    }
-    if !(forward && backward) {
-        return None;
-    }
-    let first = per_device
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|i| i.0))
-        .min()?;
-    let last = per_device
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|i| i.1))
-        .max()?;
-    let makespan_ns = last.saturating_sub(first);
-    if makespan_ns == 0 {
-        return None;
-    }
-    let busy_ns: Vec<(usize, u64)> = per_device
-        .into_iter()
-        .map(|(device, mut v)| (device, union_ns(&mut v)))
-        .collect();
-    let stages = busy_ns.len();
-    let busy: u64 = busy_ns.iter().map(|(_, b)| b).sum();
-    let capacity = stages as f64 * makespan_ns as f64;
-    let fraction = (1.0 - busy as f64 / capacity).clamp(0.0, 1.0);
-    Some(PipelineBubble {
-        stages,
-        makespan_ns,
-        busy_ns,
-        fraction,
-    })
-}
-
-/// Length of the union of `intervals` (sorted here).
-fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
-    intervals.sort_unstable();
-    let mut total = 0;
-    let mut current: Option<(u64, u64)> = None;
-    for &(s, e) in intervals.iter() {
-        current = match current {
-            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
-            Some((cs, ce)) => {
-                total += ce - cs;
-                Some((s, e))
-            }
-            None => Some((s, e)),
-        };
-    }
-    total + current.map_or(0, |(s, e)| e - s)
+    gangway::trace::pipeline_bubble(data.all_events())
 }
 
 /// What a JSON document is, as [`kind_of`] tells it.
@@ -163,8 +117,10 @@ fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
 enum Kind {
     Trace,
     Bench,
-    /// An array that is not a trace: bench results from before the schema.
+    /// An array of bench results from before the schema.
     OldBench,
+    /// An array of something else.
+    OtherArray,
     Unknown,
 }
 
@@ -180,8 +136,9 @@ enum TopKey {
 }
 
 /// Reads a document only as far as it takes to tell its [`Kind`]: a Chrome trace is an object
-/// with a `traceEvents` key or an array whose first element has a `ph`, a bench report an object
-/// with a `schema`.
+/// with a `traceEvents` key or an array that is empty or whose first element has a `ph`, a bench
+/// report an object with a `schema`, an old bench result array one whose first element has a
+/// bench result's `suite`, `case` or `adapter`.
 ///
 /// A trace is told at its `traceEvents` key or first element, so a large one is not read twice
 /// (the rest is the import's to check). Serde stops a visit early only with an error, so the
@@ -224,10 +181,13 @@ impl<'de> Visitor<'de> for Sniff<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
         // One element: small in a trace, as in a result list.
         let first: Option<Value> = seq.next_element()?;
-        if first.is_some_and(|f| f.get("ph").is_some()) {
+        let has = |key: &str| first.as_ref().is_some_and(|f| f.get(key).is_some());
+        if first.is_none() || has("ph") {
             self.tell(Kind::Trace)
-        } else {
+        } else if has("suite") || has("case") || has("adapter") {
             self.tell(Kind::OldBench)
+        } else {
+            self.tell(Kind::OtherArray)
         }
     }
 
@@ -272,26 +232,64 @@ fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
              rerun gangway bench --json"
                 .into(),
         ),
+        Kind::OtherArray => Err("a JSON array, but not of Chrome trace events (its first \
+             element has no \"ph\") nor of gangway bench results"
+            .into()),
         Kind::Unknown => {
             Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
         }
     }
 }
 
-/// An imported trace, indexed for the timeline.
-#[allow(clippy::type_complexity)] // what `chrome::parse` returns
-fn opened_trace((events, names): (Vec<Event>, Vec<(usize, String)>)) -> Loaded {
+/// An imported trace, indexed for the timeline: gangway's by device and lane (a pipeline run's
+/// devices titled as stages, as in the lab), another tool's one row per thread under its
+/// process; counter tracks under theirs.
+fn opened_trace(trace: ChromeTrace) -> Loaded {
+    let ChromeTrace {
+        dialect,
+        events,
+        device_names,
+        rows,
+        counters,
+        phases,
+        not_drawn,
+    } = trace;
+    let bubble = match dialect {
+        Dialect::Gangway => gangway::trace::pipeline_bubble(&events),
+        Dialect::Foreign => None,
+    };
     let mut data = TimelineData::from_events(events);
-    data.device_names = names.into_iter().collect();
-    let bubble = pipeline_bubble(&data);
+    data.device_names = device_names.into_iter().collect();
+    if bubble.is_some() {
+        data.device_prefix = Some("stage".into());
+    }
+    for (i, row) in rows.iter().enumerate() {
+        data.row_titles.insert(i, row.thread_label());
+        data.groups.insert(i, row.process_label());
+    }
+    data.counters = counters
+        .into_iter()
+        .map(|c| {
+            let (group, device) = match (dialect, &c.pid) {
+                (Dialect::Gangway, Id::Int(pid)) => (None, usize::try_from(*pid).ok()),
+                _ => (Some(process_label(&c.pid, c.process_name.as_deref())), None),
+            };
+            CounterRow::new(c.name, group, device, c.points)
+        })
+        .collect();
     Loaded::Trace(Box::new(OpenedTrace {
         data: Arc::new(data),
         bubble,
+        dialect,
+        phases,
+        not_drawn,
     }))
 }
 
-/// Parses and interprets a file's bytes; `name` is what errors call the file.
+/// Parses and interprets a file's bytes (gzipped or not); `name` is what errors call the file.
 pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
+    let text = gangway::trace::chrome::text_of(bytes).map_err(|e| format!("{name}: {e}"))?;
+    let bytes: &[u8] = &text;
     let not_json = |e: serde_json::Error| format!("{name} is not JSON: {e}");
     let kind = kind_of(&mut serde_json::Deserializer::from_slice(bytes)).map_err(not_json)?;
     let loaded = if kind == Kind::Trace {
@@ -704,7 +702,7 @@ impl FilesTab {
             .map(Path::to_path_buf)
             .or_else(|| std::env::current_dir().ok());
         let mut dialog = rfd::AsyncFileDialog::new()
-            .add_filter("JSON (Chrome trace, gangway bench report)", &["json"])
+            .add_filter("JSON (Chrome trace, gangway bench report)", &["json", "gz"])
             .add_filter("all files", &["*"]);
         if let Some(dir) = dir {
             dialog = dialog.set_directory(dir);
@@ -951,7 +949,8 @@ impl FilesTab {
             }
             None => {
                 ui.weak(
-                    "opens Chrome trace JSON (gangway --trace) and gangway bench --json files; \
+                    "opens Chrome trace JSON (gangway --trace, PyTorch's and JAX's profilers, \
+                     Perfetto, chrome://tracing; .json.gz too) and gangway bench --json files; \
                      drop one onto the window to open it",
                 );
             }
@@ -979,6 +978,7 @@ impl FilesTab {
                 if let Some(from) = loaded_from {
                     ui.weak(format!("file: {}", from.display()));
                 }
+                ui.weak(t.phase_line());
                 if let Some(b) = &t.bubble {
                     ui.label(format!(
                         "pipeline bubble: {:.1}% ({} stages, makespan {})",
@@ -991,12 +991,11 @@ impl FilesTab {
                          device's compute lane, from the first op's start to the last one's end",
                     );
                 }
-                timeline::legend(ui);
-                egui::ScrollArea::vertical()
-                    .id_salt("files-trace")
-                    .show(ui, |ui| {
-                        timeline::timeline(ui, "file", &t.data, timeline_state);
-                    });
+                if t.dialect == Dialect::Gangway {
+                    timeline::legend(ui);
+                }
+                // The timeline scrolls its own rows under a fixed time axis.
+                timeline::timeline(ui, "file", &t.data, timeline_state);
             }
             Some(Loaded::Bench(report)) => {
                 // The whole report scrolls; the comparison table and the suite's table are each

@@ -9,7 +9,7 @@ use gangway::trace::{BusyTime, Event, Tracer};
 use std::sync::mpsc::{Receiver, TryRecvError};
 
 use crate::live::{DeviceHub, LiveRunner};
-use crate::timeline::{self, TimelineData, TimelineState, format_ns};
+use crate::timeline::{self, TimeAxis, TimelineData, TimelineState, format_ns};
 
 /// Length of the utilization window.
 pub const WINDOW_NS: u64 = 1_000_000_000;
@@ -62,7 +62,7 @@ impl Default for LiveView {
             data: TimelineData::default(),
             // The last minute, counted back from now: absolute times of hours are unreadable.
             timeline: TimelineState {
-                relative_to_end: true,
+                axis: TimeAxis::BeforeNewest,
                 ..TimelineState::default()
             },
             paused: false,

@@ -1,14 +1,18 @@
-//! MoE training (`gangway train moe`) on the discovered devices, in the background: the loss
-//! curve, the load-balancing (aux) loss, the fraction of routing choices dropped by expert
-//! capacity, tokens per second, validation bits per byte, and a bar chart of the tokens each
-//! expert kept, at the latest step or (with the step slider) at any earlier one.
+//! MoE training (`gangway train moe`) on the discovered devices, in the background: the
+//! cross-entropy curve with validation as markers, the regularizers (aux and z loss, and the
+//! total's part beyond the cross-entropy, which on the loss plot hid under it), the fraction of
+//! routing choices dropped by expert capacity, tokens per second, validation bits per byte, and
+//! a bar chart of the tokens each expert kept against its capacity (a dashed line), at the
+//! latest step or (with the step slider) at any earlier one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use egui::{Button, RichText, Slider, Ui};
-use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
+use egui_plot::{
+    Bar, BarChart, HLine, Legend, Line, LineStyle, MarkerShape, Plot, PlotPoints, Points,
+};
 use gangway::Device;
 use gangway::data::Corpus;
 use gangway::moe::trainer::StepStats;
@@ -85,6 +89,15 @@ impl MoeSettings {
             stop: Some(stop),
             ..TrainOptions::default()
         }
+    }
+
+    /// The most (token, choice) pairs one expert can keep in a step, summed as
+    /// [`StepStats::tokens_per_expert`] sums them: over blocks, and over the routing groups (one
+    /// per device, each of `batch / devices` tokens with the router's capacity).
+    pub fn expert_capacity(&self) -> usize {
+        let config = self.config();
+        let devices = self.devices.max(1);
+        config.router().capacity(self.batch / devices) * devices * config.blocks
     }
 
     /// E.g. "8 experts, top-2, capacity 1.25, 1 device, 200 steps of 128 tokens".
@@ -394,10 +407,13 @@ impl MoePanel {
             return;
         };
         ui.separator();
-        ui.label(RichText::new(format!("run: {}", ran.describe())).strong());
-        if ran != self.settings {
-            ui.weak("(the controls have changed since: start again to train them)");
-        }
+        // The note shares the run's line: on a line of its own it pushed every plot down.
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(format!("run: {}", ran.describe())).strong());
+            if ran != self.settings {
+                ui.weak("(the controls have changed since: start again to train them)");
+            }
+        });
         if self.is_running() {
             ui.horizontal(|ui| {
                 ui.spinner();
@@ -466,22 +482,24 @@ impl MoePanel {
                     "cross-entropy",
                     PlotPoints::from(series(|s| s.ce)),
                 ));
-                plot.line(Line::new(
-                    "total loss",
-                    PlotPoints::from(series(|s| s.loss)),
-                ));
                 if !self.valid.is_empty() {
-                    // bits per byte → nats per byte, to share the axis.
-                    let v: Vec<[f64; 2]> = self
-                        .valid
-                        .iter()
-                        .map(|(s, b)| [f64::from(*s), b * std::f64::consts::LN_2])
-                        .collect();
-                    plot.line(Line::new("validation (nats)", PlotPoints::from(v)));
+                    // Markers: a validation is a few points, often one; a line of one point
+                    // draws nothing.
+                    plot.points(
+                        Points::new(
+                            "validation (nats)",
+                            PlotPoints::from(validation_nats(&self.valid)),
+                        )
+                        .radius(5.0)
+                        .shape(MarkerShape::Diamond)
+                        .filled(true),
+                    );
                 }
             });
         ui.columns(2, |cols| {
-            cols[0].label("aux (load-balancing) loss per step");
+            // The total is cross-entropy plus these: on the loss plot it drew over the
+            // cross-entropy as one line, so its part beyond the cross-entropy is drawn here.
+            cols[0].label("regularizers per step: total − cross-entropy = aux + z");
             Plot::new("moe-aux")
                 .legend(Legend::default())
                 .height(height)
@@ -490,6 +508,13 @@ impl MoePanel {
                 .show(&mut cols[0], |plot| {
                     plot.line(Line::new("aux loss", PlotPoints::from(series(|s| s.aux))));
                     plot.line(Line::new("z loss", PlotPoints::from(series(|s| s.z))));
+                    plot.line(
+                        Line::new(
+                            "total − cross-entropy",
+                            PlotPoints::from(series(|s| s.loss - s.ce)),
+                        )
+                        .style(LineStyle::dashed_loose()),
+                    );
                 });
             cols[1].label("dropped fraction per step (%)");
             Plot::new("moe-dropped")
@@ -539,6 +564,10 @@ impl MoePanel {
             kept as f64 / experts as f64,
             stats.dropped_fraction * 100.0
         ));
+        let capacity = ran.expert_capacity();
+        ui.label(format!(
+            "capacity: {capacity} per expert (dashed line; a choice past it is dropped)"
+        ));
         let per_device = (ran.experts / ran.devices.max(1)).max(1);
         let bars: Vec<Bar> = stats
             .tokens_per_expert
@@ -555,8 +584,22 @@ impl MoePanel {
             .x_axis_label("expert")
             .y_axis_label("tokens kept")
             .include_y(0.0)
+            .include_y(capacity as f64 * 1.05)
             .show(ui, |plot| {
                 plot.bar_chart(BarChart::new("tokens per expert", bars));
+                plot.hline(
+                    HLine::new("capacity", capacity as f64)
+                        .style(LineStyle::dashed_loose())
+                        .width(2.0),
+                );
             });
     }
+}
+
+/// Validation scores as `[step, nats per byte]`, from bits per byte: the loss plot's unit.
+pub fn validation_nats(valid: &[(u32, f64)]) -> Vec<[f64; 2]> {
+    valid
+        .iter()
+        .map(|(s, b)| [f64::from(*s), b * std::f64::consts::LN_2])
+        .collect()
 }

@@ -6,13 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use egui::epaint::{ClippedShape, Shape};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use gangway::trace::{Event, EventMeta, Flow, FlowRole, Lane};
 use gangway_viewer::files::{Loaded, open_bytes};
 use gangway_viewer::timeline::data::{BarKind, bars};
-use gangway_viewer::timeline::{TimeView, TimelineData, TimelineState, timeline};
+use gangway_viewer::timeline::{TimeAxis, TimeView, TimelineData, TimelineState, timeline};
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
@@ -456,20 +455,6 @@ fn the_span_and_a_fitted_view_follow_forgotten_events() {
     assert!(h.state().0.tracks().iter().all(|t| t.row_count() == 1));
 }
 
-/// Every text painted by the last frame.
-fn painted_texts(shapes: &[ClippedShape]) -> Vec<String> {
-    fn walk(shape: &Shape, out: &mut Vec<String>) {
-        match shape {
-            Shape::Text(t) => out.push(t.galley.text().to_owned()),
-            Shape::Vec(v) => v.iter().for_each(|s| walk(s, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    shapes.iter().for_each(|c| walk(&c.shape, &mut out));
-    out
-}
-
 /// The live view's axis counts back from the newest event; the hover text says the same.
 #[test]
 fn relative_axis_counts_back_to_now() {
@@ -478,12 +463,12 @@ fn relative_axis_counts_back_to_now() {
         (0..60u64).map(|i| kernel(0, "k", 100 * S + i * S, 100 * S + i * S + S / 2)),
     );
     let state = TimelineState {
-        relative_to_end: true,
+        axis: TimeAxis::BeforeNewest,
         ..TimelineState::default()
     };
     let mut h = timeline_harness([1_000.0, 200.0], data, state);
     h.run();
-    let texts = painted_texts(&h.output().shapes);
+    let texts = common::painted_texts(&h.output().shapes);
     assert!(texts.iter().any(|t| t == "now"), "{texts:?}");
     assert!(texts.iter().any(|t| t == "\u{2212}10 s"), "{texts:?}");
     assert!(
@@ -498,11 +483,11 @@ fn relative_axis_counts_back_to_now() {
     h.hover_at(egui::pos2(x, 8.0 + 18.0 + 11.0));
     h.run();
     h.get_by_label_contains("before the newest event");
-    // Absolute again.
-    h.state_mut().1.relative_to_end = false;
+    // From the start again.
+    h.state_mut().1.axis = TimeAxis::FromStart;
     h.remove_cursor();
     h.run();
-    let texts = painted_texts(&h.output().shapes);
+    let texts = common::painted_texts(&h.output().shapes);
     assert!(!texts.iter().any(|t| t == "now"), "{texts:?}");
 }
 

@@ -64,6 +64,23 @@ pub(crate) enum Command {
     /// Evaluation.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Sum up a Chrome trace (gangway's, PyTorch's or JAX's profiler's, Perfetto's; .json.gz
+    /// too) for a machine with no display: events by phase, processes and threads with their
+    /// span, busy time and utilization, the names that took the most time, and for gangway's
+    /// traces each device's kernels against transfers and the pipeline bubble.
+    Trace(TraceArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TraceArgs {
+    /// The trace file.
+    pub(crate) file: PathBuf,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// How many names to list by total time.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
 }
 
 #[derive(Subcommand, Debug)]

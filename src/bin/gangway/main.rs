@@ -39,6 +39,7 @@ use bench_command::{bench_compare, bench_suites};
 mod cli;
 use cli::*;
 mod progress;
+mod trace_command;
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
@@ -201,6 +202,7 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             train_btm_branch(&runtime(&tracer)?, args)?
         }
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, args)?,
+        Command::Trace(args) => trace_command::trace(args)?,
         Command::Pipeline(args) => {
             // A run's trace is the pipeline's view (stages, F/B/W), written by `pipeline`.
             let runtime = if args.run {

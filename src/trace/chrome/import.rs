@@ -1,37 +1,71 @@
-//! Chrome trace-event JSON back into [`Event`]s: the inverse of [`to_json`](super::to_json), so a
-//! saved trace can be reopened (by the viewer, or a test comparing runs).
+//! Chrome trace-event JSON back into [`Event`]s: the inverse of [`to_json`](super::to_json) for
+//! gangway's traces, and a reader of what other tools write (PyTorch's profiler, JAX's and
+//! TensorFlow's, Perfetto's JSON export, chrome://tracing), as [`ChromeTrace`] describes.
 //!
-//! Reads what gangway writes and is lenient with other producers: `X` slices become events
-//! (`pid` = device, `tid` = lane as in [`thread_id`](super::thread_id), overflow threads
-//! included; `cat` = [`EventKind::name`]; `args` program / node / microbatch / clock), `s`/`f`
-//! flow points re-attach to the slice they bind to, `process_name` metadata names devices, and
-//! every other phase (counters, instants, ...) is skipped.
+//! Phases: `X` slices, and `B`/`E` pairs matched per thread, become events; `s`/`t`/`f` flow
+//! points re-attach to the slice they bind to (`s` as the sending end, `t` and `f` as the
+//! receiving one; a slice keeps its first); `M` metadata names processes and threads and orders
+//! them; `C` counters become counter tracks. Every other phase (instants, async and object
+//! events, samples, ...) is counted in [`ChromeTrace::not_drawn`], never an error. `pid` and
+//! `tid` may be any JSON value (see [`Id`]).
 //!
 //! The JSON is read straight into what the import keeps, one trace event at a time: a
 //! `serde_json::Value` of a million-event trace is most of the time and memory an open would
 //! take. Fields are read leniently (any JSON type; what a field must be is checked here, with
 //! errors naming the event), unknown fields are read past, and a repeated key counts once, the
-//! last time, as in a `Value`. [`parse`] runs the same reader over a `Value`.
+//! last time, as in a `Value`. [`parse`] runs the same reader over a `Value`. [`read`] takes a
+//! file's bytes: gzipped or not, and an array whose closing `]` the producer never wrote (the
+//! format allows it).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
+use std::io::Read as _;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::imported::{ChromeTrace, CounterTrack, Dialect, Id, ThreadRow};
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
-/// Events and device names (`(pid, process_name)`) of a Chrome trace's JSON text.
+/// The trace in a file's bytes: gzip is unpacked first (by its magic number, whatever the
+/// file is called), and a top-level array the producer did not close (Chrome's JSON Array
+/// Format allows it, and a trace cut short by a crash ends so) is closed. Then [`parse_slice`].
+pub fn read(bytes: &[u8]) -> Result<ChromeTrace, String> {
+    parse_slice(&text_of(bytes)?)
+}
+
+/// The JSON text of a trace file's bytes, as [`read`] takes it: gunzipped, and an unclosed
+/// top-level array closed (a trailing comma dropped). Anything else is returned as it is.
+pub fn text_of(bytes: &[u8]) -> Result<Cow<'_, [u8]>, String> {
+    let text: Cow<'_, [u8]> = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("not a readable gzip file: {e}"))?;
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(bytes)
+    };
+    let trimmed = text.trim_ascii();
+    if trimmed.starts_with(b"[") && !trimmed.ends_with(b"]") {
+        let body = trimmed.strip_suffix(b",").unwrap_or(trimmed);
+        let mut closed = Vec::with_capacity(body.len() + 1);
+        closed.extend_from_slice(body);
+        closed.push(b']');
+        return Ok(Cow::Owned(closed));
+    }
+    Ok(text)
+}
+
+/// A Chrome trace's JSON text as a [`ChromeTrace`].
 ///
-/// The top level may be `{"traceEvents": [...]}` or a bare array. Unknown `cat`s take the kind
-/// their lane implies (host → host encode, compute → kernel, transfer → transfer); unknown
-/// `tid`s take the lane their kind implies. A slice without a valid `pid`, `ts` or `dur`, or
-/// with a negative time, is an error naming `traceEvents[i]`; text that is not JSON is an error
-/// saying where. Events come back sorted by start time, then device and lane.
-#[allow(clippy::type_complexity)] // the pair `to_json` takes, returned as it is
-pub fn parse_slice(json: &[u8]) -> Result<(Vec<Event>, Vec<(usize, String)>), String> {
+/// The top level may be `{"traceEvents": [...]}` or a bare array. In a gangway trace, unknown
+/// `tid`s take the lane their `cat` implies. An `X` or `B`/`E` without a valid `ts` (or an `X`
+/// with a `dur` that is not a number >= 0) is an error naming `traceEvents[i]`; text that is not
+/// JSON is an error saying where.
+pub fn parse_slice(json: &[u8]) -> Result<ChromeTrace, String> {
     let mut de = serde_json::Deserializer::from_slice(json);
     let mut import = Import::default();
     let found = Top(&mut import).read(&mut de).and_then(|found| {
@@ -42,29 +76,135 @@ pub fn parse_slice(json: &[u8]) -> Result<(Vec<Event>, Vec<(usize, String)>), St
 }
 
 /// [`parse_slice`] of a trace already parsed into a `Value`.
-#[allow(clippy::type_complexity)] // the pair `to_json` takes, returned as it is
-pub fn parse(trace: &Value) -> Result<(Vec<Event>, Vec<(usize, String)>), String> {
+pub fn parse(trace: &Value) -> Result<ChromeTrace, String> {
     let mut import = Import::default();
     let found = Top(&mut import).read(trace);
     import.finish(found)
 }
 
-/// What [`parse`] returns, inside this module.
-type Imported = (Vec<Event>, Vec<(usize, String)>);
+/// Index of a thread in [`Threads`].
+type ThreadIx = u32;
 
-/// A Chrome thread: `(pid, tid)`.
-type Thread = (u64, u64);
+/// Every `(pid, tid)` met, numbered in order of appearance.
+#[derive(Default)]
+struct Threads {
+    keys: Vec<(Id, Id)>,
+    index: HashMap<(Id, Id), ThreadIx>,
+    /// The last thread looked up: consecutive events are mostly on one thread, and comparing
+    /// ids with the text's values saves building (and allocating) a key.
+    last: Option<ThreadIx>,
+}
+
+impl Threads {
+    fn of(&mut self, pid: Option<&Scalar<'_>>, tid: Option<&Scalar<'_>>) -> ThreadIx {
+        if let Some(last) = self.last
+            && let Some((p, t)) = self.keys.get(last as usize)
+            && is_id(p, pid)
+            && is_id(t, tid)
+        {
+            return last;
+        }
+        let key = (id_of(pid), id_of(tid));
+        let next = ThreadIx::try_from(self.keys.len()).unwrap_or(ThreadIx::MAX);
+        let ix = *self.index.entry(key.clone()).or_insert_with(|| {
+            self.keys.push(key);
+            next
+        });
+        self.last = Some(ix);
+        ix
+    }
+}
+
+/// A missing `pid` or `tid` is 0, as in Perfetto.
+fn id_of(v: Option<&Scalar<'_>>) -> Id {
+    match v {
+        None => Id::Int(0),
+        Some(Scalar::U64(n)) => Id::Int(i128::from(*n)),
+        Some(Scalar::I64(n)) => Id::Int(i128::from(*n)),
+        // Integral floats (ids past 2^64 arrive so) are integers, if an i128 holds them.
+        Some(Scalar::F64(x)) if x.fract() == 0.0 && x.abs() < 1e38 => Id::Int(*x as i128),
+        Some(Scalar::Str(s)) => Id::Text(s.to_string()),
+        Some(other) => Id::Text(other.to_string()),
+    }
+}
+
+/// Whether `v` reads as `id` (without building one for the common cases).
+fn is_id(id: &Id, v: Option<&Scalar<'_>>) -> bool {
+    match (id, v) {
+        (Id::Int(n), Some(Scalar::U64(m))) => *n == i128::from(*m),
+        (Id::Int(n), Some(Scalar::I64(m))) => *n == i128::from(*m),
+        (Id::Text(t), Some(Scalar::Str(s))) => t == s,
+        (id, v) => *id == id_of(v),
+    }
+}
+
+/// A counter track's `(ns, value)` samples.
+type Samples = Vec<(u64, f64)>;
+
+/// A trace's dialect, its rows (foreign) and its device names (gangway's).
+type Placement = (Dialect, Vec<ThreadRow>, Vec<(usize, String)>);
+
+/// A `B` waiting for its `E`: the event with its start, the end still to come.
+type Open = Event;
+
+/// A phase's count, in a short list (a trace has a handful of phases).
+fn bump(counts: &mut Vec<(String, u64)>, what: &str) {
+    match counts.iter_mut().find(|(k, _)| k == what) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((what.to_string(), 1)),
+    }
+}
+
+/// What a phase that is not drawn is, for [`ChromeTrace::not_drawn`].
+fn not_drawn_name(ph: &str) -> Cow<'static, str> {
+    Cow::Borrowed(match ph {
+        "i" | "I" => "instant (i/I)",
+        "s" | "t" | "f" => "flow (s/t/f): bound to slices, not drawn as arrows",
+        "b" | "e" | "n" => "async (b/e/n)",
+        "S" | "T" | "p" | "F" => "legacy async (S/T/p/F)",
+        "N" | "O" | "D" => "object (N/O/D)",
+        "P" => "sample (P)",
+        "R" => "mark (R)",
+        "c" => "clock sync (c)",
+        "(" | ")" => "context ( )",
+        "" => "no phase",
+        "V" | "v" => "memory dump (V/v)",
+        _ => return Cow::Owned(format!("phase {ph:?}")),
+    })
+}
 
 /// The import so far, of the `traceEvents` list being read.
 #[derive(Default)]
 struct Import {
+    /// Slices; `device` holds the [`ThreadIx`] until [`Import::finish`].
     events: Vec<Event>,
+    threads: Threads,
     /// Per thread, indices into `events`, to bind flow points.
-    threads: BTreeMap<Thread, Vec<usize>>,
-    names: BTreeMap<usize, String>,
-    flow_points: Vec<(Thread, u64, Flow)>,
+    slices_of: Vec<Vec<usize>>,
+    /// Per thread, the `B`s not yet ended, innermost last.
+    open: HashMap<ThreadIx, Vec<Open>>,
+    flow_points: Vec<(ThreadIx, u64, Flow)>,
+    process_names: HashMap<Id, String>,
+    thread_names: HashMap<(Id, Id), String>,
+    process_sort: HashMap<Id, f64>,
+    thread_sort: HashMap<(Id, Id), f64>,
+    /// Counter tracks by (pid, name), in order of appearance.
+    counters: Vec<(Id, String, Samples)>,
+    counter_index: HashMap<(Id, String), usize>,
+    phases: Vec<(String, u64)>,
+    not_drawn: Vec<(String, u64)>,
+    /// Something in the trace is not as gangway writes it (see [`ChromeTrace`]).
+    foreign: bool,
     /// The first bad event's error: the rest of the list is then only read past.
     failed: Option<String>,
+}
+
+/// Whether a thread name is one gangway writes: a lane's, maybe with an overflow suffix.
+fn is_lane_name(name: &str) -> bool {
+    Lane::ALL.iter().any(|l| {
+        name.strip_prefix(l.name())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(" (overlap "))
+    })
 }
 
 impl Import {
@@ -89,53 +229,152 @@ impl Import {
     fn add(&mut self, i: usize, event: Option<Fields<'_>>) -> Result<(), String> {
         let at = |what: &str| format!("traceEvents[{i}]: {what}");
         let ev = event.ok_or_else(|| at("not an object"))?;
-        match ev.ph.as_ref().and_then(Scalar::as_str) {
-            Some("X") => {
-                let pid = uint(&ev.pid).ok_or_else(|| at("needs a non-negative integer pid"))?;
-                let tid = uint(&ev.tid).unwrap_or(0);
+        let ph = ev.ph.as_ref().and_then(Scalar::as_str).unwrap_or("");
+        bump(&mut self.phases, if ph.is_empty() { "(none)" } else { ph });
+        match ph {
+            "X" => {
                 let start_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
                 let dur_ns = micros_to_ns(&ev.dur, "dur").map_err(|e| at(&e))?;
-                let device = usize::try_from(pid).map_err(|_| at("pid too large"))?;
-                let event = slice(ev, device, tid, start_ns, dur_ns);
-                self.threads
-                    .entry((pid, tid))
-                    .or_default()
-                    .push(self.events.len());
-                self.events.push(event);
+                let thread = self.thread(&ev, true);
+                let event = slice(&ev, thread, start_ns, start_ns.saturating_add(dur_ns));
+                self.push_slice(thread, event);
             }
-            Some(ph @ ("s" | "f")) => {
-                let (Some(pid), Some(tid), Some(id), Ok(ts)) = (
-                    uint(&ev.pid),
-                    uint(&ev.tid),
-                    uint(&ev.id),
-                    micros_to_ns(&ev.ts, "ts"),
-                ) else {
+            "B" => {
+                let start_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
+                let thread = self.thread(&ev, true);
+                let open = slice(&ev, thread, start_ns, start_ns);
+                self.open.entry(thread).or_default().push(open);
+            }
+            "E" => {
+                let end_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
+                let thread = self.thread(&ev, false);
+                match self.open.get_mut(&thread).and_then(Vec::pop) {
+                    Some(mut event) => {
+                        event.end_ns = end_ns.max(event.start_ns);
+                        self.push_slice(thread, event);
+                    }
+                    None => bump(&mut self.not_drawn, "E without a B"),
+                }
+            }
+            "s" | "t" | "f" => {
+                bump(&mut self.not_drawn, &not_drawn_name(ph));
+                let (Some(id), Ok(ts)) = (flow_id(&ev), micros_to_ns(&ev.ts, "ts")) else {
                     // A flow point we cannot place only loses its arrow.
                     return Ok(());
                 };
+                let thread = self.thread(&ev, false);
                 let role = if ph == "s" {
                     FlowRole::Out
                 } else {
                     FlowRole::In
                 };
-                self.flow_points.push(((pid, tid), ts, Flow { id, role }));
+                self.flow_points.push((thread, ts, Flow { id, role }));
             }
-            Some("M") if ev.name.as_ref().and_then(Scalar::as_str) == Some("process_name") => {
-                let pid = uint(&ev.pid).and_then(|p| usize::try_from(p).ok());
-                if let (Some(pid), Some(name)) =
-                    (pid, ev.args.name.as_ref().and_then(Scalar::as_str))
-                {
-                    self.names.insert(pid, name.to_string());
-                }
-            }
-            _ => {}
+            "M" => self.metadata(&ev),
+            "C" => self.counter(&ev),
+            other => bump(&mut self.not_drawn, &not_drawn_name(other)),
         }
         Ok(())
     }
 
+    /// The thread of `ev`; for a slice (`slice`), whether it is as gangway writes one (a
+    /// non-negative integer `pid`, a lane's `tid`, an [`EventKind`] or no `cat`) is noted.
+    fn thread(&mut self, ev: &Fields<'_>, slice: bool) -> ThreadIx {
+        if slice && !self.foreign {
+            let device = uint(&ev.pid).is_some_and(|p| usize::try_from(p).is_ok());
+            let lane = uint(&ev.tid).is_some_and(|t| (1..=3).contains(&(t % 10)));
+            let cat = match &ev.cat {
+                None => true,
+                Some(c) => c
+                    .as_str()
+                    .is_some_and(|c| EventKind::ALL.iter().any(|k| k.name() == c)),
+            };
+            self.foreign = !(device && lane && cat);
+        }
+        let ix = self.threads.of(ev.pid.as_ref(), ev.tid.as_ref());
+        let n = ix as usize + 1;
+        if self.slices_of.len() < n {
+            self.slices_of.resize_with(n, Vec::new);
+        }
+        ix
+    }
+
+    fn push_slice(&mut self, thread: ThreadIx, event: Event) {
+        if let Some(slices) = self.slices_of.get_mut(thread as usize) {
+            slices.push(self.events.len());
+        }
+        self.events.push(event);
+    }
+
+    /// `process_name`, `thread_name` and the sort indices; other metadata is only counted.
+    fn metadata(&mut self, ev: &Fields<'_>) {
+        let what = ev.name.as_ref().and_then(Scalar::as_str);
+        let pid = || id_of(ev.pid.as_ref());
+        let thread = || (id_of(ev.pid.as_ref()), id_of(ev.tid.as_ref()));
+        let name = ev.args.name.as_ref().and_then(Scalar::as_str);
+        let sort = ev.args.number("sort_index");
+        match (what, name, sort) {
+            (Some("process_name"), Some(name), _) => {
+                self.process_names.insert(pid(), name.to_string());
+            }
+            (Some("thread_name"), Some(name), _) => {
+                if !is_lane_name(name) {
+                    self.foreign = true;
+                }
+                self.thread_names.insert(thread(), name.to_string());
+            }
+            (Some("process_sort_index"), _, Some(k)) => {
+                self.process_sort.insert(pid(), k);
+            }
+            (Some("thread_sort_index"), _, Some(k)) => {
+                self.thread_sort.insert(thread(), k);
+            }
+            _ => {}
+        }
+    }
+
+    /// One sample of every number in `args`, each its own series (track) of the process.
+    fn counter(&mut self, ev: &Fields<'_>) {
+        let Ok(ts) = micros_to_ns(&ev.ts, "ts") else {
+            bump(&mut self.not_drawn, "counter (C) without a time");
+            return;
+        };
+        let pid = id_of(ev.pid.as_ref());
+        let base = match &ev.name {
+            Some(Scalar::Str(s)) => s.to_string(),
+            _ => String::new(),
+        };
+        // Counters with an id are separate series (Chrome names them "name id").
+        let base = match &ev.id {
+            Some(Scalar::Str(id)) => format!("{base} {id}"),
+            Some(id) => format!("{base} {id}"),
+            None => base,
+        };
+        for (key, value) in ev.args.numbers() {
+            let name = if key == "value" || key.is_empty() {
+                base.clone()
+            } else if base.is_empty() {
+                key.to_string()
+            } else {
+                format!("{base} {key}")
+            };
+            let next = self.counters.len();
+            let at = *self
+                .counter_index
+                .entry((pid.clone(), name.clone()))
+                .or_insert(next);
+            if at == next {
+                self.counters.push((pid.clone(), name, Vec::new()));
+            }
+            if let Some((_, _, points)) = self.counters.get_mut(at) {
+                points.push((ts, value));
+            }
+        }
+    }
+
     /// The result, from what reading found: a JSON error, no `traceEvents` list, the first bad
-    /// event, or the events with their flows bound, sorted.
-    fn finish(mut self, found: Result<bool, serde_json::Error>) -> Result<Imported, String> {
+    /// event, or the trace with its flows bound, rows named and everything sorted.
+    fn finish(mut self, found: Result<bool, serde_json::Error>) -> Result<ChromeTrace, String> {
         let found = found.map_err(|e| format!("not JSON: {e}"))?;
         if !found {
             return Err(
@@ -145,38 +384,165 @@ impl Import {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        bind_flows(&mut self.events, &mut self.threads, &self.flow_points);
+        let unended: usize = self.open.values().map(Vec::len).sum();
+        for _ in 0..unended {
+            bump(&mut self.not_drawn, "B that never ended");
+        }
+        bind_flows(&mut self.events, &mut self.slices_of, &self.flow_points);
+        let keys = std::mem::take(&mut self.threads.keys);
+        let (dialect, rows, device_names) = if self.foreign {
+            self.rows_by_thread(&keys)
+        } else {
+            self.rows_by_device(&keys)
+        };
         let mut events = self.events;
         events.sort_by(|a, b| {
             (a.start_ns, a.device, a.lane, a.end_ns).cmp(&(b.start_ns, b.device, b.lane, b.end_ns))
         });
-        Ok((events, self.names.into_iter().collect()))
+        let sort_of = |pid: &Id| self.process_sort.get(pid).copied().unwrap_or(0.0);
+        let mut counters: Vec<CounterTrack> = self
+            .counters
+            .into_iter()
+            .map(|(pid, name, mut points)| {
+                // By time, then value: two series of one event may share a track's name
+                // (`value` and `""`), and keys come in file order or sorted (from a `Value`).
+                points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+                CounterTrack {
+                    process_name: self.process_names.get(&pid).cloned(),
+                    pid,
+                    name,
+                    points,
+                }
+            })
+            .collect();
+        counters.sort_by(|a, b| {
+            sort_of(&a.pid)
+                .total_cmp(&sort_of(&b.pid))
+                .then_with(|| a.pid.cmp(&b.pid))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut phases = self.phases;
+        phases.sort();
+        let mut not_drawn = self.not_drawn;
+        not_drawn.sort();
+        Ok(ChromeTrace {
+            dialect,
+            events,
+            device_names,
+            rows,
+            counters,
+            phases,
+            not_drawn,
+        })
     }
+
+    /// A gangway trace: each slice's device is its `pid`, checked integral when it was read.
+    fn rows_by_device(&mut self, keys: &[(Id, Id)]) -> Placement {
+        let device_of = |thread: usize| match keys.get(thread) {
+            Some((Id::Int(pid), _)) => usize::try_from(*pid).unwrap_or(0),
+            _ => 0,
+        };
+        for e in &mut self.events {
+            e.device = device_of(e.device);
+        }
+        let mut names: Vec<(usize, String)> = self
+            .process_names
+            .iter()
+            .filter_map(|(pid, name)| match pid {
+                Id::Int(p) => usize::try_from(*p).ok().map(|p| (p, name.clone())),
+                Id::Text(_) => None,
+            })
+            .collect();
+        names.sort();
+        (Dialect::Gangway, Vec::new(), names)
+    }
+
+    /// A foreign trace: one row per thread with slices, ordered as Perfetto orders them (by
+    /// process sort index, pid, thread sort index, tid); each slice's device is its row.
+    fn rows_by_thread(&mut self, keys: &[(Id, Id)]) -> Placement {
+        let mut threads: Vec<usize> = (0..keys.len())
+            .filter(|&t| self.slices_of.get(t).is_some_and(|s| !s.is_empty()))
+            .collect();
+        let process_sort = |pid: &Id| self.process_sort.get(pid).copied().unwrap_or(0.0);
+        let thread_sort = |key: &(Id, Id)| self.thread_sort.get(key).copied().unwrap_or(0.0);
+        threads.sort_by(|&a, &b| {
+            let (ka, kb) = (&keys[a], &keys[b]);
+            process_sort(&ka.0)
+                .total_cmp(&process_sort(&kb.0))
+                .then_with(|| ka.0.cmp(&kb.0))
+                .then_with(|| thread_sort(ka).total_cmp(&thread_sort(kb)))
+                .then_with(|| ka.1.cmp(&kb.1))
+        });
+        let mut row_of = vec![0usize; keys.len()];
+        for (row, &t) in threads.iter().enumerate() {
+            row_of[t] = row;
+        }
+        for e in &mut self.events {
+            e.device = row_of.get(e.device).copied().unwrap_or(0);
+            e.lane = Lane::Compute;
+            e.kind = EventKind::Kernel;
+        }
+        let rows = threads
+            .iter()
+            .map(|&t| {
+                let (pid, tid) = keys[t].clone();
+                ThreadRow {
+                    process_name: self.process_names.get(&pid).cloned(),
+                    thread_name: self.thread_names.get(&(pid.clone(), tid.clone())).cloned(),
+                    pid,
+                    tid,
+                }
+            })
+            .collect();
+        (Dialect::Foreign, rows, Vec::new())
+    }
+}
+
+/// A flow's id: a number, or a string (`"0x1f"` in hex, decimal, or any other text hashed).
+fn flow_id(ev: &Fields<'_>) -> Option<u64> {
+    match ev.id.as_ref().or(ev.bind_id.as_ref())? {
+        Scalar::U64(n) => Some(*n),
+        Scalar::I64(n) => Some(*n as u64),
+        Scalar::Str(s) => Some(
+            s.strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .or_else(|| s.parse().ok())
+                .unwrap_or_else(|| fnv1a(s.as_bytes())),
+        ),
+        _ => None,
+    }
+}
+
+/// FNV-1a: a stable 64-bit hash of a string id.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Binds each flow point, in file order, to the latest slice of its thread that starts at or
 /// before it and still covers it (of slices starting together, the later in the file), if that
-/// slice has no flow yet. `threads` holds each thread's slices as indices into `events`, which
-/// is in file order.
+/// slice has no flow yet. `slices_of` holds each thread's slices as indices into `events`,
+/// which is in file order.
 ///
 /// One sweep in time per thread, O(n log n): scanning the thread's slices for every point took
 /// 8 minutes (debug build) to open a 1M-event trace with 100k flow points.
 fn bind_flows(
     events: &mut [Event],
-    threads: &mut BTreeMap<Thread, Vec<usize>>,
-    flow_points: &[(Thread, u64, Flow)],
+    slices_of: &mut [Vec<usize>],
+    flow_points: &[(ThreadIx, u64, Flow)],
 ) {
-    let mut points_of: BTreeMap<Thread, Vec<usize>> = BTreeMap::new();
+    let mut points_of: HashMap<ThreadIx, Vec<usize>> = HashMap::new();
     for (p, (thread, ..)) in flow_points.iter().enumerate() {
         points_of.entry(*thread).or_default().push(p);
     }
     let mut targets = vec![None; flow_points.len()];
     for (thread, mut points) in points_of {
-        let Some(slices) = threads.get_mut(&thread) else {
+        let Some(slices) = slices_of.get_mut(thread as usize) else {
             continue;
         };
-        slices.sort_unstable_by_key(|&e| events[e].start_ns);
-        points.sort_unstable_by_key(|&p| flow_points[p].1);
+        slices.sort_by_key(|&e| events[e].start_ns);
+        points.sort_by_key(|&p| flow_points[p].1);
         // The slices started by the point's time, by (start, index in `events`): the latest
         // start, then the later in the file, on top. One that ended before a point ended before
         // every later point too, so it is dropped for good once it reaches the top.
@@ -207,14 +573,17 @@ fn bind_flows(
     }
 }
 
-/// One `X` slice as an event.
-fn slice(ev: Fields<'_>, device: usize, tid: u64, start_ns: u64, dur_ns: u64) -> Event {
+/// One slice as an event on `thread` (its device until [`Import::finish`]), with the lane and
+/// kind gangway's `tid` and `cat` give it: unknown `cat`s take the kind their lane implies
+/// (host → host encode, compute → kernel, transfer → transfer), unknown `tid`s the lane their
+/// kind implies.
+fn slice(ev: &Fields<'_>, thread: ThreadIx, start_ns: u64, end_ns: u64) -> Event {
     let cat = ev.cat.as_ref().and_then(Scalar::as_str).unwrap_or("");
     let kind = EventKind::ALL.into_iter().find(|k| k.name() == cat);
-    let lane = match tid % 10 {
-        1 => Some(Lane::Host),
-        2 => Some(Lane::Compute),
-        3 => Some(Lane::Transfer),
+    let lane = match uint(&ev.tid).map(|t| t % 10) {
+        Some(1) => Some(Lane::Host),
+        Some(2) => Some(Lane::Compute),
+        Some(3) => Some(Lane::Transfer),
         _ => None,
     };
     let (lane, kind) = match (lane, kind) {
@@ -235,18 +604,18 @@ fn slice(ev: Fields<'_>, device: usize, tid: u64, start_ns: u64, dur_ns: u64) ->
         })
         .unwrap_or(Clock::Host);
     Event {
-        device,
+        device: thread as usize,
         lane,
         kind,
-        name: match ev.name {
-            Some(Scalar::Str(name)) => name.into_owned(),
+        name: match &ev.name {
+            Some(Scalar::Str(name)) => name.to_string(),
             _ => String::new(),
         },
         program: uint(&args.program),
         node: uint(&args.node).and_then(|n| u32::try_from(n).ok()),
         microbatch: uint(&args.microbatch).and_then(|n| u32::try_from(n).ok()),
         start_ns,
-        end_ns: start_ns.saturating_add(dur_ns),
+        end_ns,
         clock,
         flow: None,
     }
@@ -300,6 +669,7 @@ struct Fields<'a> {
     ts: Option<Scalar<'a>>,
     dur: Option<Scalar<'a>>,
     id: Option<Scalar<'a>>,
+    bind_id: Option<Scalar<'a>>,
     /// Empty unless `args` is an object.
     args: Args<'a>,
 }
@@ -315,12 +685,15 @@ enum Key {
     Ts,
     Dur,
     Id,
+    #[serde(rename = "bind_id")]
+    BindId,
     Args,
     #[serde(other)]
     Other,
 }
 
-/// The `args` the import reads: of slices, and the name of `process_name` metadata.
+/// The `args` the import reads: of slices, the name and sort index of metadata, and every
+/// other number (a counter's series).
 #[derive(Default)]
 struct Args<'a> {
     program: Option<Scalar<'a>>,
@@ -328,18 +701,31 @@ struct Args<'a> {
     microbatch: Option<Scalar<'a>>,
     clock: Option<Scalar<'a>>,
     name: Option<Scalar<'a>>,
+    /// The numbers under other keys, each key once (the last, as in a `Value`). Allocated only
+    /// when there is one: gangway's slices have none.
+    others: Vec<(Cow<'a, str>, f64)>,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "lowercase")]
-enum ArgKey {
-    Program,
-    Node,
-    Microbatch,
-    Clock,
-    Name,
-    #[serde(other)]
-    Other,
+impl Args<'_> {
+    /// Every number in `args`, the known keys' included, by key.
+    fn numbers(&self) -> impl Iterator<Item = (&str, f64)> {
+        let known = [
+            ("program", &self.program),
+            ("node", &self.node),
+            ("microbatch", &self.microbatch),
+            ("clock", &self.clock),
+            ("name", &self.name),
+        ];
+        known
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.as_ref()?.as_f64()?)))
+            .chain(self.others.iter().map(|(k, v)| (k.as_ref(), *v)))
+    }
+
+    /// The number under `key`.
+    fn number(&self, key: &str) -> Option<f64> {
+        self.numbers().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
 }
 
 #[derive(Deserialize)]
@@ -578,6 +964,7 @@ impl<'de> Shape<'de> for EventFields {
                 Key::Ts => &mut ev.ts,
                 Key::Dur => &mut ev.dur,
                 Key::Id => &mut ev.id,
+                Key::BindId => &mut ev.bind_id,
                 Key::Args => {
                     ev.args = map.next_value_seed(Read(ArgFields))?;
                     continue;
@@ -605,15 +992,23 @@ impl<'de> Shape<'de> for ArgFields {
 
     fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Args<'de>, A::Error> {
         let mut args = Args::default();
-        while let Some(key) = map.next_key::<ArgKey>()? {
-            let field = match key {
-                ArgKey::Program => &mut args.program,
-                ArgKey::Node => &mut args.node,
-                ArgKey::Microbatch => &mut args.microbatch,
-                ArgKey::Clock => &mut args.clock,
-                ArgKey::Name => &mut args.name,
-                ArgKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
+        while let Some(key) = map.next_key_seed(Read(AnyScalar))? {
+            let Scalar::Str(key) = key else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let field = match key.as_ref() {
+                "program" => &mut args.program,
+                "node" => &mut args.node,
+                "microbatch" => &mut args.microbatch,
+                "clock" => &mut args.clock,
+                "name" => &mut args.name,
+                _ => {
+                    let value: Scalar<'de> = map.next_value()?;
+                    args.others.retain(|(k, _)| *k != key);
+                    if let Some(x) = value.as_f64() {
+                        args.others.push((key, x));
+                    }
                     continue;
                 }
             };
@@ -625,221 +1020,4 @@ impl<'de> Shape<'de> for ArgFields {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::trace::chrome::to_json;
-    use crate::trace::meta::EventMeta;
-
-    fn sorted(mut events: Vec<Event>) -> Vec<Event> {
-        events.sort_by(|a, b| {
-            (a.start_ns, a.device, a.lane, a.end_ns).cmp(&(b.start_ns, b.device, b.lane, b.end_ns))
-        });
-        events
-    }
-
-    #[test]
-    fn export_then_parse_round_trips_events() {
-        let k = |name: &str, start, end| {
-            EventMeta::kernel(0)
-                .program(1)
-                .node(4)
-                .clock(Clock::Gpu)
-                .event(name.into(), start, end)
-        };
-        let events = vec![
-            EventMeta::host_encode(0).event("encode".into(), 0, 1_000),
-            k("F0", 1_000, 5_000),
-            // Overlaps F0: goes to an overflow thread (tid 12) and must come back as compute.
-            k("F1", 3_000, 6_000),
-            k("B0", 6_000, 7_001),
-            EventMeta::transfer(0)
-                .flow(7, FlowRole::Out)
-                .event("send".into(), 7_001, 9_000),
-            EventMeta::transfer(1)
-                .microbatch(2)
-                .clock(Clock::Simulated)
-                .flow(7, FlowRole::In)
-                .event("recv".into(), 7_500, 9_500),
-            EventMeta::wait(1).event("wait".into(), 0, 7_500),
-            EventMeta::kernel(2).event("big".into(), 1_234_567_891, 2_345_678_912),
-        ];
-        let names = vec![(0, "gpu A".to_string())];
-        let (back, back_names) = parse(&to_json(&events, &names)).unwrap();
-        assert_eq!(back, sorted(events));
-        assert_eq!(
-            back_names,
-            [
-                (0, "gpu A".to_string()),
-                (1, "device 1".to_string()),
-                (2, "device 2".to_string())
-            ]
-        );
-    }
-
-    #[test]
-    fn bad_input_is_an_error_naming_the_event() {
-        assert!(parse(&json!(42)).is_err());
-        assert!(parse(&json!({"foo": []})).is_err());
-        let err = parse(&json!([{"ph": "X", "pid": 0, "tid": 2}])).unwrap_err();
-        assert_eq!(err, "traceEvents[0]: missing \"ts\"");
-        let err = parse(&json!({"traceEvents": [1]})).unwrap_err();
-        assert_eq!(err, "traceEvents[0]: not an object");
-        let err = parse(&json!([{"ph": "X", "pid": -1, "ts": 0}])).unwrap_err();
-        assert!(err.contains("pid"), "{err}");
-        let err = parse(&json!([{"ph": "X", "pid": 0, "ts": -5.0}])).unwrap_err();
-        assert!(err.contains("\"ts\""), "{err}");
-    }
-
-    #[test]
-    fn foreign_traces_are_read_leniently() {
-        let (events, names) = parse(&json!([
-            {"ph": "X", "pid": 3, "tid": 77, "ts": 1.5, "dur": 2, "name": "gemm", "cat": "transfer"},
-            {"ph": "X", "pid": 3, "tid": 1, "ts": 0, "name": "enc", "cat": "whatever"},
-            {"ph": "C", "pid": 3, "ts": 0, "name": "c", "args": {"x": 1}},
-            {"ph": "i", "pid": 3, "ts": 0, "name": "mark"},
-        ]))
-        .unwrap();
-        assert!(names.is_empty());
-        assert_eq!(events.len(), 2);
-        assert_eq!(
-            (events[0].lane, events[0].kind, events[0].end_ns),
-            (Lane::Host, EventKind::HostEncode, 0)
-        );
-        assert_eq!(
-            (
-                events[1].lane,
-                events[1].kind,
-                events[1].start_ns,
-                events[1].end_ns
-            ),
-            (Lane::Transfer, EventKind::Transfer, 1_500, 3_500)
-        );
-    }
-
-    #[test]
-    fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
-        // All on pid 0, tid 3: a transfer thread.
-        let x = |name: &str, ts: f64, dur: f64| json!({"ph": "X", "pid": 0, "tid": 3, "name": name, "ts": ts, "dur": dur});
-        let point =
-            |ph: &str, id: u64, ts: f64| json!({"ph": ph, "pid": 0, "tid": 3, "id": id, "ts": ts});
-        let (events, _) = parse(&json!([
-            x("outer", 0.0, 10.0),
-            x("inner", 2.0, 2.0),
-            // Two slices starting together: the later in the file is the one bound.
-            x("first", 6.0, 2.0),
-            x("second", 6.0, 2.0),
-            x("late", 20.0, 1.0),
-            // Points in any order: `inner` covers 3; at 5 only `outer` still does.
-            point("f", 2, 5.0),
-            point("s", 1, 3.0),
-            point("s", 3, 7.0),
-            // `second` has a flow already: this point binds to nothing, not to `first`.
-            point("f", 4, 7.0),
-            // Covered by nothing; on a thread without slices.
-            point("s", 5, 15.0),
-            json!({"ph": "s", "pid": 0, "tid": 2, "id": 6, "ts": 1.0}),
-            // Ends count as covered: `late` ends at 21.
-            point("f", 7, 21.0),
-        ]))
-        .unwrap();
-        let flows: Vec<_> = events
-            .iter()
-            .map(|e| (e.name.as_str(), e.flow.map(|f| (f.id, f.role))))
-            .collect();
-        assert_eq!(
-            flows,
-            [
-                ("outer", Some((2, FlowRole::In))),
-                ("inner", Some((1, FlowRole::Out))),
-                ("first", None),
-                ("second", Some((3, FlowRole::Out))),
-                ("late", Some((7, FlowRole::In))),
-            ]
-        );
-    }
-
-    /// `parse_slice` of the text and `parse` of its `Value` agree, errors included.
-    fn both(text: &str) -> Result<Imported, String> {
-        let sliced = parse_slice(text.as_bytes());
-        let value: Value = serde_json::from_str(text).unwrap();
-        assert_eq!(sliced, parse(&value), "{text}");
-        sliced
-    }
-
-    #[test]
-    fn text_and_value_are_read_alike() {
-        let events = vec![
-            EventMeta::kernel(0)
-                .program(3)
-                .node(1)
-                .microbatch(2)
-                .clock(Clock::Gpu)
-                .event("na\"me\\ é".into(), 1_000, 2_500),
-            EventMeta::transfer(0)
-                .flow(9, FlowRole::Out)
-                .event("send".into(), 2_500, 4_000),
-            EventMeta::transfer(1)
-                .flow(9, FlowRole::In)
-                .event("recv".into(), 3_000, 4_500),
-        ];
-        let text = to_json(&events, &[(1, "gpu \"B\"".into())]).to_string();
-        let (back, names) = both(&text).unwrap();
-        assert_eq!(back, sorted(events));
-        assert_eq!(names[1], (1, "gpu \"B\"".to_string()));
-
-        for text in [
-            // Escaped keys and names, numbers of every JSON kind, fields of unexpected types.
-            r#"[{"p\u0068": "X", "pid": 0, "ts": 1e0, "dur": 2, "name": "a\u00e9", "tid": "2",
-                 "args": [1, {"program": 1}], "cat": {"deep": [[[{}]]]}},
-                {"ph": "X", "pid": 1, "ts": 0, "args": {"program": -1, "node": 4.0, "clock": 7}}]"#,
-            // A repeated key counts the last time, as in a `Value`.
-            r#"[{"ph": "C", "ph": "X", "pid": 0, "ts": 5, "ts": 1, "name": "x", "name": "y"}]"#,
-            r#"{"traceEvents": 1, "traceEvents": [{"ph": "X", "pid": 0, "ts": 0}]}"#,
-            r#"{"traceEvents": [{"ph": "X"}], "traceEvents": [], "other": {"a": [1, 2]}}"#,
-            r#"{"traceEvents": [], "traceEvents": {}}"#,
-            // Errors, with the same message either way.
-            r#"[{"ph": "X", "pid": 0, "ts": 1}, {"ph": "X", "pid": 0, "ts": "soon"}]"#,
-            r#"[{"ph": "X", "pid": 0, "ts": 1, "dur": null}]"#,
-            r#"[{"ph": "X", "pid": 0, "ts": 1, "dur": [1]}]"#,
-            r#"[{"ph": "X", "pid": 0.5, "ts": 1}]"#,
-            r#"[{"ph": "X", "pid": 0, "ts": -1e-9}]"#,
-            r#"[[], {"ph": "X"}]"#,
-            r#"{"displayTimeUnit": "ms"}"#,
-            r#""traceEvents""#,
-            "null",
-        ] {
-            let _ = both(text);
-        }
-        assert_eq!(
-            both(r#"[{"ph": "X", "pid": 0, "ts": 1}, {"ph": "X", "pid": 0, "ts": "soon"}]"#),
-            Err("traceEvents[1]: \"ts\" must be a finite number >= 0, got \"soon\"".into())
-        );
-        let (events, _) = both(
-            r#"[{"ph": "C", "ph": "X", "pid": 0, "ts": 5, "ts": 1, "name": "x", "name": "y"}]"#,
-        )
-        .unwrap();
-        assert_eq!((events[0].name.as_str(), events[0].start_ns), ("y", 1_000));
-    }
-
-    #[test]
-    fn text_that_is_not_json_is_an_error_saying_where() {
-        for text in [
-            "",
-            "{ this is not json",
-            r#"{"traceEvents": [{"ph": "X", "pid": 0, "ts": 1}"#,
-            r#"[{"ph": "X", "pid": 0, "ts": 1},]"#,
-            // A bad event first: text that is not JSON is still the error, as with a `Value`.
-            r#"[{"ph": "X"}, {"ph": "X", "pid": 0, "ts": 1 "dur": 2}]"#,
-            r#"[] []"#,
-        ] {
-            let err = parse_slice(text.as_bytes()).unwrap_err();
-            assert!(
-                err.starts_with("not JSON: ") && err.contains("line 1"),
-                "{text}: {err}"
-            );
-            assert!(serde_json::from_str::<Value>(text).is_err());
-        }
-    }
-}
+mod tests;

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use gangway::trace::{Event, EventKind, Lane};
+use gangway::trace::{Event, EventKind, Lane, PipelineOp};
 
 use super::view::TimeView;
 
@@ -249,6 +249,15 @@ impl Track {
             .collect()
     }
 
+    /// The bars of sub-row `row` alone (see [`Track::bars`]).
+    pub fn bars_of_row(&self, row: usize, view: &TimeView, width: f32) -> Vec<Bar> {
+        let mut out = Vec::new();
+        if let Some(index) = self.row_index.get(row) {
+            row_bars(&self.kinds, index, view, width, &mut out);
+        }
+        out
+    }
+
     /// The event of sub-row `row` that covers `t ± slack` (the latest-starting, if several):
     /// O(log n).
     pub fn pick(&self, row: usize, t: f64, slack: f64) -> Option<&Event> {
@@ -314,6 +323,69 @@ pub struct TimelineData {
     count: usize,
     /// Per track label override (e.g. "stage 2"), by device.
     pub device_prefix: Option<String>,
+    /// A device's row title in place of "dev N lane": another tool's trace has a row per
+    /// thread, each its own "device" (see `gangway::trace::chrome::ChromeTrace`).
+    pub row_titles: BTreeMap<usize, String>,
+    /// The group (a process) a device's rows are drawn under, titled where it changes.
+    pub groups: BTreeMap<usize, String>,
+    /// Counter tracks, drawn under their group's or device's rows.
+    pub counters: Vec<CounterRow>,
+}
+
+/// A counter track: values over time, drawn as a step plot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterRow {
+    pub name: String,
+    /// The group it is drawn in (a process of another tool's trace).
+    pub group: Option<String>,
+    /// The device it is drawn under (gangway's traces).
+    pub device: Option<usize>,
+    /// `(ns, value)` in time order; a value holds until the next.
+    pub points: Vec<(u64, f64)>,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl CounterRow {
+    pub fn new(
+        name: String,
+        group: Option<String>,
+        device: Option<usize>,
+        points: Vec<(u64, f64)>,
+    ) -> Self {
+        let finite = || points.iter().map(|p| p.1).filter(|v| v.is_finite());
+        let min = finite().fold(f64::INFINITY, f64::min);
+        let max = finite().fold(f64::NEG_INFINITY, f64::max);
+        Self {
+            name,
+            group,
+            device,
+            min: if min.is_finite() { min } else { 0.0 },
+            max: if max.is_finite() { max } else { 0.0 },
+            points,
+        }
+    }
+
+    /// What the track shows over `t0..t1` ns: the largest value set in it, else the value held
+    /// from before it; `None` before the first sample and after the last: O(log n + samples in
+    /// it).
+    pub fn value_over(&self, t0: f64, t1: f64) -> Option<f64> {
+        let last = self.points.last()?;
+        if t0 > last.0 as f64 {
+            return None;
+        }
+        let from = self.points.partition_point(|p| (p.0 as f64) < t0);
+        let to = self.points.partition_point(|p| (p.0 as f64) < t1);
+        let set = self
+            .points
+            .get(from..to)
+            .and_then(|s| s.iter().map(|p| p.1).reduce(f64::max));
+        set.or_else(|| {
+            from.checked_sub(1)
+                .and_then(|i| self.points.get(i))
+                .map(|p| p.1)
+        })
+    }
 }
 
 impl TimelineData {
@@ -415,10 +487,33 @@ impl TimelineData {
     }
 
     /// The row title of a track, e.g. "dev 0 compute" or "stage 2 compute" (device names are
-    /// in the hover text and the Devices tab: they are too long for a row title).
+    /// in the hover text and the Devices tab: they are too long for a row title), or the
+    /// thread's title from [`TimelineData::row_titles`].
     pub fn track_label(&self, t: &Track) -> String {
+        if let Some(title) = self.row_titles.get(&t.device) {
+            return title.clone();
+        }
         let prefix = self.device_prefix.as_deref().unwrap_or("dev");
         format!("{prefix} {} {}", t.device, t.lane.name())
+    }
+
+    /// The group a device's rows are drawn under, if any.
+    pub fn group_of(&self, device: usize) -> Option<&str> {
+        self.groups.get(&device).map(String::as_str)
+    }
+
+    /// The text on an event's block: a pipeline op's letter, microbatch and chunk ("F3",
+    /// "B5.c1" for "B.c1" of microbatch 5), as the lab numbers its blocks; any other event's
+    /// name, and an op already named with its number ("F0"), as it is.
+    pub fn bar_label<'a>(&self, e: &'a Event) -> std::borrow::Cow<'a, str> {
+        if let (Some(_), Some(mb)) = (PipelineOp::of(e), e.microbatch) {
+            // An op's name starts with its ASCII letter.
+            let (letter, rest) = e.name.split_at(1);
+            if rest.is_empty() || rest.starts_with('.') {
+                return format!("{letter}{mb}{rest}").into();
+            }
+        }
+        e.name.as_str().into()
     }
 }
 
@@ -454,8 +549,8 @@ impl BarKind {
         BarKind::Wait,
     ];
 
-    /// Pipeline ops are named `F`, `B`, `W` (optionally followed by a microbatch, `.c<chunk>`
-    /// or ` mb`): "F3", "B.c1" count, "Fused" does not.
+    /// Pipeline ops by [`PipelineOp::of_name`] (the one rule the bubble uses too), all-to-alls
+    /// by name, everything else by kind.
     pub fn of(e: &Event) -> Self {
         match e.kind {
             EventKind::Transfer => BarKind::Transfer,
@@ -467,14 +562,11 @@ impl BarKind {
                 {
                     return BarKind::AllToAll;
                 }
-                let mut chars = e.name.chars();
-                let first = chars.next();
-                let op_like = chars.next().is_none_or(|c| !c.is_ascii_alphabetic());
-                match (first, op_like) {
-                    (Some('F'), true) => BarKind::Forward,
-                    (Some('B'), true) => BarKind::Backward,
-                    (Some('W'), true) => BarKind::WeightGrad,
-                    _ => BarKind::Kernel,
+                match PipelineOp::of_name(&e.name) {
+                    Some(PipelineOp::Forward) => BarKind::Forward,
+                    Some(PipelineOp::Backward) => BarKind::Backward,
+                    Some(PipelineOp::WeightGrad) => BarKind::WeightGrad,
+                    None => BarKind::Kernel,
                 }
             }
         }

@@ -9,7 +9,7 @@
 
 use egui::Color32;
 
-use super::data::Bar;
+use super::data::{Bar, BarKind};
 
 /// Least opacity of a run of sub-pixel events, so a sliver of work stays visible.
 pub const MIN_DENSITY_ALPHA: f32 = 0.12;
@@ -17,7 +17,7 @@ pub const MIN_DENSITY_ALPHA: f32 = 0.12;
 /// Single events at least this many points wide are drawn as shapes, not texels.
 pub const SHAPE_MIN_PT: f32 = 8.0;
 
-/// The colours of a row's texels besides its bars.
+/// The colours of a row's texels, and of its bars.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowPalette {
     /// Outside the data's span.
@@ -26,6 +26,52 @@ pub struct RowPalette {
     pub idle: Color32,
     /// Grid lines (seen outside the span only: idle covers them).
     pub grid: Color32,
+    /// Small text over rows (a counter's range).
+    pub grid_text: Color32,
+    /// Least opacity of a run of sub-pixel events.
+    pub min_alpha: f32,
+    /// For a light background: bars darkened so they stay saturated on a projector.
+    pub light: bool,
+}
+
+/// Least opacity of a run of sub-pixel events on a light background: the kind's colour faded
+/// towards a pale idle band reads as pastel there, and a projector washes pastels out.
+pub const LIGHT_MIN_DENSITY_ALPHA: f32 = 0.4;
+
+impl RowPalette {
+    /// The palette over `background` with grid lines in `grid`; `light` for a light theme
+    /// (a darker idle band, stronger bars).
+    pub fn for_background(background: Color32, grid: Color32, light: bool) -> Self {
+        if light {
+            Self {
+                background,
+                idle: Color32::from_gray(200),
+                grid,
+                grid_text: Color32::from_gray(60),
+                min_alpha: LIGHT_MIN_DENSITY_ALPHA,
+                light,
+            }
+        } else {
+            Self {
+                background,
+                idle: Color32::from_gray(48),
+                grid,
+                grid_text: Color32::from_gray(170),
+                min_alpha: MIN_DENSITY_ALPHA,
+                light,
+            }
+        }
+    }
+
+    /// A bar kind's colour on this background: as is on dark, 25 % darker on light.
+    pub fn bar(&self, kind: BarKind) -> Color32 {
+        let c = kind.color();
+        if self.light {
+            lerp_color(c, Color32::BLACK, 0.25)
+        } else {
+            c
+        }
+    }
 }
 
 /// `a` blended towards `b` by `t` in `[0, 1]` (what `b` at opacity `t` over `a` looks like).
@@ -56,10 +102,11 @@ pub fn fill(line: &mut [Color32], x0: f64, x1: f64, color: Color32) {
     }
 }
 
-/// The colour a run of sub-pixel events paints: its kind's over idle, by busy fraction.
-pub fn dense_color(bar: &Bar, ns_per_texel: f64, idle: Color32) -> Color32 {
-    let alpha = bar.busy_fraction(ns_per_texel).max(MIN_DENSITY_ALPHA);
-    lerp_color(idle, bar.kind.color(), alpha)
+/// The colour a run of sub-pixel events paints: its kind's over idle, by busy fraction (at
+/// least the palette's least opacity).
+pub fn dense_color(bar: &Bar, ns_per_texel: f64, palette: RowPalette) -> Color32 {
+    let alpha = bar.busy_fraction(ns_per_texel).max(palette.min_alpha);
+    lerp_color(palette.idle, palette.bar(bar.kind), alpha)
 }
 
 /// Paints one sub-row into `line`: background, grid lines at `grid_x`, the idle band `band`
@@ -84,9 +131,9 @@ pub fn paint_row(
     for bar in bars {
         let (x0, x1) = (f64::from(bar.x0), f64::from(bar.x1.max(bar.x0 + 1.0)));
         if bar.dense {
-            fill(line, x0, x1, dense_color(bar, ns_per_texel, palette.idle));
+            fill(line, x0, x1, dense_color(bar, ns_per_texel, palette));
         } else if bar.x1 - bar.x0 < shape_min {
-            fill(line, x0, x1, bar.kind.color());
+            fill(line, x0, x1, palette.bar(bar.kind));
         }
     }
 }
@@ -94,12 +141,14 @@ pub fn paint_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::timeline::data::BarKind;
 
     const PALETTE: RowPalette = RowPalette {
         background: Color32::from_rgb(10, 10, 10),
         idle: Color32::from_rgb(48, 48, 48),
         grid: Color32::from_rgb(30, 30, 30),
+        grid_text: Color32::from_rgb(170, 170, 170),
+        min_alpha: MIN_DENSITY_ALPHA,
+        light: false,
     };
 
     fn bar(x0: f32, x1: f32, busy_ns: u64, dense: bool) -> Bar {
@@ -169,5 +218,29 @@ mod tests {
             8.0,
         );
         assert_eq!(line[1], lerp_color(PALETTE.idle, f, MIN_DENSITY_ALPHA));
+    }
+
+    /// The projector theme: a nearly idle run on a light background is still a strong colour,
+    /// not a pastel (its distance from idle at least that of the dark theme's).
+    #[test]
+    fn light_backgrounds_get_stronger_bars() {
+        let light = RowPalette::for_background(Color32::WHITE, Color32::LIGHT_GRAY, true);
+        let dark = RowPalette::for_background(Color32::BLACK, Color32::DARK_GRAY, false);
+        let distance = |a: Color32, b: Color32| {
+            (i32::from(a.r()) - i32::from(b.r())).abs()
+                + (i32::from(a.g()) - i32::from(b.g())).abs()
+                + (i32::from(a.b()) - i32::from(b.b())).abs()
+        };
+        let sparse = bar(0.0, 1.0, 0, true);
+        for kind in BarKind::ALL {
+            let run = Bar { kind, ..sparse };
+            let on_light = distance(dense_color(&run, 1.0, light), light.idle);
+            let on_dark = distance(dense_color(&run, 1.0, dark), dark.idle);
+            assert!(on_light >= on_dark, "{kind:?}: {on_light} vs {on_dark}");
+            // Solid bars are darker than the screen theme's on a light background.
+            assert!(
+                distance(light.bar(kind), Color32::WHITE) > distance(kind.color(), Color32::WHITE)
+            );
+        }
     }
 }

@@ -102,3 +102,39 @@ pub fn start_live(h: &mut Harness<'static, ViewerApp>) {
         "the live workload did not start"
     );
 }
+
+/// The app on the Files tab with `path` opened through the path field and the Open button,
+/// waited for.
+pub fn open_in_app(path: &std::path::Path, size: [f32; 2]) -> Harness<'static, ViewerApp> {
+    let mut h = harness(size);
+    h.run();
+    h.get_by_label("Files").click();
+    h.run();
+    h.state_mut().files.path = path.display().to_string();
+    h.run();
+    h.get_by_label("Open").click();
+    h.step();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while h.state().files.is_busy() {
+        assert!(Instant::now() < deadline, "the open never finished");
+        h.step();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    h.run();
+    assert_eq!(h.state().tab, gangway_viewer::Tab::Files);
+    h
+}
+
+/// Every text painted in a frame's shapes.
+pub fn painted_texts(shapes: &[egui::epaint::ClippedShape]) -> Vec<String> {
+    fn walk(shape: &egui::Shape, out: &mut Vec<String>) {
+        match shape {
+            egui::Shape::Text(t) => out.push(t.galley.text().to_owned()),
+            egui::Shape::Vec(v) => v.iter().for_each(|s| walk(s, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    shapes.iter().for_each(|c| walk(&c.shape, &mut out));
+    out
+}
