@@ -3,7 +3,13 @@
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
 //! - [`Mesh`], [`ShardedTensor`]: devices in named-axis grids, tensors laid over them.
 //! - [`kernels`]: WGSL matmul (three variants + autotuner), MoE router, dispatch/combine.
-//! - [`collective`]: host-staged transfers and the expert-parallel all-to-all.
+//! - [`collective`]: host-staged transfers and the expert-parallel all-to-all; the transports
+//!   between a job's processes (in-process ranks, MPI).
+//! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
+//!   that gang-schedules them.
+//! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
+//! - [`moe`], [`pipeline`], [`btm`]: the workloads; [`bench`] and [`plan`]: measuring them, and
+//!   predicting them at scale; [`trace`]: what happened, when.
 
 pub mod bench;
 pub mod btm;
@@ -19,6 +25,7 @@ pub mod moe;
 pub mod moe_layer;
 pub mod named_sharding;
 pub mod pipeline;
+pub mod plan;
 pub mod program;
 mod rng;
 pub mod sched;

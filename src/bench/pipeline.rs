@@ -61,6 +61,12 @@ pub struct PipelineResult {
     pub peak_activations: Vec<usize>,
     /// Largest |pipelined − single-device reference| weight after the step.
     pub max_weight_error: f32,
+    /// The measured mean op times (µs, per chunk op) and the stage boundary's activation
+    /// (bytes): what `gangway plan` feeds its pipeline model.
+    pub forward_us: f64,
+    pub backward_us: f64,
+    pub weight_grad_us: f64,
+    pub activation_bytes: u64,
 }
 
 /// One schedule's training step, ready to run: the model, the batch, and the single-device
@@ -139,6 +145,10 @@ impl PreparedCase {
                 bubble_textbook: bubble_formula(s.kind, s.stages, s.microbatches, s.chunks),
                 peak_activations: self.peak_activations.clone(),
                 max_weight_error,
+                forward_us: report.measured.forward_ns as f64 / 1e3,
+                backward_us: report.measured.backward_ns as f64 / 1e3,
+                weight_grad_us: report.measured.weight_grad_ns as f64 / 1e3,
+                activation_bytes: report.measured.activation_bytes,
             },
             report,
         ))
@@ -233,6 +243,10 @@ impl BlockingRun for Step {
             ),
             ("bubble simulated", |r| r.bubble_simulated),
             ("bubble textbook", |r| r.bubble_textbook),
+            ("F µs", |r| r.forward_us),
+            ("B µs", |r| r.backward_us),
+            ("W µs", |r| r.weight_grad_us),
+            ("activation bytes", |r| r.activation_bytes as f64),
         ] {
             e.metrics.insert(name.into(), median(f));
         }

@@ -69,6 +69,54 @@ pub(crate) enum Command {
     /// span, busy time and utilization, the names that took the most time, and for gangway's
     /// traces each device's kernels against transfers and the pipeline bubble.
     Trace(TraceArgs),
+    /// Predict a run at scale (1024 devices by default: 128 hosts × 8) from costs measured here:
+    /// the MoE step's time and exposed all-to-all share, and a pipeline's bubble, over the MPI
+    /// link measured here and over the datacenter link given.
+    Plan(PlanArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct PlanArgs {
+    /// A `gangway bench --json` report to take the measured costs from: the moe suite's
+    /// `parallel` cases (step time, exposed share), the scaleout suite's exchanges (the link
+    /// measured here) and the pipeline suite (op times).
+    #[arg(long, value_name = "REPORT.json")]
+    pub(crate) report: Option<PathBuf>,
+    #[arg(long, default_value_t = 128)]
+    pub(crate) hosts: usize,
+    #[arg(long, default_value_t = 8)]
+    pub(crate) devices_per_host: usize,
+    /// Each device's bandwidth to its host's other devices, GB/s (NVLink 4: 900).
+    #[arg(long, default_value_t = 900.0)]
+    pub(crate) intra_gbs: f64,
+    /// Each device's network bandwidth off its host, Gb/s (one 400 Gb/s NIC per device).
+    #[arg(long, default_value_t = 400.0)]
+    pub(crate) inter_gbps: f64,
+    /// Fixed cost of one message between devices, µs.
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) latency_us: f64,
+    /// How many times faster than the measured device the target devices compute.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) speedup: f64,
+    /// Tokens each device routes per step at scale.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) tokens_per_device: usize,
+    /// Without a report: one measured device's step time (ms) at the bench's 128 tokens.
+    #[arg(long)]
+    pub(crate) step_ms: Option<f64>,
+    /// Without a report: of the collectives' time, the share left exposed.
+    #[arg(long)]
+    pub(crate) exposed: Option<f64>,
+    /// The pipeline: stages (each on its own host), microbatches, schedule.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) stages: usize,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) microbatches: usize,
+    #[arg(long, value_enum, default_value = "1f1b")]
+    pub(crate) schedule: ScheduleKind,
+    /// Write the predictions as JSON here.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -380,6 +428,10 @@ pub(crate) struct BenchArgs {
     /// btm: training steps per ELM [default: 20; --quick 2].
     #[arg(long, help_heading = "Suite sizes")]
     pub(crate) branch_steps: Option<u32>,
+    /// scaleout: bytes each rank sends every other rank per exchange
+    /// [default: 1024,20480,165888,4194304; --quick 1024,65536].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) exchange_sizes: Option<Vec<usize>>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -38,6 +38,7 @@ use bench_command::{bench_compare, bench_suites};
 
 mod cli;
 use cli::*;
+mod plan_command;
 mod progress;
 mod trace_command;
 
@@ -203,6 +204,7 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
         }
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, args)?,
         Command::Trace(args) => trace_command::trace(args)?,
+        Command::Plan(args) => plan_command::plan(args)?,
         Command::Pipeline(args) => {
             // A run's trace is the pipeline's view (stages, F/B/W), written by `pipeline`.
             let runtime = if args.run {
