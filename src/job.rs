@@ -185,6 +185,15 @@ impl Job {
         }
     }
 
+    /// Every rank's `bytes`, in rank order, as they are (no encoding): the job's wire as it is,
+    /// for measuring it. A collective.
+    pub fn all_gather_bytes(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+        match &self.0 {
+            None => Ok(vec![bytes]),
+            Some(t) => t.all_gather(bytes),
+        }
+    }
+
     /// Every rank's `value` on rank 0 (`None` on the others); a collective, between runs.
     pub fn gather<T: Serialize + DeserializeOwned>(&self, value: &T) -> Result<Option<Vec<T>>> {
         let bytes = to_bytes(self.rank(), value)?;

@@ -2,7 +2,7 @@
 //!
 //! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop.
 //! - [`suite`]: the suites and their sizes; [`matmul`], [`memory`], [`dispatch`], [`pipeline`],
-//!   [`moe`] and [`btm`] plan their cases.
+//!   [`moe`], [`btm`] and [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
 //! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
 //! - [`peak`]: theoretical peaks and the roofline.
@@ -19,6 +19,7 @@ pub mod peak;
 pub mod pipeline;
 pub mod report;
 pub mod run;
+pub mod scaleout;
 pub mod suite;
 mod traced;
 

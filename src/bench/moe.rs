@@ -42,6 +42,7 @@
 use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
 use super::suite::Planned;
 use crate::data::{Batches, Corpus};
+use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::lm_train::AdamConfig;
 use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
 use crate::sched::Runtime;
@@ -197,7 +198,7 @@ pub(super) fn active_params(cfg: &MoeLmConfig) -> usize {
 const BATCHES: usize = 8;
 
 /// One model's training steps on some devices.
-struct TrainStep {
+pub(super) struct TrainStep {
     config: MoeLmConfig,
     trainer: GpuTrainer,
     data: Data,
@@ -347,22 +348,23 @@ fn params(cfg: &MoeLmConfig) -> usize {
     cfg.param_specs().iter().map(|s| s.len()).sum()
 }
 
-/// A case training `cfg` on `devices` with one routing group per device.
-fn train_case(
+/// A case training `cfg` on `devices` (of `runtime`'s mesh: in a job, other ranks' too) with one
+/// routing group per device.
+pub(super) fn train_case<D: DeviceList + ?Sized>(
     runtime: &Runtime,
     name: String,
-    devices: &[Device],
+    devices: &D,
     cfg: MoeLmConfig,
     o: &MoeBenchOptions,
     traced: bool,
-) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<>, TrainStep> {
-    let devices = devices.to_vec();
+) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<D>, TrainStep> {
+    let devices = devices.mesh_devices();
     let client = runtime.client("bench moe", 1);
     let (tokens, seed) = (o.tokens, o.seed);
     // A case over more than one adapter says which devices it used.
     let adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
     let across = adapters.windows(2).any(|w| w[0] != w[1]).then(|| {
-        let labels: Vec<String> = devices.iter().map(Device::label).collect();
+        let labels: Vec<String> = devices.iter().map(MeshDevice::label).collect();
         labels.join(", ")
     });
     let work = Work::new(tokens as f64, WorkUnit::Token)
@@ -381,7 +383,12 @@ fn train_case(
             config: cfg,
             trainer,
             data: Data::new(cfg.context, tokens, BATCHES, seed),
-            devices: devices.iter().map(Device::id).collect(),
+            // This process's devices: the trace has their events.
+            devices: devices
+                .iter()
+                .filter_map(MeshDevice::local)
+                .map(Device::id)
+                .collect(),
             traced,
             step: 0,
             dropped: 0.0,

@@ -2,7 +2,7 @@
 //! (nothing runs on the device), so the number of cases is known before the first one runs.
 
 use super::harness::Benchmark;
-use super::{btm, dispatch, matmul, memory, moe, pipeline};
+use super::{btm, dispatch, matmul, memory, moe, pipeline, scaleout};
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
@@ -14,16 +14,18 @@ pub enum Suite {
     Pipeline,
     Moe,
     Btm,
+    Scaleout,
 }
 
 impl Suite {
-    pub const ALL: [Suite; 6] = [
+    pub const ALL: [Suite; 7] = [
         Suite::Matmul,
         Suite::Memory,
         Suite::Dispatch,
         Suite::Pipeline,
         Suite::Moe,
         Suite::Btm,
+        Suite::Scaleout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -34,6 +36,7 @@ impl Suite {
             Suite::Pipeline => "pipeline",
             Suite::Moe => "moe",
             Suite::Btm => "btm",
+            Suite::Scaleout => "scaleout",
         }
     }
 
@@ -48,6 +51,9 @@ impl Suite {
             Suite::Pipeline => "one pipelined MLP training step per schedule; bubbles",
             Suite::Moe => "MoE LM training steps: vs dense, experts sweep, all-to-all share",
             Suite::Btm => "Branch-Train-Merge branch phase on N devices against 1",
+            Suite::Scaleout => {
+                "the job's wire between ranks, and a MoE training step over every rank's devices"
+            }
         }
     }
 
@@ -85,6 +91,9 @@ impl Suite {
             Suite::Pipeline => pipeline::plan(runtime, devices, &o.pipeline)?,
             Suite::Moe => moe::plan(runtime, devices, elsewhere, &o.moe)?,
             Suite::Btm => btm::plan(runtime, devices, &o.btm)?,
+            // Over the whole mesh, once: planned with the run's first adapter.
+            Suite::Scaleout if elsewhere.is_some() => scaleout::plan(runtime, &o.scaleout, &o.moe)?,
+            Suite::Scaleout => Vec::new(),
         })
     }
 }
@@ -135,12 +144,13 @@ pub struct SuiteOptions {
     pub pipeline: pipeline::PipelineOptions,
     pub moe: moe::MoeBenchOptions,
     pub btm: btm::BtmBenchOptions,
+    pub scaleout: scaleout::ScaleoutOptions,
 }
 
 impl SuiteOptions {
     /// Checks every size is positive: a zero would time nothing (or nothing meaningful).
     pub fn validate(&self) -> Result<()> {
-        let sizes: [(&str, &[usize]); 10] = [
+        let sizes: [(&str, &[usize]); 11] = [
             ("--matmul-sizes", &self.matmul.sizes),
             ("--stream-sizes", &self.memory.sizes),
             ("--max-stages", &[self.dispatch.max_stages]),
@@ -151,6 +161,7 @@ impl SuiteOptions {
             ("--experts", &self.moe.experts),
             ("--devices", &self.moe.devices),
             ("--branch-steps", &[self.btm.steps as usize]),
+            ("--exchange-sizes", &self.scaleout.sizes),
         ];
         for (flag, values) in sizes {
             if values.is_empty() || values.contains(&0) {
@@ -172,6 +183,7 @@ impl SuiteOptions {
             pipeline: pipeline::PipelineOptions::standard(),
             moe: moe::MoeBenchOptions::standard(),
             btm: btm::BtmBenchOptions::standard(),
+            scaleout: scaleout::ScaleoutOptions::standard(),
         }
     }
 
@@ -184,6 +196,7 @@ impl SuiteOptions {
             pipeline: pipeline::PipelineOptions::quick(),
             moe: moe::MoeBenchOptions::quick(),
             btm: btm::BtmBenchOptions::quick(),
+            scaleout: scaleout::ScaleoutOptions::quick(),
         }
     }
 }

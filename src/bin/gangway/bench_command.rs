@@ -69,6 +69,9 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         s.moe.devices = v.clone();
     }
     s.btm.steps = args.branch_steps.unwrap_or(s.btm.steps);
+    if let Some(v) = &args.exchange_sizes {
+        s.scaleout.sizes = v.clone();
+    }
     Ok(o)
 }
 
