@@ -93,7 +93,10 @@ impl Suite {
             Suite::Btm => btm::plan(runtime, devices, &o.btm)?,
             // Over the whole mesh, once: planned with the run's first adapter.
             Suite::Scaleout if elsewhere.is_some() => scaleout::plan(runtime, &o.scaleout, &o.moe)?,
-            Suite::Scaleout => Vec::new(),
+            Suite::Scaleout => vec![Planned::skip(
+                "scaleout".to_string(),
+                "runs once per job, over every rank's devices (with the first adapter)".to_string(),
+            )],
         })
     }
 }
