@@ -12,7 +12,7 @@ struct Params {
     cols: u32,      // row width: d_e, d, V or E
     context: u32,   // embed: C
     k: u32,         // router choices per token
-    capacity: u32,  // slots per expert
+    capacity: u32,  // slots per expert; expert_weight_grad: rows per summed block (0: all)
     experts: u32,   // embed_grad: V; expert_weight_grad: groups
     normalize: u32, // router_backward: 1 when top-2 gates were renormalised
     inner: u32,     // expert_weight_grad: K of the per-group A^T B (columns of A)
@@ -265,10 +265,20 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     let g = i / per;
     let a = (i % per) / p.cols;
     let b = i % p.cols;
-    var acc = 0.0;
+    // Rows are summed in blocks of `capacity` (0: the whole group as one block), each block's
+    // partial sum then added in order: a group made of D devices' slot blocks sums exactly as
+    // one device summing each block in its own step and accumulating the steps.
+    let start = offsets[g];
     let end = min(offsets[g + 1u], p.rows);
-    for (var r = offsets[g]; r < end; r++) {
-        acc += wa[r * p.inner + a] * wb[r * p.cols + b];
+    let block = max(select(end - start, p.capacity, p.capacity > 0u), 1u);
+    var acc = 0.0;
+    for (var b0 = start; b0 < end; b0 += block) {
+        var part = 0.0;
+        let stop = min(b0 + block, end);
+        for (var r = b0; r < stop; r++) {
+            part += wa[r * p.inner + a] * wb[r * p.cols + b];
+        }
+        acc += part;
     }
     wc[i] = acc;
 }

@@ -4,22 +4,9 @@
 // Grouped form: C rows [offsets[g], offsets[g+1]) use weights B[g]; plain matmul is one group.
 // A is [M, K] (or [K, M] when trans_a), B is [groups, K, N] (or [groups, N, K] when trans_b).
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    trans_a: u32,
-    trans_b: u32,
-    max_group_rows: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<Elem>;
 @group(0) @binding(2) var<storage, read> b: array<Elem>;
 @group(0) @binding(3) var<storage, read_write> c: array<Elem>;
-@group(0) @binding(4) var<storage, read> offsets: array<u32>;
 
 @compute @workgroup_size(8, 8, 1)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

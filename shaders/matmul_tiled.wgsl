@@ -4,22 +4,9 @@
 // Handles any M, N, K (edges are zero-padded in the tiles) and both transposes.
 // Layouts and the grouped form are as in matmul_naive.wgsl.
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    trans_a: u32,
-    trans_b: u32,
-    max_group_rows: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<Elem>;
 @group(0) @binding(2) var<storage, read> b: array<Elem>;
 @group(0) @binding(3) var<storage, read_write> c: array<Elem>;
-@group(0) @binding(4) var<storage, read> offsets: array<u32>;
 
 const BM: u32 = 64u;
 const BN: u32 = 64u;

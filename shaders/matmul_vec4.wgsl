@@ -4,22 +4,9 @@
 // Needs N % 4 == 0, K % 4 == 0 and no transposes (the launcher checks); any M.
 // Layouts and the grouped form are as in matmul_naive.wgsl.
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    trans_a: u32,
-    trans_b: u32,
-    max_group_rows: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<Elem>>;
-@group(0) @binding(4) var<storage, read> offsets: array<u32>;
 
 @compute @workgroup_size(16, 4, 1)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

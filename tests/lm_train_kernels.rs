@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
         case!(device: cross_entropy_ignores_rows_whose_target_is_out_of_range),
         case!(device: moe_backward_kernels_match_the_reference),
         case!(device: expert_weight_grad_matches_the_reference),
+        case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(adapters: bad_inputs_are_typed_errors),
     ])
@@ -184,16 +185,66 @@ fn expert_weight_grad_matches_the_reference(device: &Device) {
         let mut rng = Rng::new((rows * inner * n) as u64);
         let a = rng.vec(rows * inner);
         let b = rng.vec(rows * n);
-        let got = lt::expert_weight_grad(
-            &up(device, &[rows, inner], &a),
-            &up(device, &[rows, n], &b),
-            offsets,
-        )
-        .unwrap();
-        assert_eq!(got.shape(), &[offsets.len() - 1, inner, n]);
         let want = lt::expert_weight_grad_reference(&a, &b, offsets, inner, n);
-        assert_close("expert_weight_grad", &got.to_f32().unwrap(), &want, 1e-5);
+        for block in [0, 1, 3] {
+            let got = lt::expert_weight_grad(
+                &up(device, &[rows, inner], &a),
+                &up(device, &[rows, n], &b),
+                offsets,
+                block,
+            )
+            .unwrap();
+            assert_eq!(got.shape(), &[offsets.len() - 1, inner, n]);
+            let what = format!("expert_weight_grad, blocks of {block}");
+            assert_close(&what, &got.to_f32().unwrap(), &want, 1e-5);
+        }
     }
+}
+
+/// One group made of D blocks of `capacity` rows, summed in blocks, gives the bits that D steps
+/// of one block each give when their results are accumulated in order: what lets D devices'
+/// expert gradients equal one device's over D rounds.
+fn expert_weight_grad_in_blocks_equals_accumulating_each_block(device: &Device) {
+    let (cap, blocks, inner, n) = (5, 4, 6, 7);
+    let rows = cap * blocks;
+    let mut rng = Rng::new(99);
+    let a = rng.vec(rows * inner);
+    let b = rng.vec(rows * n);
+    let whole = lt::expert_weight_grad(
+        &up(device, &[rows, inner], &a),
+        &up(device, &[rows, n], &b),
+        &[0, rows as u32],
+        cap,
+    )
+    .unwrap()
+    .to_f32()
+    .unwrap();
+    let mut acc: Option<Vec<f32>> = None;
+    for k in 0..blocks {
+        let part = lt::expert_weight_grad(
+            &up(
+                device,
+                &[cap, inner],
+                &a[k * cap * inner..(k + 1) * cap * inner],
+            ),
+            &up(device, &[cap, n], &b[k * cap * n..(k + 1) * cap * n]),
+            &[0, cap as u32],
+            cap,
+        )
+        .unwrap()
+        .to_f32()
+        .unwrap();
+        acc = Some(match acc {
+            None => part,
+            Some(acc) => acc.iter().zip(&part).map(|(x, y)| x + y).collect(),
+        });
+    }
+    let acc = acc.unwrap();
+    let same = whole
+        .iter()
+        .zip(&acc)
+        .all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same, "on {}: {whole:?} vs {acc:?}", device.label());
 }
 
 fn adam_matches_the_reference_over_several_steps(device: &Device) {
@@ -243,14 +294,15 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
     assert!(shape_err(lt::row_logsumexp(&f(&[6]))));
     for offsets in [&[0, 4, 8][..], &[0, 5, 3], &[0], &[]] {
         assert!(matches!(
-            lt::expert_weight_grad(&f(&[7, 2]), &f(&[7, 3]), offsets),
+            lt::expert_weight_grad(&f(&[7, 2]), &f(&[7, 3]), offsets, 0),
             Err(Error::InvalidArgument { .. })
         ));
     }
     assert!(shape_err(lt::expert_weight_grad(
         &f(&[6, 2]),
         &f(&[5, 3]),
-        &[0, 3, 6]
+        &[0, 3, 6],
+        0
     )));
 
     let cfg = RouterConfig {

@@ -77,6 +77,7 @@ fn main() -> std::process::ExitCode {
         case!(device: vec4_aligned_shapes_match_reference),
         case!(device: grouped_matmul_matches_reference),
         case!(device: larger_than_one_tile_in_every_dimension),
+        case!(device: rows_split_over_devices_sum_in_the_same_order),
         case!(device: bad_shapes_are_typed_errors),
         case!(device: buffer_over_the_adapter_limit_is_refused_before_dispatch),
     ])
@@ -166,4 +167,72 @@ fn buffer_over_the_adapter_limit_is_refused_before_dispatch(device: &Device) {
     let rows = (limit / 4 / 1024 + 1) as usize;
     let err = Tensor::zeros(device, &[rows, 1024], DType::F32).unwrap_err();
     assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
+}
+
+/// A matmul's rows computed in one call, or cut into groups or row blocks as the MoE step cuts
+/// them over devices, give the same bits: every variant sums each output in an order that depends
+/// on K (and the transposes) alone. This is what lets N devices follow 1 device exactly.
+fn rows_split_over_devices_sum_in_the_same_order(device: &Device) {
+    let mut rng = Rng::new(11);
+    for (m, n, k) in [(64, 64, 64), (37, 20, 52), (128, 256, 96), (24, 8, 100)] {
+        for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+            let shape = MatmulShape {
+                trans_a,
+                trans_b,
+                ..MatmulShape::plain(m, n, k, DType::F32)
+            };
+            let a_host = rng.vec(m * k);
+            let b_host = rng.vec(k * n);
+            let b = Tensor::from_f32(device, &shape.b_shape(), DType::F32, &b_host).unwrap();
+            for variant in MatmulVariant::ALL {
+                if !variant.supports(&shape) {
+                    continue;
+                }
+                let options = MatmulOptions {
+                    trans_a,
+                    trans_b,
+                    variant: VariantChoice::Fixed(variant),
+                };
+                let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &a_host).unwrap();
+                let whole = grouped_matmul(&a, &b, &[0, m as u32], options)
+                    .unwrap()
+                    .to_f32()
+                    .unwrap();
+                // The same rows in uneven pieces, each its own call (a device's share).
+                let mut at = 0;
+                for piece in [1, 7, m / 2, m].map(|p| p.min(m)) {
+                    let rows = piece.min(m - at);
+                    if rows == 0 {
+                        break;
+                    }
+                    let part_host: Vec<f32> = if trans_a {
+                        (0..k)
+                            .flat_map(|kk| (at..at + rows).map(move |r| (kk, r)))
+                            .map(|(kk, r)| a_host[kk * m + r])
+                            .collect()
+                    } else {
+                        a_host[at * k..(at + rows) * k].to_vec()
+                    };
+                    let a_shape = if trans_a { [k, rows] } else { [rows, k] };
+                    let part = Tensor::from_f32(device, &a_shape, DType::F32, &part_host).unwrap();
+                    let got = grouped_matmul(&part, &b, &[0, rows as u32], options)
+                        .unwrap()
+                        .to_f32()
+                        .unwrap();
+                    let want = &whole[at * n..(at + rows) * n];
+                    let same = got
+                        .iter()
+                        .zip(want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{variant:?} {m}x{n}x{k} trans ({trans_a}, {trans_b}) on {}: rows {at}..{} alone differ from the whole",
+                        device.label(),
+                        at + rows
+                    );
+                    at += rows;
+                }
+            }
+        }
+    }
 }

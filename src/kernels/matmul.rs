@@ -5,7 +5,9 @@
 //! `offsets[g]..offsets[g+1]` of A and C use `B[g]`, and no group has more than `max_group_rows`
 //! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
 
-use super::{MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, Shader, autotune};
+use super::{
+    MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN, Shader, autotune,
+};
 use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
@@ -18,7 +20,8 @@ pub enum MatmulVariant {
     Naive,
     /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
     Tiled,
-    /// 4×8 register blocks with vec4 loads, no workgroup memory.
+    /// Register blocks (4×8 outputs, 4×4 for `A·Bᵀ`) with vec4 loads along each operand's
+    /// contiguous dimension, no workgroup memory, one shader per transpose (`matmul_vec4*.wgsl`).
     Vec4,
 }
 
@@ -37,34 +40,42 @@ impl MatmulVariant {
         Self::ALL.into_iter().find(|v| v.name() == name)
     }
 
-    fn shader(self) -> Shader {
-        match self {
-            Self::Naive => MATMUL_NAIVE,
-            Self::Tiled => MATMUL_TILED,
-            Self::Vec4 => MATMUL_VEC4,
+    /// The shader and entry point that run `shape`, and the output rows and columns (in
+    /// elements) one workgroup covers.
+    fn kernel(self, shape: &MatmulShape) -> (Shader, &'static str, (usize, usize)) {
+        match (self, shape.trans_a, shape.trans_b) {
+            (Self::Naive, ..) => (MATMUL_NAIVE, "main", (8, 8)),
+            (Self::Tiled, ..) => (MATMUL_TILED, "main", (64, 64)),
+            (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (16, 128)),
+            (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (16, 64)),
+            (Self::Vec4, true, _) => (MATMUL_VEC4_TN, "main", (16, 128)),
         }
     }
 
-    /// Output rows and columns (in elements) one workgroup covers.
-    fn tile(self) -> (usize, usize) {
+    /// Why this variant cannot compute `shape`, or `None` when it can. The vec4 kernels load
+    /// whole vec4s along each operand's contiguous dimension: `A·B` needs N and K multiples of 4,
+    /// `A·Bᵀ` needs K a multiple of 4, `Aᵀ·B` needs N a multiple of 4, and `Aᵀ·Bᵀ` has no vec4
+    /// kernel. None of these depends on M, so however the rows of C are split over devices, every
+    /// device runs the same kernel.
+    pub fn unsupported(self, shape: &MatmulShape) -> Option<&'static str> {
+        let four = |v: usize| v.is_multiple_of(4);
         match self {
-            Self::Naive => (8, 8),
-            Self::Tiled => (64, 64),
-            Self::Vec4 => (16, 128),
+            Self::Naive | Self::Tiled => None,
+            Self::Vec4 => match (shape.trans_a, shape.trans_b) {
+                (false, false) if !(four(shape.n) && four(shape.k)) => {
+                    Some("A·B needs N and K multiples of 4")
+                }
+                (false, true) if !four(shape.k) => Some("A·Bᵀ needs K a multiple of 4"),
+                (true, false) if !four(shape.n) => Some("Aᵀ·B needs N a multiple of 4"),
+                (true, true) => Some("Aᵀ·Bᵀ has no vec4 kernel"),
+                _ => None,
+            },
         }
     }
 
-    /// Whether this variant can compute `shape` (vec4 needs aligned, untransposed operands).
+    /// Whether this variant can compute `shape` (see [`MatmulVariant::unsupported`]).
     pub fn supports(self, shape: &MatmulShape) -> bool {
-        match self {
-            Self::Naive | Self::Tiled => true,
-            Self::Vec4 => {
-                !shape.trans_a
-                    && !shape.trans_b
-                    && shape.n.is_multiple_of(4)
-                    && shape.k.is_multiple_of(4)
-            }
-        }
+        self.unsupported(shape).is_none()
     }
 }
 
@@ -263,13 +274,10 @@ pub fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<Matm
     let device = args.a.device();
     let variant = match args.options.variant {
         VariantChoice::Fixed(v) => {
-            if !v.supports(&shape) {
+            if let Some(why) = v.unsupported(&shape) {
                 return Err(Error::InvalidArgument {
                     what: "matmul",
-                    reason: format!(
-                        "variant {} needs untransposed operands with N and K multiples of 4; got {shape:?}",
-                        v.name()
-                    ),
+                    reason: format!("variant {}: {why}; got {shape:?}", v.name()),
                 });
             }
             v
@@ -297,13 +305,13 @@ fn encode_variant(
         max_group_rows: shape.max_group_rows as u32,
         _pad: 0,
     };
-    let (tile_m, tile_n) = variant.tile();
+    let (shader, entry, (tile_m, tile_n)) = variant.kernel(shape);
     let grid = [
         u32_dim("matmul grid", shape.n.div_ceil(tile_n))?,
         u32_dim("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
         shape.groups as u32,
     ];
-    let pipeline = variant.shader().pipeline(device, shape.dtype, "main")?;
+    let pipeline = shader.pipeline(device, shape.dtype, entry)?;
     let uniform = device.uniform_buffer("matmul params", &params);
     device.encode_dispatch(
         encoder,

@@ -22,9 +22,20 @@ use crate::DType;
 pub struct Shader {
     pub name: &'static str,
     pub source: &'static str,
+    /// WGSL shared with other shaders, put between the prelude and `source` in order (WGSL has no
+    /// includes).
+    pub common: &'static [&'static str],
     /// `Elem` types this shader is compiled with (the prelude declares `Elem`).
     pub dtypes: &'static [DType],
 }
+
+/// The matmul shaders' parameters and group offsets.
+const MATMUL_COMMON: &[&str] = &[include_str!("../../shaders/matmul_common.wgsl")];
+/// ... and for the kernels that store C as scalars.
+const MATMUL_SCALAR_C: &[&str] = &[
+    include_str!("../../shaders/matmul_common.wgsl"),
+    include_str!("../../shaders/matmul_store.wgsl"),
+];
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16];
 const F32_ONLY: &[DType] = &[DType::F32];
@@ -34,49 +45,70 @@ pub const MATMUL_NAIVE: Shader = Shader {
     name: "matmul_naive",
     source: include_str!("../../shaders/matmul_naive.wgsl"),
     dtypes: FLOATS,
+    common: MATMUL_COMMON,
 };
 pub const MATMUL_TILED: Shader = Shader {
     name: "matmul_tiled",
     source: include_str!("../../shaders/matmul_tiled.wgsl"),
     dtypes: FLOATS,
+    common: MATMUL_COMMON,
 };
 pub const MATMUL_VEC4: Shader = Shader {
     name: "matmul_vec4",
     source: include_str!("../../shaders/matmul_vec4.wgsl"),
     dtypes: FLOATS,
+    common: MATMUL_COMMON,
+};
+pub const MATMUL_VEC4_NT: Shader = Shader {
+    name: "matmul_vec4_nt",
+    source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
+    dtypes: FLOATS,
+    common: MATMUL_SCALAR_C,
+};
+pub const MATMUL_VEC4_TN: Shader = Shader {
+    name: "matmul_vec4_tn",
+    source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
+    dtypes: FLOATS,
+    common: MATMUL_SCALAR_C,
 };
 pub const ROUTER: Shader = Shader {
     name: "router",
     source: include_str!("../../shaders/router.wgsl"),
     dtypes: F32_ONLY,
+    common: &[],
 };
 pub const MOE_DISPATCH: Shader = Shader {
     name: "moe_dispatch",
     source: include_str!("../../shaders/moe_dispatch.wgsl"),
     dtypes: F32_ONLY,
+    common: &[],
 };
 pub const COPY_BLOCKS: Shader = Shader {
     name: "copy_blocks",
     source: include_str!("../../shaders/copy_blocks.wgsl"),
     dtypes: WORDS,
+    common: &[],
 };
 
 pub const ELEMENTWISE: Shader = Shader {
     name: "elementwise",
     source: include_str!("../../shaders/elementwise.wgsl"),
     dtypes: F32_ONLY,
+    common: &[],
 };
 
 pub const MLP: Shader = Shader {
     name: "mlp",
     source: include_str!("../../shaders/mlp.wgsl"),
     dtypes: F32_ONLY,
+    common: &[],
 };
 
 pub const LM_TRAIN: Shader = Shader {
     name: "lm_train",
     source: include_str!("../../shaders/lm_train.wgsl"),
     dtypes: F32_ONLY,
+    common: &[],
 };
 
 /// Every shader gangway ships, for validation and translation tests.
@@ -84,6 +116,8 @@ pub const ALL_SHADERS: &[Shader] = &[
     MATMUL_NAIVE,
     MATMUL_TILED,
     MATMUL_VEC4,
+    MATMUL_VEC4_NT,
+    MATMUL_VEC4_TN,
     ROUTER,
     MOE_DISPATCH,
     COPY_BLOCKS,
@@ -151,7 +185,7 @@ impl Shader {
             DType::F16 => "enable f16;\nalias Elem = f16;\n",
             DType::U32 => "alias Elem = u32;\n",
         };
-        format!("{prelude}{}", self.source)
+        format!("{prelude}{}{}", self.common.concat(), self.source)
     }
 
     /// Cache key of one instantiation.

@@ -58,8 +58,9 @@ pub enum KernelOp {
     DispatchBackward(RouterConfig),
     /// `(logits, d_gate, routing) → d_logits [T, E]`.
     RouterBackward(RouterConfig, RouterLoss),
-    /// `(a [R, I], b [R, N]) → [G, I, N]`, per row group of static `offsets`.
-    ExpertWeightGrad { offsets: Vec<u32> },
+    /// `(a [R, I], b [R, N]) → [G, I, N]`, per row group of static `offsets`, summed `block` rows
+    /// at a time (0: a group at once; see [`lt::encode_expert_weight_grad`]).
+    ExpertWeightGrad { offsets: Vec<u32>, block: usize },
     /// `(param, m, v, grad, bias [2]) → (param, m, v)`, in place; `bias` is the step's
     /// [`AdamConfig::bias`], given at run time.
     Adam(AdamConfig),
@@ -301,7 +302,7 @@ impl Kernel for KernelOp {
                 let t = routed_tokens(what, cfg, inputs, 2)?;
                 vec![f32s(&[t, cfg.experts])]
             }
-            Self::ExpertWeightGrad { offsets } => {
+            Self::ExpertWeightGrad { offsets, .. } => {
                 arity(what, inputs, 2)?;
                 let (_, i) = dims2(what, &inputs[0])?;
                 let (_, n) = dims2(what, &inputs[1])?;
@@ -406,10 +407,10 @@ impl Kernel for KernelOp {
                 let r = routing(*cfg, &x[2], &x[3], &x[4]);
                 lt::encode_router_backward(rec, &x[0], &x[1], &r, *loss, out(0)?)?;
             }
-            Self::ExpertWeightGrad { offsets } => {
+            Self::ExpertWeightGrad { offsets, block } => {
                 let c = out(0)?;
                 let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], offsets)?;
-                lt::encode_expert_weight_grad(rec, &x[0], &x[1], &offsets_t, c)?;
+                lt::encode_expert_weight_grad(rec, &x[0], &x[1], &offsets_t, *block, c)?;
             }
             Self::Adam(cfg) => lt::encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], *cfg, &x[4])?,
             Self::Permute { blocks, row_words } => {

@@ -79,9 +79,11 @@ pub(crate) enum Command {
 pub(crate) struct PlanArgs {
     /// A `gangway bench --json` report to take the measured costs from: the moe suite's
     /// `parallel` cases (step time, exposed share), the scaleout suite's exchanges (the link
-    /// measured here) and the pipeline suite (op times).
+    /// measured here) and the pipeline suite (op times). Give it again to take each from its own
+    /// report (e.g. the scaleout suite's run under mpirun); a later report's case of the same
+    /// name wins.
     #[arg(long, value_name = "REPORT.json")]
-    pub(crate) report: Option<PathBuf>,
+    pub(crate) report: Vec<PathBuf>,
     #[arg(long, default_value_t = 128)]
     pub(crate) hosts: usize,
     #[arg(long, default_value_t = 8)]

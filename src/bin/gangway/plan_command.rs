@@ -117,12 +117,28 @@ fn pipeline_step(args: &PlanArgs, report: Option<&Report>) -> Option<PipelineSte
     })
 }
 
+/// The reports given, as one: their results in order, a later case of the same suite and name
+/// replacing an earlier one. `None` when none was given.
+fn merged_reports(paths: &[std::path::PathBuf]) -> Result<Option<Report>> {
+    let mut merged: Option<Report> = None;
+    for p in paths {
+        let r = Report::load(p).with_context(|| format!("reading {}", p.display()))?;
+        match &mut merged {
+            None => merged = Some(r),
+            Some(m) => {
+                for c in r.results {
+                    m.results
+                        .retain(|old| !(old.suite == c.suite && old.case == c.case));
+                    m.results.push(c);
+                }
+            }
+        }
+    }
+    Ok(merged)
+}
+
 pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
-    let report = args
-        .report
-        .as_deref()
-        .map(|p| Report::load(p).with_context(|| format!("reading {}", p.display())))
-        .transpose()?;
+    let report = merged_reports(&args.report)?;
     let shape = Fabric {
         hosts: args.hosts,
         devices_per_host: args.devices_per_host,

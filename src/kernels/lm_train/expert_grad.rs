@@ -7,11 +7,17 @@ use super::*;
 /// grouped matmul's): each expert's weight gradient from its own rows, whether they are
 /// `capacity`-sized slot blocks or the all-to-all's variable groups. Rows past `rows` are never
 /// read, whatever the device-side offsets hold.
+///
+/// A group's rows are summed `block` rows at a time (0: all at once), and the blocks' partial sums
+/// are then added in order. With `block` = the expert capacity, D devices' slot blocks in one
+/// group sum exactly as one device that computes each block in its own step and accumulates the
+/// steps: the MoE step's N-device = 1-device equality rests on this.
 pub fn encode_expert_weight_grad(
     encoder: &mut impl Recorder,
     a: &Tensor,
     b: &Tensor,
     offsets: &Tensor,
+    block: usize,
     c: &Tensor,
 ) -> Result<()> {
     const WHAT: &str = "expert_weight_grad";
@@ -37,6 +43,7 @@ pub fn encode_expert_weight_grad(
         cols: to_u32(WHAT, n)?,
         experts: to_u32(WHAT, groups)?,
         inner: to_u32(WHAT, inner)?,
+        capacity: to_u32(WHAT, block)?,
         ..Params::zeroed()
     };
     to_u32(WHAT, groups * inner * n)?;
@@ -57,8 +64,9 @@ pub fn encode_expert_weight_grad(
 }
 
 /// `[G, inner, N]` per-group `aᵀ·b` over the row groups of host `offsets` (`G + 1` values,
-/// non-decreasing, the last at most the rows of `a`). Blocks.
-pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32]) -> Result<Tensor> {
+/// non-decreasing, the last at most the rows of `a`), summed `block` rows at a time (see
+/// [`encode_expert_weight_grad`]). Blocks.
+pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32], block: usize) -> Result<Tensor> {
     let (rows, inner) = dims2("expert_weight_grad", a)?;
     let (_, n) = dims2("expert_weight_grad", b)?;
     let groups = offsets.len().saturating_sub(1);
@@ -70,7 +78,7 @@ pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32]) -> Result<Ten
     let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
     let out = Tensor::zeros(device, &[groups, inner, n], DType::F32)?;
     run(device, "expert_weight_grad", |enc| {
-        encode_expert_weight_grad(enc, a, b, &offsets_t, &out)
+        encode_expert_weight_grad(enc, a, b, &offsets_t, block, &out)
     })?;
     Ok(out)
 }

@@ -110,11 +110,11 @@ pub(super) fn shard_shapes(cfg: &MoeLmConfig, expert: &[bool], devices: usize) -
         .collect()
 }
 
-/// Every matmul of the step uses the tiled kernel, whatever the shape: 1 device and D devices
-/// then sum in the same order. (The vec4 kernel is faster on lavapipe, but with it 4 devices
-/// drift from 1 device with 4 groups by 3e-3 in loss after 6 steps, past the 1e-4 the tests hold
-/// them to.)
-const TILED: MatmulVariant = MatmulVariant::Tiled;
+/// Every matmul of the step runs the vec4 kernels, forward (`A·B`) and backward (`A·Bᵀ`, `Aᵀ·B`),
+/// or the tiled kernel where a shape's N or K is not a multiple of 4. Neither the choice nor any
+/// kernel's summation order depends on M, and the expert weight gradient sums its slot blocks
+/// one at a time, so D devices compute the bits 1 device computes over D groups.
+const MATMUL: MatmulVariant = MatmulVariant::Vec4;
 
 /// Saved activations of one block on every device.
 struct BlockAct {
@@ -152,7 +152,7 @@ impl Builder<'_> {
             trans_a,
             trans_b,
             offsets: None,
-            variant: TILED,
+            variant: MATMUL,
         };
         self.k(name, op, &[a, b])
     }
@@ -170,7 +170,7 @@ impl Builder<'_> {
             trans_a: false,
             trans_b,
             offsets: Some(self.expert_offsets()),
-            variant: TILED,
+            variant: MATMUL,
         };
         self.k(name, op, &[a, b])
     }
@@ -427,6 +427,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 &at("expert w2 grad"),
                 KernelOp::ExpertWeightGrad {
                     offsets: offsets.clone(),
+                    block: x.shape.capacity(),
                 },
                 &[hidden, d_o],
             );
@@ -439,7 +440,10 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             );
             let gw1 = x.k(
                 &at("expert w1 grad"),
-                KernelOp::ExpertWeightGrad { offsets },
+                KernelOp::ExpertWeightGrad {
+                    offsets,
+                    block: x.shape.capacity(),
+                },
                 &[tokens, d_hidden],
             );
             x.grad(ix.w1, &at("accumulate w1 grad"), gw1);
