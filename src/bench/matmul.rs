@@ -8,10 +8,9 @@
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
 use super::traced::TracedProgram;
-use crate::kernels::TensorType;
 use crate::kernels::autotune::Operands;
 use crate::kernels::matmul::{MatmulShape, MatmulVariant};
-use crate::kernels::ops::KernelOp;
+use crate::kernels::{Matmul, TensorType};
 use crate::program::{ProgramBuilder, Variables};
 use crate::sched::Runtime;
 use crate::{DType, Device, Result};
@@ -219,7 +218,7 @@ impl Benchmark for MatmulBench {
         let mut p = ProgramBuilder::new(self.name.clone());
         let a = p.variable("a", &[0], TensorType::new(s.dtype, &s.a_shape()));
         let b = p.variable("b", &[0], TensorType::new(s.dtype, &s.b_shape()));
-        let kernel = Arc::new(KernelOp::Matmul {
+        let kernel = Arc::new(Matmul {
             trans_a: s.trans_a,
             trans_b: s.trans_b,
             offsets: (s.groups > 1).then(|| self.offsets.clone()),

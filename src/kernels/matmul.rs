@@ -5,10 +5,12 @@
 //! `offsets[g]..offsets[g+1]` of A and C use `B[g]`, and no group has more than `max_group_rows`
 //! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
 
+use super::{Kernel, Prepared, TensorType, node, sharding_rules};
 use super::{
     MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN, Shader, autotune,
 };
 use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -443,4 +445,88 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
         }
     }
     c
+}
+
+/// `op(a) · op(b)` as a program node; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]`
+/// times `b[g]`. `variant` is used where it can take the shape, else the tiled kernel: a choice
+/// fixed by N, K and the transposes alone, so every device of a split sums in the same order.
+#[derive(Debug, Clone)]
+pub struct Matmul {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub offsets: Option<Vec<u32>>,
+    pub variant: MatmulVariant,
+}
+
+impl Kernel for Matmul {
+    fn kind(&self) -> &'static str {
+        if self.offsets.is_none() {
+            "matmul"
+        } else {
+            "grouped_matmul"
+        }
+    }
+
+    fn transposed(&self) -> bool {
+        self.trans_a || self.trans_b
+    }
+
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::matmul(inputs, self.trans_a, self.trans_b)
+    }
+
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        let what = self.kind();
+        node::arity(what, inputs, 2)?;
+        let (r, c) = node::rows_cols(what, &inputs[0])?;
+        let (m, k) = if self.trans_a { (c, r) } else { (r, c) };
+        let (kb, n) = match (inputs[1].shape.as_slice(), self.trans_b) {
+            ([k, n], false) | ([_, k, n], false) | ([n, k], true) | ([_, n, k], true) => (*k, *n),
+            _ => return Err(node::invalid(what, format!("b is {}", inputs[1]))),
+        };
+        if k != kb {
+            return Err(node::invalid(
+                what,
+                format!("inner dimensions differ: {} · {}", inputs[0], inputs[1]),
+            ));
+        }
+        // f32, or f16 where the adapter has it (checked at prepare).
+        let dtype = inputs[0].dtype;
+        if dtype != inputs[1].dtype || dtype == DType::U32 {
+            return Err(node::invalid(
+                what,
+                format!(
+                    "needs two f32 or two f16 operands: {} · {}",
+                    inputs[0], inputs[1]
+                ),
+            ));
+        }
+        Ok(vec![TensorType::new(dtype, &[m, n])])
+    }
+
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let c = node::output(y, 0)?;
+        let m = c.shape().first().copied().unwrap_or(0);
+        let offsets = self.offsets.clone().unwrap_or_else(|| vec![0, m as u32]);
+        let groups = offsets.len().saturating_sub(1);
+        let max_group_rows = check_offsets(&offsets, groups, m)?;
+        let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], &offsets)?;
+        let mut args = MatmulArgs {
+            a: &x[0],
+            b: &x[1],
+            c,
+            offsets: &offsets_t,
+            max_group_rows,
+            options: MatmulOptions {
+                trans_a: self.trans_a,
+                trans_b: self.trans_b,
+                variant: VariantChoice::Fixed(self.variant),
+            },
+        };
+        if !self.variant.supports(&check_args(&args)?) {
+            args.options.variant = VariantChoice::Fixed(MatmulVariant::Tiled);
+        }
+        encode(rec, &args)?;
+        Ok(())
+    }
 }

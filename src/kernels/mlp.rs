@@ -8,8 +8,10 @@
 //! Every launcher checks dtypes (f32), devices and shapes, then submits and blocks until the GPU
 //! is done. Each has a plain-Rust reference of the same name with `_reference`.
 
+use super::{Kernel, Prepared, TensorType, node, sharding_rules};
 use super::{MLP, grid_1d};
 use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
 #[repr(C)]
@@ -211,4 +213,96 @@ pub fn accumulate_reference(acc: &mut [f32], x: &[f32]) {
 /// Reference of [`sgd`].
 pub fn sgd_reference(w: &mut [f32], g: &[f32], lr: f32) {
     w.iter_mut().zip(g).for_each(|(w, &g)| *w -= lr * g);
+}
+
+/// `(grad, act) → grad · (act > 0)` as a program node.
+#[derive(Debug, Clone)]
+pub struct ReluBackward;
+
+impl Kernel for ReluBackward {
+    fn kind(&self) -> &'static str {
+        "relu_backward"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_relu_backward(rec, &x[0], &x[1], node::output(y, 0)?)
+    }
+}
+
+/// `(y, target) → 2 (y − target) / n` as a program node.
+#[derive(Debug, Clone)]
+pub struct MseGrad;
+
+impl Kernel for MseGrad {
+    fn kind(&self) -> &'static str {
+        "mse_grad"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_mse_grad(rec, &x[0], &x[1], node::output(y, 0)?)
+    }
+}
+
+/// The type of `a += b` / `a -= lr · b` in place: both the same.
+fn same_pair(what: &'static str, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+    node::arity(what, inputs, 2)?;
+    if inputs[0] != inputs[1] {
+        return Err(node::invalid(
+            what,
+            format!("{} += {}", inputs[0], inputs[1]),
+        ));
+    }
+    Ok(vec![inputs[0].clone()])
+}
+
+/// `(acc, x) → acc + x`, in place of `acc`, as a program node.
+#[derive(Debug, Clone)]
+pub struct Accumulate;
+
+impl Kernel for Accumulate {
+    fn kind(&self) -> &'static str {
+        "accumulate"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        same_pair(self.kind(), inputs)
+    }
+    fn in_place(&self) -> Vec<(usize, usize)> {
+        vec![(0, 0)]
+    }
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::in_place(inputs, 1, 0)
+    }
+    fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_accumulate(rec, &x[0], &x[1])
+    }
+}
+
+/// `(w, g) → w − lr · g`, in place of `w`, as a program node.
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    pub lr: f32,
+}
+
+impl Kernel for Sgd {
+    fn kind(&self) -> &'static str {
+        "sgd"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        same_pair(self.kind(), inputs)
+    }
+    fn in_place(&self) -> Vec<(usize, usize)> {
+        vec![(0, 0)]
+    }
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::in_place(inputs, 1, 0)
+    }
+    fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_sgd(rec, &x[0], &x[1], self.lr)
+    }
 }

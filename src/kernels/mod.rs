@@ -1,5 +1,11 @@
-//! WGSL kernels: each shader file under `shaders/` has a typed launcher and a plain-Rust reference
-//! here. Launchers check shapes, dtypes, devices and limits before anything is dispatched.
+//! WGSL kernels: each shader file under `shaders/` has, in its module here, a typed launcher
+//! (`encode_*` into a caller's encoder), a plain-Rust reference, and one type per kernel that
+//! implements [`Kernel`], the form a program node holds (output types, sharding rule, in-place
+//! updates, preparing into a compiled program's buffers). Those types are re-exported below.
+//! Launchers check shapes, dtypes, devices and limits before anything is dispatched.
+//!
+//! Adding a kernel: its shader, a [`Shader`] entry here (and in [`ALL_SHADERS`]), and a module with
+//! its launcher, reference and [`Kernel`] type.
 
 pub mod autotune;
 pub mod copy_blocks;
@@ -8,12 +14,25 @@ pub mod lm_train;
 pub mod matmul;
 pub mod mlp;
 pub mod moe_dispatch;
-pub mod ops;
+mod node;
+pub mod pack;
 mod prepared;
 pub mod router;
 pub mod sharding_rules;
 
 pub use prepared::{Kernel, Prepared, TensorType};
+
+// Every kernel a program node can hold, each a type beside its shader's launcher.
+pub use copy_blocks::Permute;
+pub use lm_train::{
+    Adam, CombineBackwardSlots, CrossEntropy, DispatchBackward, EmbedGather, EmbedGrad,
+    ExpertWeightGrad, GateGrad, RouterBackward, RowLogsumexp,
+};
+pub use matmul::Matmul;
+pub use mlp::{Accumulate, MseGrad, ReluBackward, Sgd};
+pub use moe_dispatch::{Combine, Dispatch};
+pub use pack::{Pack, Unpack};
+pub use router::Router;
 
 use crate::DType;
 

@@ -3,7 +3,9 @@
 
 use super::MOE_DISPATCH;
 use super::router::{Route, Routing};
+use super::router::{RouterConfig, routed_tokens, routing_of};
 use crate::device::Recorder;
+use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Result, Tensor};
 
 #[repr(C)]
@@ -191,4 +193,65 @@ pub fn gather_reference(
         }
     }
     out
+}
+
+/// `(x [T, d], routing) → [E·capacity, d]` as a program node.
+#[derive(Debug, Clone)]
+pub struct Dispatch(pub RouterConfig);
+
+impl Kernel for Dispatch {
+    fn kind(&self) -> &'static str {
+        "dispatch"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        slots_of(self.kind(), &self.0, inputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[1], &x[2], &x[3]);
+        encode_dispatch(rec, &x[0], &r, node::output(y, 0)?)
+    }
+}
+
+/// `(y [E·capacity, d], routing) → [T, d]` as a program node.
+#[derive(Debug, Clone)]
+pub struct Combine(pub RouterConfig);
+
+impl Kernel for Combine {
+    fn kind(&self) -> &'static str {
+        "combine"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        tokens_of(self.kind(), &self.0, inputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[1], &x[2], &x[3]);
+        encode_combine(rec, &x[0], &r, node::output(y, 0)?)
+    }
+}
+
+/// The output of a `(rows [_, d], routing)` node in the slot layout: `[E·capacity, d]`.
+pub(crate) fn slots_of(
+    what: &'static str,
+    config: &RouterConfig,
+    inputs: &[TensorType],
+) -> Result<Vec<TensorType>> {
+    node::arity(what, inputs, 4)?;
+    let t = routed_tokens(what, config, inputs, 1)?;
+    let (_, d) = node::rows_cols(what, &inputs[0])?;
+    Ok(vec![TensorType::f32(&[
+        config.experts * config.capacity(t),
+        d,
+    ])])
+}
+
+/// The output of a `(rows [_, d], routing)` node in token order: `[T, d]`.
+pub(crate) fn tokens_of(
+    what: &'static str,
+    config: &RouterConfig,
+    inputs: &[TensorType],
+) -> Result<Vec<TensorType>> {
+    node::arity(what, inputs, 4)?;
+    let t = routed_tokens(what, config, inputs, 1)?;
+    let (_, d) = node::rows_cols(what, &inputs[0])?;
+    Ok(vec![TensorType::f32(&[t, d])])
 }

@@ -4,6 +4,7 @@
 use super::ROUTER;
 use super::copy_blocks::{self, Block};
 use crate::device::Recorder;
+use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Router settings.
@@ -361,4 +362,82 @@ pub fn reference(logits: &[f32], tokens: usize, config: RouterConfig) -> Result<
 /// Switch Transformer's load-balancing loss `α · N · Σ f_i · P_i` (1.0·α when perfectly balanced).
 pub fn load_balancing_loss(stats: &[ExpertStat], alpha: f32) -> f32 {
     alpha * stats.len() as f32 * stats.iter().map(|s| s.fraction * s.mean_prob).sum::<f32>()
+}
+
+/// Words of one [`Route`] and of one [`ExpertStat`].
+pub const ROUTE_WORDS: usize = std::mem::size_of::<Route>() / 4;
+pub const STAT_WORDS: usize = std::mem::size_of::<ExpertStat>() / 4;
+
+/// The [`Routing`] whose three buffers a routing kernel node takes as inputs (`probs`, `routes`,
+/// `stats`, the router node's outputs).
+pub(crate) fn routing_of(
+    config: RouterConfig,
+    probs: &Tensor,
+    routes: &Tensor,
+    stats: &Tensor,
+) -> Routing {
+    let tokens = probs.shape().first().copied().unwrap_or(0);
+    Routing {
+        tokens,
+        config,
+        capacity: config.capacity(tokens),
+        probs: probs.clone(),
+        routes: routes.buffer().clone(),
+        stats: stats.buffer().clone(),
+    }
+}
+
+/// The tokens of the routing given as node inputs `at..at + 3`, checked against the router.
+pub(crate) fn routed_tokens(
+    what: &'static str,
+    config: &RouterConfig,
+    inputs: &[TensorType],
+    at: usize,
+) -> Result<usize> {
+    let (t, e) = node::rows_cols(what, &inputs[at])?;
+    if e != config.experts
+        || inputs[at + 1] != TensorType::u32(&[t * config.k * ROUTE_WORDS])
+        || inputs[at + 2] != TensorType::u32(&[e * STAT_WORDS])
+    {
+        return Err(node::invalid(
+            what,
+            "the routing inputs do not match the router".into(),
+        ));
+    }
+    Ok(t)
+}
+
+/// `logits [T, E] → (probs [T, E], routes u32, stats u32)` as a program node; the kernels that
+/// consume a routing take these three as their last inputs.
+#[derive(Debug, Clone)]
+pub struct Router(pub RouterConfig);
+
+impl Kernel for Router {
+    fn kind(&self) -> &'static str {
+        "router"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 1)?;
+        let (t, e) = node::rows_cols(self.kind(), &inputs[0])?;
+        if e != self.0.experts {
+            return Err(node::invalid(
+                self.kind(),
+                format!("{e} logits for {} experts", self.0.experts),
+            ));
+        }
+        Ok(vec![
+            TensorType::f32(&[t, e]),
+            TensorType::u32(&[t * self.0.k * ROUTE_WORDS]),
+            TensorType::u32(&[e * STAT_WORDS]),
+        ])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(
+            self.0,
+            node::output(y, 0)?,
+            node::output(y, 1)?,
+            node::output(y, 2)?,
+        );
+        encode_into(rec, &x[0], &r)
+    }
 }

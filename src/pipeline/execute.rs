@@ -39,9 +39,8 @@ use super::schedule::{OpKind, Schedule};
 use super::simulate::{Costs, Simulation, simulate};
 use super::validate::validate;
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::TensorType;
 use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::ops::KernelOp;
+use crate::kernels::{Accumulate, Kernel, Matmul, MseGrad, ReluBackward, Sgd, TensorType};
 use crate::program::{CompileOptions, HostData, Program, ProgramBuilder, Value, Variables};
 use crate::sched::{Client, RunOptions};
 use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane};
@@ -317,7 +316,13 @@ fn missing(stage: usize, what: &str, mb: usize, c: usize) -> Error {
 }
 
 impl Lowering<'_, '_> {
-    fn k(&mut self, stage: usize, name: &str, op: KernelOp, inputs: &[Value]) -> Value {
+    fn k(
+        &mut self,
+        stage: usize,
+        name: &str,
+        op: impl Kernel + 'static,
+        inputs: &[Value],
+    ) -> Value {
         let [v] = self.b.kernel(name, &[stage], Arc::new(op), inputs);
         v
     }
@@ -331,7 +336,7 @@ impl Lowering<'_, '_> {
         ta: bool,
         tb: bool,
     ) -> Value {
-        let op = KernelOp::Matmul {
+        let op = Matmul {
             trans_a: ta,
             trans_b: tb,
             offsets: None,
@@ -348,7 +353,7 @@ impl Lowering<'_, '_> {
             Some(acc) => self.k(
                 stage,
                 &format!("accumulate dW{layer}"),
-                KernelOp::Accumulate,
+                Accumulate,
                 &[acc, dw],
             ),
         };
@@ -427,7 +432,7 @@ impl Lowering<'_, '_> {
                 .targets
                 .get(mb)
                 .ok_or_else(|| missing(s, "the target", mb, c))?;
-            self.k(s, "mse_grad", KernelOp::MseGrad, &[y, t])
+            self.k(s, "mse_grad", MseGrad, &[y, t])
         } else {
             self.arrived
                 .remove(&(s, Flowing::Gradient, mb, c))
@@ -449,12 +454,7 @@ impl Lowering<'_, '_> {
                     false,
                     true,
                 );
-                dz = self.k(
-                    s,
-                    &format!("relu_backward{layer}"),
-                    KernelOp::ReluBackward,
-                    &[dh, h],
-                );
+                dz = self.k(s, &format!("relu_backward{layer}"), ReluBackward, &[dh, h]);
             }
         }
         if vs > 0 {
@@ -647,12 +647,7 @@ fn lower(plan: &Plan<'_>) -> Result<Lowered> {
         let s = plan.stage_of_layer(l);
         let g = x.grads[l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
         let at = x.b.node_count();
-        let w = x.k(
-            s,
-            &format!("sgd{l}"),
-            KernelOp::Sgd { lr: scale },
-            &[x.weights[l], g],
-        );
+        let w = x.k(s, &format!("sgd{l}"), Sgd { lr: scale }, &[x.weights[l], g]);
         x.tag_from(at, Tag::Sgd { stage: s });
         updated.push(w);
     }

@@ -59,8 +59,7 @@ pub fn accesses(program: &Program) -> Vec<NodeAccess> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::kernels::TensorType;
-    use crate::kernels::ops::KernelOp;
+    use crate::kernels::{Accumulate, TensorType};
     use crate::program::ProgramBuilder;
     use std::sync::Arc;
 
@@ -70,11 +69,11 @@ mod tests {
         let x = p.arg(&[0], 4); // node 0
         let y = p.affine("y", &[0], x, 1.0, 0.0); // node 1
         // node 2: y += x, in y's buffer
-        let [acc] = p.kernel("acc", &[0], Arc::new(KernelOp::Accumulate), &[y, x]);
+        let [acc] = p.kernel("acc", &[0], Arc::new(Accumulate), &[y, x]);
         let z = p.relu("z", &[0], x); // node 3
         let w1 = p.variable("w", &[0], TensorType::f32(&[4])); // node 4
         let w2 = p.variable("w", &[0], TensorType::f32(&[4])); // node 5
-        let [_] = p.kernel("w += z", &[0], Arc::new(KernelOp::Accumulate), &[w1, z]); // node 6
+        let [_] = p.kernel("w += z", &[0], Arc::new(Accumulate), &[w1, z]); // node 6
         let u = p.relu("u", &[0], w2); // node 7
         p.result(acc);
         p.result(u);

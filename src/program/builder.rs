@@ -673,6 +673,7 @@ impl ProgramBuilder {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::kernels::{Accumulate, Adam, Matmul, RowLogsumexp};
 
     #[test]
     fn one_node_per_sharded_computation_whatever_the_shard_count() {
@@ -728,9 +729,8 @@ mod tests {
     #[test]
     fn kernel_nodes_are_typed_and_bad_shapes_are_build_errors() {
         use crate::kernels::matmul::MatmulVariant;
-        use crate::kernels::ops::KernelOp;
         let matmul = || {
-            Arc::new(KernelOp::Matmul {
+            Arc::new(Matmul {
                 trans_a: false,
                 trans_b: true,
                 offsets: None,
@@ -743,7 +743,7 @@ mod tests {
         let [c] = p.kernel("a·wᵀ", &[0], matmul(), &[a, w]);
         assert_eq!(p.ty(c), TensorType::f32(&[3, 7]));
         // An in-place update keeps its input's type.
-        let [acc] = p.kernel("acc", &[0], Arc::new(KernelOp::Accumulate), &[c, c]);
+        let [acc] = p.kernel("acc", &[0], Arc::new(Accumulate), &[c, c]);
         assert_eq!(p.ty(acc), p.ty(c));
         p.result(acc);
         let prog = p.build().unwrap();
@@ -759,7 +759,7 @@ mod tests {
 
         let mut p = ProgramBuilder::new("outputs");
         let a = p.typed_arg(&[0], TensorType::f32(&[3, 5]));
-        let [_, _] = p.kernel("two of one", &[0], Arc::new(KernelOp::RowLogsumexp), &[a]);
+        let [_, _] = p.kernel("two of one", &[0], Arc::new(RowLogsumexp), &[a]);
         p.result(a);
         assert!(p.build().unwrap_err().to_string().contains("1 outputs"));
     }
@@ -788,8 +788,7 @@ mod tests {
     fn matmul_nodes_keep_their_operands_float_type() {
         use crate::DType;
         use crate::kernels::matmul::MatmulVariant;
-        use crate::kernels::ops::KernelOp;
-        let mm = Arc::new(KernelOp::Matmul {
+        let mm = Arc::new(Matmul {
             trans_a: false,
             trans_b: false,
             offsets: None,
@@ -820,9 +819,8 @@ mod tests {
     fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
         use crate::kernels::lm_train::AdamConfig;
         use crate::kernels::matmul::MatmulVariant;
-        use crate::kernels::ops::KernelOp;
         let mm = |trans_a| {
-            Arc::new(KernelOp::Matmul {
+            Arc::new(Matmul {
                 trans_a,
                 trans_b: false,
                 offsets: None,
@@ -853,7 +851,7 @@ mod tests {
             } else {
                 g
             };
-            let adam = Arc::new(KernelOp::Adam(AdamConfig::new(1e-3)));
+            let adam = Arc::new(Adam(AdamConfig::new(1e-3)));
             let [_, _, _] = p.kernel("adam", &gang, adam, &[w, m, v, g, bias]);
             p.result(y);
             match p.build() {

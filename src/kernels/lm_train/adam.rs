@@ -190,3 +190,28 @@ pub fn adam_reference(
     }
     Ok(())
 }
+
+/// `(param, m, v, grad, bias [2]) → (param, m, v)`, in place, as a program node; `bias` is the
+/// step's [`AdamConfig::bias`], given at run time.
+#[derive(Debug, Clone)]
+pub struct Adam(pub AdamConfig);
+
+impl Kernel for Adam {
+    fn kind(&self) -> &'static str {
+        "adam"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 5)?;
+        Ok(inputs[..3].to_vec())
+    }
+    fn in_place(&self) -> Vec<(usize, usize)> {
+        vec![(0, 0), (1, 1), (2, 2)]
+    }
+    /// (param, m, v, grad) alike; the bias corrections are the step's constants.
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::in_place(inputs, 3, 1)
+    }
+    fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], self.0, &x[4])
+    }
+}

@@ -189,3 +189,56 @@ pub fn dispatch_backward_reference(
 ) -> Vec<f32> {
     gather_reference(d_slots, routes, tokens, k, capacity, d, |_| 1.0)
 }
+
+/// `(dy [T, d], slots [E·capacity, d], routing) → d_gate [T, K]` as a program node.
+#[derive(Debug, Clone)]
+pub struct GateGrad(pub RouterConfig);
+
+impl Kernel for GateGrad {
+    fn kind(&self) -> &'static str {
+        "gate_grad"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 5)?;
+        let t = routed_tokens(self.kind(), &self.0, inputs, 2)?;
+        Ok(vec![TensorType::f32(&[t, self.0.k])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[2], &x[3], &x[4]);
+        encode_gate_grad(rec, &x[0], &x[1], &r, node::output(y, 0)?)
+    }
+}
+
+/// `(dy [T, d], routing) → [E·capacity, d]` as a program node.
+#[derive(Debug, Clone)]
+pub struct CombineBackwardSlots(pub RouterConfig);
+
+impl Kernel for CombineBackwardSlots {
+    fn kind(&self) -> &'static str {
+        "combine_backward_slots"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        slots_of(self.kind(), &self.0, inputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[1], &x[2], &x[3]);
+        encode_combine_backward_slots(rec, &x[0], &r, node::output(y, 0)?)
+    }
+}
+
+/// `(d_slots [E·capacity, d], routing) → [T, d]` as a program node.
+#[derive(Debug, Clone)]
+pub struct DispatchBackward(pub RouterConfig);
+
+impl Kernel for DispatchBackward {
+    fn kind(&self) -> &'static str {
+        "dispatch_backward"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        tokens_of(self.kind(), &self.0, inputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[1], &x[2], &x[3]);
+        encode_dispatch_backward(rec, &x[0], &r, node::output(y, 0)?)
+    }
+}

@@ -138,3 +138,52 @@ pub fn embed_grad_reference(
     }
     Ok(out)
 }
+
+/// `(contexts u32 [T, C], table [V, E]) → [T, C·E]` as a program node.
+#[derive(Debug, Clone)]
+pub struct EmbedGather;
+
+impl Kernel for EmbedGather {
+    fn kind(&self) -> &'static str {
+        "embed_gather"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        let (t, c) = node::rows_cols(self.kind(), &inputs[0])?;
+        let (_, e) = node::rows_cols(self.kind(), &inputs[1])?;
+        Ok(vec![TensorType::f32(&[t, c * e])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_embed_gather(rec, &x[0], &x[1], node::output(y, 0)?)
+    }
+}
+
+/// `(contexts, d_x [T, C·E]) → [vocab, E]` as a program node.
+#[derive(Debug, Clone)]
+pub struct EmbedGrad {
+    pub vocab: usize,
+}
+
+impl Kernel for EmbedGrad {
+    fn kind(&self) -> &'static str {
+        "embed_grad"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        let (_, c) = node::rows_cols(self.kind(), &inputs[0])?;
+        let (_, w) = node::rows_cols(self.kind(), &inputs[1])?;
+        if c == 0 || !w.is_multiple_of(c) {
+            return Err(node::invalid(
+                self.kind(),
+                format!("width {w} for context {c}"),
+            ));
+        }
+        Ok(vec![TensorType::f32(&[self.vocab, w / c])])
+    }
+    fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::embed_grad(inputs, outputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_embed_grad(rec, &x[0], &x[1], node::output(y, 0)?)
+    }
+}

@@ -109,3 +109,36 @@ pub fn expert_weight_grad_reference(
         })
         .collect()
 }
+
+/// `(a [R, I], b [R, N]) → [G, I, N]` per row group of static `offsets`, summed `block` rows at a
+/// time (0: a group at once; see [`encode_expert_weight_grad`]), as a program node.
+#[derive(Debug, Clone)]
+pub struct ExpertWeightGrad {
+    pub offsets: Vec<u32>,
+    pub block: usize,
+}
+
+impl Kernel for ExpertWeightGrad {
+    fn kind(&self) -> &'static str {
+        "expert_weight_grad"
+    }
+    /// A transposed product too (aᵀ·b per group).
+    fn transposed(&self) -> bool {
+        true
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        let (_, i) = node::rows_cols(self.kind(), &inputs[0])?;
+        let (_, n) = node::rows_cols(self.kind(), &inputs[1])?;
+        Ok(vec![TensorType::f32(&[
+            self.offsets.len().saturating_sub(1),
+            i,
+            n,
+        ])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let c = node::output(y, 0)?;
+        let offsets = Tensor::from_u32(c.device(), &[self.offsets.len()], &self.offsets)?;
+        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, c)
+    }
+}

@@ -4,7 +4,7 @@ use super::*;
 
 /// Outputs of [`cross_entropy`].
 #[derive(Debug)]
-pub struct CrossEntropy {
+pub struct CrossEntropyOutputs {
     /// `[T]`: `logsumexp(logits[t]) − logits[t, y[t]]`.
     pub loss: Tensor,
     /// `[T, V]`: `(softmax(logits[t]) − onehot(y[t])) / T`, the gradient of the mean loss.
@@ -47,10 +47,10 @@ pub fn encode_cross_entropy(
 
 /// Per-row cross-entropy of `logits` (`[T, V]`) against u32 `targets` (`[T]`) and the gradient
 /// of its mean, numerically stable. Blocks.
-pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<CrossEntropy> {
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<CrossEntropyOutputs> {
     let (t, v) = dims2("cross_entropy", logits)?;
     let device = logits.device();
-    let out = CrossEntropy {
+    let out = CrossEntropyOutputs {
         loss: Tensor::zeros(device, &[t], DType::F32)?,
         d_logits: Tensor::zeros(device, &[t, v], DType::F32)?,
     };
@@ -138,4 +138,40 @@ pub fn row_logsumexp_reference(x: &[f32], cols: usize) -> Vec<f32> {
             m + s.ln()
         })
         .collect()
+}
+
+/// `(logits [T, V], targets u32 [T]) → (loss [T], d_logits [T, V])` as a program node.
+#[derive(Debug, Clone)]
+pub struct CrossEntropy;
+
+impl Kernel for CrossEntropy {
+    fn kind(&self) -> &'static str {
+        "cross_entropy"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        let (t, v) = node::rows_cols(self.kind(), &inputs[0])?;
+        Ok(vec![TensorType::f32(&[t]), TensorType::f32(&[t, v])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_cross_entropy(rec, &x[0], &x[1], node::output(y, 0)?, node::output(y, 1)?)
+    }
+}
+
+/// `x [T, N] → [T]` as a program node.
+#[derive(Debug, Clone)]
+pub struct RowLogsumexp;
+
+impl Kernel for RowLogsumexp {
+    fn kind(&self) -> &'static str {
+        "row_logsumexp"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 1)?;
+        let (t, _) = node::rows_cols(self.kind(), &inputs[0])?;
+        Ok(vec![TensorType::f32(&[t])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_row_logsumexp(rec, &x[0], node::output(y, 0)?)
+    }
 }

@@ -14,14 +14,19 @@
 //! [`loss`], [`combine_backward`], [`router_backward`], [`expert_grad`], [`adam`].
 //!
 //! Each kernel has an `encode_*` form that records into a caller's encoder (outputs allocated by
-//! the caller), a blocking form that allocates and waits, and a `*_reference` in plain Rust.
+//! the caller), a blocking form that allocates and waits, a `*_reference` in plain Rust, and a
+//! [`Kernel`] type for program nodes.
 //! Everything is f32; ids and targets are u32.
 
 use super::LM_TRAIN;
 use super::matmul::{self, MatmulShape};
 use super::moe_dispatch::{gather_reference, scatter_reference};
+use super::moe_dispatch::{slots_of, tokens_of};
 use super::router::{ExpertStat, ReferenceRouting, Route, RouterConfig, Routing};
+use super::router::{routed_tokens, routing_of};
+use super::{Kernel, Prepared, TensorType, node, sharding_rules};
 use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 
 #[repr(C)]

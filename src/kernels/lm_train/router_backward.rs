@@ -126,3 +126,22 @@ pub fn router_backward_reference(
     }
     out
 }
+
+/// `(logits, d_gate, routing) → d_logits [T, E]` as a program node.
+#[derive(Debug, Clone)]
+pub struct RouterBackward(pub RouterConfig, pub RouterLoss);
+
+impl Kernel for RouterBackward {
+    fn kind(&self) -> &'static str {
+        "router_backward"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 5)?;
+        let t = routed_tokens(self.kind(), &self.0, inputs, 2)?;
+        Ok(vec![TensorType::f32(&[t, self.0.experts])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(self.0, &x[2], &x[3], &x[4]);
+        encode_router_backward(rec, &x[0], &x[1], &r, self.1, node::output(y, 0)?)
+    }
+}

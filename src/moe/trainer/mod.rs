@@ -32,7 +32,7 @@ use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
-use crate::kernels::ops::STAT_WORDS;
+use crate::kernels::router::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
 use crate::program::{CompileOptions, Executable, HostData, Op, Variables};
 use crate::sched::{Client, DispatchMode, RunHandle, RunOptions};

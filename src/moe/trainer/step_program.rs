@@ -10,11 +10,15 @@
 
 use super::super::params::{EMBED, W_IN};
 use super::super::{MoeLmConfig, VOCAB};
-use crate::kernels::TensorType;
 use crate::kernels::copy_blocks::Block;
 use crate::kernels::lm_train::AdamConfig;
 use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::ops::{KernelOp, STAT_WORDS};
+use crate::kernels::router::STAT_WORDS;
+use crate::kernels::{
+    Accumulate, Adam, Combine, CombineBackwardSlots, CrossEntropy, Dispatch, DispatchBackward,
+    EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, Matmul, Pack, Permute,
+    ReluBackward, Router, RouterBackward, RowLogsumexp, TensorType, Unpack,
+};
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -140,7 +144,7 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn k(&mut self, name: &str, op: KernelOp, inputs: &[Value]) -> Value {
+    fn k(&mut self, name: &str, op: impl Kernel + 'static, inputs: &[Value]) -> Value {
         let [v] = self
             .b
             .kernel(name, &self.gang.clone(), Arc::new(op), inputs);
@@ -148,7 +152,7 @@ impl Builder<'_> {
     }
 
     fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
-        let op = KernelOp::Matmul {
+        let op = Matmul {
             trans_a,
             trans_b,
             offsets: None,
@@ -166,7 +170,7 @@ impl Builder<'_> {
     }
 
     fn gmm(&mut self, name: &str, a: Value, b: Value, trans_b: bool) -> Value {
-        let op = KernelOp::Matmul {
+        let op = Matmul {
             trans_a: false,
             trans_b,
             offsets: Some(self.expert_offsets()),
@@ -186,7 +190,7 @@ impl Builder<'_> {
     }
 
     fn accumulate(&mut self, name: &str, acc: Value, x: Value) -> Value {
-        self.k(name, KernelOp::Accumulate, &[acc, x])
+        self.k(name, Accumulate, &[acc, x])
     }
 
     fn grad(&mut self, p: usize, name: &str, g: Value) {
@@ -235,7 +239,7 @@ impl Builder<'_> {
             }
         }
         let row_words = self.shape.config.model;
-        self.k(name, KernelOp::Permute { blocks, row_words }, &[x])
+        self.k(name, Permute { blocks, row_words }, &[x])
     }
 
     /// Slots of every device to the devices of their experts, expert-major (identity on one
@@ -320,7 +324,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
         // ---- forward
-        let emb = x.k(&at("embed"), KernelOp::EmbedGather, &[ctx, x.params[EMBED]]);
+        let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         let pre = x.mm(&at("stem matmul"), emb, x.params[W_IN], false, false);
         let stem = x.relu(&at("stem relu"), pre);
         let mut h = stem;
@@ -333,16 +337,12 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let dense = x.relu(&at("dense relu"), pre);
             let mid = x.add(&at("residual"), h, dense);
             let logits = x.mm(&at("router matmul"), mid, x.params[ix.router], false, false);
-            let [probs, routes, stats] = x.b.kernel(
-                &at("router"),
-                &gang,
-                Arc::new(KernelOp::Route(router)),
-                &[logits],
-            );
+            let [probs, routes, stats] =
+                x.b.kernel(&at("router"), &gang, Arc::new(Router(router)), &[logits]);
             let routing = [probs, routes, stats];
             let slots = x.k(
                 &at("dispatch"),
-                KernelOp::Dispatch(router),
+                Dispatch(router),
                 &[mid, probs, routes, stats],
             );
             let tokens = x.send_to_experts(&at("all-to-all forward"), slots);
@@ -352,7 +352,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let expert_out = x.send_to_tokens(&at("all-to-all reverse"), out);
             let combined = x.k(
                 &at("combine"),
-                KernelOp::Combine(router),
+                Combine(router),
                 &[expert_out, probs, routes, stats],
             );
             h = x.add(&at("combine residual"), mid, combined);
@@ -372,7 +372,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         let [row_loss, d_logits] = x.b.kernel(
             &at("cross-entropy"),
             &gang,
-            Arc::new(KernelOp::CrossEntropy),
+            Arc::new(CrossEntropy),
             &[logits, tgt],
         );
         match mode {
@@ -383,14 +383,10 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             Mode::Train => {
                 let mut pack = vec![row_loss];
                 for (l, a) in acts.iter().enumerate() {
-                    let lse = x.k(
-                        &format!("r{r} b{l} logsumexp"),
-                        KernelOp::RowLogsumexp,
-                        &[a.logits],
-                    );
+                    let lse = x.k(&format!("r{r} b{l} logsumexp"), RowLogsumexp, &[a.logits]);
                     pack.extend([a.routing[2], lse]);
                 }
-                let stats = x.k(&at("stats"), KernelOp::Pack { dtype: DType::U32 }, &pack);
+                let stats = x.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
                 x.b.result(stats);
             }
             Mode::Grads | Mode::Read(_) => {}
@@ -413,19 +409,19 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             );
             let d_gate = x.k(
                 &at("gate grad"),
-                KernelOp::GateGrad(router),
+                GateGrad(router),
                 &[dh, expert_out, probs, routes, stats],
             );
             let d_out = x.k(
                 &at("combine backward"),
-                KernelOp::CombineBackwardSlots(router),
+                CombineBackwardSlots(router),
                 &[dh, probs, routes, stats],
             );
             let d_o = x.send_to_experts(&at("all-to-all backward"), d_out);
             let offsets = x.expert_offsets();
             let gw2 = x.k(
                 &at("expert w2 grad"),
-                KernelOp::ExpertWeightGrad {
+                ExpertWeightGrad {
                     offsets: offsets.clone(),
                     block: x.shape.capacity(),
                 },
@@ -433,14 +429,10 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             );
             x.grad(ix.w2, &at("accumulate w2 grad"), gw2);
             let d_h = x.gmm(&at("expert w2 input grad"), d_o, x.params[ix.w2], true);
-            let d_hidden = x.k(
-                &at("expert relu backward"),
-                KernelOp::ReluBackward,
-                &[d_h, hidden],
-            );
+            let d_hidden = x.k(&at("expert relu backward"), ReluBackward, &[d_h, hidden]);
             let gw1 = x.k(
                 &at("expert w1 grad"),
-                KernelOp::ExpertWeightGrad {
+                ExpertWeightGrad {
                     offsets,
                     block: x.shape.capacity(),
                 },
@@ -451,36 +443,24 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let d_slots = x.send_to_tokens(&at("all-to-all backward reverse"), d_tok);
             let d_disp = x.k(
                 &at("dispatch backward"),
-                KernelOp::DispatchBackward(router),
+                DispatchBackward(router),
                 &[d_slots, probs, routes, stats],
             );
             let mut d_mid = x.accumulate(&at("accumulate dispatch grad"), dh, d_disp);
             let d_r = x.k(
                 &at("router backward"),
-                KernelOp::RouterBackward(router, cfg.router_loss()),
+                RouterBackward(router, cfg.router_loss()),
                 &[logits, d_gate, probs, routes, stats],
             );
             let back = x.linear_backward(&at, "router", ix.router, mid, d_r);
             d_mid = x.accumulate(&at("accumulate router input grad"), d_mid, back);
-            let d_pre = x.k(
-                &at("dense relu backward"),
-                KernelOp::ReluBackward,
-                &[d_mid, dense],
-            );
+            let d_pre = x.k(&at("dense relu backward"), ReluBackward, &[d_mid, dense]);
             let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
-        let d_pre = x.k(
-            &at("stem relu backward"),
-            KernelOp::ReluBackward,
-            &[dh, stem],
-        );
+        let d_pre = x.k(&at("stem relu backward"), ReluBackward, &[dh, stem]);
         let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
-        let ge = x.k(
-            &at("embed grad"),
-            KernelOp::EmbedGrad { vocab: VOCAB },
-            &[ctx, d_x],
-        );
+        let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);
     }
     if mode == Mode::Forward {
@@ -501,16 +481,12 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         let dense: Vec<usize> = (0..grads.len()).filter(|&p| !expert[p]).collect();
         let types: Vec<TensorType> = dense.iter().map(|&p| x.b.ty(grads[p])).collect();
         let parts: Vec<Value> = dense.iter().map(|&p| grads[p]).collect();
-        let packed = x.k(
-            "pack dense grads",
-            KernelOp::Pack { dtype: DType::F32 },
-            &parts,
-        );
+        let packed = x.k("pack dense grads", Pack { dtype: DType::F32 }, &parts);
         let summed = x.b.all_reduce("all-reduce", packed);
         let unpacked = x.b.kernels(
             "unpack dense grads",
             &gang,
-            Arc::new(KernelOp::Unpack { types }),
+            Arc::new(Unpack { types }),
             &[summed],
         );
         for (&p, v) in dense.iter().zip(unpacked) {
@@ -525,7 +501,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     }
     match mode {
         Mode::Grads => {
-            let packed = x.k("pack grads", KernelOp::Pack { dtype: DType::F32 }, &grads);
+            let packed = x.k("pack grads", Pack { dtype: DType::F32 }, &grads);
             x.b.result(packed);
         }
         Mode::Train => {
@@ -541,7 +517,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 let [_, _, _] = x.b.kernel(
                     &format!("adam {}", cfg.param_specs()[p].name),
                     &gang,
-                    Arc::new(KernelOp::Adam(shape.adam)),
+                    Arc::new(Adam(shape.adam)),
                     &[x.params[p], m, v, g, bias],
                 );
             }

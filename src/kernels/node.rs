@@ -1,0 +1,37 @@
+//! What every kernel checks when a program asks for its outputs or prepares it: the number of
+//! inputs, 2-d shapes, and the output buffers it was handed. Shared by the [`super::Kernel`]
+//! implementations beside each shader's launcher.
+
+use super::TensorType;
+use crate::{Error, Result, Tensor};
+
+pub(crate) fn invalid(what: &'static str, reason: String) -> Error {
+    Error::InvalidArgument { what, reason }
+}
+
+/// `inputs` has exactly `n` values.
+pub(crate) fn arity(what: &'static str, inputs: &[TensorType], n: usize) -> Result<()> {
+    if inputs.len() == n {
+        Ok(())
+    } else {
+        Err(invalid(
+            what,
+            format!("takes {n} inputs, got {}", inputs.len()),
+        ))
+    }
+}
+
+/// The rows and columns of a 2-d value.
+pub(crate) fn rows_cols(what: &'static str, t: &TensorType) -> Result<(usize, usize)> {
+    match *t.shape.as_slice() {
+        [r, c] => Ok((r, c)),
+        _ => Err(invalid(what, format!("needs a 2-d value, got {t}"))),
+    }
+}
+
+/// Output `i` of a node being prepared.
+pub(crate) fn output(outputs: &[Tensor], i: usize) -> Result<&Tensor> {
+    outputs
+        .get(i)
+        .ok_or_else(|| invalid("kernel node", format!("no output {i}")))
+}
