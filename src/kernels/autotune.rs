@@ -4,6 +4,7 @@
 //! Cache file: `$GANGWAY_CACHE_DIR/autotune.json` (else `$XDG_CACHE_HOME/gangway/`, else
 //! `~/.cache/gangway/`). `GANGWAY_AUTOTUNE=off` skips measuring and uses a per-device-type default.
 
+use super::eager;
 use super::matmul::{MatmulArgs, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, encode};
 use crate::{Device, Error, Result, Rng, Tensor};
 use std::collections::BTreeMap;
@@ -89,8 +90,9 @@ impl Operands {
 
 /// Runs `variant` on random data of `shape`: `warmup` untimed runs, then the median of `reps`.
 ///
-/// Each timed run is one submit plus a blocking wait, so it includes submission overhead; that is
-/// what a caller of `matmul` pays, and it is negligible at the sizes worth tuning.
+/// Each timed run is recording, one submit and a blocking wait, on the host clock (not yet the
+/// runtime's GPU clock that the benches use), so it includes that overhead; that is what a caller
+/// of `matmul` pays, and it is negligible at the sizes worth tuning.
 pub fn measure(
     device: &Device,
     shape: &MatmulShape,
@@ -102,11 +104,8 @@ pub fn measure(
     let args = operands.args(variant);
     let mut samples = Vec::with_capacity(reps);
     for i in 0..warmup + reps.max(1) {
-        let mut encoder = device.encoder("matmul timing");
-        encode(&mut encoder, &args)?;
         let start = Instant::now();
-        device.submit(encoder);
-        device.wait()?;
+        eager::submit_and_wait(device, "matmul timing", |encoder| encode(encoder, &args))?;
         if i >= warmup {
             samples.push(start.elapsed().as_secs_f64());
         }

@@ -185,10 +185,10 @@ pub fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> 
         y.buffer(),
         len,
     )?;
-    let mut encoder = device.encoder(what);
-    prepared.encode(&mut encoder, None);
-    device.submit(encoder);
-    device.wait()?;
+    super::eager::submit_and_wait(device, what, |encoder| {
+        prepared.encode(encoder, None);
+        Ok(())
+    })?;
     Ok(y)
 }
 

@@ -401,20 +401,15 @@ pub fn grouped_matmul(
     let max_group_rows = check_offsets(offsets, groups, rows)?;
     let c = Tensor::zeros(device, &[rows, n], a.dtype())?;
     let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
-    let mut encoder = device.encoder("matmul");
-    encode(
-        &mut encoder,
-        &MatmulArgs {
-            a,
-            b,
-            c: &c,
-            offsets: &offsets_t,
-            max_group_rows,
-            options,
-        },
-    )?;
-    device.submit(encoder);
-    device.wait()?;
+    let args = MatmulArgs {
+        a,
+        b,
+        c: &c,
+        offsets: &offsets_t,
+        max_group_rows,
+        options,
+    };
+    super::eager::submit_and_wait(device, "matmul", |encoder| encode(encoder, &args))?;
     Ok(c)
 }
 

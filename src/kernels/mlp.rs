@@ -9,7 +9,7 @@
 //! is done. Each has a plain-Rust reference of the same name with `_reference`.
 
 use super::{Kernel, Prepared, TensorType, node, sharding_rules};
-use super::{MLP, grid_1d};
+use super::{MLP, eager, grid_1d};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
@@ -82,21 +82,6 @@ fn encode_launch(
     )
 }
 
-/// [`encode_launch`] in a fresh encoder; blocks until done.
-fn launch(
-    entry: &'static str,
-    scale: f32,
-    x: &Tensor,
-    z: Option<&Tensor>,
-    y: &Tensor,
-) -> Result<()> {
-    let device = x.device();
-    let mut encoder = device.encoder(entry);
-    encode_launch(&mut encoder, entry, scale, x, z, y)?;
-    device.submit(encoder);
-    device.wait()
-}
-
 /// Records [`relu_backward`] into `out` (shaped like `grad`).
 pub fn encode_relu_backward(
     encoder: &mut impl Recorder,
@@ -148,18 +133,14 @@ pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) 
 pub fn relu_backward(grad: &Tensor, act: &Tensor) -> Result<Tensor> {
     const WHAT: &str = "relu_backward";
     check(WHAT, grad, &[act])?;
-    let out = Tensor::zeros(grad.device(), grad.shape(), DType::F32)?;
-    launch(WHAT, 1.0, grad, Some(act), &out)?;
-    Ok(out)
+    first(eager::run(&ReluBackward, &[grad, act])?)
 }
 
 /// `2 (y − target) / n` with `n = y.len()`: the gradient of the mean squared error.
 pub fn mse_grad(y: &Tensor, target: &Tensor) -> Result<Tensor> {
     const WHAT: &str = "mse_grad";
     check(WHAT, y, &[target])?;
-    let out = Tensor::zeros(y.device(), y.shape(), DType::F32)?;
-    launch(WHAT, mse_scale(y.len()), y, Some(target), &out)?;
-    Ok(out)
+    first(eager::run(&MseGrad, &[y, target])?)
 }
 
 /// `acc += x`, in place.
@@ -167,7 +148,7 @@ pub fn accumulate(acc: &Tensor, x: &Tensor) -> Result<()> {
     const WHAT: &str = "accumulate";
     check(WHAT, acc, &[x])?;
     check_distinct(WHAT, acc, x)?;
-    launch(WHAT, 1.0, x, None, acc)
+    eager::run(&Accumulate, &[acc, x]).map(drop)
 }
 
 /// `w -= lr * g`, in place: one SGD step.
@@ -181,7 +162,18 @@ pub fn sgd(w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
             reason: format!("learning rate must be finite, got {lr}"),
         });
     }
-    launch(WHAT, lr, g, None, w)
+    eager::run(&Sgd { lr }, &[w, g]).map(drop)
+}
+
+/// The one output of a one-output kernel.
+fn first(outputs: Vec<Tensor>) -> Result<Tensor> {
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::InvalidArgument {
+            what: "kernel",
+            reason: "produced no output".into(),
+        })
 }
 
 fn mse_scale(n: usize) -> f32 {

@@ -9,6 +9,7 @@
 
 pub mod autotune;
 pub mod copy_blocks;
+pub mod eager;
 pub mod elementwise;
 pub mod lm_train;
 pub mod matmul;

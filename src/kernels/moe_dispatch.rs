@@ -1,9 +1,9 @@
 //! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
 //! the gates). Dropped choices get nothing from the experts.
 
-use super::MOE_DISPATCH;
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};
+use super::{MOE_DISPATCH, eager};
 use crate::device::Recorder;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Result, Tensor};
@@ -110,10 +110,9 @@ pub fn dispatch(x: &Tensor, routing: &Routing) -> Result<Tensor> {
     let device = routing.device();
     let d = x.shape().get(1).copied().unwrap_or(0);
     let out = Tensor::zeros(device, &[expert_rows(routing), d], DType::F32)?;
-    let mut encoder = device.encoder("moe dispatch");
-    encode_dispatch(&mut encoder, x, routing, &out)?;
-    device.submit(encoder);
-    device.wait()?;
+    eager::submit_and_wait(device, "moe dispatch", |encoder| {
+        encode_dispatch(encoder, x, routing, &out)
+    })?;
     Ok(out)
 }
 
@@ -122,10 +121,9 @@ pub fn combine(y: &Tensor, routing: &Routing) -> Result<Tensor> {
     let device = routing.device();
     let d = y.shape().get(1).copied().unwrap_or(0);
     let out = Tensor::zeros(device, &[routing.tokens, d], DType::F32)?;
-    let mut encoder = device.encoder("moe combine");
-    encode_combine(&mut encoder, y, routing, &out)?;
-    device.submit(encoder);
-    device.wait()?;
+    eager::submit_and_wait(device, "moe combine", |encoder| {
+        encode_combine(encoder, y, routing, &out)
+    })?;
     Ok(out)
 }
 

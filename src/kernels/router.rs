@@ -1,8 +1,8 @@
 //! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
 //! per-expert counts and the two vectors of the load-balancing loss.
 
-use super::ROUTER;
 use super::copy_blocks::{self, Block};
+use super::{ROUTER, eager};
 use crate::device::Recorder;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -141,17 +141,9 @@ impl Routing {
         let counts = Tensor::zeros(device, &[experts], DType::U32)?;
         let words = std::mem::size_of::<ExpertStat>() / 4;
         let blocks: Vec<Block> = (0..experts).map(|e| Block::new(e * words, e, 1)).collect();
-        let mut encoder = device.encoder("router kept counts");
-        copy_blocks::encode(
-            &mut encoder,
-            device,
-            &blocks,
-            1,
-            &self.stats,
-            counts.buffer(),
-        )?;
-        device.submit(encoder);
-        device.wait()?;
+        eager::submit_and_wait(device, "router kept counts", |encoder| {
+            copy_blocks::encode(encoder, device, &blocks, 1, &self.stats, counts.buffer())
+        })?;
         Ok(counts)
     }
 
@@ -255,11 +247,7 @@ pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routi
 /// Routes `logits` (`[tokens, experts]`, f32). Blocks until the GPU is done.
 pub fn route(logits: &Tensor, config: RouterConfig) -> Result<Routing> {
     let device = logits.device();
-    let mut encoder = device.encoder("router");
-    let routing = encode(&mut encoder, logits, config)?;
-    device.submit(encoder);
-    device.wait()?;
-    Ok(routing)
+    eager::submit_and_wait(device, "router", |encoder| encode(encoder, logits, config))
 }
 
 /// What the plain-Rust reference router computes.

@@ -107,10 +107,7 @@ fn run(
     what: &'static str,
     record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
 ) -> Result<()> {
-    let mut encoder = device.encoder(what);
-    record(&mut encoder)?;
-    device.submit(encoder);
-    device.wait()
+    super::eager::submit_and_wait(device, what, record)
 }
 
 /// Checks that `t` is on `device`, has `dtype` and the given shape.

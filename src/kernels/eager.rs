@@ -1,0 +1,58 @@
+//! Running kernels now, outside any program: the one place in `kernels` that blocks on the GPU.
+//! Tests, the autotuner and the blocking conveniences of each kernel module go through here, and
+//! [`run`] runs the same [`Kernel`] objects that program nodes hold, so what a test checks is
+//! what a program runs.
+
+use super::{Kernel, Prepared, TensorType};
+use crate::{Device, Error, Result, Tensor};
+
+/// Records into a fresh encoder on `device`, submits it and waits until the GPU is done.
+pub fn submit_and_wait<R>(
+    device: &Device,
+    what: &str,
+    record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<R>,
+) -> Result<R> {
+    let mut encoder = device.encoder(what);
+    let out = record(&mut encoder)?;
+    device.submit(encoder);
+    device.wait()?;
+    Ok(out)
+}
+
+/// Runs `kernel` on `inputs` (all on one device) and returns its outputs: new tensors of the
+/// types [`Kernel::outputs`] gives, except in-place outputs, which are their inputs (updated).
+pub fn run(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let device =
+        inputs
+            .first()
+            .map(|t| t.device().clone())
+            .ok_or_else(|| Error::InvalidArgument {
+                what: "kernel",
+                reason: format!("{} was given no inputs", kernel.kind()),
+            })?;
+    for t in inputs {
+        t.expect_device(kernel.kind(), &device)?;
+    }
+    let types: Vec<_> = inputs
+        .iter()
+        .map(|t| TensorType::new(t.dtype(), t.shape()))
+        .collect();
+    let in_place = kernel.in_place();
+    let outputs = kernel
+        .outputs(&types)?
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| match in_place.iter().find(|(o, _)| *o == i) {
+            Some(&(_, input)) => Ok(inputs[input].clone()),
+            None => Tensor::zeros(&device, &ty.shape, ty.dtype),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let owned: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+    let mut prepared = Prepared::new();
+    kernel.prepare(&owned, &outputs, &mut prepared)?;
+    submit_and_wait(&device, kernel.kind(), |encoder| {
+        prepared.encode(encoder, None);
+        Ok(())
+    })?;
+    Ok(outputs)
+}
