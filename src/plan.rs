@@ -16,7 +16,8 @@
 //! - the all-reduce of the replicated gradients is a ring over every device (`2 (N − 1)` steps of
 //!   `bytes / N` each, bounded by the slower link it crosses);
 //! - of that communication, the share the measured trace found exposed (a device idle, waiting)
-//!   stays exposed; the rest hides behind compute.
+//!   stays exposed; the rest hides behind compute, up to the compute's time (the excess is
+//!   exposed too); the exposed all-to-all share is the all-to-alls' part of the exposed time.
 //!
 //! **The pipeline**: the simulator ([`crate::pipeline::simulate`]) with per-op costs and a
 //! transfer cost between stages on different hosts.
@@ -147,8 +148,16 @@ pub fn moe(step: &MoeStep, fabric: &Fabric) -> Result<MoePrediction> {
     } else {
         0.0
     };
-    let exposed_all_to_all = all_to_all_s * step.exposed_fraction;
-    let exposed_s = (all_to_all_s + all_reduce_s) * step.exposed_fraction;
+    // What the trace found exposed stays exposed; the rest hides behind compute, but no more of it
+    // than there is compute to hide behind.
+    let comm_s = all_to_all_s + all_reduce_s;
+    let hidden_s = (comm_s * (1.0 - step.exposed_fraction)).min(compute_s);
+    let exposed_s = comm_s - hidden_s;
+    let exposed_all_to_all = if comm_s > 0.0 {
+        exposed_s * all_to_all_s / comm_s
+    } else {
+        0.0
+    };
     let step_s = compute_s + exposed_s;
     Ok(MoePrediction {
         devices: n,
@@ -278,6 +287,18 @@ mod tests {
         assert!((p.exposed_s - 0.5 * (p.all_to_all_s + p.all_reduce_s)).abs() < 1e-15);
         assert!((p.off_host_fraction - 2.0 / 3.0).abs() < 1e-12);
         assert!(p.exposed_all_to_all_share > 0.0 && p.exposed_all_to_all_share < 0.5);
+        // Compute too short to hide behind: all but the compute's time is exposed.
+        let fast = moe(
+            &MoeStep {
+                speedup: 1e6,
+                ..step()
+            },
+            &two,
+        )
+        .unwrap();
+        let comm = fast.all_to_all_s + fast.all_reduce_s;
+        assert!((fast.exposed_s - (comm - fast.compute_s)).abs() < 1e-15);
+        assert!(fast.step_s >= comm);
         // Nonsense is an error, not a number.
         assert!(
             moe(
