@@ -1,14 +1,14 @@
 //! gangway: Pathways-style sharded ML work on every GPU a machine has, through portable WebGPU.
 //!
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
-//! - [`Mesh`], [`ShardedTensor`]: devices in named-axis grids, tensors laid over them.
-//! - [`kernels`]: WGSL matmul (three variants + autotuner), MoE router, dispatch/combine.
-//! - [`collective`]: host-staged transfers and the expert-parallel all-to-all; the transports
-//!   between a job's processes (in-process ranks, MPI).
+//! - [`Mesh`], [`NamedSharding`]: devices in named-axis grids, and how values lie over them.
+//! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
+//!   (three variants + autotuner), MoE router, dispatch/combine, the training kernels.
+//! - [`collective`]: the transports between a job's processes (in-process ranks, MPI).
 //! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
 //!   that gang-schedules them.
 //! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
-//! - [`moe`], [`pipeline`], [`btm`]: the workloads; [`bench`] and [`plan`]: measuring them, and
+//! - [`moe`], [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads; [`bench`] and [`plan`]: measuring them, and
 //!   predicting them at scale; [`trace`]: what happened, when.
 
 pub mod bench;
@@ -29,7 +29,6 @@ pub mod plan;
 pub mod program;
 mod rng;
 pub mod sched;
-mod sharded;
 pub mod tensor;
 pub mod trace;
 
@@ -39,5 +38,4 @@ pub use job::Job;
 pub use mesh::Mesh;
 pub use named_sharding::{GangAxes, NamedSharding};
 pub use rng::Rng;
-pub use sharded::{ShardedTensor, Sharding};
 pub use tensor::{DType, Tensor};

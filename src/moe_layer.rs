@@ -1,16 +1,21 @@
-//! The main demo: one expert-parallel Mixture-of-Experts layer, forward, over every device.
+//! The main demo: one expert-parallel Mixture-of-Experts layer, forward, over every device, as one
+//! program on the runtime.
 //!
-//! Each device routes its own tokens (router matmul, softmax, top-k, capacity), dispatches them,
-//! sends them to the experts' devices by all-to-all, runs its local experts with one grouped
-//! matmul, sends the results back by the reverse all-to-all and combines them by the gates. The
-//! result is checked against a plain-Rust computation of the same layer.
+//! Each device routes its own tokens (router matmul, softmax, top-k, capacity) and dispatches
+//! them; the capacity-padded all-to-all ([`crate::moe::exchange`], the training step's) sends
+//! them to the experts' devices; each device runs its local experts with one grouped matmul; the
+//! reverse all-to-all brings the results back and combine weights them by the gates. The result
+//! is checked against a plain-Rust computation of the same layer.
 
-use crate::collective::AllToAll;
-use crate::kernels::matmul::{MatmulOptions, grouped_matmul, matmul};
-use crate::kernels::moe_dispatch::{combine, dispatch};
-use crate::kernels::router::{self, RouterConfig, route};
-use crate::{DType, Device, Error, Result, Rng, Tensor};
+use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::router::{self, ExpertStat, RouterConfig, STAT_WORDS};
+use crate::kernels::{Combine, Dispatch, Matmul, Router, TensorType};
+use crate::moe::exchange::ExpertExchange;
+use crate::program::{CompileOptions, HostData, ProgramBuilder};
+use crate::sched::{Client, RunOptions};
+use crate::{DType, Device, Error, Result, Rng};
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Sizes of the demo layer.
@@ -43,8 +48,13 @@ pub struct MoeLayerReport {
     pub seconds: f64,
 }
 
-/// Runs the layer once over `devices` (experts sharded evenly over them).
-pub fn run_expert_parallel(devices: &[Device], cfg: &MoeLayerConfig) -> Result<MoeLayerReport> {
+/// Runs the layer once over `devices` (experts sharded evenly over them), as a program that
+/// `client` submits.
+pub fn run_expert_parallel(
+    client: &Client,
+    devices: &[Device],
+    cfg: &MoeLayerConfig,
+) -> Result<MoeLayerReport> {
     let n = devices.len();
     if n == 0 || !cfg.experts.is_multiple_of(n) {
         return Err(Error::InvalidArgument {
@@ -59,44 +69,93 @@ pub fn run_expert_parallel(devices: &[Device], cfg: &MoeLayerConfig) -> Result<M
     router_cfg.validate()?;
     let (t, d, d_out, e_n) = (cfg.tokens_per_device, cfg.d_model, cfg.d_out, cfg.experts);
     let el = e_n / n;
+    let capacity = router_cfg.capacity(t);
     let mut rng = Rng::new(cfg.seed);
     let w_router: Vec<f32> = rng.vec(d * e_n);
     let w_experts: Vec<f32> = rng.vec(e_n * d * d_out).iter().map(|w| w * 0.5).collect();
     let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.vec(t * d)).collect();
 
+    // The program: every device routes and dispatches its tokens, the slots go to the experts'
+    // devices, the experts run as one grouped matmul per device, and the rows come back.
+    let gang: Vec<usize> = (0..n).collect();
+    let mut p = ProgramBuilder::new("moe layer");
+    // One axis carries both the token groups and the experts, as in training.
+    p.mesh(&gang, &[("expert", n)]);
+    let x = p.typed_arg(&gang, TensorType::f32(&[t, d]));
+    let every = p.spec(&gang, &[&[], &[]], &[]);
+    let wr = p.sharded_arg(&gang, TensorType::f32(&[d, e_n]), every);
+    let we = p.typed_arg(&gang, TensorType::f32(&[el, d, d_out]));
+    let matmul = |offsets| Matmul {
+        trans_a: false,
+        trans_b: false,
+        offsets,
+        variant: MatmulVariant::Vec4,
+    };
+    let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);
+    let [probs, routes, stats] = p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);
+    let routing = [probs, routes, stats];
+    let [slots] = p.kernel(
+        "dispatch",
+        &gang,
+        Arc::new(Dispatch(router_cfg)),
+        &[&[x][..], &routing].concat(),
+    );
+    let there = ExpertExchange {
+        devices: n,
+        local_experts: el,
+        capacity,
+        row_words: d,
+    };
+    let back = ExpertExchange {
+        row_words: d_out,
+        ..there
+    };
+    let tokens = there.to_experts(&mut p, &gang, "all-to-all forward", slots);
+    let expert = matmul(Some(there.expert_offsets()));
+    let [out] = p.kernel("experts", &gang, Arc::new(expert), &[tokens, we]);
+    let returned = back.to_tokens(&mut p, &gang, "all-to-all reverse", out);
+    let [y] = p.kernel(
+        "combine",
+        &gang,
+        Arc::new(Combine(router_cfg)),
+        &[&[returned][..], &routing].concat(),
+    );
+    p.result(y);
+    p.result(stats);
+    let exec = Arc::new(p.build()?.compile(devices, CompileOptions::default())?);
+
     let start = Instant::now();
-    let mut routings = Vec::with_capacity(n);
-    let (mut dispatched, mut counts) = (Vec::new(), Vec::new());
-    let mut aux = 0.0;
-    for (device, x_host) in devices.iter().zip(&xs) {
-        let x = Tensor::from_f32(device, &[t, d], DType::F32, x_host)?;
-        let wr = Tensor::from_f32(device, &[d, e_n], DType::F32, &w_router)?;
-        let logits = matmul(&x, &wr, MatmulOptions::default())?;
-        let routing = route(&logits, router_cfg)?;
-        aux += router::load_balancing_loss(&routing.read_stats()?, 0.01) / n as f32;
-        dispatched.push(dispatch(&x, &routing)?);
-        counts.push(routing.kept_counts()?);
-        routings.push(routing);
-    }
-    let capacity = routings[0].capacity;
-    let (plan, batches) = AllToAll::forward(&dispatched, &counts, e_n, capacity)?;
-    let mut expert_out = Vec::with_capacity(n);
-    for (j, batch) in batches.iter().enumerate() {
-        let w = &w_experts[j * el * d * d_out..(j + 1) * el * d * d_out];
-        let w = Tensor::from_f32(&devices[j], &[el, d, d_out], DType::F32, w)?;
-        expert_out.push(grouped_matmul(
-            &batch.tokens,
-            &w,
-            &batch.offsets,
-            MatmulOptions::default(),
-        )?);
-    }
-    let returned = plan.reverse(&expert_out)?;
-    let mut outputs = Vec::with_capacity(n);
-    for (y, routing) in returned.iter().zip(&routings) {
-        outputs.push(combine(y, routing)?.to_f32()?);
-    }
+    let args: Vec<HostData> = vec![
+        xs.concat().into(),
+        w_router.repeat(n).into(),
+        w_experts.clone().into(),
+    ];
+    let results = client
+        .submit(&exec, args, RunOptions::default())?
+        .wait_bytes()?;
     let seconds = start.elapsed().as_secs_f64();
+    let (y, stats) = match results.as_slice() {
+        [y, stats] => (
+            bytemuck::pod_collect_to_vec::<u8, f32>(y),
+            bytemuck::pod_collect_to_vec::<u8, ExpertStat>(stats),
+        ),
+        _ => {
+            return Err(Error::InvalidArgument {
+                what: "moe layer",
+                reason: format!("the program returned {} results, not 2", results.len()),
+            });
+        }
+    };
+    debug_assert_eq!(stats.len(), n * e_n * STAT_WORDS / STAT_WORDS);
+    let outputs: Vec<&[f32]> = y.chunks(t * d_out).collect();
+    let aux = stats
+        .chunks(e_n)
+        .map(|s| router::load_balancing_loss(s, 0.01))
+        .sum::<f32>()
+        / n as f32;
+    let tokens_per_expert: Vec<usize> = (0..e_n)
+        .map(|e| stats.chunks(e_n).map(|s| s[e].kept as usize).sum())
+        .collect();
 
     // Plain-Rust reference of the whole layer.
     let mut max_abs_error = 0.0f32;
@@ -127,9 +186,6 @@ pub fn run_expert_parallel(devices: &[Device], cfg: &MoeLayerConfig) -> Result<M
             }
         }
     }
-    let tokens_per_expert = (0..e_n)
-        .map(|e| plan.counts().iter().map(|c| c[e]).sum())
-        .collect();
     Ok(MoeLayerReport {
         devices: devices.iter().map(Device::label).collect(),
         tokens: t * n,

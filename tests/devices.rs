@@ -1,24 +1,20 @@
-//! Discovery, virtual devices, meshes, sharded tensors, and the autotuner's on-disk cache.
+//! Discovery, virtual devices, meshes, and the autotuner's on-disk cache.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::{Adapters, Need, Span, case};
+use common::{Adapters, case};
 use gangway::device::{parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::Autotuner;
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
-use gangway::{DType, Device, Error, Mesh, Rng, ShardedTensor, Sharding};
+use gangway::{DType, Device, Error, Mesh};
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(adapters: virtual_devices_split_every_adapter),
         case!(host: bad_settings_are_typed_errors),
         case!(adapters: mesh_groups_follow_named_axes),
-        case!(adapters: sharded_tensors_round_trip_and_move_across_adapters)
-            .span(Span::EachAndCross),
-        case!(adapters: sharded_f16_tensors_round_trip).needs(Need::F16),
-        case!(device: sharded_upload_over_the_limit_is_refused),
         case!(device: autotuner_measures_once_and_reuses_its_cache),
     ])
 }
@@ -81,62 +77,6 @@ fn mesh_groups_follow_named_axes(adapters: &Adapters) {
     assert_eq!(mesh.device(&[1, 0]).unwrap(), &devs[2]);
     assert!(matches!(mesh.axis("stage"), Err(Error::Mesh(_))));
     assert!(Mesh::new(devs[..3].to_vec(), &[("data", 2), ("expert", 2)]).is_err());
-}
-
-/// Two virtual devices of each adapter.
-fn sharded_tensors_round_trip_and_move_across_adapters(adapters: &Adapters) {
-    let devs = &adapters.mesh(2);
-    let shape = [5, 7, 3];
-    let data = Rng::new(5).vec(105);
-    for sharding in [
-        Sharding::Replicated,
-        Sharding::Split { dim: 0 },
-        Sharding::Split { dim: 1 },
-        Sharding::Split { dim: 2 },
-    ] {
-        let t = ShardedTensor::upload(devs, &data, &shape, DType::F32, sharding).unwrap();
-        assert_eq!(t.download().unwrap(), data, "{sharding:?}");
-        // Reversed device order: every shard changes device, most change adapter.
-        let reversed: Vec<_> = devs.iter().rev().cloned().collect();
-        let moved = t.copy_to(&reversed).unwrap();
-        assert_eq!(moved.download().unwrap(), data, "{sharding:?} after copy");
-    }
-    assert!(matches!(
-        ShardedTensor::upload(devs, &data[..10], &shape, DType::F32, Sharding::Replicated),
-        Err(Error::ShapeMismatch { .. })
-    ));
-    assert!(
-        ShardedTensor::upload(devs, &data, &shape, DType::F32, Sharding::Split { dim: 3 }).is_err()
-    );
-}
-
-/// Split f16 shards on two virtual devices of an adapter with shader-f16.
-fn sharded_f16_tensors_round_trip(adapters: &Adapters) {
-    let f16_devices = &adapters.mesh(2);
-    let shape = [5, 7, 3];
-    let data = Rng::new(5).vec(105);
-    let t = ShardedTensor::upload(
-        f16_devices,
-        &data,
-        &shape,
-        DType::F16,
-        Sharding::Split { dim: 1 },
-    )
-    .unwrap();
-    for (g, w) in t.download().unwrap().iter().zip(&data) {
-        assert!((g - w).abs() < 1e-3);
-    }
-}
-
-fn sharded_upload_over_the_limit_is_refused(d: &Device) {
-    let devs = std::slice::from_ref(d);
-    let limit = d.info().limits.max_storage_buffer_binding_size as usize;
-    // A replicated tensor one element over the limit: refused before any allocation.
-    let n = limit / 4 + 1;
-    let data = vec![0.0f32; n];
-    let err = ShardedTensor::upload(&devs[..1], &data, &[n], DType::F32, Sharding::Replicated)
-        .unwrap_err();
-    assert!(matches!(err, Error::LimitExceeded { .. }), "{err}");
 }
 
 fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {

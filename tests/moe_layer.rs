@@ -32,7 +32,8 @@ fn expert_parallel_layer_matches_the_cpu_reference(adapters: &Adapters) {
         },
         seed: 9,
     };
-    let report = run_expert_parallel(devices, &cfg).unwrap();
+    let (_runtime, client) = common::runtime_client(devices, "test");
+    let report = run_expert_parallel(&client, devices, &cfg).unwrap();
     assert!(report.max_abs_error < 1e-4, "{report:?}");
     assert_eq!(report.tokens, 37 * devices.len());
     let processed: usize = report.tokens_per_expert.iter().sum();

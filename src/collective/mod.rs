@@ -1,13 +1,9 @@
-//! Moving data between devices: host-staged transfers and the expert-parallel all-to-all within
-//! a process, and the transports that carry a job's data between its processes
-//! ([`transport`]: the seam; [`loopback`]: ranks in one process; `mpi`, with the `mpi` feature:
-//! OpenMPI across processes and hosts).
+//! The transports that carry a job's data between its processes ([`transport`]: the seam;
+//! [`loopback`]: ranks in one process; `mpi`, with the `mpi` feature: OpenMPI across processes
+//! and hosts). Within a process, programs move data with the runtime's transfer and collective
+//! nodes (`Op::Transfer`, `Op::AllToAll`, `Op::AllReduce`), staged through the host mailbox.
 
-pub mod all_to_all;
 pub mod loopback;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-pub mod transfer;
 pub mod transport;
-
-pub use all_to_all::{AllToAll, ExpertBatch};

@@ -39,6 +39,7 @@
 //! [`trainer`], a run of it on a corpus in [`training_run`].
 
 pub mod adam;
+pub mod exchange;
 pub mod params;
 pub mod reference;
 #[cfg(test)]

@@ -170,7 +170,7 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
     let mut runtime = |tracer: &Tracer| process_runtime(&discover()?, tracer, job);
     match &cli.command {
         Command::Devices { json } => devices(&cli.devices.discover()?, job, *json)?,
-        Command::Demo(args) => demo(&cli.devices.discover()?, args)?,
+        Command::Demo(args) => demo(&runtime(&tracer)?, args)?,
         Command::Bench(args) => match &args.compare {
             Some(BenchSub::Compare {
                 old,
@@ -880,7 +880,8 @@ fn devices(local: &[Device], job: &Job, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn demo(devices: &[Device], args: &DemoArgs) -> Result<()> {
+fn demo(runtime: &Runtime, args: &DemoArgs) -> Result<()> {
+    let devices = runtime.devices();
     let n = devices.len();
     let experts = args.experts.div_ceil(n) * n;
     let cfg = MoeLayerConfig {
@@ -896,7 +897,7 @@ fn demo(devices: &[Device], args: &DemoArgs) -> Result<()> {
         },
         seed: args.seed,
     };
-    let report = run_expert_parallel(devices, &cfg)?;
+    let report = run_expert_parallel(&runtime.client("moe layer", 1), devices, &cfg)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -8,16 +8,16 @@
 //! exact zeros to every sum), so every shape is static and the grouped matmuls run over fixed
 //! groups of `D · capacity` rows per local expert.
 
+use super::super::exchange::ExpertExchange;
 use super::super::params::{EMBED, W_IN};
 use super::super::{MoeLmConfig, VOCAB};
-use crate::kernels::copy_blocks::Block;
 use crate::kernels::lm_train::AdamConfig;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::router::STAT_WORDS;
 use crate::kernels::{
     Accumulate, Adam, Combine, CombineBackwardSlots, CrossEntropy, Dispatch, DispatchBackward,
-    EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, Matmul, Pack, Permute,
-    ReluBackward, Router, RouterBackward, RowLogsumexp, TensorType, Unpack,
+    EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, Matmul, Pack, ReluBackward, Router,
+    RouterBackward, RowLogsumexp, TensorType, Unpack,
 };
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
@@ -161,19 +161,30 @@ impl Builder<'_> {
         self.k(name, op, &[a, b])
     }
 
-    /// Row offsets of the local experts' groups: `D · capacity` rows each.
-    fn expert_offsets(&self) -> Vec<u32> {
-        let rows = (self.shape.devices * self.shape.capacity()) as u32;
-        (0..=self.shape.config.experts / self.shape.devices)
-            .map(|e| e as u32 * rows)
-            .collect()
+    fn exchange(&self) -> ExpertExchange {
+        ExpertExchange {
+            devices: self.shape.devices,
+            local_experts: self.shape.config.experts / self.shape.devices,
+            capacity: self.shape.capacity(),
+            row_words: self.shape.config.model,
+        }
+    }
+
+    fn send_to_experts(&mut self, name: &str, slots: Value) -> Value {
+        let gang = self.gang.clone();
+        self.exchange().to_experts(&mut self.b, &gang, name, slots)
+    }
+
+    fn send_to_tokens(&mut self, name: &str, rows: Value) -> Value {
+        let gang = self.gang.clone();
+        self.exchange().to_tokens(&mut self.b, &gang, name, rows)
     }
 
     fn gmm(&mut self, name: &str, a: Value, b: Value, trans_b: bool) -> Value {
         let op = Matmul {
             trans_a: false,
             trans_b,
-            offsets: Some(self.expert_offsets()),
+            offsets: Some(self.exchange().expert_offsets()),
             variant: MATMUL,
         };
         self.k(name, op, &[a, b])
@@ -216,49 +227,6 @@ impl Builder<'_> {
         self.grad(p, &at(&format!("accumulate {what} grad")), g);
         let w = self.params[p];
         self.mm(&at(&format!("{what} input grad")), dy, w, false, true)
-    }
-
-    /// The slot-major ↔ expert-major block moves around the all-to-all: on device j the
-    /// all-to-all gives `[source][local expert][capacity]`; the grouped matmuls want
-    /// `[local expert][source][capacity]`. `back` is the inverse.
-    fn permute(&mut self, name: &str, x: Value, back: bool) -> Value {
-        let (d, el, cap) = (
-            self.shape.devices,
-            self.shape.config.experts / self.shape.devices,
-            self.shape.capacity(),
-        );
-        let mut blocks = Vec::with_capacity(d * el);
-        for s in 0..d {
-            for e in 0..el {
-                let (slot_major, expert_major) = ((s * el + e) * cap, (e * d + s) * cap);
-                blocks.push(if back {
-                    Block::new(expert_major, slot_major, cap)
-                } else {
-                    Block::new(slot_major, expert_major, cap)
-                });
-            }
-        }
-        let row_words = self.shape.config.model;
-        self.k(name, Permute { blocks, row_words }, &[x])
-    }
-
-    /// Slots of every device to the devices of their experts, expert-major (identity on one
-    /// device).
-    fn send_to_experts(&mut self, name: &str, slots: Value) -> Value {
-        if self.shape.devices == 1 {
-            return slots;
-        }
-        let moved = self.b.all_to_all(name, slots);
-        self.permute(&format!("{name}: to expert-major"), moved, false)
-    }
-
-    /// Rows of every expert device back to the devices of their tokens, slot layout.
-    fn send_to_tokens(&mut self, name: &str, rows: Value) -> Value {
-        if self.shape.devices == 1 {
-            return rows;
-        }
-        let slots = self.permute(&format!("{name}: to slot-major"), rows, true);
-        self.b.all_to_all(name, slots)
     }
 }
 
@@ -418,7 +386,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 &[dh, probs, routes, stats],
             );
             let d_o = x.send_to_experts(&at("all-to-all backward"), d_out);
-            let offsets = x.expert_offsets();
+            let offsets = x.exchange().expert_offsets();
             let gw2 = x.k(
                 &at("expert w2 grad"),
                 ExpertWeightGrad {

@@ -1,0 +1,98 @@
+//! Expert parallelism's capacity-padded exchange, as program nodes: one way for every program
+//! that sends routed slots to their experts' devices and back (the MoE training step and the
+//! `gangway moe` layer).
+//!
+//! Device `s` holds its tokens' slots slot-major, `[expert][capacity]` for every expert, and each
+//! device holds `E/D` experts. The all-to-all sends each device the `[E/D · capacity]` block of its
+//! experts, kept or not (empty slots are zero rows, which add exact zeros), so every shape is
+//! static; on device `j` it arrives `[source][local expert][capacity]`, and a block permute makes
+//! it `[local expert][source][capacity]`, the groups of `D · capacity` rows the grouped matmul
+//! wants. The way back is the inverse.
+
+use crate::kernels::Permute;
+use crate::kernels::copy_blocks::Block;
+use crate::program::{ProgramBuilder, Value};
+use std::sync::Arc;
+
+/// The exchange's shape: devices, experts per device, slots per expert per source, row width.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertExchange {
+    pub devices: usize,
+    pub local_experts: usize,
+    pub capacity: usize,
+    /// Words (4-byte elements) of one slot row.
+    pub row_words: usize,
+}
+
+impl ExpertExchange {
+    /// Row offsets of the local experts' groups after [`Self::to_experts`]: `D · capacity` rows
+    /// each.
+    pub fn expert_offsets(&self) -> Vec<u32> {
+        let rows = (self.devices * self.capacity) as u32;
+        (0..=self.local_experts).map(|e| e as u32 * rows).collect()
+    }
+
+    /// The slot-major ↔ expert-major block moves (`back`: expert-major to slot-major).
+    fn blocks(&self, back: bool) -> Vec<Block> {
+        let (d, el, cap) = (self.devices, self.local_experts, self.capacity);
+        let mut blocks = Vec::with_capacity(d * el);
+        for s in 0..d {
+            for e in 0..el {
+                let (slot_major, expert_major) = ((s * el + e) * cap, (e * d + s) * cap);
+                blocks.push(if back {
+                    Block::new(expert_major, slot_major, cap)
+                } else {
+                    Block::new(slot_major, expert_major, cap)
+                });
+            }
+        }
+        blocks
+    }
+
+    fn permute(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        name: &str,
+        x: Value,
+        back: bool,
+    ) -> Value {
+        let permute = Permute {
+            blocks: self.blocks(back),
+            row_words: self.row_words,
+        };
+        let [y] = b.kernel(name, gang, Arc::new(permute), &[x]);
+        y
+    }
+
+    /// Every device's slots to the devices of their experts, expert-major (nothing to move on
+    /// one device).
+    pub fn to_experts(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        name: &str,
+        slots: Value,
+    ) -> Value {
+        if self.devices == 1 {
+            return slots;
+        }
+        let moved = b.all_to_all(name, slots);
+        self.permute(b, gang, &format!("{name}: to expert-major"), moved, false)
+    }
+
+    /// The expert devices' rows back to the devices of their tokens, slot-major.
+    pub fn to_tokens(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        name: &str,
+        rows: Value,
+    ) -> Value {
+        if self.devices == 1 {
+            return rows;
+        }
+        let slots = self.permute(b, gang, &format!("{name}: to slot-major"), rows, true);
+        b.all_to_all(name, slots)
+    }
+}
