@@ -94,13 +94,14 @@ pub fn execute(
     let lowered = lower(&plan)?;
     let mut variables = Variables::new();
     for (l, w) in model.weights.iter().enumerate() {
-        // This rank's stages' weights; other ranks upload theirs.
-        let stage = plan.stage_of_layer(l);
-        let t = devices[stage]
-            .local()
-            .map(|d| Tensor::from_f32(d, &model.layer_shape(l), DType::F32, w))
-            .transpose()?;
-        variables.insert_shards(weight_var(l), vec![t]);
+        // This rank's stages' weights (each copy's); other ranks upload theirs.
+        for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
+            let t = devices[stage]
+                .local()
+                .map(|d| Tensor::from_f32(d, &model.layer_shape(l), DType::F32, w))
+                .transpose()?;
+            variables.insert_shards(weight_var(l, copy), vec![t]);
+        }
     }
     let exec = Arc::new(lowered.program.compile_with(
         &devices,
@@ -138,9 +139,26 @@ pub fn execute(
         events.sort_by_key(|e| (e.start_ns, e.end_ns));
     }
     let layers = model.layers();
+    let copies = schedule.kind.parameter_copies();
     let weights = results.get(..layers).unwrap_or_default().to_vec();
+    for copy in 1..copies {
+        let other = results
+            .get(copy * layers..(copy + 1) * layers)
+            .unwrap_or_default();
+        if other != weights.as_slice() {
+            return Err(Error::InvalidArgument {
+                what: "pipeline run",
+                reason: format!("parameter copy {copy} differs from copy 0 after the update"),
+            });
+        }
+    }
     let mut losses = Vec::with_capacity(batch.len());
-    for (y, mb) in results.get(layers..).unwrap_or_default().iter().zip(batch) {
+    for (y, mb) in results
+        .get(copies * layers..)
+        .unwrap_or_default()
+        .iter()
+        .zip(batch)
+    {
         let sum: f64 = y
             .iter()
             .zip(&mb.target)
@@ -151,8 +169,13 @@ pub fn execute(
     report(&plan, weights, losses, events)
 }
 
-fn weight_var(layer: usize) -> String {
-    format!("weight {layer}")
+/// The program variable of `layer`'s weights in parameter copy `copy` (DualPipe holds two).
+fn weight_var(layer: usize, copy: usize) -> String {
+    if copy == 0 {
+        format!("weight {layer}")
+    } else {
+        format!("weight {layer} copy {copy}")
+    }
 }
 
 /// Checked inputs of a run.
@@ -218,14 +241,27 @@ impl<'a> Plan<'a> {
         self.schedule.virtual_stages() - 1
     }
 
-    /// The stage holding `layer`.
-    fn stage_of_layer(&self, layer: usize) -> usize {
+    /// The stage holding each copy of `layer` (copy 0 first).
+    fn holders_of_layer(&self, layer: usize) -> Vec<usize> {
         let vs = self
             .split
             .iter()
             .position(|r| r.contains(&layer))
             .unwrap_or(0);
-        self.schedule.placement(vs).0
+        self.schedule
+            .holders(vs)
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    /// Which parameter copy `chunk` of a stage uses: its chunk under DualPipe's two copies.
+    fn copy_of_chunk(&self, chunk: usize) -> usize {
+        if self.schedule.kind.parameter_copies() > 1 {
+            chunk
+        } else {
+            0
+        }
     }
 }
 
@@ -291,8 +327,9 @@ struct Lowering<'p, 'a> {
     plan: &'p Plan<'a>,
     b: ProgramBuilder,
     tags: Vec<Option<Tag>>,
-    weights: Vec<Value>,
-    grads: Vec<Option<Value>>,
+    /// `[copy][layer]`.
+    weights: Vec<Vec<Value>>,
+    grads: Vec<Vec<Option<Value>>>,
     inputs: Vec<Value>,
     targets: Vec<Value>,
     /// Arrived inputs (activations) and output gradients, by (what, microbatch, chunk), per stage.
@@ -340,10 +377,10 @@ impl Lowering<'_, '_> {
         self.k(stage, name, op, &[a, b])
     }
 
-    /// `grads[layer] += hᵀ · dz` (the first contribution makes the accumulator).
-    fn weight_grad(&mut self, stage: usize, layer: usize, h: Value, dz: Value) {
+    /// `grads[copy][layer] += hᵀ · dz` (the first contribution makes the accumulator).
+    fn weight_grad(&mut self, stage: usize, copy: usize, layer: usize, h: Value, dz: Value) {
         let dw = self.matmul(stage, &format!("dW{layer}"), h, dz, true, false);
-        let next = match self.grads[layer] {
+        let next = match self.grads[copy][layer] {
             None => dw,
             Some(acc) => self.k(
                 stage,
@@ -352,7 +389,7 @@ impl Lowering<'_, '_> {
                 &[acc, dw],
             ),
         };
-        self.grads[layer] = Some(next);
+        self.grads[copy][layer] = Some(next);
     }
 
     fn chunk_layers(&self, stage: usize, c: usize) -> (usize, Range<usize>) {
@@ -360,15 +397,18 @@ impl Lowering<'_, '_> {
         (vs, self.plan.split[vs].clone())
     }
 
-    /// Hands a chunk's output to its send op, or straight to the next chunk when `p == 1` (a
-    /// single stage has no transfers).
+    /// Hands a chunk's output to its send op, or straight to the chunk that reads it when that
+    /// is on the same stage (one stage, or the turn of a V: no transfer).
     fn pass_on(&mut self, stage: usize, what: Flowing, mb: usize, c: usize, v: Value) {
-        if self.plan.schedule.stages == 1 {
-            let next = match what {
-                Flowing::Activation => c + 1,
-                Flowing::Gradient => c.wrapping_sub(1),
-            };
-            self.arrived.insert((stage, what, mb, next), v);
+        let schedule = self.plan.schedule;
+        let vs = schedule.virtual_stage(stage, c);
+        let to_vs = match what {
+            Flowing::Activation => vs + 1,
+            Flowing::Gradient => vs.wrapping_sub(1),
+        };
+        let (at, chunk) = schedule.placement(mb, to_vs);
+        if at == stage {
+            self.arrived.insert((stage, what, mb, chunk), v);
         } else {
             self.outgoing.insert((stage, what, mb, c), v);
         }
@@ -377,6 +417,7 @@ impl Lowering<'_, '_> {
     fn forward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let (vs, layers) = self.chunk_layers(s, c);
         let last_layer = self.plan.model.layers() - 1;
+        let w = self.plan.copy_of_chunk(c);
         let mut h = if vs == 0 {
             self.inputs.get(mb).copied()
         } else {
@@ -390,7 +431,7 @@ impl Lowering<'_, '_> {
                 s,
                 &format!("F{layer}"),
                 h,
-                self.weights[layer],
+                self.weights[w][layer],
                 false,
                 false,
             );
@@ -414,6 +455,7 @@ impl Lowering<'_, '_> {
 
     fn backward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let split = self.plan.schedule.split_backward;
+        let copy = self.plan.copy_of_chunk(c);
         let (vs, layers) = self.chunk_layers(s, c);
         let mut saved = self
             .saved
@@ -438,14 +480,14 @@ impl Lowering<'_, '_> {
             if split {
                 saved.dz[j] = Some(dz);
             } else {
-                self.weight_grad(s, layer, h, dz);
+                self.weight_grad(s, copy, layer, h, dz);
             }
             if layer > 0 {
                 let dh = self.matmul(
                     s,
                     &format!("dX{layer}"),
                     dz,
-                    self.weights[layer],
+                    self.weights[copy][layer],
                     false,
                     true,
                 );
@@ -469,13 +511,14 @@ impl Lowering<'_, '_> {
 
     fn weight_grads(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let (_, layers) = self.chunk_layers(s, c);
+        let copy = self.plan.copy_of_chunk(c);
         let saved = self
             .saved
             .remove(&(s, mb, c))
             .ok_or_else(|| missing(s, "the backward's saved gradients", mb, c))?;
         for (j, layer) in layers.enumerate() {
             let dz = saved.dz[j].ok_or_else(|| missing(s, "a layer's output gradient", mb, c))?;
-            self.weight_grad(s, layer, saved.inputs[j], dz);
+            self.weight_grad(s, copy, layer, saved.inputs[j], dz);
         }
         Ok(())
     }
@@ -497,7 +540,7 @@ impl Lowering<'_, '_> {
         let peer = peer.ok_or_else(|| missing(s, "the send's peer", mb, c))?;
         if peer >= plan.schedule.stages
             || to_vs > plan.last_vs()
-            || plan.schedule.placement(to_vs).0 != peer
+            || plan.schedule.placement(mb, to_vs).0 != peer
         {
             return Err(missing(s, "a valid peer for the send", mb, c));
         }
@@ -544,21 +587,19 @@ fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     // The schedule is the order: no device runs a later op while an earlier one waits.
     b.keep_order();
     let widths = &plan.model.widths;
-    let weights: Vec<Value> = (0..plan.model.layers())
-        .map(|l| {
-            let gang = [plan.stage_of_layer(l)];
-            b.variable(
-                &weight_var(l),
-                &gang,
-                TensorType::f32(&plan.model.layer_shape(l)),
-            )
-        })
-        .collect();
-    let first = schedule.placement(0).0;
-    let last = schedule.placement(plan.last_vs()).0;
+    let copies = schedule.kind.parameter_copies();
+    let mut weights: Vec<Vec<Value>> = vec![Vec::new(); copies];
+    for l in 0..plan.model.layers() {
+        for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
+            let ty = TensorType::f32(&plan.model.layer_shape(l));
+            weights[copy].push(b.variable(&weight_var(l, copy), &[stage], ty));
+        }
+    }
     let out = widths[widths.len() - 1];
     let (mut inputs, mut targets) = (Vec::new(), Vec::new());
-    for &rows in &plan.rows {
+    for (mb, &rows) in plan.rows.iter().enumerate() {
+        let first = schedule.placement(mb, 0).0;
+        let last = schedule.placement(mb, plan.last_vs()).0;
         inputs.push(b.typed_arg(&[first], TensorType::f32(&[rows, widths[0]])));
         targets.push(b.typed_arg(&[last], TensorType::f32(&[rows, out])));
     }
@@ -566,7 +607,7 @@ fn lower(plan: &Plan<'_>) -> Result<Lowered> {
         plan,
         b,
         tags: Vec::new(),
-        grads: vec![None; weights.len()],
+        grads: vec![vec![None; plan.model.layers()]; copies],
         weights,
         inputs,
         targets,
@@ -640,26 +681,50 @@ fn lower(plan: &Plan<'_>) -> Result<Lowered> {
             });
         }
     }
-    // The SGD step per stage, then the weights and outputs back.
+    // The SGD step per stage. With two parameter copies each copy's gradient first goes to the
+    // other copy's stage (all sends before any sum: the sum accumulates in place), and each
+    // adds the other's, so both copies take the same step. Then the weights and outputs back.
     let scale = plan.lr / schedule.microbatches as f32;
-    let mut updated = Vec::with_capacity(x.weights.len());
-    for l in 0..x.weights.len() {
-        let s = plan.stage_of_layer(l);
-        let g = x.grads[l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
-        let at = x.b.node_count();
-        let w = x.k(
-            s,
-            &format!("sgd{l}"),
-            KernelOp::Sgd { lr: scale },
-            &[x.weights[l], g],
-        );
-        x.tag_from(at, Tag::Sgd { stage: s });
-        updated.push(w);
+    let layers = plan.model.layers();
+    let mut received: HashMap<(usize, usize), Vec<Value>> = HashMap::new();
+    for from_copy in 0..copies {
+        for l in 0..layers {
+            let holders = plan.holders_of_layer(l);
+            let g = x.grads[from_copy][l]
+                .ok_or_else(|| missing(holders[from_copy], "the weight gradient", 0, 0))?;
+            for (to_copy, &to) in holders.iter().enumerate().filter(|&(c, _)| c != from_copy) {
+                let at = x.b.node_count();
+                let sent = x.b.send("send dW", g);
+                let got = x.b.recv("recv dW", sent, &[to]);
+                x.tag_from(at, Tag::Sgd { stage: to });
+                received.entry((to_copy, l)).or_default().push(got);
+            }
+        }
+    }
+    let mut updated = Vec::with_capacity(copies * layers);
+    for copy in 0..copies {
+        for l in 0..layers {
+            let s = plan.holders_of_layer(l)[copy];
+            let at = x.b.node_count();
+            let mut g = x.grads[copy][l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
+            for got in received.remove(&(copy, l)).unwrap_or_default() {
+                g = x.k(s, &format!("sum dW{l}"), KernelOp::Accumulate, &[g, got]);
+            }
+            let w = x.k(
+                s,
+                &format!("sgd{l}"),
+                KernelOp::Sgd { lr: scale },
+                &[x.weights[copy][l], g],
+            );
+            x.tag_from(at, Tag::Sgd { stage: s });
+            updated.push(w);
+        }
     }
     for w in updated {
         x.b.result(w);
     }
     for (mb, y) in x.outputs.clone().into_iter().enumerate() {
+        let last = schedule.placement(mb, plan.last_vs()).0;
         let y = y.ok_or_else(|| missing(last, "the output", mb, 0))?;
         x.b.result(y);
     }
@@ -785,6 +850,8 @@ fn report(
         .max()
         .unwrap_or(0);
     let measured = Costs {
+        all_to_all_ns: 0,
+        blocking_sends: false,
         forward_ns: mean('F'),
         backward_ns: mean('B'),
         weight_grad_ns: if schedule.split_backward {

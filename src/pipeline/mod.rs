@@ -30,6 +30,7 @@ mod mlp;
 mod orders;
 mod schedule;
 mod simulate;
+mod textbook;
 mod validate;
 
 pub use ascii::timeline;
@@ -38,27 +39,7 @@ pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
-pub use schedule::{MAX_OPS, Op, OpKind, Schedule, ScheduleKind};
+pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate};
+pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};
-
-/// The textbook bubble of `kind` as a fraction of total time, for showing "theory" next to a
-/// measurement (see the table above). Assumes free transfers and, for ZB-H1, `F = B = W`; the
-/// others hold for any op costs. Returns 0 for empty shapes.
-pub fn bubble_formula(
-    kind: ScheduleKind,
-    stages: usize,
-    microbatches: usize,
-    chunks: usize,
-) -> f64 {
-    if stages == 0 || microbatches == 0 || chunks == 0 {
-        return 0.0;
-    }
-    let (p, m, v) = (stages as f64, microbatches as f64, chunks as f64);
-    let over_ideal = match kind {
-        ScheduleKind::GPipe | ScheduleKind::OneFOneB => (p - 1.0) / m,
-        ScheduleKind::Interleaved => (p - 1.0) / (v * m),
-        ScheduleKind::ZbH1 => (p - 1.0) / (3.0 * m),
-    };
-    over_ideal / (1.0 + over_ideal)
-}

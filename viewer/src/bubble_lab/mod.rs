@@ -1,5 +1,6 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
-//! simulation (or all four schedules stacked on one time axis at the same total cost), the
+//! simulation (or any set of the nine schedules stacked on one time axis at the same total
+//! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, peak activations, and an animation that plays or steps
 //! op by op saying what each stage waits for. The figure exports as SVG and PNG for slides. "Run on devices" trains one MLP step with the same
 //! schedule on the first `p` devices (in the background) and shows the measured timeline under
@@ -17,7 +18,7 @@ use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
 use gangway::bench::pipeline::{PipelineResult, run_case};
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
-use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula};
+use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
@@ -44,6 +45,40 @@ pub struct LabParams {
     pub forward: u64,
     pub backward: u64,
     pub weight_grad: u64,
+    /// Each transfer's cost between stages, in the same units (0: free, as the textbook).
+    pub latency: u64,
+    /// Whether the stages wait for their sends (synchronous) instead of overlapping them.
+    pub wait_for_sends: bool,
+    /// The schedules the comparison stacks: bit `i` for `ScheduleKind::ALL[i]`.
+    pub compared: u16,
+}
+
+/// The comparison's default set: GPipe, 1F1B, interleaved and ZB-H1.
+pub const CLASSIC_FOUR: u16 = 1 | 1 << 1 | 1 << 3 | 1 << 5;
+
+impl LabParams {
+    /// The schedules the comparison stacks, in `ScheduleKind::ALL`'s order.
+    pub fn compared_kinds(&self) -> Vec<ScheduleKind> {
+        ScheduleKind::ALL
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.compared & (1 << i) != 0)
+            .map(|(_, k)| k)
+            .collect()
+    }
+
+    /// The cost model of one microbatch through a stage's whole share, link included.
+    pub fn share_costs(&self) -> Costs {
+        Costs {
+            latency_ns: self.latency * UNIT_NS,
+            blocking_sends: self.wait_for_sends,
+            ..Costs::compute_only(
+                self.forward * UNIT_NS,
+                self.backward * UNIT_NS,
+                self.weight_grad * UNIT_NS,
+            )
+        }
+    }
 }
 
 impl Default for LabParams {
@@ -56,12 +91,16 @@ impl Default for LabParams {
             forward: 1,
             backward: 1,
             weight_grad: 1,
+            latency: 0,
+            wait_for_sends: false,
+            compared: CLASSIC_FOUR,
         }
     }
 }
 
 impl LabParams {
-    /// Chunks the schedule is built with: `v` for interleaved, 1 for the rest.
+    /// Chunks the schedule is built with: `v` for interleaved and looped BFS, 2 for the V and
+    /// bidirectional schedules, 1 for the rest.
     pub fn effective_chunks(&self) -> usize {
         self.kind.chunks(self.chunks.max(2))
     }
@@ -95,7 +134,7 @@ impl RunShape {
             self.stages,
             self.microbatches
         );
-        if self.kind == ScheduleKind::Interleaved {
+        if self.kind.takes_chunks() {
             s.push_str(&format!(", v = {}", self.chunks));
         }
         s
@@ -170,12 +209,13 @@ fn needs_devices(stages: usize, devices: &[Device]) -> String {
 /// The result of one simulation, kept until the inputs change.
 #[derive(Debug, Clone)]
 pub struct LabResult {
-    pub textbook: f64,
+    /// The textbook bubble at F = B = W; `None` where there is no closed form (ZB-V).
+    pub textbook: Option<f64>,
     /// The simulation as trace events (the Files tab saves it).
     pub data: TimelineData,
     /// The textbook figure of this schedule.
     pub figure: Figure,
-    /// All four schedules at this p, m and v and the same total cost, on one time axis.
+    /// The compared schedules at this p, m and v and the same total cost, on one time axis.
     pub comparison: Result<Figure, String>,
 }
 
@@ -238,25 +278,20 @@ impl Default for BubbleLab {
 
 /// Human name of a schedule, as on the buttons.
 pub fn label(kind: ScheduleKind) -> &'static str {
-    match kind {
-        ScheduleKind::GPipe => "GPipe",
-        ScheduleKind::OneFOneB => "1F1B",
-        ScheduleKind::Interleaved => "Interleaved 1F1B",
-        ScheduleKind::ZbH1 => "ZB-H1",
-    }
+    kind.title()
 }
 
 /// The textbook formula with this shape's numbers in it.
 pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String {
     let q = p.saturating_sub(1);
     match kind {
-        ScheduleKind::GPipe | ScheduleKind::OneFOneB => {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB | ScheduleKind::Eager1F1B => {
             format!(
                 "bubble = (p - 1) / (m + p - 1) = {q} / ({m} + {q}) = {q}/{}",
                 m + q
             )
         }
-        ScheduleKind::Interleaved => format!(
+        ScheduleKind::Interleaved | ScheduleKind::LoopedBfs => format!(
             "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}",
             v * m + q
         ),
@@ -264,23 +299,34 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             "bubble = (p - 1) / (3m + p - 1) if F = B = W = {q} / (3*{m} + {q}) = {q}/{}",
             3 * m + q
         ),
+        ScheduleKind::ZbV => format!(
+            "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
+             {q} half-stage F"
+        ),
+        ScheduleKind::DualPipe => {
+            let h = (p / 2).saturating_sub(1);
+            format!(
+                "idle per stage = (p/2 - 1)(F&B + B - 3W) = {h} * 2F = {} F if F = B = W, \
+                 F&B = F + B",
+                2 * h
+            )
+        }
+        ScheduleKind::DualPipeV => format!(
+            "idle per stage = (p - 1)(F&B + B - 3W) = {q} * 2F = {} half-stage F if F = B = W",
+            2 * q
+        ),
     }
 }
 
 /// Runs the schedule and simulation for `p`.
 pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     let v = p.effective_chunks();
-    let (f, b, w) = (
-        p.forward * UNIT_NS,
-        p.backward * UNIT_NS,
-        p.weight_grad * UNIT_NS,
-    );
     let figure = Figure::single(
         p.kind,
         p.stages,
         p.microbatches,
         v,
-        &Costs::stage_model(f, b, w, v),
+        &p.share_costs().per_chunk(p.kind.passes(v)),
     )
     .map_err(|e| e.to_string())?;
     if figure.rows.len() != 1 {
@@ -289,8 +335,14 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
             figure.rows.len()
         ));
     }
-    let comparison = Figure::compare(p.stages, p.microbatches, p.chunks.max(2), f, b, w)
-        .map_err(|e| e.to_string());
+    let comparison = Figure::compare(
+        &p.compared_kinds(),
+        p.stages,
+        p.microbatches,
+        p.chunks.max(2),
+        &p.share_costs(),
+    )
+    .map_err(|e| e.to_string());
     // Transfers are free here (zero-length): show compute lanes only.
     let mut data = TimelineData::from_events(
         figure.rows[0]
@@ -351,7 +403,8 @@ impl BubbleLab {
                         && t_ns < e.end_ns
                 });
                 if let Some(e) = running {
-                    let mb = e.microbatch.map_or_else(String::new, |m| format!(" mb {m}"));
+                    // Microbatches count from 1, as on the blocks.
+                    let mb = e.microbatch.map_or_else(String::new, |m| format!(" mb {}", m + 1));
                     return format!("stage {stage}: running {}{mb}", e.name);
                 }
                 let next = r
@@ -368,11 +421,11 @@ impl BubbleLab {
                         match op.kind {
                             OpKind::RecvActivation => format!(
                                 "stage {stage}: waits for the activation of mb {} from stage {peer}",
-                                op.microbatch
+                                op.microbatch + 1
                             ),
                             OpKind::RecvGradient => format!(
                                 "stage {stage}: waits for the gradient of mb {} from stage {peer}",
-                                op.microbatch
+                                op.microbatch + 1
                             ),
                             _ => format!("stage {stage}: idle, next {op}"),
                         }
@@ -447,8 +500,20 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.stages, 1..=16).text("stages p"));
             ui.add(Slider::new(&mut self.params.microbatches, 1..=64).text("microbatches m"));
             ui.add_enabled(
-                self.params.kind == ScheduleKind::Interleaved || self.view == LabView::Compare,
+                self.params.kind.takes_chunks() || self.view == LabView::Compare,
                 Slider::new(&mut self.params.chunks, 2..=8).text("chunks v"),
+            );
+        });
+        ui.horizontal_wrapped(|ui| {
+            ui.add(Slider::new(&mut self.params.latency, 0..=10).text("transfer cost"))
+                .on_hover_text("each activation or gradient transfer between stages (1 = 1 µs)");
+            ui.checkbox(
+                &mut self.params.wait_for_sends,
+                "stages wait for their sends",
+            )
+            .on_hover_text(
+                "off: transfers overlap compute and only a late receive waits; on: a send \
+                     holds its stage until the data has arrived",
             );
         });
         ui.horizontal_wrapped(|ui| {
@@ -495,7 +560,7 @@ impl BubbleLab {
                 .strong(),
             );
             ui.separator();
-            ui.label(format!("textbook: {:.1}%", r.textbook * 100.0));
+            ui.label(format!("textbook: {}", percent(r.textbook)));
             ui.separator();
             ui.label(format!(
                 "makespan {}",
@@ -523,12 +588,31 @@ impl BubbleLab {
         ui.horizontal_wrapped(|ui| {
             ui.label("figure:");
             ui.selectable_value(&mut self.view, LabView::One, "this schedule");
-            ui.selectable_value(&mut self.view, LabView::Compare, "compare all four")
+            ui.selectable_value(&mut self.view, LabView::Compare, "compare")
                 .on_hover_text(
-                    "GPipe, 1F1B, interleaved (v chunks, F/v each) and ZB-H1 at the same p, m \
-                     and total cost, on one time axis",
+                    "the schedules ticked below at the same p, m and total cost, on one time \
+                     axis (interleaved and BFS: v chunks of F/v each; V schedules: 2 of F/2)",
                 );
         });
+        if self.view == LabView::Compare {
+            ui.horizontal_wrapped(|ui| {
+                ui.label("compare:");
+                for (i, kind) in ScheduleKind::ALL.into_iter().enumerate() {
+                    let mut on = self.params.compared & (1 << i) != 0;
+                    if ui.checkbox(&mut on, kind.title()).changed() {
+                        self.params.compared ^= 1 << i;
+                    }
+                }
+            });
+            if let Ok(LabResult {
+                comparison: Ok(f), ..
+            }) = &self.result
+            {
+                for (kind, why) in &f.left_out {
+                    ui.weak(format!("left out {}: {why}", kind.title()));
+                }
+            }
+        }
         if self.view != view {
             self.reset_player();
         }
@@ -541,7 +625,7 @@ impl BubbleLab {
             {
                 ui.colored_label(
                     ui.visuals().error_fg_color,
-                    format!("the four schedules cannot all take this shape: {e}"),
+                    format!("no ticked schedule can take this shape: {e}"),
                 );
             }
             return;
@@ -741,10 +825,7 @@ impl BubbleLab {
                 r.bubble_simulated * 100.0
             ));
             ui.separator();
-            ui.label(format!(
-                "textbook formula: {:.1}%",
-                r.bubble_textbook * 100.0
-            ));
+            ui.label(format!("textbook formula: {}", percent(r.bubble_textbook)));
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(format!("step time {}", format_ns(r.step_ms * 1e6)));
