@@ -67,8 +67,31 @@ fn bad_shape_is_an_error_in_the_ui_not_a_panic() {
     let mut h = common::harness([1200.0, 900.0]);
     h.get_by_label("Interleaved 1F1B").click();
     h.run();
-    common::set_slider(&mut h, "microbatches m", 6.0); // not a multiple of p = 4
-    h.get_by_label_contains("error: interleaved 1F1B needs the microbatch count (6)");
+    common::set_slider(&mut h, "microbatches m", 3.0); // fewer than p = 4
+    h.get_by_label_contains("error: interleaved 1F1B needs at least as many microbatches (3)");
+}
+
+/// A compared set one schedule cannot take: that one is named and left out, the rest draw.
+#[test]
+fn compare_names_and_leaves_out_a_schedule_that_cannot_take_the_shape() {
+    let mut h = common::harness([1400.0, 1400.0]);
+    h.get_by_label("compare").click();
+    h.run();
+    // The schedule buttons come first, the comparison's checkboxes after them.
+    h.get_all_by_label("DualPipe").last().unwrap().click();
+    h.run();
+    common::set_slider(&mut h, "stages p", 3.0);
+    h.get_by_label_contains("left out DualPipe: dualpipe cannot take this shape: it needs an even");
+    let figure = h.state().lab.figure().unwrap();
+    let titles: Vec<&str> = figure.rows.iter().map(|r| r.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        ["GPipe", "1F1B", "Interleaved 1F1B, v = 2", "ZB-H1"],
+        "{titles:?}"
+    );
+    // With p = 4 and m = 8 it takes the shape and draws as a fifth row.
+    common::set_slider(&mut h, "stages p", 4.0);
+    assert_eq!(h.state().lab.figure().unwrap().rows.len(), 5);
 }
 
 #[test]
