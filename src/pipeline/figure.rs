@@ -20,7 +20,7 @@
 
 use std::fmt::Write as _;
 
-use crate::trace::{EventKind, Lane};
+use crate::trace::PipelineOp;
 
 use super::error::ScheduleError;
 use super::schedule::{OpKind, Schedule, ScheduleKind};
@@ -256,14 +256,13 @@ impl FigureRow {
             .sim
             .events
             .iter()
-            .filter(|e| e.lane == Lane::Compute && e.kind == EventKind::Kernel)
             .filter(|e| e.device < self.stages())
             .filter_map(|e| {
-                let kind = match e.name.chars().next()? {
-                    'F' => OpKind::Forward,
-                    'B' => OpKind::Backward,
-                    'W' => OpKind::WeightGrad,
-                    _ => return None,
+                // The one rule for which events are pipeline ops (the bubble's too).
+                let kind = match PipelineOp::of(e)? {
+                    PipelineOp::Forward => OpKind::Forward,
+                    PipelineOp::Backward => OpKind::Backward,
+                    PipelineOp::WeightGrad => OpKind::WeightGrad,
                 };
                 let chunk = e
                     .name
@@ -1305,6 +1304,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::trace::Lane;
 
     /// The four schedules these tests were written for.
     const FOUR: [ScheduleKind; 4] = [

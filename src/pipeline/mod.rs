@@ -1,6 +1,21 @@
-//! Pipeline parallelism without GPUs: schedules as data, a validator, a cost-model simulator, an
-//! ASCII timeline and the textbook figure ([`figure`], as SVG or for any painter). Executing a
-//! schedule on devices lives elsewhere and consumes these types.
+//! Pipeline parallelism: schedules as data, a validator, a cost-model simulator, the published
+//! figures, an ASCII timeline and the textbook figure ([`figure`], as SVG or for any painter),
+//! and training a schedule on devices. Where each concept lives:
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
+//! | `orders.rs` | each kind's compute order (the generators) |
+//! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
+//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends) and [`simulate`] |
+//! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
+//! | `ascii.rs`, `figure.rs` | the plain-text timeline and the textbook figure |
+//! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
+//! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
+//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
+//!
+//! The schedule side (`schedule`, `orders`, `validate`, `engine`, `simulate`, `textbook`) knows
+//! nothing of wgpu.
 //!
 //! A model is cut into `p` stages (one per device), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
@@ -26,12 +41,15 @@ mod engine;
 mod error;
 mod execute;
 pub mod figure;
+mod lower;
+mod measure;
 mod mlp;
 mod orders;
 mod schedule;
 mod simulate;
 mod textbook;
 mod validate;
+pub mod workload;
 
 pub use ascii::timeline;
 pub use engine::OpAt;

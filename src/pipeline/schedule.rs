@@ -254,7 +254,7 @@ pub struct Op {
     pub peer: Option<usize>,
     /// Set on an F that runs overlapped with the next compute op of its stage, a B of another
     /// microbatch (DualPipe's F&B chunk): the pair starts when both inputs are in and costs
-    /// [`super::Costs::overlapped_ns`] together; the receives of both come before the F and the
+    /// `max(F + B, 2 · all-to-all)` together ([`super::Costs::all_to_all_ns`]); the receives of both come before the F and the
     /// sends of both after the B.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overlapped: bool,

@@ -560,7 +560,7 @@ fn pipeline_run(
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
     use gangway::pipeline::timeline;
-    let (r, report) = gangway::bench::pipeline::run_case(
+    let (r, report) = gangway::pipeline::workload::run_case(
         &runtime.client("pipeline", 1),
         // Under mpirun the stages spread over the ranks' devices, rank by rank.
         runtime.mesh(),
@@ -579,9 +579,9 @@ fn pipeline_run(
         args.stages,
         args.microbatches,
         chunks_suffix(chunks),
-        gangway::bench::pipeline::layers(args.stages, chunks),
-        gangway::bench::pipeline::WIDTH,
-        gangway::bench::pipeline::ROWS,
+        gangway::pipeline::workload::layers(args.stages, chunks),
+        gangway::pipeline::workload::WIDTH,
+        gangway::pipeline::workload::ROWS,
     );
     for (_, name) in &report.device_names {
         println!("  {name}");

@@ -16,8 +16,8 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 
 use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
-use gangway::bench::pipeline::{PipelineResult, run_case};
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
+use gangway::pipeline::workload::{PipelineResult, run_case};
 use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
