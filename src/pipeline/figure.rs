@@ -227,8 +227,9 @@ pub struct FigureRow {
     pub title: String,
     pub schedule: Schedule,
     pub sim: Simulation,
-    /// Per stage, in microbatch-chunks, as [`super::validate`] reports them (a chunk holds
-    /// `1/v` of a stage's activations; the figure shows `peak / v` microbatches' worth).
+    /// Per stage, in chunk activations, as [`super::validate`] reports them (a chunk op holds
+    /// `1/passes` of a stage's activations for one microbatch; the figure, the lab and the CLI
+    /// show [`FigureRow::peak_microbatches`]).
     pub peak_activations: Vec<usize>,
 }
 
@@ -308,6 +309,26 @@ impl FigureRow {
             }
         }
         out
+    }
+
+    /// Peak activations per stage in the one unit every view shows: microbatches' worth of one
+    /// stage's activations (chunk activations over [`Schedule::passes`]; DualPipe's chunks are
+    /// whole stages, interleaved's and the V's are fractions).
+    pub fn peak_microbatches(&self) -> Vec<f64> {
+        let passes = self.schedule.passes().max(1) as f64;
+        self.peak_activations
+            .iter()
+            .map(|&a| a as f64 / passes)
+            .collect()
+    }
+
+    /// [`FigureRow::peak_microbatches`] as text: "4, 3, 2, 1" or "5.5, 4.5, 3.5, 2.5".
+    pub fn peak_text(&self) -> String {
+        self.peak_microbatches()
+            .into_iter()
+            .map(|x| trim_number(x, 2))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn stages(&self) -> usize {
@@ -651,11 +672,8 @@ impl<'a> Builder<'a> {
         let mem_max = fig
             .rows
             .iter()
-            .flat_map(|r| {
-                let v = r.schedule.chunks.max(1) as f32;
-                r.peak_activations.iter().map(move |&a| a as f32 / v)
-            })
-            .fold(0.0, f32::max);
+            .flat_map(|r| r.peak_microbatches())
+            .fold(0.0, f64::max) as f32;
         // Widest number beside a bar ("4.5" at most one decimal, as drawn).
         let mem_label = trim_number(f64::from(mem_max), 1) + ".5";
         let mem_bar = 4.0 * st.font;
@@ -883,8 +901,8 @@ impl<'a> Builder<'a> {
             });
         }
         // Peak activations, one bar per lane.
-        for (s, &peak) in r.peak_activations.iter().enumerate().take(stages) {
-            let value = peak as f32 / v as f32;
+        for (s, value) in r.peak_microbatches().into_iter().enumerate().take(stages) {
+            let (peak, value) = (r.peak_activations[s], value as f32);
             let w = if self.mem_max > 0.0 {
                 (value / self.mem_max * self.mem_bar).max(if peak > 0 { 2.0 } else { 0.0 })
             } else {

@@ -373,3 +373,23 @@ fn block_hover_text_follows_the_pointer() {
         assert!(gap < 40.0, "{text}: hover text {gap} pt from the pointer");
     }
 }
+
+/// Figure only: the controls go, the figure and the player stay; Esc brings the controls back.
+#[test]
+fn figure_only_hides_the_controls_until_escape() {
+    let mut h = common::harness([1400.0, 1400.0]);
+    h.get_by_label("compare").click();
+    h.run();
+    h.get_by_label("figure only").click();
+    h.run();
+    assert!(h.state().lab.figure_only);
+    assert!(h.query_by_label("stages p").is_none());
+    h.get_by_label("Play");
+    h.get_by_label("show the controls (Esc)");
+    assert!(h.state().lab.layout.is_some());
+    h.key_press(egui::Key::Escape);
+    h.run();
+    assert!(!h.state().lab.figure_only);
+    assert!(h.query_by_label("show the controls (Esc)").is_none());
+    assert!(h.query_all_by_label("stages p").next().is_some());
+}

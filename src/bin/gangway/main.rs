@@ -831,15 +831,8 @@ fn print_comparison(
             let t = textbook(s.kind, s.stages, s.microbatches, s.chunks, &costs);
             let idle = row.sim.idle_ns();
             let idle_max = idle.iter().copied().max().unwrap_or(0);
-            let peak = row.peak_activations.iter().copied().max().unwrap_or(0);
-            let units = |chunks: usize| {
-                let x = chunks as f64 / s.passes() as f64;
-                if x.fract() == 0.0 {
-                    format!("{x:.0}")
-                } else {
-                    format!("{x:.1}")
-                }
-            };
+            let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
+            let units = |chunks: f64| format!("{}", chunks);
             vec![
                 name,
                 format!("{:.3} ms", row.sim.makespan_ns as f64 / 1e6),
@@ -849,7 +842,8 @@ fn print_comparison(
                 t.idle_per_stage_ns
                     .map_or_else(|| "—".to_owned(), |x| format!("{} µs", us(x))),
                 units(peak),
-                t.peak_activations.map_or_else(|| "—".to_owned(), units),
+                t.peak_activations
+                    .map_or_else(|| "—".to_owned(), |c| units(c as f64 / s.passes() as f64)),
                 s.kind.parameter_copies().to_string(),
             ]
         })

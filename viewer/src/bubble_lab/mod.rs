@@ -12,7 +12,6 @@ mod paint;
 mod player;
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError};
 
 use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
@@ -25,7 +24,7 @@ use gangway::trace::Lane;
 pub use export::{Exporter, png_bytes};
 pub use player::Player;
 
-use crate::background;
+use crate::background::{self, Job};
 use crate::live::{DeviceHub, Discovery};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
@@ -251,8 +250,10 @@ pub struct BubbleLab {
     pub exporter: Exporter,
     /// Where "Export SVG"/"Export PNG" write (the extension is replaced).
     pub export_path: String,
+    /// Only the figure and the player, for a lecture hall (Esc or the button returns).
+    pub figure_only: bool,
     /// The run on devices in progress, and what it is for.
-    pending: Option<(RunShape, Receiver<Result<DeviceRun, String>>)>,
+    pending: Option<(RunShape, Job<Result<DeviceRun, String>>)>,
     /// The last run on devices, with the shape it ran (not necessarily the controls' now).
     pub measured: Option<(RunShape, Result<DeviceRun, String>)>,
 }
@@ -268,6 +269,7 @@ impl Default for BubbleLab {
             layout: None,
             exporter: Exporter::default(),
             export_path: "pipeline-figure.svg".into(),
+            figure_only: false,
             pending: None,
             measured: None,
         };
@@ -452,15 +454,13 @@ impl BubbleLab {
 
     /// Picks up a finished run; true when one arrived.
     pub fn poll(&mut self) -> bool {
-        let Some((shape, rx)) = &self.pending else {
+        let Some((shape, job)) = &self.pending else {
             return false;
         };
-        let result = match rx.try_recv() {
-            Ok(r) => r,
-            Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => Err("the run stopped without a result".to_string()),
+        let Some(result) = job.poll("the run") else {
+            return false;
         };
-        self.measured = Some((*shape, result));
+        self.measured = Some((*shape, result.and_then(|r| r)));
         self.pending = None;
         true
     }
@@ -468,6 +468,16 @@ impl BubbleLab {
     /// `theme`: the figure's look (the app's projector setting).
     pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub, theme: Theme) {
         self.poll();
+        if self.figure_only {
+            let esc = ui.input(|i| i.key_pressed(Key::Escape));
+            if ui.button("show the controls (Esc)").clicked() || esc {
+                self.figure_only = false;
+            }
+            self.recompute();
+            self.player_ui(ui);
+            self.figure_ui(ui, theme);
+            return;
+        }
         ui.horizontal_wrapped(|ui| {
             ui.label("schedule:");
             for kind in ScheduleKind::ALL {
@@ -559,6 +569,14 @@ impl BubbleLab {
                 ))
                 .strong(),
             );
+            ui.label(format!(
+                "= {:.1}% over the ideal time",
+                row.sim.bubble_over_ideal() * 100.0
+            ))
+            .on_hover_text(
+                "the Ultra-Scale Playbook's convention: (makespan − ideal) / ideal, (p − 1)/m for \
+                 1F1B; the first is idle time over p × makespan",
+            );
             ui.separator();
             ui.label(format!("textbook: {}", percent(r.textbook)));
             ui.separator();
@@ -575,14 +593,18 @@ impl BubbleLab {
                 ui.weak("(W folded into B)");
             }
         });
-        ui.label(format!(
-            "peak activations per stage: {}",
-            row.peak_activations
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("peak activations per stage: {}", row.peak_text()))
+                .on_hover_text(
+                    "microbatches' worth of a stage's activations, as the bars show (a chunk of \
+                     v holds 1/v of one)",
+                );
+            ui.separator();
+            ui.label(format!(
+                "parameter copies: {}",
+                row.schedule.kind.parameter_copies()
+            ));
+        });
         ui.separator();
         let view = self.view;
         ui.horizontal_wrapped(|ui| {
@@ -593,6 +615,9 @@ impl BubbleLab {
                     "the schedules ticked below at the same p, m and total cost, on one time \
                      axis (interleaved and BFS: v chunks of F/v each; V schedules: 2 of F/2)",
                 );
+            ui.separator();
+            ui.toggle_value(&mut self.figure_only, "figure only")
+                .on_hover_text("hide the controls: the figure and the player alone (Esc returns)");
         });
         if self.view == LabView::Compare {
             ui.horizontal_wrapped(|ui| {
@@ -618,6 +643,12 @@ impl BubbleLab {
         }
         self.player_ui(ui);
         self.export_ui(ui);
+        self.figure_ui(ui, theme);
+    }
+
+    /// The figure at the width there is, its hover text, and each stage's status while the
+    /// player is at an op.
+    fn figure_ui(&mut self, ui: &mut Ui, theme: Theme) {
         let Some(figure) = self.figure() else {
             if let Ok(LabResult {
                 comparison: Err(e), ..
