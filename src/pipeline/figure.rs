@@ -75,11 +75,11 @@ impl Rgba {
     }
 }
 
-/// Forward blocks: the viewer's `BarKind::Forward` blue.
+/// Forward blocks (the viewer's timeline bars take F, B and W from here too).
 pub const FORWARD: Rgba = Rgba::rgb(66, 133, 244);
-/// Backward (input-gradient) blocks: the viewer's `BarKind::Backward` green.
+/// Backward (input-gradient) blocks.
 pub const BACKWARD: Rgba = Rgba::rgb(52, 168, 83);
-/// Weight-gradient blocks: the viewer's `BarKind::WeightGrad` orange.
+/// Weight-gradient blocks.
 pub const WEIGHT_GRAD: Rgba = Rgba::rgb(251, 140, 0);
 /// The peak-activation bars.
 const MEMORY: Rgba = Rgba::rgb(142, 99, 206);
