@@ -9,7 +9,7 @@
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
 //! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends) and [`simulate`] |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
-//! | `ascii.rs`, `figure.rs` | the plain-text timeline and the textbook figure |
+//! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
 //! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
