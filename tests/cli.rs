@@ -14,7 +14,7 @@ fn main() -> std::process::ExitCode {
         case!(host: bad_pipeline_parameters_are_clear_errors),
         case!(host: interleaved_beats_1f1b_at_the_same_model_cost),
         case!(host: pipeline_svg_writes_the_figure_whole),
-        case!(host: pipeline_compare_writes_all_four_schedules),
+        case!(host: pipeline_compare_writes_every_schedule),
         case!(host: bad_svg_paths_are_clear_errors),
         case!(host: trace_sums_up_pytorch_and_jax_profiler_traces),
         case!(host: trace_sums_up_a_pipeline_trace_with_its_bubble),
@@ -62,7 +62,10 @@ fn pipeline_prints_the_textbook_bubble_and_traces_the_simulation() {
         trace.to_str().unwrap(),
     ]);
     assert!(
-        out.contains("bubble: 27.3% of total time (textbook 27.3%)"),
+        out.contains(
+            "bubble: 27.3% of total time, 37.5% over the ideal time (textbook at F = B = W with \
+             free transfers: 27.3%)"
+        ),
         "{out}"
     );
     assert!(
@@ -84,14 +87,43 @@ fn bad_pipeline_parameters_are_clear_errors() {
             "--stages",
             "4",
             "--microbatches",
-            "6",
+            "3",
         ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("multiple"), "{err}");
+    assert!(err.contains("at least as many microbatches (3)"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // The help's default parses: --costs-us is comma separated, as shown.
+    let help = gangway(&["pipeline", "--help"]);
+    assert!(help.contains("[default: 100,100,100]"), "{help}");
+    let out = gangway(&["pipeline", "--costs-us", "100,100,100"]);
+    assert!(out.contains("F/B/W = 100/100/100 µs"), "{out}");
+    for (args, want) in [
+        (
+            &["--schedule", "dualpipe", "--stages", "3"][..],
+            "even stage count",
+        ),
+        (
+            &["--latency-us=-1"][..],
+            "--latency-us must be a non-negative",
+        ),
+        (
+            &["--bandwidth-gbs", "0"][..],
+            "--bandwidth-gbs must be a positive",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .arg("pipeline")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
 }
 
 /// The `makespan: X ms` line of a `pipeline --simulate` run, in ms.
@@ -194,7 +226,7 @@ fn pipeline_svg_writes_the_figure_whole() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn pipeline_compare_writes_all_four_schedules() {
+fn pipeline_compare_writes_every_schedule() {
     let dir = scratch_dir("compare");
     let path = dir.join("compare.svg");
     let out = gangway(&[
@@ -209,24 +241,53 @@ fn pipeline_compare_writes_all_four_schedules() {
         "--svg",
         path.to_str().unwrap(),
     ]);
+    // The table's makespan column: "| 1f1b | 3.300 ms | ...".
     let ms = |name: &str| -> f64 {
-        let line = out.lines().find(|l| l.starts_with(name)).unwrap();
-        line.split_whitespace()
-            .nth(if name == "interleaved" { 2 } else { 1 })
-            .unwrap()
-            .parse()
-            .unwrap()
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} ")))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"));
+        let cell = line.split('|').nth(2).unwrap().trim();
+        cell.trim_end_matches(" ms").parse().unwrap()
     };
     assert_eq!(
-        [ms("gpipe"), ms("1f1b"), ms("interleaved"), ms("zb-h1")],
+        [ms("gpipe"), ms("1f1b"), ms("interleaved v=2"), ms("zb-h1")],
         [3.3, 3.3, 2.85, 2.7],
         "{out}"
     );
+    // DualPipe idles (p/2 − 1)(F&B + B − 3W) = 1 · 200 µs per stage: 100 below ZB-H1's 300.
+    assert_eq!(ms("dualpipe"), 2.6, "{out}");
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.starts_with("<svg"));
-    for title in [">GPipe<", ">1F1B<", ">Interleaved 1F1B, v = 2<", ">ZB-H1<"] {
+    for title in [
+        ">GPipe<",
+        ">1F1B<",
+        ">Eager 1F1B<",
+        ">Interleaved 1F1B, v = 2<",
+        ">Looped BFS, v = 2<",
+        ">ZB-H1<",
+        ">ZB-V<",
+        ">DualPipe<",
+        ">DualPipeV<",
+    ] {
         assert!(svg.contains(title), "{title}");
     }
+    // A subset that one schedule cannot take: named and left out, the rest drawn.
+    let out = gangway(&[
+        "pipeline",
+        "--compare",
+        "--schedules",
+        "1f1b,dualpipe",
+        "--stages",
+        "3",
+        "--microbatches",
+        "6",
+    ]);
+    assert!(out.contains("| 1f1b |"), "{out}");
+    assert!(
+        out.contains("left out dualpipe: dualpipe cannot take this shape: it needs an even"),
+        "{out}"
+    );
     assert!(svg.contains(">8</text>") && svg.contains("weight grad W"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,7 +20,11 @@ fn main() -> std::process::ExitCode {
     ])
 }
 
-const WIDTHS: [usize; 9] = [24, 32, 32, 32, 32, 16, 16, 16, 8];
+/// 16 layers: at p = 4 every virtual stage of the V schedules (2p of them) has two, so every B
+/// computes an input gradient (a one-layer first stage's split B has no kernel to run).
+const WIDTHS: [usize; 17] = [
+    24, 32, 32, 32, 32, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 8,
+];
 const ROWS: usize = 5;
 const M: usize = 4;
 const LR: f32 = 0.05;
@@ -43,11 +47,11 @@ fn batch(m: usize) -> Vec<Microbatch> {
         .collect()
 }
 
-fn chunks(kind: ScheduleKind) -> usize {
-    if kind == ScheduleKind::Interleaved {
-        2
-    } else {
-        1
+/// The microbatches `kind` runs at `p` stages: M, or DualPipe(V)'s minimum of 2p.
+fn microbatches(kind: ScheduleKind, p: usize) -> usize {
+    match kind {
+        ScheduleKind::DualPipe | ScheduleKind::DualPipeV => M.max(2 * p),
+        _ => M,
     }
 }
 
@@ -56,8 +60,6 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
     let names: Vec<String> = devices.iter().map(|d| d.label()).collect();
     println!("devices: {names:?}");
     let mlp = model();
-    let batch = batch(M);
-    let want = mlp.reference_step(&batch, LR).unwrap();
     // The process's runtime streams every run's events (device ids) to its tracer, while each
     // report holds the run's own events in the pipeline's view.
     let tracer = Tracer::new();
@@ -72,13 +74,16 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
     let client = runtime.client("pipeline test", 1);
     for p in [2, 4] {
         for kind in ScheduleKind::ALL {
-            let v = chunks(kind);
-            let schedule = Schedule::new(kind, p, M, v).unwrap();
+            let v = kind.chunks(2);
+            let m = microbatches(kind, p);
+            let batch = batch(m);
+            let want = mlp.reference_step(&batch, LR).unwrap();
+            let schedule = Schedule::new(kind, p, m, v).unwrap();
             drop(tracer.take_events());
             let started = std::time::Instant::now();
             let run = execute(&client, &schedule, &devices[..p], &mlp, &batch, LR).unwrap();
             let took = started.elapsed();
-            let what = format!("{kind} p={p} v={v}");
+            let what = format!("{kind} p={p} m={m} v={v}");
 
             for (layer, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
                 common::assert_close(&format!("{what} layer {layer}"), got, want, 1e-4);
@@ -95,7 +100,7 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
                 .iter()
                 .filter(|e| e.lane == Lane::Compute && e.name != "sgd")
                 .count();
-            assert_eq!(compute, per_mb * M * p * v, "{what}");
+            assert_eq!(compute, per_mb * m * p * schedule.passes(), "{what}");
             // The report's compute ops span the runtime's kernels of the same run.
             let kernels = tracer
                 .events()
@@ -130,17 +135,17 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
                 }
             }
 
-            let m = &run.measured;
+            let mc = &run.measured;
             println!(
-                "{what}: {took:?}; measured bubble {:.3}, simulated {:.3}, textbook {:.3}; \
+                "{what}: {took:?}; measured bubble {:.3}, simulated {:.3}, textbook {}; \
                  F {} µs, B {} µs, W {} µs, transfer {} µs",
                 run.measured_bubble,
                 run.simulated.bubble_fraction,
-                bubble_formula(kind, p, M, v),
-                m.forward_ns / 1000,
-                m.backward_ns / 1000,
-                m.weight_grad_ns / 1000,
-                m.latency_ns / 1000,
+                gangway::pipeline::percent(bubble_formula(kind, p, m, v)),
+                mc.forward_ns / 1000,
+                mc.backward_ns / 1000,
+                mc.weight_grad_ns / 1000,
+                mc.latency_ns / 1000,
             );
             let first = run.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
             let end = run.events.iter().map(|e| e.end_ns).max().unwrap_or(0);

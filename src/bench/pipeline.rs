@@ -1,172 +1,14 @@
-//! `gangway bench pipeline` (and `gangway pipeline --run`): one pipelined MLP training step per
-//! schedule on real devices; step time, throughput, and the bubble measured from the trace beside
-//! the simulator's prediction from the same run's op times and the textbook formula.
+//! `gangway bench pipeline`: one pipelined MLP training step per schedule on real devices
+//! ([`crate::pipeline::workload`]); step time, throughput, and the bubble measured from the trace
+//! beside the simulator's prediction from the same run's op times and the textbook formula.
 
 use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
 use super::suite::Planned;
-use crate::device::DeviceList;
-use crate::pipeline::{
-    Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula, execute,
-    validate,
-};
+use crate::pipeline::workload::{PipelineResult, PreparedCase, ROWS, WIDTH, layers};
+use crate::pipeline::{Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
-use crate::{Device, Error, Result, Rng};
-use serde::Serialize;
-
-/// Width of every hidden layer of the benchmark MLP.
-pub const WIDTH: usize = 128;
-/// Rows (samples) per microbatch.
-pub const ROWS: usize = 32;
-const LR: f32 = 0.01;
-
-/// The MLP the benchmark trains: `max(8, p·v)` layers of [`WIDTH`], so every virtual stage has one.
-pub fn model(stages: usize, chunks: usize, seed: u64) -> Result<Mlp> {
-    Mlp::new(&MlpConfig {
-        widths: vec![WIDTH; layers(stages, chunks) + 1],
-        seed,
-    })
-}
-
-/// Layers of the benchmark MLP on `stages` devices with `chunks` chunks each.
-pub fn layers(stages: usize, chunks: usize) -> usize {
-    (stages * chunks).max(8)
-}
-
-pub fn batch(model: &Mlp, microbatches: usize, seed: u64) -> Vec<Microbatch> {
-    let mut rng = Rng::new(seed);
-    let (input, output) = (model.widths[0], model.widths[model.widths.len() - 1]);
-    (0..microbatches)
-        .map(|_| Microbatch {
-            input: rng.vec(ROWS * input),
-            target: rng.vec(ROWS * output),
-        })
-        .collect()
-}
-
-/// One measured (schedule, p, m).
-#[derive(Debug, Clone, Serialize)]
-pub struct PipelineResult {
-    pub schedule: &'static str,
-    pub stages: usize,
-    pub microbatches: usize,
-    pub chunks: usize,
-    pub step_ms: f64,
-    pub samples_per_s: f64,
-    pub bubble_measured: f64,
-    /// The simulator with this run's own mean op and transfer times.
-    pub bubble_simulated: f64,
-    /// The textbook formula (free transfers; ZB-H1 assumes F = B = W).
-    pub bubble_textbook: f64,
-    pub peak_activations: Vec<usize>,
-    /// Largest |pipelined − single-device reference| weight after the step.
-    pub max_weight_error: f32,
-    /// The measured mean op times (µs, per chunk op) and the stage boundary's activation
-    /// (bytes): what `gangway plan` feeds its pipeline model.
-    pub forward_us: f64,
-    pub backward_us: f64,
-    pub weight_grad_us: f64,
-    pub activation_bytes: u64,
-}
-
-/// One schedule's training step, ready to run: the model, the batch, and the single-device
-/// reference step to check the pipelined one against.
-#[derive(Debug)]
-pub struct PreparedCase {
-    schedule: Schedule,
-    peak_activations: Vec<usize>,
-    mlp: Mlp,
-    data: Vec<Microbatch>,
-    reference: Vec<Vec<f32>>,
-}
-
-impl PreparedCase {
-    /// Builds and validates the schedule and computes the reference step (on the host).
-    pub fn new(
-        kind: ScheduleKind,
-        stages: usize,
-        microbatches: usize,
-        chunks: usize,
-    ) -> Result<Self> {
-        let chunks = kind.chunks(chunks);
-        let schedule = Schedule::new(kind, stages, microbatches, chunks)?;
-        let peak_activations = validate(&schedule)?.peak_activations;
-        let mlp = model(stages, chunks, 7)?;
-        let data = batch(&mlp, microbatches, 11);
-        let reference = mlp.reference_step(&data, LR)?.weights;
-        Ok(Self {
-            schedule,
-            peak_activations,
-            mlp,
-            data,
-            reference,
-        })
-    }
-
-    /// Runs the step on the first `stages` devices, as a run of `client`; its weights are
-    /// compared with the reference.
-    pub fn run(
-        &self,
-        client: &Client,
-        devices: &(impl DeviceList + ?Sized),
-    ) -> Result<(PipelineResult, RunReport)> {
-        let devices = devices.mesh_devices();
-        let s = &self.schedule;
-        if devices.len() < s.stages {
-            return Err(Error::InvalidArgument {
-                what: "pipeline run",
-                reason: format!(
-                    "{} stages need {} devices, {} found (try --virtual-devices)",
-                    s.stages,
-                    s.stages,
-                    devices.len()
-                ),
-            });
-        }
-        let report = execute(client, s, &devices[..s.stages], &self.mlp, &self.data, LR)?;
-        let max_weight_error = report
-            .weights
-            .iter()
-            .flatten()
-            .zip(self.reference.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
-        let step_s = report.makespan_ns as f64 / 1e9;
-        Ok((
-            PipelineResult {
-                schedule: s.kind.name(),
-                stages: s.stages,
-                microbatches: s.microbatches,
-                chunks: s.chunks,
-                step_ms: step_s * 1e3,
-                samples_per_s: (s.microbatches * ROWS) as f64 / step_s,
-                bubble_measured: report.measured_bubble,
-                bubble_simulated: report.simulated.bubble_fraction,
-                bubble_textbook: bubble_formula(s.kind, s.stages, s.microbatches, s.chunks),
-                peak_activations: self.peak_activations.clone(),
-                max_weight_error,
-                forward_us: report.measured.forward_ns as f64 / 1e3,
-                backward_us: report.measured.backward_ns as f64 / 1e3,
-                weight_grad_us: report.measured.weight_grad_ns as f64 / 1e3,
-                activation_bytes: report.measured.activation_bytes,
-            },
-            report,
-        ))
-    }
-}
-
-/// Runs one training step of `kind` on the first `stages` devices, as a run of `client`, and
-/// checks it against the single-device reference.
-pub fn run_case(
-    client: &Client,
-    devices: &(impl DeviceList + ?Sized),
-    kind: ScheduleKind,
-    stages: usize,
-    microbatches: usize,
-    chunks: usize,
-) -> Result<(PipelineResult, RunReport)> {
-    PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices)
-}
+use crate::{Device, Error, Result};
 
 /// The suite's sizes: every schedule on `stages` devices for each microbatch count.
 #[derive(Debug, Clone)]
@@ -242,13 +84,15 @@ impl BlockingRun for Step {
                 (|r| r.bubble_measured) as fn(&PipelineResult) -> f64,
             ),
             ("bubble simulated", |r| r.bubble_simulated),
-            ("bubble textbook", |r| r.bubble_textbook),
             ("F µs", |r| r.forward_us),
             ("B µs", |r| r.backward_us),
             ("W µs", |r| r.weight_grad_us),
             ("activation bytes", |r| r.activation_bytes as f64),
         ] {
             e.metrics.insert(name.into(), median(f));
+        }
+        if let Some(x) = rs.last().and_then(|r| r.bubble_textbook) {
+            e.metrics.insert("bubble textbook".into(), x);
         }
         e.metrics.insert(
             "max weight error".into(),

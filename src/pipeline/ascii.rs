@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use crate::trace::{Event, EventKind, Lane};
+use crate::trace::{Event, PipelineOp};
 
 const LETTERS: [char; 3] = ['F', 'B', 'W'];
 
@@ -13,17 +13,21 @@ const LETTERS: [char; 3] = ['F', 'B', 'W'];
 /// When the window is at most `width` times the shortest op, each column is exactly that op's
 /// length, so unit costs give the textbook picture; otherwise the window is split evenly into
 /// `width` columns. A column shows whichever of F, B, W or idle covers most of its slice (ties
-/// go to the op, so short ops stay visible). Only [`Lane::Compute`] [`EventKind::Kernel`] events
-/// whose name starts with `F`, `B` or `W` are drawn.
+/// go to the op, so short ops stay visible). Only pipeline ops are drawn: compute-lane kernels
+/// named `F`, `B` or `W` ([`PipelineOp::of`]).
 pub fn timeline(events: &[Event], stages: usize, window: Range<u64>, width: usize) -> String {
     let span = window.end.saturating_sub(window.start);
     let drawn: Vec<(&Event, usize)> = events
         .iter()
-        .filter(|e| e.lane == Lane::Compute && e.kind == EventKind::Kernel && e.device < stages)
+        .filter(|e| e.device < stages)
         .filter(|e| e.start_ns < window.end && e.end_ns > window.start && e.end_ns > e.start_ns)
         .filter_map(|e| {
-            let first = e.name.chars().next()?;
-            LETTERS.iter().position(|&l| l == first).map(|i| (e, i))
+            let letter = match PipelineOp::of(e)? {
+                PipelineOp::Forward => 0,
+                PipelineOp::Backward => 1,
+                PipelineOp::WeightGrad => 2,
+            };
+            Some((e, letter))
         })
         .collect();
     let bounds = column_bounds(&drawn, &window, span, width);

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::trace::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
 use super::error::ScheduleError;
-use super::schedule::{Op, OpKind, Schedule};
+use super::schedule::{Layout, Op, OpKind, Schedule};
 
 /// Durations of each op kind in nanoseconds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,6 +21,22 @@ pub(crate) struct Timing {
     pub weight_grad: u64,
     /// One activation or gradient transfer, latency included.
     pub transfer: u64,
+    /// A chunk op's own communication (an MoE layer's all-to-all): added to an F or B that runs
+    /// alone, hidden under the partner's compute in an F&B pair (see [`Timing::pair`]).
+    pub all_to_all: u64,
+    /// Whether a send blocks its stage until the data has arrived (communication the stage
+    /// waits for) rather than running beside compute.
+    pub blocking_sends: bool,
+}
+
+impl Timing {
+    /// An overlapped F&B pair: one stream computes both, the other moves both chunks' data, so
+    /// the pair costs `max(F + B, 2 · all-to-all)`.
+    pub fn pair(&self) -> u64 {
+        self.forward
+            .saturating_add(self.backward)
+            .max(self.all_to_all.saturating_mul(2))
+    }
 }
 
 /// One op placed in time; `at_ns` is when it starts (a receive: when its data is in hand).
@@ -60,6 +76,7 @@ struct Message {
 
 struct Engine<'a> {
     s: &'a Schedule,
+    layout: Layout,
     t: Timing,
     record: bool,
     vstages: usize,
@@ -71,6 +88,8 @@ struct Engine<'a> {
     next: Vec<usize>,
     waiting: Vec<Option<u64>>,
     live: Vec<usize>,
+    /// What is left of an F&B pair's cost for its B, per stage.
+    pair_rest: Vec<Option<u64>>,
     run: Run,
     next_flow: u64,
     woken: VecDeque<usize>,
@@ -88,6 +107,7 @@ pub(crate) fn execute(s: &Schedule, t: Timing, record: bool) -> Result<Run, Sche
     let vstages = s.virtual_stages();
     let mut e = Engine {
         s,
+        layout: s.layout(),
         t,
         record,
         vstages,
@@ -98,6 +118,7 @@ pub(crate) fn execute(s: &Schedule, t: Timing, record: bool) -> Result<Run, Sche
         next: vec![0; p],
         waiting: vec![None; p],
         live: vec![0; p],
+        pair_rest: vec![None; p],
         run: Run {
             peak_activations: vec![0; p],
             busy: vec![0; p],
@@ -163,7 +184,7 @@ impl Engine<'_> {
 
     /// Executes one op; `Ok(false)` when it must wait for a send.
     fn step(&mut self, stage: usize, index: usize, op: Op) -> Result<bool, ScheduleError> {
-        let (p, m, v) = (self.s.stages, self.s.microbatches, self.s.chunks);
+        let (m, v) = (self.s.microbatches, self.s.chunks);
         if op.microbatch >= m {
             return Err(bad(
                 stage,
@@ -175,7 +196,20 @@ impl Engine<'_> {
         if op.chunk >= v {
             return Err(bad(stage, index, &op, format!("there are only {v} chunks")));
         }
-        let vs = op.chunk * p + stage;
+        let vs = self.layout.virtual_stage(stage, op.chunk);
+        let home = self.layout.locate(op.microbatch, vs);
+        if home != (stage, op.chunk) {
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                format!(
+                    "microbatch {} travels the other way: its virtual stage {vs} is chunk {} of \
+                     stage {}",
+                    op.microbatch, home.1, home.0
+                ),
+            ));
+        }
         let key = self.key(op.microbatch, vs);
         if op.kind.is_compute() {
             if op.peer.is_some() {
@@ -200,7 +234,7 @@ impl Engine<'_> {
                 format!("the {end} virtual stage has no peer"),
             ));
         }
-        let expected = other % p;
+        let expected = self.layout.locate(op.microbatch, other).0;
         if expected == stage {
             return Err(bad(
                 stage,
@@ -261,6 +295,9 @@ impl Engine<'_> {
         let start = self.clock[stage].max(*link);
         let arrival = start.saturating_add(self.t.transfer);
         *link = arrival;
+        if self.t.blocking_sends {
+            self.clock[stage] = arrival;
+        }
         let flow = self.next_flow;
         self.next_flow += 1;
         let mk = msg_key(dest_key, gradient);
@@ -338,11 +375,26 @@ impl Engine<'_> {
         key: usize,
     ) -> Result<(), ScheduleError> {
         let (mb, c) = (op.microbatch, op.chunk);
-        let (done, duration) = match op.kind {
-            OpKind::Forward => (F_DONE, self.t.forward),
-            OpKind::Backward => (B_DONE, self.t.backward),
+        let alone = |x: u64| x.saturating_add(self.t.all_to_all);
+        let (done, mut duration) = match op.kind {
+            OpKind::Forward => (F_DONE, alone(self.t.forward)),
+            OpKind::Backward => (B_DONE, alone(self.t.backward)),
             _ => (W_DONE, self.t.weight_grad),
         };
+        if op.overlapped {
+            duration = self.start_pair(stage, index, &op)?;
+        } else if op.kind == OpKind::Backward
+            && let Some(rest) = self.pair_rest[stage].take()
+        {
+            duration = rest;
+        } else if self.pair_rest[stage].is_some() {
+            return Err(bad(
+                stage,
+                index,
+                &op,
+                "an overlapped F must be followed by the B it overlaps",
+            ));
+        }
         if self.state[key] & done != 0 {
             return Err(ScheduleError::Duplicate {
                 stage,
@@ -425,6 +477,31 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// An overlapped F: checks that its partner B comes next and splits the pair's cost between
+    /// them in proportion to F and B; returns the F's share.
+    fn start_pair(&mut self, stage: usize, index: usize, op: &Op) -> Result<u64, ScheduleError> {
+        let partner = self.s.ops[stage][index + 1..]
+            .iter()
+            .find(|o| o.kind.is_compute());
+        if op.kind != OpKind::Forward || partner.is_none_or(|o| o.kind != OpKind::Backward) {
+            return Err(bad(
+                stage,
+                index,
+                op,
+                "only an F followed by a B can run overlapped",
+            ));
+        }
+        let pair = self.t.pair();
+        let (f, b) = (self.t.forward, self.t.backward);
+        let share = if f + b == 0 {
+            pair / 2
+        } else {
+            (u128::from(pair) * u128::from(f) / (u128::from(f) + u128::from(b))) as u64
+        };
+        self.pair_rest[stage] = Some(pair - share);
+        Ok(share)
+    }
+
     /// Checks that the input from virtual stage `from` is here; returns its flow id if it came
     /// from another stage.
     fn input(
@@ -436,9 +513,8 @@ impl Engine<'_> {
         key: usize,
         gradient: bool,
     ) -> Result<Option<u64>, ScheduleError> {
-        let p = self.s.stages;
-        let (src, src_chunk) = (from % p, from / p);
         let mb = op.microbatch;
+        let (src, src_chunk) = self.layout.locate(mb, from);
         if src == stage {
             let (bit, letter) = if gradient {
                 (B_DONE, 'B')
@@ -504,17 +580,16 @@ impl Engine<'_> {
 
     /// Every F, B (and W) ran once; every sent tensor was received.
     fn check_complete(&self) -> Result<(), ScheduleError> {
-        let p = self.s.stages;
         for (key, &bits) in self.state.iter().enumerate() {
             let (mb, vs) = (key / self.vstages, key % self.vstages);
-            let (stage, chunk) = (vs % p, vs / p);
+            let (stage, chunk) = self.layout.locate(mb, vs);
             for (sent, recv, what, from) in [
                 (ACT_SENT, ACT_RECV, "activation", vs.wrapping_sub(1)),
                 (GRAD_SENT, GRAD_RECV, "gradient", vs + 1),
             ] {
                 if bits & sent != 0 && bits & recv == 0 {
                     return Err(ScheduleError::Unreceived {
-                        stage: from % p,
+                        stage: self.layout.locate(mb, from).0,
                         peer: stage,
                         what: format!("the {what} of mb {mb} for chunk {chunk}"),
                     });

@@ -4,26 +4,35 @@
 /// Everything that can go wrong when building, checking or simulating a pipeline schedule.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ScheduleError {
-    #[error("unknown schedule {name:?}: expected one of gpipe, 1f1b, interleaved, zb-h1")]
+    #[error(
+        "unknown schedule {name:?}: expected one of {}",
+        super::ScheduleKind::names()
+    )]
     UnknownKind { name: String },
 
     #[error("a pipeline needs at least one {what}, got 0")]
     Zero { what: &'static str },
 
-    #[error("{kind} puts one model chunk on each stage, got {chunks}; only interleaved uses more")]
+    #[error(
+        "{kind} puts one model chunk on each stage, got {chunks}; only interleaved and bfs take \
+         a chunk count"
+    )]
     ChunksNeedInterleaved { kind: &'static str, chunks: usize },
 
     #[error(
-        "interleaved 1F1B needs at least 2 model chunks per stage, got {chunks}; \
-         with one chunk use 1f1b"
+        "{kind} needs at least 2 model chunks per stage, got {chunks}; with one chunk use 1f1b \
+         (or gpipe)"
     )]
-    TooFewChunks { chunks: usize },
+    TooFewChunks { kind: &'static str, chunks: usize },
 
     #[error(
-        "interleaved 1F1B needs the microbatch count ({microbatches}) to be a multiple of the \
-         stage count ({stages}), as Megatron requires"
+        "interleaved 1F1B needs at least as many microbatches ({microbatches}) as stages \
+         ({stages}), as Megatron requires"
     )]
-    MicrobatchesNotMultiple { microbatches: usize, stages: usize },
+    MicrobatchesBelowStages { microbatches: usize, stages: usize },
+
+    #[error("{kind} cannot take this shape: {reason}")]
+    Shape { kind: &'static str, reason: String },
 
     #[error(
         "{stages} stages x {microbatches} microbatches x {chunks} chunks is about {ops} ops, \

@@ -1,6 +1,21 @@
-//! Pipeline parallelism without GPUs: schedules as data, a validator, a cost-model simulator, an
-//! ASCII timeline and the textbook figure ([`figure`], as SVG or for any painter). Executing a
-//! schedule on devices lives elsewhere and consumes these types.
+//! Pipeline parallelism: schedules as data, a validator, a cost-model simulator, the published
+//! figures, an ASCII timeline and the textbook figure ([`figure`], as SVG or for any painter),
+//! and training a schedule on devices. Where each concept lives:
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
+//! | `orders.rs` | each kind's compute order (the generators) |
+//! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
+//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends) and [`simulate`] |
+//! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
+//! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
+//! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
+//! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
+//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
+//!
+//! The schedule side (`schedule`, `orders`, `validate`, `engine`, `simulate`, `textbook`) knows
+//! nothing of wgpu.
 //!
 //! A model is cut into `p` stages (one per device), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
@@ -26,11 +41,15 @@ mod engine;
 mod error;
 mod execute;
 pub mod figure;
+mod lower;
+mod measure;
 mod mlp;
 mod orders;
 mod schedule;
 mod simulate;
+mod textbook;
 mod validate;
+pub mod workload;
 
 pub use ascii::timeline;
 pub use engine::OpAt;
@@ -38,27 +57,7 @@ pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
-pub use schedule::{MAX_OPS, Op, OpKind, Schedule, ScheduleKind};
+pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate};
+pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};
-
-/// The textbook bubble of `kind` as a fraction of total time, for showing "theory" next to a
-/// measurement (see the table above). Assumes free transfers and, for ZB-H1, `F = B = W`; the
-/// others hold for any op costs. Returns 0 for empty shapes.
-pub fn bubble_formula(
-    kind: ScheduleKind,
-    stages: usize,
-    microbatches: usize,
-    chunks: usize,
-) -> f64 {
-    if stages == 0 || microbatches == 0 || chunks == 0 {
-        return 0.0;
-    }
-    let (p, m, v) = (stages as f64, microbatches as f64, chunks as f64);
-    let over_ideal = match kind {
-        ScheduleKind::GPipe | ScheduleKind::OneFOneB => (p - 1.0) / m,
-        ScheduleKind::Interleaved => (p - 1.0) / (v * m),
-        ScheduleKind::ZbH1 => (p - 1.0) / (3.0 * m),
-    };
-    over_ideal / (1.0 + over_ideal)
-}

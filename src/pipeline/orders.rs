@@ -1,10 +1,48 @@
 //! The compute order (F, B, W) of each stage for each schedule kind; transfers are added around
 //! it by `Schedule::new`. Shapes are checked before these run.
 
+use std::collections::VecDeque;
+
 use super::schedule::{OpKind, ScheduleKind};
 
-/// `(kind, microbatch, chunk)` in the order `stage` runs them.
-pub(crate) type ComputeOrder = Vec<(OpKind, usize, usize)>;
+/// One compute op of a stage's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub kind: OpKind,
+    pub mb: usize,
+    pub chunk: usize,
+    /// An F overlapped with the B after it (F&B).
+    pub overlapped: bool,
+    /// A W that belongs to the B right before it (a full backward, split only for the data).
+    pub glued: bool,
+}
+
+impl Step {
+    fn new(kind: OpKind, mb: usize, chunk: usize) -> Step {
+        Step {
+            kind,
+            mb,
+            chunk,
+            overlapped: false,
+            glued: false,
+        }
+    }
+}
+
+fn f(mb: usize, chunk: usize) -> Step {
+    Step::new(OpKind::Forward, mb, chunk)
+}
+
+fn b(mb: usize, chunk: usize) -> Step {
+    Step::new(OpKind::Backward, mb, chunk)
+}
+
+fn w(mb: usize, chunk: usize) -> Step {
+    Step::new(OpKind::WeightGrad, mb, chunk)
+}
+
+/// The compute ops in the order `stage` runs them.
+pub(crate) type ComputeOrder = Vec<Step>;
 
 pub(crate) fn compute_order(
     kind: ScheduleKind,
@@ -15,59 +53,80 @@ pub(crate) fn compute_order(
 ) -> ComputeOrder {
     match kind {
         ScheduleKind::GPipe => gpipe(microbatches),
-        ScheduleKind::OneFOneB => one_f_one_b(stages, microbatches, stage),
+        ScheduleKind::OneFOneB => one_f_one_b(stages, microbatches, stage, stages - stage - 1),
+        ScheduleKind::Eager1F1B => {
+            one_f_one_b(stages, microbatches, stage, 2 * (stages - stage - 1))
+        }
         ScheduleKind::Interleaved => interleaved(stages, microbatches, chunks, stage),
+        ScheduleKind::LoopedBfs => looped_bfs(microbatches, chunks),
         ScheduleKind::ZbH1 => zb_h1(stages, microbatches, stage),
+        ScheduleKind::ZbV => zb_v(stages, microbatches, stage),
+        ScheduleKind::DualPipe => dual_pipe(stages, microbatches, stage, false),
+        ScheduleKind::DualPipeV => dual_pipe(stages, microbatches, stage, true),
     }
 }
 
 /// All forwards, then all backwards, both in microbatch order 0..m (the backward order does not
 /// change the makespan; FIFO frees activations in the order they were made).
 fn gpipe(m: usize) -> ComputeOrder {
-    let f = (0..m).map(|mb| (OpKind::Forward, mb, 0));
-    let b = (0..m).map(|mb| (OpKind::Backward, mb, 0));
-    f.chain(b).collect()
+    (0..m)
+        .map(|mb| f(mb, 0))
+        .chain((0..m).map(|mb| b(mb, 0)))
+        .collect()
 }
 
-/// PipeDream-Flush: `min(p - s - 1, m)` warm-up forwards, then F/B pairs, then the remaining
-/// backwards, so stage `s` never holds more than `min(p - s, m)` activations.
-fn one_f_one_b(p: usize, m: usize, s: usize) -> ComputeOrder {
-    let warmup = (p - s - 1).min(m);
+/// PipeDream-Flush: `min(warmup, m)` warm-up forwards, then F/B pairs, then the remaining
+/// backwards. With 1F1B's warm-up of `p - s - 1`, stage `s` never holds more than `min(p - s,
+/// m)` activations; eager 1F1B's `2(p - s - 1)` holds up to `2(p - s) - 1`.
+fn one_f_one_b(_p: usize, m: usize, _s: usize, warmup: usize) -> ComputeOrder {
+    let warmup = warmup.min(m);
     let mut order = Vec::with_capacity(2 * m);
-    order.extend((0..warmup).map(|mb| (OpKind::Forward, mb, 0)));
+    order.extend((0..warmup).map(|mb| f(mb, 0)));
     for k in 0..m - warmup {
-        order.push((OpKind::Forward, warmup + k, 0));
-        order.push((OpKind::Backward, k, 0));
+        order.push(f(warmup + k, 0));
+        order.push(b(k, 0));
     }
-    order.extend((m - warmup..m).map(|mb| (OpKind::Backward, mb, 0)));
+    order.extend((m - warmup..m).map(|mb| b(mb, 0)));
     order
 }
 
 /// Megatron-LM's `forward_backward_pipelining_with_interleaving`: the k-th forward (and k-th
-/// backward, chunks reversed) walks microbatches in groups of `p` per chunk; warm-up is
+/// backward, chunks reversed) walks microbatches in groups of `p` per chunk, the last group
+/// taking whatever is left (Megatron's `get_schedule_table`, so any `m >= p` works); warm-up is
 /// `2(p - s - 1) + (v - 1)p` forwards, capped at `m v`. Megatron's special case of running the
 /// whole batch as warm-up when `m == p` is left out: it changes nothing but memory.
 fn interleaved(p: usize, m: usize, v: usize, s: usize) -> ComputeOrder {
     let total = m * v;
-    let warmup = (2 * (p - s - 1) + (v - 1) * p).min(total);
-    let unit = |k: usize, kind: OpKind| {
-        let in_group = k % (p * v);
-        let chunk = in_group / p;
-        let chunk = if kind == OpKind::Forward {
-            chunk
-        } else {
-            v - 1 - chunk
-        };
-        (kind, (k / (p * v)) * p + in_group % p, chunk)
-    };
-    let mut order = Vec::with_capacity(2 * total);
-    order.extend((0..warmup).map(|k| unit(k, OpKind::Forward)));
-    for k in 0..total - warmup {
-        order.push(unit(warmup + k, OpKind::Forward));
-        order.push(unit(k, OpKind::Backward));
+    let mut table = Vec::with_capacity(total);
+    let mut first = 0;
+    while first < m {
+        let end = if first + 2 * p > m { m } else { first + p };
+        for chunk in 0..v {
+            table.extend((first..end).map(|mb| (mb, chunk)));
+        }
+        first = end;
     }
-    order.extend((total - warmup..total).map(|k| unit(k, OpKind::Backward)));
+    let fwd = |k: usize| f(table[k].0, table[k].1);
+    let bwd = |k: usize| b(table[k].0, v - 1 - table[k].1);
+    // The largest group: p, or p plus the remainder when m is not a multiple of p.
+    let group = if m < 2 * p { m } else { p + m % p };
+    let warmup = (2 * (p - s - 1) + (v - 1) * group).min(total);
+    let mut order = Vec::with_capacity(2 * total);
+    order.extend((0..warmup).map(fwd));
+    for k in 0..total - warmup {
+        order.push(fwd(warmup + k));
+        order.push(bwd(k));
+    }
+    order.extend((total - warmup..total).map(bwd));
     order
+}
+
+/// Looped BFS: every microbatch's forward through chunk 0, then chunk 1, ...; then every
+/// backward through the last chunk, then the one before, microbatches in order.
+fn looped_bfs(m: usize, v: usize) -> ComputeOrder {
+    let forwards = (0..v).flat_map(|c| (0..m).map(move |mb| f(mb, c)));
+    let backwards = (0..v).rev().flat_map(|c| (0..m).map(move |mb| b(mb, c)));
+    forwards.chain(backwards).collect()
 }
 
 /// ZB-H1: 1F1B's F/B order with each W placed as late as memory allows. Stage `s` may hold `s`
@@ -79,22 +138,222 @@ fn zb_h1(p: usize, m: usize, s: usize) -> ComputeOrder {
     let defer = s;
     let mut order = Vec::with_capacity(3 * m);
     let mut next_w = 0;
-    order.extend((0..warmup).map(|mb| (OpKind::Forward, mb, 0)));
+    order.extend((0..warmup).map(|mb| f(mb, 0)));
     for k in 0..m - warmup {
-        order.push((OpKind::Forward, warmup + k, 0));
-        order.push((OpKind::Backward, k, 0));
+        order.push(f(warmup + k, 0));
+        order.push(b(k, 0));
         if k + 1 - next_w > defer {
-            order.push((OpKind::WeightGrad, next_w, 0));
+            order.push(w(next_w, 0));
             next_w += 1;
         }
     }
     for mb in m - warmup..m {
-        order.push((OpKind::Backward, mb, 0));
+        order.push(b(mb, 0));
         if next_w <= mb {
-            order.push((OpKind::WeightGrad, next_w, 0));
+            order.push(w(next_w, 0));
             next_w += 1;
         }
     }
-    order.extend((next_w..m).map(|mb| (OpKind::WeightGrad, mb, 0)));
+    order.extend((next_w..m).map(|mb| w(mb, 0)));
     order
+}
+
+/// ZB-V, built the way the paper builds its schedules: a greedy list scheduler over unit-time
+/// chunk ops (`F = B = W`, free transfers), all stages at once. At each time step an idle stage
+/// runs, in this priority: a ready B (the critical path; the deeper chunk's first), else a
+/// ready F while it holds fewer than `2p` chunk activations (one chunk is half a stage's share,
+/// so that is 1F1B's `p` microbatches at stage 0; the deeper chunk's first), else its oldest
+/// pending W. Activations are held from F until W. Only `stage`'s order is returned; every
+/// stage's comes out of the same deterministic run.
+fn zb_v(p: usize, m: usize, stage: usize) -> ComputeOrder {
+    let vstages = 2 * p;
+    let vs_of = |s: usize, c: usize| if c == 0 { s } else { 2 * p - 1 - s };
+    // Completion time of F and B of (mb, vs); u64::MAX while not run.
+    let mut f_done = vec![u64::MAX; m * vstages];
+    let mut b_done = vec![u64::MAX; m * vstages];
+    // Next microbatch each (stage, chunk) forwards / backwards, in microbatch order.
+    let mut next_f = vec![[0usize; 2]; p];
+    let mut next_b = vec![[0usize; 2]; p];
+    let mut pending_w: Vec<VecDeque<(usize, usize)>> = vec![VecDeque::new(); p];
+    let mut live = vec![0usize; p];
+    let mut orders: Vec<ComputeOrder> = vec![Vec::with_capacity(6 * m); p];
+    let total = 6 * m * p;
+    let mut done = 0;
+    let mut t: u64 = 0;
+    let mut stalled = 0;
+    while done < total {
+        let before = done;
+        for s in 0..p {
+            // B: the chunk whose output gradient is in, deeper chunk (1) first.
+            let ready_b = [1, 0].into_iter().find(|&c| {
+                let mb = next_b[s][c];
+                let vs = vs_of(s, c);
+                mb < m
+                    && f_done[mb * vstages + vs] <= t
+                    && (vs + 1 == vstages || b_done[mb * vstages + vs + 1] <= t)
+            });
+            let ready_f = [1, 0].into_iter().find(|&c| {
+                let mb = next_f[s][c];
+                let vs = vs_of(s, c);
+                mb < m && live[s] < 2 * p && (vs == 0 || f_done[mb * vstages + vs - 1] <= t)
+            });
+            let step = if let Some(c) = ready_b {
+                let mb = next_b[s][c];
+                next_b[s][c] += 1;
+                b_done[mb * vstages + vs_of(s, c)] = t + 1;
+                pending_w[s].push_back((mb, c));
+                b(mb, c)
+            } else if let Some(c) = ready_f {
+                let mb = next_f[s][c];
+                next_f[s][c] += 1;
+                f_done[mb * vstages + vs_of(s, c)] = t + 1;
+                live[s] += 1;
+                f(mb, c)
+            } else if let Some((mb, c)) = pending_w[s].pop_front() {
+                live[s] -= 1;
+                w(mb, c)
+            } else {
+                continue;
+            };
+            orders[s].push(step);
+            done += 1;
+        }
+        t += 1;
+        // Every op takes one step: two steps without one mean nothing will ever run again
+        // (not reached for any shape tested); the order stops short and fails validation.
+        stalled = if done == before { stalled + 1 } else { 0 };
+        if stalled > 1 {
+            break;
+        }
+    }
+    orders.swap_remove(stage)
+}
+
+/// DualPipe and DualPipeV, step for step as DeepSeek's reference implementation
+/// (`dualpipe.py` / `dualpipev.py`, `step()`'s eight phases) orders the compute. A stage's
+/// phase 0 and 1 are its two chunks: in DualPipeV chunk 0 (virtual stage `s`) and chunk 1
+/// (`2p - 1 - s`); in DualPipe the two directions, swapped on the second half of the stages,
+/// each direction carrying half the microbatches. `F&B` is an overlapped forward and backward;
+/// a backward with zero bubble on (`enable_zb`) defers its W to a FIFO that the W steps pop,
+/// otherwise its W follows it at once (a full backward).
+fn dual_pipe(p: usize, m: usize, stage: usize, v_shape: bool) -> ComputeOrder {
+    struct Gen {
+        order: ComputeOrder,
+        next_f: [usize; 2],
+        next_b: [usize; 2],
+        weights: VecDeque<(usize, usize)>,
+        /// Per local phase, (chunk, first microbatch).
+        phase: [(usize, usize); 2],
+    }
+    impl Gen {
+        fn forward(&mut self, phase: usize) {
+            let (c, base) = self.phase[phase];
+            self.order.push(f(base + self.next_f[c], c));
+            self.next_f[c] += 1;
+        }
+        fn backward(&mut self, phase: usize, zb: bool) {
+            let (c, base) = self.phase[phase];
+            let mb = base + self.next_b[c];
+            self.next_b[c] += 1;
+            self.order.push(b(mb, c));
+            if zb {
+                self.weights.push_back((mb, c));
+            } else {
+                self.order.push(Step {
+                    glued: true,
+                    ..w(mb, c)
+                });
+            }
+        }
+        fn forward_backward(&mut self, f_phase: usize, b_phase: usize) {
+            self.forward(f_phase);
+            if let Some(last) = self.order.last_mut() {
+                last.overlapped = true;
+            }
+            self.backward(b_phase, false);
+        }
+        fn weight(&mut self) {
+            if let Some((mb, c)) = self.weights.pop_front() {
+                self.order.push(w(mb, c));
+            }
+        }
+    }
+    // DualPipeV runs p ranks over 2p stages; DualPipe's half ranks play that role.
+    let (ranks, rank, chunks_per_phase) = if v_shape {
+        (p, stage, m)
+    } else {
+        (p / 2, stage.min(p - 1 - stage), m / 2)
+    };
+    let second_half = !v_shape && stage >= p / 2;
+    // The rank where both phases meet: DualPipeV's last, DualPipe's two middle ones.
+    let turn = rank + 1 == ranks;
+    let phase = if v_shape {
+        [(0, 0), (1, 0)]
+    } else if second_half {
+        [(1, m / 2), (0, 0)]
+    } else {
+        [(0, 0), (1, m / 2)]
+    };
+    let mut g = Gen {
+        order: Vec::with_capacity(3 * m * 2),
+        next_f: [0; 2],
+        next_b: [0; 2],
+        weights: VecDeque::new(),
+        phase,
+    };
+    let outer = ranks - rank - 1;
+    // 1: nF0
+    for _ in 0..2 * outer {
+        g.forward(0);
+    }
+    // 2: nF0F1
+    for _ in 0..=rank {
+        g.forward(0);
+        g.forward(1);
+    }
+    // 3: nB1W1F1, zero bubble
+    for _ in 0..outer {
+        g.backward(1, true);
+        g.weight();
+        g.forward(1);
+    }
+    // 4: nF0B1F1B0, the main step
+    for i in 0..(chunks_per_phase + rank + 1).saturating_sub(2 * ranks) {
+        if i == 0 && turn {
+            // Not overlapped, to shorten the bubble (as the reference notes).
+            g.forward(0);
+            g.backward(1, false);
+        } else {
+            g.forward_backward(0, 1);
+        }
+        g.forward_backward(1, 0);
+    }
+    // 5: nB1F1B0
+    for _ in 0..outer {
+        g.backward(1, false);
+        g.forward_backward(1, 0);
+    }
+    // 6: nB1B0, zero bubble from the middle on
+    let mut zb = false;
+    let steps = rank + 1;
+    for i in 0..steps {
+        if i == steps / 2 && rank % 2 == 1 {
+            zb = true;
+        }
+        g.backward(1, zb);
+        if i == steps / 2 && rank % 2 == 0 {
+            zb = true;
+        }
+        g.backward(0, zb);
+    }
+    // 7: nWB0
+    for _ in 0..outer {
+        g.weight();
+        g.backward(0, true);
+    }
+    // 8: nW, and any the phases above left (none, for the shapes the reference accepts)
+    while !g.weights.is_empty() {
+        g.weight();
+    }
+    g.order
 }

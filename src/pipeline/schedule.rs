@@ -23,42 +23,156 @@ pub enum ScheduleKind {
     /// forward and one backward in turn, so a stage holds at most `p - s` activations.
     #[serde(rename = "1f1b")]
     OneFOneB,
+    /// Eager 1F1B (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory", Fig. 18):
+    /// 1F1B with a warm-up of `2(p - s - 1)` forwards, so each activation is sent a whole F/B
+    /// pair before it is needed and its transfer overlaps compute; stage `s` holds up to
+    /// `2(p - s) - 1` activations. The overlapped variant of 1F1B.
+    #[serde(rename = "eager-1f1b")]
+    Eager1F1B,
     /// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): `v` model chunks per device, which
     /// divides the bubble by `v` at the price of `v` times more transfers.
     #[serde(rename = "interleaved")]
     Interleaved,
+    /// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"): the interleaved
+    /// placement, but every microbatch through chunk 0 before any enters chunk 1 (GPipe per
+    /// chunk), backwards in the reverse chunk order. Holds every microbatch's activations.
+    #[serde(rename = "bfs")]
+    LoopedBfs,
     /// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): the backward split into B
     /// (input gradient, on the critical path) and W (weight gradient, deferred into the bubbles),
     /// with the same peak activation memory as 1F1B.
     #[serde(rename = "zb-h1")]
     ZbH1,
+    /// ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): two model chunks
+    /// per stage in a V (stage `s` holds virtual stages `s` and `2p - 1 - s`), B and W split,
+    /// ordered greedily at `F = B = W` under 1F1B's activation memory.
+    #[serde(rename = "zb-v")]
+    ZbV,
+    /// DualPipe (DeepSeek-V3, 2024): bidirectional. Every stage holds two copies of the model's
+    /// slices (stage `s` holds slice `s` for microbatches entering at stage 0 and slice
+    /// `p - 1 - s` for those entering at stage `p - 1`), and runs a forward of one direction
+    /// overlapped with a backward of the other (F&B). Needs an even `p` and an even `m >= 2p`.
+    #[serde(rename = "dualpipe")]
+    DualPipe,
+    /// DualPipeV (DeepSeek, after Sea AI Lab's "cut-in-half"): DualPipe's order on a V
+    /// placement with one parameter copy; needs `m >= 2p`.
+    #[serde(rename = "dualpipev")]
+    DualPipeV,
+}
+
+/// Where a schedule puts the model's virtual stages (slices) on the pipeline's stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Placement {
+    /// Megatron's loop: virtual stage `c · p + s` is chunk `c` of stage `s` (`v` chunks).
+    Looped,
+    /// A V: chunk 0 of stage `s` is virtual stage `s`, chunk 1 is `2p - 1 - s`, so the turn at
+    /// stage `p - 1` needs no transfer.
+    V,
+    /// Two directions over `p` virtual stages: the first half of the microbatches enters at
+    /// stage 0 and uses chunk 0 (virtual stage `s` on stage `s`), the second half enters at stage
+    /// `p - 1` and uses chunk 1 (virtual stage `p - 1 - s` on stage `s`), a second copy of the
+    /// parameters.
+    Bidirectional,
 }
 
 impl ScheduleKind {
     /// Every kind, in the order a CLI should list them.
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 9] = [
         ScheduleKind::GPipe,
         ScheduleKind::OneFOneB,
+        ScheduleKind::Eager1F1B,
         ScheduleKind::Interleaved,
+        ScheduleKind::LoopedBfs,
         ScheduleKind::ZbH1,
+        ScheduleKind::ZbV,
+        ScheduleKind::DualPipe,
+        ScheduleKind::DualPipeV,
     ];
 
-    /// The model chunks per device this kind is built with: `requested` for interleaved, else 1.
+    /// The model chunks per device this kind is built with: `requested` for interleaved and
+    /// looped BFS, 2 for the V and bidirectional schedules, else 1.
     pub fn chunks(self, requested: usize) -> usize {
-        if self == ScheduleKind::Interleaved {
-            requested
-        } else {
-            1
+        match self.placement() {
+            Placement::Looped if self.takes_chunks() => requested,
+            Placement::Looped => 1,
+            Placement::V | Placement::Bidirectional => 2,
         }
     }
 
-    /// The CLI name: `gpipe`, `1f1b`, `interleaved` or `zb-h1`.
+    /// Chunk ops of each kind one microbatch runs on each stage when built with `chunks`
+    /// ([`Schedule::passes`]): what [`super::Costs::stage_model`] splits a stage's share into.
+    pub fn passes(self, chunks: usize) -> usize {
+        match self.placement() {
+            Placement::Looped => self.chunks(chunks),
+            Placement::V => 2,
+            Placement::Bidirectional => 1,
+        }
+    }
+
+    /// Whether the user chooses the chunk count (`--chunks`): interleaved and looped BFS.
+    pub fn takes_chunks(self) -> bool {
+        matches!(self, ScheduleKind::Interleaved | ScheduleKind::LoopedBfs)
+    }
+
+    /// Where this kind puts the model's slices.
+    pub fn placement(self) -> Placement {
+        match self {
+            ScheduleKind::ZbV | ScheduleKind::DualPipeV => Placement::V,
+            ScheduleKind::DualPipe => Placement::Bidirectional,
+            _ => Placement::Looped,
+        }
+    }
+
+    /// Whether the backward is split into B (input gradient) and W (weight gradient) ops.
+    pub fn splits_backward(self) -> bool {
+        matches!(
+            self,
+            ScheduleKind::ZbH1
+                | ScheduleKind::ZbV
+                | ScheduleKind::DualPipe
+                | ScheduleKind::DualPipeV
+        )
+    }
+
+    /// Copies of the parameters the pipeline holds: 2 for DualPipe, else 1.
+    pub fn parameter_copies(self) -> usize {
+        if self == ScheduleKind::DualPipe { 2 } else { 1 }
+    }
+
+    /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `interleaved`, `bfs`, `zb-h1`, `zb-v`,
+    /// `dualpipe` or `dualpipev`.
     pub fn name(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "gpipe",
             ScheduleKind::OneFOneB => "1f1b",
+            ScheduleKind::Eager1F1B => "eager-1f1b",
             ScheduleKind::Interleaved => "interleaved",
+            ScheduleKind::LoopedBfs => "bfs",
             ScheduleKind::ZbH1 => "zb-h1",
+            ScheduleKind::ZbV => "zb-v",
+            ScheduleKind::DualPipe => "dualpipe",
+            ScheduleKind::DualPipeV => "dualpipev",
+        }
+    }
+
+    /// Every kind's name, comma separated, for messages.
+    pub fn names() -> String {
+        ScheduleKind::ALL.map(ScheduleKind::name).join(", ")
+    }
+
+    /// The papers' name, for titles: "GPipe", "1F1B", "Eager 1F1B", "Interleaved 1F1B",
+    /// "Looped BFS", "ZB-H1", "ZB-V", "DualPipe", "DualPipeV".
+    pub fn title(self) -> &'static str {
+        match self {
+            ScheduleKind::GPipe => "GPipe",
+            ScheduleKind::OneFOneB => "1F1B",
+            ScheduleKind::Eager1F1B => "Eager 1F1B",
+            ScheduleKind::Interleaved => "Interleaved 1F1B",
+            ScheduleKind::LoopedBfs => "Looped BFS",
+            ScheduleKind::ZbH1 => "ZB-H1",
+            ScheduleKind::ZbV => "ZB-V",
+            ScheduleKind::DualPipe => "DualPipe",
+            ScheduleKind::DualPipeV => "DualPipeV",
         }
     }
 }
@@ -93,7 +207,7 @@ pub enum OpKind {
     /// Backward pass producing the input gradient. Unless the schedule splits the backward
     /// ([`Schedule::split_backward`]), it also computes the weight gradient.
     Backward,
-    /// Weight-gradient pass, only in split-backward schedules (ZB-H1).
+    /// Weight-gradient pass, only in split-backward schedules (ZB-H1, ZB-V, DualPipe(V)).
     WeightGrad,
     /// Send this chunk's output activation to the stage holding the next virtual stage.
     SendActivation,
@@ -132,11 +246,18 @@ impl OpKind {
 pub struct Op {
     pub kind: OpKind,
     pub microbatch: usize,
-    /// Model chunk on this device, `0..v`; its virtual stage is `chunk * p + stage`. For a
-    /// transfer it is the local chunk that produced (send) or will consume (receive) the tensor.
+    /// Model chunk on this device, `0..v`; its virtual stage is [`Schedule::virtual_stage`]
+    /// (`chunk * p + stage` in Megatron's loop). For a transfer it is the local chunk that
+    /// produced (send) or will consume (receive) the tensor.
     pub chunk: usize,
     /// The other stage of a transfer; `None` for compute ops.
     pub peer: Option<usize>,
+    /// Set on an F that runs overlapped with the next compute op of its stage, a B of another
+    /// microbatch (DualPipe's F&B chunk): the pair starts when both inputs are in and costs
+    /// `max(F + B, 2 · all-to-all)` together ([`super::Costs::all_to_all_ns`]); the receives of both come before the F and the
+    /// sends of both after the B.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlapped: bool,
 }
 
 impl Op {
@@ -147,6 +268,15 @@ impl Op {
             microbatch,
             chunk,
             peer: None,
+            overlapped: false,
+        }
+    }
+
+    /// A forward that runs overlapped with the B that follows it (an F&B chunk).
+    pub fn overlapped_forward(microbatch: usize, chunk: usize) -> Op {
+        Op {
+            overlapped: true,
+            ..Op::compute(OpKind::Forward, microbatch, chunk)
         }
     }
 
@@ -157,6 +287,7 @@ impl Op {
             microbatch,
             chunk,
             peer: Some(peer),
+            overlapped: false,
         }
     }
 }
@@ -180,25 +311,76 @@ impl fmt::Display for Op {
 
 /// A complete pipeline schedule: `p` stages, `m` microbatches, `v` model chunks per stage.
 ///
-/// The model is cut into `p * v` virtual stages run in order `0..p*v`; virtual stage
-/// `vs = chunk * p + stage` (Megatron's interleaving), so for `v > 1` activations leave stage
-/// `p - 1` chunk `c` for stage 0 chunk `c + 1`.
+/// The model is cut into [`Schedule::virtual_stages`] slices (virtual stages) that every
+/// microbatch runs in order; [`Schedule::placement`] says which stage and chunk holds each. In
+/// Megatron's loop, virtual stage `vs = chunk * p + stage`, so for `v > 1` activations leave
+/// stage `p - 1` chunk `c` for stage 0 chunk `c + 1`; in a V the turn stays on stage `p - 1`;
+/// DualPipe's two directions run the same `p` slices from opposite ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Schedule {
     pub kind: ScheduleKind,
     pub stages: usize,
     pub microbatches: usize,
-    /// Model chunks per stage: 1 unless interleaved.
+    /// Model chunks per stage: 1, `v` for interleaved and looped BFS, 2 for the V and
+    /// bidirectional schedules.
     pub chunks: usize,
-    /// True when W ops exist (ZB-H1); otherwise each B also computes the weight gradient.
+    /// True when W ops exist; otherwise each B also computes the weight gradient.
     pub split_backward: bool,
     /// Per stage, the ops in execution order, transfers included.
     pub ops: Vec<Vec<Op>>,
 }
 
+/// The shape a schedule's ops live in: which stage and chunk holds each virtual stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub placement: Placement,
+    pub stages: usize,
+    pub microbatches: usize,
+    pub chunks: usize,
+}
+
+impl Layout {
+    pub fn virtual_stages(&self) -> usize {
+        match self.placement {
+            Placement::Looped => self.stages * self.chunks,
+            Placement::V => 2 * self.stages,
+            Placement::Bidirectional => self.stages,
+        }
+    }
+
+    pub fn virtual_stage(&self, stage: usize, chunk: usize) -> usize {
+        let p = self.stages;
+        match (self.placement, chunk) {
+            (Placement::Looped, c) => c * p + stage,
+            (Placement::V, 0) | (Placement::Bidirectional, 0) => stage,
+            (Placement::V, _) => 2 * p - 1 - stage,
+            (Placement::Bidirectional, _) => p - 1 - stage,
+        }
+    }
+
+    /// The direction microbatch `mb` travels: 0 (from stage 0) unless it is in the second half
+    /// of a bidirectional schedule's microbatches.
+    pub fn direction(&self, mb: usize) -> usize {
+        usize::from(self.placement == Placement::Bidirectional && mb >= self.microbatches / 2)
+    }
+
+    pub fn locate(&self, mb: usize, vs: usize) -> (usize, usize) {
+        let p = self.stages;
+        match self.placement {
+            Placement::Looped => (vs % p, vs / p),
+            Placement::V if vs < p => (vs, 0),
+            Placement::V => ((2 * p - 1).saturating_sub(vs), 1),
+            Placement::Bidirectional if self.direction(mb) == 0 => (vs, 0),
+            Placement::Bidirectional => ((p - 1).saturating_sub(vs), 1),
+        }
+    }
+}
+
 impl Schedule {
     /// Builds `kind` for `stages` (p) stages, `microbatches` (m) and `chunks` (v) model chunks
-    /// per stage. Interleaved needs `v >= 2` and `m` a multiple of `p`; the others need `v == 1`.
+    /// per stage (pass [`ScheduleKind::chunks`] of the requested count). Interleaved needs
+    /// `v >= 2` and `m >= p`, looped BFS `v >= 2`, the V and bidirectional kinds `v == 2`,
+    /// DualPipe an even `p` and an even `m >= 2p`, DualPipeV `m >= 2p`; the others `v == 1`.
     pub fn new(
         kind: ScheduleKind,
         stages: usize,
@@ -206,11 +388,16 @@ impl Schedule {
         chunks: usize,
     ) -> Result<Schedule, ScheduleError> {
         check_shape(kind, stages, microbatches, chunks)?;
-        let split_backward = kind == ScheduleKind::ZbH1;
+        let layout = Layout {
+            placement: kind.placement(),
+            stages,
+            microbatches,
+            chunks,
+        };
         let ops = (0..stages)
             .map(|stage| {
                 let order = orders::compute_order(kind, stages, microbatches, chunks, stage);
-                with_transfers(stages, chunks, stage, &order)
+                with_transfers(&layout, stage, &order)
             })
             .collect();
         Ok(Schedule {
@@ -218,24 +405,51 @@ impl Schedule {
             stages,
             microbatches,
             chunks,
-            split_backward,
+            split_backward: kind.splits_backward(),
             ops,
         })
     }
 
-    /// Number of virtual stages, `p * v`.
+    pub(crate) fn layout(&self) -> Layout {
+        Layout {
+            placement: self.kind.placement(),
+            stages: self.stages,
+            microbatches: self.microbatches,
+            chunks: self.chunks,
+        }
+    }
+
+    /// Number of virtual stages (model slices) a microbatch runs through: `p * v` looped, `2p`
+    /// in a V, `p` bidirectional.
     pub fn virtual_stages(&self) -> usize {
-        self.stages * self.chunks
+        self.layout().virtual_stages()
+    }
+
+    /// Compute ops of each kind one microbatch runs on each stage: `v` looped, 2 in a V, 1
+    /// bidirectional (each direction uses one of the stage's two chunks). A stage's model share
+    /// per microbatch is split into this many chunk ops.
+    pub fn passes(&self) -> usize {
+        self.virtual_stages() / self.stages.max(1)
     }
 
     /// The virtual stage (model slice) that `chunk` on `stage` holds.
     pub fn virtual_stage(&self, stage: usize, chunk: usize) -> usize {
-        chunk * self.stages + stage
+        self.layout().virtual_stage(stage, chunk)
     }
 
-    /// `(stage, chunk)` holding virtual stage `vs`.
-    pub fn placement(&self, vs: usize) -> (usize, usize) {
-        (vs % self.stages, vs / self.stages)
+    /// `(stage, chunk)` holding virtual stage `vs` for microbatch `mb` (only DualPipe's depends
+    /// on the microbatch: its two directions use different copies).
+    pub fn placement(&self, mb: usize, vs: usize) -> (usize, usize) {
+        self.layout().locate(mb, vs)
+    }
+
+    /// Every `(stage, chunk)` holding virtual stage `vs`: one, or two with DualPipe's copies.
+    pub fn holders(&self, vs: usize) -> Vec<(usize, usize)> {
+        let mut out = vec![self.placement(0, vs)];
+        if self.kind.parameter_copies() > 1 {
+            out.push(self.placement(self.microbatches - 1, vs));
+        }
+        out
     }
 
     /// Total number of ops over all stages.
@@ -259,23 +473,60 @@ fn check_shape(
             return Err(ScheduleError::Zero { what });
         }
     }
-    if kind == ScheduleKind::Interleaved {
-        if chunks < 2 {
-            return Err(ScheduleError::TooFewChunks { chunks });
+    let shape = |reason: String| ScheduleError::Shape {
+        kind: kind.name(),
+        reason,
+    };
+    match kind.placement() {
+        Placement::Looped if kind.takes_chunks() => {
+            if chunks < 2 {
+                return Err(ScheduleError::TooFewChunks {
+                    kind: kind.name(),
+                    chunks,
+                });
+            }
         }
-        if !microbatches.is_multiple_of(stages) {
-            return Err(ScheduleError::MicrobatchesNotMultiple {
-                microbatches,
-                stages,
-            });
+        Placement::Looped => {
+            if chunks != 1 {
+                return Err(ScheduleError::ChunksNeedInterleaved {
+                    kind: kind.name(),
+                    chunks,
+                });
+            }
         }
-    } else if chunks != 1 {
-        return Err(ScheduleError::ChunksNeedInterleaved {
-            kind: kind.name(),
-            chunks,
+        Placement::V | Placement::Bidirectional => {
+            if chunks != 2 {
+                return Err(shape(format!(
+                    "it places exactly two model chunks on each stage, got {chunks}"
+                )));
+            }
+        }
+    }
+    if kind == ScheduleKind::Interleaved && microbatches < stages {
+        return Err(ScheduleError::MicrobatchesBelowStages {
+            microbatches,
+            stages,
         });
     }
-    // At most F, B, W and four transfers per (microbatch, virtual stage).
+    if kind == ScheduleKind::DualPipe {
+        if !stages.is_multiple_of(2) {
+            return Err(shape(format!("it needs an even stage count, got {stages}")));
+        }
+        if !microbatches.is_multiple_of(2) {
+            return Err(shape(format!(
+                "it sends half the microbatches each way, so it needs an even count, got \
+                 {microbatches}"
+            )));
+        }
+    }
+    if matches!(kind, ScheduleKind::DualPipe | ScheduleKind::DualPipeV) && microbatches < 2 * stages
+    {
+        return Err(shape(format!(
+            "it needs at least twice as many microbatches as stages ({}), got {microbatches}",
+            stages.saturating_mul(2)
+        )));
+    }
+    // At most F, B, W and four transfers per (microbatch, chunk).
     let ops = [stages, microbatches, chunks]
         .into_iter()
         .fold(7u128, |acc, n| acc.saturating_mul(n as u128));
@@ -292,43 +543,96 @@ fn check_shape(
 }
 
 /// Wraps each compute op in the transfers it needs: the receive of its input just before it and
-/// the send of its output just after it. Nothing crosses devices when `p == 1`.
-fn with_transfers(
-    stages: usize,
-    chunks: usize,
-    stage: usize,
-    order: &[(OpKind, usize, usize)],
-) -> Vec<Op> {
-    let last_vs = stages * chunks - 1;
-    let remote = stages > 1;
+/// the send of its output just after it, unless the neighbouring virtual stage is on the same
+/// stage (one stage, or the turn of a V). An F&B pair (an overlapped F and the B after it) is
+/// wrapped as one: both receives, F, B (and a W right after it), then both sends.
+fn with_transfers(layout: &Layout, stage: usize, order: &[orders::Step]) -> Vec<Op> {
+    let last_vs = layout.virtual_stages() - 1;
     let mut ops = Vec::with_capacity(order.len() * 2);
-    for &(kind, mb, chunk) in order {
-        let vs = chunk * stages + stage;
-        let prev = (stage + stages - 1) % stages;
-        let next = (stage + 1) % stages;
-        let op = Op::compute(kind, mb, chunk);
-        match kind {
-            OpKind::Forward => {
-                if remote && vs > 0 {
-                    ops.push(Op::transfer(OpKind::RecvActivation, mb, chunk, prev));
-                }
-                ops.push(op);
-                if remote && vs < last_vs {
-                    ops.push(Op::transfer(OpKind::SendActivation, mb, chunk, next));
-                }
-            }
-            OpKind::Backward => {
-                if remote && vs < last_vs {
-                    ops.push(Op::transfer(OpKind::RecvGradient, mb, chunk, next));
-                }
-                ops.push(op);
-                if remote && vs > 0 {
-                    ops.push(Op::transfer(OpKind::SendGradient, mb, chunk, prev));
-                }
-            }
-            _ => ops.push(op),
+    let mut sends: Vec<Op> = Vec::new();
+    let mut in_pair = false;
+    for (i, step) in order.iter().enumerate() {
+        let (kind, mb, chunk) = (step.kind, step.mb, step.chunk);
+        let vs = layout.virtual_stage(stage, chunk);
+        let remote = |other: usize| {
+            let (at, _) = layout.locate(mb, other);
+            (at != stage).then_some(at)
+        };
+        let (recv, send) = match kind {
+            OpKind::Forward => (
+                (vs > 0)
+                    .then(|| remote(vs - 1))
+                    .flatten()
+                    .map(|at| Op::transfer(OpKind::RecvActivation, mb, chunk, at)),
+                (vs < last_vs)
+                    .then(|| remote(vs + 1))
+                    .flatten()
+                    .map(|at| Op::transfer(OpKind::SendActivation, mb, chunk, at)),
+            ),
+            OpKind::Backward => (
+                (vs < last_vs)
+                    .then(|| remote(vs + 1))
+                    .flatten()
+                    .map(|at| Op::transfer(OpKind::RecvGradient, mb, chunk, at)),
+                (vs > 0)
+                    .then(|| remote(vs - 1))
+                    .flatten()
+                    .map(|at| Op::transfer(OpKind::SendGradient, mb, chunk, at)),
+            ),
+            _ => (None, None),
+        };
+        let op = Op {
+            overlapped: step.overlapped,
+            ..Op::compute(kind, mb, chunk)
+        };
+        if step.overlapped {
+            // The B it overlaps receives before the pair starts.
+            let partner = order.get(i + 1);
+            let partner_recv = partner.and_then(|b| {
+                let bvs = layout.virtual_stage(stage, b.chunk);
+                (b.kind == OpKind::Backward && bvs < last_vs)
+                    .then(|| layout.locate(b.mb, bvs + 1).0)
+                    .filter(|&at| at != stage)
+                    .map(|at| Op::transfer(OpKind::RecvGradient, b.mb, b.chunk, at))
+            });
+            ops.extend(recv);
+            ops.extend(partner_recv);
+            ops.push(op);
+            sends.extend(send);
+            in_pair = true;
+            continue;
         }
+        if in_pair && kind == OpKind::Backward {
+            ops.push(op);
+            sends.extend(send);
+            // A full backward's W runs before the sends, as the B that computes it would.
+            if order
+                .get(i + 1)
+                .is_none_or(|n| n.kind != OpKind::WeightGrad || !n.glued)
+            {
+                ops.append(&mut sends);
+                in_pair = false;
+            }
+            continue;
+        }
+        if in_pair {
+            ops.push(op);
+            ops.append(&mut sends);
+            in_pair = false;
+            continue;
+        }
+        if step.glued {
+            // A W glued to the B before it: before that B's send.
+            let at =
+                ops.len() - usize::from(ops.last().is_some_and(|o| o.kind == OpKind::SendGradient));
+            ops.insert(at, op);
+            continue;
+        }
+        ops.extend(recv);
+        ops.push(op);
+        ops.extend(send);
     }
+    ops.append(&mut sends);
     ops
 }
 
@@ -361,7 +665,8 @@ mod tests {
         assert_eq!("ZB-H1".parse::<ScheduleKind>().unwrap(), ScheduleKind::ZbH1);
         assert_eq!(
             "pipedream".parse::<ScheduleKind>().unwrap_err().to_string(),
-            "unknown schedule \"pipedream\": expected one of gpipe, 1f1b, interleaved, zb-h1"
+            "unknown schedule \"pipedream\": expected one of gpipe, 1f1b, eager-1f1b, \
+             interleaved, bfs, zb-h1, zb-v, dualpipe, dualpipev"
         );
     }
 
@@ -369,9 +674,32 @@ mod tests {
     fn bad_shapes_are_rejected() {
         let err = |k, p, m, v| Schedule::new(k, p, m, v).unwrap_err().to_string();
         assert_eq!(
-            err(ScheduleKind::Interleaved, 4, 6, 2),
-            "interleaved 1F1B needs the microbatch count (6) to be a multiple of the stage count \
-             (4), as Megatron requires"
+            err(ScheduleKind::Interleaved, 4, 3, 2),
+            "interleaved 1F1B needs at least as many microbatches (3) as stages (4), as Megatron \
+             requires"
+        );
+        assert!(Schedule::new(ScheduleKind::Interleaved, 4, 6, 2).is_ok());
+        assert_eq!(
+            err(ScheduleKind::DualPipe, 3, 6, 2),
+            "dualpipe cannot take this shape: it needs an even stage count, got 3"
+        );
+        assert_eq!(
+            err(ScheduleKind::DualPipe, 4, 9, 2),
+            "dualpipe cannot take this shape: it sends half the microbatches each way, so it \
+             needs an even count, got 9"
+        );
+        assert_eq!(
+            err(ScheduleKind::DualPipeV, 4, 6, 2),
+            "dualpipev cannot take this shape: it needs at least twice as many microbatches as \
+             stages (8), got 6"
+        );
+        assert_eq!(
+            err(ScheduleKind::ZbV, 4, 8, 3),
+            "zb-v cannot take this shape: it places exactly two model chunks on each stage, got 3"
+        );
+        assert_eq!(
+            err(ScheduleKind::LoopedBfs, 4, 8, 1),
+            "bfs needs at least 2 model chunks per stage, got 1; with one chunk use 1f1b (or gpipe)"
         );
         assert_eq!(
             err(ScheduleKind::OneFOneB, 0, 4, 1),
@@ -387,12 +715,13 @@ mod tests {
         );
         assert_eq!(
             err(ScheduleKind::ZbH1, 2, 4, 2),
-            "zb-h1 puts one model chunk on each stage, got 2; only interleaved uses more"
+            "zb-h1 puts one model chunk on each stage, got 2; only interleaved and bfs take a \
+             chunk count"
         );
         assert_eq!(
             err(ScheduleKind::Interleaved, 2, 4, 1),
-            "interleaved 1F1B needs at least 2 model chunks per stage, got 1; with one chunk use \
-             1f1b"
+            "interleaved needs at least 2 model chunks per stage, got 1; with one chunk use 1f1b \
+             (or gpipe)"
         );
         assert!(matches!(
             Schedule::new(ScheduleKind::GPipe, 1000, 10_000, 1),
@@ -422,6 +751,73 @@ mod tests {
         let s = Schedule::new(ScheduleKind::ZbH1, 3, 4, 1).unwrap();
         assert_eq!(compute(&s, 0), "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3");
         assert_eq!(compute(&s, 2), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3");
+        // Eager 1F1B: warm-up 2(p - s - 1).
+        let s = Schedule::new(ScheduleKind::Eager1F1B, 3, 5, 1).unwrap();
+        assert_eq!(compute(&s, 0), "F0 F1 F2 F3 F4 B0 B1 B2 B3 B4");
+        assert_eq!(compute(&s, 1), "F0 F1 F2 B0 F3 B1 F4 B2 B3 B4");
+        // Interleaved with m not a multiple of p: the remainder joins the last group.
+        let s = Schedule::new(ScheduleKind::Interleaved, 2, 3, 2).unwrap();
+        assert_eq!(
+            compute(&s, 1),
+            "F0.0 F1.0 F2.0 F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 B0.0 B1.0 B2.0"
+        );
+        // Looped BFS: chunk by chunk, every microbatch.
+        let s = Schedule::new(ScheduleKind::LoopedBfs, 2, 2, 2).unwrap();
+        assert_eq!(compute(&s, 0), "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0");
+    }
+
+    /// DualPipe and DualPipeV follow DeepSeek's reference `step()` phase by phase (derived by
+    /// hand from `dualpipev.py`). DualPipeV on p = 2, m = 4, rank 0: step 1 F0 ×2; step 2
+    /// (F0 F1); step 3 (B1 with zero bubble, W, F1); step 4, m − 2p + 1 = 1 time (F0&B1,
+    /// F1&B0); step 5 (B1, F1&B0); step 6 (B1, then B0 with zero bubble); step 7 (W, B0); step
+    /// 8 W. A backward without zero bubble is B and its W at once. `&` marks an overlapped F
+    /// and the B after it.
+    #[test]
+    fn dualpipe_orders_follow_the_reference() {
+        let ops = |s: &Schedule, stage: usize| {
+            let mut out = Vec::new();
+            for o in s.ops[stage].iter().filter(|o| o.kind.is_compute()) {
+                let l = o.kind.letter().unwrap();
+                let amp = if o.overlapped { "&" } else { "" };
+                out.push(format!("{l}{}.{}{amp}", o.microbatch, o.chunk));
+            }
+            out.join(" ")
+        };
+        let s = Schedule::new(ScheduleKind::DualPipeV, 2, 4, 2).unwrap();
+        assert_eq!(
+            ops(&s, 0),
+            "F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 F3.0& B1.1 W1.1 F2.1& B0.0 W0.0 B2.1 W2.1 F3.1& \
+             B1.0 W1.0 B3.1 W3.1 B2.0 W2.0 B3.0 W3.0"
+        );
+        // The last rank (the V's turn): its first main step is not overlapped.
+        assert_eq!(
+            ops(&s, 1),
+            "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 W0.1 F2.1& B0.0 W0.0 F3.0& B1.1 W1.1 F3.1& B1.0 W1.0 \
+             B2.1 W2.1 B2.0 W2.0 B3.1 B3.0 W3.1 W3.0"
+        );
+        // DualPipe: stage 0 and stage p - 1 mirror each other (directions swapped).
+        let s = Schedule::new(ScheduleKind::DualPipe, 4, 8, 2).unwrap();
+        let mirror: String = ops(&s, 3)
+            .split(' ')
+            .map(|op| {
+                let (head, rest) = op.split_once('.').unwrap();
+                let (l, mb) = head.split_at(1);
+                let mb: usize = mb.parse().unwrap();
+                let (c, amp) = rest.split_at(1);
+                format!(
+                    "{l}{}.{}{amp}",
+                    (mb + 4) % 8,
+                    1 - c.parse::<usize>().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(ops(&s, 0), mirror);
+        assert_eq!(s.kind.parameter_copies(), 2);
+        // Microbatches 0..4 enter at stage 0 (chunk 0), 4..8 at stage 3 (chunk 1).
+        assert_eq!(s.placement(0, 0), (0, 0));
+        assert_eq!(s.placement(4, 0), (3, 1));
+        assert_eq!(s.holders(1), vec![(1, 0), (2, 1)]);
     }
 
     #[test]
@@ -446,6 +842,6 @@ mod tests {
         // One stage: nothing to move.
         let s = Schedule::new(ScheduleKind::Interleaved, 1, 3, 3).unwrap();
         assert!(s.ops[0].iter().all(|o| o.kind.is_compute()));
-        assert_eq!(s.placement(s.virtual_stage(0, 2)), (0, 2));
+        assert_eq!(s.placement(0, s.virtual_stage(0, 2)), (0, 2));
     }
 }

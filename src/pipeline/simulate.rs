@@ -29,6 +29,17 @@ pub struct Costs {
     pub bytes_per_ns: f64,
     /// Size of one microbatch's activation at a stage boundary (its gradient is the same size).
     pub activation_bytes: u64,
+    /// Each F and B chunk's own communication, such as an MoE layer's dispatch and combine
+    /// all-to-all. An F or B that runs alone costs its compute plus this; in an F&B pair
+    /// (DualPipe's overlapped forward and backward of two microbatches) one stream computes
+    /// both while the other moves both chunks' data, so the pair costs
+    /// `max(F + B, 2 · all_to_all_ns)`: each chunk's all-to-all hidden under the other's
+    /// compute. With 0 a pair costs `F + B` (B without W, which follows the pair).
+    pub all_to_all_ns: u64,
+    /// Communication the stages *wait* for: a send holds its stage until the data has arrived
+    /// (synchronous point-to-point). Off, sends run beside compute (overlapped) and only a
+    /// receive whose data is late waits.
+    pub blocking_sends: bool,
 }
 
 impl Costs {
@@ -41,13 +52,16 @@ impl Costs {
             latency_ns: 0,
             bytes_per_ns: f64::INFINITY,
             activation_bytes: 0,
+            all_to_all_ns: 0,
+            blocking_sends: false,
         }
     }
 
-    /// Compute costs of a stage's *whole* model share, split into `chunks` model chunks (v) as
-    /// Megatron's interleaved schedule splits it: each chunk op costs `1/v` of the whole, so a
-    /// stage does the same work per microbatch whatever `v` is, and only the bubble changes.
-    /// With `chunks == 1` (every schedule but interleaved) this is [`Costs::compute_only`].
+    /// Compute costs of a stage's *whole* model share, split into `chunks` chunk ops per
+    /// microbatch (the schedule's [`Schedule::passes`]; `v` for interleaved) as Megatron's
+    /// interleaved schedule splits it: each chunk op costs `1/v` of the whole, so a stage does
+    /// the same work per microbatch whatever `v` is, and only the bubble changes. With
+    /// `chunks == 1` (1F1B, DualPipe, ...) this is [`Costs::compute_only`].
     ///
     /// Each per-chunk cost is rounded *up* to a whole nanosecond (`ceil(x / v)`), so an uneven
     /// split never makes interleaving look cheaper than it is; the error is under one
@@ -59,12 +73,21 @@ impl Costs {
         weight_grad_ns: u64,
         chunks: usize,
     ) -> Costs {
+        Costs::compute_only(forward_ns, backward_ns, weight_grad_ns).per_chunk(chunks)
+    }
+
+    /// These costs of a stage's whole model share with the compute (F, B, W and the chunk's
+    /// all-to-all) split into `chunks` chunk ops, rounded up as [`Costs::stage_model`] does; the
+    /// link is kept (an activation between chunks is as large as between stages).
+    pub fn per_chunk(&self, chunks: usize) -> Costs {
         let v = chunks.max(1) as u64;
-        Costs::compute_only(
-            forward_ns.div_ceil(v),
-            backward_ns.div_ceil(v),
-            weight_grad_ns.div_ceil(v),
-        )
+        Costs {
+            forward_ns: self.forward_ns.div_ceil(v),
+            backward_ns: self.backward_ns.div_ceil(v),
+            weight_grad_ns: self.weight_grad_ns.div_ceil(v),
+            all_to_all_ns: self.all_to_all_ns.div_ceil(v),
+            ..*self
+        }
     }
 
     /// Time one activation or gradient takes from send to arrival.
@@ -98,7 +121,8 @@ pub struct Simulation {
     pub busy_ns: Vec<u64>,
     /// Idle compute time over `stages × makespan`.
     pub bubble_fraction: f64,
-    /// Per stage, the makespan with no bubble at all: `m · v · (F + B + W)`.
+    /// Per stage, the makespan with no bubble at all: `m · passes · (F + B + W)` (`passes` chunk
+    /// ops per microbatch, [`Schedule::passes`]), communication not counted.
     pub ideal_ns: u64,
     /// Every op of the schedule by simulated start time, ties in causal order. Issuing ops in
     /// this order from one host thread never waits on an op not yet issued.
@@ -145,6 +169,8 @@ pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
         backward: c.backward_ns.saturating_add(w),
         weight_grad: c.weight_grad_ns,
         transfer: c.transfer_ns()?,
+        all_to_all: c.all_to_all_ns,
+        blocking_sends: c.blocking_sends,
     };
     let run = engine::execute(s, timing, true)?;
     let makespan = run.makespan;
@@ -164,7 +190,7 @@ pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
         } else {
             idle as f64 / capacity
         },
-        ideal_ns: ((s.microbatches * s.chunks) as u64).saturating_mul(per_unit),
+        ideal_ns: ((s.microbatches * s.passes()) as u64).saturating_mul(per_unit),
         order: run.order,
     })
 }
@@ -204,7 +230,7 @@ mod tests {
                         );
                         assert_eq!(s.makespan_ns, (m + p - 1) * (f + b + w));
                         assert_eq!(total_idle(&s) * (m + p - 1), (p - 1) * p * s.makespan_ns);
-                        let theory = bubble_formula(kind, p as usize, m as usize, 1);
+                        let theory = bubble_formula(kind, p as usize, m as usize, 1).unwrap();
                         assert!(
                             (s.bubble_fraction - theory).abs() < 1e-12,
                             "{kind} p={p} m={m}"
@@ -240,7 +266,8 @@ mod tests {
                             p as usize,
                             m as usize,
                             v as usize,
-                        );
+                        )
+                        .unwrap();
                         assert!((s.bubble_fraction - theory).abs() < 1e-12);
                     }
                 }
@@ -262,7 +289,7 @@ mod tests {
                 assert_eq!(zb.idle_ns(), vec![(p - 1) * 10; pu]);
                 assert_eq!(one.idle_ns(), vec![(p - 1) * 30; pu]);
                 assert_eq!(3 * total_idle(&zb), total_idle(&one));
-                let theory = bubble_formula(ScheduleKind::ZbH1, pu, mu, 1);
+                let theory = bubble_formula(ScheduleKind::ZbH1, pu, mu, 1).unwrap();
                 assert!((zb.bubble_fraction - theory).abs() < 1e-12);
                 for (f, b, w) in [(2, 3, 1), (1, 2, 2), (3, 1, 2), (1, 1, 3), (2, 2, 0)] {
                     let zb = sim(ScheduleKind::ZbH1, pu, mu, 1, &Costs::compute_only(f, b, w));

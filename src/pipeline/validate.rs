@@ -34,16 +34,17 @@ mod tests {
     use super::*;
     use crate::pipeline::{Op, OpKind, ScheduleKind};
 
+    /// Every shape each kind accepts up to p = 8, m = 12 (v = 2..4 where the kind takes it).
     fn shapes() -> Vec<(ScheduleKind, usize, usize, usize)> {
         let mut out = Vec::new();
         for p in 1..=8 {
             for m in 1..=12 {
-                out.push((ScheduleKind::GPipe, p, m, 1));
-                out.push((ScheduleKind::OneFOneB, p, m, 1));
-                out.push((ScheduleKind::ZbH1, p, m, 1));
-                if m % p == 0 {
-                    for v in 2..=4 {
-                        out.push((ScheduleKind::Interleaved, p, m, v));
+                for kind in ScheduleKind::ALL {
+                    let vs = if kind.takes_chunks() { 2..=4 } else { 1..=1 };
+                    for v in vs.map(|v| kind.chunks(v)) {
+                        if Schedule::new(kind, p, m, v).is_ok() {
+                            out.push((kind, p, m, v));
+                        }
                     }
                 }
             }

@@ -2,13 +2,12 @@
 //! sequential dispatch the host encodes node i+1 only after node i is done, so the devices sit
 //! idle between kernels; parallel dispatch encodes everything up front.
 
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use egui::Ui;
 use gangway::sched::{DispatchMode, Runtime};
 
-use crate::background;
+use crate::background::{self, Job};
 use crate::live::{DeviceHub, chain, chain_client, run_chain};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
@@ -26,7 +25,7 @@ pub struct ModeRun {
 
 #[derive(Debug, Default)]
 pub struct DispatchCompare {
-    pending: Option<Receiver<Result<Vec<ModeRun>, String>>>,
+    pending: Option<Job<Result<Vec<ModeRun>, String>>>,
     pub runs: Vec<ModeRun>,
     pub error: Option<String>,
     /// Whether both views were put on one time scale since the last results.
@@ -96,19 +95,15 @@ impl DispatchCompare {
 
     /// Picks up finished results.
     pub fn poll(&mut self) -> bool {
-        let Some(rx) = &self.pending else {
+        let Some(done) = self.pending.as_ref().and_then(|j| j.poll("the comparison")) else {
             return false;
         };
-        match rx.try_recv() {
-            Ok(Ok(runs)) => {
+        match done.and_then(|r| r) {
+            Ok(runs) => {
                 self.runs = runs;
                 self.scaled = false;
             }
-            Ok(Err(e)) => self.error = Some(e),
-            Err(std::sync::mpsc::TryRecvError::Empty) => return false,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                self.error = Some("the comparison thread stopped without a result".into());
-            }
+            Err(e) => self.error = Some(e),
         }
         self.pending = None;
         true

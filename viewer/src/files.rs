@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use egui::Ui;
@@ -28,7 +27,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::background::spawn;
+use crate::background::{Job, spawn};
 pub use gangway::trace::PipelineBubble;
 
 use crate::timeline::{self, CounterRow, TimelineData, TimelineState};
@@ -349,7 +348,7 @@ struct Work {
     started: Instant,
     /// Only opens may be abandoned (a save finishes anyway, whole).
     cancellable: bool,
-    rx: Receiver<Done>,
+    job: Job<Done>,
 }
 
 /// What a file dialog was opened for.
@@ -365,7 +364,7 @@ enum Purpose {
 struct Dialog {
     purpose: Purpose,
     started: Instant,
-    rx: Receiver<Option<PathBuf>>,
+    job: Job<Option<PathBuf>>,
 }
 
 /// A dialog that returns nothing sooner than this most likely never opened: nobody picks
@@ -591,12 +590,12 @@ impl FilesTab {
         job: impl FnOnce() -> Done + Send + 'static,
     ) {
         match spawn("gangway-viewer-files", self.ctx.clone(), job) {
-            Ok(rx) => {
+            Ok(job) => {
                 self.work = Some(Work {
                     what,
                     started: Instant::now(),
                     cancellable,
-                    rx,
+                    job,
                 });
             }
             Err(e) => self.message = Some(Err(e)),
@@ -606,30 +605,23 @@ impl FilesTab {
     /// Takes the results of finished background work. [`FilesTab::ui`] and
     /// [`FilesTab::handle_dropped`] call it every frame.
     pub fn poll(&mut self) {
-        if let Some(work) = &self.work {
-            match work.rx.try_recv() {
-                Ok(done) => {
-                    self.work = None;
-                    self.finish(done);
-                }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => {
-                    let what = work.what.clone();
-                    self.work = None;
-                    self.message = Some(Err(format!("{what}: the worker stopped unexpectedly")));
-                }
+        if let Some(work) = &self.work
+            && let Some(done) = work.job.poll(&format!("{}: the worker", work.what))
+        {
+            self.work = None;
+            match done {
+                Ok(done) => self.finish(done),
+                Err(e) => self.message = Some(Err(e)),
             }
         }
-        if let Some(dialog) = &self.dialog {
-            match dialog.rx.try_recv() {
-                Ok(picked) => {
-                    let (purpose, took) = (dialog.purpose, dialog.started.elapsed());
-                    self.dialog = None;
-                    self.picked(purpose, picked, took);
-                }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => {
-                    self.dialog = None;
+        if let Some(dialog) = &self.dialog
+            && let Some(picked) = dialog.job.poll("the file dialog")
+        {
+            let (purpose, took) = (dialog.purpose, dialog.started.elapsed());
+            self.dialog = None;
+            match picked {
+                Ok(picked) => self.picked(purpose, picked, took),
+                Err(_) => {
                     self.message = Some(Err(
                         "the file dialog failed: type the path in the field instead".into(),
                     ));
@@ -645,13 +637,13 @@ impl FilesTab {
         let deadline = Instant::now() + timeout;
         while let Some(work) = &self.work {
             let left = deadline.saturating_duration_since(Instant::now());
-            match work.rx.recv_timeout(left) {
-                Ok(done) => {
-                    self.work = None;
-                    self.finish(done);
-                }
-                Err(RecvTimeoutError::Timeout) => return false,
-                Err(RecvTimeoutError::Disconnected) => self.poll(),
+            let Some(done) = work.job.wait(left, &format!("{}: the worker", work.what)) else {
+                return false;
+            };
+            self.work = None;
+            match done {
+                Ok(done) => self.finish(done),
+                Err(e) => self.message = Some(Err(e)),
             }
         }
         true
@@ -735,11 +727,11 @@ impl FilesTab {
             }
         };
         match rx {
-            Ok(rx) => {
+            Ok(job) => {
                 self.dialog = Some(Dialog {
                     purpose,
                     started: Instant::now(),
-                    rx,
+                    job,
                 });
             }
             Err(e) => self.message = Some(Err(e)),

@@ -35,7 +35,10 @@ fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
     h.get_by_label("bubble = (p - 1) / (m + p - 1) = 3 / (8 + 3) = 3/11");
     h.get_by_label("peak activations per stage: 4, 3, 2, 1");
     let sim = &h.state().lab.result.as_ref().unwrap().row().sim;
-    assert!((sim.bubble_fraction - bubble_formula(ScheduleKind::OneFOneB, 4, 8, 1)).abs() < 1e-12);
+    assert!(
+        (sim.bubble_fraction - bubble_formula(ScheduleKind::OneFOneB, 4, 8, 1).unwrap()).abs()
+            < 1e-12
+    );
     // The run-on-devices button exists, disabled without devices (tests/run_on_devices.rs).
     assert!(
         h.get_by_label("Run on devices")
@@ -64,8 +67,31 @@ fn bad_shape_is_an_error_in_the_ui_not_a_panic() {
     let mut h = common::harness([1200.0, 900.0]);
     h.get_by_label("Interleaved 1F1B").click();
     h.run();
-    common::set_slider(&mut h, "microbatches m", 6.0); // not a multiple of p = 4
-    h.get_by_label_contains("error: interleaved 1F1B needs the microbatch count (6)");
+    common::set_slider(&mut h, "microbatches m", 3.0); // fewer than p = 4
+    h.get_by_label_contains("error: interleaved 1F1B needs at least as many microbatches (3)");
+}
+
+/// A compared set one schedule cannot take: that one is named and left out, the rest draw.
+#[test]
+fn compare_names_and_leaves_out_a_schedule_that_cannot_take_the_shape() {
+    let mut h = common::harness([1400.0, 1400.0]);
+    h.get_by_label("compare").click();
+    h.run();
+    // The schedule buttons come first, the comparison's checkboxes after them.
+    h.get_all_by_label("DualPipe").last().unwrap().click();
+    h.run();
+    common::set_slider(&mut h, "stages p", 3.0);
+    h.get_by_label_contains("left out DualPipe: dualpipe cannot take this shape: it needs an even");
+    let figure = h.state().lab.figure().unwrap();
+    let titles: Vec<&str> = figure.rows.iter().map(|r| r.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        ["GPipe", "1F1B", "Interleaved 1F1B, v = 2", "ZB-H1"],
+        "{titles:?}"
+    );
+    // With p = 4 and m = 8 it takes the shape and draws as a fifth row.
+    common::set_slider(&mut h, "stages p", 4.0);
+    assert_eq!(h.state().lab.figure().unwrap().rows.len(), 5);
 }
 
 #[test]
@@ -75,8 +101,8 @@ fn stepping_says_what_each_stage_waits_for() {
     h.run();
     assert_eq!(h.state().lab.player.step(), 1);
     // At t = 0 only stage 0 runs; stage 1 waits for microbatch 0's activation from stage 0.
-    h.get_by_label("stage 0: running F mb 0");
-    h.get_by_label("stage 1: waits for the activation of mb 0 from stage 0");
+    h.get_by_label("stage 0: running F mb 1");
+    h.get_by_label("stage 1: waits for the activation of mb 1 from stage 0");
     h.get_by_label("< step").click();
     h.run();
     assert_eq!(h.state().lab.player.step(), 0);
@@ -118,7 +144,7 @@ fn interleaved_splits_the_stage_model_and_beats_1f1b() {
 #[test]
 fn the_comparison_stacks_the_four_schedules_on_one_axis() {
     let mut h = common::harness([1400.0, 1400.0]);
-    h.get_by_label("compare all four").click();
+    h.get_by_label("compare").click();
     h.run();
     let lab = &h.state().lab;
     let figure = lab.figure().unwrap();
@@ -346,4 +372,24 @@ fn block_hover_text_follows_the_pointer() {
             .distance_to_pos(pointer);
         assert!(gap < 40.0, "{text}: hover text {gap} pt from the pointer");
     }
+}
+
+/// Figure only: the controls go, the figure and the player stay; Esc brings the controls back.
+#[test]
+fn figure_only_hides_the_controls_until_escape() {
+    let mut h = common::harness([1400.0, 1400.0]);
+    h.get_by_label("compare").click();
+    h.run();
+    h.get_by_label("figure only").click();
+    h.run();
+    assert!(h.state().lab.figure_only);
+    assert!(h.query_by_label("stages p").is_none());
+    h.get_by_label("Play");
+    h.get_by_label("show the controls (Esc)");
+    assert!(h.state().lab.layout.is_some());
+    h.key_press(egui::Key::Escape);
+    h.run();
+    assert!(!h.state().lab.figure_only);
+    assert!(h.query_by_label("show the controls (Esc)").is_none());
+    assert!(h.query_all_by_label("stages p").next().is_some());
 }

@@ -363,14 +363,7 @@ fn projector_timelines_are_larger() {
 fn pipeline_traces_read_like_the_lab() {
     use gangway::pipeline::{Costs, Schedule, ScheduleKind, simulate};
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 2, 2, 1).unwrap();
-    let costs = Costs {
-        forward_ns: 1_000_000,
-        backward_ns: 2_000_000,
-        weight_grad_ns: 0,
-        latency_ns: 0,
-        bytes_per_ns: f64::INFINITY,
-        activation_bytes: 0,
-    };
+    let costs = Costs::compute_only(1_000_000, 2_000_000, 0);
     let sim = simulate(&schedule, &costs).unwrap();
     let json = gangway::trace::chrome::to_string(&sim.events, &[]);
     let Loaded::Trace(t) = open_bytes(json.as_bytes(), "p.json").unwrap() else {

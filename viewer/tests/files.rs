@@ -382,12 +382,10 @@ fn the_comparison_table_scrolls_and_the_chart_stays_visible() {
 fn pipeline_trace(p: usize, m: usize) -> (String, Simulation) {
     let schedule = Schedule::new(ScheduleKind::OneFOneB, p, m, 1).unwrap();
     let costs = Costs {
-        forward_ns: 1_000,
-        backward_ns: 2_000,
-        weight_grad_ns: 0,
         latency_ns: 300,
         bytes_per_ns: 8.0,
         activation_bytes: 4_096,
+        ..Costs::compute_only(1_000, 2_000, 0)
     };
     let sim = simulate(&schedule, &costs).unwrap();
     let names: Vec<(usize, String)> = (0..p).map(|s| (s, format!("stage {s}"))).collect();

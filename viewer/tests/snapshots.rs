@@ -101,7 +101,7 @@ fn readme_projector_comparison_screenshot() {
     let mut h = app_harness([1400.0, 1500.0]);
     h.key_press(egui::Key::P);
     h.run();
-    h.get_by_label("compare all four").click();
+    h.get_by_label("compare").click();
     h.run();
     assert!(h.state().settings.projector);
     h.state_mut().lab.player.set_step(130);

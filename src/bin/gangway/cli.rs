@@ -283,14 +283,15 @@ impl From<DispatchArg> for gangway::sched::DispatchMode {
 
 #[derive(Args, Debug)]
 pub(crate) struct PipelineArgs {
-    /// gpipe, 1f1b, interleaved or zb-h1.
+    /// gpipe, 1f1b, eager-1f1b, interleaved, bfs (looped BFS), zb-h1, zb-v, dualpipe or
+    /// dualpipev.
     #[arg(long, default_value = "1f1b")]
     pub(crate) schedule: ScheduleKind,
     #[arg(long, default_value_t = 4)]
     pub(crate) stages: usize,
     #[arg(long, default_value_t = 8)]
     pub(crate) microbatches: usize,
-    /// Model chunks per device (interleaved only).
+    /// Model chunks per device (interleaved and bfs; zb-v, dualpipe and dualpipev always use 2).
     #[arg(long, default_value_t = 2)]
     pub(crate) chunks: usize,
     /// Simulate with the cost model (the default).
@@ -300,19 +301,52 @@ pub(crate) struct PipelineArgs {
     #[arg(long)]
     pub(crate) run: bool,
     /// Cost-model times, in microseconds, of one microbatch through a device's whole model
-    /// share: forward, backward (input grad), weight grad. Interleaved splits each into v chunk
-    /// ops of 1/v of it; schedules that do not split the backward run W inside B.
-    #[arg(long, value_delimiter = ',', default_values_t = [100.0, 100.0, 100.0])]
+    /// share: forward, backward (input grad), weight grad, comma separated. Schedules with
+    /// several chunk ops per microbatch (interleaved, bfs: v; zb-v, dualpipev: 2) run each at
+    /// that fraction; schedules that do not split the backward run W inside B.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,100,100",
+        value_name = "F,B,W"
+    )]
     pub(crate) costs_us: Vec<f64>,
+    /// Fixed cost of each activation or gradient transfer between stages, µs.
+    #[arg(long, default_value_t = 0.0, value_name = "US")]
+    pub(crate) latency_us: f64,
+    /// Link bandwidth between stages, GB/s (with --activation-kib); unlimited when not given.
+    #[arg(long, value_name = "GBS")]
+    pub(crate) bandwidth_gbs: Option<f64>,
+    /// Size of one microbatch's activation (and gradient) at a stage boundary, KiB.
+    #[arg(long, default_value_t = 1024.0, value_name = "KIB")]
+    pub(crate) activation_kib: f64,
+    /// overlap: transfers run beside compute and only a late receive waits; wait: a send holds
+    /// its stage until the data has arrived (synchronous point-to-point).
+    #[arg(long, value_enum, default_value = "overlap")]
+    pub(crate) comm: CommArg,
+    /// Each F and B chunk's own communication (an MoE all-to-all), µs per device's model share:
+    /// paid in full by an F or B alone, hidden under the partner's compute in DualPipe's
+    /// overlapped F&B pairs (a pair costs max(F + B, 2 · all-to-all)).
+    #[arg(long, default_value_t = 0.0, value_name = "US")]
+    pub(crate) all_to_all_us: f64,
     /// Columns of the ASCII timeline.
     #[arg(long, default_value_t = 100)]
     pub(crate) width: usize,
-    /// All four schedules (gpipe, 1f1b, interleaved with --chunks, zb-h1) at the same stages,
-    /// microbatches and --costs-us: a table, and with --svg the stacked figure.
+    /// Every schedule (or those of --schedules) at the same stages, microbatches and costs: a
+    /// table, and with --svg the stacked figure. A schedule that cannot take the shape is named
+    /// and left out.
     #[arg(long, conflicts_with = "run")]
     pub(crate) compare: bool,
-    /// Write the textbook figure of the simulation as SVG here (with --compare, all four
-    /// schedules on one time axis).
+    /// The schedules --compare stacks, comma separated (default: all nine).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "compare",
+        value_name = "KINDS"
+    )]
+    pub(crate) schedules: Vec<ScheduleKind>,
+    /// Write the textbook figure of the simulation as SVG here (with --compare, every schedule
+    /// on one time axis).
     #[arg(long, value_name = "PATH", conflicts_with = "run")]
     pub(crate) svg: Option<PathBuf>,
     /// The figure's look: projector (light, large type, for slides) or screen (dark).
@@ -321,6 +355,13 @@ pub(crate) struct PipelineArgs {
     /// The figure's width in pixels (wider when its columns need it).
     #[arg(long, default_value_t = 1600.0, value_name = "PX")]
     pub(crate) svg_width: f32,
+}
+
+/// `--comm`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommArg {
+    Overlap,
+    Wait,
 }
 
 /// `--theme`'s values.

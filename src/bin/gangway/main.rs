@@ -28,7 +28,7 @@ use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
-use gangway::pipeline::ScheduleKind;
+use gangway::pipeline::{ScheduleKind, percent};
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::Tracer;
 use gangway::{Device, DiscoveryOptions, discover};
@@ -560,7 +560,7 @@ fn pipeline_run(
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
     use gangway::pipeline::timeline;
-    let (r, report) = gangway::bench::pipeline::run_case(
+    let (r, report) = gangway::pipeline::workload::run_case(
         &runtime.client("pipeline", 1),
         // Under mpirun the stages spread over the ranks' devices, rank by rank.
         runtime.mesh(),
@@ -579,9 +579,9 @@ fn pipeline_run(
         args.stages,
         args.microbatches,
         chunks_suffix(chunks),
-        gangway::bench::pipeline::layers(args.stages, chunks),
-        gangway::bench::pipeline::WIDTH,
-        gangway::bench::pipeline::ROWS,
+        gangway::pipeline::workload::layers(args.stages, chunks),
+        gangway::pipeline::workload::WIDTH,
+        gangway::pipeline::workload::ROWS,
     );
     for (_, name) in &report.device_names {
         println!("  {name}");
@@ -606,10 +606,10 @@ fn pipeline_run(
     println!("simulated with this run's op times:");
     print!("{}", report.simulated.timeline(args.width));
     println!(
-        "bubble: {:.1}% measured, {:.1}% simulated, {:.1}% textbook",
+        "bubble: {:.1}% measured, {:.1}% simulated, {} textbook",
         r.bubble_measured * 100.0,
         r.bubble_simulated * 100.0,
-        r.bubble_textbook * 100.0
+        percent(r.bubble_textbook)
     );
     let c = &report.measured;
     println!(
@@ -640,21 +640,74 @@ fn chunks_suffix(chunks: usize) -> String {
     }
 }
 
-/// Simulates (or, given a runtime, runs) one schedule, or compares all four; returns the trace's
+/// The cost model `args` describe, for one microbatch through a device's whole model share
+/// (each schedule splits it into its chunk ops with [`gangway::pipeline::Costs::per_chunk`]).
+fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
+    use gangway::pipeline::Costs;
+    let [f, b, w] = match args.costs_us[..] {
+        [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
+        _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
+    };
+    let non_negative = |x: f64, flag: &str| {
+        if x.is_finite() && x >= 0.0 {
+            Ok(x)
+        } else {
+            bail!("{flag} must be a non-negative number, got {x}")
+        }
+    };
+    let ns = |us: f64| (us * 1e3).round() as u64;
+    let latency = non_negative(args.latency_us, "--latency-us")?;
+    let all_to_all = non_negative(args.all_to_all_us, "--all-to-all-us")?;
+    let kib = non_negative(args.activation_kib, "--activation-kib")?;
+    let bytes_per_ns = match args.bandwidth_gbs {
+        None => f64::INFINITY,
+        Some(g) if g.is_finite() && g > 0.0 => g,
+        Some(g) => bail!("--bandwidth-gbs must be a positive number of GB/s, got {g}"),
+    };
+    Ok(Costs {
+        latency_ns: ns(latency),
+        bytes_per_ns,
+        activation_bytes: (kib * 1024.0).round() as u64,
+        all_to_all_ns: ns(all_to_all),
+        blocking_sends: args.comm == cli::CommArg::Wait,
+        ..Costs::compute_only(ns(f), ns(b), ns(w))
+    })
+}
+
+/// "transfers: 10 µs each, overlapped with compute", or "free" when they cost nothing.
+fn describe_link(c: &gangway::pipeline::Costs) -> String {
+    let each = c.transfer_ns().unwrap_or(0);
+    let mut out = if each == 0 {
+        "transfers free".to_owned()
+    } else {
+        let how = if c.blocking_sends {
+            "the sender waits for each"
+        } else {
+            "overlapped with compute"
+        };
+        format!("transfers {} µs each, {how}", each as f64 / 1e3)
+    };
+    if c.all_to_all_ns > 0 {
+        out += &format!(
+            "; all-to-all {} µs per F or B (hidden in F&B pairs)",
+            c.all_to_all_ns as f64 / 1e3
+        );
+    }
+    out
+}
+
+/// Simulates (or, given a runtime, runs) one schedule, or compares several; returns the trace's
 /// process names (one per stage).
 fn pipeline(
     args: &PipelineArgs,
     runtime: Option<&Runtime>,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::{Costs, Figure, Schedule, bubble_formula, simulate, validate};
+    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate, validate};
     if let Some(runtime) = runtime {
         return pipeline_run(args, runtime, tracer);
     }
-    let [f, b, w] = match args.costs_us[..] {
-        [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
-        _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
-    };
+    let share = pipeline_costs(args)?;
     if let Some(path) = &args.svg {
         if !(args.svg_width.is_finite() && args.svg_width > 0.0) {
             bail!("--svg-width must be a positive number of pixels");
@@ -671,17 +724,14 @@ fn pipeline(
     let names = (0..args.stages)
         .map(|s| (s, format!("stage {s}")))
         .collect();
-    let ns = |us: f64| (us * 1e3).round() as u64;
     if args.compare {
-        let figure = Figure::compare(
-            args.stages,
-            args.microbatches,
-            args.chunks,
-            ns(f),
-            ns(b),
-            ns(w),
-        )?;
-        print_comparison(args, &figure, [f, b, w]);
+        let kinds = if args.schedules.is_empty() {
+            ScheduleKind::ALL.to_vec()
+        } else {
+            args.schedules.clone()
+        };
+        let figure = Figure::compare(&kinds, args.stages, args.microbatches, args.chunks, &share)?;
+        print_comparison(args, &figure, &share);
         if let Some(path) = &args.svg {
             write_figure(path, &figure, args)?;
         }
@@ -690,41 +740,46 @@ fn pipeline(
     let chunks = args.schedule.chunks(args.chunks);
     let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
     let validation = validate(&schedule)?;
-    let costs = Costs::stage_model(ns(f), ns(b), ns(w), chunks);
+    let passes = schedule.passes();
+    let costs = share.per_chunk(passes);
     let sim = simulate(&schedule, &costs)?;
-    let per_chunk = if chunks > 1 {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let per_chunk = if passes > 1 {
         format!(
             " per device's model share, so {}/{}/{} µs per chunk op",
-            costs.forward_ns as f64 / 1e3,
-            costs.backward_ns as f64 / 1e3,
-            costs.weight_grad_ns as f64 / 1e3
+            us(costs.forward_ns),
+            us(costs.backward_ns),
+            us(costs.weight_grad_ns)
         )
     } else {
         String::new()
     };
     println!(
-        "{} on {} stages, {} microbatches{} (simulated, F/B/W = {f}/{b}/{w} µs{per_chunk})",
+        "{} on {} stages, {} microbatches{} (simulated, F/B/W = {}/{}/{} µs{per_chunk}; {})",
         args.schedule.name(),
         args.stages,
         args.microbatches,
-        chunks_suffix(chunks)
+        chunks_suffix(chunks),
+        us(share.forward_ns),
+        us(share.backward_ns),
+        us(share.weight_grad_ns),
+        describe_link(&costs),
     );
     print!("{}", sim.timeline(args.width));
+    let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
     println!(
-        "bubble: {:.1}% of total time (textbook {:.1}%{})",
+        "bubble: {:.1}% of total time, {:.1}% over the ideal time (textbook at F = B = W with \
+         free transfers: {})",
         sim.bubble_fraction * 100.0,
-        bubble_formula(args.schedule, args.stages, args.microbatches, chunks) * 100.0,
-        if args.schedule == ScheduleKind::ZbH1 {
-            ", which assumes F = B = W"
-        } else {
-            ""
-        }
+        sim.bubble_over_ideal() * 100.0,
+        percent(textbook),
     );
     println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
     println!(
-        "peak activations per stage: {:?}",
-        validation.peak_activations
+        "peak activations per stage: {:?} chunk activations ({} per microbatch through a stage)",
+        validation.peak_activations, passes
     );
+    println!("parameter copies: {}", schedule.kind.parameter_copies());
     for e in &sim.events {
         tracer.emit(e.clone());
     }
@@ -741,33 +796,81 @@ fn pipeline(
     Ok(names)
 }
 
-/// The four schedules of a `--compare` side by side.
-fn print_comparison(args: &PipelineArgs, figure: &gangway::pipeline::Figure, [f, b, w]: [f64; 3]) {
-    use gangway::pipeline::bubble_formula;
+/// The schedules of a `--compare` side by side: both bubble conventions (idle share of the
+/// makespan, and the makespan beyond the ideal over the ideal, as the Ultra-Scale Playbook's
+/// `(p − 1)/m`), the textbook's, peak activations in microbatches through a stage, and
+/// parameter copies.
+fn print_comparison(
+    args: &PipelineArgs,
+    figure: &gangway::pipeline::Figure,
+    share: &gangway::pipeline::Costs,
+) {
+    use gangway::pipeline::textbook;
+    let us = |ns: u64| ns as f64 / 1e3;
     println!(
-        "{} stages, {} microbatches, F/B/W = {f}/{b}/{w} µs per device's model share (simulated; \
-         interleaved runs {} chunk ops of 1/{} each)",
-        args.stages, args.microbatches, args.chunks, args.chunks
+        "{} stages, {} microbatches, F/B/W = {}/{}/{} µs per device's model share, {} \
+         (simulated; chunk ops split the share)",
+        args.stages,
+        args.microbatches,
+        us(share.forward_ns),
+        us(share.backward_ns),
+        us(share.weight_grad_ns),
+        describe_link(share),
+    );
+    let rows: Vec<Vec<String>> = figure
+        .rows
+        .iter()
+        .map(|row| {
+            let s = &row.schedule;
+            let name = if s.kind.takes_chunks() {
+                format!("{} v={}", s.kind.name(), s.chunks)
+            } else {
+                s.kind.name().to_owned()
+            };
+            let costs = share.per_chunk(s.passes());
+            let t = textbook(s.kind, s.stages, s.microbatches, s.chunks, &costs);
+            let idle = row.sim.idle_ns();
+            let idle_max = idle.iter().copied().max().unwrap_or(0);
+            let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
+            let units = |chunks: f64| format!("{}", chunks);
+            vec![
+                name,
+                format!("{:.3} ms", row.sim.makespan_ns as f64 / 1e6),
+                format!("{:.1}%", row.sim.bubble_fraction * 100.0),
+                format!("{:.1}%", row.sim.bubble_over_ideal() * 100.0),
+                format!("{} µs", us(idle_max)),
+                t.idle_per_stage_ns
+                    .map_or_else(|| "—".to_owned(), |x| format!("{} µs", us(x))),
+                units(peak),
+                t.peak_activations
+                    .map_or_else(|| "—".to_owned(), |c| units(c as f64 / s.passes() as f64)),
+                s.kind.parameter_copies().to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        gangway::bench::markdown_table(
+            &[
+                "schedule",
+                "makespan",
+                "bubble (idle / makespan)",
+                "bubble (over ideal)",
+                "idle per stage (max)",
+                "textbook idle",
+                "peak activations",
+                "textbook peak",
+                "parameter copies",
+            ],
+            &rows
+        )
     );
     println!(
-        "{:<18} {:>12} {:>8} {:>9}  peak activations per stage",
-        "schedule", "makespan", "bubble", "textbook"
+        "peak activations are microbatches through one stage's layers (a chunk op holds 1/v of \
+         one); textbook figures assume free transfers and no all-to-all"
     );
-    for row in &figure.rows {
-        let s = &row.schedule;
-        let name = if s.chunks > 1 {
-            format!("{} v={}", s.kind.name(), s.chunks)
-        } else {
-            s.kind.name().to_owned()
-        };
-        println!(
-            "{:<18} {:>9.3} ms {:>7.1}% {:>8.1}%  {:?}",
-            name,
-            row.sim.makespan_ns as f64 / 1e6,
-            row.sim.bubble_fraction * 100.0,
-            bubble_formula(s.kind, s.stages, s.microbatches, s.chunks) * 100.0,
-            row.peak_activations
-        );
+    for (kind, why) in &figure.left_out {
+        println!("left out {}: {why}", kind.name());
     }
 }
 

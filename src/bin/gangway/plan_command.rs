@@ -240,7 +240,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
                     name.clone(),
                     format!("{:.1} µs", p.transfer_us),
                     format!("{:.1}%", p.bubble * 100.0),
-                    format!("{:.1}%", p.textbook_bubble * 100.0),
+                    gangway::pipeline::percent(p.textbook_bubble),
                     format!("{:.2} ms", p.makespan_s * 1e3),
                 ]);
                 preds.push((name.clone(), p));

@@ -4,17 +4,17 @@
 //! ([`gangway::fsutil::write_atomic`]), so a kill mid-write leaves the old file or none.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::mpsc::channel;
 
 use egui::{ColorImage, Rect};
 use gangway::pipeline::figure::{Layout, svg};
 
-use crate::background;
+use crate::background::{self, Job};
 
 /// An export being written, and the outcome of the last one.
 #[derive(Debug, Default)]
 pub struct Exporter {
-    pending: Option<Receiver<Result<PathBuf, String>>>,
+    pending: Option<Job<Result<PathBuf, String>>>,
     /// The last export: the path written, or why it failed.
     pub last: Option<Result<PathBuf, String>>,
 }
@@ -50,20 +50,15 @@ impl Exporter {
         });
         ctx.send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
         ctx.request_repaint();
-        self.pending = Some(rx);
+        self.pending = Some(Job::from_receiver(rx));
     }
 
     /// Picks up a finished export; true when one arrived.
     pub fn poll(&mut self) -> bool {
-        let Some(rx) = &self.pending else {
+        let Some(outcome) = self.pending.as_ref().and_then(|j| j.poll("the export")) else {
             return false;
         };
-        let outcome = match rx.try_recv() {
-            Ok(r) => r,
-            Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => Err("the export stopped without a result".into()),
-        };
-        self.last = Some(outcome);
+        self.last = Some(outcome.and_then(|r| r));
         self.pending = None;
         true
     }

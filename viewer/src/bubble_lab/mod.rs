@@ -1,5 +1,6 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
-//! simulation (or all four schedules stacked on one time axis at the same total cost), the
+//! simulation (or any set of the nine schedules stacked on one time axis at the same total
+//! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, peak activations, and an animation that plays or steps
 //! op by op saying what each stage waits for. The figure exports as SVG and PNG for slides. "Run on devices" trains one MLP step with the same
 //! schedule on the first `p` devices (in the background) and shows the measured timeline under
@@ -11,20 +12,19 @@ mod paint;
 mod player;
 
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, TryRecvError};
 
 use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
-use gangway::bench::pipeline::{PipelineResult, run_case};
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
-use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula};
+use gangway::pipeline::workload::{PipelineResult, run_case};
+use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
 pub use export::{Exporter, png_bytes};
 pub use player::Player;
 
-use crate::background;
+use crate::background::{self, Job};
 use crate::live::{DeviceHub, Discovery};
 use crate::timeline::{self, TimelineData, TimelineState, format_ns};
 
@@ -44,6 +44,40 @@ pub struct LabParams {
     pub forward: u64,
     pub backward: u64,
     pub weight_grad: u64,
+    /// Each transfer's cost between stages, in the same units (0: free, as the textbook).
+    pub latency: u64,
+    /// Whether the stages wait for their sends (synchronous) instead of overlapping them.
+    pub wait_for_sends: bool,
+    /// The schedules the comparison stacks: bit `i` for `ScheduleKind::ALL[i]`.
+    pub compared: u16,
+}
+
+/// The comparison's default set: GPipe, 1F1B, interleaved and ZB-H1.
+pub const CLASSIC_FOUR: u16 = 1 | 1 << 1 | 1 << 3 | 1 << 5;
+
+impl LabParams {
+    /// The schedules the comparison stacks, in `ScheduleKind::ALL`'s order.
+    pub fn compared_kinds(&self) -> Vec<ScheduleKind> {
+        ScheduleKind::ALL
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| self.compared & (1 << i) != 0)
+            .map(|(_, k)| k)
+            .collect()
+    }
+
+    /// The cost model of one microbatch through a stage's whole share, link included.
+    pub fn share_costs(&self) -> Costs {
+        Costs {
+            latency_ns: self.latency * UNIT_NS,
+            blocking_sends: self.wait_for_sends,
+            ..Costs::compute_only(
+                self.forward * UNIT_NS,
+                self.backward * UNIT_NS,
+                self.weight_grad * UNIT_NS,
+            )
+        }
+    }
 }
 
 impl Default for LabParams {
@@ -56,12 +90,16 @@ impl Default for LabParams {
             forward: 1,
             backward: 1,
             weight_grad: 1,
+            latency: 0,
+            wait_for_sends: false,
+            compared: CLASSIC_FOUR,
         }
     }
 }
 
 impl LabParams {
-    /// Chunks the schedule is built with: `v` for interleaved, 1 for the rest.
+    /// Chunks the schedule is built with: `v` for interleaved and looped BFS, 2 for the V and
+    /// bidirectional schedules, 1 for the rest.
     pub fn effective_chunks(&self) -> usize {
         self.kind.chunks(self.chunks.max(2))
     }
@@ -95,7 +133,7 @@ impl RunShape {
             self.stages,
             self.microbatches
         );
-        if self.kind == ScheduleKind::Interleaved {
+        if self.kind.takes_chunks() {
             s.push_str(&format!(", v = {}", self.chunks));
         }
         s
@@ -170,12 +208,13 @@ fn needs_devices(stages: usize, devices: &[Device]) -> String {
 /// The result of one simulation, kept until the inputs change.
 #[derive(Debug, Clone)]
 pub struct LabResult {
-    pub textbook: f64,
+    /// The textbook bubble at F = B = W; `None` where there is no closed form (ZB-V).
+    pub textbook: Option<f64>,
     /// The simulation as trace events (the Files tab saves it).
     pub data: TimelineData,
     /// The textbook figure of this schedule.
     pub figure: Figure,
-    /// All four schedules at this p, m and v and the same total cost, on one time axis.
+    /// The compared schedules at this p, m and v and the same total cost, on one time axis.
     pub comparison: Result<Figure, String>,
 }
 
@@ -211,8 +250,10 @@ pub struct BubbleLab {
     pub exporter: Exporter,
     /// Where "Export SVG"/"Export PNG" write (the extension is replaced).
     pub export_path: String,
+    /// Only the figure and the player, for a lecture hall (Esc or the button returns).
+    pub figure_only: bool,
     /// The run on devices in progress, and what it is for.
-    pending: Option<(RunShape, Receiver<Result<DeviceRun, String>>)>,
+    pending: Option<(RunShape, Job<Result<DeviceRun, String>>)>,
     /// The last run on devices, with the shape it ran (not necessarily the controls' now).
     pub measured: Option<(RunShape, Result<DeviceRun, String>)>,
 }
@@ -228,6 +269,7 @@ impl Default for BubbleLab {
             layout: None,
             exporter: Exporter::default(),
             export_path: "pipeline-figure.svg".into(),
+            figure_only: false,
             pending: None,
             measured: None,
         };
@@ -238,25 +280,20 @@ impl Default for BubbleLab {
 
 /// Human name of a schedule, as on the buttons.
 pub fn label(kind: ScheduleKind) -> &'static str {
-    match kind {
-        ScheduleKind::GPipe => "GPipe",
-        ScheduleKind::OneFOneB => "1F1B",
-        ScheduleKind::Interleaved => "Interleaved 1F1B",
-        ScheduleKind::ZbH1 => "ZB-H1",
-    }
+    kind.title()
 }
 
 /// The textbook formula with this shape's numbers in it.
 pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String {
     let q = p.saturating_sub(1);
     match kind {
-        ScheduleKind::GPipe | ScheduleKind::OneFOneB => {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB | ScheduleKind::Eager1F1B => {
             format!(
                 "bubble = (p - 1) / (m + p - 1) = {q} / ({m} + {q}) = {q}/{}",
                 m + q
             )
         }
-        ScheduleKind::Interleaved => format!(
+        ScheduleKind::Interleaved | ScheduleKind::LoopedBfs => format!(
             "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}",
             v * m + q
         ),
@@ -264,23 +301,34 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             "bubble = (p - 1) / (3m + p - 1) if F = B = W = {q} / (3*{m} + {q}) = {q}/{}",
             3 * m + q
         ),
+        ScheduleKind::ZbV => format!(
+            "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
+             {q} half-stage F"
+        ),
+        ScheduleKind::DualPipe => {
+            let h = (p / 2).saturating_sub(1);
+            format!(
+                "idle per stage = (p/2 - 1)(F&B + B - 3W) = {h} * 2F = {} F if F = B = W, \
+                 F&B = F + B",
+                2 * h
+            )
+        }
+        ScheduleKind::DualPipeV => format!(
+            "idle per stage = (p - 1)(F&B + B - 3W) = {q} * 2F = {} half-stage F if F = B = W",
+            2 * q
+        ),
     }
 }
 
 /// Runs the schedule and simulation for `p`.
 pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     let v = p.effective_chunks();
-    let (f, b, w) = (
-        p.forward * UNIT_NS,
-        p.backward * UNIT_NS,
-        p.weight_grad * UNIT_NS,
-    );
     let figure = Figure::single(
         p.kind,
         p.stages,
         p.microbatches,
         v,
-        &Costs::stage_model(f, b, w, v),
+        &p.share_costs().per_chunk(p.kind.passes(v)),
     )
     .map_err(|e| e.to_string())?;
     if figure.rows.len() != 1 {
@@ -289,8 +337,14 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
             figure.rows.len()
         ));
     }
-    let comparison = Figure::compare(p.stages, p.microbatches, p.chunks.max(2), f, b, w)
-        .map_err(|e| e.to_string());
+    let comparison = Figure::compare(
+        &p.compared_kinds(),
+        p.stages,
+        p.microbatches,
+        p.chunks.max(2),
+        &p.share_costs(),
+    )
+    .map_err(|e| e.to_string());
     // Transfers are free here (zero-length): show compute lanes only.
     let mut data = TimelineData::from_events(
         figure.rows[0]
@@ -351,7 +405,8 @@ impl BubbleLab {
                         && t_ns < e.end_ns
                 });
                 if let Some(e) = running {
-                    let mb = e.microbatch.map_or_else(String::new, |m| format!(" mb {m}"));
+                    // Microbatches count from 1, as on the blocks.
+                    let mb = e.microbatch.map_or_else(String::new, |m| format!(" mb {}", m + 1));
                     return format!("stage {stage}: running {}{mb}", e.name);
                 }
                 let next = r
@@ -368,11 +423,11 @@ impl BubbleLab {
                         match op.kind {
                             OpKind::RecvActivation => format!(
                                 "stage {stage}: waits for the activation of mb {} from stage {peer}",
-                                op.microbatch
+                                op.microbatch + 1
                             ),
                             OpKind::RecvGradient => format!(
                                 "stage {stage}: waits for the gradient of mb {} from stage {peer}",
-                                op.microbatch
+                                op.microbatch + 1
                             ),
                             _ => format!("stage {stage}: idle, next {op}"),
                         }
@@ -399,15 +454,13 @@ impl BubbleLab {
 
     /// Picks up a finished run; true when one arrived.
     pub fn poll(&mut self) -> bool {
-        let Some((shape, rx)) = &self.pending else {
+        let Some((shape, job)) = &self.pending else {
             return false;
         };
-        let result = match rx.try_recv() {
-            Ok(r) => r,
-            Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => Err("the run stopped without a result".to_string()),
+        let Some(result) = job.poll("the run") else {
+            return false;
         };
-        self.measured = Some((*shape, result));
+        self.measured = Some((*shape, result.and_then(|r| r)));
         self.pending = None;
         true
     }
@@ -415,6 +468,16 @@ impl BubbleLab {
     /// `theme`: the figure's look (the app's projector setting).
     pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub, theme: Theme) {
         self.poll();
+        if self.figure_only {
+            let esc = ui.input(|i| i.key_pressed(Key::Escape));
+            if ui.button("show the controls (Esc)").clicked() || esc {
+                self.figure_only = false;
+            }
+            self.recompute();
+            self.player_ui(ui);
+            self.figure_ui(ui, theme);
+            return;
+        }
         ui.horizontal_wrapped(|ui| {
             ui.label("schedule:");
             for kind in ScheduleKind::ALL {
@@ -447,8 +510,20 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.stages, 1..=16).text("stages p"));
             ui.add(Slider::new(&mut self.params.microbatches, 1..=64).text("microbatches m"));
             ui.add_enabled(
-                self.params.kind == ScheduleKind::Interleaved || self.view == LabView::Compare,
+                self.params.kind.takes_chunks() || self.view == LabView::Compare,
                 Slider::new(&mut self.params.chunks, 2..=8).text("chunks v"),
+            );
+        });
+        ui.horizontal_wrapped(|ui| {
+            ui.add(Slider::new(&mut self.params.latency, 0..=10).text("transfer cost"))
+                .on_hover_text("each activation or gradient transfer between stages (1 = 1 µs)");
+            ui.checkbox(
+                &mut self.params.wait_for_sends,
+                "stages wait for their sends",
+            )
+            .on_hover_text(
+                "off: transfers overlap compute and only a late receive waits; on: a send \
+                     holds its stage until the data has arrived",
             );
         });
         ui.horizontal_wrapped(|ui| {
@@ -494,8 +569,16 @@ impl BubbleLab {
                 ))
                 .strong(),
             );
+            ui.label(format!(
+                "= {:.1}% over the ideal time",
+                row.sim.bubble_over_ideal() * 100.0
+            ))
+            .on_hover_text(
+                "the Ultra-Scale Playbook's convention: (makespan − ideal) / ideal, (p − 1)/m for \
+                 1F1B; the first is idle time over p × makespan",
+            );
             ui.separator();
-            ui.label(format!("textbook: {:.1}%", r.textbook * 100.0));
+            ui.label(format!("textbook: {}", percent(r.textbook)));
             ui.separator();
             ui.label(format!(
                 "makespan {}",
@@ -510,30 +593,62 @@ impl BubbleLab {
                 ui.weak("(W folded into B)");
             }
         });
-        ui.label(format!(
-            "peak activations per stage: {}",
-            row.peak_activations
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("peak activations per stage: {}", row.peak_text()))
+                .on_hover_text(
+                    "microbatches' worth of a stage's activations, as the bars show (a chunk of \
+                     v holds 1/v of one)",
+                );
+            ui.separator();
+            ui.label(format!(
+                "parameter copies: {}",
+                row.schedule.kind.parameter_copies()
+            ));
+        });
         ui.separator();
         let view = self.view;
         ui.horizontal_wrapped(|ui| {
             ui.label("figure:");
             ui.selectable_value(&mut self.view, LabView::One, "this schedule");
-            ui.selectable_value(&mut self.view, LabView::Compare, "compare all four")
+            ui.selectable_value(&mut self.view, LabView::Compare, "compare")
                 .on_hover_text(
-                    "GPipe, 1F1B, interleaved (v chunks, F/v each) and ZB-H1 at the same p, m \
-                     and total cost, on one time axis",
+                    "the schedules ticked below at the same p, m and total cost, on one time \
+                     axis (interleaved and BFS: v chunks of F/v each; V schedules: 2 of F/2)",
                 );
+            ui.separator();
+            ui.toggle_value(&mut self.figure_only, "figure only")
+                .on_hover_text("hide the controls: the figure and the player alone (Esc returns)");
         });
+        if self.view == LabView::Compare {
+            ui.horizontal_wrapped(|ui| {
+                ui.label("compare:");
+                for (i, kind) in ScheduleKind::ALL.into_iter().enumerate() {
+                    let mut on = self.params.compared & (1 << i) != 0;
+                    if ui.checkbox(&mut on, kind.title()).changed() {
+                        self.params.compared ^= 1 << i;
+                    }
+                }
+            });
+            if let Ok(LabResult {
+                comparison: Ok(f), ..
+            }) = &self.result
+            {
+                for (kind, why) in &f.left_out {
+                    ui.weak(format!("left out {}: {why}", kind.title()));
+                }
+            }
+        }
         if self.view != view {
             self.reset_player();
         }
         self.player_ui(ui);
         self.export_ui(ui);
+        self.figure_ui(ui, theme);
+    }
+
+    /// The figure at the width there is, its hover text, and each stage's status while the
+    /// player is at an op.
+    fn figure_ui(&mut self, ui: &mut Ui, theme: Theme) {
         let Some(figure) = self.figure() else {
             if let Ok(LabResult {
                 comparison: Err(e), ..
@@ -541,7 +656,7 @@ impl BubbleLab {
             {
                 ui.colored_label(
                     ui.visuals().error_fg_color,
-                    format!("the four schedules cannot all take this shape: {e}"),
+                    format!("no ticked schedule can take this shape: {e}"),
                 );
             }
             return;
@@ -741,10 +856,7 @@ impl BubbleLab {
                 r.bubble_simulated * 100.0
             ));
             ui.separator();
-            ui.label(format!(
-                "textbook formula: {:.1}%",
-                r.bubble_textbook * 100.0
-            ));
+            ui.label(format!("textbook formula: {}", percent(r.bubble_textbook)));
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(format!("step time {}", format_ns(r.step_ms * 1e6)));

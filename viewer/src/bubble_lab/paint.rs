@@ -2,15 +2,10 @@
 //! painting conventions (see `gangway::pipeline::figure`), so the lab shows exactly what the
 //! SVG export and `gangway pipeline --svg` write.
 
-use egui::{
-    Align2, Color32, CornerRadius, FontFamily, FontId, Pos2, Rect, Sense, Stroke, Ui, Vec2,
-};
-use gangway::pipeline::figure::{Anchor, Layout, PlacedBlock, Rgba, Shape, hatch_lines};
+use egui::{Align2, CornerRadius, FontFamily, FontId, Pos2, Rect, Sense, Stroke, Ui, Vec2};
+use gangway::pipeline::figure::{Anchor, Layout, PlacedBlock, Shape, hatch_lines};
 
-fn color(c: Rgba) -> Color32 {
-    let [r, g, b, a] = c.0;
-    Color32::from_rgba_unmultiplied(r, g, b, a)
-}
+use crate::timeline::figure_color as color;
 
 /// Allocates the layout's size and paints it; the response hovers over the figure and the
 /// rect is where it was painted (for the PNG export).

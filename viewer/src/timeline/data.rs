@@ -585,12 +585,14 @@ impl BarKind {
         }
     }
 
+    /// The bar's colour; F, B and W in the pipeline figure's palette (one palette for both).
     pub fn color(self) -> egui::Color32 {
         use egui::Color32;
+        use gangway::pipeline::figure::{BACKWARD, FORWARD, WEIGHT_GRAD};
         match self {
-            BarKind::Forward => Color32::from_rgb(66, 133, 244),
-            BarKind::Backward => Color32::from_rgb(52, 168, 83),
-            BarKind::WeightGrad => Color32::from_rgb(251, 140, 0),
+            BarKind::Forward => figure_color(FORWARD),
+            BarKind::Backward => figure_color(BACKWARD),
+            BarKind::WeightGrad => figure_color(WEIGHT_GRAD),
             BarKind::AllToAll => Color32::from_rgb(156, 39, 176),
             BarKind::Kernel => Color32::from_rgb(92, 107, 192),
             BarKind::Transfer => Color32::from_rgb(0, 150, 136),
@@ -787,6 +789,12 @@ fn row_bars(kinds: &[BarKind], row: &RowIndex, view: &TimeView, width: f32, out:
         }
         i = j;
     }
+}
+
+/// A colour of the pipeline figure's palette as egui paints it.
+pub fn figure_color(c: gangway::pipeline::figure::Rgba) -> egui::Color32 {
+    let [r, g, b, a] = c.0;
+    egui::Color32::from_rgba_unmultiplied(r, g, b, a)
 }
 
 #[cfg(test)]

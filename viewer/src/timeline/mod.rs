@@ -6,6 +6,6 @@ pub mod draw;
 pub mod raster;
 pub mod view;
 
-pub use data::{BarKind, CounterRow, TimelineData, Track};
+pub use data::{BarKind, CounterRow, TimelineData, Track, figure_color};
 pub use draw::{Fitted, TimeAxis, TimelineState, legend, timeline, tooltip_at_pointer};
 pub use view::{TimeView, format_ns};

@@ -1,0 +1,159 @@
+//! Measuring a pipelined run: the runtime's events turned into the pipeline's view (one
+//! compute event per op, sends and receives with their flows, waits), and the report's
+//! measured op costs and bubble ([`crate::trace::pipeline_bubble`], the one bubble computation
+//! the CLI, the bench and the viewer share) beside the simulation under those costs.
+
+use std::collections::HashMap;
+
+use super::execute::RunReport;
+use super::lower::{Lowered, Plan, Tag};
+use super::simulate::{Costs, simulate};
+use crate::Result;
+use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, pipeline_bubble};
+
+/// The runtime's events of program `program` as the pipeline's view (see the module docs).
+pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
+    // One compute event per op (and per stage's update), spanning its kernels.
+    let mut spans: HashMap<(usize, String, Option<usize>), (u64, u64)> = HashMap::new();
+    let mut out = Vec::new();
+    for e in raw {
+        if e.program != Some(program) {
+            continue;
+        }
+        let Some(tag) = e
+            .node
+            .and_then(|n| lowered.tags.get(n as usize))
+            .and_then(Option::as_ref)
+        else {
+            continue;
+        };
+        match (tag, e.kind) {
+            (Tag::Compute { stage, name, mb }, EventKind::Kernel) => {
+                let span = spans
+                    .entry((*stage, name.clone(), Some(*mb)))
+                    .or_insert((u64::MAX, 0));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+            }
+            (Tag::Sgd { stage }, EventKind::Kernel) => {
+                let span = spans
+                    .entry((*stage, "sgd".into(), None))
+                    .or_insert((u64::MAX, 0));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+            }
+            (
+                Tag::Send { stage, what, mb } | Tag::Recv { stage, what, mb },
+                EventKind::Transfer,
+            ) => {
+                // Only the flow ends are the pipeline's transfers (not uploads of arguments).
+                let Some(f) = e.flow else { continue };
+                let verb = if f.role == FlowRole::Out {
+                    "send"
+                } else {
+                    "recv"
+                };
+                let meta = EventMeta::transfer(*stage)
+                    .microbatch(*mb as u32)
+                    .flow(f.id, f.role);
+                out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
+            }
+            (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
+                let meta = EventMeta::wait(*stage).microbatch(*mb as u32);
+                out.push(meta.event(format!("wait {}", what.name()), e.start_ns, e.end_ns));
+            }
+            _ => {}
+        }
+    }
+    let mut compute = Vec::new();
+    for ((stage, name, mb), (start, end)) in spans {
+        let mut meta = EventMeta::kernel(stage);
+        if let Some(mb) = mb {
+            meta = meta.microbatch(mb as u32);
+        }
+        compute.push(meta.event(name, start, end));
+    }
+    // A send's readback is queued behind the op that makes its tensor (parallel dispatch submits
+    // both at once): it starts, as a transfer, when that op's kernels end on its stage.
+    for e in out
+        .iter_mut()
+        .filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::Out))
+    {
+        let ready = compute
+            .iter()
+            .filter(|c| c.device == e.device && c.end_ns <= e.end_ns)
+            .map(|c| c.end_ns)
+            .max();
+        if let Some(ready) = ready {
+            e.start_ns = e.start_ns.max(ready);
+        }
+    }
+    out.extend(compute);
+    out.sort_by_key(|e| (e.start_ns, e.end_ns));
+    out
+}
+
+/// Measures the run from its pipeline events.
+pub(super) fn report(
+    plan: &Plan<'_>,
+    weights: Vec<Vec<f32>>,
+    losses: Vec<f32>,
+    mut events: Vec<Event>,
+) -> Result<RunReport> {
+    let schedule = plan.schedule;
+    events.sort_by_key(|e| (e.start_ns, e.end_ns));
+    let loss = losses.iter().map(|&l| f64::from(l)).sum::<f64>() / losses.len().max(1) as f64;
+
+    let mean = |op: PipelineOp| {
+        let (n, sum) = events
+            .iter()
+            .filter(|e| PipelineOp::of(e) == Some(op))
+            .fold((0u64, 0u64), |(n, s), e| (n + 1, s + e.duration_ns()));
+        sum.checked_div(n).unwrap_or(0)
+    };
+    let transfers = events.iter().filter(|e| e.lane == Lane::Transfer);
+    let (sends, transfer_ns) = transfers.fold((0u64, 0u64), |(n, s), e| {
+        let out = e.flow.is_some_and(|f| f.role == FlowRole::Out);
+        (n + u64::from(out), s + e.duration_ns())
+    });
+    let widths = &plan.model.widths;
+    let max_rows = plan.rows.iter().copied().max().unwrap_or(0);
+    let activation_bytes = plan.split[..plan.split.len() - 1]
+        .iter()
+        .map(|r| (max_rows * widths[r.end] * 4) as u64)
+        .max()
+        .unwrap_or(0);
+    let measured = Costs {
+        all_to_all_ns: 0,
+        blocking_sends: false,
+        forward_ns: mean(PipelineOp::Forward),
+        backward_ns: mean(PipelineOp::Backward),
+        weight_grad_ns: if schedule.split_backward {
+            mean(PipelineOp::WeightGrad)
+        } else {
+            0
+        },
+        latency_ns: transfer_ns.checked_div(sends).unwrap_or(0),
+        bytes_per_ns: f64::INFINITY,
+        activation_bytes,
+    };
+
+    // The bubble every view of a pipeline trace reports (the Files tab, `gangway trace`).
+    let (makespan_ns, measured_bubble) =
+        pipeline_bubble(&events).map_or((0, 0.0), |b| (b.makespan_ns, b.fraction));
+    let simulated = simulate(schedule, &measured)?;
+    let device_names = plan
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(s, d)| (s, format!("stage {s}: {}", d.label())))
+        .collect();
+    Ok(RunReport {
+        weights,
+        loss: loss as f32,
+        events,
+        device_names,
+        makespan_ns,
+        measured,
+        measured_bubble,
+        simulated,
+    })
+}
