@@ -1,7 +1,11 @@
 //! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
-//! dispatch, a fused chain), relu, add, and the row sum all-reduce finishes with.
+//! dispatch, a fused chain), relu, add, and the row sum all-reduce finishes with. An
+//! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
+//! `affine`).
 
-use super::{ELEMENTWISE, PreparedDispatch, grid_1d};
+use super::{ELEMENTWISE, Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
+use crate::device::Recorder;
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// One elementwise computation over flat f32 arrays of equal length.
@@ -211,5 +215,88 @@ pub fn reference(op: ElementwiseOp, x: &[f32], z: Option<&[f32]>) -> Vec<f32> {
                 .map(|i| (0..rows as usize).map(|r| x[r * len + i]).sum())
                 .collect()
         }
+    }
+}
+
+impl Kernel for ElementwiseOp {
+    fn kind(&self) -> &'static str {
+        self.entry()
+    }
+
+    /// f32 inputs of one length; the output keeps the first input's shape (a row sum is flat).
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        let what = self.entry();
+        node::arity(what, inputs, self.inputs())?;
+        if let Some(t) = inputs.iter().find(|t| t.dtype != DType::F32) {
+            return Err(node::invalid(
+                what,
+                format!("elementwise kernels take f32 values, got {t}"),
+            ));
+        }
+        let len = inputs[0].len();
+        if let Some(t) = inputs.iter().find(|t| t.len() != len) {
+            return Err(node::invalid(
+                what,
+                format!("inputs of different lengths: {} and {t}", inputs[0]),
+            ));
+        }
+        Ok(vec![match *self {
+            Self::SumRows { rows } => {
+                if rows == 0 || !len.is_multiple_of(rows as usize) {
+                    return Err(node::invalid(what, format!("{len} values in {rows} rows")));
+                }
+                TensorType::f32(&[len / rows as usize])
+            }
+            _ => inputs[0].clone(),
+        }])
+    }
+
+    /// Inputs laid out alike, and so is the output. Only sums and scalings are linear, so only
+    /// they may take partial sums.
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> super::sharding_rules::Rule {
+        let first = inputs.first().ok_or("no inputs")?;
+        if let Some(other) = inputs.iter().find(|s| *s != first) {
+            return Err(format!("inputs laid out differently: {first} and {other}"));
+        }
+        let linear = match *self {
+            Self::Add => true,
+            Self::Affine { shift, .. } => shift == 0.0,
+            _ => false,
+        };
+        if !linear && !first.partial().is_empty() {
+            return Err(format!(
+                "a nonlinear kernel over partial sums ({first}); all-reduce them first"
+            ));
+        }
+        Ok(vec![first.clone()])
+    }
+
+    fn computations(&self) -> usize {
+        match *self {
+            Self::Affine { repeat, .. } => repeat as usize,
+            _ => 1,
+        }
+    }
+
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let out = node::output(y, 0)?;
+        let PreparedDispatch {
+            label,
+            pipeline,
+            bind_group,
+            grid,
+            _params: params,
+        } = prepare(
+            out.device(),
+            *self,
+            x[0].buffer(),
+            x.get(1).map(Tensor::buffer),
+            out.buffer(),
+            out.len(),
+        )?;
+        // The uniform the bind group points at stays alive with the recorded dispatch.
+        let keep: Vec<(u32, &wgpu::Buffer)> = params.iter().map(|b| (0, b)).collect();
+        rec.dispatch(label, &pipeline, bind_group, &keep, grid);
+        Ok(())
     }
 }

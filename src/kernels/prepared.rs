@@ -77,6 +77,10 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
     fn transposed(&self) -> bool {
         false
     }
+    /// The computations one shard of the node stands for: 1, or each link of a fused chain.
+    fn computations(&self) -> usize {
+        1
+    }
 }
 
 #[derive(Debug)]

@@ -18,7 +18,7 @@ use super::ir::{Collective, KernelNode, Node, Op, Program, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::{GangAxes, NamedSharding};
-use crate::{DType, Error, Result};
+use crate::{Error, Result};
 use std::sync::Arc;
 
 /// Builds a [`Program`]; see the module docs.
@@ -97,7 +97,7 @@ impl ProgramBuilder {
         sharding: NamedSharding,
     ) -> Value {
         let ty = match inputs.first().and_then(|&v| self.info(v)) {
-            // Data movement keeps the input's type; elementwise kernels are f32.
+            // Data movement keeps the input's type.
             Some(i)
                 if matches!(
                     op,
@@ -105,10 +105,6 @@ impl ProgramBuilder {
                 ) =>
             {
                 i.ty.clone()
-            }
-            // An elementwise kernel keeps its input's shape (a row sum is flat).
-            Some(i) if matches!(op, Op::Elementwise(_)) && i.shard_len == len => {
-                TensorType::f32(&i.ty.shape)
             }
             _ => TensorType::f32(&[len]),
         };
@@ -477,54 +473,8 @@ impl ProgramBuilder {
         op: ElementwiseOp,
         xs: &[Value],
     ) -> Value {
-        let inputs: Vec<Value> = xs.iter().map(|&x| self.on(gang, x)).collect();
-        let lens: Vec<usize> = inputs
-            .iter()
-            .filter_map(|&v| self.info(v).map(|i| i.shard_len))
-            .collect();
-        if lens.windows(2).any(|w| w[0] != w[1]) {
-            self.fail(format!("{name}: inputs of different lengths {lens:?}"));
-        }
-        if inputs
-            .iter()
-            .any(|&v| self.info(v).is_some_and(|i| i.dtype() != DType::F32))
-        {
-            self.fail(format!("{name}: elementwise kernels take f32 values"));
-        }
-        let len = lens.first().copied().unwrap_or(0);
-        let sharding = self.elementwise_sharding(name, op, &inputs);
-        self.push(name, Op::Elementwise(op), gang, inputs, len, sharding)
-    }
-
-    /// Elementwise inputs are laid out alike, and so is the output. Only sums and scalings are
-    /// linear, so only they may take partial sums.
-    fn elementwise_sharding(
-        &mut self,
-        name: &str,
-        op: ElementwiseOp,
-        xs: &[Value],
-    ) -> NamedSharding {
-        let shardings: Vec<NamedSharding> = xs.iter().map(|&v| self.sharding(v)).collect();
-        let first = shardings
-            .first()
-            .cloned()
-            .unwrap_or_else(|| self.sharding(Value(usize::MAX)));
-        if let Some(other) = shardings.iter().find(|s| **s != first) {
-            self.fail(format!(
-                "{name}: inputs laid out differently: {first} and {other}"
-            ));
-        }
-        let linear = match op {
-            ElementwiseOp::Add => true,
-            ElementwiseOp::Affine { shift, .. } => shift == 0.0,
-            _ => false,
-        };
-        if !linear && !first.partial().is_empty() {
-            self.fail(format!(
-                "{name}: a nonlinear kernel over partial sums ({first}); all-reduce them first"
-            ));
-        }
-        first
+        let [y] = self.kernel(name, gang, Arc::new(op), xs);
+        y
     }
 
     /// `x * scale + shift` on every device of `gang`.

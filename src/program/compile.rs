@@ -162,7 +162,7 @@ impl Program {
             .iter()
             .enumerate()
             .flat_map(|(i, &d)| match &n.op {
-                Op::Arg { .. } | Op::Constant { .. } | Op::Elementwise(_) => vec![(d, out_len)],
+                Op::Arg { .. } | Op::Constant { .. } => vec![(d, out_len)],
                 Op::Variable { .. } => vec![],
                 Op::Kernel(_) => vec![(d, kernel_out)],
                 Op::Transfer => {
@@ -251,18 +251,6 @@ impl Program {
                             .map_err(|e| fail(format!("{}: {e}", n.name)))?;
                         res.dispatch = Some(prepared);
                         res.outputs = outputs.iter().map(|t| t.buffer().clone()).collect();
-                    }
-                    Op::Elementwise(op) => {
-                        let y = device.storage_buffer(&label, out_bytes)?;
-                        let x = input(0)?;
-                        let z = if n.inputs.len() > 1 {
-                            Some(input(1)?)
-                        } else {
-                            None
-                        };
-                        res.dispatch =
-                            Some(elementwise::prepare(device, *op, x, z, &y, out_len)?.into());
-                        res.outputs = vec![y];
                     }
                     Op::Transfer => {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];

@@ -1,6 +1,5 @@
 //! The dataflow IR: one node per *sharded* computation, edges are sharded values.
 
-use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result};
@@ -147,10 +146,9 @@ pub enum Op {
     /// [`super::Variables`] the program is compiled against, one tensor per shard. Kernels update
     /// it in place; several programs compiled against the same variables share it.
     Variable { name: String },
-    /// Any kernel (matmul, router, Adam, ...) on every device of the gang, shard by shard.
+    /// Any kernel (matmul, router, Adam, relu, add, ...) on every device of the gang, shard by
+    /// shard.
     Kernel(KernelNode),
-    /// A kernel run on every device of the gang, shard by shard.
-    Elementwise(ElementwiseOp),
     /// Send/recv between gangs: shard i of the input moves to device i of this node's gang.
     Transfer,
     /// The sending half of a transfer, on the input's gang: reads each shard back to the host.
@@ -176,7 +174,6 @@ impl Op {
             Op::Constant { .. } => "constant",
             Op::Variable { .. } => "variable",
             Op::Kernel(k) => k.0.kind(),
-            Op::Elementwise(e) => e.entry(),
             Op::Transfer => "transfer",
             Op::Send => "send",
             Op::Recv => "recv",
@@ -327,11 +324,8 @@ impl Program {
     pub fn computations(&self) -> usize {
         self.nodes
             .iter()
-            .map(|n| match n.op {
-                Op::Elementwise(ElementwiseOp::Affine { repeat, .. }) => {
-                    n.gang.len() * repeat as usize
-                }
-                Op::Elementwise(_) | Op::Kernel(_) => n.gang.len(),
+            .map(|n| match &n.op {
+                Op::Kernel(k) => n.gang.len() * k.0.computations(),
                 _ => 0,
             })
             .sum()

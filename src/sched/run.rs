@@ -137,7 +137,7 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
         match n.op {
             Op::Arg { .. } => add(d, Role::Upload { shard }),
             Op::Constant { .. } | Op::Variable { .. } => {}
-            Op::Elementwise(_) | Op::Kernel(_) => add(d, Role::Kernel { shard }),
+            Op::Kernel(_) => add(d, Role::Kernel { shard }),
             Op::Transfer => {
                 add(prog.value(n.inputs[0]).gang[shard], Role::Send { shard });
                 add(d, Role::Recv { shard });
