@@ -8,7 +8,7 @@
 //! is checked against a plain-Rust computation of the same layer.
 
 use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::router::{self, ExpertStat, RouterConfig, STAT_WORDS};
+use crate::kernels::router::{self, ExpertStat, RouterConfig};
 use crate::kernels::{Combine, Dispatch, Matmul, Router, TensorType};
 use crate::moe::exchange::ExpertExchange;
 use crate::program::{CompileOptions, HostData, ProgramBuilder};
@@ -146,7 +146,18 @@ pub fn run_expert_parallel(
             });
         }
     };
-    debug_assert_eq!(stats.len(), n * e_n * STAT_WORDS / STAT_WORDS);
+    if stats.len() != n * e_n || y.len() != n * t * d_out {
+        return Err(Error::InvalidArgument {
+            what: "moe layer",
+            reason: format!(
+                "the program returned {} outputs and {} expert statistics, not {} and {}",
+                y.len(),
+                stats.len(),
+                n * t * d_out,
+                n * e_n
+            ),
+        });
+    }
     let outputs: Vec<&[f32]> = y.chunks(t * d_out).collect();
     let aux = stats
         .chunks(e_n)

@@ -3,7 +3,9 @@
 //!
 //! 1. *Seed*: one LM trained on every domain together.
 //! 2. *Branch*: a copy of the seed per domain, each trained on its own domain on its own device,
-//!    concurrently. The trainers are single-device, so nothing crosses devices.
+//!    concurrently, as its own client of the process's one runtime. The trainers are
+//!    single-device, so nothing crosses devices; under `mpirun` each rank trains the ELMs of its
+//!    own devices with no traffic between ranks, and the trained ELMs are shared afterwards.
 //! 3. *Merge*: the domain-posterior ensemble ([`ensemble`]) or parameter averaging ([`average`]);
 //!    either can seed a new branch for a new domain.
 //!

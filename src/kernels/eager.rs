@@ -19,6 +19,17 @@ pub fn submit_and_wait<R>(
     Ok(out)
 }
 
+/// [`run`] for a kernel with one output.
+pub fn run_one(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<Tensor> {
+    run(kernel, inputs)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::InvalidArgument {
+            what: "kernel",
+            reason: format!("{} produced no output", kernel.kind()),
+        })
+}
+
 /// Runs `kernel` on `inputs` (all on one device) and returns its outputs: new tensors of the
 /// types [`Kernel::outputs`] gives, except in-place outputs, which are their inputs (updated).
 pub fn run(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {

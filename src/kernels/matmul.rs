@@ -1,4 +1,8 @@
-//! `C = op(A) · op(B)` in three implementations, plain and grouped (one weight matrix per expert).
+//! `C = op(A) · op(B)` in three implementations, plain and grouped (one weight matrix per expert):
+//! the launchers, the plain-Rust reference, and [`Matmul`], the kernel a program node holds.
+//!
+//! No implementation's choice or summation order depends on M: each output sums over k in an
+//! order fixed by K and the transposes, so rows split over devices give the bits one device gives.
 //!
 //! Layouts (row-major): A is `[M, K]`, or `[K, M]` with `trans_a`; B is `[K, N]` / `[G, K, N]`, or
 //! `[N, K]` / `[G, N, K]` with `trans_b`; C is `[M, N]`. In the grouped form, rows
@@ -506,7 +510,7 @@ impl Kernel for Matmul {
         let groups = offsets.len().saturating_sub(1);
         let max_group_rows = check_offsets(&offsets, groups, m)?;
         let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], &offsets)?;
-        let mut args = MatmulArgs {
+        let args = MatmulArgs {
             a: &x[0],
             b: &x[1],
             c,
@@ -518,10 +522,12 @@ impl Kernel for Matmul {
                 variant: VariantChoice::Fixed(self.variant),
             },
         };
-        if !self.variant.supports(&check_args(&args)?) {
-            args.options.variant = VariantChoice::Fixed(MatmulVariant::Tiled);
-        }
-        encode(rec, &args)?;
-        Ok(())
+        let shape = check_args(&args)?;
+        let variant = if self.variant.supports(&shape) {
+            self.variant
+        } else {
+            MatmulVariant::Tiled
+        };
+        encode_variant(rec, c.device(), &args, &shape, variant)
     }
 }

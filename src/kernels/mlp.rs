@@ -5,8 +5,10 @@
 //! - [`accumulate`]: `acc += x`, in place (gradient accumulation over microbatches);
 //! - [`sgd`]: `w -= lr · g`, in place.
 //!
-//! Every launcher checks dtypes (f32), devices and shapes, then submits and blocks until the GPU
-//! is done. Each has a plain-Rust reference of the same name with `_reference`.
+//! Each is also a [`Kernel`] type a program node holds ([`ReluBackward`], [`MseGrad`],
+//! [`Accumulate`], [`Sgd`]); the blocking launchers check dtypes (f32), devices and shapes, then run
+//! those same types through [`super::eager::run`]. Each has a plain-Rust reference of the same name
+//! with `_reference`.
 
 use super::{Kernel, Prepared, TensorType, node, sharding_rules};
 use super::{MLP, eager, grid_1d};
@@ -133,14 +135,14 @@ pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) 
 pub fn relu_backward(grad: &Tensor, act: &Tensor) -> Result<Tensor> {
     const WHAT: &str = "relu_backward";
     check(WHAT, grad, &[act])?;
-    first(eager::run(&ReluBackward, &[grad, act])?)
+    eager::run_one(&ReluBackward, &[grad, act])
 }
 
 /// `2 (y − target) / n` with `n = y.len()`: the gradient of the mean squared error.
 pub fn mse_grad(y: &Tensor, target: &Tensor) -> Result<Tensor> {
     const WHAT: &str = "mse_grad";
     check(WHAT, y, &[target])?;
-    first(eager::run(&MseGrad, &[y, target])?)
+    eager::run_one(&MseGrad, &[y, target])
 }
 
 /// `acc += x`, in place.
@@ -163,17 +165,6 @@ pub fn sgd(w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
         });
     }
     eager::run(&Sgd { lr }, &[w, g]).map(drop)
-}
-
-/// The one output of a one-output kernel.
-fn first(outputs: Vec<Tensor>) -> Result<Tensor> {
-    outputs
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::InvalidArgument {
-            what: "kernel",
-            reason: "produced no output".into(),
-        })
 }
 
 fn mse_scale(n: usize) -> f32 {

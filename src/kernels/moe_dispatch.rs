@@ -1,5 +1,6 @@
 //! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
-//! the gates). Dropped choices get nothing from the experts.
+//! the gates). Dropped choices get nothing from the experts. [`Dispatch`] and [`Combine`] are the
+//! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs.
 
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};

@@ -1,5 +1,8 @@
 //! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
-//! per-expert counts and the two vectors of the load-balancing loss.
+//! per-expert counts and the two vectors of the load-balancing loss. [`Router`] is the kernel a
+//! program node holds; its three outputs (`probs`, `routes`, `stats`) are the last inputs of every
+//! routed kernel, which rebuild the [`Routing`] with [`routing_of`] and check it with
+//! [`routed_tokens`].
 
 use super::copy_blocks::{self, Block};
 use super::{ROUTER, eager};

@@ -1,6 +1,7 @@
 //! A training run of the MoE LM on a corpus: batches, steps on the GPU trainer, validation in
 //! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
-//! Branch-Train-Merge both train through [`train`].
+//! Branch-Train-Merge both train through [`train`], as runs of a client of the caller's runtime
+//! over its devices (a job's mesh under `mpirun`).
 
 use super::trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};

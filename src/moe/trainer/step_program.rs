@@ -6,7 +6,9 @@
 //! Expert parallelism is capacity-padded: each device sends every other device its
 //! `[E/D · capacity, d]` block of slots, kept or not (empty slots are zero rows, which contribute
 //! exact zeros to every sum), so every shape is static and the grouped matmuls run over fixed
-//! groups of `D · capacity` rows per local expert.
+//! groups of `D · capacity` rows per local expert ([`super::super::exchange`], shared with the
+//! demo layer). D devices compute the bits one device computes with D groups: every matmul sums in
+//! an order independent of M, and the expert weight gradient sums one slot block at a time.
 
 use super::super::exchange::ExpertExchange;
 use super::super::params::{EMBED, W_IN};
