@@ -169,7 +169,7 @@ impl Transport for Loopback {
 
     fn abort(&self, code: i32, message: &str) -> ! {
         // The ranks are this process's threads: ending the process ends them all.
-        eprintln!("{message}");
+        super::transport::last_words(message);
         std::process::exit(code)
     }
 }

@@ -232,7 +232,7 @@ impl Transport for Mpi {
     }
 
     fn abort(&self, code: i32, message: &str) -> ! {
-        eprintln!("{message}");
+        super::transport::last_words(message);
         if self.multiple {
             SimpleCommunicator::world().abort(code)
         }
@@ -437,7 +437,7 @@ impl Link<'_> {
     }
 
     fn end_job(&self, message: &str) -> ! {
-        eprintln!("{message}");
+        super::transport::last_words(message);
         self.world.abort(3)
     }
 }

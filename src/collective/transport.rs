@@ -12,6 +12,14 @@ use crate::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+/// Writes a rank's last line to stderr in one write. `eprintln!` may write the message and its
+/// newline separately, and mpirun forwards each rank's output in the chunks it reads, so a line
+/// written in pieces can be cut by another rank's output.
+pub(crate) fn last_words(message: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{message}\n").as_bytes());
+}
+
 /// Names one run that spans ranks the same way on every rank: its client's name and how many
 /// runs spanning ranks clients of that name submitted before it. Every rank submits the same such
 /// runs in the same order (SPMD), so the keys agree.
