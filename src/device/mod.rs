@@ -461,12 +461,15 @@ impl Device {
     }
 
     /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`.
+    /// With `zero_workgroup_memory` off, the shader must write every workgroup element before it
+    /// reads it (see [`crate::kernels::Shader::zero_workgroup_memory`]).
     ///
     /// Shader compilation errors come back as [`Error::Shader`] rather than a panic.
     pub fn pipeline(
         &self,
         key: &str,
         entry: &str,
+        zero_workgroup_memory: bool,
         source: impl FnOnce() -> String,
     ) -> Result<wgpu::ComputePipeline> {
         let cache_key = format!("{key}::{entry}");
@@ -498,7 +501,10 @@ impl Device {
                 layout: None,
                 module: &module,
                 entry_point: Some(entry),
-                compilation_options: Default::default(),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: zero_workgroup_memory,
+                    ..Default::default()
+                },
                 cache: None,
             });
         if let Some(err) = pollster::block_on(scope.pop()) {

@@ -30,6 +30,16 @@ pub fn run_one(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<Tensor> {
         })
 }
 
+/// [`run`] for a kernel with `N` outputs, as an array.
+pub fn run_n<const N: usize>(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<[Tensor; N]> {
+    run(kernel, inputs)?
+        .try_into()
+        .map_err(|outs: Vec<Tensor>| Error::InvalidArgument {
+            what: "kernel",
+            reason: format!("{} produced {} outputs, not {N}", kernel.kind(), outs.len()),
+        })
+}
+
 /// Runs `kernel` on `inputs` (all on one device) and returns its outputs: new tensors of the
 /// types [`Kernel::outputs`] gives, except in-place outputs, which are their inputs (updated).
 pub fn run(kernel: &dyn Kernel, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {

@@ -7,6 +7,7 @@
 //! Adding a kernel: its shader, a [`Shader`] entry here (and in [`ALL_SHADERS`]), and a module with
 //! its launcher, reference and [`Kernel`] type.
 
+pub mod attention;
 pub mod autotune;
 pub mod copy_blocks;
 pub mod eager;
@@ -24,6 +25,7 @@ pub mod sharding_rules;
 pub use prepared::{Kernel, Prepared, TensorType};
 
 // Every kernel a program node can hold, each a type beside its shader's launcher.
+pub use attention::{Attention, AttentionBackward, AttentionNaive};
 pub use copy_blocks::Permute;
 pub use lm_train::{
     Adam, CombineBackwardSlots, CrossEntropy, DispatchBackward, EmbedGather, EmbedGrad,
@@ -47,6 +49,11 @@ pub struct Shader {
     pub common: &'static [&'static str],
     /// `Elem` types this shader is compiled with (the prelude declares `Elem`).
     pub dtypes: &'static [DType],
+    /// Whether the driver must zero the shader's workgroup memory before each workgroup runs
+    /// (WebGPU's default). Off only for shaders that write every workgroup element before they
+    /// read it: GL zeroes each workgroup array with one constructor of all its elements, and
+    /// for 2048-element tiles llvmpipe then compiles for minutes.
+    pub zero_workgroup_memory: bool,
 }
 
 /// The matmul shaders' parameters and group offsets.
@@ -66,48 +73,56 @@ pub const MATMUL_NAIVE: Shader = Shader {
     source: include_str!("../../shaders/matmul_naive.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
+    zero_workgroup_memory: true,
 };
 pub const MATMUL_TILED: Shader = Shader {
     name: "matmul_tiled",
     source: include_str!("../../shaders/matmul_tiled.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
+    zero_workgroup_memory: true,
 };
 pub const MATMUL_VEC4: Shader = Shader {
     name: "matmul_vec4",
     source: include_str!("../../shaders/matmul_vec4.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
+    zero_workgroup_memory: true,
 };
 pub const MATMUL_VEC4_NT: Shader = Shader {
     name: "matmul_vec4_nt",
     source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_SCALAR_C,
+    zero_workgroup_memory: true,
 };
 pub const MATMUL_VEC4_TN: Shader = Shader {
     name: "matmul_vec4_tn",
     source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_SCALAR_C,
+    zero_workgroup_memory: true,
 };
 pub const ROUTER: Shader = Shader {
     name: "router",
     source: include_str!("../../shaders/router.wgsl"),
     dtypes: F32_ONLY,
     common: &[],
+    zero_workgroup_memory: true,
 };
 pub const MOE_DISPATCH: Shader = Shader {
     name: "moe_dispatch",
     source: include_str!("../../shaders/moe_dispatch.wgsl"),
     dtypes: F32_ONLY,
     common: &[],
+    zero_workgroup_memory: true,
 };
 pub const COPY_BLOCKS: Shader = Shader {
     name: "copy_blocks",
     source: include_str!("../../shaders/copy_blocks.wgsl"),
     dtypes: WORDS,
     common: &[],
+    zero_workgroup_memory: true,
 };
 
 pub const ELEMENTWISE: Shader = Shader {
@@ -115,6 +130,7 @@ pub const ELEMENTWISE: Shader = Shader {
     source: include_str!("../../shaders/elementwise.wgsl"),
     dtypes: F32_ONLY,
     common: &[],
+    zero_workgroup_memory: true,
 };
 
 pub const MLP: Shader = Shader {
@@ -122,6 +138,15 @@ pub const MLP: Shader = Shader {
     source: include_str!("../../shaders/mlp.wgsl"),
     dtypes: F32_ONLY,
     common: &[],
+    zero_workgroup_memory: true,
+};
+
+pub const ATTENTION: Shader = Shader {
+    name: "attention",
+    source: include_str!("../../shaders/attention.wgsl"),
+    dtypes: F32_ONLY,
+    common: &[],
+    zero_workgroup_memory: false,
 };
 
 pub const LM_TRAIN: Shader = Shader {
@@ -129,6 +154,7 @@ pub const LM_TRAIN: Shader = Shader {
     source: include_str!("../../shaders/lm_train.wgsl"),
     dtypes: F32_ONLY,
     common: &[],
+    zero_workgroup_memory: true,
 };
 
 /// Every shader gangway ships, for validation and translation tests.
@@ -144,6 +170,7 @@ pub const ALL_SHADERS: &[Shader] = &[
     ELEMENTWISE,
     MLP,
     LM_TRAIN,
+    ATTENTION,
 ];
 
 /// Threads per workgroup of the flat kernels (elementwise, mlp, lm_train).
@@ -220,6 +247,8 @@ impl Shader {
         dtype: DType,
         entry: &str,
     ) -> crate::Result<wgpu::ComputePipeline> {
-        device.pipeline(&self.key(dtype), entry, || self.instantiate(dtype))
+        device.pipeline(&self.key(dtype), entry, self.zero_workgroup_memory, || {
+            self.instantiate(dtype)
+        })
     }
 }

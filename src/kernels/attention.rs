@@ -1,0 +1,612 @@
+//! Multi-head self-attention (`shaders/attention.wgsl`), FlashAttention-style: the forward keeps a
+//! running max and sum over tiles of keys (online softmax), so the `T × T` scores never exist in
+//! memory, and saves each row's logsumexp; the backward recomputes the probabilities from it
+//! (FlashAttention-2), one pass for `dQ` and one for `dK`, `dV`.
+//!
+//! - [`Attention`]: `(q, k, v) → (out, lse)`;
+//! - [`AttentionBackward`]: `(q, k, v, out, lse, d_out) → (dq, dk, dv)`;
+//! - [`AttentionNaive`]: the forward without tiling, three passes over the keys from storage: the
+//!   bench's baseline.
+//!
+//! Queries, keys, values and outputs are `[B, T, H·Dh]` f32 (a projection's `[B·T, H·Dh]` output
+//! as it is: head `h` is columns `h·Dh..(h+1)·Dh`), the logsumexp `[B, T, H]`. Scores are
+//! `scale · q·k` (`1/√Dh` by default), and with `causal` query `t` sees keys `0..=t`. Head
+//! dimensions up to [`MAX_HEAD_DIM`]; any `T`. Batches split over devices like rows (the default
+//! sharding rule: each sequence is whole on one device). f32 only: f16 is not built yet.
+//!
+//! Each has a blocking form ([`attention`], [`attention_backward`], through [`super::eager`]) and
+//! a plain-Rust reference computed in f64 ([`attention_reference`],
+//! [`attention_backward_reference`]).
+
+use super::{ATTENTION, Kernel, Prepared, TensorType, eager, node};
+use crate::device::Recorder;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// The largest head dimension the kernels hold in registers and workgroup memory.
+pub const MAX_HEAD_DIM: usize = 128;
+/// Rows per workgroup, one per thread (`ROWS` in the shader).
+const ROWS: usize = 32;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    batch: u32,
+    seq: u32,
+    heads: u32,
+    head_dim: u32,
+    causal: u32,
+    _pad0: u32,
+    scale: f32,
+    _pad1: f32,
+}
+
+/// The sizes of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+impl AttentionShape {
+    /// The shape of `[B, T, H·Dh]` queries with `heads` heads, or why it is not one.
+    pub fn of(what: &'static str, q: &[usize], heads: usize) -> Result<Self> {
+        let &[batch, seq, width] = q else {
+            return Err(node::invalid(
+                what,
+                format!("queries must be [batch, seq, heads·head_dim], got {q:?}"),
+            ));
+        };
+        if heads == 0 || width % heads != 0 {
+            return Err(node::invalid(
+                what,
+                format!("width {width} is not a multiple of {heads} heads"),
+            ));
+        }
+        let head_dim = width / heads;
+        if head_dim == 0 || head_dim > MAX_HEAD_DIM {
+            return Err(node::invalid(
+                what,
+                format!("head dimension {head_dim} is outside 1..={MAX_HEAD_DIM}"),
+            ));
+        }
+        Ok(Self {
+            batch,
+            seq,
+            heads,
+            head_dim,
+        })
+    }
+
+    /// `[B, T, H·Dh]`.
+    pub fn rows(&self) -> [usize; 3] {
+        [self.batch, self.seq, self.heads * self.head_dim]
+    }
+
+    /// `[B, T, H]`.
+    pub fn stats(&self) -> [usize; 3] {
+        [self.batch, self.seq, self.heads]
+    }
+
+    /// Score pairs `(query, key)` that count: `T²` per head, about half with `causal`.
+    pub fn pairs(&self, causal: bool) -> usize {
+        let per_head = if causal {
+            self.seq * (self.seq + 1) / 2
+        } else {
+            self.seq * self.seq
+        };
+        self.batch * self.heads * per_head
+    }
+
+    /// The forward's FLOPs: `q·k` and `p·v`, 2 multiply-adds each per pair and head dimension.
+    pub fn forward_flops(&self, causal: bool) -> f64 {
+        4.0 * self.pairs(causal) as f64 * self.head_dim as f64
+    }
+
+    /// The backward's FLOPs as FlashAttention counts them: 2.5× the forward's (five
+    /// matmul-sized products against two; the recomputed scores are not counted).
+    pub fn backward_flops(&self, causal: bool) -> f64 {
+        2.5 * self.forward_flops(causal)
+    }
+}
+
+/// `1/√Dh`, the usual score scale.
+pub fn default_scale(head_dim: usize) -> f32 {
+    1.0 / (head_dim.max(1) as f32).sqrt()
+}
+
+fn params(what: &'static str, s: &AttentionShape, causal: bool, scale: f32) -> Result<Params> {
+    let u = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::InvalidArgument {
+            what,
+            reason: format!("{v} does not fit in u32"),
+        })
+    };
+    if !scale.is_finite() {
+        return Err(node::invalid(
+            what,
+            format!("scale must be finite, got {scale}"),
+        ));
+    }
+    Ok(Params {
+        batch: u(s.batch)?,
+        seq: u(s.seq)?,
+        heads: u(s.heads)?,
+        head_dim: u(s.head_dim)?,
+        causal: u32::from(causal),
+        _pad0: 0,
+        scale,
+        _pad1: 0.0,
+    })
+}
+
+/// Checks `t` is f32 on `device` with `shape`.
+fn expect(what: &'static str, t: &Tensor, device: &Device, shape: &[usize]) -> Result<()> {
+    t.expect_device(what, device)?;
+    t.expect_dtype(what, DType::F32)?;
+    t.expect_shape(what, shape)
+}
+
+/// One workgroup per `ROWS` rows of one (batch, head) pair.
+fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
+    let dim = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::InvalidArgument {
+            what: "attention grid",
+            reason: format!("grid dimension {v} exceeds u32"),
+        })
+    };
+    Ok([dim(s.seq.div_ceil(ROWS))?, dim(s.batch * s.heads)?, 1])
+}
+
+/// Records `entry` with the parameters and `bindings` (binding 0 added here).
+fn dispatch(
+    encoder: &mut impl Recorder,
+    device: &Device,
+    entry: &'static str,
+    params: &Params,
+    bindings: &[(u32, &wgpu::Buffer)],
+    grid: [u32; 3],
+) -> Result<()> {
+    let uniform = device.uniform_buffer(entry, params);
+    let pipeline = ATTENTION.pipeline(device, DType::F32, entry)?;
+    let mut all = vec![(0, &uniform)];
+    all.extend_from_slice(bindings);
+    device.encode_dispatch(encoder, entry, &pipeline, &all, grid)
+}
+
+/// Checks `q`, `k`, `v` (alike) and gives their shape.
+fn qkv_shape(
+    what: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+) -> Result<AttentionShape> {
+    let s = AttentionShape::of(what, q.shape(), heads)?;
+    for t in [q, k, v] {
+        expect(what, t, q.device(), &s.rows())?;
+    }
+    Ok(s)
+}
+
+/// Records the tiled forward (or, with `naive`, the baseline) into caller-allocated `out`
+/// `[B, T, H·Dh]` and `lse` `[B, T, H]`.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_attention(
+    encoder: &mut impl Recorder,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    out: &Tensor,
+    lse: &Tensor,
+    heads: usize,
+    causal: bool,
+    scale: f32,
+    naive: bool,
+) -> Result<()> {
+    let what = if naive {
+        "attention_naive"
+    } else {
+        "attention_forward"
+    };
+    let device = q.device();
+    let s = qkv_shape(what, q, k, v, heads)?;
+    expect(what, out, device, &s.rows())?;
+    expect(what, lse, device, &s.stats())?;
+    let p = params(what, &s, causal, scale)?;
+    let grid = if naive {
+        let [_, bh, _] = row_grid(&s)?;
+        [u32::try_from(s.seq.div_ceil(64)).unwrap_or(u32::MAX), bh, 1]
+    } else {
+        row_grid(&s)?
+    };
+    let bindings = [
+        (1, q.buffer()),
+        (2, k.buffer()),
+        (3, v.buffer()),
+        (4, out.buffer()),
+        (5, lse.buffer()),
+    ];
+    dispatch(encoder, device, what, &p, &bindings, grid)
+}
+
+/// Gradients of [`attention_backward`].
+#[derive(Debug)]
+pub struct AttentionGrads {
+    pub dq: Tensor,
+    pub dk: Tensor,
+    pub dv: Tensor,
+}
+
+/// Records the backward into caller-allocated `dq`, `dk`, `dv` (shaped like `q`), given the
+/// forward's `out` and `lse` and the output's gradient `d_out`. Three dispatches: each query
+/// row's `(lse, Σ dO·O)` into a scratch buffer, then `dQ`, then `dK` and `dV`.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_attention_backward(
+    encoder: &mut impl Recorder,
+    [q, k, v, out, lse, d_out]: [&Tensor; 6],
+    grads: [&Tensor; 3],
+    heads: usize,
+    causal: bool,
+    scale: f32,
+) -> Result<()> {
+    const WHAT: &str = "attention_backward";
+    let device = q.device();
+    let s = qkv_shape(WHAT, q, k, v, heads)?;
+    expect(WHAT, out, device, &s.rows())?;
+    expect(WHAT, d_out, device, &s.rows())?;
+    expect(WHAT, lse, device, &s.stats())?;
+    for g in grads {
+        expect(WHAT, g, device, &s.rows())?;
+    }
+    let [dq, dk, dv] = grads;
+    if grads.iter().any(|g| {
+        [q, k, v, out, lse, d_out]
+            .iter()
+            .any(|i| i.buffer() == g.buffer())
+    }) || dq.buffer() == dk.buffer()
+        || dq.buffer() == dv.buffer()
+        || dk.buffer() == dv.buffer()
+    {
+        return Err(node::invalid(
+            WHAT,
+            "the gradients must be distinct buffers, apart from the inputs".into(),
+        ));
+    }
+    let p = params(WHAT, &s, causal, scale)?;
+    let rows = s.batch * s.seq * s.heads;
+    let stats = Tensor::zeros(device, &[rows, 2], DType::F32)?;
+    dispatch(
+        encoder,
+        device,
+        "attention_backward_delta",
+        &p,
+        &[
+            (6, out.buffer()),
+            (7, d_out.buffer()),
+            (8, lse.buffer()),
+            (9, stats.buffer()),
+        ],
+        super::grid_1d(device, "attention_backward_delta", rows)?,
+    )?;
+    let grid = row_grid(&s)?;
+    dispatch(
+        encoder,
+        device,
+        "attention_backward_dq",
+        &p,
+        &[
+            (1, q.buffer()),
+            (2, k.buffer()),
+            (3, v.buffer()),
+            (7, d_out.buffer()),
+            (10, stats.buffer()),
+            (11, dq.buffer()),
+        ],
+        grid,
+    )?;
+    dispatch(
+        encoder,
+        device,
+        "attention_backward_dkdv",
+        &p,
+        &[
+            (1, q.buffer()),
+            (2, k.buffer()),
+            (3, v.buffer()),
+            (7, d_out.buffer()),
+            (10, stats.buffer()),
+            (12, dk.buffer()),
+            (13, dv.buffer()),
+        ],
+        grid,
+    )
+}
+
+/// Causal (or not) attention of `[B, T, H·Dh]` queries, keys and values with `heads` heads and
+/// the default scale: `(out, lse)`. Blocks.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    causal: bool,
+) -> Result<(Tensor, Tensor)> {
+    let s = AttentionShape::of("attention", q.shape(), heads)?;
+    let kernel = Attention {
+        heads,
+        causal,
+        scale: default_scale(s.head_dim),
+    };
+    let [out, lse] = eager::run_n(&kernel, &[q, k, v])?;
+    Ok((out, lse))
+}
+
+/// The gradients of [`attention`] (default scale) given its outputs and `d_out`. Blocks.
+pub fn attention_backward(
+    inputs: [&Tensor; 6],
+    heads: usize,
+    causal: bool,
+) -> Result<AttentionGrads> {
+    let s = AttentionShape::of("attention_backward", inputs[0].shape(), heads)?;
+    let kernel = AttentionBackward {
+        heads,
+        causal,
+        scale: default_scale(s.head_dim),
+    };
+    let [dq, dk, dv] = eager::run_n(&kernel, &inputs)?;
+    Ok(AttentionGrads { dq, dk, dv })
+}
+
+/// Checks the reference's slices against `s`.
+fn check_reference(what: &'static str, s: &AttentionShape, slices: &[&[f32]]) -> Result<()> {
+    let want = s.rows().iter().product::<usize>();
+    match slices.iter().find(|x| x.len() != want) {
+        Some(x) => Err(Error::ShapeMismatch {
+            what,
+            expected: format!("{want} values"),
+            got: format!("{} values", x.len()),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Scores, probabilities and the logsumexp of query `t` of head `(b, h)`, in f64.
+struct RowSoftmax {
+    probs: Vec<f64>,
+    lse: f64,
+}
+
+fn row_softmax(
+    s: &AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    (b, h, t): (usize, usize, usize),
+    causal: bool,
+    scale: f32,
+) -> RowSoftmax {
+    let at = |i: usize| ((b * s.seq + i) * s.heads + h) * s.head_dim;
+    let keys = if causal { t + 1 } else { s.seq };
+    let qa = at(t);
+    let scores: Vec<f64> = (0..keys)
+        .map(|j| {
+            let ka = at(j);
+            let dot: f64 = (0..s.head_dim)
+                .map(|c| f64::from(q[qa + c]) * f64::from(k[ka + c]))
+                .sum();
+            dot * f64::from(scale)
+        })
+        .collect();
+    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = scores.iter().map(|&x| (x - m).exp()).sum();
+    RowSoftmax {
+        probs: scores.iter().map(|&x| (x - m).exp() / sum).collect(),
+        lse: m + sum.ln(),
+    }
+}
+
+/// Reference of the forward: `(out [B, T, H·Dh], lse [B, T, H])`, computed in f64.
+pub fn attention_reference(
+    s: &AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    causal: bool,
+    scale: f32,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    check_reference("attention_reference", s, &[q, k, v])?;
+    let mut out = vec![0f32; q.len()];
+    let mut lse = vec![0f32; s.stats().iter().product()];
+    for b in 0..s.batch {
+        for t in 0..s.seq {
+            for h in 0..s.heads {
+                let row = row_softmax(s, q, k, (b, h, t), causal, scale);
+                let at = |i: usize| ((b * s.seq + i) * s.heads + h) * s.head_dim;
+                for c in 0..s.head_dim {
+                    let acc: f64 = row
+                        .probs
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &pj)| pj * f64::from(v[at(j) + c]))
+                        .sum();
+                    out[at(t) + c] = acc as f32;
+                }
+                lse[(b * s.seq + t) * s.heads + h] = row.lse as f32;
+            }
+        }
+    }
+    Ok((out, lse))
+}
+
+/// Reference of the backward: `(dq, dk, dv)` for the output gradient `d_out`, in f64.
+pub fn attention_backward_reference(
+    s: &AttentionShape,
+    [q, k, v, d_out]: [&[f32]; 4],
+    causal: bool,
+    scale: f32,
+) -> Result<[Vec<f32>; 3]> {
+    check_reference("attention_backward_reference", s, &[q, k, v, d_out])?;
+    let n = q.len();
+    let (mut dq, mut dk, mut dv) = (vec![0f64; n], vec![0f64; n], vec![0f64; n]);
+    for b in 0..s.batch {
+        for h in 0..s.heads {
+            let at = |i: usize| ((b * s.seq + i) * s.heads + h) * s.head_dim;
+            for t in 0..s.seq {
+                let row = row_softmax(s, q, k, (b, h, t), causal, scale);
+                let (qa, d) = (at(t), s.head_dim);
+                // dP[j] = dO[t]·V[j]; dS[j] = P[j] (dP[j] − Σ_i P[i] dP[i]).
+                let dp: Vec<f64> = (0..row.probs.len())
+                    .map(|j| {
+                        (0..d)
+                            .map(|c| f64::from(d_out[qa + c]) * f64::from(v[at(j) + c]))
+                            .sum()
+                    })
+                    .collect();
+                let delta: f64 = row.probs.iter().zip(&dp).map(|(p, g)| p * g).sum();
+                for (j, (&pj, &dpj)) in row.probs.iter().zip(&dp).enumerate() {
+                    let ds = pj * (dpj - delta) * f64::from(scale);
+                    let ka = at(j);
+                    for c in 0..d {
+                        dq[qa + c] += ds * f64::from(k[ka + c]);
+                        dk[ka + c] += ds * f64::from(q[qa + c]);
+                        dv[ka + c] += pj * f64::from(d_out[qa + c]);
+                    }
+                }
+            }
+        }
+    }
+    let f = |x: Vec<f64>| x.into_iter().map(|x| x as f32).collect();
+    Ok([f(dq), f(dk), f(dv)])
+}
+
+/// The types of `(q, k, v)` and their shape.
+fn forward_types(
+    what: &'static str,
+    inputs: &[TensorType],
+    heads: usize,
+) -> Result<AttentionShape> {
+    node::arity(what, inputs, 3)?;
+    let s = AttentionShape::of(what, &inputs[0].shape, heads)?;
+    expect_types(what, inputs, &TensorType::f32(&s.rows()))?;
+    Ok(s)
+}
+
+/// Each of `inputs` is `want`: a typed error naming the first that is not.
+fn expect_types(what: &'static str, inputs: &[TensorType], want: &TensorType) -> Result<()> {
+    for t in inputs {
+        if t.dtype != want.dtype {
+            return Err(Error::DTypeMismatch {
+                what,
+                expected: want.dtype,
+                got: t.dtype,
+            });
+        }
+        if t.shape != want.shape {
+            return Err(Error::ShapeMismatch {
+                what,
+                expected: format!("{want}"),
+                got: format!("{t}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `(q, k, v) [B, T, H·Dh] → (out [B, T, H·Dh], lse [B, T, H])`, tiled, as a program node.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    pub heads: usize,
+    pub causal: bool,
+    pub scale: f32,
+}
+
+impl Kernel for Attention {
+    fn kind(&self) -> &'static str {
+        "attention"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        let s = forward_types(self.kind(), inputs, self.heads)?;
+        Ok(vec![
+            TensorType::f32(&s.rows()),
+            TensorType::f32(&s.stats()),
+        ])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let (out, lse) = (node::output(y, 0)?, node::output(y, 1)?);
+        encode_attention(
+            rec,
+            &x[0],
+            &x[1],
+            &x[2],
+            out,
+            lse,
+            self.heads,
+            self.causal,
+            self.scale,
+            false,
+        )
+    }
+}
+
+/// [`Attention`] without tiling: the bench's baseline.
+#[derive(Debug, Clone)]
+pub struct AttentionNaive(pub Attention);
+
+impl Kernel for AttentionNaive {
+    fn kind(&self) -> &'static str {
+        "attention_naive"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        self.0.outputs(inputs)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let (a, out, lse) = (&self.0, node::output(y, 0)?, node::output(y, 1)?);
+        encode_attention(
+            rec, &x[0], &x[1], &x[2], out, lse, a.heads, a.causal, a.scale, true,
+        )
+    }
+}
+
+/// `(q, k, v, out, lse, d_out) → (dq, dk, dv)` as a program node.
+#[derive(Debug, Clone)]
+pub struct AttentionBackward {
+    pub heads: usize,
+    pub causal: bool,
+    pub scale: f32,
+}
+
+impl Kernel for AttentionBackward {
+    fn kind(&self) -> &'static str {
+        "attention_backward"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 6)?;
+        let s = forward_types(self.kind(), &inputs[..3], self.heads)?;
+        let (rows, stats) = (TensorType::f32(&s.rows()), TensorType::f32(&s.stats()));
+        expect_types(self.kind(), &inputs[3..4], &rows)?;
+        expect_types(self.kind(), &inputs[4..5], &stats)?;
+        expect_types(self.kind(), &inputs[5..], &rows)?;
+        Ok(vec![rows.clone(), rows.clone(), rows])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let [q, k, v, out, lse, d_out] = x else {
+            return Err(node::invalid(
+                self.kind(),
+                format!("takes 6 inputs, got {}", x.len()),
+            ));
+        };
+        encode_attention_backward(
+            rec,
+            [q, k, v, out, lse, d_out],
+            [
+                node::output(y, 0)?,
+                node::output(y, 1)?,
+                node::output(y, 2)?,
+            ],
+            self.heads,
+            self.causal,
+            self.scale,
+        )
+    }
+}

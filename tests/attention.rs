@@ -1,0 +1,257 @@
+//! Attention against its plain-Rust reference on every adapter, causal and not, at sequence
+//! lengths that are not multiples of the 32-row blocks or 16-row tiles; the backward also against
+//! central finite differences of the GPU forward; the reference backward against finite
+//! differences of the reference forward; and bad shapes as typed errors.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Adapters, case};
+use gangway::kernels::attention::{
+    AttentionShape, attention, attention_backward, attention_backward_reference,
+    attention_reference, default_scale, encode_attention,
+};
+use gangway::kernels::{AttentionNaive, eager};
+use gangway::{DType, Device, Error, Rng, Tensor};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: forward_matches_the_reference),
+        case!(device: naive_forward_matches_the_reference),
+        case!(device: backward_matches_the_reference),
+        case!(device: backward_matches_finite_differences),
+        case!(host: reference_backward_matches_finite_differences),
+        case!(adapters: bad_inputs_are_errors),
+    ])
+}
+
+/// (batch, seq, heads, head_dim): odd lengths, one head dimension at the limit.
+const SHAPES: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 1, 4),
+    (2, 17, 2, 8),
+    (1, 33, 3, 5),
+    (1, 70, 1, 64),
+    (2, 9, 2, 128),
+];
+
+fn shape((batch, seq, heads, head_dim): (usize, usize, usize, usize)) -> AttentionShape {
+    AttentionShape {
+        batch,
+        seq,
+        heads,
+        head_dim,
+    }
+}
+
+struct Inputs {
+    s: AttentionShape,
+    host: [Vec<f32>; 3],
+    dev: [Tensor; 3],
+}
+
+fn inputs(device: &Device, s: AttentionShape, seed: u64) -> Inputs {
+    let mut rng = Rng::new(seed);
+    let n = s.rows().iter().product();
+    let host = [rng.vec(n), rng.vec(n), rng.vec(n)];
+    let up = |v: &Vec<f32>| Tensor::from_f32(device, &s.rows(), DType::F32, v).unwrap();
+    let dev = [up(&host[0]), up(&host[1]), up(&host[2])];
+    Inputs { s, host, dev }
+}
+
+fn forward_matches_the_reference(device: &Device) {
+    for (i, &dims) in SHAPES.iter().enumerate() {
+        for causal in [true, false] {
+            let x = inputs(device, shape(dims), i as u64);
+            let [q, k, v] = &x.dev;
+            let (out, lse) = attention(q, k, v, x.s.heads, causal).unwrap();
+            let [hq, hk, hv] = &x.host;
+            let scale = default_scale(x.s.head_dim);
+            let (want, want_lse) = attention_reference(&x.s, hq, hk, hv, causal, scale).unwrap();
+            let what = format!("{:?} causal {causal} on {}", x.s, device.label());
+            common::assert_close(&what, &out.to_f32().unwrap(), &want, 2e-5);
+            common::assert_close(&what, &lse.to_f32().unwrap(), &want_lse, 2e-5);
+        }
+    }
+}
+
+fn naive_forward_matches_the_reference(device: &Device) {
+    for (i, &dims) in SHAPES.iter().enumerate() {
+        let x = inputs(device, shape(dims), 10 + i as u64);
+        let [q, k, v] = &x.dev;
+        let scale = default_scale(x.s.head_dim);
+        let kernel = AttentionNaive(gangway::kernels::Attention {
+            heads: x.s.heads,
+            causal: true,
+            scale,
+        });
+        let outs = eager::run(&kernel, &[q, k, v]).unwrap();
+        let [hq, hk, hv] = &x.host;
+        let (want, want_lse) = attention_reference(&x.s, hq, hk, hv, true, scale).unwrap();
+        let what = format!("naive {:?} on {}", x.s, device.label());
+        common::assert_close(&what, &outs[0].to_f32().unwrap(), &want, 2e-5);
+        common::assert_close(&what, &outs[1].to_f32().unwrap(), &want_lse, 2e-5);
+    }
+}
+
+fn backward_matches_the_reference(device: &Device) {
+    for (i, &dims) in SHAPES.iter().enumerate() {
+        for causal in [true, false] {
+            let x = inputs(device, shape(dims), 20 + i as u64);
+            let [q, k, v] = &x.dev;
+            let (out, lse) = attention(q, k, v, x.s.heads, causal).unwrap();
+            let d_host = Rng::new(30 + i as u64).vec(x.s.rows().iter().product());
+            let d_out = Tensor::from_f32(device, &x.s.rows(), DType::F32, &d_host).unwrap();
+            let g = attention_backward([q, k, v, &out, &lse, &d_out], x.s.heads, causal).unwrap();
+            let [hq, hk, hv] = &x.host;
+            let scale = default_scale(x.s.head_dim);
+            let want =
+                attention_backward_reference(&x.s, [hq, hk, hv, &d_host], causal, scale).unwrap();
+            for (name, got, want) in [
+                ("dq", &g.dq, &want[0]),
+                ("dk", &g.dk, &want[1]),
+                ("dv", &g.dv, &want[2]),
+            ] {
+                let what = format!("{name} {:?} causal {causal} on {}", x.s, device.label());
+                common::assert_close(&what, &got.to_f32().unwrap(), want, 1e-4);
+            }
+        }
+    }
+}
+
+/// `Σ w ⊙ out` in f64 from the GPU forward.
+fn weighted_output(q: &Tensor, k: &Tensor, v: &Tensor, heads: usize, w: &[f32]) -> f64 {
+    let (out, _) = attention(q, k, v, heads, true).unwrap();
+    let out = out.to_f32().unwrap();
+    out.iter()
+        .zip(w)
+        .map(|(&o, &w)| f64::from(o) * f64::from(w))
+        .sum()
+}
+
+/// Central differences of the GPU forward at a few coordinates of every input, against the GPU
+/// backward with `d_out = w`: checks the gradient of every input tensor.
+fn backward_matches_finite_differences(device: &Device) {
+    let x = inputs(device, shape((1, 19, 2, 6)), 40);
+    let n = x.s.rows().iter().product::<usize>();
+    let w = Rng::new(41).vec(n);
+    let [q, k, v] = &x.dev;
+    let (out, lse) = attention(q, k, v, x.s.heads, true).unwrap();
+    let d_out = Tensor::from_f32(device, &x.s.rows(), DType::F32, &w).unwrap();
+    let g = attention_backward([q, k, v, &out, &lse, &d_out], x.s.heads, true).unwrap();
+    let grads = [
+        g.dq.to_f32().unwrap(),
+        g.dk.to_f32().unwrap(),
+        g.dv.to_f32().unwrap(),
+    ];
+    let eps = 1e-2f32;
+    for (which, grad) in grads.iter().enumerate() {
+        for at in [0, 7, n / 2, n - 1] {
+            let shifted = |delta: f32| {
+                let mut h = x.host[which].clone();
+                h[at] += delta;
+                let t = Tensor::from_f32(device, &x.s.rows(), DType::F32, &h).unwrap();
+                let mut args = [q, k, v];
+                args[which] = &t;
+                weighted_output(args[0], args[1], args[2], x.s.heads, &w)
+            };
+            let fd = (shifted(eps) - shifted(-eps)) / (2.0 * f64::from(eps));
+            let got = f64::from(grad[at]);
+            assert!(
+                (fd - got).abs() <= 2e-3 + 1e-2 * fd.abs(),
+                "input {which} element {at} on {}: backward {got}, finite difference {fd}",
+                device.label()
+            );
+        }
+    }
+}
+
+/// The reference backward against central differences of the reference forward, at every
+/// coordinate of a small problem.
+fn reference_backward_matches_finite_differences() {
+    let s = shape((2, 5, 2, 3));
+    let n = s.rows().iter().product::<usize>();
+    let mut rng = Rng::new(50);
+    let host = [rng.vec(n), rng.vec(n), rng.vec(n)];
+    let w = rng.vec(n);
+    let scale = 0.7;
+    for causal in [true, false] {
+        let loss = |x: &[Vec<f32>; 3]| {
+            let (out, _) = attention_reference(&s, &x[0], &x[1], &x[2], causal, scale).unwrap();
+            out.iter()
+                .zip(&w)
+                .map(|(&o, &w)| f64::from(o) * f64::from(w))
+                .sum::<f64>()
+        };
+        let grads =
+            attention_backward_reference(&s, [&host[0], &host[1], &host[2], &w], causal, scale)
+                .unwrap();
+        let eps = 1e-2f32;
+        for which in 0..3 {
+            for at in 0..n {
+                let mut plus = host.clone();
+                plus[which][at] += eps;
+                let mut minus = host.clone();
+                minus[which][at] -= eps;
+                let fd = (loss(&plus) - loss(&minus)) / (2.0 * f64::from(eps));
+                let got = f64::from(grads[which][at]);
+                assert!(
+                    (fd - got).abs() <= 1e-3 + 1e-3 * fd.abs(),
+                    "causal {causal} input {which} element {at}: {got} against {fd}"
+                );
+            }
+        }
+    }
+}
+
+fn bad_inputs_are_errors(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let device = &devices[0];
+    let t = |shape: &[usize]| Tensor::zeros(device, shape, DType::F32).unwrap();
+    let q = t(&[1, 4, 8]);
+    // 8 columns are not 3 heads; a head of 256 is over the limit; 2-d is not [B, T, H·Dh].
+    assert!(matches!(
+        attention(&q, &q, &q, 3, true),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let wide = t(&[1, 4, 256]);
+    assert!(matches!(
+        attention(&wide, &wide, &wide, 1, true),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let flat = t(&[4, 8]);
+    assert!(matches!(
+        attention(&flat, &flat, &flat, 2, true),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // Keys of another length, u32 values, values on another device.
+    let k = t(&[1, 5, 8]);
+    assert!(matches!(
+        attention(&q, &k, &q, 2, true),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let u = Tensor::from_u32(device, &[1, 4, 8], &[0; 32]).unwrap();
+    assert!(matches!(
+        attention(&q, &q, &u, 2, true),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    let elsewhere = Tensor::zeros(&devices[1], &[1, 4, 8], DType::F32).unwrap();
+    assert!(matches!(
+        attention(&q, &q, &elsewhere, 2, true),
+        Err(Error::DeviceMismatch { .. })
+    ));
+    // A gradient written over an input; a non-finite scale.
+    let (out, lse) = attention(&q, &q, &q, 2, true).unwrap();
+    let d = t(&[1, 4, 8]);
+    let mut enc = device.encoder("bad");
+    let r = gangway::kernels::attention::encode_attention_backward(
+        &mut enc,
+        [&q, &q, &q, &out, &lse, &d],
+        [&d, &t(&[1, 4, 8]), &t(&[1, 4, 8])],
+        2,
+        true,
+        0.5,
+    );
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })));
+    let r = encode_attention(&mut enc, &q, &q, &q, &out, &lse, 2, true, f32::NAN, false);
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })));
+}
