@@ -149,7 +149,10 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
         let kernels: Vec<_> = report
             .results
             .iter()
-            .filter(|r| r.adapter == a.index && ["matmul", "memory"].contains(&r.suite.as_str()))
+            .filter(|r| {
+                r.adapter == a.index
+                    && ["matmul", "attention", "memory"].contains(&r.suite.as_str())
+            })
             .filter_map(|r| r.stats.as_ref().map(|s| (r, s.timing)))
             .collect();
         assert!(!kernels.is_empty());

@@ -1,12 +1,13 @@
 //! `gangway bench`: benchmark suites whose results compare across machines and versions.
 //!
 //! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop.
-//! - [`suite`]: the suites and their sizes; [`matmul`], [`memory`], [`dispatch`], [`pipeline`],
-//!   [`moe`], [`btm`] and [`scaleout`] plan their cases.
+//! - [`suite`]: the suites and their sizes; [`matmul`], [`attention`], [`memory`], [`dispatch`],
+//!   [`pipeline`], [`moe`], [`btm`] and [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
 //! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
 //! - [`peak`]: theoretical peaks and the roofline.
 
+pub mod attention;
 pub mod btm;
 pub mod compare;
 pub mod dispatch;

@@ -2,13 +2,14 @@
 //! (nothing runs on the device), so the number of cases is known before the first one runs.
 
 use super::harness::Benchmark;
-use super::{btm, dispatch, matmul, memory, moe, pipeline, scaleout};
+use super::{attention, btm, dispatch, matmul, memory, moe, pipeline, scaleout};
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Suite {
     Matmul,
+    Attention,
     Memory,
     Dispatch,
     Pipeline,
@@ -18,8 +19,9 @@ pub enum Suite {
 }
 
 impl Suite {
-    pub const ALL: [Suite; 7] = [
+    pub const ALL: [Suite; 8] = [
         Suite::Matmul,
+        Suite::Attention,
         Suite::Memory,
         Suite::Dispatch,
         Suite::Pipeline,
@@ -31,6 +33,7 @@ impl Suite {
     pub fn name(self) -> &'static str {
         match self {
             Suite::Matmul => "matmul",
+            Suite::Attention => "attention",
             Suite::Memory => "memory",
             Suite::Dispatch => "dispatch",
             Suite::Pipeline => "pipeline",
@@ -44,6 +47,9 @@ impl Suite {
     pub fn about(self) -> &'static str {
         match self {
             Suite::Matmul => "GFLOP/s of every matmul variant, square and expert shapes",
+            Suite::Attention => {
+                "GFLOP/s of causal attention, forward (tiled vs naive) and backward"
+            }
             Suite::Memory => "GB/s of a streaming elementwise kernel",
             Suite::Dispatch => {
                 "Pathways' dispatch: chains, granularity, proportional shares, tracing cost"
@@ -86,6 +92,7 @@ impl Suite {
         })?;
         Ok(match self {
             Suite::Matmul => matmul::plan(runtime, first, &o.matmul),
+            Suite::Attention => attention::plan(runtime, first, &o.attention),
             Suite::Memory => memory::plan(runtime, first, &o.memory),
             Suite::Dispatch => dispatch::plan(runtime, devices, &o.dispatch)?,
             Suite::Pipeline => pipeline::plan(runtime, devices, &o.pipeline)?,
@@ -142,6 +149,7 @@ impl Planned {
 #[derive(Debug, Clone)]
 pub struct SuiteOptions {
     pub matmul: matmul::MatmulOptions,
+    pub attention: attention::AttentionOptions,
     pub memory: memory::MemoryOptions,
     pub dispatch: dispatch::DispatchOptions,
     pub pipeline: pipeline::PipelineOptions,
@@ -153,8 +161,9 @@ pub struct SuiteOptions {
 impl SuiteOptions {
     /// Checks every size is positive: a zero would time nothing (or nothing meaningful).
     pub fn validate(&self) -> Result<()> {
-        let sizes: [(&str, &[usize]); 11] = [
+        let sizes: [(&str, &[usize]); 12] = [
             ("--matmul-sizes", &self.matmul.sizes),
+            ("--contexts", &self.attention.contexts),
             ("--stream-sizes", &self.memory.sizes),
             ("--max-stages", &[self.dispatch.max_stages]),
             ("--runs", &[self.dispatch.runs]),
@@ -181,6 +190,7 @@ impl SuiteOptions {
     pub fn standard() -> Self {
         Self {
             matmul: matmul::MatmulOptions::standard(),
+            attention: attention::AttentionOptions::standard(),
             memory: memory::MemoryOptions::standard(),
             dispatch: dispatch::DispatchOptions::standard(),
             pipeline: pipeline::PipelineOptions::standard(),
@@ -194,6 +204,7 @@ impl SuiteOptions {
     pub fn quick() -> Self {
         Self {
             matmul: matmul::MatmulOptions::quick(),
+            attention: attention::AttentionOptions::quick(),
             memory: memory::MemoryOptions::quick(),
             dispatch: dispatch::DispatchOptions::quick(),
             pipeline: pipeline::PipelineOptions::quick(),

@@ -198,11 +198,15 @@ fn pass(
 ) {
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(label),
-        timestamp_writes: queries.map(|query_set| wgpu::ComputePassTimestampWrites {
-            query_set,
-            beginning_of_pass_write_index: begin,
-            end_of_pass_write_index: end,
-        }),
+        // A pass between a kernel's first and last writes none (wgpu refuses writes without an
+        // index).
+        timestamp_writes: queries
+            .filter(|_| begin.is_some() || end.is_some())
+            .map(|query_set| wgpu::ComputePassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: begin,
+                end_of_pass_write_index: end,
+            }),
     });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, bind_group, &[]);

@@ -51,6 +51,9 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         DTypeArg::F32 => DType::F32,
         DTypeArg::F16 => DType::F16,
     };
+    if let Some(v) = &args.contexts {
+        s.attention.contexts = v.clone();
+    }
     if let Some(v) = &args.stream_sizes {
         s.memory.sizes = v.clone();
     }

@@ -408,7 +408,8 @@ pub(crate) struct DemoArgs {
 pub(crate) struct BenchArgs {
     #[command(subcommand)]
     pub(crate) compare: Option<BenchSub>,
-    /// Suites to run [default: all]: matmul, memory, dispatch, pipeline, moe, btm, scaleout.
+    /// Suites to run [default: all]: matmul, attention, memory, dispatch, pipeline, moe, btm,
+    /// scaleout.
     #[arg(value_name = "SUITE")]
     pub(crate) suites: Vec<String>,
     /// Adapters to run on, by index or part of `name (backend)` [default: every adapter].
@@ -444,6 +445,9 @@ pub(crate) struct BenchArgs {
     /// matmul: element type.
     #[arg(long, value_enum, default_value = "f32", help_heading = "Suite sizes")]
     pub(crate) dtype: DTypeArg,
+    /// attention: context lengths [default: 128,256,512,1024,2048; --quick 64,100].
+    #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
+    pub(crate) contexts: Option<Vec<usize>>,
     /// memory: elements per stream [default: 1048576,16777216; --quick 65536,100003].
     #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
     pub(crate) stream_sizes: Option<Vec<usize>>,
