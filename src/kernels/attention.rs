@@ -159,22 +159,6 @@ fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
     Ok([dim(s.seq.div_ceil(ROWS))?, dim(s.batch * s.heads)?, 1])
 }
 
-/// Records `entry` with the parameters and `bindings` (binding 0 added here).
-fn dispatch(
-    encoder: &mut impl Recorder,
-    device: &Device,
-    entry: &'static str,
-    params: &Params,
-    bindings: &[(u32, &wgpu::Buffer)],
-    grid: [u32; 3],
-) -> Result<()> {
-    let uniform = device.uniform_buffer(entry, params);
-    let pipeline = ATTENTION.pipeline(device, DType::F32, entry)?;
-    let mut all = vec![(0, &uniform)];
-    all.extend_from_slice(bindings);
-    device.encode_dispatch(encoder, entry, &pipeline, &all, grid)
-}
-
 /// Checks `q`, `k`, `v` (alike) and gives their shape.
 fn qkv_shape(
     what: &'static str,
@@ -228,7 +212,7 @@ pub fn encode_attention(
         (4, out.buffer()),
         (5, lse.buffer()),
     ];
-    dispatch(encoder, device, what, &p, &bindings, grid)
+    ATTENTION.encode(encoder, device, what, &p, &bindings, grid)
 }
 
 /// Gradients of [`attention_backward`].
@@ -277,7 +261,7 @@ pub fn encode_attention_backward(
     let p = params(WHAT, &s, causal, scale)?;
     let rows = s.batch * s.seq * s.heads;
     let stats = Tensor::zeros(device, &[rows, 2], DType::F32)?;
-    dispatch(
+    ATTENTION.encode(
         encoder,
         device,
         "attention_backward_delta",
@@ -291,7 +275,7 @@ pub fn encode_attention_backward(
         super::grid_1d(device, "attention_backward_delta", rows)?,
     )?;
     let grid = row_grid(&s)?;
-    dispatch(
+    ATTENTION.encode(
         encoder,
         device,
         "attention_backward_dq",
@@ -306,7 +290,7 @@ pub fn encode_attention_backward(
         ],
         grid,
     )?;
-    dispatch(
+    ATTENTION.encode(
         encoder,
         device,
         "attention_backward_dkdv",

@@ -12,6 +12,7 @@ pub mod autotune;
 pub mod copy_blocks;
 pub mod eager;
 pub mod elementwise;
+pub mod layer_norm;
 pub mod lm_train;
 pub mod matmul;
 pub mod mlp;
@@ -27,6 +28,7 @@ pub use prepared::{Kernel, Prepared, TensorType};
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
 pub use copy_blocks::Permute;
+pub use layer_norm::{LayerNorm, LayerNormBackward};
 pub use lm_train::{
     Adam, CombineBackwardSlots, CrossEntropy, DispatchBackward, EmbedGather, EmbedGrad,
     ExpertWeightGrad, GateGrad, RouterBackward, RowLogsumexp,
@@ -149,6 +151,14 @@ pub const ATTENTION: Shader = Shader {
     zero_workgroup_memory: false,
 };
 
+pub const LAYER_NORM: Shader = Shader {
+    name: "layer_norm",
+    source: include_str!("../../shaders/layer_norm.wgsl"),
+    dtypes: F32_ONLY,
+    common: &[],
+    zero_workgroup_memory: true,
+};
+
 pub const LM_TRAIN: Shader = Shader {
     name: "lm_train",
     source: include_str!("../../shaders/lm_train.wgsl"),
@@ -171,6 +181,7 @@ pub const ALL_SHADERS: &[Shader] = &[
     MLP,
     LM_TRAIN,
     ATTENTION,
+    LAYER_NORM,
 ];
 
 /// Threads per workgroup of the flat kernels (elementwise, mlp, lm_train).
@@ -238,6 +249,23 @@ impl Shader {
     /// Cache key of one instantiation.
     pub fn key(&self, dtype: DType) -> String {
         format!("{}<{}>", self.name, dtype.name())
+    }
+
+    /// Records `entry` (f32) over `grid` with `params` as a uniform at binding 0 and `bindings`.
+    pub fn encode<P: bytemuck::Pod>(
+        &self,
+        encoder: &mut impl crate::device::Recorder,
+        device: &crate::Device,
+        entry: &'static str,
+        params: &P,
+        bindings: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    ) -> crate::Result<()> {
+        let uniform = device.uniform_buffer(entry, params);
+        let pipeline = self.pipeline(device, DType::F32, entry)?;
+        let mut all = vec![(0, &uniform)];
+        all.extend_from_slice(bindings);
+        device.encode_dispatch(encoder, entry, &pipeline, &all, grid)
     }
 
     /// The device's cached pipeline for `entry` of this shader instantiated for `dtype`.

@@ -92,12 +92,23 @@ pub fn matmul(inputs: &[NamedSharding], trans_a: bool, trans_b: bool) -> Rule {
 /// The embedding table's gradient: a scatter-add of row-split tokens, so a partial sum over the
 /// axes splitting them (the table itself is not split).
 pub fn embed_grad(inputs: &[NamedSharding], outputs: &[TensorType]) -> Rule {
-    let _ = rows(inputs, outputs)?;
-    let tokens = inputs.first().ok_or("no inputs")?;
-    let table = outputs.first().ok_or("no outputs")?;
-    Ok(vec![
-        NamedSharding::replicated(tokens.mesh(), table.shape.len()).with_partial(tokens.row_axes()),
-    ])
+    rows_then_sums(inputs, outputs, 0)
+}
+
+/// Row-wise kernels whose first `row_outputs` outputs split like the rows and whose others are
+/// sums over the rows (a norm's parameter gradients, an embedding's gradient): whole shapes,
+/// partial sums over the axes that split the rows.
+pub fn rows_then_sums(
+    inputs: &[NamedSharding],
+    outputs: &[TensorType],
+    row_outputs: usize,
+) -> Rule {
+    let mut laid = rows(inputs, outputs)?;
+    let first = inputs.first().ok_or("no inputs")?;
+    for (s, t) in laid.iter_mut().zip(outputs).skip(row_outputs) {
+        *s = NamedSharding::replicated(first.mesh(), t.shape.len()).with_partial(first.row_axes());
+    }
+    Ok(laid)
 }
 
 /// In-place updates (`acc += x`, optimizer steps): the first `updated` inputs keep their layout,

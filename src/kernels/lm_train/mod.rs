@@ -76,8 +76,8 @@ fn encode(
     bindings: &[(u32, &wgpu::Buffer)],
     threads: usize,
 ) -> Result<()> {
-    let uniform = device.uniform_buffer(entry, params);
-    encode_with(encoder, device, entry, &uniform, bindings, threads)
+    let grid = super::grid_1d(device, entry, threads)?;
+    LM_TRAIN.encode(encoder, device, entry, params, bindings, grid)
 }
 
 /// [`encode`] with the parameters in `uniform`.
