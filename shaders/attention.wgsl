@@ -7,8 +7,14 @@
 // Layout: q, k, v, out and their gradients are [B, T, H, Dh] (row-major; what a [B·T, H·Dh]
 // projection gives, so no transposes between the projections and attention); the row logsumexp
 // is [B, T, H]. Each workgroup takes ROWS rows of one (batch, head) pair (grid y = b·H + h) and
-// steps through the other side TILE rows at a time, held in workgroup memory. Head dimensions up
-// to MAX_D. With `causal`, query t sees keys 0..=t.
+// steps through the other side TILE rows at a time, held in workgroup memory as vec4s. With
+// `causal`, query t sees keys 0..=t.
+//
+// The tiled kernels are specialised per head dimension: the launcher rewrites the `const D4` line
+// (vec4s per head row, ceil(Dh / 4), at most 32) before compiling, so every loop over a row has a
+// constant trip count and every loop over a tile runs TILE times with masking: compilers unroll
+// them and keep the rows in registers instead of indexing private arrays (which CPU drivers turn
+// into gathers and scatters). Lanes past Dh hold zeros.
 //
 // `attention_naive` is the baseline the bench compares against: a thread per query row, three
 // passes over the keys straight from storage (max, sum, weighted sum), no tiling.
@@ -48,10 +54,12 @@ const ROWS: u32 = 32u;
 const TILE: u32 = 16u;
 const MAX_D: u32 = 128u;
 const LOWEST: f32 = -3.0e38;
+// vec4s per head row; the launcher sets it per head dimension (this default is MAX_D / 4).
+const D4: u32 = 32u;
 
-// TILE × MAX_D each: 16 KiB together, WebGPU's default workgroup storage limit.
-var<workgroup> tile_a: array<f32, 2048>;
-var<workgroup> tile_b: array<f32, 2048>;
+// TILE × D4 vec4s each: at most 16 KiB together, WebGPU's default workgroup storage limit.
+var<workgroup> tile_a: array<vec4<f32>, TILE * D4>;
+var<workgroup> tile_b: array<vec4<f32>, TILE * D4>;
 
 // Index of (b·H + h, t) in the [B, T, H] statistics.
 fn stat_at(bh: u32, t: u32) -> u32 {
@@ -78,41 +86,103 @@ fn keys_of_block(row0: u32) -> u32 {
     return keys_of(min(row0 + ROWS, p.seq) - 1u);
 }
 
+// Which of the 4 lanes of vec4 c4 of a row lie inside the head dimension.
+fn lanes(c4: u32) -> vec4<bool> {
+    let c = 4u * c4;
+    return vec4<bool>(c < p.head_dim, c + 1u < p.head_dim, c + 2u < p.head_dim, c + 3u < p.head_dim);
+}
+
+// vec4 c4 of a row at `at` of q, k, v or d_out, zeros past the head dimension. (One function
+// per array: WGSL functions cannot take storage pointers.)
+fn q4(at: u32, c4: u32) -> vec4<f32> {
+    let i = at + 4u * c4;
+    let m = lanes(c4);
+    return vec4<f32>(select(0.0, q[i], m.x), select(0.0, q[i + 1u], m.y), select(0.0, q[i + 2u], m.z), select(0.0, q[i + 3u], m.w));
+}
+fn k4(at: u32, c4: u32) -> vec4<f32> {
+    let i = at + 4u * c4;
+    let m = lanes(c4);
+    return vec4<f32>(select(0.0, k[i], m.x), select(0.0, k[i + 1u], m.y), select(0.0, k[i + 2u], m.z), select(0.0, k[i + 3u], m.w));
+}
+fn v4(at: u32, c4: u32) -> vec4<f32> {
+    let i = at + 4u * c4;
+    let m = lanes(c4);
+    return vec4<f32>(select(0.0, v[i], m.x), select(0.0, v[i + 1u], m.y), select(0.0, v[i + 2u], m.z), select(0.0, v[i + 3u], m.w));
+}
+fn g4(at: u32, c4: u32) -> vec4<f32> {
+    let i = at + 4u * c4;
+    let m = lanes(c4);
+    return vec4<f32>(select(0.0, d_out[i], m.x), select(0.0, d_out[i + 1u], m.y), select(0.0, d_out[i + 2u], m.z), select(0.0, d_out[i + 3u], m.w));
+}
+
+// Writes the lanes of `x` inside the head dimension to row `at` of out, dq, dk or dv.
+fn store_out(at: u32, c4: u32, x: vec4<f32>) {
+    let m = lanes(c4);
+    let i = at + 4u * c4;
+    if (m.x) { out[i] = x.x; }
+    if (m.y) { out[i + 1u] = x.y; }
+    if (m.z) { out[i + 2u] = x.z; }
+    if (m.w) { out[i + 3u] = x.w; }
+}
+fn store_dq(at: u32, c4: u32, x: vec4<f32>) {
+    let m = lanes(c4);
+    let i = at + 4u * c4;
+    if (m.x) { dq[i] = x.x; }
+    if (m.y) { dq[i + 1u] = x.y; }
+    if (m.z) { dq[i + 2u] = x.z; }
+    if (m.w) { dq[i + 3u] = x.w; }
+}
+fn store_dk(at: u32, c4: u32, x: vec4<f32>) {
+    let m = lanes(c4);
+    let i = at + 4u * c4;
+    if (m.x) { dk[i] = x.x; }
+    if (m.y) { dk[i + 1u] = x.y; }
+    if (m.z) { dk[i + 2u] = x.z; }
+    if (m.w) { dk[i + 3u] = x.w; }
+}
+fn store_dv(at: u32, c4: u32, x: vec4<f32>) {
+    let m = lanes(c4);
+    let i = at + 4u * c4;
+    if (m.x) { dv[i] = x.x; }
+    if (m.y) { dv[i + 1u] = x.y; }
+    if (m.z) { dv[i + 2u] = x.z; }
+    if (m.w) { dv[i + 3u] = x.w; }
+}
+
 // Keys row0.. of (bh) into tile_a, their values into tile_b; zeros past the sequence.
 fn load_keys(bh: u32, row0: u32, lid: u32) {
-    let d = p.head_dim;
-    for (var e = lid; e < TILE * d; e += ROWS) {
-        let j = e / d;
-        let c = e % d;
-        var kk = 0.0;
-        var vv = 0.0;
+    for (var e = lid; e < TILE * D4; e += ROWS) {
+        let j = e / D4;
+        var kk = vec4<f32>(0.0);
+        var vv = vec4<f32>(0.0);
         if (row0 + j < p.seq) {
-            let at = row_at(bh, row0 + j) + c;
-            kk = k[at];
-            vv = v[at];
+            let at = row_at(bh, row0 + j);
+            kk = k4(at, e % D4);
+            vv = v4(at, e % D4);
         }
-        tile_a[j * MAX_D + c] = kk;
-        tile_b[j * MAX_D + c] = vv;
+        tile_a[e] = kk;
+        tile_b[e] = vv;
     }
 }
 
-// Queries row0.. of (bh) into tile_a, their output gradients into tile_b (load_keys over other
-// arrays: WGSL functions cannot take storage pointers).
+// Queries row0.. of (bh) into tile_a, their output gradients into tile_b.
 fn load_queries(bh: u32, row0: u32, lid: u32) {
-    let d = p.head_dim;
-    for (var e = lid; e < TILE * d; e += ROWS) {
-        let j = e / d;
-        let c = e % d;
-        var qq = 0.0;
-        var gg = 0.0;
+    for (var e = lid; e < TILE * D4; e += ROWS) {
+        let j = e / D4;
+        var qq = vec4<f32>(0.0);
+        var gg = vec4<f32>(0.0);
         if (row0 + j < p.seq) {
-            let at = row_at(bh, row0 + j) + c;
-            qq = q[at];
-            gg = d_out[at];
+            let at = row_at(bh, row0 + j);
+            qq = q4(at, e % D4);
+            gg = g4(at, e % D4);
         }
-        tile_a[j * MAX_D + c] = qq;
-        tile_b[j * MAX_D + c] = gg;
+        tile_a[e] = qq;
+        tile_b[e] = gg;
     }
+}
+
+fn sum4(x: vec4<f32>) -> f32 {
+    return x.x + x.y + x.z + x.w;
 }
 
 @compute @workgroup_size(32)
@@ -124,14 +194,13 @@ fn attention_forward(
     let row0 = wg.x * ROWS;
     let t = row0 + lid;
     let live = t < p.seq;
-    let d = p.head_dim;
-    var qr: array<f32, MAX_D>;
-    var acc: array<f32, MAX_D>;
+    var qr: array<vec4<f32>, D4>;
+    var acc: array<vec4<f32>, D4>;
     var mine = 0u;
     if (live) {
         let at = row_at(bh, t);
-        for (var c = 0u; c < d; c++) {
-            qr[c] = q[at + c] * p.scale;
+        for (var c4 = 0u; c4 < D4; c4++) {
+            qr[c4] = q4(at, c4) * p.scale;
         }
         mine = keys_of(t);
     }
@@ -143,27 +212,28 @@ fn attention_forward(
         workgroupBarrier();
         let count = min(TILE, mine - min(mine, k0));
         if (count > 0u) {
+            // Every key of the tile, the ones past `count` masked to probability 0.
             var s: array<f32, TILE>;
             var tile_max = LOWEST;
-            for (var j = 0u; j < count; j++) {
-                var dot = 0.0;
-                for (var c = 0u; c < d; c++) {
-                    dot += qr[c] * tile_a[j * MAX_D + c];
+            for (var j = 0u; j < TILE; j++) {
+                var dot = vec4<f32>(0.0);
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    dot += qr[c4] * tile_a[j * D4 + c4];
                 }
-                s[j] = dot;
-                tile_max = max(tile_max, dot);
+                s[j] = select(LOWEST, sum4(dot), j < count);
+                tile_max = max(tile_max, s[j]);
             }
             let m_new = max(m, tile_max);
             let correction = exp(m - m_new);
             l *= correction;
-            for (var c = 0u; c < d; c++) {
-                acc[c] *= correction;
+            for (var c4 = 0u; c4 < D4; c4++) {
+                acc[c4] *= correction;
             }
-            for (var j = 0u; j < count; j++) {
-                let pj = exp(s[j] - m_new);
+            for (var j = 0u; j < TILE; j++) {
+                let pj = select(0.0, exp(s[j] - m_new), j < count);
                 l += pj;
-                for (var c = 0u; c < d; c++) {
-                    acc[c] += pj * tile_b[j * MAX_D + c];
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    acc[c4] += pj * tile_b[j * D4 + c4];
                 }
             }
             m = m_new;
@@ -173,8 +243,8 @@ fn attention_forward(
     if (live) {
         let at = row_at(bh, t);
         let inv = 1.0 / l;
-        for (var c = 0u; c < d; c++) {
-            out[at + c] = acc[c] * inv;
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_out(at, c4, acc[c4] * inv);
         }
         lse[stat_at(bh, t)] = m + log(l);
     }
@@ -256,18 +326,17 @@ fn attention_backward_dq(
     let row0 = wg.x * ROWS;
     let t = row0 + lid;
     let live = t < p.seq;
-    let d = p.head_dim;
-    var qr: array<f32, MAX_D>;
-    var gr: array<f32, MAX_D>;
-    var acc: array<f32, MAX_D>;
+    var qr: array<vec4<f32>, D4>;
+    var gr: array<vec4<f32>, D4>;
+    var acc: array<vec4<f32>, D4>;
     var mine = 0u;
     var row_lse = 0.0;
     var delta = 0.0;
     if (live) {
         let at = row_at(bh, t);
-        for (var c = 0u; c < d; c++) {
-            qr[c] = q[at + c] * p.scale;
-            gr[c] = d_out[at + c];
+        for (var c4 = 0u; c4 < D4; c4++) {
+            qr[c4] = q4(at, c4) * p.scale;
+            gr[c4] = g4(at, c4);
         }
         mine = keys_of(t);
         let st = stat_at(bh, t);
@@ -279,24 +348,26 @@ fn attention_backward_dq(
         load_keys(bh, k0, lid);
         workgroupBarrier();
         let count = min(TILE, mine - min(mine, k0));
-        for (var j = 0u; j < count; j++) {
-            var s = 0.0;
-            var dp = 0.0;
-            for (var c = 0u; c < d; c++) {
-                s += qr[c] * tile_a[j * MAX_D + c];
-                dp += gr[c] * tile_b[j * MAX_D + c];
-            }
-            let ds = exp(s - row_lse) * (dp - delta);
-            for (var c = 0u; c < d; c++) {
-                acc[c] += ds * tile_a[j * MAX_D + c];
+        if (count > 0u) {
+            for (var j = 0u; j < TILE; j++) {
+                var s = vec4<f32>(0.0);
+                var dp = vec4<f32>(0.0);
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    s += qr[c4] * tile_a[j * D4 + c4];
+                    dp += gr[c4] * tile_b[j * D4 + c4];
+                }
+                let ds = select(0.0, exp(sum4(s) - row_lse) * (sum4(dp) - delta), j < count);
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    acc[c4] += ds * tile_a[j * D4 + c4];
+                }
             }
         }
         workgroupBarrier();
     }
     if (live) {
         let at = row_at(bh, t);
-        for (var c = 0u; c < d; c++) {
-            dq[at + c] = acc[c] * p.scale;
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_dq(at, c4, acc[c4] * p.scale);
         }
     }
 }
@@ -311,16 +382,15 @@ fn attention_backward_dkdv(
     let row0 = wg.x * ROWS;
     let j = row0 + lid;
     let live = j < p.seq;
-    let d = p.head_dim;
-    var kr: array<f32, MAX_D>;
-    var vr: array<f32, MAX_D>;
-    var dk_acc: array<f32, MAX_D>;
-    var dv_acc: array<f32, MAX_D>;
+    var kr: array<vec4<f32>, D4>;
+    var vr: array<vec4<f32>, D4>;
+    var dk_acc: array<vec4<f32>, D4>;
+    var dv_acc: array<vec4<f32>, D4>;
     if (live) {
         let at = row_at(bh, j);
-        for (var c = 0u; c < d; c++) {
-            kr[c] = k[at + c] * p.scale;
-            vr[c] = v[at + c];
+        for (var c4 = 0u; c4 < D4; c4++) {
+            kr[c4] = k4(at, c4) * p.scale;
+            vr[c4] = v4(at, c4);
         }
     }
     // Causal: queries before the block's first key see none of its keys.
@@ -332,24 +402,22 @@ fn attention_backward_dkdv(
         load_queries(bh, q0, lid);
         workgroupBarrier();
         if (live) {
-            let n = min(TILE, p.seq - q0);
-            for (var i = 0u; i < n; i++) {
+            for (var i = 0u; i < TILE; i++) {
                 let t = q0 + i;
-                if (p.causal != 0u && t < j) {
-                    continue;
+                // Past the sequence, or a query before this key under the causal mask.
+                let seen = t < p.seq && (p.causal == 0u || t >= j);
+                let st = stat_at(bh, min(t, p.seq - 1u));
+                var s = vec4<f32>(0.0);
+                var dp = vec4<f32>(0.0);
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    s += kr[c4] * tile_a[i * D4 + c4];
+                    dp += vr[c4] * tile_b[i * D4 + c4];
                 }
-                let st = stat_at(bh, t);
-                var s = 0.0;
-                var dp = 0.0;
-                for (var c = 0u; c < d; c++) {
-                    s += kr[c] * tile_a[i * MAX_D + c];
-                    dp += vr[c] * tile_b[i * MAX_D + c];
-                }
-                let pt = exp(s - stats_in[2u * st]);
-                let ds = pt * (dp - stats_in[2u * st + 1u]);
-                for (var c = 0u; c < d; c++) {
-                    dv_acc[c] += pt * tile_b[i * MAX_D + c];
-                    dk_acc[c] += ds * tile_a[i * MAX_D + c];
+                let pt = select(0.0, exp(sum4(s) - stats_in[2u * st]), seen);
+                let ds = pt * (sum4(dp) - stats_in[2u * st + 1u]);
+                for (var c4 = 0u; c4 < D4; c4++) {
+                    dv_acc[c4] += pt * tile_b[i * D4 + c4];
+                    dk_acc[c4] += ds * tile_a[i * D4 + c4];
                 }
             }
         }
@@ -357,9 +425,9 @@ fn attention_backward_dkdv(
     }
     if (live) {
         let at = row_at(bh, j);
-        for (var c = 0u; c < d; c++) {
-            dk[at + c] = dk_acc[c] * p.scale;
-            dv[at + c] = dv_acc[c];
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_dk(at, c4, dk_acc[c4] * p.scale);
+            store_dv(at, c4, dv_acc[c4]);
         }
     }
 }

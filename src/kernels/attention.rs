@@ -159,6 +159,12 @@ fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
     Ok([dim(s.seq.div_ceil(ROWS))?, dim(s.batch * s.heads)?, 1])
 }
 
+/// The shader's specialisation: vec4s per head row.
+fn d4(s: &AttentionShape) -> [(&'static str, u32); 1] {
+    // head_dim ≤ MAX_HEAD_DIM, checked with the shape.
+    [("D4", s.head_dim.div_ceil(4) as u32)]
+}
+
 /// Checks `q`, `k`, `v` (alike) and gives their shape.
 fn qkv_shape(
     what: &'static str,
@@ -212,7 +218,7 @@ pub fn encode_attention(
         (4, out.buffer()),
         (5, lse.buffer()),
     ];
-    ATTENTION.encode(encoder, device, what, &p, &bindings, grid)
+    ATTENTION.encode_specialised(encoder, device, what, &d4(&s), &p, &bindings, grid)
 }
 
 /// Gradients of [`attention_backward`].
@@ -259,12 +265,14 @@ pub fn encode_attention_backward(
         ));
     }
     let p = params(WHAT, &s, causal, scale)?;
+    let consts = d4(&s);
     let rows = s.batch * s.seq * s.heads;
     let stats = Tensor::zeros(device, &[rows, 2], DType::F32)?;
-    ATTENTION.encode(
+    ATTENTION.encode_specialised(
         encoder,
         device,
         "attention_backward_delta",
+        &consts,
         &p,
         &[
             (6, out.buffer()),
@@ -275,10 +283,11 @@ pub fn encode_attention_backward(
         super::grid_1d(device, "attention_backward_delta", rows)?,
     )?;
     let grid = row_grid(&s)?;
-    ATTENTION.encode(
+    ATTENTION.encode_specialised(
         encoder,
         device,
         "attention_backward_dq",
+        &consts,
         &p,
         &[
             (1, q.buffer()),
@@ -290,10 +299,11 @@ pub fn encode_attention_backward(
         ],
         grid,
     )?;
-    ATTENTION.encode(
+    ATTENTION.encode_specialised(
         encoder,
         device,
         "attention_backward_dkdv",
+        &consts,
         &p,
         &[
             (1, q.buffer()),

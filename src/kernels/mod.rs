@@ -261,8 +261,24 @@ impl Shader {
         bindings: &[(u32, &wgpu::Buffer)],
         grid: [u32; 3],
     ) -> crate::Result<()> {
+        self.encode_specialised(encoder, device, entry, &[], params, bindings, grid)
+    }
+
+    /// [`Self::encode`] with the shader's `const NAME: u32 = …;` lines set to `consts`' values
+    /// first (see [`Self::specialise`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_specialised<P: bytemuck::Pod>(
+        &self,
+        encoder: &mut impl crate::device::Recorder,
+        device: &crate::Device,
+        entry: &'static str,
+        consts: &[(&str, u32)],
+        params: &P,
+        bindings: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    ) -> crate::Result<()> {
         let uniform = device.uniform_buffer(entry, params);
-        let pipeline = self.pipeline(device, DType::F32, entry)?;
+        let pipeline = self.pipeline_specialised(device, DType::F32, entry, consts)?;
         let mut all = vec![(0, &uniform)];
         all.extend_from_slice(bindings);
         device.encode_dispatch(encoder, entry, &pipeline, &all, grid)
@@ -275,8 +291,47 @@ impl Shader {
         dtype: DType,
         entry: &str,
     ) -> crate::Result<wgpu::ComputePipeline> {
-        device.pipeline(&self.key(dtype), entry, self.zero_workgroup_memory, || {
-            self.instantiate(dtype)
-        })
+        self.pipeline_specialised(device, dtype, entry, &[])
+    }
+
+    /// [`Self::pipeline`] of the source [`Self::specialise`] gives, cached per constant values.
+    pub fn pipeline_specialised(
+        &self,
+        device: &crate::Device,
+        dtype: DType,
+        entry: &str,
+        consts: &[(&str, u32)],
+    ) -> crate::Result<wgpu::ComputePipeline> {
+        let mut key = self.key(dtype);
+        for (name, value) in consts {
+            key.push_str(&format!(" {name}={value}"));
+        }
+        let source = self.specialise(dtype, consts)?;
+        device.pipeline(&key, entry, self.zero_workgroup_memory, || source)
+    }
+
+    /// The instantiated source with each `const NAME: u32 = …;` line of `consts` given its value:
+    /// specialisation by constants, so that compilers see constant loop bounds and array sizes
+    /// (WGSL's override constants would do, but naga's backends need them resolved first, and
+    /// the validation tests translate the shaders as written). A constant the shader does not
+    /// declare is an error.
+    pub fn specialise(&self, dtype: DType, consts: &[(&str, u32)]) -> crate::Result<String> {
+        let mut source = self.instantiate(dtype);
+        for (name, value) in consts {
+            let prefix = format!("const {name}: u32 = ");
+            let start = source.find(&prefix).ok_or_else(|| crate::Error::Shader {
+                shader: self.key(dtype),
+                message: format!("no `{prefix}…;` line to specialise"),
+            })?;
+            let end = source[start..]
+                .find(';')
+                .map(|e| start + e)
+                .ok_or_else(|| crate::Error::Shader {
+                    shader: self.key(dtype),
+                    message: format!("`{prefix}` has no `;`"),
+                })?;
+            source.replace_range(start..end, &format!("{prefix}{value}u"));
+        }
+        Ok(source)
     }
 }
