@@ -57,7 +57,8 @@ const LOWEST: f32 = -3.0e38;
 // vec4s per head row; the launcher sets it per head dimension (this default is MAX_D / 4).
 const D4: u32 = 32u;
 
-// TILE × D4 vec4s each: at most 16 KiB together, WebGPU's default workgroup storage limit.
+// TILE × D4 vec4s each: at most 16 KiB together, WebGPU's default workgroup storage limit
+// (the launcher keeps TILE × D4 ≤ 512 when it specialises them).
 var<workgroup> tile_a: array<vec4<f32>, TILE * D4>;
 var<workgroup> tile_b: array<vec4<f32>, TILE * D4>;
 

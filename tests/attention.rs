@@ -25,12 +25,14 @@ fn main() -> std::process::ExitCode {
     ])
 }
 
-/// (batch, seq, heads, head_dim): odd lengths, one head dimension at the limit.
+/// (batch, seq, heads, head_dim): odd lengths, head dimensions not multiples of 4, and one at the
+/// limit. (Each head dimension is a pipeline of its own, and unrolled wide ones take a software
+/// driver tens of seconds to compile: the bench compiles the usual 64.)
 const SHAPES: &[(usize, usize, usize, usize)] = &[
     (1, 1, 1, 4),
     (2, 17, 2, 8),
     (1, 33, 3, 5),
-    (1, 70, 1, 64),
+    (1, 70, 1, 20),
     (2, 9, 2, 128),
 ];
 

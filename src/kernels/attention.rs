@@ -159,10 +159,13 @@ fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
     Ok([dim(s.seq.div_ceil(ROWS))?, dim(s.batch * s.heads)?, 1])
 }
 
-/// The shader's specialisation: vec4s per head row.
-fn d4(s: &AttentionShape) -> [(&'static str, u32); 1] {
+/// The shader's specialisation: vec4s per head row, and rows per tile (as many as fill the
+/// workgroup memory a 128-wide head's 16 rows take, up to 32: fewer barriers and tile loads
+/// per key for narrower heads).
+fn d4(s: &AttentionShape) -> [(&'static str, u32); 2] {
     // head_dim ≤ MAX_HEAD_DIM, checked with the shape.
-    [("D4", s.head_dim.div_ceil(4) as u32)]
+    let d4 = s.head_dim.div_ceil(4) as u32;
+    [("D4", d4), ("TILE", (512 / d4).min(32))]
 }
 
 /// Checks `q`, `k`, `v` (alike) and gives their shape.
