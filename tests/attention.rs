@@ -12,7 +12,10 @@ use gangway::kernels::attention::{
     attention_reference, default_scale, encode_attention,
 };
 use gangway::kernels::{AttentionNaive, eager};
+use gangway::program::{CompileOptions, ProgramBuilder};
+use gangway::sched::RunOptions;
 use gangway::{DType, Device, Error, Rng, Tensor};
+use std::sync::Arc;
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
@@ -22,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(device: backward_matches_finite_differences),
         case!(host: reference_backward_matches_finite_differences),
         case!(adapters: bad_inputs_are_errors),
+        case!(adapters: a_program_splits_the_batch_over_devices),
     ])
 }
 
@@ -256,4 +260,59 @@ fn bad_inputs_are_errors(adapters: &Adapters) {
     assert!(matches!(r, Err(Error::InvalidArgument { .. })));
     let r = encode_attention(&mut enc, &q, &q, &q, &out, &lse, 2, true, f32::NAN, false);
     assert!(matches!(r, Err(Error::InvalidArgument { .. })));
+}
+
+/// Attention and its backward as nodes of one program on two devices, each holding one sequence
+/// of the batch (rows split by the default sharding rule): the same as the reference on the whole
+/// batch.
+fn a_program_splits_the_batch_over_devices(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let gang = [0, 1];
+    let s = shape((2, 21, 2, 6));
+    let shard = [1, s.seq, s.heads * s.head_dim];
+    let scale = default_scale(s.head_dim);
+    let mut p = ProgramBuilder::new("attention over the batch");
+    let ty = gangway::kernels::TensorType::f32(&shard);
+    let [q, k, v, d_out] = [(); 4].map(|_| p.typed_arg(&gang, ty.clone()));
+    let forward = gangway::kernels::Attention {
+        heads: s.heads,
+        causal: true,
+        scale,
+    };
+    let backward = gangway::kernels::AttentionBackward {
+        heads: s.heads,
+        causal: true,
+        scale,
+    };
+    let [out, lse] = p.kernel("attention", &gang, Arc::new(forward), &[q, k, v]);
+    let [dq, dk, dv] = p.kernel(
+        "attention_backward",
+        &gang,
+        Arc::new(backward),
+        &[q, k, v, out, lse, d_out],
+    );
+    for x in [out, dq, dk, dv] {
+        p.result(x);
+    }
+    let exec = Arc::new(
+        p.build()
+            .unwrap()
+            .compile(&devices, CompileOptions::default())
+            .unwrap(),
+    );
+    let (_runtime, client) = common::runtime_client(&devices, "attention");
+    let n = s.rows().iter().product::<usize>();
+    let mut rng = Rng::new(60);
+    let args: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(n)).collect();
+    let got = client
+        .run(&exec, args.clone(), RunOptions::default())
+        .unwrap();
+    let (want_out, _) = attention_reference(&s, &args[0], &args[1], &args[2], true, scale).unwrap();
+    let want =
+        attention_backward_reference(&s, [&args[0], &args[1], &args[2], &args[3]], true, scale)
+            .unwrap();
+    common::assert_close("out", &got[0], &want_out, 2e-5);
+    for (i, name) in ["dq", "dk", "dv"].iter().enumerate() {
+        common::assert_close(name, &got[i + 1], &want[i], 1e-4);
+    }
 }
