@@ -1,5 +1,6 @@
 //! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
-//! dispatch, a fused chain), relu, add, and the row sum all-reduce finishes with. An
+//! dispatch, a fused chain), relu, GELU and its backward, add, and the row sum all-reduce finishes
+//! with. An
 //! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
 //! `affine`).
 
@@ -18,6 +19,11 @@ pub enum ElementwiseOp {
         repeat: u32,
     },
     Relu,
+    /// GELU in its tanh form, as GPT-2 and BERT use it (PyTorch's `gelu(x, approximate="tanh")`):
+    /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    Gelu,
+    /// `y = z · gelu'(x)`: the gradient `z` of GELU's output back to its input `x`.
+    GeluBackward,
     /// `y = x + z`.
     Add,
     /// `y[i] = Σ_r x[r * len + i]` over `rows` rows.
@@ -31,14 +37,21 @@ impl ElementwiseOp {
         match self {
             Self::Affine { .. } => "affine",
             Self::Relu => "relu",
+            Self::Gelu => "gelu",
+            Self::GeluBackward => "gelu_backward",
             Self::Add => "add",
             Self::SumRows { .. } => "sum_rows",
         }
     }
 
-    /// Inputs the op reads: `x`, and `z` for [`ElementwiseOp::Add`].
+    /// Inputs the op reads: `x`, and `z` for [`ElementwiseOp::Add`] and
+    /// [`ElementwiseOp::GeluBackward`].
     pub fn inputs(&self) -> usize {
-        if matches!(self, Self::Add) { 2 } else { 1 }
+        if matches!(self, Self::Add | Self::GeluBackward) {
+            2
+        } else {
+            1
+        }
     }
 
     /// Elements of `x` the op reads per output element.
@@ -97,10 +110,10 @@ pub fn prepare(
         (2, None) => {
             return Err(Error::InvalidArgument {
                 what,
-                reason: "add needs a second input".into(),
+                reason: format!("{} needs a second input", op.entry()),
             });
         }
-        // Auto layouts hold only what an entry point uses: `z` is bound for `add` alone.
+        // Auto layouts hold only what an entry point uses: `z` is bound for two-input ops alone.
         _ => None,
     };
     let (scale, shift, repeat) = match op {
@@ -208,6 +221,12 @@ pub fn reference(op: ElementwiseOp, x: &[f32], z: Option<&[f32]>) -> Vec<f32> {
             .map(|&v| (0..repeat).fold(v, |v, _| v * scale + shift))
             .collect(),
         ElementwiseOp::Relu => x.iter().map(|&v| v.max(0.0)).collect(),
+        ElementwiseOp::Gelu => x.iter().map(|&v| gelu_reference(v as f64) as f32).collect(),
+        ElementwiseOp::GeluBackward => x
+            .iter()
+            .zip(z.unwrap_or(&[]))
+            .map(|(&v, &g)| (gelu_grad_reference(v as f64) * g as f64) as f32)
+            .collect(),
         ElementwiseOp::Add => x.iter().zip(z.unwrap_or(&[])).map(|(a, b)| a + b).collect(),
         ElementwiseOp::SumRows { rows } => {
             let len = x.len() / (rows.max(1) as usize);
@@ -216,6 +235,20 @@ pub fn reference(op: ElementwiseOp, x: &[f32], z: Option<&[f32]>) -> Vec<f32> {
                 .collect()
         }
     }
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+
+/// GELU (tanh form) in f64.
+pub fn gelu_reference(x: f64) -> f64 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// GELU's derivative (tanh form) in f64.
+pub fn gelu_grad_reference(x: f64) -> f64 {
+    let u = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+    let t = u.tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
 }
 
 impl Kernel for ElementwiseOp {
