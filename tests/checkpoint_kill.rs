@@ -1,5 +1,6 @@
 //! Crash safety of trainer checkpoints, end to end: the real `gangway train moe` is SIGKILLed at 20
-//! random moments while it saves a checkpoint after every step. Each time the checkpoint left
+//! random moments (three in four after a random number of its saves and a random part of a step,
+//! the rest anywhere from start-up to exit) while it saves a checkpoint after every step. Each time the checkpoint left
 //! behind must load (the previous one stays whole until the new one is), and `--resume` from it
 //! must finish with exactly the final loss, validation score and checkpoint of a run that was
 //! never interrupted (same device, same order of work: bit for bit, as the resume tests in
@@ -13,7 +14,7 @@ use gangway::Rng;
 use gangway::moe::TrainerCheckpoint;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const STEPS: u32 = 40;
 const KILLS: usize = 20;
@@ -67,6 +68,45 @@ fn finish(dir: &Path, ckpt: &Path, steps: u32, resume: bool) -> (f64, f64) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    last_loss_and_bpb(dir)
+}
+
+/// A whole run like [`finish`], timed: when its first checkpoint appeared and when it ended.
+fn timed(dir: &Path, ckpt: &Path) -> ((f64, f64), Duration, Duration) {
+    let began = Instant::now();
+    let mut child = train(dir, ckpt, STEPS, false).spawn().unwrap();
+    let mut first = None;
+    let status = loop {
+        if first.is_none() && ckpt.exists() {
+            first = Some(began.elapsed());
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let end = began.elapsed();
+    assert!(status.success(), "the uninterrupted run failed");
+    (last_loss_and_bpb(dir), first.unwrap_or(end), end)
+}
+
+/// Returns once `child` has saved `saves` checkpoints to `ckpt` (each save replaces the file, so
+/// a new modification time or length is a new save), or has exited.
+fn wait_for_saves(child: &mut std::process::Child, ckpt: &Path, saves: u32) {
+    let (mut seen, mut last) = (0, None);
+    while seen < saves && child.try_wait().unwrap().is_none() {
+        if let Ok(meta) = std::fs::metadata(ckpt) {
+            let id = (meta.modified().ok(), meta.len());
+            if last != Some(id) {
+                last = Some(id);
+                seen += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn last_loss_and_bpb(dir: &Path) -> (f64, f64) {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let last = report["losses"].as_array().unwrap().last().unwrap();
@@ -92,10 +132,11 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
     let text = "the quick brown fox jumps over the lazy dog. ".repeat(40);
     std::fs::write(dir.join("text.txt"), text).unwrap();
 
+    // A first run warms the driver's shader cache, so the timed run starts up as the killed
+    // ones will.
+    finish(&dir, &dir.join("warm-up.ckpt"), STEPS, false);
     let straight_path = dir.join("straight.ckpt");
-    let began = Instant::now();
-    let want = finish(&dir, &straight_path, STEPS, false);
-    let run_time = began.elapsed();
+    let (want, first_checkpoint, run_time) = timed(&dir, &straight_path);
     let straight = TrainerCheckpoint::load(&straight_path).unwrap();
     assert_eq!(straight.step, STEPS);
 
@@ -103,9 +144,22 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
     let (mut resumed, mut fresh, mut done) = (0, 0, 0);
     for kill in 0..KILLS {
         let ckpt = dir.join(format!("killed-{kill}.ckpt"));
-        // Anywhere in an uninterrupted run's span, start-up and the final evaluation included.
-        let at = run_time.mul_f64(f64::from(rng.unit()));
+        // Every fourth kill at a moment anywhere in an uninterrupted run's span, start-up and
+        // the final evaluation included; the others after a random number of saves and a random
+        // part of a step more, so that most land mid-run however long start-up takes here and
+        // however much the runs' speed varies.
+        let u = f64::from(rng.unit());
+        let step_time = (run_time - first_checkpoint) / STEPS;
+        let (at, saves) = if kill % 4 == 3 {
+            (run_time.mul_f64(u), 0)
+        } else {
+            (
+                step_time.mul_f64(u),
+                1 + rng.below(STEPS as usize - 2) as u32,
+            )
+        };
         let mut child = train(&dir, &ckpt, STEPS, false).spawn().unwrap();
+        wait_for_saves(&mut child, &ckpt, saves);
         std::thread::sleep(at);
         // An error here means it already exited: a kill after the end is a moment too.
         let _ = child.kill();
@@ -152,9 +206,11 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
         .count();
     eprintln!(
         "{KILLS} kills: {resumed} resumed, {fresh} before the first checkpoint, {done} after \
-         the end, {torn} during a save; {:.1} s (one run {:.2} s)",
+         the end, {torn} during a save; {:.1} s (one run {:.2} s, its first checkpoint at \
+         {:.2} s)",
         t0.elapsed().as_secs_f64(),
-        run_time.as_secs_f64()
+        run_time.as_secs_f64(),
+        first_checkpoint.as_secs_f64()
     );
     // Most kills must land mid-run, or the test proves little.
     assert!(resumed >= KILLS / 2, "only {resumed} kills landed mid-run");
