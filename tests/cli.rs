@@ -403,6 +403,7 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
         "--top-k",
         "1",
     ];
+    let json = dir.join("report.json");
     let mut first = vec![
         "train",
         "moe",
@@ -410,11 +411,39 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
         "3",
         "--checkpoint",
         ckpt.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
     ];
     first.extend(tiny);
     let out = gangway(&first);
     assert!(out.contains("3 steps, 96 tokens"), "{out}");
     assert!(out.contains("bits per byte; unigram byte model"), "{out}");
+    assert!(
+        out.contains("spread of kept tokens over the experts (cv)"),
+        "{out}"
+    );
+    // Imbalance per step in the report, and its means.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for key in ["dropped_fractions", "expert_cvs"] {
+        let per_step = report[key].as_array().unwrap();
+        assert_eq!(per_step.len(), 3, "{key}: {report}");
+        assert!(
+            per_step.iter().all(|v| v.as_f64().unwrap() >= 0.0),
+            "{report}"
+        );
+    }
+    let cvs: Vec<f64> = report["expert_cvs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let mean = report["mean_expert_cv"].as_f64().unwrap();
+    assert!(
+        (mean - cvs.iter().sum::<f64>() / 3.0).abs() < 1e-12,
+        "{report}"
+    );
     let mut again = vec![
         "train",
         "moe",

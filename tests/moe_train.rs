@@ -9,6 +9,7 @@ mod common;
 use common::moe::{batch, config};
 use common::{Adapters, case};
 use gangway::kernels::lm_train::AdamConfig;
+use gangway::moe::trainer::coefficient_of_variation;
 use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
     loss_and_grads_grouped,
@@ -25,6 +26,7 @@ fn main() -> std::process::ExitCode {
         case!(device: bad_inputs_are_errors),
         case!(adapters: eight_devices_follow_one_device_with_eight_groups),
         case!(adapters: a_checkpointed_run_resumes_where_it_stopped),
+        case!(host: the_spread_over_experts_is_a_coefficient_of_variation),
     ])
 }
 
@@ -242,6 +244,11 @@ fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
         let dropped: usize = want.stats.iter().map(|s| s.dropped).sum();
         let frac = dropped as f64 / (64 * cfg.top_k * cfg.blocks) as f64;
         assert!((got.dropped_fraction - frac).abs() < 1e-12);
+        // The spread of kept tokens over the experts, from the reference's counts.
+        let per_expert: Vec<usize> = (0..cfg.experts)
+            .map(|e| want.stats.iter().map(|s| s.tokens_per_expert[e]).sum())
+            .collect();
+        assert!((got.expert_cv() - coefficient_of_variation(&per_expert)).abs() < 1e-12);
     }
 }
 
@@ -435,4 +442,15 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
         after.len(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+fn the_spread_over_experts_is_a_coefficient_of_variation() {
+    assert_eq!(coefficient_of_variation(&[4, 4, 4, 4]), 0.0);
+    assert_eq!(coefficient_of_variation(&[]), 0.0);
+    assert_eq!(coefficient_of_variation(&[0, 0]), 0.0);
+    // All on one of four experts: std = mean · √3.
+    let cv = coefficient_of_variation(&[8, 0, 0, 0]);
+    assert!((cv - 3f64.sqrt()).abs() < 1e-12, "{cv}");
+    let cv = coefficient_of_variation(&[1, 3]);
+    assert!((cv - 0.5).abs() < 1e-12, "{cv}");
 }

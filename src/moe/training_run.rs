@@ -84,6 +84,15 @@ pub struct TrainReport {
     /// Cross-entropy (nats) of every step's batch.
     pub losses: Vec<f64>,
     pub mean_dropped_fraction: f64,
+    /// Every step's dropped fraction of the router's choices.
+    #[serde(default)]
+    pub dropped_fractions: Vec<f64>,
+    /// Every step's spread of kept tokens over the experts ([`StepStats::expert_cv`]).
+    #[serde(default)]
+    pub expert_cvs: Vec<f64>,
+    /// The mean of [`Self::expert_cvs`].
+    #[serde(default)]
+    pub mean_expert_cv: f64,
     pub valid_bpb: f64,
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
@@ -104,12 +113,20 @@ impl TrainReport {
             tokens_per_s: 0.0,
             losses: Vec::new(),
             mean_dropped_fraction: 0.0,
+            dropped_fractions: Vec::new(),
+            expert_cvs: Vec::new(),
+            mean_expert_cv: 0.0,
             valid_bpb: f64::NAN,
             unigram_bpb: f64::NAN,
             parameters: params.count(),
             params: params.clone(),
         }
     }
+}
+
+/// The mean of `xs` (0 for none).
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
 /// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
@@ -220,7 +237,8 @@ pub struct TrainingRun {
     batches: Batches<'static>,
     began: Instant,
     losses: Vec<f64>,
-    dropped: f64,
+    dropped: Vec<f64>,
+    expert_cvs: Vec<f64>,
     /// Steps finished by this run.
     done: u32,
     /// The trainer's step count when the run began (a resumed run continues it).
@@ -284,7 +302,8 @@ impl TrainingRun {
             batches,
             began: Instant::now(),
             losses: Vec::new(),
-            dropped: 0.0,
+            dropped: Vec::new(),
+            expert_cvs: Vec::new(),
             done: 0,
             parameters: start.count(),
         })
@@ -341,7 +360,8 @@ impl TrainingRun {
         let stats = self.trainer.finish_step(pending)?;
         let step = self.done + 1;
         self.losses.push(stats.ce);
-        self.dropped += stats.dropped_fraction;
+        self.dropped.push(stats.dropped_fraction);
+        self.expert_cvs.push(stats.expert_cv());
         let valid_bpb = if opts.eval_every > 0 && step.is_multiple_of(opts.eval_every) {
             Some(evaluate(
                 &self.trainer,
@@ -394,7 +414,10 @@ impl TrainingRun {
             tokens,
             seconds,
             tokens_per_s: tokens as f64 / seconds.max(1e-9),
-            mean_dropped_fraction: self.dropped / f64::from(done.max(1)),
+            mean_dropped_fraction: mean(&self.dropped),
+            mean_expert_cv: mean(&self.expert_cvs),
+            dropped_fractions: self.dropped,
+            expert_cvs: self.expert_cvs,
             losses: self.losses,
             valid_bpb,
             unigram_bpb: self.unigram_bpb,

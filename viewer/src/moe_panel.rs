@@ -159,7 +159,7 @@ pub fn start_blocker(s: &MoeSettings, discovery: &Discovery) -> Option<String> {
 #[derive(Debug)]
 pub enum Message {
     Progress(Box<Progress>),
-    Done(Result<TrainReport, String>),
+    Done(Box<Result<TrainReport, String>>),
 }
 
 /// Loads the bundled corpus and trains `settings` on `devices` of `runtime`, as one of its
@@ -265,7 +265,7 @@ impl MoePanel {
                         ctx.request_repaint();
                     }
                 });
-                let _ = tx.send(Message::Done(result));
+                let _ = tx.send(Message::Done(Box::new(result)));
                 if let Some(ctx) = ctx {
                     ctx.request_repaint();
                 }
@@ -294,7 +294,7 @@ impl MoePanel {
                     self.history.push(p.stats);
                 }
                 Ok(Message::Done(result)) => {
-                    finished = Some(result);
+                    finished = Some(*result);
                     break;
                 }
                 Err(TryRecvError::Empty) => break,
@@ -438,11 +438,12 @@ impl MoePanel {
             };
             ui.label(format!(
                 "{stopped} in {:.1} s; validation {:.3} bpb (unigram baseline {:.3} bpb); mean \
-                 dropped {:.1}%; {} parameters",
+                 dropped {:.1}%; mean expert spread (cv) {:.2}; {} parameters",
                 r.seconds,
                 r.valid_bpb,
                 r.unigram_bpb,
                 r.mean_dropped_fraction * 100.0,
+                r.mean_expert_cv,
                 r.parameters
             ));
         }
@@ -457,6 +458,8 @@ impl MoePanel {
             ui.label(format!("aux loss: {:.4}", last.aux));
             ui.separator();
             ui.label(format!("dropped: {:.1}%", last.dropped_fraction * 100.0));
+            ui.separator();
+            ui.label(format!("expert spread (cv): {:.2}", last.expert_cv()));
             ui.separator();
             ui.label(format!("tokens/s: {:.0}", self.tokens_per_s));
             if let Some((step, bpb)) = self.valid.last() {
@@ -558,11 +561,12 @@ impl MoePanel {
         let experts = stats.tokens_per_expert.len().max(1);
         ui.label(format!(
             "tokens per expert at step {} ({kept} kept of {} choices; even share {:.0}; \
-             dropped {:.1}%)",
+             dropped {:.1}%; spread (cv) {:.2})",
             stats.step,
             ran.batch * ran.top_k,
             kept as f64 / experts as f64,
-            stats.dropped_fraction * 100.0
+            stats.dropped_fraction * 100.0,
+            stats.expert_cv()
         ));
         let capacity = ran.expert_capacity();
         ui.label(format!(

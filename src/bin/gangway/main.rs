@@ -322,11 +322,12 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     let show = |p: &gangway::moe::training_run::Progress| {
         pb.set_position(u64::from(p.step));
         pb.set_message(format!(
-            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
+            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%  expert spread (cv) {:.2}",
             p.stats.step,
             p.stats.loss,
             p.tokens_per_s,
-            p.stats.dropped_fraction * 100.0
+            p.stats.dropped_fraction * 100.0,
+            p.stats.expert_cv()
         ));
         if let Some(b) = p.valid_bpb {
             progress::line(
@@ -352,8 +353,9 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     );
     println!("training cross-entropy: {first:.3} → {last:.3} nats");
     println!(
-        "mean dropped fraction: {:.2}%",
-        report.mean_dropped_fraction * 100.0
+        "mean dropped fraction: {:.2}%; mean spread of kept tokens over the experts (cv): {:.3}",
+        report.mean_dropped_fraction * 100.0,
+        report.mean_expert_cv
     );
     println!(
         "validation: {:.3} bits per byte; unigram byte model of the training data: {:.3} ({:+.3})",

@@ -69,6 +69,30 @@ pub struct StepStats {
     pub trace: Vec<Event>,
 }
 
+impl StepStats {
+    /// The spread of [`Self::tokens_per_expert`]: its standard deviation over its mean
+    /// (coefficient of variation; 0 for an even split, and for no tokens at all). The seeds'
+    /// warning about token imbalance in one number.
+    pub fn expert_cv(&self) -> f64 {
+        coefficient_of_variation(&self.tokens_per_expert)
+    }
+}
+
+/// Standard deviation over mean of `counts` (population form); 0 when the mean is 0.
+pub fn coefficient_of_variation(counts: &[usize]) -> f64 {
+    let n = counts.len().max(1) as f64;
+    let mean = counts.iter().sum::<usize>() as f64 / n;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let var = counts
+        .iter()
+        .map(|&c| (c as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    var.sqrt() / mean
+}
+
 /// Loss and routing sums of a step's rounds.
 #[derive(Default)]
 struct RoundSums {
@@ -611,13 +635,15 @@ impl GpuTrainer {
         if process.is_on() || self.trace {
             let (begin, now) = (ns_since_epoch(start), ns_since_epoch(Instant::now()));
             let name = format!(
-                "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?}",
+                "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?} \
+                 (cv {:.3})",
                 stats.loss,
                 stats.ce,
                 stats.aux,
                 stats.z,
                 stats.dropped_fraction,
-                stats.tokens_per_expert
+                stats.tokens_per_expert,
+                stats.expert_cv()
             );
             for device in self.devices.iter().filter_map(MeshDevice::local) {
                 let e = EventMeta::host_encode(device.id()).event(name.clone(), begin, now);
