@@ -162,7 +162,7 @@ fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
 /// The shader's specialisation: vec4s per head row, and rows per tile (as many as fill the
 /// workgroup memory a 128-wide head's 16 rows take, up to 32: fewer barriers and tile loads
 /// per key for narrower heads).
-fn d4(s: &AttentionShape) -> [(&'static str, u32); 2] {
+fn specialisation(s: &AttentionShape) -> [(&'static str, u32); 2] {
     // head_dim ≤ MAX_HEAD_DIM, checked with the shape.
     let d4 = s.head_dim.div_ceil(4) as u32;
     [("D4", d4), ("TILE", (512 / d4).min(32))]
@@ -221,7 +221,15 @@ pub fn encode_attention(
         (4, out.buffer()),
         (5, lse.buffer()),
     ];
-    ATTENTION.encode_specialised(encoder, device, what, &d4(&s), &p, &bindings, grid)
+    ATTENTION.encode_specialised(
+        encoder,
+        device,
+        what,
+        &specialisation(&s),
+        &p,
+        &bindings,
+        grid,
+    )
 }
 
 /// Gradients of [`attention_backward`].
@@ -268,7 +276,7 @@ pub fn encode_attention_backward(
         ));
     }
     let p = params(WHAT, &s, causal, scale)?;
-    let consts = d4(&s);
+    let consts = specialisation(&s);
     let rows = s.batch * s.seq * s.heads;
     let stats = Tensor::zeros(device, &[rows, 2], DType::F32)?;
     ATTENTION.encode_specialised(
@@ -491,23 +499,9 @@ fn forward_types(
 
 /// Each of `inputs` is `want`: a typed error naming the first that is not.
 fn expect_types(what: &'static str, inputs: &[TensorType], want: &TensorType) -> Result<()> {
-    for t in inputs {
-        if t.dtype != want.dtype {
-            return Err(Error::DTypeMismatch {
-                what,
-                expected: want.dtype,
-                got: t.dtype,
-            });
-        }
-        if t.shape != want.shape {
-            return Err(Error::ShapeMismatch {
-                what,
-                expected: format!("{want}"),
-                got: format!("{t}"),
-            });
-        }
-    }
-    Ok(())
+    inputs
+        .iter()
+        .try_for_each(|t| node::expect_type(what, t, want))
 }
 
 /// `(q, k, v) [B, T, H·Dh] → (out [B, T, H·Dh], lse [B, T, H])`, tiled, as a program node.

@@ -259,22 +259,10 @@ fn row_types(
     vectors: &[&TensorType],
 ) -> Result<(usize, usize)> {
     let (rows, cols) = node::rows_cols(what, x)?;
+    node::expect_type(what, x, &TensorType::f32(&[rows, cols]))?;
     let want = TensorType::f32(&[cols]);
-    for t in std::iter::once(x).chain(vectors.iter().copied()) {
-        if t.dtype != DType::F32 {
-            return Err(Error::DTypeMismatch {
-                what,
-                expected: DType::F32,
-                got: t.dtype,
-            });
-        }
-    }
-    if let Some(t) = vectors.iter().find(|t| ***t != want) {
-        return Err(Error::ShapeMismatch {
-            what,
-            expected: format!("{want}"),
-            got: format!("{t}"),
-        });
+    for t in vectors {
+        node::expect_type(what, t, &want)?;
     }
     Ok((rows, cols))
 }
@@ -318,18 +306,8 @@ impl Kernel for LayerNormBackward {
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         node::arity(self.kind(), inputs, 4)?;
         let (rows, cols) = row_types(self.kind(), &inputs[0], &[&inputs[1]])?;
-        for (t, want) in [
-            (&inputs[2], TensorType::f32(&[rows, 2])),
-            (&inputs[3], TensorType::f32(&[rows, cols])),
-        ] {
-            if *t != want {
-                return Err(Error::ShapeMismatch {
-                    what: self.kind(),
-                    expected: format!("{want}"),
-                    got: format!("{t}"),
-                });
-            }
-        }
+        node::expect_type(self.kind(), &inputs[2], &TensorType::f32(&[rows, 2]))?;
+        node::expect_type(self.kind(), &inputs[3], &TensorType::f32(&[rows, cols]))?;
         let vector = TensorType::f32(&[cols]);
         Ok(vec![TensorType::f32(&[rows, cols]), vector.clone(), vector])
     }

@@ -2,10 +2,14 @@
 //! (`encode_*` into a caller's encoder), a plain-Rust reference, and one type per kernel that
 //! implements [`Kernel`], the form a program node holds (output types, sharding rule, in-place
 //! updates, preparing into a compiled program's buffers). Those types are re-exported below.
-//! Launchers check shapes, dtypes, devices and limits before anything is dispatched.
+//! Launchers check shapes, dtypes, devices and limits before anything is dispatched, and record
+//! through [`Shader::encode`] (parameters as a uniform, the device's cached pipeline). A shader
+//! may be specialised by its `const NAME: u32` lines ([`Shader::encode_specialised`]: attention
+//! per head width), and one that writes its workgroup memory before reading it may skip the
+//! driver's zeroing ([`Shader::zero_workgroup_memory`]).
 //!
 //! Adding a kernel: its shader, a [`Shader`] entry here (and in [`ALL_SHADERS`]), and a module with
-//! its launcher, reference and [`Kernel`] type.
+//! its launcher, reference and [`Kernel`] type; [`eager`] runs that type outside programs.
 
 pub mod attention;
 pub mod autotune;
@@ -70,101 +74,96 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16];
 const F32_ONLY: &[DType] = &[DType::F32];
 const WORDS: &[DType] = &[DType::U32];
 
+/// What a [`Shader`] entry leaves out: f32 only, nothing shared, workgroup memory zeroed.
+const SHADER: Shader = Shader {
+    name: "",
+    source: "",
+    common: &[],
+    dtypes: F32_ONLY,
+    zero_workgroup_memory: true,
+};
+
 pub const MATMUL_NAIVE: Shader = Shader {
     name: "matmul_naive",
     source: include_str!("../../shaders/matmul_naive.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const MATMUL_TILED: Shader = Shader {
     name: "matmul_tiled",
     source: include_str!("../../shaders/matmul_tiled.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const MATMUL_VEC4: Shader = Shader {
     name: "matmul_vec4",
     source: include_str!("../../shaders/matmul_vec4.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_COMMON,
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const MATMUL_VEC4_NT: Shader = Shader {
     name: "matmul_vec4_nt",
     source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_SCALAR_C,
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const MATMUL_VEC4_TN: Shader = Shader {
     name: "matmul_vec4_tn",
     source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
     dtypes: FLOATS,
     common: MATMUL_SCALAR_C,
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const ROUTER: Shader = Shader {
     name: "router",
     source: include_str!("../../shaders/router.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const MOE_DISPATCH: Shader = Shader {
     name: "moe_dispatch",
     source: include_str!("../../shaders/moe_dispatch.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 pub const COPY_BLOCKS: Shader = Shader {
     name: "copy_blocks",
     source: include_str!("../../shaders/copy_blocks.wgsl"),
     dtypes: WORDS,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 
 pub const ELEMENTWISE: Shader = Shader {
     name: "elementwise",
     source: include_str!("../../shaders/elementwise.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 
 pub const MLP: Shader = Shader {
     name: "mlp",
     source: include_str!("../../shaders/mlp.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 
 pub const ATTENTION: Shader = Shader {
     name: "attention",
     source: include_str!("../../shaders/attention.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
     zero_workgroup_memory: false,
+    ..SHADER
 };
 
 pub const LAYER_NORM: Shader = Shader {
     name: "layer_norm",
     source: include_str!("../../shaders/layer_norm.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 
 pub const LM_TRAIN: Shader = Shader {
     name: "lm_train",
     source: include_str!("../../shaders/lm_train.wgsl"),
-    dtypes: F32_ONLY,
-    common: &[],
-    zero_workgroup_memory: true,
+    ..SHADER
 };
 
 /// Every shader gangway ships, for validation and translation tests.
@@ -294,7 +293,8 @@ impl Shader {
         self.pipeline_specialised(device, dtype, entry, &[])
     }
 
-    /// [`Self::pipeline`] of the source [`Self::specialise`] gives, cached per constant values.
+    /// [`Self::pipeline`] of the source [`Self::specialise`] gives, cached per constant values. A
+    /// constant the shader does not declare is an error; the source is only built on a cache miss.
     pub fn pipeline_specialised(
         &self,
         device: &crate::Device,
@@ -304,34 +304,41 @@ impl Shader {
     ) -> crate::Result<wgpu::ComputePipeline> {
         let mut key = self.key(dtype);
         for (name, value) in consts {
+            let declared = std::iter::once(self.source)
+                .chain(self.common.iter().copied())
+                .any(|text| const_value(text, name).is_some());
+            if !declared {
+                return Err(crate::Error::Shader {
+                    shader: key,
+                    message: format!("no `const {name}: u32 = …;` line to specialise"),
+                });
+            }
             key.push_str(&format!(" {name}={value}"));
         }
-        let source = self.specialise(dtype, consts)?;
-        device.pipeline(&key, entry, self.zero_workgroup_memory, || source)
+        device.pipeline(&key, entry, self.zero_workgroup_memory, || {
+            self.specialise(dtype, consts)
+        })
     }
 
     /// The instantiated source with each `const NAME: u32 = …;` line of `consts` given its value:
     /// specialisation by constants, so that compilers see constant loop bounds and array sizes
     /// (WGSL's override constants would do, but naga's backends need them resolved first, and
-    /// the validation tests translate the shaders as written). A constant the shader does not
-    /// declare is an error.
-    pub fn specialise(&self, dtype: DType, consts: &[(&str, u32)]) -> crate::Result<String> {
+    /// the validation tests translate the shaders as written). Undeclared names change nothing.
+    pub fn specialise(&self, dtype: DType, consts: &[(&str, u32)]) -> String {
         let mut source = self.instantiate(dtype);
         for (name, value) in consts {
-            let prefix = format!("const {name}: u32 = ");
-            let start = source.find(&prefix).ok_or_else(|| crate::Error::Shader {
-                shader: self.key(dtype),
-                message: format!("no `{prefix}…;` line to specialise"),
-            })?;
-            let end = source[start..]
-                .find(';')
-                .map(|e| start + e)
-                .ok_or_else(|| crate::Error::Shader {
-                    shader: self.key(dtype),
-                    message: format!("`{prefix}` has no `;`"),
-                })?;
-            source.replace_range(start..end, &format!("{prefix}{value}u"));
+            if let Some(range) = const_value(&source, name) {
+                source.replace_range(range, &format!("{value}u"));
+            }
         }
-        Ok(source)
+        source
     }
+}
+
+/// Where the value of `const NAME: u32 = …;` stands in `text`.
+fn const_value(text: &str, name: &str) -> Option<std::ops::Range<usize>> {
+    let prefix = format!("const {name}: u32 = ");
+    let start = text.find(&prefix)? + prefix.len();
+    let end = start + text[start..].find(';')?;
+    Some(start..end)
 }

@@ -29,6 +29,25 @@ pub(crate) fn rows_cols(what: &'static str, t: &TensorType) -> Result<(usize, us
     }
 }
 
+/// `t` is `want`: a typed error naming what differs, the dtype first.
+pub(crate) fn expect_type(what: &'static str, t: &TensorType, want: &TensorType) -> Result<()> {
+    if t.dtype != want.dtype {
+        return Err(Error::DTypeMismatch {
+            what,
+            expected: want.dtype,
+            got: t.dtype,
+        });
+    }
+    if t.shape != want.shape {
+        return Err(Error::ShapeMismatch {
+            what,
+            expected: format!("{want}"),
+            got: format!("{t}"),
+        });
+    }
+    Ok(())
+}
+
 /// Output `i` of a node being prepared.
 pub(crate) fn output(outputs: &[Tensor], i: usize) -> Result<&Tensor> {
     outputs
