@@ -113,6 +113,22 @@ impl Tensor {
         })
     }
 
+    /// The same buffer under another shape with as many elements (a reshape without a copy):
+    /// kernels that see rows of sequences as `[B, T, W]` take a matmul's `[B·T, W]` output as it is.
+    pub fn view(&self, shape: &[usize]) -> Result<Self> {
+        if shape.iter().product::<usize>() != self.len() {
+            return Err(Error::ShapeMismatch {
+                what: "Tensor::view",
+                expected: format!("a shape of {} elements", self.len()),
+                got: format!("{shape:?}"),
+            });
+        }
+        Ok(Self {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
+    }
+
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -89,6 +89,7 @@ fn naive_forward_matches_the_reference(device: &Device) {
             heads: x.s.heads,
             causal: true,
             scale,
+            seq: None,
         });
         let outs = eager::run(&kernel, &[q, k, v]).unwrap();
         let [hq, hk, hv] = &x.host;
@@ -278,11 +279,13 @@ fn a_program_splits_the_batch_over_devices(adapters: &Adapters) {
         heads: s.heads,
         causal: true,
         scale,
+        seq: None,
     };
     let backward = gangway::kernels::AttentionBackward {
         heads: s.heads,
         causal: true,
         scale,
+        seq: None,
     };
     let [out, lse] = p.kernel("attention", &gang, Arc::new(forward), &[q, k, v]);
     let [dq, dk, dv] = p.kernel(

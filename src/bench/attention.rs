@@ -112,6 +112,7 @@ impl AttentionBench {
             heads: self.shape.heads,
             causal: true,
             scale: default_scale(self.shape.head_dim),
+            seq: None,
         }
     }
 }
@@ -160,6 +161,7 @@ impl Benchmark for AttentionBench {
                     heads: f.heads,
                     causal: f.causal,
                     scale: f.scale,
+                    seq: None,
                 };
                 (Arc::new(backward), "attention_backward")
             }

@@ -343,6 +343,7 @@ pub fn attention(
         heads,
         causal,
         scale: default_scale(s.head_dim),
+        seq: None,
     };
     let [out, lse] = eager::run_n(&kernel, &[q, k, v])?;
     Ok((out, lse))
@@ -359,6 +360,7 @@ pub fn attention_backward(
         heads,
         causal,
         scale: default_scale(s.head_dim),
+        seq: None,
     };
     let [dq, dk, dv] = eager::run_n(&kernel, &inputs)?;
     Ok(AttentionGrads { dq, dk, dv })
@@ -497,6 +499,67 @@ fn forward_types(
     Ok(s)
 }
 
+/// `[B·T, W]` types as `[B, T, W]` when `seq` is `Some(T)`; else as they are.
+fn as_sequences(
+    what: &'static str,
+    seq: Option<usize>,
+    types: &[TensorType],
+) -> Result<Vec<TensorType>> {
+    let Some(t) = seq else {
+        return Ok(types.to_vec());
+    };
+    types
+        .iter()
+        .map(|ty| match ty.shape[..] {
+            [rows, width] if t > 0 && rows % t == 0 => Ok(TensorType {
+                shape: vec![rows / t, t, width],
+                ..ty.clone()
+            }),
+            _ => Err(node::invalid(
+                what,
+                format!(
+                    "with seq = {t}, inputs must be [batch·{t}, width], got {:?}",
+                    ty.shape
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// `[B, T, W]` types as `[B·T, W]` when `seq` is set: outputs in the caller's form.
+fn as_rows(seq: Option<usize>, types: Vec<TensorType>) -> Vec<TensorType> {
+    if seq.is_none() {
+        return types;
+    }
+    types
+        .into_iter()
+        .map(|ty| match ty.shape[..] {
+            [b, t, w] => TensorType {
+                shape: vec![b * t, w],
+                ..ty
+            },
+            _ => ty,
+        })
+        .collect()
+}
+
+/// The tensors as the kernels take them: `[B·T, W]` viewed as `[B, T, W]` when `seq` is set.
+fn viewed(what: &'static str, seq: Option<usize>, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
+    let Some(t) = seq else {
+        return Ok(tensors.to_vec());
+    };
+    tensors
+        .iter()
+        .map(|x| match x.shape() {
+            &[rows, width] if t > 0 && rows % t == 0 => x.view(&[rows / t, t, width]),
+            other => Err(node::invalid(
+                what,
+                format!("with seq = {t}, tensors must be [batch·{t}, width], got {other:?}"),
+            )),
+        })
+        .collect()
+}
+
 /// Each of `inputs` is `want`: a typed error naming the first that is not.
 fn expect_types(what: &'static str, inputs: &[TensorType], want: &TensorType) -> Result<()> {
     inputs
@@ -505,11 +568,16 @@ fn expect_types(what: &'static str, inputs: &[TensorType], want: &TensorType) ->
 }
 
 /// `(q, k, v) [B, T, H·Dh] → (out [B, T, H·Dh], lse [B, T, H])`, tiled, as a program node.
+///
+/// With `seq: Some(T)` the node takes rows of sequences instead, `[B·T, H·Dh]` (a projection's
+/// output as it is; `B` is the shard's rows over `T`) and gives `out [B·T, H·Dh]`,
+/// `lse [B·T, H]`: the same buffers seen through [`Tensor::view`], no copy.
 #[derive(Debug, Clone)]
 pub struct Attention {
     pub heads: usize,
     pub causal: bool,
     pub scale: f32,
+    pub seq: Option<usize>,
 }
 
 impl Kernel for Attention {
@@ -517,14 +585,17 @@ impl Kernel for Attention {
         "attention"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        let s = forward_types(self.kind(), inputs, self.heads)?;
-        Ok(vec![
-            TensorType::f32(&s.rows()),
-            TensorType::f32(&s.stats()),
-        ])
+        let inputs = as_sequences(self.kind(), self.seq, inputs)?;
+        let s = forward_types(self.kind(), &inputs, self.heads)?;
+        Ok(as_rows(
+            self.seq,
+            vec![TensorType::f32(&s.rows()), TensorType::f32(&s.stats())],
+        ))
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let (out, lse) = (node::output(y, 0)?, node::output(y, 1)?);
+        let x = viewed(self.kind(), self.seq, x)?;
+        let y = viewed(self.kind(), self.seq, y)?;
+        let (out, lse) = (node::output(&y, 0)?, node::output(&y, 1)?);
         encode_attention(
             rec,
             &x[0],
@@ -552,19 +623,22 @@ impl Kernel for AttentionNaive {
         self.0.outputs(inputs)
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let (a, out, lse) = (&self.0, node::output(y, 0)?, node::output(y, 1)?);
+        let x = viewed(self.kind(), self.0.seq, x)?;
+        let y = viewed(self.kind(), self.0.seq, y)?;
+        let (a, out, lse) = (&self.0, node::output(&y, 0)?, node::output(&y, 1)?);
         encode_attention(
             rec, &x[0], &x[1], &x[2], out, lse, a.heads, a.causal, a.scale, true,
         )
     }
 }
 
-/// `(q, k, v, out, lse, d_out) → (dq, dk, dv)` as a program node.
+/// `(q, k, v, out, lse, d_out) → (dq, dk, dv)` as a program node (`seq` as [`Attention`]'s).
 #[derive(Debug, Clone)]
 pub struct AttentionBackward {
     pub heads: usize,
     pub causal: bool,
     pub scale: f32,
+    pub seq: Option<usize>,
 }
 
 impl Kernel for AttentionBackward {
@@ -573,15 +647,19 @@ impl Kernel for AttentionBackward {
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         node::arity(self.kind(), inputs, 6)?;
+        let inputs = as_sequences(self.kind(), self.seq, inputs)?;
         let s = forward_types(self.kind(), &inputs[..3], self.heads)?;
         let (rows, stats) = (TensorType::f32(&s.rows()), TensorType::f32(&s.stats()));
         expect_types(self.kind(), &inputs[3..4], &rows)?;
         expect_types(self.kind(), &inputs[4..5], &stats)?;
         expect_types(self.kind(), &inputs[5..], &rows)?;
-        Ok(vec![rows.clone(), rows.clone(), rows])
+        Ok(as_rows(self.seq, vec![rows.clone(), rows.clone(), rows]))
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let [q, k, v, out, lse, d_out] = x else {
+        let x = viewed(self.kind(), self.seq, x)?;
+        let y = viewed(self.kind(), self.seq, y)?;
+        let y = &y[..];
+        let [q, k, v, out, lse, d_out] = &x[..] else {
             return Err(node::invalid(
                 self.kind(),
                 format!("takes 6 inputs, got {}", x.len()),
