@@ -40,6 +40,7 @@
 
 pub mod adam;
 pub mod exchange;
+pub mod ffn_program;
 pub mod params;
 pub mod reference;
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //!   groups, so every gradient is scaled by `1/G` once, after the sums.
 
 mod checkpoint;
-mod step_program;
+pub(crate) mod step_program;
 
 pub use checkpoint::TrainerCheckpoint;
 
@@ -95,17 +95,80 @@ pub fn coefficient_of_variation(counts: &[usize]) -> f64 {
 
 /// Loss and routing sums of a step's rounds.
 #[derive(Default)]
-struct RoundSums {
-    ce_sum: f64,
-    aux_sum: f64,
-    z_sum: f64,
+pub(crate) struct RoundSums {
+    pub ce_sum: f64,
+    pub aux_sum: f64,
+    pub z_sum: f64,
     /// `[block][expert]` kept pairs.
-    kept: Vec<Vec<usize>>,
+    pub kept: Vec<Vec<usize>>,
     /// `[block]` dropped pairs.
-    dropped: Vec<usize>,
+    pub dropped: Vec<usize>,
     /// `[block]` aux and z sums over groups.
-    block_aux: Vec<f64>,
-    block_z: Vec<f64>,
+    pub block_aux: Vec<f64>,
+    pub block_z: Vec<f64>,
+}
+
+/// What a step program's statistics pack holds per round and device: `rows` row losses, then per
+/// expert layer the router's expert statistics and the row logsumexps of its logits.
+pub(crate) struct StatsLayout {
+    pub rows: usize,
+    /// Expert layers.
+    pub layers: usize,
+    pub router: crate::kernels::router::RouterConfig,
+    pub aux_alpha: f32,
+    pub z_loss: f32,
+}
+
+impl StatsLayout {
+    /// Words of one pack.
+    pub fn words(&self) -> usize {
+        self.rows + self.layers * (self.router.experts * STAT_WORDS + self.rows)
+    }
+
+    /// The sums over every round's packs (each a device's pack after another).
+    pub fn sums(&self, results: &[Vec<u8>]) -> Result<RoundSums> {
+        let (layers, experts, tg) = (self.layers, self.router.experts, self.rows);
+        let mut sums = RoundSums {
+            kept: vec![vec![0; experts]; layers],
+            dropped: vec![0; layers],
+            block_aux: vec![0.0; layers],
+            block_z: vec![0.0; layers],
+            ..RoundSums::default()
+        };
+        let short = || invalid("trainer", "a statistics pack is short".into());
+        for round in results {
+            for device in round.chunks(self.words() * 4) {
+                let f32s = |at: usize, n: usize| -> Result<Vec<f32>> {
+                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
+                    Ok(bytemuck::pod_collect_to_vec(b))
+                };
+                let rows = f32s(0, tg)?;
+                sums.ce_sum += rows.iter().map(|&v| f64::from(v)).sum::<f64>();
+                let mut at = tg;
+                for l in 0..layers {
+                    let n = experts * STAT_WORDS;
+                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
+                    let stats: Vec<ExpertStat> = bytemuck::pod_collect_to_vec(b);
+                    let lse = f32s(at + n, tg)?;
+                    at += n + tg;
+                    let kept: usize = stats.iter().map(|s| s.kept as usize).sum();
+                    for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
+                        *acc += s.kept as usize;
+                    }
+                    sums.dropped[l] += (tg * self.router.k).saturating_sub(kept);
+                    let aux = f64::from(load_balancing_loss(&stats, self.aux_alpha));
+                    let z = f64::from(self.z_loss)
+                        * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
+                        / tg as f64;
+                    sums.aux_sum += aux;
+                    sums.z_sum += z;
+                    sums.block_aux[l] += f64::from(aux as f32);
+                    sums.block_z[l] += f64::from(z as f32);
+                }
+            }
+        }
+        Ok(sums)
+    }
 }
 
 /// A step submitted to the runtime and not yet finished ([`GpuTrainer::submit_step`]).
@@ -257,48 +320,17 @@ impl GpuTrainer {
             expert[ix.w2] = true;
         }
         let shapes = shard_shapes(&cfg, &expert, n);
-        let mut variables = Variables::new();
-        for (p, (spec, shape)) in specs.iter().zip(&shapes).enumerate() {
-            let per_device: usize = shape.iter().product();
-            // This process's shards only: other ranks upload theirs.
-            let upload = |t: &MoeLmParams| -> Result<Vec<Option<Tensor>>> {
-                devices
-                    .iter()
-                    .enumerate()
-                    .map(|(i, device)| {
-                        let Some(device) = device.local() else {
-                            return Ok(None);
-                        };
-                        let start = if expert[p] { i * per_device } else { 0 };
-                        let values = t
-                            .tensors
-                            .get(p)
-                            .and_then(|v| v.get(start..start + per_device));
-                        let values = values.ok_or_else(|| {
-                            invalid(WHAT, format!("{} is shorter than its shape", spec.name))
-                        })?;
-                        Tensor::from_f32(device, shape, DType::F32, values).map(Some)
-                    })
-                    .collect()
-            };
-            let zeros = || -> Result<Vec<Option<Tensor>>> {
-                devices
-                    .iter()
-                    .map(|d| {
-                        d.local()
-                            .map(|d| Tensor::zeros(d, shape, DType::F32))
-                            .transpose()
-                    })
-                    .collect()
-            };
-            variables.insert_shards(param_var(p), upload(params)?);
-            let (m, v) = match moments {
-                Some((m, v)) => (upload(m)?, upload(v)?),
-                None => (zeros()?, zeros()?),
-            };
-            variables.insert_shards(m_var(p), m);
-            variables.insert_shards(v_var(p), v);
-        }
+        let names: Vec<String> = specs.into_iter().map(|s| s.name).collect();
+        let layout = ShardLayout {
+            devices: &devices,
+            shapes: &shapes,
+            expert: &expert,
+            names: &names,
+        };
+        let variables = layout.variables(
+            &params.tensors,
+            moments.map(|(m, v)| (&m.tensors[..], &v.tensors[..])),
+        )?;
         Ok(Self {
             config: cfg,
             adam,
@@ -467,23 +499,8 @@ impl GpuTrainer {
     /// would apply), downloaded; no update.
     pub fn grads(&self, contexts: &[u32], targets: &[u32]) -> Result<MoeLmParams> {
         let results = self.run(Mode::Grads, contexts, targets, None)?;
-        let words: Vec<f32> = bytemuck::pod_collect_to_vec(results.first().map_or(&[][..], |v| v));
         let shapes = shard_shapes(&self.config, &self.expert, self.devices.len());
-        let per_device: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        let mut tensors = vec![Vec::new(); shapes.len()];
-        for d in 0..self.devices.len() {
-            let mut at = d * per_device;
-            for (p, s) in shapes.iter().enumerate() {
-                let len: usize = s.iter().product();
-                let part = words
-                    .get(at..at + len)
-                    .ok_or_else(|| invalid("moe trainer", "the gradient pack is short".into()))?;
-                if d == 0 || self.expert[p] {
-                    tensors[p].extend_from_slice(part);
-                }
-                at += len;
-            }
-        }
+        let tensors = unpack_grads(&results, &shapes, &self.expert, self.devices.len())?;
         let out = MoeLmParams {
             config: self.config,
             tensors,
@@ -502,17 +519,7 @@ impl GpuTrainer {
             ..RunOptions::default()
         };
         let results = self.client.run(&exec, Vec::<Vec<f32>>::new(), opts)?;
-        let tensors = results
-            .into_iter()
-            .enumerate()
-            .map(|(p, mut all)| {
-                if !self.expert[p] {
-                    // Every device's copy, one after another: the first.
-                    all.truncate(all.len() / self.devices.len().max(1));
-                }
-                all
-            })
-            .collect();
+        let tensors = gather_read(results, &self.expert, self.devices.len());
         let out = MoeLmParams {
             config: self.config,
             tensors,
@@ -524,48 +531,14 @@ impl GpuTrainer {
     /// Loss and routing sums from a training step's per-round statistics packs.
     fn sums(&self, results: &[Vec<u8>], tg: usize) -> Result<RoundSums> {
         let cfg = &self.config;
-        let blocks = cfg.blocks;
-        let mut sums = RoundSums {
-            kept: vec![vec![0; cfg.experts]; blocks],
-            dropped: vec![0; blocks],
-            block_aux: vec![0.0; blocks],
-            block_z: vec![0.0; blocks],
-            ..RoundSums::default()
+        let layout = StatsLayout {
+            rows: tg,
+            layers: cfg.blocks,
+            router: cfg.router(),
+            aux_alpha: cfg.aux_alpha,
+            z_loss: cfg.z_loss,
         };
-        let words = self.shape(tg * self.groups).stats_words();
-        let short = || invalid("moe trainer", "a statistics pack is short".into());
-        for round in results {
-            for device in round.chunks(words * 4) {
-                let f32s = |at: usize, n: usize| -> Result<Vec<f32>> {
-                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
-                    Ok(bytemuck::pod_collect_to_vec(b))
-                };
-                let rows = f32s(0, tg)?;
-                sums.ce_sum += rows.iter().map(|&v| f64::from(v)).sum::<f64>();
-                let mut at = tg;
-                for l in 0..blocks {
-                    let n = cfg.experts * STAT_WORDS;
-                    let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
-                    let stats: Vec<ExpertStat> = bytemuck::pod_collect_to_vec(b);
-                    let lse = f32s(at + n, tg)?;
-                    at += n + tg;
-                    let kept: usize = stats.iter().map(|s| s.kept as usize).sum();
-                    for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
-                        *acc += s.kept as usize;
-                    }
-                    sums.dropped[l] += (tg * cfg.top_k).saturating_sub(kept);
-                    let aux = f64::from(load_balancing_loss(&stats, cfg.aux_alpha));
-                    let z = f64::from(cfg.z_loss)
-                        * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
-                        / tg as f64;
-                    sums.aux_sum += aux;
-                    sums.z_sum += z;
-                    sums.block_aux[l] += f64::from(aux as f32);
-                    sums.block_z[l] += f64::from(z as f32);
-                }
-            }
-        }
-        Ok(sums)
+        layout.sums(results)
     }
 
     /// One training step on a batch (`contexts` `[T, C]`, `targets` `[T]`, byte ids).
@@ -688,6 +661,117 @@ impl GpuTrainer {
     pub fn params(&self) -> Result<MoeLmParams> {
         self.download(Kind::Param)
     }
+}
+
+/// Adam's first and second moments, one vector per parameter.
+pub(crate) type Moments<'a> = (&'a [Vec<f32>], &'a [Vec<f32>]);
+
+/// How a model's parameters lie on a gang: per-device shapes, and which tensors are split by their
+/// first axis (experts) rather than replicated. Shared by every trainer of the step programs.
+pub(crate) struct ShardLayout<'a> {
+    pub devices: &'a [MeshDevice],
+    pub shapes: &'a [Vec<usize>],
+    pub expert: &'a [bool],
+    pub names: &'a [String],
+}
+
+impl ShardLayout<'_> {
+    /// This process's shards of `values` (other ranks upload theirs): replicated tensors whole on
+    /// every device, expert tensors cut by their first axis in device order; `None`: zeros.
+    fn shards(&self, p: usize, values: Option<&[f32]>) -> Result<Vec<Option<Tensor>>> {
+        let shape = &self.shapes[p];
+        let per_device: usize = shape.iter().product();
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(i, device)| {
+                let Some(device) = device.local() else {
+                    return Ok(None);
+                };
+                let Some(values) = values else {
+                    return Tensor::zeros(device, shape, DType::F32).map(Some);
+                };
+                let start = if self.expert[p] { i * per_device } else { 0 };
+                let part = values.get(start..start + per_device).ok_or_else(|| {
+                    invalid(
+                        "trainer upload",
+                        format!("{} is shorter than its shape", self.names[p]),
+                    )
+                })?;
+                Tensor::from_f32(device, shape, DType::F32, part).map(Some)
+            })
+            .collect()
+    }
+
+    /// The step programs' variables: every parameter, and Adam's two moments (`moments`, or
+    /// zeros).
+    pub fn variables(&self, params: &[Vec<f32>], moments: Option<Moments>) -> Result<Variables> {
+        let mut variables = Variables::new();
+        for p in 0..self.shapes.len() {
+            let values = params.get(p).map(Vec::as_slice).unwrap_or_default();
+            variables.insert_shards(param_var(p), self.shards(p, Some(values))?);
+            let (m, v) = match moments {
+                Some((m, v)) => (m.get(p), v.get(p)),
+                None => (None, None),
+            };
+            let (m, v) = (m.map(Vec::as_slice), v.map(Vec::as_slice));
+            if moments.is_some() && (m.is_none() || v.is_none()) {
+                return Err(invalid(
+                    "trainer upload",
+                    format!("the moments lack {}", self.names[p]),
+                ));
+            }
+            variables.insert_shards(m_var(p), self.shards(p, m)?);
+            variables.insert_shards(v_var(p), self.shards(p, v)?);
+        }
+        Ok(variables)
+    }
+}
+
+/// A gradient program's one result (every device's pack of its per-device gradients, one after
+/// another) as whole tensors: replicated ones from device 0, expert ones gathered in order.
+pub(crate) fn unpack_grads(
+    results: &[Vec<u8>],
+    shapes: &[Vec<usize>],
+    expert: &[bool],
+    devices: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let words: Vec<f32> = bytemuck::pod_collect_to_vec(results.first().map_or(&[][..], |v| v));
+    let per_device: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+    let mut tensors = vec![Vec::new(); shapes.len()];
+    for d in 0..devices {
+        let mut at = d * per_device;
+        for (p, s) in shapes.iter().enumerate() {
+            let len: usize = s.iter().product();
+            let part = words
+                .get(at..at + len)
+                .ok_or_else(|| invalid("trainer", "the gradient pack is short".into()))?;
+            if d == 0 || expert[p] {
+                tensors[p].extend_from_slice(part);
+            }
+            at += len;
+        }
+    }
+    Ok(tensors)
+}
+
+/// A read program's results as whole tensors: replicated ones from device 0 (every device's copy
+/// comes one after another), expert ones gathered from every device in order.
+pub(crate) fn gather_read(
+    results: Vec<Vec<f32>>,
+    expert: &[bool],
+    devices: usize,
+) -> Vec<Vec<f32>> {
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(p, mut all)| {
+            if !expert.get(p).copied().unwrap_or(false) {
+                all.truncate(all.len() / devices.max(1));
+            }
+            all
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for GpuTrainer {

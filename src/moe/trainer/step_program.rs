@@ -10,16 +10,13 @@
 //! demo layer). D devices compute the bits one device computes with D groups: every matmul sums in
 //! an order independent of M, and the expert weight gradient sums one slot block at a time.
 
-use super::super::exchange::ExpertExchange;
-use super::super::params::{EMBED, W_IN};
+use super::super::ffn_program::{ExpertActivation, MATMUL, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use super::super::params::{BlockIndex, EMBED, W_IN};
 use super::super::{MoeLmConfig, VOCAB};
 use crate::kernels::lm_train::AdamConfig;
-use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::router::STAT_WORDS;
 use crate::kernels::{
-    Accumulate, Adam, Combine, CombineBackwardSlots, CrossEntropy, Dispatch, DispatchBackward,
-    EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, Matmul, Pack, ReluBackward, Router,
-    RouterBackward, RowLogsumexp, TensorType, Unpack,
+    Accumulate, Adam, CrossEntropy, EmbedGather, EmbedGrad, Kernel, Matmul, Pack, ReluBackward,
+    RowLogsumexp, TensorType, Unpack,
 };
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
@@ -27,7 +24,7 @@ use std::sync::Arc;
 
 /// What a compiled step computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Mode {
+pub(crate) enum Mode {
     /// Forward, backward, all-reduce and Adam; results: per round, the statistics pack.
     Train,
     /// Forward and backward, no update; result: every final gradient, packed.
@@ -41,7 +38,7 @@ pub(super) enum Mode {
 
 /// The variables kept per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     Param,
     /// Adam's first moment.
     M,
@@ -74,30 +71,19 @@ impl StepShape {
     pub fn rounds(&self) -> usize {
         self.groups / self.devices
     }
-
-    pub fn capacity(&self) -> usize {
-        self.config.router().capacity(self.group_tokens)
-    }
-
-    /// Words of one round's statistics pack per device: row losses, then per block the
-    /// router's expert stats and the row logsumexps of its logits.
-    pub fn stats_words(&self) -> usize {
-        let tg = self.group_tokens;
-        tg + self.config.blocks * (self.config.experts * STAT_WORDS + tg)
-    }
 }
 
 /// The variable names of parameter `p`, its first and its second moment.
 /// The step program's one gang axis.
 pub const EXPERT_AXIS: &str = "expert";
 
-pub(super) fn param_var(p: usize) -> String {
+pub(crate) fn param_var(p: usize) -> String {
     format!("param {p}")
 }
-pub(super) fn m_var(p: usize) -> String {
+pub(crate) fn m_var(p: usize) -> String {
     format!("adam m {p}")
 }
-pub(super) fn v_var(p: usize) -> String {
+pub(crate) fn v_var(p: usize) -> String {
     format!("adam v {p}")
 }
 
@@ -116,44 +102,35 @@ pub(super) fn shard_shapes(cfg: &MoeLmConfig, expert: &[bool], devices: usize) -
         .collect()
 }
 
-/// Every matmul of the step runs the vec4 kernels, forward (`A·B`) and backward (`A·Bᵀ`, `Aᵀ·B`),
-/// or the tiled kernel where a shape's N or K is not a multiple of 4. Neither the choice nor any
-/// kernel's summation order depends on M, and the expert weight gradient sums its slot blocks
-/// one at a time, so D devices compute the bits 1 device computes over D groups.
-const MATMUL: MatmulVariant = MatmulVariant::Vec4;
-
 /// Saved activations of one block on every device.
 struct BlockAct {
     input: Value,
     dense: Value,
-    mid: Value,
-    logits: Value,
-    routing: [Value; 3],
-    /// The experts' outputs back in the slot layout.
-    expert_out: Value,
-    /// The expert devices' token rows (expert-major) and hidden activations.
-    tokens: Value,
-    hidden: Value,
+    /// The expert layer's, whose input is the block's `mid`.
+    moe: MoeFfnSaved,
 }
 
-struct Builder<'a> {
-    b: ProgramBuilder,
-    shape: &'a StepShape,
-    gang: Vec<usize>,
-    params: Vec<Value>,
+/// A step program under construction over one gang, for a model whose step shape is `S`: the
+/// nodes every model's step makes (kernels, matmuls, gradient accumulation, a linear layer's
+/// backward); each model adds its own in an `impl Builder<'_, ItsShape>`.
+pub(crate) struct Builder<'a, S> {
+    pub b: ProgramBuilder,
+    pub shape: &'a S,
+    pub gang: Vec<usize>,
+    pub params: Vec<Value>,
     /// Gradient accumulators: made by the first contribution, added to in place after.
-    grads: Vec<Option<Value>>,
+    pub grads: Vec<Option<Value>>,
 }
 
-impl Builder<'_> {
-    fn k(&mut self, name: &str, op: impl Kernel + 'static, inputs: &[Value]) -> Value {
+impl<S> Builder<'_, S> {
+    pub fn k(&mut self, name: &str, op: impl Kernel + 'static, inputs: &[Value]) -> Value {
         let [v] = self
             .b
             .kernel(name, &self.gang.clone(), Arc::new(op), inputs);
         v
     }
 
-    fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
+    pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
         let op = Matmul {
             trans_a,
             trans_b,
@@ -163,50 +140,21 @@ impl Builder<'_> {
         self.k(name, op, &[a, b])
     }
 
-    fn exchange(&self) -> ExpertExchange {
-        ExpertExchange {
-            devices: self.shape.devices,
-            local_experts: self.shape.config.experts / self.shape.devices,
-            capacity: self.shape.capacity(),
-            row_words: self.shape.config.model,
-        }
-    }
-
-    fn send_to_experts(&mut self, name: &str, slots: Value) -> Value {
-        let gang = self.gang.clone();
-        self.exchange().to_experts(&mut self.b, &gang, name, slots)
-    }
-
-    fn send_to_tokens(&mut self, name: &str, rows: Value) -> Value {
-        let gang = self.gang.clone();
-        self.exchange().to_tokens(&mut self.b, &gang, name, rows)
-    }
-
-    fn gmm(&mut self, name: &str, a: Value, b: Value, trans_b: bool) -> Value {
-        let op = Matmul {
-            trans_a: false,
-            trans_b,
-            offsets: Some(self.exchange().expert_offsets()),
-            variant: MATMUL,
-        };
-        self.k(name, op, &[a, b])
-    }
-
-    fn relu(&mut self, name: &str, x: Value) -> Value {
+    pub fn relu(&mut self, name: &str, x: Value) -> Value {
         let gang = self.gang.clone();
         self.b.relu(name, &gang, x)
     }
 
-    fn add(&mut self, name: &str, x: Value, z: Value) -> Value {
+    pub fn add(&mut self, name: &str, x: Value, z: Value) -> Value {
         let gang = self.gang.clone();
         self.b.add(name, &gang, x, z)
     }
 
-    fn accumulate(&mut self, name: &str, acc: Value, x: Value) -> Value {
+    pub fn accumulate(&mut self, name: &str, acc: Value, x: Value) -> Value {
         self.k(name, Accumulate, &[acc, x])
     }
 
-    fn grad(&mut self, p: usize, name: &str, g: Value) {
+    pub fn grad(&mut self, p: usize, name: &str, g: Value) {
         let next = match self.grads[p] {
             None => g,
             Some(acc) => self.accumulate(name, acc, g),
@@ -217,7 +165,7 @@ impl Builder<'_> {
     /// The backward of `y = x · W[p]` given `dy`: adds `xᵀ · dy` to W[p]'s gradient and returns
     /// `dy · W[p]ᵀ`. Nodes are named `at("<what> weight grad")`, `at("accumulate <what> grad")`
     /// and `at("<what> input grad")`.
-    fn linear_backward(
+    pub fn linear_backward(
         &mut self,
         at: &dyn Fn(&str) -> String,
         what: &str,
@@ -229,6 +177,30 @@ impl Builder<'_> {
         self.grad(p, &at(&format!("accumulate {what} grad")), g);
         let w = self.params[p];
         self.mm(&at(&format!("{what} input grad")), dy, w, false, true)
+    }
+}
+
+impl Builder<'_, StepShape> {
+    /// Every block's expert layer (ReLU experts).
+    fn ffn(&self) -> MoeFfn {
+        let (cfg, s) = (&self.shape.config, self.shape);
+        let (router, loss) = (cfg.router(), cfg.router_loss());
+        MoeFfn::new(
+            router,
+            loss,
+            s.devices,
+            s.group_tokens,
+            cfg.model,
+            ExpertActivation::Relu,
+        )
+    }
+
+    fn moe_weights(&self, ix: &BlockIndex) -> MoeFfnWeights {
+        MoeFfnWeights {
+            router: self.params[ix.router],
+            w1: self.params[ix.w1],
+            w2: self.params[ix.w2],
+        }
     }
 }
 
@@ -259,18 +231,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         Mode::Read(kind) => kind,
         _ => Kind::Param,
     };
-    for (p, s) in shapes.iter().enumerate() {
-        let ty = TensorType::f32(s);
-        let v = if expert[p] {
-            let mut dims: Vec<&[&str]> = vec![&[]; s.len()];
-            dims[0] = &[EXPERT_AXIS];
-            let split = x.b.spec(&gang, &dims, &[]);
-            x.b.sharded_variable(&kind.var(p), &gang, ty, split)
-        } else {
-            x.b.variable(&kind.var(p), &gang, ty)
-        };
-        x.params.push(v);
-    }
+    x.params = declare_params(&mut x.b, &gang, &shapes, expert, kind);
     if let Mode::Read(_) = mode {
         for &v in &x.params.clone() {
             x.b.result(v);
@@ -278,7 +239,6 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         return x.b.build();
     }
     let (tg, c) = (shape.group_tokens, cfg.context);
-    let router = cfg.router();
     let w_out = cfg.w_out_index();
     let inputs: Vec<(Value, Value)> = (0..shape.rounds())
         .map(|_| {
@@ -306,36 +266,12 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let pre = x.mm(&at("dense matmul"), h, x.params[ix.dense], false, false);
             let dense = x.relu(&at("dense relu"), pre);
             let mid = x.add(&at("residual"), h, dense);
-            let logits = x.mm(&at("router matmul"), mid, x.params[ix.router], false, false);
-            let [probs, routes, stats] =
-                x.b.kernel(&at("router"), &gang, Arc::new(Router(router)), &[logits]);
-            let routing = [probs, routes, stats];
-            let slots = x.k(
-                &at("dispatch"),
-                Dispatch(router),
-                &[mid, probs, routes, stats],
-            );
-            let tokens = x.send_to_experts(&at("all-to-all forward"), slots);
-            let pre = x.gmm(&at("expert w1"), tokens, x.params[ix.w1], false);
-            let hidden = x.relu(&at("expert relu"), pre);
-            let out = x.gmm(&at("expert w2"), hidden, x.params[ix.w2], false);
-            let expert_out = x.send_to_tokens(&at("all-to-all reverse"), out);
-            let combined = x.k(
-                &at("combine"),
-                Combine(router),
-                &[expert_out, probs, routes, stats],
-            );
+            let ffn = x.ffn();
+            let weights = x.moe_weights(&ix);
+            let gang = x.gang.clone();
+            let (combined, moe) = ffn.forward(&mut x.b, &gang, &at, mid, &weights);
             h = x.add(&at("combine residual"), mid, combined);
-            acts.push(BlockAct {
-                input,
-                dense,
-                mid,
-                logits,
-                routing,
-                expert_out,
-                tokens,
-                hidden,
-            });
+            acts.push(BlockAct { input, dense, moe });
         }
         let last = h;
         let logits = x.mm(&at("output matmul"), last, x.params[w_out], false, false);
@@ -353,8 +289,12 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             Mode::Train => {
                 let mut pack = vec![row_loss];
                 for (l, a) in acts.iter().enumerate() {
-                    let lse = x.k(&format!("r{r} b{l} logsumexp"), RowLogsumexp, &[a.logits]);
-                    pack.extend([a.routing[2], lse]);
+                    let lse = x.k(
+                        &format!("r{r} b{l} logsumexp"),
+                        RowLogsumexp,
+                        &[a.moe.logits],
+                    );
+                    pack.extend([a.moe.routing[2], lse]);
                 }
                 let stats = x.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
                 x.b.result(stats);
@@ -367,63 +307,14 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let ix = cfg.block_index(l);
             let at = |what: &str| format!("r{r} b{l} {what}");
             let a = &acts[l];
-            let [probs, routes, stats] = a.routing;
-            let (input, dense, mid, logits, expert_out, tokens, hidden) = (
-                a.input,
-                a.dense,
-                a.mid,
-                a.logits,
-                a.expert_out,
-                a.tokens,
-                a.hidden,
-            );
-            let d_gate = x.k(
-                &at("gate grad"),
-                GateGrad(router),
-                &[dh, expert_out, probs, routes, stats],
-            );
-            let d_out = x.k(
-                &at("combine backward"),
-                CombineBackwardSlots(router),
-                &[dh, probs, routes, stats],
-            );
-            let d_o = x.send_to_experts(&at("all-to-all backward"), d_out);
-            let offsets = x.exchange().expert_offsets();
-            let gw2 = x.k(
-                &at("expert w2 grad"),
-                ExpertWeightGrad {
-                    offsets: offsets.clone(),
-                    block: x.shape.capacity(),
-                },
-                &[hidden, d_o],
-            );
-            x.grad(ix.w2, &at("accumulate w2 grad"), gw2);
-            let d_h = x.gmm(&at("expert w2 input grad"), d_o, x.params[ix.w2], true);
-            let d_hidden = x.k(&at("expert relu backward"), ReluBackward, &[d_h, hidden]);
-            let gw1 = x.k(
-                &at("expert w1 grad"),
-                ExpertWeightGrad {
-                    offsets,
-                    block: x.shape.capacity(),
-                },
-                &[tokens, d_hidden],
-            );
-            x.grad(ix.w1, &at("accumulate w1 grad"), gw1);
-            let d_tok = x.gmm(&at("expert w1 input grad"), d_hidden, x.params[ix.w1], true);
-            let d_slots = x.send_to_tokens(&at("all-to-all backward reverse"), d_tok);
-            let d_disp = x.k(
-                &at("dispatch backward"),
-                DispatchBackward(router),
-                &[d_slots, probs, routes, stats],
-            );
-            let mut d_mid = x.accumulate(&at("accumulate dispatch grad"), dh, d_disp);
-            let d_r = x.k(
-                &at("router backward"),
-                RouterBackward(router, cfg.router_loss()),
-                &[logits, d_gate, probs, routes, stats],
-            );
-            let back = x.linear_backward(&at, "router", ix.router, mid, d_r);
-            d_mid = x.accumulate(&at("accumulate router input grad"), d_mid, back);
+            let (input, dense, moe) = (a.input, a.dense, a.moe);
+            let ffn = x.ffn();
+            let weights = x.moe_weights(&ix);
+            let gang = x.gang.clone();
+            let (d_mid, g) = ffn.backward(&mut x.b, &gang, &at, &moe, &weights, dh, Some(dh));
+            x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
+            x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
+            x.grad(ix.router, &at("accumulate router grad"), g.router);
             let d_pre = x.k(&at("dense relu backward"), ReluBackward, &[d_mid, dense]);
             let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
@@ -436,63 +327,139 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     if mode == Mode::Forward {
         return x.b.build();
     }
-    // ---- the replicated parameters' gradients, summed over devices in device order
-    let mut grads: Vec<Value> = x
-        .grads
+    let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
+    let step = StepEnd {
+        gang: &gang,
+        params: &x.params,
+        expert,
+        shapes: &shapes,
+        names: &names,
+        groups: shape.groups,
+        adam: shape.adam,
+        bias,
+    };
+    step.finish(&mut x.b, &x.grads, mode)?;
+    x.b.build()
+}
+
+/// Every parameter's variable of `kind` on `gang`: expert tensors split by their first axis over
+/// [`EXPERT_AXIS`], the rest replicated.
+pub(crate) fn declare_params(
+    b: &mut ProgramBuilder,
+    gang: &[usize],
+    shapes: &[Vec<usize>],
+    expert: &[bool],
+    kind: Kind,
+) -> Vec<Value> {
+    shapes
         .iter()
-        .map(|g| {
-            g.ok_or_else(|| crate::Error::InvalidArgument {
-                what: "moe step program",
-                reason: "a parameter gets no gradient (no rounds)".into(),
-            })
+        .enumerate()
+        .map(|(p, s)| {
+            let ty = TensorType::f32(s);
+            if expert[p] {
+                let mut dims: Vec<&[&str]> = vec![&[]; s.len()];
+                dims[0] = &[EXPERT_AXIS];
+                let split = b.spec(gang, &dims, &[]);
+                b.sharded_variable(&kind.var(p), gang, ty, split)
+            } else {
+                b.variable(&kind.var(p), gang, ty)
+            }
         })
-        .collect::<Result<_>>()?;
-    if shape.devices > 1 {
-        let dense: Vec<usize> = (0..grads.len()).filter(|&p| !expert[p]).collect();
-        let types: Vec<TensorType> = dense.iter().map(|&p| x.b.ty(grads[p])).collect();
-        let parts: Vec<Value> = dense.iter().map(|&p| grads[p]).collect();
-        let packed = x.k("pack dense grads", Pack { dtype: DType::F32 }, &parts);
-        let summed = x.b.all_reduce("all-reduce", packed);
-        let unpacked = x.b.kernels(
-            "unpack dense grads",
-            &gang,
-            Arc::new(Unpack { types }),
-            &[summed],
-        );
-        for (&p, v) in dense.iter().zip(unpacked) {
-            grads[p] = v;
-        }
-    }
-    if shape.groups > 1 {
-        let s = 1.0 / shape.groups as f32;
-        for g in &mut grads {
-            *g = x.b.affine("scale grad", &gang, *g, s, 0.0);
-        }
-    }
-    match mode {
-        Mode::Grads => {
-            let packed = x.k("pack grads", Pack { dtype: DType::F32 }, &grads);
-            x.b.result(packed);
-        }
-        Mode::Train => {
-            let Some(bias) = bias else {
-                return x.b.build();
-            };
-            for (p, &g) in grads.iter().enumerate() {
-                // The moments lie as their parameter does.
-                let (ty, laid) = (TensorType::f32(&shapes[p]), x.b.sharding(x.params[p]));
-                let m =
-                    x.b.sharded_variable(&m_var(p), &gang, ty.clone(), laid.clone());
-                let v = x.b.sharded_variable(&v_var(p), &gang, ty, laid);
-                let [_, _, _] = x.b.kernel(
-                    &format!("adam {}", cfg.param_specs()[p].name),
-                    &gang,
-                    Arc::new(Adam(shape.adam)),
-                    &[x.params[p], m, v, g, bias],
-                );
+        .collect()
+}
+
+/// The end of a step over a gang, the same for every model: the replicated parameters'
+/// gradients summed over devices in device order (one packed all-reduce), every gradient scaled by
+/// `1/G`, then either packed as the result ([`Mode::Grads`]) or applied by Adam with moments
+/// laid out as their parameters ([`Mode::Train`]).
+pub(crate) struct StepEnd<'a> {
+    pub gang: &'a [usize],
+    pub params: &'a [Value],
+    pub expert: &'a [bool],
+    /// Per-device shapes.
+    pub shapes: &'a [Vec<usize>],
+    /// The parameters' names, for the Adam nodes.
+    pub names: &'a [String],
+    pub groups: usize,
+    pub adam: AdamConfig,
+    /// The step's bias corrections (training only).
+    pub bias: Option<Value>,
+}
+
+impl StepEnd<'_> {
+    pub fn finish(
+        &self,
+        b: &mut ProgramBuilder,
+        grads: &[Option<Value>],
+        mode: Mode,
+    ) -> Result<()> {
+        let gang = self.gang;
+        let mut grads: Vec<Value> = grads
+            .iter()
+            .map(|g| {
+                g.ok_or_else(|| crate::Error::InvalidArgument {
+                    what: "step program",
+                    reason: "a parameter gets no gradient (no rounds)".into(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        if gang.len() > 1 {
+            let dense: Vec<usize> = (0..grads.len()).filter(|&p| !self.expert[p]).collect();
+            let types: Vec<TensorType> = dense.iter().map(|&p| b.ty(grads[p])).collect();
+            let parts: Vec<Value> = dense.iter().map(|&p| grads[p]).collect();
+            let [packed] = b.kernel(
+                "pack dense grads",
+                gang,
+                Arc::new(Pack { dtype: DType::F32 }),
+                &parts,
+            );
+            let summed = b.all_reduce("all-reduce", packed);
+            let unpacked = b.kernels(
+                "unpack dense grads",
+                gang,
+                Arc::new(Unpack { types }),
+                &[summed],
+            );
+            for (&p, v) in dense.iter().zip(unpacked) {
+                grads[p] = v;
             }
         }
-        Mode::Forward | Mode::Read(_) => {}
+        if self.groups > 1 {
+            let s = 1.0 / self.groups as f32;
+            for g in &mut grads {
+                *g = b.affine("scale grad", gang, *g, s, 0.0);
+            }
+        }
+        match mode {
+            Mode::Grads => {
+                let [packed] = b.kernel(
+                    "pack grads",
+                    gang,
+                    Arc::new(Pack { dtype: DType::F32 }),
+                    &grads,
+                );
+                b.result(packed);
+            }
+            Mode::Train => {
+                let Some(bias) = self.bias else {
+                    return Ok(());
+                };
+                for (p, &g) in grads.iter().enumerate() {
+                    // The moments lie as their parameter does.
+                    let ty = TensorType::f32(&self.shapes[p]);
+                    let laid = b.sharding(self.params[p]);
+                    let m = b.sharded_variable(&m_var(p), gang, ty.clone(), laid.clone());
+                    let v = b.sharded_variable(&v_var(p), gang, ty, laid);
+                    let [_, _, _] = b.kernel(
+                        &format!("adam {}", self.names[p]),
+                        gang,
+                        Arc::new(Adam(self.adam)),
+                        &[self.params[p], m, v, g, bias],
+                    );
+                }
+            }
+            Mode::Forward | Mode::Read(_) => {}
+        }
+        Ok(())
     }
-    x.b.build()
 }

@@ -1,0 +1,357 @@
+//! The Switch/GShard expert layer as program nodes, forward and backward: one way for every model
+//! that has one (the window LM's blocks, [`super::trainer`], and the Transformer's MoE FFNs,
+//! [`crate::transformer`]).
+//!
+//! Forward, on every device of the gang, for token rows `x [N, d]`:
+//!
+//! ```text
+//! logits = x · W_r                        [N, E]
+//! route (top-K, capacity, Switch priority), dispatch to slots [E·capacity, d]
+//! all-to-all to the experts' devices (capacity-padded, super::exchange)
+//! o = act(slots · W1[e]) · W2[e]          per local expert (grouped matmuls)
+//! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing)
+//! ```
+//!
+//! The backward follows the same route in reverse: gate and slot gradients, the all-to-all to the
+//! experts, the expert weight gradients (summed one slot block at a time, so the sum does not
+//! depend on how many devices send blocks), the all-to-all back, dispatch and router backward
+//! (with the load-balancing and z losses). It returns the input gradient and the three weight
+//! gradients; the caller owns accumulation over rounds.
+
+use super::exchange::ExpertExchange;
+use crate::kernels::elementwise::ElementwiseOp;
+use crate::kernels::lm_train::RouterLoss;
+use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::router::RouterConfig;
+use crate::kernels::{
+    Accumulate, Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad,
+    GateGrad, Kernel, Matmul, ReluBackward, Router, RouterBackward,
+};
+use crate::program::{ProgramBuilder, Value};
+use std::sync::Arc;
+
+/// Every matmul of the step runs the vec4 kernels, forward (`A·B`) and backward (`A·Bᵀ`, `Aᵀ·B`),
+/// or the tiled kernel where a shape's N or K is not a multiple of 4. Neither the choice nor any
+/// kernel's summation order depends on M, and the expert weight gradient sums its slot blocks
+/// one at a time, so D devices compute the bits 1 device computes over D groups.
+pub(crate) const MATMUL: MatmulVariant = MatmulVariant::Vec4;
+
+/// The experts' hidden activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpertActivation {
+    Relu,
+    /// GELU, tanh form ([`ElementwiseOp::Gelu`]).
+    Gelu,
+}
+
+impl ExpertActivation {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Relu => "relu",
+            Self::Gelu => "gelu",
+        }
+    }
+}
+
+/// One expert layer's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFfn {
+    pub router: RouterConfig,
+    pub loss: RouterLoss,
+    pub exchange: ExpertExchange,
+    pub activation: ExpertActivation,
+    pub matmul: MatmulVariant,
+}
+
+/// The layer's weights: the router `[d, E]`, and the local experts' `W1 [E/D, d, d_ff]` and
+/// `W2 [E/D, d_ff, d]`.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFfnWeights {
+    pub router: Value,
+    pub w1: Value,
+    pub w2: Value,
+}
+
+/// What the backward needs from the forward.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFfnSaved {
+    pub input: Value,
+    pub logits: Value,
+    /// The router's probabilities, routes and statistics.
+    pub routing: [Value; 3],
+    /// The experts' outputs back in the slot layout.
+    pub expert_out: Value,
+    /// The expert devices' token rows (expert-major), and their hidden layer before and after
+    /// the activation.
+    pub tokens: Value,
+    pub pre: Value,
+    pub hidden: Value,
+}
+
+/// The weight gradients of one round (partial: the caller sums them over rounds).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFfnGrads {
+    pub router: Value,
+    pub w1: Value,
+    pub w2: Value,
+}
+
+impl MoeFfn {
+    /// The layer over a gang of `devices` holding `E/D` experts each, routing groups of
+    /// `group_tokens` rows of `row_words` values, with the step programs' matmul kernels.
+    pub fn new(
+        router: RouterConfig,
+        loss: RouterLoss,
+        devices: usize,
+        group_tokens: usize,
+        row_words: usize,
+        activation: ExpertActivation,
+    ) -> Self {
+        Self {
+            router,
+            loss,
+            exchange: ExpertExchange {
+                devices,
+                local_experts: router.experts / devices.max(1),
+                capacity: router.capacity(group_tokens),
+                row_words,
+            },
+            activation,
+            matmul: MATMUL,
+        }
+    }
+}
+
+/// Node names are `at(what)`.
+pub type Names<'a> = &'a dyn Fn(&str) -> String;
+
+impl MoeFfn {
+    fn k(
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        name: &str,
+        op: impl Kernel + 'static,
+        inputs: &[Value],
+    ) -> Value {
+        let [v] = b.kernel(name, gang, Arc::new(op), inputs);
+        v
+    }
+
+    fn matmul(&self, trans_a: bool, trans_b: bool, offsets: Option<Vec<u32>>) -> Matmul {
+        Matmul {
+            trans_a,
+            trans_b,
+            offsets,
+            variant: self.matmul,
+        }
+    }
+
+    fn grouped(&self, trans_b: bool) -> Matmul {
+        self.matmul(false, trans_b, Some(self.exchange.expert_offsets()))
+    }
+
+    /// The expert weight gradient over slot blocks of one source each.
+    fn weight_grad(&self) -> ExpertWeightGrad {
+        ExpertWeightGrad {
+            offsets: self.exchange.expert_offsets(),
+            block: self.exchange.capacity,
+        }
+    }
+
+    /// `y [N, d]` for token rows `x [N, d]` (no residual), and what the backward needs.
+    pub fn forward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        x: Value,
+        w: &MoeFfnWeights,
+    ) -> (Value, MoeFfnSaved) {
+        let logits = Self::k(
+            b,
+            gang,
+            &at("router matmul"),
+            self.matmul(false, false, None),
+            &[x, w.router],
+        );
+        let [probs, routes, stats] = b.kernel(
+            &at("router"),
+            gang,
+            Arc::new(Router(self.router)),
+            &[logits],
+        );
+        let slots = Self::k(
+            b,
+            gang,
+            &at("dispatch"),
+            Dispatch(self.router),
+            &[x, probs, routes, stats],
+        );
+        let tokens = self
+            .exchange
+            .to_experts(b, gang, &at("all-to-all forward"), slots);
+        let pre = Self::k(
+            b,
+            gang,
+            &at("expert w1"),
+            self.grouped(false),
+            &[tokens, w.w1],
+        );
+        let act = self.activation.name();
+        let op = match self.activation {
+            ExpertActivation::Relu => ElementwiseOp::Relu,
+            ExpertActivation::Gelu => ElementwiseOp::Gelu,
+        };
+        let hidden = Self::k(b, gang, &at(&format!("expert {act}")), op, &[pre]);
+        let out = Self::k(
+            b,
+            gang,
+            &at("expert w2"),
+            self.grouped(false),
+            &[hidden, w.w2],
+        );
+        let expert_out = self
+            .exchange
+            .to_tokens(b, gang, &at("all-to-all reverse"), out);
+        let y = Self::k(
+            b,
+            gang,
+            &at("combine"),
+            Combine(self.router),
+            &[expert_out, probs, routes, stats],
+        );
+        let saved = MoeFfnSaved {
+            input: x,
+            logits,
+            routing: [probs, routes, stats],
+            expert_out,
+            tokens,
+            pre,
+            hidden,
+        };
+        (y, saved)
+    }
+
+    /// The gradient of the layer's input given its output's `dy`, added to `residual` when the
+    /// caller has one (the residual stream's gradient: `residual + dispatch grad + router input
+    /// grad`, summed in that order), and the weight gradients.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        w: &MoeFfnWeights,
+        dy: Value,
+        residual: Option<Value>,
+    ) -> (Value, MoeFfnGrads) {
+        let [probs, routes, stats] = s.routing;
+        let d_gate = Self::k(
+            b,
+            gang,
+            &at("gate grad"),
+            GateGrad(self.router),
+            &[dy, s.expert_out, probs, routes, stats],
+        );
+        let d_out = Self::k(
+            b,
+            gang,
+            &at("combine backward"),
+            CombineBackwardSlots(self.router),
+            &[dy, probs, routes, stats],
+        );
+        let d_o = self
+            .exchange
+            .to_experts(b, gang, &at("all-to-all backward"), d_out);
+        let gw2 = Self::k(
+            b,
+            gang,
+            &at("expert w2 grad"),
+            self.weight_grad(),
+            &[s.hidden, d_o],
+        );
+        let d_h = Self::k(
+            b,
+            gang,
+            &at("expert w2 input grad"),
+            self.grouped(true),
+            &[d_o, w.w2],
+        );
+        let name = at(&format!("expert {} backward", self.activation.name()));
+        let d_pre = match self.activation {
+            ExpertActivation::Relu => Self::k(b, gang, &name, ReluBackward, &[d_h, s.hidden]),
+            ExpertActivation::Gelu => {
+                Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
+            }
+        };
+        let gw1 = Self::k(
+            b,
+            gang,
+            &at("expert w1 grad"),
+            self.weight_grad(),
+            &[s.tokens, d_pre],
+        );
+        let d_tok = Self::k(
+            b,
+            gang,
+            &at("expert w1 input grad"),
+            self.grouped(true),
+            &[d_pre, w.w1],
+        );
+        let d_slots = self
+            .exchange
+            .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
+        let d_disp = Self::k(
+            b,
+            gang,
+            &at("dispatch backward"),
+            DispatchBackward(self.router),
+            &[d_slots, probs, routes, stats],
+        );
+        let mut dx = match residual {
+            Some(r) => Self::k(
+                b,
+                gang,
+                &at("accumulate dispatch grad"),
+                Accumulate,
+                &[r, d_disp],
+            ),
+            None => d_disp,
+        };
+        let d_r = Self::k(
+            b,
+            gang,
+            &at("router backward"),
+            RouterBackward(self.router, self.loss),
+            &[s.logits, d_gate, probs, routes, stats],
+        );
+        let g_router = Self::k(
+            b,
+            gang,
+            &at("router weight grad"),
+            self.matmul(true, false, None),
+            &[s.input, d_r],
+        );
+        let back = Self::k(
+            b,
+            gang,
+            &at("router input grad"),
+            self.matmul(false, true, None),
+            &[d_r, w.router],
+        );
+        dx = Self::k(
+            b,
+            gang,
+            &at("accumulate router input grad"),
+            Accumulate,
+            &[dx, back],
+        );
+        let grads = MoeFfnGrads {
+            router: g_router,
+            w1: gw1,
+            w2: gw2,
+        };
+        (dx, grads)
+    }
+}
