@@ -31,6 +31,7 @@ mod rng;
 pub mod sched;
 pub mod tensor;
 pub mod trace;
+pub mod transformer;
 
 pub use device::{Device, DeviceInfo, DeviceList, DiscoveryOptions, MeshDevice, discover};
 pub use error::{Error, Result};

@@ -1,0 +1,212 @@
+//! A decoder-only, byte-level Transformer whose FFNs are, every `moe_every`-th layer, the
+//! Switch/GShard expert layer: its definition, parameters ([`params`]), a plain-Rust reference of
+//! its forward ([`mod@reference`]) and its training step as one compiled program on the runtime's
+//! mesh ([`step_program`], run by [`trainer`]).
+//!
+//! **Partial** (issue 23): the model, its reference and its step program (forward, gradients,
+//! Adam) over an expert-parallel gang are built and tested; the command line (`train lm --arch
+//! transformer`, `generate`, `eval lm`), safetensors export and the two tables are not yet.
+//!
+//! # The model
+//!
+//! Vocabulary `V = 256` (bytes). A batch is `B` sequences of `T` byte ids `x[b][t]` (row-major
+//! `[B, T]`) and their targets `y[b][t]`, the byte after each. Rows below are the `B·T` tokens,
+//! sequence-major. Every matrix multiplies from the right (`x · W`, `W: [in, out]`).
+//!
+//! ```text
+//! h = E[x] + P[t]                                  [B·T, d]   E: [V, d], P: [T, d]
+//! for each layer l in 0..L:
+//!   a = LN(h; γ1, β1)                                         LayerNorm over d
+//!   q, k, v = a·Wq, a·Wk, a·Wv                     [B·T, d]   head j: columns j·Dh..(j+1)·Dh
+//!   o[b, t, j] = Σ_{s ≤ t} softmax_s(q[b,t,j]·k[b,s,j] / √Dh) · v[b,s,j]     (causal)
+//!   h = h + o·Wo
+//!   f = LN(h; γ2, β2)
+//!   h = h + FFN_l(f)
+//!       dense layer:  gelu(f·W1)·W2                 W1: [d, d_ff], W2: [d_ff, d]
+//!       MoE layer:    the expert layer of moe::ffn_program with GELU experts:
+//!                     router f·Wr [d, E], top-K, capacity, gates as crate::moe documents;
+//!                     each kept choice adds gate · gelu(f·W1[e])·W2[e]
+//! z = LN(h; γf, βf)
+//! logits = z · W_head  (W_head: [d, V]), or z · Eᵀ when the head is tied
+//! loss = mean_t CE(logits[t], y[t]) + mean_g Σ_{MoE l} (aux_{g,l} + z_{g,l})
+//! ```
+//!
+//! - `LN(x; γ, β) = (x − mean) / √(var + eps) · γ + β`, the biased variance over the row
+//!   (PyTorch's `LayerNorm(d, eps)`); `eps` is in the config.
+//! - GELU is the tanh form (`gelu(x, approximate="tanh")`).
+//! - There are no biases apart from the LayerNorms' `β`.
+//! - Layer `l` is an MoE layer when `moe_every > 0` and `l % moe_every == moe_every − 1` (with
+//!   2, layers 1, 3, …: every other FFN, as in Switch and GShard); `moe_every = 0` is a dense
+//!   Transformer.
+//! - aux and z are the window model's ([`crate::moe`]): `aux = α·E·Σ_i f_i·P_i` over the
+//!   group's tokens, `z = β·mean lse(router logits)²`.
+//!
+//! **Routing groups** (GShard): a batch is routed as `G` groups of `B/G` whole sequences; a
+//! device of a `D`-device gang holds `G/D` groups and runs one per round, so `D` devices compute
+//! what one device computes with the same `G`.
+
+pub mod params;
+pub mod reference;
+mod step_program;
+pub mod trainer;
+
+pub use params::{FfnIndex, LayerIndex, TransformerParams};
+pub use trainer::{TransformerStats, TransformerTrainer};
+
+use crate::kernels::attention::MAX_HEAD_DIM;
+use crate::kernels::lm_train::RouterLoss;
+use crate::kernels::router::RouterConfig;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+pub use crate::moe::VOCAB;
+
+/// Sizes and loss weights of the Transformer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TransformerConfig {
+    /// `T`: bytes per sequence (and rows of the position table).
+    pub context: usize,
+    /// `d`: the residual stream width.
+    pub model: usize,
+    /// `H`: attention heads; `d / H` is the head width.
+    pub heads: usize,
+    /// `L`.
+    pub layers: usize,
+    /// `d_ff`: the hidden width of a dense FFN and of each expert.
+    pub hidden: usize,
+    /// Every `moe_every`-th FFN is an expert layer; 0: none.
+    pub moe_every: usize,
+    /// `E`.
+    pub experts: usize,
+    /// `K`: 1 (Switch) or 2 (GShard).
+    pub top_k: usize,
+    pub capacity_factor: f32,
+    pub normalize_gates: bool,
+    /// α of the load-balancing loss.
+    pub aux_alpha: f32,
+    /// β of the router z-loss.
+    pub z_loss: f32,
+    /// The output head is the token embedding, transposed.
+    pub tied: bool,
+    /// LayerNorm's epsilon.
+    pub eps: f32,
+    /// Seeds [`TransformerParams::init`].
+    pub seed: u64,
+}
+
+impl Default for TransformerConfig {
+    fn default() -> Self {
+        Self {
+            context: 32,
+            model: 64,
+            heads: 4,
+            layers: 2,
+            hidden: 128,
+            moe_every: 2,
+            experts: 4,
+            top_k: 1,
+            capacity_factor: 1.25,
+            normalize_gates: true,
+            aux_alpha: 0.01,
+            z_loss: 0.0,
+            tied: false,
+            eps: 1e-5,
+            seed: 0,
+        }
+    }
+}
+
+/// The most layers a config may have.
+pub const MAX_LAYERS: usize = 1024;
+
+impl TransformerConfig {
+    /// Whether layer `l`'s FFN is an expert layer.
+    pub fn is_moe(&self, l: usize) -> bool {
+        self.moe_every > 0 && l % self.moe_every == self.moe_every - 1
+    }
+
+    /// The expert layers.
+    pub fn moe_layers(&self) -> usize {
+        (0..self.layers).filter(|&l| self.is_moe(l)).count()
+    }
+
+    /// `d / H`.
+    pub fn head_dim(&self) -> usize {
+        self.model / self.heads.max(1)
+    }
+
+    /// The router of every expert layer.
+    pub fn router(&self) -> RouterConfig {
+        RouterConfig {
+            experts: self.experts,
+            k: self.top_k,
+            capacity_factor: self.capacity_factor,
+            normalize_gates: self.normalize_gates,
+        }
+    }
+
+    /// The weights of the routers' auxiliary losses.
+    pub fn router_loss(&self) -> RouterLoss {
+        RouterLoss {
+            alpha: self.aux_alpha,
+            z_loss: self.z_loss,
+        }
+    }
+
+    /// Errors on zero sizes, heads that do not divide `d` or are wider than the attention kernel
+    /// holds, a bad router, non-finite weights, or tensors too large to index in u32.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Error::InvalidArgument {
+            what: "transformer config",
+            reason,
+        };
+        let sizes = [
+            self.context,
+            self.model,
+            self.heads,
+            self.layers,
+            self.hidden,
+        ];
+        if sizes.contains(&0) {
+            return Err(bad(format!(
+                "context, model, heads, layers and hidden must be positive: {self:?}"
+            )));
+        }
+        if !self.model.is_multiple_of(self.heads) || self.head_dim() > MAX_HEAD_DIM {
+            return Err(bad(format!(
+                "{} heads must divide the width {} into heads of at most {MAX_HEAD_DIM}",
+                self.heads, self.model
+            )));
+        }
+        let weights_ok = [self.aux_alpha, self.z_loss]
+            .iter()
+            .all(|w| w.is_finite() && *w >= 0.0);
+        if !(weights_ok && self.eps.is_finite() && self.eps > 0.0) {
+            return Err(bad(format!(
+                "aux_alpha and z_loss must be finite and >= 0, eps finite and > 0: {self:?}"
+            )));
+        }
+        if self.moe_layers() > 0 {
+            self.router().validate()?;
+        }
+        let (t, d, ff, e) = (self.context, self.model, self.hidden, self.experts.max(1));
+        let shapes = [
+            [VOCAB, d, 1],
+            [t, d, 1],
+            [d, d, 1],
+            [e, d, ff],
+            [d, VOCAB, 1],
+        ];
+        let fits = shapes.iter().all(|s| {
+            s.iter()
+                .try_fold(1usize, |a, &b| a.checked_mul(b))
+                .is_some_and(|n| n <= u32::MAX as usize)
+        });
+        if !fits || self.layers > MAX_LAYERS {
+            return Err(bad(format!(
+                "sizes too large (each tensor under 2^32 values, at most {MAX_LAYERS} layers): {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}

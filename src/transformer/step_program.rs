@@ -1,0 +1,388 @@
+//! The Transformer's step as one compiled [`Program`] over a gang of `D` devices: per round, every
+//! device's routing group through the model ([`super`] documents it) and back, then the window
+//! model's step end ([`StepEnd`]: one all-reduce of the replicated gradients, scaling by `1/G`,
+//! Adam). Expert layers are [`MoeFfn`] nodes with GELU experts, expert-parallel over the gang's
+//! one axis as in the MoE trainer; attention takes the projections' rows as they are
+//! ([`Attention::seq`]), so each sequence stays whole on its device.
+//!
+//! Every kernel's summation order is independent of the rows a device holds, and the expert
+//! weight gradients sum one slot block at a time, so `D` devices compute the bits one device
+//! computes over the same `G` groups.
+
+use super::{FfnIndex, TransformerConfig, VOCAB};
+use crate::kernels::attention::default_scale;
+use crate::kernels::elementwise::ElementwiseOp;
+use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::{
+    Accumulate, Attention, AttentionBackward, CrossEntropy, EmbedGather, EmbedGrad, LayerNorm,
+    LayerNormBackward, Pack, RowLogsumexp, TensorType,
+};
+use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use crate::moe::trainer::step_program::{Builder, EXPERT_AXIS, Mode, StepEnd, declare_params};
+use crate::program::{Program, ProgramBuilder, Value};
+use crate::{DType, Result};
+use std::sync::Arc;
+
+/// The shapes a step program is built for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StepShape {
+    pub config: TransformerConfig,
+    pub adam: AdamConfig,
+    pub devices: usize,
+    pub groups: usize,
+    /// Sequences per routing group.
+    pub group_seqs: usize,
+}
+
+impl StepShape {
+    pub fn rounds(&self) -> usize {
+        self.groups / self.devices
+    }
+
+    /// Token rows of one group.
+    pub fn rows(&self) -> usize {
+        self.group_seqs * self.config.context
+    }
+
+    /// Per-device shape of every parameter: expert tensors hold `E/D` experts.
+    pub fn shard_shapes(&self) -> Vec<Vec<usize>> {
+        let expert = self.config.expert_tensors();
+        self.config
+            .param_specs()
+            .into_iter()
+            .zip(expert)
+            .map(|(spec, is_expert)| {
+                let mut shape = spec.shape;
+                if is_expert {
+                    shape[0] = self.config.experts / self.devices;
+                }
+                shape
+            })
+            .collect()
+    }
+}
+
+/// What one layer's backward needs.
+struct LayerAct {
+    input: Value,
+    a: Value,
+    ln1: Value,
+    q: Value,
+    k: Value,
+    v: Value,
+    o: Value,
+    lse: Value,
+    mid: Value,
+    f: Value,
+    ln2: Value,
+    ffn: FfnAct,
+}
+
+enum FfnAct {
+    Dense { pre: Value, hidden: Value },
+    Moe(MoeFfnSaved),
+}
+
+impl Builder<'_, StepShape> {
+    fn norm(&mut self, name: &str, x: Value, [g, b]: [usize; 2]) -> (Value, Value) {
+        let eps = self.shape.config.eps;
+        let (gamma, beta) = (self.params[g], self.params[b]);
+        let [y, stats] = self.b.kernel(
+            name,
+            &self.gang.clone(),
+            Arc::new(LayerNorm { eps }),
+            &[x, gamma, beta],
+        );
+        (y, stats)
+    }
+
+    /// LayerNorm's backward: adds its γ and β gradients, returns the input's.
+    fn norm_backward(
+        &mut self,
+        name: &str,
+        x: Value,
+        stats: Value,
+        dy: Value,
+        [g, b]: [usize; 2],
+    ) -> Value {
+        let gamma = self.params[g];
+        let [dx, dg, db] = self.b.kernel(
+            name,
+            &self.gang.clone(),
+            Arc::new(LayerNormBackward),
+            &[x, gamma, stats, dy],
+        );
+        self.grad(g, &format!("accumulate {name} γ"), dg);
+        self.grad(b, &format!("accumulate {name} β"), db);
+        dx
+    }
+
+    fn attention(&self) -> (usize, bool, f32, Option<usize>) {
+        let c = &self.shape.config;
+        (c.heads, true, default_scale(c.head_dim()), Some(c.context))
+    }
+
+    fn ffn(&self) -> MoeFfn {
+        let (cfg, s) = (&self.shape.config, self.shape);
+        let (router, loss) = (cfg.router(), cfg.router_loss());
+        MoeFfn::new(
+            router,
+            loss,
+            s.devices,
+            s.rows(),
+            cfg.model,
+            ExpertActivation::Gelu,
+        )
+    }
+}
+
+/// Builds the step program for `shape` in `mode`. Arguments: the positions (u32 `[rows, 1]`
+/// per device, `t mod T`), then per round the token ids (u32 `[rows, 1]`) and targets (u32
+/// `[rows]`); then for training the step's Adam bias corrections (f32 `[2]` per device).
+pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
+    let cfg = shape.config;
+    let gang: Vec<usize> = (0..shape.devices).collect();
+    let name = match mode {
+        Mode::Train => "transformer train step",
+        Mode::Grads => "transformer gradients",
+        Mode::Forward => "transformer forward",
+        Mode::Read(_) => "transformer read variables",
+    };
+    let expert = cfg.expert_tensors();
+    let shapes = shape.shard_shapes();
+    let mut x = Builder {
+        b: ProgramBuilder::new(name),
+        shape,
+        gang: gang.clone(),
+        params: Vec::new(),
+        grads: vec![None; expert.len()],
+    };
+    // One axis carries both the token groups and the experts, as in the MoE trainer.
+    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]);
+    let kind = match mode {
+        Mode::Read(kind) => kind,
+        _ => crate::moe::trainer::step_program::Kind::Param,
+    };
+    x.params = declare_params(&mut x.b, &gang, &shapes, &expert, kind);
+    if let Mode::Read(_) = mode {
+        for &v in &x.params.clone() {
+            x.b.result(v);
+        }
+        return x.b.build();
+    }
+    let n = shape.rows();
+    let positions = x.b.typed_arg(&gang, TensorType::u32(&[n, 1]));
+    let inputs: Vec<(Value, Value)> = (0..shape.rounds())
+        .map(|_| {
+            let ids = x.b.typed_arg(&gang, TensorType::u32(&[n, 1]));
+            let tgt = x.b.typed_arg(&gang, TensorType::u32(&[n]));
+            (ids, tgt)
+        })
+        .collect();
+    let bias = (mode == Mode::Train).then(|| {
+        let every = x.b.spec(&gang, &[&[]], &[]);
+        x.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
+    });
+    let (heads, causal, scale, seq) = x.attention();
+    let [gf, bf] = cfg.final_norm_index();
+    let head = cfg.head_index();
+    for (r, &(ids, tgt)) in inputs.iter().enumerate() {
+        let at = |what: &str| format!("r{r} {what}");
+        // ---- forward
+        let tok = x.k(&at("token embedding"), EmbedGather, &[ids, x.params[0]]);
+        let pos = x.k(
+            &at("position embedding"),
+            EmbedGather,
+            &[positions, x.params[1]],
+        );
+        let mut h = x.k(&at("embeddings"), ElementwiseOp::Add, &[tok, pos]);
+        let mut acts = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let ix = cfg.layer_index(l);
+            let at = |what: &str| format!("r{r} l{l} {what}");
+            let input = h;
+            let (a, ln1) = x.norm(&at("ln1"), h, ix.ln1);
+            let q = x.mm(&at("q"), a, x.params[ix.wq], false, false);
+            let k = x.mm(&at("k"), a, x.params[ix.wk], false, false);
+            let v = x.mm(&at("v"), a, x.params[ix.wv], false, false);
+            let attn = Attention {
+                heads,
+                causal,
+                scale,
+                seq,
+            };
+            let [o, lse] =
+                x.b.kernel(&at("attention"), &gang, Arc::new(attn), &[q, k, v]);
+            let proj = x.mm(&at("attention out"), o, x.params[ix.wo], false, false);
+            let mid = x.k(&at("attention residual"), ElementwiseOp::Add, &[h, proj]);
+            let (f, ln2) = x.norm(&at("ln2"), mid, ix.ln2);
+            let (y, ffn) = match ix.ffn {
+                FfnIndex::Dense { w1, w2 } => {
+                    let pre = x.mm(&at("ffn w1"), f, x.params[w1], false, false);
+                    let hidden = x.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
+                    let y = x.mm(&at("ffn w2"), hidden, x.params[w2], false, false);
+                    (y, FfnAct::Dense { pre, hidden })
+                }
+                FfnIndex::Moe { router, w1, w2 } => {
+                    let ffn = x.ffn();
+                    let w = MoeFfnWeights {
+                        router: x.params[router],
+                        w1: x.params[w1],
+                        w2: x.params[w2],
+                    };
+                    let (y, saved) = ffn.forward(&mut x.b, &gang, &at, f, &w);
+                    (y, FfnAct::Moe(saved))
+                }
+            };
+            h = x.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
+            acts.push(LayerAct {
+                input,
+                a,
+                ln1,
+                q,
+                k,
+                v,
+                o,
+                lse,
+                mid,
+                f,
+                ln2,
+                ffn,
+            });
+        }
+        let last = h;
+        let (z, ln_f) = x.norm(&at("ln_f"), last, [gf, bf]);
+        let logits = x.mm(&at("head"), z, x.params[head], false, cfg.tied);
+        let [row_loss, d_logits] = x.b.kernel(
+            &at("cross-entropy"),
+            &gang,
+            Arc::new(CrossEntropy),
+            &[logits, tgt],
+        );
+        match mode {
+            Mode::Forward => {
+                x.b.result(row_loss);
+                continue;
+            }
+            Mode::Train => {
+                let mut pack = vec![row_loss];
+                for (l, a) in acts.iter().enumerate() {
+                    if let FfnAct::Moe(s) = &a.ffn {
+                        let name = format!("r{r} l{l} logsumexp");
+                        let lse = x.k(&name, RowLogsumexp, &[s.logits]);
+                        pack.extend([s.routing[2], lse]);
+                    }
+                }
+                let stats = x.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
+                x.b.result(stats);
+            }
+            Mode::Grads | Mode::Read(_) => {}
+        }
+        // ---- backward
+        let dz = if cfg.tied {
+            // logits = z · Eᵀ: dE += d_logitsᵀ · z, dz = d_logits · E.
+            let g = x.mm(&at("head weight grad"), d_logits, z, true, false);
+            x.grad(head, &at("accumulate head grad"), g);
+            x.mm(
+                &at("head input grad"),
+                d_logits,
+                x.params[head],
+                false,
+                false,
+            )
+        } else {
+            x.linear_backward(&at, "head", head, z, d_logits)
+        };
+        let mut dh = x.norm_backward(&at("ln_f backward"), last, ln_f, dz, [gf, bf]);
+        for l in (0..cfg.layers).rev() {
+            let ix = cfg.layer_index(l);
+            let at = |what: &str| format!("r{r} l{l} {what}");
+            let a = &acts[l];
+            let df = match (&a.ffn, ix.ffn) {
+                (FfnAct::Dense { pre, hidden }, FfnIndex::Dense { w1, w2 }) => {
+                    let (pre, hidden) = (*pre, *hidden);
+                    let d_hidden = x.linear_backward(&at, "ffn w2", w2, hidden, dh);
+                    let d_pre = x.k(
+                        &at("ffn gelu backward"),
+                        ElementwiseOp::GeluBackward,
+                        &[pre, d_hidden],
+                    );
+                    x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
+                }
+                (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {
+                    let ffn = x.ffn();
+                    let w = MoeFfnWeights {
+                        router: x.params[router],
+                        w1: x.params[w1],
+                        w2: x.params[w2],
+                    };
+                    let (df, g) = ffn.backward(&mut x.b, &gang, &at, saved, &w, dh, None);
+                    x.grad(w2, &at("accumulate w2 grad"), g.w2);
+                    x.grad(w1, &at("accumulate w1 grad"), g.w1);
+                    x.grad(router, &at("accumulate router grad"), g.router);
+                    df
+                }
+                _ => unreachable!("a layer's activations follow its index"),
+            };
+            let d_mid = x.norm_backward(&at("ln2 backward"), a.mid, a.ln2, df, ix.ln2);
+            let d_mid = x.k(
+                &at("accumulate ffn residual grad"),
+                Accumulate,
+                &[dh, d_mid],
+            );
+            let d_o = x.linear_backward(&at, "attention out", ix.wo, a.o, d_mid);
+            let back = AttentionBackward {
+                heads,
+                causal,
+                scale,
+                seq,
+            };
+            let [dq, dk, dv] = x.b.kernel(
+                &at("attention backward"),
+                &gang,
+                Arc::new(back),
+                &[a.q, a.k, a.v, a.o, a.lse, d_o],
+            );
+            let mut da = x.linear_backward(&at, "q", ix.wq, a.a, dq);
+            let dk_in = x.linear_backward(&at, "k", ix.wk, a.a, dk);
+            da = x.k(&at("accumulate k input grad"), Accumulate, &[da, dk_in]);
+            let dv_in = x.linear_backward(&at, "v", ix.wv, a.a, dv);
+            da = x.k(&at("accumulate v input grad"), Accumulate, &[da, dv_in]);
+            let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
+            dh = x.k(
+                &at("accumulate attention residual grad"),
+                Accumulate,
+                &[d_mid, d_in],
+            );
+        }
+        let g_tok = x.k(
+            &at("token embedding grad"),
+            EmbedGrad { vocab: VOCAB },
+            &[ids, dh],
+        );
+        x.grad(0, &at("accumulate token embedding grad"), g_tok);
+        let t = cfg.context;
+        let g_pos = x.k(
+            &at("position embedding grad"),
+            EmbedGrad { vocab: t },
+            &[positions, dh],
+        );
+        x.grad(1, &at("accumulate position embedding grad"), g_pos);
+    }
+    if mode == Mode::Forward {
+        return x.b.build();
+    }
+    let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
+    let end = StepEnd {
+        gang: &gang,
+        params: &x.params,
+        expert: &expert,
+        shapes: &shapes,
+        names: &names,
+        groups: shape.groups,
+        adam: shape.adam,
+        bias,
+    };
+    end.finish(&mut x.b, &x.grads, mode)?;
+    x.b.build()
+}

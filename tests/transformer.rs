@@ -1,0 +1,309 @@
+//! The Transformer's GPU step program against its plain-Rust reference, on each adapter: the
+//! forward's per-token losses (untied and tied heads, dense and MoE layers, a sequence length no
+//! tile divides), every parameter tensor's gradient against central differences of the
+//! reference's loss, two devices (expert- and data-parallel) against one with the same routing
+//! groups, and bad inputs.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Adapters, case};
+use gangway::kernels::lm_train::AdamConfig;
+use gangway::transformer::reference::{ReferenceForward, forward};
+use gangway::transformer::{TransformerConfig, TransformerParams, TransformerTrainer, VOCAB};
+use gangway::{Device, Rng};
+
+fn main() -> std::process::ExitCode {
+    common::run(vec![
+        case!(device: the_forward_matches_the_reference),
+        case!(device: gradients_match_finite_differences),
+        case!(adapters: two_devices_follow_one_device),
+        case!(device: bad_inputs_are_errors),
+        case!(host: bad_configs_are_errors),
+    ])
+}
+
+/// Two layers, the second an expert layer; `T = 5` (no tile divides it), two heads of 4.
+fn tiny(tied: bool, top_k: usize) -> TransformerConfig {
+    TransformerConfig {
+        context: 5,
+        model: 8,
+        heads: 2,
+        layers: 2,
+        hidden: 12,
+        moe_every: 2,
+        experts: 2,
+        top_k,
+        capacity_factor: 1.0,
+        // Large enough that a wrong aux or z gradient shows above the finite-difference noise.
+        aux_alpha: 0.5,
+        z_loss: 0.1,
+        tied,
+        seed: 3,
+        ..TransformerConfig::default()
+    }
+}
+
+/// Parameters with the LayerNorms' γ and β away from 1 and 0, and weights large enough that
+/// attention is not uniform: every gradient path carries signal.
+fn params(cfg: TransformerConfig) -> TransformerParams {
+    let mut p = TransformerParams::init(cfg).unwrap();
+    let mut rng = Rng::new(cfg.seed + 100);
+    for (spec, t) in cfg.param_specs().iter().zip(&mut p.tensors) {
+        let (base, spread) = if spec.name.ends_with(".weight") {
+            (1.0, 0.3)
+        } else if spec.name.ends_with(".bias") {
+            (0.0, 0.3)
+        } else {
+            (0.0, 0.4)
+        };
+        for v in t.iter_mut() {
+            *v = base + rng.symmetric() * spread;
+        }
+    }
+    p
+}
+
+fn batch(cfg: &TransformerConfig, seqs: usize, rng: &mut Rng) -> (Vec<u32>, Vec<u32>) {
+    let n = seqs * cfg.context;
+    let tokens = (0..n).map(|_| rng.below(VOCAB) as u32).collect();
+    let targets = (0..n).map(|_| rng.below(VOCAB) as u32).collect();
+    (tokens, targets)
+}
+
+fn the_forward_matches_the_reference(device: &Device) {
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let mut rng = Rng::new(1);
+    for (tied, top_k, groups) in [(false, 1, 1), (true, 2, 2), (false, 2, 4)] {
+        let cfg = tiny(tied, top_k);
+        let p = params(cfg);
+        let (tokens, targets) = batch(&cfg, 4, &mut rng);
+        let adam = AdamConfig::new(0.01);
+        let trainer =
+            TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, groups)
+                .unwrap();
+        let got = trainer.token_nats(&tokens, &targets).unwrap();
+        let want = forward(&p, &tokens, &targets, groups).unwrap();
+        let err = got
+            .iter()
+            .zip(&want.token_nats)
+            .map(|(g, w)| (g - w).abs() / w.abs().max(1e-3))
+            .fold(0.0, f64::max);
+        assert!(
+            err < 1e-4,
+            "tied {tied}, top-{top_k}, G = {groups}: per-token loss off by {err:e} (relative)"
+        );
+        assert!(want.aux > 0.0, "the expert layer's aux loss is part of it");
+    }
+}
+
+/// The reference's loss with `p` moved by `eps · dir` in tensor `t`.
+fn moved_loss(
+    p: &TransformerParams,
+    t: usize,
+    dir: &[f32],
+    eps: f32,
+    data: &Batch,
+) -> ReferenceForward {
+    let mut q = p.clone();
+    for (v, d) in q.tensors[t].iter_mut().zip(dir) {
+        *v += eps * d;
+    }
+    forward(&q, &data.0, &data.1, data.2).unwrap()
+}
+
+type Batch = (Vec<u32>, Vec<u32>, usize);
+
+fn gradients_match_finite_differences(device: &Device) {
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let mut rng = Rng::new(5);
+    for tied in [false, true] {
+        let cfg = tiny(tied, 2);
+        let p = params(cfg);
+        let (tokens, targets) = batch(&cfg, 4, &mut rng);
+        let groups = 2;
+        let trainer = TransformerTrainer::new(
+            &client,
+            std::slice::from_ref(device),
+            &p,
+            AdamConfig::new(0.01),
+            groups,
+        )
+        .unwrap();
+        let grads = trainer.grads(&tokens, &targets).unwrap();
+        let data = (tokens, targets, groups);
+        for (t, spec) in cfg.param_specs().iter().enumerate() {
+            // A directional derivative per tensor: the sum over all its values carries far more
+            // signal than one value's central difference does in f32.
+            let dir: Vec<f32> = (0..spec.len()).map(|_| rng.symmetric()).collect();
+            let want: f64 = grads.tensors[t]
+                .iter()
+                .zip(&dir)
+                .map(|(g, d)| f64::from(*g) * f64::from(*d))
+                .sum();
+            let eps = 2e-3;
+            let (plus, minus) = (
+                moved_loss(&p, t, &dir, eps, &data),
+                moved_loss(&p, t, &dir, -eps, &data),
+            );
+            // Routing is discrete: a difference across a changed route is not a derivative.
+            if plus.kept != minus.kept || plus.dropped != minus.dropped {
+                eprintln!("{}: a route changed, skipped", spec.name);
+                continue;
+            }
+            let fd = (plus.loss - minus.loss) / (2.0 * f64::from(eps));
+            let err = (fd - want).abs();
+            eprintln!(
+                "tied {tied} {:22} analytic {want:+.6e}  finite difference {fd:+.6e}",
+                spec.name
+            );
+            assert!(
+                err <= 0.02 * want.abs() + 2e-4,
+                "tied {tied} {}: analytic {want:e}, finite difference {fd:e}",
+                spec.name
+            );
+        }
+    }
+}
+
+fn two_devices_follow_one_device(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let mesh = &devices[..2];
+    let cfg = tiny(false, 2);
+    let p = TransformerParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let (_runtime, client) = common::runtime_client(mesh, "test");
+    let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, 2).unwrap();
+    let mut two = TransformerTrainer::new(&client, mesh, &p, adam, 2).unwrap();
+    let mut rng = Rng::new(9);
+    let (tokens, targets) = batch(&cfg, 4, &mut rng);
+    let mut losses = Vec::new();
+    let mut first_kept = Vec::new();
+    for _ in 0..8 {
+        let a = one.step(&tokens, &targets).unwrap();
+        let b = two.step(&tokens, &targets).unwrap();
+        assert_eq!(
+            a.loss.to_bits(),
+            b.loss.to_bits(),
+            "step {}: 1 device {} vs 2 devices {}",
+            a.step,
+            a.loss,
+            b.loss
+        );
+        assert_eq!(a.tokens_per_expert, b.tokens_per_expert);
+        if a.step == 1 {
+            first_kept = a.tokens_per_expert.clone();
+        }
+        losses.push(a.loss);
+    }
+    eprintln!("losses on one batch: {losses:.4?}");
+    assert!(
+        losses[7] < losses[0] - 0.1,
+        "Adam on one batch should lower its loss: {losses:?}"
+    );
+    let (p1, p2) = (one.params().unwrap(), two.params().unwrap());
+    for (spec, (a, b)) in cfg
+        .param_specs()
+        .iter()
+        .zip(p1.tensors.iter().zip(&p2.tensors))
+    {
+        assert_eq!(a, b, "{}: 1 device vs 2 devices", spec.name);
+    }
+    // The first step's loss is the reference's.
+    let want = forward(&p, &tokens, &targets, 2).unwrap();
+    assert!(
+        (losses[0] - want.loss).abs() < 1e-5 * want.loss,
+        "{} vs reference {}",
+        losses[0],
+        want.loss
+    );
+    let want_kept: Vec<usize> = (0..cfg.experts)
+        .map(|e| want.kept.iter().map(|k| k[e]).sum())
+        .collect();
+    assert_eq!(
+        first_kept, want_kept,
+        "tokens per expert against the reference router"
+    );
+}
+
+fn bad_inputs_are_errors(device: &Device) {
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let cfg = tiny(false, 1);
+    let p = TransformerParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let mut trainer =
+        TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, 2).unwrap();
+    let mut rng = Rng::new(2);
+    let (tokens, targets) = batch(&cfg, 4, &mut rng);
+    // Not whole sequences, fewer targets, a byte id of 256, 3 sequences in 2 groups.
+    let errors = [
+        trainer.step(&tokens[..7], &targets[..7]).unwrap_err(),
+        trainer.step(&tokens, &targets[..5]).unwrap_err(),
+        trainer
+            .step(&[vec![256], tokens[1..].to_vec()].concat(), &targets)
+            .unwrap_err(),
+        trainer.step(&tokens[..15], &targets[..15]).unwrap_err(),
+    ];
+    for e in errors {
+        eprintln!("{e}");
+    }
+    assert_eq!(trainer.steps(), 0, "a refused batch is no step");
+    // Groups that the devices do not divide, no devices, a wrong tensor.
+    assert!(TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, 0).is_err());
+    let none: &[Device] = &[];
+    assert!(TransformerTrainer::new(&client, none, &p, adam, 1).is_err());
+    let mut short = p.clone();
+    short.tensors[3].pop();
+    assert!(
+        TransformerTrainer::new(&client, std::slice::from_ref(device), &short, adam, 1).is_err()
+    );
+}
+
+fn bad_configs_are_errors() {
+    let ok = tiny(false, 1);
+    ok.validate().unwrap();
+    for (what, cfg) in [
+        (
+            "heads that do not divide d",
+            TransformerConfig { heads: 3, ..ok },
+        ),
+        (
+            "a head wider than 128",
+            TransformerConfig {
+                model: 260,
+                heads: 2,
+                ..ok
+            },
+        ),
+        ("no context", TransformerConfig { context: 0, ..ok }),
+        ("top-3", TransformerConfig { top_k: 3, ..ok }),
+        (
+            "a NaN weight",
+            TransformerConfig {
+                aux_alpha: f32::NAN,
+                ..ok
+            },
+        ),
+        (
+            "a huge table",
+            TransformerConfig {
+                context: 1 << 40,
+                ..ok
+            },
+        ),
+    ] {
+        let e = cfg.validate().unwrap_err();
+        eprintln!("{what}: {e}");
+        assert!(TransformerParams::init(cfg).is_err(), "{what}");
+    }
+    // Names, order and the tied head.
+    let names: Vec<String> = ok.param_specs().into_iter().map(|s| s.name).collect();
+    assert_eq!(names[0], "tok_emb");
+    assert_eq!(names.last().unwrap(), "head");
+    assert!(names.contains(&"layers.1.moe.w1".to_string()));
+    assert!(names.contains(&"layers.0.ffn.w1".to_string()));
+    let tied = tiny(true, 1);
+    assert_eq!(tied.param_specs().len(), names.len() - 1);
+    assert_eq!(tied.head_index(), 0);
+    assert_eq!(ok.expert_tensors().iter().filter(|&&e| e).count(), 2);
+}
