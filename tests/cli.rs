@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
         case!(adapters: train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint)
             .span(Span::All),
+        case!(adapters: train_lm_then_generate_eval_export_and_import).span(Span::All),
     ])
 }
 
@@ -465,6 +466,128 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
         !bad.status.success() && err.contains("checkpoint") && !err.contains("panicked"),
         "{err}"
     );
+}
+
+/// The Transformer's commands end to end: a run with a checkpoint and a JSON report, a resumed
+/// run, text from the model, its loss on a file, and its weights out and back in; damaged files
+/// are one-line errors.
+fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
+    let dir = scratch_dir("lm");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (ckpt, json, weights, back) = (
+        path("lm.safetensors"),
+        path("report.json"),
+        path("weights.safetensors"),
+        path("back.safetensors"),
+    );
+    let tiny = [
+        "--context",
+        "16",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--hidden",
+        "32",
+        "--experts",
+        "2",
+        "--batch",
+        "4",
+        "--eval-sequences",
+        "8",
+    ];
+    let mut first = vec![
+        "train",
+        "lm",
+        "--steps",
+        "3",
+        "--checkpoint",
+        &ckpt,
+        "--json",
+        &json,
+    ];
+    first.extend(tiny);
+    let out = gangway(&first);
+    assert!(out.contains("3 steps (to step 3), 192 tokens"), "{out}");
+    assert!(out.contains("bits per byte; unigram byte model"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["losses"].as_array().unwrap().len(), 3, "{report}");
+    assert_eq!(report["config"]["moe_every"], 2, "{report}");
+    let mut again = vec!["train", "lm", "--steps", "2", "--resume", &ckpt];
+    again.extend(tiny);
+    let out = gangway(&again);
+    assert!(out.contains("2 steps (to step 5)"), "{out}");
+
+    let text = gangway(&[
+        "generate",
+        "--checkpoint",
+        &ckpt,
+        "--prompt",
+        "The ",
+        "--max-bytes",
+        "20",
+        "--temperature",
+        "0",
+    ]);
+    assert!(text.starts_with("The "), "{text}");
+    let eval = gangway(&[
+        "eval",
+        "lm",
+        "--checkpoint",
+        &ckpt,
+        "--file",
+        &fixture_path("README.md"),
+        "--json",
+    ]);
+    let eval: serde_json::Value = serde_json::from_str(&eval).unwrap();
+    let bpb = eval["bits_per_byte"].as_f64().unwrap();
+    assert!(bpb > 0.0 && bpb < 12.0, "{eval}");
+
+    let out = gangway(&["export", "--checkpoint", &ckpt, "--out", &weights]);
+    assert!(out.contains("parameters"), "{out}");
+    gangway(&["import", "--weights", &weights, "--out", &back]);
+    // The exported weights score the file as the checkpoint did.
+    let again = gangway(&[
+        "eval",
+        "lm",
+        "--checkpoint",
+        &back,
+        "--file",
+        &fixture_path("README.md"),
+        "--json",
+    ]);
+    let again: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(again["bits_per_byte"], eval["bits_per_byte"]);
+
+    let mut cut = std::fs::read(&weights).unwrap();
+    cut.truncate(cut.len() / 2);
+    std::fs::write(&back, cut).unwrap();
+    for args in [
+        vec!["generate", "--checkpoint", back.as_str()],
+        vec!["import", "--weights", back.as_str(), "--out", &weights],
+        vec!["train", "lm", "--resume", back.as_str()],
+    ] {
+        let bad = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            !bad.status.success() && err.contains("safetensors") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file of the repository, by its path from the root.
+fn fixture_path(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
 }
 
 fn fixture(name: &str) -> String {

@@ -8,9 +8,14 @@
 mod common;
 
 use common::{Adapters, case};
+use gangway::data::{Corpus, Document};
 use gangway::kernels::lm_train::AdamConfig;
-use gangway::transformer::reference::{ReferenceForward, forward};
-use gangway::transformer::{TransformerConfig, TransformerParams, TransformerTrainer, VOCAB};
+use gangway::transformer::reference::{ReferenceForward, forward, logits};
+use gangway::transformer::training_run::{LmOptions, generate, train};
+use gangway::transformer::{
+    TrainState, TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
+    VOCAB,
+};
 use gangway::{Device, Rng};
 
 fn main() -> std::process::ExitCode {
@@ -20,6 +25,10 @@ fn main() -> std::process::ExitCode {
         case!(adapters: two_devices_follow_one_device),
         case!(device: bad_inputs_are_errors),
         case!(host: bad_configs_are_errors),
+        case!(adapters: a_resumed_run_takes_the_same_steps),
+        case!(host: files_round_trip_and_damage_is_an_error),
+        case!(device: exported_weights_give_the_same_logits),
+        case!(host: generation_is_deterministic_and_checked),
     ])
 }
 
@@ -306,4 +315,206 @@ fn bad_configs_are_errors() {
     assert_eq!(tied.param_specs().len(), names.len() - 1);
     assert_eq!(tied.head_index(), 0);
     assert_eq!(ok.expert_tensors().iter().filter(|&&e| e).count(), 2);
+}
+
+/// A small corpus of two documents of pseudo-text.
+fn corpus() -> Corpus {
+    let mut rng = Rng::new(17);
+    let words = [
+        "the ", "cat ", "sat ", "on ", "a ", "mat. ", "and ", "then ",
+    ];
+    let doc = |rng: &mut Rng| -> Vec<u8> {
+        (0..600)
+            .flat_map(|_| words[rng.below(words.len())].bytes())
+            .collect()
+    };
+    Corpus::from_documents(vec![
+        Document::new("toy", "a", doc(&mut rng)),
+        Document::new("toy", "b", doc(&mut rng)),
+    ])
+}
+
+/// Four steps straight, against two steps, a checkpoint, and two more steps from it on two
+/// devices: the same losses, bit for bit, and the same parameters.
+fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
+    let mesh = adapters.mesh(2);
+    let (device, mesh) = (&mesh[0], &mesh[..2]);
+    let (_runtime, client) = common::runtime_client(mesh, "test");
+    let cfg = TransformerConfig {
+        context: 12,
+        ..tiny(false, 1)
+    };
+    let p = TransformerParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let text = corpus();
+    let path = common::scratch_path("transformer-resume.safetensors", device);
+    let opts = |steps| LmOptions {
+        steps,
+        batch: 4,
+        eval_sequences: 8,
+        checkpoint: Some(path.clone()),
+        checkpoint_every: 100,
+        ..LmOptions::default()
+    };
+    let one = std::slice::from_ref(device);
+    let mut straight = TransformerTrainer::new(&client, one, &p, adam, 2).unwrap();
+    let whole = train(&mut straight, &text, &opts(4), &mut |_, _| {}).unwrap();
+    let mut first = TransformerTrainer::new(&client, one, &p, adam, 2).unwrap();
+    let half = train(&mut first, &text, &opts(2), &mut |_, _| {}).unwrap();
+    let saved = TransformerCheckpoint::load(&path).unwrap();
+    assert_eq!(saved.train.as_ref().unwrap().step, 2);
+    let mut resumed = TransformerTrainer::resume(&client, mesh, &saved).unwrap();
+    assert_eq!(resumed.steps(), 2);
+    let rest = train(&mut resumed, &text, &opts(2), &mut |_, _| {}).unwrap();
+    let joined: Vec<f64> = half.losses.iter().chain(&rest.losses).copied().collect();
+    assert_eq!(
+        whole.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        joined.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        "{:?} vs {joined:?}",
+        whole.losses
+    );
+    assert_eq!(rest.last_step, 4);
+    assert_eq!(straight.params().unwrap(), resumed.params().unwrap());
+    assert!(whole.valid_bpb.is_finite() && whole.unigram_bpb.is_finite());
+    let _ = std::fs::remove_file(&path);
+}
+
+fn files_round_trip_and_damage_is_an_error() {
+    let cfg = tiny(false, 2);
+    let p = params(cfg);
+    let mut rng = Rng::new(4);
+    let noise = |rng: &mut Rng, scale: f32| TransformerParams {
+        config: cfg,
+        tensors: p
+            .tensors
+            .iter()
+            .map(|t| t.iter().map(|_| rng.unit() * scale).collect())
+            .collect(),
+    };
+    let ck = TransformerCheckpoint {
+        params: p.clone(),
+        train: Some(TrainState {
+            m: noise(&mut rng, 0.1),
+            v: noise(&mut rng, 0.01),
+            step: 7,
+            adam: AdamConfig::new(0.02),
+            groups: 2,
+        }),
+    };
+    let bytes = ck.to_bytes().unwrap();
+    assert_eq!(TransformerCheckpoint::from_bytes(&bytes).unwrap(), ck);
+    let weights = ck.weights().to_bytes().unwrap();
+    assert_eq!(
+        TransformerCheckpoint::from_bytes(&weights).unwrap(),
+        ck.weights()
+    );
+    // Every truncation, and flipped bytes anywhere, are errors, never panics.
+    for cut in (0..bytes.len()).step_by(97) {
+        assert!(
+            TransformerCheckpoint::from_bytes(&bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize + 8;
+    for at in [header + 3, header + 1000, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x40;
+        let e = TransformerCheckpoint::from_bytes(&bad).unwrap_err();
+        assert!(e.to_string().contains("CRC-32"), "byte {at}: {e}");
+    }
+    // A flip in the header may leave it readable (a metadata value nothing reads): no panic,
+    // and what loads is still checked whole.
+    for at in (8..header).step_by(7) {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x40;
+        if let Ok(c) = TransformerCheckpoint::from_bytes(&bad) {
+            c.check().unwrap();
+        }
+    }
+    // Weights that do not fit the config are refused, and a foreign file needs a config.
+    let other = TransformerConfig { hidden: 13, ..cfg };
+    let e = TransformerCheckpoint::from_bytes_with(&weights, Some(other)).unwrap_err();
+    eprintln!("{e}");
+    let plain = safetensors::serialize(
+        vec![(
+            "tok_emb",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &[0u8; 4][..])
+                .unwrap(),
+        )],
+        None,
+    )
+    .unwrap();
+    let e = TransformerCheckpoint::from_bytes(&plain).unwrap_err();
+    assert!(e.to_string().contains("gangway.config"), "{e}");
+    // Negative second moments are refused on save.
+    let mut neg = ck.clone();
+    neg.train.as_mut().unwrap().v.tensors[0][0] = -1.0;
+    assert!(neg.to_bytes().is_err());
+}
+
+/// Export, import, and the same logits on the host and the same losses on the GPU.
+fn exported_weights_give_the_same_logits(device: &Device) {
+    let cfg = tiny(true, 2);
+    let p = params(cfg);
+    let ck = TransformerCheckpoint {
+        params: p.clone(),
+        train: None,
+    };
+    let path = common::scratch_path("transformer-export.safetensors", device);
+    ck.save(&path).unwrap();
+    let back = TransformerCheckpoint::load(&path).unwrap();
+    let ids: Vec<u32> = (0..cfg.context as u32).map(|i| i * 37 % 256).collect();
+    assert_eq!(
+        logits(&p, &ids).unwrap(),
+        logits(&back.params, &ids).unwrap()
+    );
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let adam = AdamConfig::new(0.01);
+    let one = std::slice::from_ref(device);
+    let mut rng = Rng::new(8);
+    let (tokens, targets) = batch(&cfg, 2, &mut rng);
+    let a = TransformerTrainer::new(&client, one, &p, adam, 1).unwrap();
+    let b = TransformerTrainer::new(&client, one, &back.params, adam, 1).unwrap();
+    assert_eq!(
+        a.token_nats(&tokens, &targets).unwrap(),
+        b.token_nats(&tokens, &targets).unwrap()
+    );
+    // The host's logits of one sequence give the GPU's per-token losses.
+    let one_seq = &tokens[..cfg.context];
+    let host = logits(&p, one_seq).unwrap();
+    let gpu = a.token_nats(one_seq, &targets[..cfg.context]).unwrap();
+    for (t, row) in host.chunks_exact(VOCAB).enumerate() {
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = f64::from(m)
+            + row
+                .iter()
+                .map(|&v| f64::from(v - m).exp())
+                .sum::<f64>()
+                .ln();
+        let want = lse - f64::from(row[targets[t] as usize]);
+        assert!(
+            (gpu[t] - want).abs() < 1e-4 * want.abs().max(1.0),
+            "token {t}"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+fn generation_is_deterministic_and_checked() {
+    let cfg = tiny(false, 1);
+    let ck = TransformerCheckpoint {
+        params: params(cfg),
+        train: None,
+    };
+    let a = generate(&ck, b"the cat", 12, 0.0, 1).unwrap();
+    let b = generate(&ck, b"the cat", 12, 0.0, 2).unwrap();
+    assert_eq!(a, b, "temperature 0 takes the argmax whatever the seed");
+    assert_eq!(a.len(), 12);
+    let c = generate(&ck, b"", 30, 1.0, 3).unwrap();
+    assert_eq!(c, generate(&ck, b"", 30, 1.0, 3).unwrap());
+    assert!(generate(&ck, b"x", 3, f32::NAN, 0).is_err());
+    assert!(generate(&ck, b"x", 3, -1.0, 0).is_err());
+    assert!(logits(&ck.params, &[]).is_err());
+    assert!(logits(&ck.params, &vec![1; cfg.context + 1]).is_err());
+    assert!(logits(&ck.params, &[300]).is_err());
 }

@@ -45,11 +45,14 @@
 //! device of a `D`-device gang holds `G/D` groups and runs one per round, so `D` devices compute
 //! what one device computes with the same `G`.
 
+pub mod checkpoint;
 pub mod params;
 pub mod reference;
 mod step_program;
 pub mod trainer;
+pub mod training_run;
 
+pub use checkpoint::{TrainState, TransformerCheckpoint};
 pub use params::{FfnIndex, LayerIndex, TransformerParams};
 pub use trainer::{TransformerStats, TransformerTrainer};
 

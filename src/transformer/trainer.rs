@@ -9,11 +9,11 @@
 
 use super::reference::check_batch;
 use super::step_program::{self, StepShape};
-use super::{TransformerConfig, TransformerParams};
+use super::{TrainState, TransformerCheckpoint, TransformerConfig, TransformerParams};
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::moe::trainer::step_program::{Kind, Mode};
-use crate::moe::trainer::{ShardLayout, StatsLayout, gather_read, unpack_grads};
+use crate::moe::trainer::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
 use crate::program::{CompileOptions, Executable, HostData, Variables};
 use crate::sched::{Client, DispatchMode, RunOptions};
 use crate::{Error, Result};
@@ -73,30 +73,62 @@ impl TransformerTrainer {
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
+        Self::build(client, devices, params, None, adam, groups)
+    }
+
+    /// A trainer continuing from `checkpoint`'s parameters and Adam state, on any devices that
+    /// divide its groups and experts: the next step is its step + 1.
+    pub fn resume(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        checkpoint: &TransformerCheckpoint,
+    ) -> Result<Self> {
+        checkpoint.check()?;
+        let Some(train) = &checkpoint.train else {
+            return Err(invalid(
+                "the file holds weights only, no optimizer state to resume".into(),
+            ));
+        };
+        Self::build(
+            client,
+            devices,
+            &checkpoint.params,
+            Some(train),
+            train.adam,
+            train.groups,
+        )
+    }
+
+    /// Downloads the parameters and Adam's state: what [`Self::resume`] needs.
+    pub fn checkpoint(&self) -> Result<TransformerCheckpoint> {
+        let out = TransformerCheckpoint {
+            params: self.download(Kind::Param)?,
+            train: Some(TrainState {
+                m: self.download(Kind::M)?,
+                v: self.download(Kind::V)?,
+                step: self.step,
+                adam: self.adam,
+                groups: self.groups,
+            }),
+        };
+        out.check()?;
+        Ok(out)
+    }
+
+    fn build(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        params: &TransformerParams,
+        train: Option<&TrainState>,
+        adam: AdamConfig,
+        groups: usize,
+    ) -> Result<Self> {
         params.check()?;
         let cfg = params.config;
         let devices = devices.mesh_devices();
         let n = devices.len();
-        if n == 0 {
-            return Err(invalid("no devices".into()));
-        }
-        if let Some(d) = devices.iter().find(|d| !client.mesh().contains(d)) {
-            return Err(invalid(format!(
-                "device {} is not in the client's runtime",
-                d.label()
-            )));
-        }
-        if cfg.moe_layers() > 0 && !cfg.experts.is_multiple_of(n) {
-            return Err(invalid(format!(
-                "{} experts cannot be split evenly over {n} devices",
-                cfg.experts
-            )));
-        }
-        if groups == 0 || !groups.is_multiple_of(n) {
-            return Err(invalid(format!(
-                "{groups} routing groups cannot be split evenly over {n} devices"
-            )));
-        }
+        let experts = (cfg.moe_layers() > 0).then_some(cfg.experts);
+        check_gang("transformer trainer", client, &devices, experts, groups)?;
         // Checks the Adam settings now rather than at the first step.
         lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let expert = cfg.expert_tensors();
@@ -115,11 +147,12 @@ impl TransformerTrainer {
             expert: &expert,
             names: &names,
         };
-        let variables = layout.variables(&params.tensors, None)?;
+        let moments = train.map(|t| (&t.m.tensors[..], &t.v.tensors[..]));
+        let variables = layout.variables(&params.tensors, moments)?;
         Ok(Self {
             config: cfg,
             adam,
-            step: 0,
+            step: train.map_or(0, |t| t.step),
             groups,
             devices,
             expert,
@@ -136,6 +169,16 @@ impl TransformerTrainer {
     /// Steps taken.
     pub fn steps(&self) -> u32 {
         self.step
+    }
+
+    /// Routing groups per batch.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// Devices the trainer is spread over.
+    pub fn devices(&self) -> usize {
+        self.devices.len()
     }
 
     fn shape(&self, batch: usize) -> StepShape {
@@ -281,7 +324,12 @@ impl TransformerTrainer {
 
     /// Downloads the parameters (expert tensors gathered from their devices).
     pub fn params(&self) -> Result<TransformerParams> {
-        let exec = self.program(Mode::Read(Kind::Param), 0)?;
+        self.download(Kind::Param)
+    }
+
+    /// Variable `kind` of every parameter, gathered.
+    fn download(&self, kind: Kind) -> Result<TransformerParams> {
+        let exec = self.program(Mode::Read(kind), 0)?;
         let results = self
             .client
             .run(&exec, Vec::<Vec<f32>>::new(), RunOptions::default())?;

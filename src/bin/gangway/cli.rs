@@ -69,6 +69,14 @@ pub(crate) enum Command {
     /// span, busy time and utilization, the names that took the most time, and for gangway's
     /// traces each device's kernels against transfers and the pipeline bubble.
     Trace(TraceArgs),
+    /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights).
+    Generate(GenerateArgs),
+    /// Write a Transformer's weights alone as safetensors (names, shapes and config documented in
+    /// the README), for PyTorch, JAX or Hugging Face tools.
+    Export(ExportArgs),
+    /// Read Transformer weights in safetensors (gangway's, or written elsewhere with --config),
+    /// check them, and write them as a gangway weights file.
+    Import(ImportArgs),
     /// Predict a run at scale (1024 devices by default: 128 hosts × 8) from costs measured here:
     /// the MoE step's time and exposed all-to-all share, and a pipeline's bubble, over the MPI
     /// link measured here and over the datacenter link given.
@@ -137,6 +145,9 @@ pub(crate) struct TraceArgs {
 pub(crate) enum TrainCommand {
     /// A byte-level MoE language model, experts sharded over the devices (expert parallelism).
     Moe(TrainMoeArgs),
+    /// A decoder-only byte-level Transformer, every --moe-every-th FFN a Switch/GShard expert
+    /// layer, experts sharded over the devices.
+    Lm(Box<TrainLmArgs>),
     /// Branch-Train-Merge: a seed LM, then one expert LM per domain, each on its own device.
     Btm(BtmArgs),
     /// Branch a new ELM, for a new domain, from the average of the ELMs `train btm` saved.
@@ -163,6 +174,155 @@ pub(crate) struct BtmBranchArgs {
 pub(crate) enum EvalCommand {
     /// Per-domain validation bits per byte of the models `train btm` saved.
     Btm(BtmArgs),
+    /// Mean loss (nats and bits per byte) of a Transformer on a text file.
+    Lm(EvalLmArgs),
+}
+
+/// `--arch`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArchArg {
+    /// The decoder-only Transformer.
+    Transformer,
+    /// The context-window MLP of `train moe`: kept there (BTM's expert LMs and the benches use
+    /// it); `train lm` refuses it with that pointer.
+    Window,
+}
+
+/// The Transformer's sizes (a checkpoint's own sizes win when resuming).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct TransformerArgs {
+    #[arg(long, value_enum, default_value = "transformer")]
+    pub(crate) arch: ArchArg,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) layers: usize,
+    /// Width of the residual stream.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    pub(crate) heads: usize,
+    /// Bytes per sequence.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) context: usize,
+    /// Hidden width of a dense FFN and of each expert.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) hidden: usize,
+    /// Every N-th FFN is an expert layer (0: a dense Transformer).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) moe_every: usize,
+    #[arg(long, default_value_t = 4)]
+    pub(crate) experts: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) top_k: usize,
+    #[arg(long, default_value_t = 1.25)]
+    pub(crate) capacity_factor: f32,
+    /// Weight α of the load-balancing loss.
+    #[arg(long, default_value_t = 0.01)]
+    pub(crate) aux_alpha: f32,
+    /// Weight of the router z-loss.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) z_loss: f32,
+    /// Use the token embedding, transposed, as the output head.
+    #[arg(long)]
+    pub(crate) tied: bool,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TrainLmArgs {
+    #[command(flatten)]
+    pub(crate) model: TransformerArgs,
+    /// Devices to use (the first N found; the experts are split over them).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) devices: usize,
+    /// Routing groups per batch [default: one per device].
+    #[arg(long)]
+    pub(crate) groups: Option<usize>,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) steps: u32,
+    /// Sequences per step over all devices.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    pub(crate) lr: f32,
+    /// Text files or directories to train on [default: the bundled corpora, all domains].
+    #[arg(long, num_args = 1..)]
+    pub(crate) corpus: Vec<PathBuf>,
+    /// Evaluate validation bits per byte every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) eval_every: u32,
+    /// Validation sequences scored at each evaluation.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) eval_sequences: usize,
+    /// Save a resumable checkpoint (safetensors) here every --checkpoint-every steps and at
+    /// the end.
+    #[arg(long)]
+    pub(crate) checkpoint: Option<PathBuf>,
+    #[arg(long, default_value_t = 100)]
+    pub(crate) checkpoint_every: u32,
+    /// Continue from this checkpoint (its model sizes, Adam setting and groups win).
+    #[arg(long)]
+    pub(crate) resume: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EvalLmArgs {
+    /// A `train lm` checkpoint or exported weights.
+    #[arg(long)]
+    pub(crate) checkpoint: PathBuf,
+    /// The text to score.
+    #[arg(long)]
+    pub(crate) file: PathBuf,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) batch: usize,
+    /// Score at most this many sequences of the model's context, spread over the file.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) max_sequences: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// A `train lm` checkpoint or exported weights.
+    #[arg(long)]
+    pub(crate) checkpoint: PathBuf,
+    #[arg(long, default_value = "")]
+    pub(crate) prompt: String,
+    /// 0 takes the most likely byte each time.
+    #[arg(long, default_value_t = 0.8)]
+    pub(crate) temperature: f32,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) max_bytes: usize,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ExportArgs {
+    /// A `train lm` checkpoint.
+    #[arg(long)]
+    pub(crate) checkpoint: PathBuf,
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ImportArgs {
+    /// Weights in safetensors, named and shaped as the README documents.
+    #[arg(long)]
+    pub(crate) weights: PathBuf,
+    /// The model's configuration as JSON (the `gangway.config` metadata's form), for files
+    /// written without gangway's metadata.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    #[arg(long)]
+    pub(crate) out: PathBuf,
 }
 
 /// The model's sizes (a checkpoint's own sizes win when resuming).

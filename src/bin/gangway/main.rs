@@ -38,6 +38,7 @@ use bench_command::{bench_compare, bench_suites};
 
 mod cli;
 use cli::*;
+mod lm_command;
 mod plan_command;
 mod progress;
 mod trace_command;
@@ -198,6 +199,11 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             }
         },
         Command::Train(TrainCommand::Moe(args)) => train_moe(&runtime(&tracer)?, args)?,
+        Command::Train(TrainCommand::Lm(args)) => lm_command::train_lm(&runtime(&tracer)?, args)?,
+        Command::Eval(EvalCommand::Lm(args)) => lm_command::eval_lm(&runtime(&tracer)?, args)?,
+        Command::Generate(args) => lm_command::generate_text(args)?,
+        Command::Export(args) => lm_command::export(args)?,
+        Command::Import(args) => lm_command::import(args)?,
         Command::Train(TrainCommand::Btm(args)) => train_btm(&runtime(&tracer)?, args)?,
         Command::Train(TrainCommand::BtmBranch(args)) => {
             train_btm_branch(&runtime(&tracer)?, args)?
@@ -269,24 +275,10 @@ fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Run
 
 fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     // Under mpirun: every rank's devices, rank by rank.
-    let devices = runtime.mesh();
-    use gangway::data::Corpus;
     use gangway::moe::training_run::{TrainOptions, resume, train};
     use gangway::moe::{MoeLmParams, TrainerCheckpoint};
-    if args.devices == 0 || args.devices > devices.len() {
-        bail!(
-            "--devices {} but {} devices were found (try --virtual-devices {})",
-            args.devices,
-            devices.len(),
-            args.devices.div_ceil(devices.len().max(1))
-        );
-    }
-    let devices = &devices[..args.devices];
-    let corpus = if args.corpus.is_empty() {
-        Corpus::bundled_all()?
-    } else {
-        Corpus::from_paths(&args.corpus)?
-    };
+    let devices = &first_devices(runtime, args.devices)?[..];
+    let corpus = corpus_of(&args.corpus)?;
     let checkpoint = args
         .resume
         .as_deref()
@@ -357,17 +349,52 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         report.mean_dropped_fraction * 100.0,
         report.mean_expert_cv
     );
-    println!(
-        "validation: {:.3} bits per byte; unigram byte model of the training data: {:.3} ({:+.3})",
+    finish_training(
         report.valid_bpb,
         report.unigram_bpb,
-        report.valid_bpb - report.unigram_bpb
+        args.checkpoint.as_deref(),
     );
-    if let Some(path) = &args.checkpoint {
-        println!("checkpoint: {}", path.display());
-    }
     write_json(args.json.as_deref(), &report)?;
     Ok(())
+}
+
+/// A training command's last lines: validation against the unigram baseline, and where the
+/// checkpoint is.
+pub(crate) fn finish_training(
+    valid_bpb: f64,
+    unigram_bpb: f64,
+    checkpoint: Option<&std::path::Path>,
+) {
+    println!(
+        "validation: {valid_bpb:.3} bits per byte; unigram byte model of the training data: \
+         {unigram_bpb:.3} ({:+.3})",
+        valid_bpb - unigram_bpb
+    );
+    if let Some(path) = checkpoint {
+        println!("checkpoint: {}", path.display());
+    }
+}
+
+/// The first `n` devices of the runtime's mesh (under mpirun, every rank's, rank by rank).
+pub(crate) fn first_devices(runtime: &Runtime, n: usize) -> Result<Vec<gangway::MeshDevice>> {
+    let devices = runtime.mesh();
+    if n == 0 || n > devices.len() {
+        bail!(
+            "--devices {n} but {} devices were found (try --virtual-devices {})",
+            devices.len(),
+            n.div_ceil(devices.len().max(1))
+        );
+    }
+    Ok(devices[..n].to_vec())
+}
+
+/// The text in `paths`, or the bundled corpora (every domain) when there are none.
+pub(crate) fn corpus_of(paths: &[std::path::PathBuf]) -> Result<gangway::data::Corpus> {
+    Ok(if paths.is_empty() {
+        gangway::data::Corpus::bundled_all()?
+    } else {
+        gangway::data::Corpus::from_paths(paths)?
+    })
 }
 
 fn btm_setup<D: Clone>(
@@ -379,7 +406,6 @@ fn btm_setup<D: Clone>(
     gangway::btm::experiment::BtmOptions,
 )> {
     use gangway::btm::{EnsembleOptions, experiment::BtmOptions};
-    use gangway::data::Corpus;
     use gangway::moe::training_run::TrainOptions;
     if args.devices == 0 || args.devices > devices.len() {
         bail!(
@@ -388,11 +414,7 @@ fn btm_setup<D: Clone>(
             devices.len()
         );
     }
-    let corpus = if args.domains.is_empty() {
-        Corpus::bundled_all()?
-    } else {
-        Corpus::from_paths(&args.domains)?
-    };
+    let corpus = corpus_of(&args.domains)?;
     let opts = BtmOptions {
         seed_steps: args.seed_steps,
         branch_steps: args.branch_steps,

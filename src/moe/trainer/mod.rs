@@ -286,30 +286,7 @@ impl GpuTrainer {
         params.check()?;
         let cfg = params.config;
         let n = devices.len();
-        if n == 0 {
-            return Err(invalid(WHAT, "no devices".into()));
-        }
-        if let Some(d) = devices.iter().find(|d| !client.mesh().contains(d)) {
-            return Err(invalid(
-                WHAT,
-                format!("device {} is not in the client's runtime", d.label()),
-            ));
-        }
-        if !cfg.experts.is_multiple_of(n) {
-            return Err(invalid(
-                WHAT,
-                format!(
-                    "{} experts cannot be split evenly over {n} devices",
-                    cfg.experts
-                ),
-            ));
-        }
-        if groups == 0 || !groups.is_multiple_of(n) {
-            return Err(invalid(
-                WHAT,
-                format!("{groups} routing groups cannot be split evenly over {n} devices"),
-            ));
-        }
+        check_gang(WHAT, client, &devices, Some(cfg.experts), groups)?;
         // Checks the Adam settings now rather than at the first step.
         lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let specs = cfg.param_specs();
@@ -661,6 +638,40 @@ impl GpuTrainer {
     pub fn params(&self) -> Result<MoeLmParams> {
         self.download(Kind::Param)
     }
+}
+
+/// Errors unless `devices` are some, all `client`'s, split `experts` (when the model has expert
+/// layers) and `groups` evenly: what every trainer over a gang needs.
+pub(crate) fn check_gang(
+    what: &'static str,
+    client: &Client,
+    devices: &[MeshDevice],
+    experts: Option<usize>,
+    groups: usize,
+) -> Result<()> {
+    let n = devices.len();
+    if n == 0 {
+        return Err(invalid(what, "no devices".into()));
+    }
+    if let Some(d) = devices.iter().find(|d| !client.mesh().contains(d)) {
+        return Err(invalid(
+            what,
+            format!("device {} is not in the client's runtime", d.label()),
+        ));
+    }
+    if let Some(e) = experts.filter(|e| !e.is_multiple_of(n)) {
+        return Err(invalid(
+            what,
+            format!("{e} experts cannot be split evenly over {n} devices"),
+        ));
+    }
+    if groups == 0 || !groups.is_multiple_of(n) {
+        return Err(invalid(
+            what,
+            format!("{groups} routing groups cannot be split evenly over {n} devices"),
+        ));
+    }
+    Ok(())
 }
 
 /// Adam's first and second moments, one vector per parameter.

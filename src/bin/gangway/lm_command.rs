@@ -1,0 +1,227 @@
+//! The Transformer's commands: `train lm`, `eval lm`, `generate`, `export` and `import`.
+
+use crate::cli::{
+    ArchArg, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, TrainLmArgs, TransformerArgs,
+};
+use crate::{corpus_of, finish_training, first_devices, progress, write_json, write_out};
+use anyhow::{Context, Result, bail};
+use gangway::data::{Corpus, Document, bits_per_byte};
+use gangway::kernels::lm_train::AdamConfig;
+use gangway::sched::Runtime;
+use gangway::transformer::training_run::{LmOptions, evaluate, generate, train};
+use gangway::transformer::{
+    TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
+};
+use std::io::Write;
+
+impl TransformerArgs {
+    fn config(&self) -> Result<TransformerConfig> {
+        if self.arch == ArchArg::Window {
+            bail!(
+                "the context-window MLP trains with `gangway train moe`; `train lm` trains the \
+                 Transformer (--arch transformer)"
+            );
+        }
+        let config = TransformerConfig {
+            context: self.context,
+            model: self.d_model,
+            heads: self.heads,
+            layers: self.layers,
+            hidden: self.hidden,
+            moe_every: self.moe_every,
+            experts: self.experts,
+            top_k: self.top_k,
+            capacity_factor: self.capacity_factor,
+            aux_alpha: self.aux_alpha,
+            z_loss: self.z_loss,
+            tied: self.tied,
+            seed: self.seed,
+            ..TransformerConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
+    let devices = &first_devices(runtime, args.devices)?[..];
+    let corpus = corpus_of(&args.corpus)?;
+    let client = runtime.client("train lm", 1);
+    let mut trainer = match &args.resume {
+        Some(path) => {
+            let checkpoint = TransformerCheckpoint::load(path)?;
+            let t = TransformerTrainer::resume(&client, devices, &checkpoint)?;
+            eprintln!("resuming after step {}", t.steps());
+            t
+        }
+        None => {
+            let params = TransformerParams::init(args.model.config()?)?;
+            let groups = args.groups.unwrap_or(devices.len());
+            TransformerTrainer::new(&client, devices, &params, AdamConfig::new(args.lr), groups)?
+        }
+    };
+    let c = *trainer.config();
+    eprintln!(
+        "Transformer: {} parameters, {} layers of width {} ({} heads, context {}), {} expert \
+         layers of {} experts (top-{}) over {} devices, {} routing groups; {} KiB of text in {:?}",
+        c.param_specs().iter().map(|s| s.len()).sum::<usize>(),
+        c.layers,
+        c.model,
+        c.heads,
+        c.context,
+        c.moe_layers(),
+        c.experts,
+        c.top_k,
+        devices.len(),
+        trainer.groups(),
+        corpus.len_bytes() >> 10,
+        corpus.domains()
+    );
+    let opts = LmOptions {
+        steps: args.steps,
+        batch: args.batch,
+        eval_every: args.eval_every,
+        eval_sequences: args.eval_sequences,
+        checkpoint: args.checkpoint.clone(),
+        checkpoint_every: args.checkpoint_every,
+        data_seed: c.seed.wrapping_add(1),
+        ..LmOptions::default()
+    };
+    let pb = progress::bar(u64::from(args.steps));
+    let start = std::time::Instant::now();
+    let tokens_per_step = (args.batch * c.context) as f64;
+    let mut done = 0u64;
+    let report = train(&mut trainer, &corpus, &opts, &mut |stats, valid| {
+        done += 1;
+        pb.set_position(done);
+        pb.set_message(format!(
+            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
+            stats.step,
+            stats.loss,
+            done as f64 * tokens_per_step / start.elapsed().as_secs_f64().max(1e-9),
+            stats.dropped_fraction * 100.0,
+        ));
+        if let Some(b) = valid {
+            progress::line(
+                &pb,
+                format!("step {}: valid {b:.3} bits per byte", stats.step),
+            );
+        }
+    })?;
+    pb.finish();
+    let first = report.ces.first().copied().unwrap_or(f64::NAN);
+    let last = report.ces.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "{} steps (to step {}), {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
+        report.steps,
+        report.last_step,
+        report.tokens,
+        report.seconds,
+        report.tokens_per_s,
+        report.devices
+    );
+    println!("training cross-entropy: {first:.3} → {last:.3} nats");
+    finish_training(
+        report.valid_bpb,
+        report.unigram_bpb,
+        args.checkpoint.as_deref(),
+    );
+    write_json(args.json.as_deref(), &report)?;
+    Ok(())
+}
+
+/// What `eval lm --json` prints.
+#[derive(serde::Serialize)]
+struct EvalReport {
+    file: String,
+    bytes: usize,
+    context: usize,
+    nats_per_byte: f64,
+    bits_per_byte: f64,
+}
+
+pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
+    let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let len = bytes.len();
+    let corpus = Corpus::from_documents(vec![Document::new(
+        "eval",
+        args.file.display().to_string(),
+        bytes,
+    )]);
+    let devices = &runtime.mesh()[..1];
+    let client = runtime.client("eval lm", 1);
+    let adam = AdamConfig::new(1e-3);
+    let trainer = TransformerTrainer::new(&client, devices, &checkpoint.params, adam, 1)?;
+    let bpb = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
+    let report = EvalReport {
+        file: args.file.display().to_string(),
+        bytes: len,
+        context: checkpoint.config().context,
+        nats_per_byte: bpb * std::f64::consts::LN_2,
+        bits_per_byte: bpb,
+    };
+    debug_assert!((bits_per_byte(report.nats_per_byte) - bpb).abs() < 1e-9);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{}: {:.4} nats per byte, {:.4} bits per byte ({} bytes, context {})",
+            report.file, report.nats_per_byte, report.bits_per_byte, report.bytes, report.context
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn generate_text(args: &GenerateArgs) -> Result<()> {
+    let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
+    let out = generate(
+        &checkpoint,
+        args.prompt.as_bytes(),
+        args.max_bytes,
+        args.temperature,
+        args.seed,
+    )?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(args.prompt.as_bytes())?;
+    stdout.write_all(&out)?;
+    stdout.write_all(b"\n")?;
+    Ok(())
+}
+
+pub(crate) fn export(args: &ExportArgs) -> Result<()> {
+    let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
+    let weights = checkpoint.weights();
+    write_out(&args.out, &weights.to_bytes()?)?;
+    println!(
+        "{}: {} tensors, {} parameters",
+        args.out.display(),
+        weights.config().param_specs().len(),
+        weights.params.count()
+    );
+    Ok(())
+}
+
+pub(crate) fn import(args: &ImportArgs) -> Result<()> {
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let c: TransformerConfig = serde_json::from_str(&text).with_context(|| {
+                format!("{} is not a Transformer configuration", path.display())
+            })?;
+            Some(c)
+        }
+        None => None,
+    };
+    let weights = TransformerCheckpoint::load_with(&args.weights, config)?.weights();
+    write_out(&args.out, &weights.to_bytes()?)?;
+    println!(
+        "{}: {} tensors, {} parameters, checked",
+        args.out.display(),
+        weights.config().param_specs().len(),
+        weights.params.count()
+    );
+    Ok(())
+}

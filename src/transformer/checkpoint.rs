@@ -1,0 +1,285 @@
+//! The Transformer's files, in the [safetensors](https://github.com/huggingface/safetensors)
+//! format, so that PyTorch, JAX and Hugging Face tools load the weights as they are
+//! (`safetensors.torch.load_file`):
+//!
+//! - every parameter under its name ([`super::params`] lists names, shapes and order), f32,
+//!   little-endian, row-major, in its shape: `[in, out]` for the matrices a row multiplies from
+//!   the right (PyTorch's `nn.Linear.weight` is the transpose), experts stacked on the first axis;
+//! - a training checkpoint adds Adam's moments as `optim.m.<name>` and `optim.v.<name>`;
+//! - metadata (strings): `format` = `pt`; `gangway.config`, the [`TransformerConfig`] as JSON;
+//!   `gangway.kind`, `weights` or `checkpoint`; for a checkpoint `gangway.step`, `gangway.groups`
+//!   and `gangway.adam` (JSON); and `gangway.crc32`, the CRC-32 of every tensor's bytes in name
+//!   order, since safetensors itself has no checksum.
+//!
+//! Loading checks the header, the metadata, every expected name's dtype and shape, that no other
+//! tensor is there, the CRC-32, finite values and non-negative second moments: any mismatch is an
+//! [`Error::InvalidArgument`] naming what is wrong, never a panic. Saving replaces the file
+//! atomically ([`crate::fsutil::write_atomic`]): a run killed mid-save leaves the old file or the
+//! new one, whole.
+
+use super::{TransformerConfig, TransformerParams};
+use crate::kernels::lm_train::{self as lt, AdamConfig};
+use crate::moe::params::naming;
+use crate::{Error, Result};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::HashMap;
+use std::path::Path;
+
+const WHAT: &str = "transformer file";
+const M_PREFIX: &str = "optim.m.";
+const V_PREFIX: &str = "optim.v.";
+
+fn bad(reason: String) -> Error {
+    Error::InvalidArgument { what: WHAT, reason }
+}
+
+/// Where a resumed run continues from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainState {
+    /// Adam's moments, laid out as the parameters.
+    pub m: TransformerParams,
+    pub v: TransformerParams,
+    /// Steps taken.
+    pub step: u32,
+    pub adam: AdamConfig,
+    pub groups: usize,
+}
+
+/// Weights, and for a training checkpoint the optimizer's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransformerCheckpoint {
+    pub params: TransformerParams,
+    pub train: Option<TrainState>,
+}
+
+impl TransformerCheckpoint {
+    pub fn config(&self) -> &TransformerConfig {
+        &self.params.config
+    }
+
+    /// Every tensor under its file name, in the order the CRC-32 covers them (by name).
+    fn named(&self) -> Vec<(String, &TransformerParams, usize)> {
+        let specs = self.params.config.param_specs();
+        let mut out = Vec::new();
+        let mut sets = vec![("", &self.params)];
+        if let Some(t) = &self.train {
+            sets.extend([(M_PREFIX, &t.m), (V_PREFIX, &t.v)]);
+        }
+        for (prefix, set) in sets {
+            for (i, s) in specs.iter().enumerate() {
+                out.push((format!("{prefix}{}", s.name), set, i));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Errors unless every tensor fits the config, every value is finite and second moments are
+    /// not negative.
+    pub fn check(&self) -> Result<()> {
+        self.params.check()?;
+        if let Some(t) = &self.train {
+            for (which, set) in [("m", &t.m), ("v", &t.v)] {
+                if set.config != self.params.config {
+                    return Err(bad(format!("Adam's {which} is for another config")));
+                }
+                set.check()?;
+            }
+            lt::adam_reference(&mut [], &mut [], &mut [], &[], t.adam, 1)?;
+            if t.groups == 0 {
+                return Err(bad("0 routing groups".into()));
+            }
+        }
+        for (name, set, i) in self.named() {
+            let second = name.starts_with(V_PREFIX);
+            if !set.tensors[i]
+                .iter()
+                .all(|x| x.is_finite() && (!second || *x >= 0.0))
+            {
+                return Err(bad(format!(
+                    "{name} holds a non-finite{} value",
+                    if second { " or negative" } else { "" }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The file's bytes (format in the module docs).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.check()?;
+        let specs = self.params.config.param_specs();
+        let named = self.named();
+        let mut crc = crc32fast::Hasher::new();
+        let mut views = Vec::with_capacity(named.len());
+        for (name, set, i) in &named {
+            let bytes: &[u8] = bytemuck::cast_slice(&set.tensors[*i]);
+            crc.update(bytes);
+            let view = TensorView::new(Dtype::F32, specs[*i].shape.clone(), bytes)
+                .map_err(|e| bad(format!("{name}: {e}")))?;
+            views.push((name.clone(), view));
+        }
+        let mut meta = HashMap::from([
+            ("format".to_string(), "pt".to_string()),
+            ("gangway.config".into(), to_json(&self.params.config)?),
+            ("gangway.crc32".into(), crc.finalize().to_string()),
+        ]);
+        match &self.train {
+            None => {
+                meta.insert("gangway.kind".into(), "weights".into());
+            }
+            Some(t) => {
+                meta.insert("gangway.kind".into(), "checkpoint".into());
+                meta.insert("gangway.step".into(), t.step.to_string());
+                meta.insert("gangway.groups".into(), t.groups.to_string());
+                meta.insert("gangway.adam".into(), to_json(&t.adam)?);
+            }
+        }
+        safetensors::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))
+    }
+
+    /// Parses a file's bytes, checking everything (module docs).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::from_bytes_with(bytes, None)
+    }
+
+    /// [`Self::from_bytes`] for weights written elsewhere (PyTorch's `save_file` keeps metadata
+    /// only when asked): `config` stands in for a missing or different `gangway.config`, a
+    /// missing `gangway.kind` means weights, and a missing CRC-32 is not checked.
+    pub fn from_bytes_with(bytes: &[u8], config: Option<TransformerConfig>) -> Result<Self> {
+        let file = SafeTensors::deserialize(bytes)
+            .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?;
+        let (_, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let get = |key: &str| {
+            meta.get(key)
+                .ok_or_else(|| bad(format!("no {key:?} in its metadata (not a gangway file?)")))
+        };
+        let foreign = config.is_some();
+        let config: TransformerConfig = match config {
+            Some(c) => c,
+            None => serde_json::from_str(get("gangway.config")?)
+                .map_err(|e| bad(format!("gangway.config: {e}")))?,
+        };
+        config.validate()?;
+        let kind = match meta.get("gangway.kind") {
+            None if foreign => "weights",
+            _ => get("gangway.kind")?.as_str(),
+        };
+        let checkpoint = match kind {
+            "weights" => false,
+            "checkpoint" => true,
+            other => {
+                return Err(bad(format!(
+                    "gangway.kind {other:?} is neither weights nor checkpoint"
+                )));
+            }
+        };
+        let specs = config.param_specs();
+        let prefixes: &[&str] = if checkpoint {
+            &["", M_PREFIX, V_PREFIX]
+        } else {
+            &[""]
+        };
+        let expected = specs.len() * prefixes.len();
+        if file.len() != expected {
+            let known: std::collections::HashSet<String> = prefixes
+                .iter()
+                .flat_map(|p| specs.iter().map(move |s| format!("{p}{}", s.name)))
+                .collect();
+            let stray = file.names().into_iter().find(|n| !known.contains(*n));
+            return Err(bad(format!(
+                "{} tensors where the config has {expected}{}",
+                file.len(),
+                stray.map_or(String::new(), |n| format!(" ({n:?} is not one of them)"))
+            )));
+        }
+        let mut sets = Vec::with_capacity(prefixes.len());
+        for prefix in prefixes {
+            let mut tensors = Vec::with_capacity(specs.len());
+            for s in &specs {
+                let name = format!("{prefix}{}", s.name);
+                let view = file
+                    .tensor(&name)
+                    .map_err(|_| bad(format!("{name} is missing")))?;
+                if view.dtype() != Dtype::F32 || view.shape() != s.shape.as_slice() {
+                    return Err(bad(format!(
+                        "{name} is {:?} {:?}, the config wants F32 {:?}",
+                        view.dtype(),
+                        view.shape(),
+                        s.shape
+                    )));
+                }
+                tensors.push(bytemuck::pod_collect_to_vec::<u8, f32>(view.data()));
+            }
+            sets.push(TransformerParams { config, tensors });
+        }
+        let mut sets = sets.into_iter();
+        let params = sets.next().ok_or_else(|| bad("no parameters".into()))?;
+        let train = match (sets.next(), sets.next()) {
+            (Some(m), Some(v)) => {
+                let number = |key: &str| -> Result<u64> {
+                    get(key)?.parse().map_err(|e| bad(format!("{key}: {e}")))
+                };
+                let adam: AdamConfig = serde_json::from_str(get("gangway.adam")?)
+                    .map_err(|e| bad(format!("gangway.adam: {e}")))?;
+                let step = u32::try_from(number("gangway.step")?)
+                    .map_err(|_| bad("gangway.step is out of range".into()))?;
+                let groups = usize::try_from(number("gangway.groups")?)
+                    .map_err(|_| bad("gangway.groups is out of range".into()))?;
+                Some(TrainState {
+                    m,
+                    v,
+                    step,
+                    adam,
+                    groups,
+                })
+            }
+            _ => None,
+        };
+        let out = Self { params, train };
+        let mut crc = crc32fast::Hasher::new();
+        for (_, set, i) in out.named() {
+            crc.update(bytemuck::cast_slice(&set.tensors[i]));
+        }
+        match meta.get("gangway.crc32") {
+            None if foreign => {}
+            _ => {
+                if crc.finalize().to_string() != *get("gangway.crc32")? {
+                    return Err(bad("the CRC-32 does not match: the file is damaged".into()));
+                }
+            }
+        }
+        out.check()?;
+        Ok(out)
+    }
+
+    /// Writes the file atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::fsutil::write_atomic(path, &self.to_bytes()?)
+    }
+
+    /// Reads and checks a file; errors name it.
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with(path, None)
+    }
+
+    /// [`Self::load`] through [`Self::from_bytes_with`].
+    pub fn load_with(path: &Path, config: Option<TransformerConfig>) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(Error::io(path))?;
+        Self::from_bytes_with(&bytes, config).map_err(|e| naming(path, e))
+    }
+
+    /// The weights alone: what `gangway export` writes.
+    pub fn weights(&self) -> Self {
+        Self {
+            params: self.params.clone(),
+            train: None,
+        }
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| bad(e.to_string()))
+}
