@@ -105,6 +105,7 @@ pub fn run_expert_parallel(
         local_experts: el,
         capacity,
         row_words: d,
+        axis: None,
     };
     let back = ExpertExchange {
         row_words: d_out,

@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
         case!(device: the_forward_matches_the_reference),
         case!(device: gradients_match_finite_differences),
         case!(adapters: two_devices_follow_one_device),
+        case!(adapters: data_by_expert_meshes_follow_one_device),
         case!(device: bad_inputs_are_errors),
         case!(host: bad_configs_are_errors),
         case!(adapters: a_resumed_run_takes_the_same_steps),
@@ -233,6 +234,63 @@ fn two_devices_follow_one_device(adapters: &Adapters) {
         first_kept, want_kept,
         "tokens per expert against the reference router"
     );
+}
+
+/// `{data: 2, expert: 2}` and `{data: 4, expert: 1}` meshes of four devices against one device
+/// with the same four groups. The expert gradients of a data row's replicas are summed by an
+/// all-reduce over `data`, in another order than one device adds its rounds, so the losses agree
+/// to f32 rounding, not bit for bit; routing is discrete and must agree exactly.
+fn data_by_expert_meshes_follow_one_device(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let mesh = &devices[..4];
+    let cfg = TransformerConfig {
+        experts: 4,
+        ..tiny(false, 2)
+    };
+    let p = TransformerParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let (_runtime, client) = common::runtime_client(mesh, "test");
+    let mut rng = Rng::new(12);
+    let batches: Vec<_> = (0..5).map(|_| batch(&cfg, 8, &mut rng)).collect();
+    let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, 4).unwrap();
+    let want: Vec<_> = batches
+        .iter()
+        .map(|(x, y)| one.step(x, y).unwrap())
+        .collect();
+    let want_params = one.params().unwrap();
+    for data in [2, 4] {
+        let mut t = TransformerTrainer::with_mesh(&client, mesh, &p, adam, 4, data).unwrap();
+        for ((x, y), w) in batches.iter().zip(&want) {
+            let got = t.step(x, y).unwrap();
+            let rel = (got.loss - w.loss).abs() / w.loss;
+            assert!(
+                rel < 1e-5,
+                "data {data}, step {}: {} vs {}",
+                w.step,
+                got.loss,
+                w.loss
+            );
+            assert_eq!(got.tokens_per_expert, w.tokens_per_expert, "data {data}");
+        }
+        let got = t.params().unwrap();
+        for (spec, (a, b)) in cfg
+            .param_specs()
+            .iter()
+            .zip(got.tensors.iter().zip(&want_params.tensors))
+        {
+            let err = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                err < 1e-3 * adam.lr,
+                "data {data} {}: max |Δ| {err}",
+                spec.name
+            );
+        }
+        eprintln!("data {data} × expert {}: follows one device", 4 / data);
+    }
+    // Experts that a data row cannot split, and a data axis that does not divide the devices.
+    let odd = TransformerParams::init(TransformerConfig { experts: 3, ..cfg }).unwrap();
+    assert!(TransformerTrainer::with_mesh(&client, mesh, &odd, adam, 4, 2).is_err());
+    assert!(TransformerTrainer::with_mesh(&client, mesh, &p, adam, 4, 3).is_err());
 }
 
 fn bad_inputs_are_errors(device: &Device) {

@@ -43,8 +43,9 @@ pub fn rows(inputs: &[NamedSharding], outputs: &[TensorType]) -> Rule {
 
 /// `op(a) · op(b)`: rows from `a`, columns from `b`, partial sums over the axes that split the
 /// contracted dimension (a weight gradient `xᵀ · dy` over row-split tokens is partial over the
-/// token axis). Grouped (`b` of `[groups, k, n]`): `b`'s groups are split like `a`'s rows or not
-/// at all, since each row group meets its own `b`. Linear in each factor, so one of them may be a
+/// token axis). Grouped (`b` of `[groups, k, n]`): `b`'s groups are split like `a`'s rows, or along
+/// some of the axes splitting them with `b` replicated along the rest, or not at all, since each
+/// row group meets its own `b`. Linear in each factor, so one of them may be a
 /// partial sum.
 pub fn matmul(inputs: &[NamedSharding], trans_a: bool, trans_b: bool) -> Rule {
     let [a, b] = inputs else {
@@ -73,7 +74,7 @@ pub fn matmul(inputs: &[NamedSharding], trans_a: bool, trans_b: bool) -> Rule {
     }
     if let [groups, _, _] = bd
         && !groups.is_empty()
-        && groups != m
+        && !groups_follow_rows(groups, m, b)
     {
         return Err(format!("b's groups are split unlike a's rows: {a} · {b}"));
     }
@@ -86,6 +87,47 @@ pub fn matmul(inputs: &[NamedSharding], trans_a: bool, trans_b: bool) -> Rule {
         .collect();
     let out = NamedSharding::new(a.mesh(), &[&strs(m), &strs(n)], &partial)
         .map_err(|e| format!("{a} · {b}: {e}"))?;
+    Ok(vec![out])
+}
+
+/// Whether `b`'s groups, split over `groups`, meet their own rows of `a` (split over `rows`): the
+/// group axes split the rows in the same order, and any other axis splitting the rows is one
+/// over which `b` is replicated (the data axis of a `{data, expert}` mesh: every data row holds
+/// every expert once).
+fn groups_follow_rows(groups: &[String], rows: &[String], b: &NamedSharding) -> bool {
+    let ordered = rows
+        .iter()
+        .filter(|ax| groups.contains(ax))
+        .eq(groups.iter());
+    let used_by_b =
+        |ax: &String| b.dims().iter().flatten().any(|x| x == ax) || b.partial().contains(ax);
+    ordered
+        && rows
+            .iter()
+            .filter(|ax| !groups.contains(ax))
+            .all(|ax| !used_by_b(ax))
+}
+
+/// A grouped weight gradient (`aᵀ·b` per row group, `[G, I, N]`) over rows split along `axis` and
+/// others: the groups split along `axis` (each device holds its experts), partial over the
+/// other axes that split the rows (each data row's replica saw its own tokens).
+pub fn grouped_sums(inputs: &[NamedSharding], axis: &str) -> Rule {
+    let a = inputs.first().ok_or("no inputs")?;
+    // An axis of one device splits nothing, so the rows do not name it: the groups are whole.
+    let split: &[&str] = if a.row_axes().iter().any(|ax| ax == axis) {
+        &[axis]
+    } else {
+        &[]
+    };
+    let partial: Vec<&str> = a
+        .row_axes()
+        .iter()
+        .filter(|ax| *ax != axis)
+        .chain(inputs.iter().flat_map(|s| s.partial()))
+        .map(String::as_str)
+        .collect();
+    let out = NamedSharding::new(a.mesh(), &[split, &[], &[]], &partial)
+        .map_err(|e| format!("{a}: {e}"))?;
     Ok(vec![out])
 }
 
@@ -157,4 +199,62 @@ pub fn unpack(inputs: &[NamedSharding], outputs: &[TensorType]) -> Rule {
 
 fn strs(axes: &[String]) -> Vec<&str> {
     axes.iter().map(String::as_str).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::named_sharding::GangAxes;
+
+    fn mesh() -> GangAxes {
+        GangAxes::new(&[("data", 2), ("expert", 2)], 4).unwrap()
+    }
+
+    fn laid(dims: &[&[&str]], partial: &[&str]) -> NamedSharding {
+        NamedSharding::new(&mesh(), dims, partial).unwrap()
+    }
+
+    #[test]
+    fn grouped_matmul_rows_may_split_along_axes_that_replicate_the_groups() {
+        let rows = laid(&[&["data", "expert"], &[]], &[]);
+        let experts = laid(&[&["expert"], &[], &[]], &[]);
+        let [out] = &matmul(&[rows.clone(), experts], false, false).unwrap()[..] else {
+            panic!("one output");
+        };
+        assert_eq!(out.row_axes(), ["data", "expert"]);
+        // Groups split along an axis the rows are not, in another order, or b split along the
+        // extra row axis as well: each row group would meet another group's weights.
+        for (a, b) in [
+            (
+                laid(&[&["data"], &[]], &[]),
+                laid(&[&["expert"], &[], &[]], &[]),
+            ),
+            (
+                laid(&[&["expert", "data"], &[]], &[]),
+                laid(&[&["data", "expert"], &[], &[]], &[]),
+            ),
+            (rows, laid(&[&["expert"], &[], &["data"]], &[])),
+        ] {
+            let e = matmul(&[a, b], false, false).unwrap_err();
+            assert!(e.contains("groups are split unlike"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_grouped_weight_gradient_is_partial_over_the_data_axis() {
+        let rows = laid(&[&["data", "expert"], &[]], &[]);
+        let [g] = &grouped_sums(&[rows.clone(), rows], "expert").unwrap()[..] else {
+            panic!("one output");
+        };
+        assert_eq!(g.dims()[0], ["expert"]);
+        assert_eq!(g.partial(), ["data"]);
+        // With one device along the expert axis the rows do not name it: whole groups.
+        let one = GangAxes::new(&[("data", 4), ("expert", 1)], 4).unwrap();
+        let rows = NamedSharding::new(&one, &[&["data"], &[]], &[]).unwrap();
+        let [g] = &grouped_sums(&[rows.clone(), rows], "expert").unwrap()[..] else {
+            panic!("one output");
+        };
+        assert!(g.dims()[0].is_empty());
+        assert_eq!(g.partial(), ["data"]);
+    }
 }

@@ -22,6 +22,9 @@ pub struct ExpertExchange {
     pub capacity: usize,
     /// Words (4-byte elements) of one slot row.
     pub row_words: usize,
+    /// The gang axis the experts are split over, when the gang has more than one (a
+    /// `{data, expert}` mesh: the all-to-all runs within each data row); `None`: the whole gang.
+    pub axis: Option<&'static str>,
 }
 
 impl ExpertExchange {
@@ -65,6 +68,13 @@ impl ExpertExchange {
         y
     }
 
+    fn all_to_all(&self, b: &mut ProgramBuilder, name: &str, x: Value) -> Value {
+        match self.axis {
+            Some(axis) => b.all_to_all_over(name, x, axis),
+            None => b.all_to_all(name, x),
+        }
+    }
+
     /// Every device's slots to the devices of their experts, expert-major (nothing to move on
     /// one device).
     pub fn to_experts(
@@ -77,7 +87,7 @@ impl ExpertExchange {
         if self.devices == 1 {
             return slots;
         }
-        let moved = b.all_to_all(name, slots);
+        let moved = self.all_to_all(b, name, slots);
         self.permute(b, gang, &format!("{name}: to expert-major"), moved, false)
     }
 
@@ -93,6 +103,6 @@ impl ExpertExchange {
             return rows;
         }
         let slots = self.permute(b, gang, &format!("{name}: to slot-major"), rows, true);
-        b.all_to_all(name, slots)
+        self.all_to_all(b, name, slots)
     }
 }

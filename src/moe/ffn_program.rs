@@ -97,12 +97,13 @@ pub struct MoeFfnGrads {
 }
 
 impl MoeFfn {
-    /// The layer over a gang of `devices` holding `E/D` experts each, routing groups of
-    /// `group_tokens` rows of `row_words` values, with the step programs' matmul kernels.
+    /// The layer over `devices` expert devices (the gang, or with `axis` each group along that
+    /// gang axis) holding `E/D` experts each, routing groups of `group_tokens` rows of
+    /// `row_words` values, with the step programs' matmul kernels.
     pub fn new(
         router: RouterConfig,
         loss: RouterLoss,
-        devices: usize,
+        (devices, axis): (usize, Option<&'static str>),
         group_tokens: usize,
         row_words: usize,
         activation: ExpertActivation,
@@ -115,6 +116,7 @@ impl MoeFfn {
                 local_experts: router.experts / devices.max(1),
                 capacity: router.capacity(group_tokens),
                 row_words,
+                axis,
             },
             activation,
             matmul: MATMUL,
@@ -155,6 +157,7 @@ impl MoeFfn {
         ExpertWeightGrad {
             offsets: self.exchange.expert_offsets(),
             block: self.exchange.capacity,
+            axis: self.exchange.axis,
         }
     }
 

@@ -1,11 +1,11 @@
 //! A decoder-only, byte-level Transformer whose FFNs are, every `moe_every`-th layer, the
 //! Switch/GShard expert layer: its definition, parameters ([`params`]), a plain-Rust reference of
 //! its forward ([`mod@reference`]) and its training step as one compiled program on the runtime's
-//! mesh ([`step_program`], run by [`trainer`]).
+//! mesh (`step_program`, run by [`trainer`]).
 //!
-//! **Partial** (issue 23): the model, its reference and its step program (forward, gradients,
-//! Adam) over an expert-parallel gang are built and tested; the command line (`train lm --arch
-//! transformer`, `generate`, `eval lm`), safetensors export and the two tables are not yet.
+//! Files are safetensors ([`checkpoint`]); [`training_run`] trains on a corpus and generates
+//! text. **Partial** (issue 23): f16 attention, dropless routing and Branch-Train-Merge over
+//! Transformers are not built yet.
 //!
 //! # The model
 //!
@@ -43,7 +43,8 @@
 //!
 //! **Routing groups** (GShard): a batch is routed as `G` groups of `B/G` whole sequences; a
 //! device of a `D`-device gang holds `G/D` groups and runs one per round, so `D` devices compute
-//! what one device computes with the same `G`.
+//! what one device computes with the same `G`. The gang is one axis (groups and experts), or a
+//! `{data, expert}` mesh ([`TransformerTrainer::with_mesh`]) whose rows each hold every expert.
 
 pub mod checkpoint;
 pub mod params;

@@ -2,12 +2,14 @@
 //! device's routing group through the model ([`super`] documents it) and back, then the window
 //! model's step end ([`StepEnd`]: one all-reduce of the replicated gradients, scaling by `1/G`,
 //! Adam). Expert layers are [`MoeFfn`] nodes with GELU experts, expert-parallel over the gang's
-//! one axis as in the MoE trainer; attention takes the projections' rows as they are
-//! ([`Attention::seq`]), so each sequence stays whole on its device.
+//! one axis as in the MoE trainer, or over the `expert` axis of a `{data, expert}` mesh, whose
+//! expert gradients are then all-reduced over `data`; attention takes the projections' rows as
+//! they are ([`Attention::seq`]), so each sequence stays whole on its device.
 //!
 //! Every kernel's summation order is independent of the rows a device holds, and the expert
-//! weight gradients sum one slot block at a time, so `D` devices compute the bits one device
-//! computes over the same `G` groups.
+//! weight gradients sum one slot block at a time, so with one axis `D` devices compute the bits
+//! one device computes over the same `G` groups; with a data axis the expert gradients' replicas
+//! add in another order (f32 rounding).
 
 use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::kernels::attention::default_scale;
@@ -18,7 +20,9 @@ use crate::kernels::{
     LayerNormBackward, Pack, RowLogsumexp, TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
-use crate::moe::trainer::step_program::{Builder, EXPERT_AXIS, Mode, StepEnd, declare_params};
+use crate::moe::trainer::step_program::{
+    Builder, DATA_AXIS, EXPERT_AXIS, Mode, StepEnd, declare_params,
+};
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -29,12 +33,21 @@ pub(super) struct StepShape {
     pub config: TransformerConfig,
     pub adam: AdamConfig,
     pub devices: usize,
+    /// The data axis's size: the gang is a `{data, expert}` mesh of `data × devices/data`
+    /// (row-major) when it is above 1, else one axis of experts.
+    pub data: usize,
     pub groups: usize,
     /// Sequences per routing group.
     pub group_seqs: usize,
 }
 
 impl StepShape {
+    /// Devices along the expert axis, and the axis the expert all-to-all runs over.
+    pub fn expert_mesh(&self) -> (usize, Option<&'static str>) {
+        let along = self.devices / self.data.max(1);
+        (along, (self.data > 1).then_some(EXPERT_AXIS))
+    }
+
     pub fn rounds(&self) -> usize {
         self.groups / self.devices
     }
@@ -54,7 +67,7 @@ impl StepShape {
             .map(|(spec, is_expert)| {
                 let mut shape = spec.shape;
                 if is_expert {
-                    shape[0] = self.config.experts / self.devices;
+                    shape[0] = self.config.experts / self.expert_mesh().0;
                 }
                 shape
             })
@@ -128,7 +141,7 @@ impl Builder<'_, StepShape> {
         MoeFfn::new(
             router,
             loss,
-            s.devices,
+            s.expert_mesh(),
             s.rows(),
             cfg.model,
             ExpertActivation::Gelu,
@@ -157,8 +170,16 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         params: Vec::new(),
         grads: vec![None; expert.len()],
     };
-    // One axis carries both the token groups and the experts, as in the MoE trainer.
-    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]);
+    // With one axis it carries both the token groups and the experts, as in the MoE trainer;
+    // with two, experts split along `expert` and repeat along `data` (GShard, DeepSpeed-MoE).
+    let data_axis = (shape.data > 1).then_some(DATA_AXIS);
+    match data_axis {
+        Some(data) => {
+            let along = shape.expert_mesh().0;
+            x.b.mesh(&gang, &[(data, shape.data), (EXPERT_AXIS, along)])
+        }
+        None => x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]),
+    };
     let kind = match mode {
         Mode::Read(kind) => kind,
         _ => crate::moe::trainer::step_program::Kind::Param,
@@ -382,6 +403,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         groups: shape.groups,
         adam: shape.adam,
         bias,
+        data_axis,
     };
     end.finish(&mut x.b, &x.grads, mode)?;
     x.b.build()

@@ -1,6 +1,6 @@
 //! The Transformer's GPU trainer: parameters and Adam state as program variables on a gang of
 //! devices (expert tensors split over them, the rest replicated, as the MoE trainer lays them:
-//! [`ShardLayout`]), and one compiled step program per mode and batch size ([`super::step_program`])
+//! `ShardLayout`), and one compiled step program per mode and batch size (`step_program`)
 //! submitted through the caller's client of the process's runtime.
 //!
 //! A batch is `B` sequences routed as `G` groups of `B/G`; device `i` holds groups
@@ -56,6 +56,8 @@ pub struct TransformerTrainer {
     step: u32,
     groups: usize,
     devices: Vec<MeshDevice>,
+    /// The data axis of the `{data, expert}` mesh (1: one axis).
+    data: usize,
     expert: Vec<bool>,
     variables: Variables,
     client: Client,
@@ -73,7 +75,21 @@ impl TransformerTrainer {
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(client, devices, params, None, adam, groups)
+        Self::build(client, devices, params, None, adam, (groups, 1))
+    }
+
+    /// [`Self::new`] over a `{data: data, expert: D/data}` mesh of the devices (row-major): each
+    /// data row holds every expert once, the expert all-to-alls run within rows, and the expert
+    /// gradients are all-reduced over `data` (GShard, DeepSpeed-MoE). `data` = 1 is [`Self::new`].
+    pub fn with_mesh(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        params: &TransformerParams,
+        adam: AdamConfig,
+        groups: usize,
+        data: usize,
+    ) -> Result<Self> {
+        Self::build(client, devices, params, None, adam, (groups, data))
     }
 
     /// A trainer continuing from `checkpoint`'s parameters and Adam state, on any devices that
@@ -95,7 +111,7 @@ impl TransformerTrainer {
             &checkpoint.params,
             Some(train),
             train.adam,
-            train.groups,
+            (train.groups, 1),
         )
     }
 
@@ -121,14 +137,25 @@ impl TransformerTrainer {
         params: &TransformerParams,
         train: Option<&TrainState>,
         adam: AdamConfig,
-        groups: usize,
+        (groups, data): (usize, usize),
     ) -> Result<Self> {
         params.check()?;
         let cfg = params.config;
         let devices = devices.mesh_devices();
         let n = devices.len();
-        let experts = (cfg.moe_layers() > 0).then_some(cfg.experts);
-        check_gang("transformer trainer", client, &devices, experts, groups)?;
+        if data == 0 || !n.is_multiple_of(data) {
+            return Err(invalid(format!(
+                "a data axis of {data} does not divide {n} devices"
+            )));
+        }
+        check_gang("transformer trainer", client, &devices, None, groups)?;
+        let along = n / data;
+        if cfg.moe_layers() > 0 && !cfg.experts.is_multiple_of(along) {
+            return Err(invalid(format!(
+                "{} experts cannot be split evenly over the {along} devices of a data row",
+                cfg.experts
+            )));
+        }
         // Checks the Adam settings now rather than at the first step.
         lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let expert = cfg.expert_tensors();
@@ -136,6 +163,7 @@ impl TransformerTrainer {
             config: cfg,
             adam,
             devices: n,
+            data,
             groups,
             group_seqs: 1,
         };
@@ -143,6 +171,7 @@ impl TransformerTrainer {
         let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
         let layout = ShardLayout {
             devices: &devices,
+            expert_devices: along,
             shapes: &shapes,
             expert: &expert,
             names: &names,
@@ -155,6 +184,7 @@ impl TransformerTrainer {
             step: train.map_or(0, |t| t.step),
             groups,
             devices,
+            data,
             expert,
             variables,
             client: client.clone(),
@@ -186,6 +216,7 @@ impl TransformerTrainer {
             config: self.config,
             adam: self.adam,
             devices: self.devices.len(),
+            data: self.data,
             groups: self.groups,
             group_seqs: batch / self.groups,
         }
@@ -313,7 +344,8 @@ impl TransformerTrainer {
     pub fn grads(&self, tokens: &[u32], targets: &[u32]) -> Result<TransformerParams> {
         let results = self.run(Mode::Grads, tokens, targets, None)?;
         let shapes = self.shape(self.groups).shard_shapes();
-        let tensors = unpack_grads(&results, &shapes, &self.expert, self.devices.len())?;
+        let along = self.devices.len() / self.data;
+        let tensors = unpack_grads(&results, &shapes, &self.expert, along)?;
         let out = TransformerParams {
             config: self.config,
             tensors,
@@ -335,7 +367,12 @@ impl TransformerTrainer {
             .run(&exec, Vec::<Vec<f32>>::new(), RunOptions::default())?;
         let out = TransformerParams {
             config: self.config,
-            tensors: gather_read(results, &self.expert, self.devices.len()),
+            tensors: gather_read(
+                results,
+                &self.expert,
+                self.devices.len(),
+                self.devices.len() / self.data,
+            ),
         };
         out.check()?;
         Ok(out)

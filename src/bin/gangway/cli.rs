@@ -238,6 +238,10 @@ pub(crate) struct TrainLmArgs {
     /// Routing groups per batch [default: one per device].
     #[arg(long)]
     pub(crate) groups: Option<usize>,
+    /// The devices as a {data: A, expert: N/A} mesh: each of A rows holds every expert once, the
+    /// all-to-alls run within rows and expert gradients are all-reduced over data (1: one axis).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) data: usize,
     #[arg(long, default_value_t = 200)]
     pub(crate) steps: u32,
     /// Sequences per step over all devices.

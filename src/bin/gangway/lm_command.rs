@@ -57,7 +57,8 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         None => {
             let params = TransformerParams::init(args.model.config()?)?;
             let groups = args.groups.unwrap_or(devices.len());
-            TransformerTrainer::new(&client, devices, &params, AdamConfig::new(args.lr), groups)?
+            let adam = AdamConfig::new(args.lr);
+            TransformerTrainer::with_mesh(&client, devices, &params, adam, groups, args.data)?
         }
     };
     let c = *trainer.config();

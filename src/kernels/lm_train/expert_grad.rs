@@ -116,11 +116,21 @@ pub fn expert_weight_grad_reference(
 pub struct ExpertWeightGrad {
     pub offsets: Vec<u32>,
     pub block: usize,
+    /// The gang axis the experts split along when the rows are split along others too (a
+    /// `{data, expert}` mesh): the gradient is then partial over those others. `None`: the groups
+    /// split like the rows.
+    pub axis: Option<&'static str>,
 }
 
 impl Kernel for ExpertWeightGrad {
     fn kind(&self) -> &'static str {
         "expert_weight_grad"
+    }
+    fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
+        match self.axis {
+            Some(axis) => sharding_rules::grouped_sums(inputs, axis),
+            None => sharding_rules::rows(inputs, outputs),
+        }
     }
     /// A transposed product too (aᵀ·b per group).
     fn transposed(&self) -> bool {

@@ -300,6 +300,7 @@ impl GpuTrainer {
         let names: Vec<String> = specs.into_iter().map(|s| s.name).collect();
         let layout = ShardLayout {
             devices: &devices,
+            expert_devices: n,
             shapes: &shapes,
             expert: &expert,
             names: &names,
@@ -496,7 +497,8 @@ impl GpuTrainer {
             ..RunOptions::default()
         };
         let results = self.client.run(&exec, Vec::<Vec<f32>>::new(), opts)?;
-        let tensors = gather_read(results, &self.expert, self.devices.len());
+        let n = self.devices.len();
+        let tensors = gather_read(results, &self.expert, n, n);
         let out = MoeLmParams {
             config: self.config,
             tensors,
@@ -681,6 +683,9 @@ pub(crate) type Moments<'a> = (&'a [Vec<f32>], &'a [Vec<f32>]);
 /// first axis (experts) rather than replicated. Shared by every trainer of the step programs.
 pub(crate) struct ShardLayout<'a> {
     pub devices: &'a [MeshDevice],
+    /// Devices along the expert axis: device `i` holds expert shard `i mod expert_devices` (all
+    /// of them, with one axis).
+    pub expert_devices: usize,
     pub shapes: &'a [Vec<usize>],
     pub expert: &'a [bool],
     pub names: &'a [String],
@@ -702,7 +707,12 @@ impl ShardLayout<'_> {
                 let Some(values) = values else {
                     return Tensor::zeros(device, shape, DType::F32).map(Some);
                 };
-                let start = if self.expert[p] { i * per_device } else { 0 };
+                let shard = i % self.expert_devices.max(1);
+                let start = if self.expert[p] {
+                    shard * per_device
+                } else {
+                    0
+                };
                 let part = values.get(start..start + per_device).ok_or_else(|| {
                     invalid(
                         "trainer upload",
@@ -740,17 +750,18 @@ impl ShardLayout<'_> {
 }
 
 /// A gradient program's one result (every device's pack of its per-device gradients, one after
-/// another) as whole tensors: replicated ones from device 0, expert ones gathered in order.
+/// another) as whole tensors: replicated ones from device 0, expert ones gathered from the first
+/// `expert_devices` devices (one of each expert shard) in order.
 pub(crate) fn unpack_grads(
     results: &[Vec<u8>],
     shapes: &[Vec<usize>],
     expert: &[bool],
-    devices: usize,
+    expert_devices: usize,
 ) -> Result<Vec<Vec<f32>>> {
     let words: Vec<f32> = bytemuck::pod_collect_to_vec(results.first().map_or(&[][..], |v| v));
     let per_device: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     let mut tensors = vec![Vec::new(); shapes.len()];
-    for d in 0..devices {
+    for d in 0..expert_devices {
         let mut at = d * per_device;
         for (p, s) in shapes.iter().enumerate() {
             let len: usize = s.iter().product();
@@ -766,20 +777,26 @@ pub(crate) fn unpack_grads(
     Ok(tensors)
 }
 
-/// A read program's results as whole tensors: replicated ones from device 0 (every device's copy
-/// comes one after another), expert ones gathered from every device in order.
+/// A read program's results as whole tensors (every device's shard comes one after another):
+/// replicated ones from device 0, expert ones from the first `expert_devices` devices, which
+/// hold one of each expert shard in order.
 pub(crate) fn gather_read(
     results: Vec<Vec<f32>>,
     expert: &[bool],
     devices: usize,
+    expert_devices: usize,
 ) -> Vec<Vec<f32>> {
     results
         .into_iter()
         .enumerate()
         .map(|(p, mut all)| {
-            if !expert.get(p).copied().unwrap_or(false) {
-                all.truncate(all.len() / devices.max(1));
-            }
+            let shard = all.len() / devices.max(1);
+            let keep = if expert.get(p).copied().unwrap_or(false) {
+                shard * expert_devices
+            } else {
+                shard
+            };
+            all.truncate(keep);
             all
         })
         .collect()

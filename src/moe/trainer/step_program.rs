@@ -74,8 +74,10 @@ impl StepShape {
 }
 
 /// The variable names of parameter `p`, its first and its second moment.
-/// The step program's one gang axis.
+/// The step program's one gang axis (the expert axis of a `{data, expert}` mesh).
 pub const EXPERT_AXIS: &str = "expert";
+/// The data axis of a `{data, expert}` mesh (GShard, DeepSpeed-MoE): replicas of every expert.
+pub const DATA_AXIS: &str = "data";
 
 pub(crate) fn param_var(p: usize) -> String {
     format!("param {p}")
@@ -188,7 +190,7 @@ impl Builder<'_, StepShape> {
         MoeFfn::new(
             router,
             loss,
-            s.devices,
+            (s.devices, None),
             s.group_tokens,
             cfg.model,
             ExpertActivation::Relu,
@@ -337,6 +339,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         groups: shape.groups,
         adam: shape.adam,
         bias,
+        data_axis: None,
     };
     step.finish(&mut x.b, &x.grads, mode)?;
     x.b.build()
@@ -384,9 +387,30 @@ pub(crate) struct StepEnd<'a> {
     pub adam: AdamConfig,
     /// The step's bias corrections (training only).
     pub bias: Option<Value>,
+    /// The data axis of a `{data, expert}` mesh, over which the expert tensors' replicas are
+    /// summed; `None` with one axis (every expert is on one device).
+    pub data_axis: Option<&'a str>,
 }
 
 impl StepEnd<'_> {
+    /// Sums `grads[p]` for every `p` in `which` over the gang, packed into one all-reduce,
+    /// summed in device order.
+    fn reduce(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize]) {
+        if which.is_empty() {
+            return;
+        }
+        let types: Vec<TensorType> = which.iter().map(|&p| b.ty(grads[p])).collect();
+        let parts: Vec<Value> = which.iter().map(|&p| grads[p]).collect();
+        let pack = Arc::new(Pack { dtype: DType::F32 });
+        let [packed] = b.kernel("pack dense grads", self.gang, pack, &parts);
+        let summed = b.all_reduce("all-reduce", packed);
+        let unpack = Arc::new(Unpack { types });
+        let unpacked = b.kernels("unpack dense grads", self.gang, unpack, &[summed]);
+        for (&p, v) in which.iter().zip(unpacked) {
+            grads[p] = v;
+        }
+    }
+
     pub fn finish(
         &self,
         b: &mut ProgramBuilder,
@@ -405,23 +429,15 @@ impl StepEnd<'_> {
             .collect::<Result<_>>()?;
         if gang.len() > 1 {
             let dense: Vec<usize> = (0..grads.len()).filter(|&p| !self.expert[p]).collect();
-            let types: Vec<TensorType> = dense.iter().map(|&p| b.ty(grads[p])).collect();
-            let parts: Vec<Value> = dense.iter().map(|&p| grads[p]).collect();
-            let [packed] = b.kernel(
-                "pack dense grads",
-                gang,
-                Arc::new(Pack { dtype: DType::F32 }),
-                &parts,
-            );
-            let summed = b.all_reduce("all-reduce", packed);
-            let unpacked = b.kernels(
-                "unpack dense grads",
-                gang,
-                Arc::new(Unpack { types }),
-                &[summed],
-            );
-            for (&p, v) in dense.iter().zip(unpacked) {
-                grads[p] = v;
+            self.reduce(b, &mut grads, &dense);
+        }
+        if let Some(axis) = self.data_axis {
+            // Each data row holds every expert once: its replicas' gradients add up over rows.
+            // One all-reduce per tensor: a pack of expert shards is pieces, not a value unpack
+            // can cut.
+            for p in (0..grads.len()).filter(|&p| self.expert[p]) {
+                let name = format!("all-reduce {} over {axis}", self.names[p]);
+                grads[p] = b.all_reduce_over(&name, grads[p], axis);
             }
         }
         if self.groups > 1 {
