@@ -23,6 +23,7 @@ pub mod run;
 pub mod scaleout;
 pub mod suite;
 mod traced;
+pub mod transformer;
 
 pub use harness::{Benchmark, Sampling, Work, WorkUnit};
 pub use report::Report;

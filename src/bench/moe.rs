@@ -143,13 +143,13 @@ fn invalid(reason: String) -> Error {
 }
 
 /// Training batches: from the bundled corpora, or uniform random bytes when they cannot be read.
-struct Data {
+pub(super) struct Data {
     batches: Vec<(Vec<u32>, Vec<u32>)>,
     source: &'static str,
 }
 
 impl Data {
-    fn new(context: usize, tokens: usize, count: usize, seed: u64) -> Self {
+    pub(super) fn new(context: usize, tokens: usize, count: usize, seed: u64) -> Self {
         let corpus = Corpus::bundled_all().ok();
         if let Some(batches) = corpus
             .as_ref()
@@ -176,7 +176,7 @@ impl Data {
         }
     }
 
-    fn get(&self, i: usize) -> Result<&(Vec<u32>, Vec<u32>)> {
+    pub(super) fn get(&self, i: usize) -> Result<&(Vec<u32>, Vec<u32>)> {
         match self.batches.len() {
             0 => Err(invalid("no batches".into())),
             n => self

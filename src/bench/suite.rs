@@ -2,7 +2,7 @@
 //! (nothing runs on the device), so the number of cases is known before the first one runs.
 
 use super::harness::Benchmark;
-use super::{attention, btm, dispatch, matmul, memory, moe, pipeline, scaleout};
+use super::{attention, btm, dispatch, matmul, memory, moe, pipeline, scaleout, transformer};
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
@@ -14,18 +14,20 @@ pub enum Suite {
     Dispatch,
     Pipeline,
     Moe,
+    Transformer,
     Btm,
     Scaleout,
 }
 
 impl Suite {
-    pub const ALL: [Suite; 8] = [
+    pub const ALL: [Suite; 9] = [
         Suite::Matmul,
         Suite::Attention,
         Suite::Memory,
         Suite::Dispatch,
         Suite::Pipeline,
         Suite::Moe,
+        Suite::Transformer,
         Suite::Btm,
         Suite::Scaleout,
     ];
@@ -38,6 +40,7 @@ impl Suite {
             Suite::Dispatch => "dispatch",
             Suite::Pipeline => "pipeline",
             Suite::Moe => "moe",
+            Suite::Transformer => "transformer",
             Suite::Btm => "btm",
             Suite::Scaleout => "scaleout",
         }
@@ -56,6 +59,9 @@ impl Suite {
             }
             Suite::Pipeline => "one pipelined MLP training step per schedule; bubbles",
             Suite::Moe => "MoE LM training steps: vs dense, experts sweep, all-to-all share",
+            Suite::Transformer => {
+                "Transformer training steps: MoE vs dense, one axis vs a data x expert mesh"
+            }
             Suite::Btm => "Branch-Train-Merge branch phase on N devices against 1",
             Suite::Scaleout => {
                 "the job's wire between ranks, and a MoE training step over every rank's devices"
@@ -97,6 +103,7 @@ impl Suite {
             Suite::Dispatch => dispatch::plan(runtime, devices, &o.dispatch)?,
             Suite::Pipeline => pipeline::plan(runtime, devices, &o.pipeline)?,
             Suite::Moe => moe::plan(runtime, devices, elsewhere, &o.moe)?,
+            Suite::Transformer => transformer::plan(runtime, devices, &o.transformer)?,
             Suite::Btm => btm::plan(runtime, devices, &o.btm)?,
             // Over the whole mesh, once: planned with the run's first adapter.
             Suite::Scaleout if elsewhere.is_some() => scaleout::plan(runtime, &o.scaleout, &o.moe)?,
@@ -154,6 +161,7 @@ pub struct SuiteOptions {
     pub dispatch: dispatch::DispatchOptions,
     pub pipeline: pipeline::PipelineOptions,
     pub moe: moe::MoeBenchOptions,
+    pub transformer: transformer::TransformerBenchOptions,
     pub btm: btm::BtmBenchOptions,
     pub scaleout: scaleout::ScaleoutOptions,
 }
@@ -195,6 +203,7 @@ impl SuiteOptions {
             dispatch: dispatch::DispatchOptions::standard(),
             pipeline: pipeline::PipelineOptions::standard(),
             moe: moe::MoeBenchOptions::standard(),
+            transformer: transformer::TransformerBenchOptions::standard(),
             btm: btm::BtmBenchOptions::standard(),
             scaleout: scaleout::ScaleoutOptions::standard(),
         }
@@ -209,6 +218,7 @@ impl SuiteOptions {
             dispatch: dispatch::DispatchOptions::quick(),
             pipeline: pipeline::PipelineOptions::quick(),
             moe: moe::MoeBenchOptions::quick(),
+            transformer: transformer::TransformerBenchOptions::quick(),
             btm: btm::BtmBenchOptions::quick(),
             scaleout: scaleout::ScaleoutOptions::quick(),
         }
