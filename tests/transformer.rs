@@ -30,6 +30,7 @@ fn main() -> std::process::ExitCode {
         case!(host: files_round_trip_and_damage_is_an_error),
         case!(device: exported_weights_give_the_same_logits),
         case!(host: generation_is_deterministic_and_checked),
+        case!(device: moe_vs_dense_compares_equal_active_parameters),
     ])
 }
 
@@ -41,6 +42,8 @@ fn tiny(tied: bool, top_k: usize) -> TransformerConfig {
         heads: 2,
         layers: 2,
         hidden: 12,
+        // Experts narrower than the dense FFN: each width has its own path.
+        expert_hidden: 6,
         moe_every: 2,
         experts: 2,
         top_k,
@@ -575,4 +578,83 @@ fn generation_is_deterministic_and_checked() {
     assert!(logits(&ck.params, &[]).is_err());
     assert!(logits(&ck.params, &vec![1; cfg.context + 1]).is_err());
     assert!(logits(&ck.params, &[300]).is_err());
+}
+
+fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
+    use gangway::transformer::compare::{CompareOptions, active_parameters, moe_vs_dense};
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let opts = CompareOptions {
+        moe: TransformerConfig {
+            context: 12,
+            experts: 4,
+            top_k: 2,
+            ..tiny(false, 2)
+        },
+        capacities: vec![1.0, 2.0],
+        seeds: 2,
+        run: LmOptions {
+            steps: 2,
+            batch: 4,
+            eval_sequences: 8,
+            ..LmOptions::default()
+        },
+        lr: 0.01,
+    };
+    let mut runs = 0;
+    let table = moe_vs_dense(
+        &client,
+        std::slice::from_ref(device),
+        &corpus(),
+        &opts,
+        &mut |_, _, bpb| {
+            assert!(bpb.is_finite());
+            runs += 1;
+        },
+    )
+    .unwrap();
+    assert_eq!(runs, 6);
+    let [dense, low, high] = &table.rows[..] else {
+        panic!("three models: {:?}", table.rows);
+    };
+    // Equal active parameters but for the routers' d·E.
+    let routers = opts.moe.moe_layers() * opts.moe.model * opts.moe.experts;
+    assert_eq!(low.active_parameters, dense.active_parameters + routers);
+    assert_eq!(low.active_parameters, active_parameters(&low.config));
+    assert!(low.parameters > dense.parameters);
+    assert_eq!(low.config.expert_width(), opts.moe.hidden / 2);
+    assert_eq!(dense.dropped, [0.0, 0.0]);
+    // More capacity drops fewer choices.
+    let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
+    assert!(
+        mean(&high.dropped) <= mean(&low.dropped),
+        "{:?} vs {:?}",
+        high.dropped,
+        low.dropped
+    );
+    for r in &table.rows {
+        assert_eq!(r.valid_bpb.len(), 2);
+        assert!(r.bpb.std >= 0.0 && r.speed.mean > 0.0);
+    }
+    let md = table.markdown();
+    eprintln!("{md}");
+    let rows = md
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.matches(" ± ").count() == 2);
+    assert_eq!(rows.count(), 3, "{md}");
+    assert!(md.contains("capacity 2.0"), "{md}");
+    serde_json::to_string(&table).unwrap();
+    let none = CompareOptions {
+        seeds: 0,
+        ..opts.clone()
+    };
+    assert!(
+        moe_vs_dense(
+            &client,
+            std::slice::from_ref(device),
+            &corpus(),
+            &none,
+            &mut |_, _, _| {}
+        )
+        .is_err()
+    );
 }

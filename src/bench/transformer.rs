@@ -29,17 +29,7 @@ impl TransformerBenchOptions {
     /// 4 experts top-1, 8 sequences per step.
     pub fn standard() -> Self {
         Self {
-            config: TransformerConfig {
-                context: 64,
-                model: 64,
-                heads: 4,
-                layers: 2,
-                hidden: 256,
-                moe_every: 2,
-                experts: 4,
-                top_k: 1,
-                ..TransformerConfig::default()
-            },
+            config: TransformerConfig::small(),
             batch: 8,
             seed: 1,
         }

@@ -23,7 +23,8 @@
 //!   f = LN(h; γ2, β2)
 //!   h = h + FFN_l(f)
 //!       dense layer:  gelu(f·W1)·W2                 W1: [d, d_ff], W2: [d_ff, d]
-//!       MoE layer:    the expert layer of moe::ffn_program with GELU experts:
+//!       MoE layer:    the expert layer of moe::ffn_program with GELU experts of width
+//!                     d_e (expert_hidden, else d_ff):
 //!                     router f·Wr [d, E], top-K, capacity, gates as crate::moe documents;
 //!                     each kept choice adds gate · gelu(f·W1[e])·W2[e]
 //! z = LN(h; γf, βf)
@@ -47,6 +48,7 @@
 //! `{data, expert}` mesh ([`TransformerTrainer::with_mesh`]) whose rows each hold every expert.
 
 pub mod checkpoint;
+pub mod compare;
 pub mod params;
 pub mod reference;
 mod step_program;
@@ -76,8 +78,12 @@ pub struct TransformerConfig {
     pub heads: usize,
     /// `L`.
     pub layers: usize,
-    /// `d_ff`: the hidden width of a dense FFN and of each expert.
+    /// `d_ff`: the hidden width of a dense FFN (and of each expert unless `expert_hidden` says).
     pub hidden: usize,
+    /// Each expert's hidden width; 0: `hidden`. A top-2 MoE with experts half as wide as the
+    /// dense FFNs touches as many parameters per token as the dense model.
+    #[serde(default)]
+    pub expert_hidden: usize,
     /// Every `moe_every`-th FFN is an expert layer; 0: none.
     pub moe_every: usize,
     /// `E`.
@@ -106,6 +112,7 @@ impl Default for TransformerConfig {
             heads: 4,
             layers: 2,
             hidden: 128,
+            expert_hidden: 0,
             moe_every: 2,
             experts: 4,
             top_k: 1,
@@ -116,6 +123,24 @@ impl Default for TransformerConfig {
             tied: false,
             eps: 1e-5,
             seed: 0,
+        }
+    }
+}
+
+impl TransformerConfig {
+    /// `gangway train lm`'s default model: 2 layers of width 64, 4 heads, T = 64, FFNs of 256,
+    /// the second an expert layer of 4 experts, top-1. The bench and the comparisons start here.
+    pub fn small() -> Self {
+        Self {
+            context: 64,
+            model: 64,
+            heads: 4,
+            layers: 2,
+            hidden: 256,
+            moe_every: 2,
+            experts: 4,
+            top_k: 1,
+            ..Self::default()
         }
     }
 }
@@ -132,6 +157,15 @@ impl TransformerConfig {
     /// The expert layers.
     pub fn moe_layers(&self) -> usize {
         (0..self.layers).filter(|&l| self.is_moe(l)).count()
+    }
+
+    /// Each expert's hidden width.
+    pub fn expert_width(&self) -> usize {
+        if self.expert_hidden == 0 {
+            self.hidden
+        } else {
+            self.expert_hidden
+        }
     }
 
     /// `d / H`.

@@ -16,12 +16,12 @@
 //! | dense: `layers.l.ffn.w1` | `[d, d_ff]`     | σ                             |
 //! | dense: `layers.l.ffn.w2` | `[d_ff, d]`     | σ / √(2L)                     |
 //! | MoE: `layers.l.moe.router` | `[d, E]`      | σ                             |
-//! | MoE: `layers.l.moe.w1`   | `[E, d, d_ff]`  | σ                             |
-//! | MoE: `layers.l.moe.w2`   | `[E, d_ff, d]`  | σ / √(2L)                     |
+//! | MoE: `layers.l.moe.w1`   | `[E, d, d_e]`   | σ                             |
+//! | MoE: `layers.l.moe.w2`   | `[E, d_e, d]`   | σ / √(2L)                     |
 //! | `ln_f.weight`, `ln_f.bias` | `[d]`         | 1, 0                          |
 //! | `head` (untied only)     | `[d, 256]`      | σ                             |
 //!
-//! `σ = 0.02` as in GPT-2, with the residual projections scaled by `1/√(2L)`; a value with
+//! `d_e` is the experts' width ([`TransformerConfig::expert_width`]). `σ = 0.02` as in GPT-2, with the residual projections scaled by `1/√(2L)`; a value with
 //! standard deviation `s` is `Rng::new(seed).symmetric() · s·√3` (uniform), drawn in this order.
 //! Experts are stacked (`w1[e]` is one `[d, d_ff]` matrix), the layout the grouped matmul takes;
 //! a device holding experts `a..b` holds rows `a..b` of the first axis.
@@ -99,8 +99,9 @@ impl TransformerConfig {
             out.push(spec(p("ln2.bias"), &[d], Init::Zeros));
             if self.is_moe(l) {
                 out.push(spec(p("moe.router"), &[d, e], Init::Uniform(SIGMA)));
-                out.push(spec(p("moe.w1"), &[e, d, ff], Init::Uniform(SIGMA)));
-                out.push(spec(p("moe.w2"), &[e, ff, d], Init::Uniform(residual)));
+                let fe = self.expert_width();
+                out.push(spec(p("moe.w1"), &[e, d, fe], Init::Uniform(SIGMA)));
+                out.push(spec(p("moe.w2"), &[e, fe, d], Init::Uniform(residual)));
             } else {
                 out.push(spec(p("ffn.w1"), &[d, ff], Init::Uniform(SIGMA)));
                 out.push(spec(p("ffn.w2"), &[ff, d], Init::Uniform(residual)));

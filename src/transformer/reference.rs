@@ -141,9 +141,10 @@ fn group_logits(
                         }
                         let x = r.expert as usize;
                         let token = &f[i * d..(i + 1) * d];
-                        let w1 = &w(w1)[x * d * ff..(x + 1) * d * ff];
-                        let w2 = &w(w2)[x * ff * d..(x + 1) * ff * d];
-                        let o = mm(&gelu(&mm(token, w1, 1, ff, d, false)), w2, 1, d, ff, false);
+                        let fe = cfg.expert_width();
+                        let w1 = &w(w1)[x * d * fe..(x + 1) * d * fe];
+                        let w2 = &w(w2)[x * fe * d..(x + 1) * fe * d];
+                        let o = mm(&gelu(&mm(token, w1, 1, fe, d, false)), w2, 1, d, fe, false);
                         for (acc, v) in row.iter_mut().zip(o) {
                             *acc += r.gate * v;
                         }

@@ -176,6 +176,50 @@ pub(crate) enum EvalCommand {
     Btm(BtmArgs),
     /// Mean loss (nats and bits per byte) of a Transformer on a text file.
     Lm(EvalLmArgs),
+    /// Switch vs T5 at small scale: the Transformer with every other FFN E experts (top-K)
+    /// against the dense one of equal active parameters, same steps and batches, over several
+    /// seeds and capacity factors; a Markdown table of validation bits/byte and tokens/s.
+    MoeVsDense(MoeVsDenseArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct MoeVsDenseArgs {
+    #[arg(long, default_value_t = 8)]
+    pub(crate) experts: usize,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) top_k: usize,
+    /// Every FFN's hidden width; the experts are top-k times narrower (equal active parameters).
+    #[arg(long, default_value_t = 256)]
+    pub(crate) hidden: usize,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) layers: usize,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    pub(crate) heads: usize,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) context: usize,
+    /// Capacity factors the MoE model runs at.
+    #[arg(long, value_delimiter = ',', default_value = "1.0,1.25,2.0")]
+    pub(crate) capacities: Vec<f32>,
+    #[arg(long, default_value_t = 3)]
+    pub(crate) seeds: u64,
+    #[arg(long, default_value_t = 300)]
+    pub(crate) steps: u32,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value_t = 3e-3)]
+    pub(crate) lr: f32,
+    /// Devices each run trains on (the first N found).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) devices: usize,
+    /// Text files or directories [default: the bundled corpora, all domains].
+    #[arg(long, num_args = 1..)]
+    pub(crate) corpus: Vec<PathBuf>,
+    /// Write every run's numbers as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
 }
 
 /// `--arch`'s values.
@@ -203,9 +247,12 @@ pub(crate) struct TransformerArgs {
     /// Bytes per sequence.
     #[arg(long, default_value_t = 64)]
     pub(crate) context: usize,
-    /// Hidden width of a dense FFN and of each expert.
+    /// Hidden width of a dense FFN (and of each expert unless --expert-hidden).
     #[arg(long, default_value_t = 256)]
     pub(crate) hidden: usize,
+    /// Hidden width of each expert [default: --hidden].
+    #[arg(long, default_value_t = 0)]
+    pub(crate) expert_hidden: usize,
     /// Every N-th FFN is an expert layer (0: a dense Transformer).
     #[arg(long, default_value_t = 2)]
     pub(crate) moe_every: usize,

@@ -1,7 +1,8 @@
 //! The Transformer's commands: `train lm`, `eval lm`, `generate`, `export` and `import`.
 
 use crate::cli::{
-    ArchArg, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, TrainLmArgs, TransformerArgs,
+    ArchArg, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs, TrainLmArgs,
+    TransformerArgs,
 };
 use crate::{corpus_of, finish_training, first_devices, progress, write_json, write_out};
 use anyhow::{Context, Result, bail};
@@ -28,6 +29,7 @@ impl TransformerArgs {
             heads: self.heads,
             layers: self.layers,
             hidden: self.hidden,
+            expert_hidden: self.expert_hidden,
             moe_every: self.moe_every,
             experts: self.experts,
             top_k: self.top_k,
@@ -224,5 +226,44 @@ pub(crate) fn import(args: &ImportArgs) -> Result<()> {
         weights.config().param_specs().len(),
         weights.params.count()
     );
+    Ok(())
+}
+
+pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<()> {
+    use gangway::transformer::compare::{CompareOptions, moe_vs_dense};
+    let devices = &first_devices(runtime, args.devices)?[..];
+    let corpus = corpus_of(&args.corpus)?;
+    let standard = CompareOptions::standard();
+    let opts = CompareOptions {
+        moe: TransformerConfig {
+            experts: args.experts,
+            top_k: args.top_k,
+            hidden: args.hidden,
+            layers: args.layers,
+            model: args.d_model,
+            heads: args.heads,
+            context: args.context,
+            ..standard.moe
+        },
+        capacities: args.capacities.clone(),
+        seeds: args.seeds,
+        run: LmOptions {
+            steps: args.steps,
+            batch: args.batch,
+            ..standard.run
+        },
+        lr: args.lr,
+    };
+    opts.moe.validate()?;
+    let runs = (1 + opts.capacities.len()) as u64 * opts.seeds;
+    let pb = progress::bar(runs);
+    let client = runtime.client("eval moe-vs-dense", 1);
+    let table = moe_vs_dense(&client, devices, &corpus, &opts, &mut |name, seed, bpb| {
+        pb.inc(1);
+        progress::line(&pb, format!("{name}, seed {seed}: {bpb:.3} bits per byte"));
+    })?;
+    pb.finish();
+    print!("{}", table.markdown());
+    write_json(args.json.as_deref(), &table)?;
     Ok(())
 }

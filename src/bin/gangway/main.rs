@@ -201,6 +201,9 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
         Command::Train(TrainCommand::Moe(args)) => train_moe(&runtime(&tracer)?, args)?,
         Command::Train(TrainCommand::Lm(args)) => lm_command::train_lm(&runtime(&tracer)?, args)?,
         Command::Eval(EvalCommand::Lm(args)) => lm_command::eval_lm(&runtime(&tracer)?, args)?,
+        Command::Eval(EvalCommand::MoeVsDense(args)) => {
+            lm_command::moe_vs_dense(&runtime(&tracer)?, args)?
+        }
         Command::Generate(args) => lm_command::generate_text(args)?,
         Command::Export(args) => lm_command::export(args)?,
         Command::Import(args) => lm_command::import(args)?,
