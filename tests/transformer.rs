@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         case!(device: exported_weights_give_the_same_logits),
         case!(host: generation_is_deterministic_and_checked),
         case!(device: moe_vs_dense_compares_equal_active_parameters),
+        case!(adapters: btm_with_transformer_elms_scores_every_domain),
     ])
 }
 
@@ -657,4 +658,58 @@ fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
         )
         .is_err()
     );
+}
+
+fn btm_with_transformer_elms_scores_every_domain(adapters: &Adapters) {
+    use gangway::transformer::btm::{LmBtmOptions, run};
+    let mesh = adapters.mesh(2);
+    let mesh = &mesh[..2];
+    let (runtime, _client) = common::runtime_client(mesh, "test");
+    // Two domains that differ: words, and digits.
+    let mut rng = Rng::new(3);
+    let mut docs = corpus().documents().to_vec();
+    for name in ["x", "y"] {
+        let digits: Vec<u8> = (0..2000).map(|_| b'0' + rng.below(10) as u8).collect();
+        docs.push(Document::new("digits", name, digits));
+    }
+    let text = Corpus::from_documents(docs);
+    let opts = LmBtmOptions {
+        config: TransformerConfig {
+            context: 12,
+            moe_every: 0,
+            ..tiny(false, 1)
+        },
+        seed_steps: 2,
+        branch_steps: 3,
+        run: LmOptions {
+            batch: 2,
+            eval_sequences: 4,
+            ..LmOptions::default()
+        },
+        eval_sequences_per_doc: 3,
+        ..LmBtmOptions::standard()
+    };
+    let mut phases = Vec::new();
+    let table = run(&runtime, mesh, &text, &opts, &mut |p, i| {
+        phases.push(format!("{p} {i}"))
+    })
+    .unwrap();
+    assert_eq!(table.dense_steps, 2 + 2 * 3);
+    let domains: Vec<&str> = table.rows.iter().map(|r| r.domain.as_str()).collect();
+    assert_eq!(domains, ["toy", "digits"], "in the corpus's order");
+    for r in &table.rows {
+        for v in [r.dense, r.own_elm, r.ensemble, r.random_ensemble] {
+            assert!(v.is_finite() && v > 0.0, "{r:?}");
+        }
+        // Two documents of up to 3 sequences of 12 each (the validation parts are short).
+        assert!(r.tokens > 0 && r.tokens <= 2 * 3 * 12, "{r:?}");
+    }
+    assert!(
+        phases.contains(&"random branch 1".to_string()),
+        "{phases:?}"
+    );
+    eprintln!("{}", table.markdown());
+    // One domain is no comparison.
+    let one = Corpus::from_documents(corpus().documents().to_vec());
+    assert!(run(&runtime, mesh, &one, &opts, &mut |_, _| {}).is_err());
 }

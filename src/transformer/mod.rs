@@ -4,8 +4,8 @@
 //! mesh (`step_program`, run by [`trainer`]).
 //!
 //! Files are safetensors ([`checkpoint`]); [`training_run`] trains on a corpus and generates
-//! text. **Partial** (issue 23): f16 attention, dropless routing and Branch-Train-Merge over
-//! Transformers are not built yet.
+//! text; [`compare`] and [`btm`] are the seeds' two comparisons on it. **Partial** (issue 23):
+//! f16 attention and dropless routing are not built yet.
 //!
 //! # The model
 //!
@@ -47,6 +47,7 @@
 //! what one device computes with the same `G`. The gang is one axis (groups and experts), or a
 //! `{data, expert}` mesh ([`TransformerTrainer::with_mesh`]) whose rows each hold every expert.
 
+pub mod btm;
 pub mod checkpoint;
 pub mod compare;
 pub mod params;

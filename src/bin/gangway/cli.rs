@@ -172,8 +172,9 @@ pub(crate) struct BtmBranchArgs {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum EvalCommand {
-    /// Per-domain validation bits per byte of the models `train btm` saved.
-    Btm(BtmArgs),
+    /// Per-domain validation bits per byte of the models `train btm` saved; with --arch
+    /// transformer, the whole comparison with Transformer ELMs in one run (trained, then scored).
+    Btm(EvalBtmArgs),
     /// Mean loss (nats and bits per byte) of a Transformer on a text file.
     Lm(EvalLmArgs),
     /// Switch vs T5 at small scale: the Transformer with every other FFN E experts (top-K)
@@ -220,6 +221,19 @@ pub(crate) struct MoeVsDenseArgs {
     /// Write every run's numbers as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EvalBtmArgs {
+    #[command(flatten)]
+    pub(crate) btm: BtmArgs,
+    /// The expert LMs' model: the context-window MLP `train btm` saved, or Transformers
+    /// (`train lm`'s default model without experts) trained here.
+    #[arg(long, value_enum, default_value = "window")]
+    pub(crate) arch: ArchArg,
+    /// With --arch transformer: sequences of 64 bytes per step (--batch counts windows).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) sequences: usize,
 }
 
 /// `--arch`'s values.

@@ -1,8 +1,8 @@
 //! The Transformer's commands: `train lm`, `eval lm`, `generate`, `export` and `import`.
 
 use crate::cli::{
-    ArchArg, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs, TrainLmArgs,
-    TransformerArgs,
+    ArchArg, EvalBtmArgs, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs,
+    TrainLmArgs, TransformerArgs,
 };
 use crate::{corpus_of, finish_training, first_devices, progress, write_json, write_out};
 use anyhow::{Context, Result, bail};
@@ -265,5 +265,43 @@ pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<(
     pb.finish();
     print!("{}", table.markdown());
     write_json(args.json.as_deref(), &table)?;
+    Ok(())
+}
+
+pub(crate) fn btm_lm(runtime: &Runtime, args: &EvalBtmArgs) -> Result<()> {
+    use gangway::transformer::btm::{LmBtmOptions, run};
+    let b = &args.btm;
+    let devices = &first_devices(runtime, b.devices)?[..];
+    let corpus = corpus_of(&b.domains)?;
+    let standard = LmBtmOptions::standard();
+    let opts = LmBtmOptions {
+        seed_steps: b.seed_steps,
+        branch_steps: b.branch_steps,
+        run: LmOptions {
+            batch: args.sequences,
+            ..standard.run.clone()
+        },
+        lr: b.lr,
+        config: TransformerConfig {
+            seed: b.model.seed,
+            ..standard.config
+        },
+        ..standard
+    };
+    eprintln!(
+        "BTM with Transformer ELMs over {:?}: seed {} steps, {} per branch, {} sequences of {} \
+         bytes per step, on {} devices",
+        corpus.domains(),
+        opts.seed_steps,
+        opts.branch_steps,
+        opts.run.batch,
+        opts.config.context,
+        devices.len()
+    );
+    let table = run(runtime, devices, &corpus, &opts, &mut |phase, i| {
+        eprintln!("{phase} {i}");
+    })?;
+    print!("{}", table.markdown());
+    write_json(b.json.as_deref(), &table)?;
     Ok(())
 }

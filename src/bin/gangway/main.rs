@@ -211,7 +211,10 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
         Command::Train(TrainCommand::BtmBranch(args)) => {
             train_btm_branch(&runtime(&tracer)?, args)?
         }
-        Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, args)?,
+        Command::Eval(EvalCommand::Btm(args)) if args.arch == ArchArg::Transformer => {
+            lm_command::btm_lm(&runtime(&tracer)?, args)?
+        }
+        Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, &args.btm)?,
         Command::Trace(args) => trace_command::trace(args)?,
         Command::Plan(args) => plan_command::plan(args)?,
         Command::Pipeline(args) => {
