@@ -426,6 +426,15 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
     let saved = TransformerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.train.as_ref().unwrap().step, 2);
     let mut resumed = TransformerTrainer::resume(&client, mesh, &saved).unwrap();
+    // Onto a mesh whose rows hold one device each: data 2 × expert 1.
+    let on_grid = TransformerTrainer::resume_with_mesh(&client, mesh, &saved, 2).unwrap();
+    assert_eq!(on_grid.steps(), 2);
+    let (x, y) = batch(&cfg, 4, &mut Rng::new(1));
+    assert_eq!(
+        on_grid.token_nats(&x, &y).unwrap(),
+        resumed.token_nats(&x, &y).unwrap(),
+        "the same weights score the same on either layout"
+    );
     assert_eq!(resumed.steps(), 2);
     let rest = train(&mut resumed, &text, &opts(2), &mut |_, _| {}).unwrap();
     let joined: Vec<f64> = half.losses.iter().chain(&rest.losses).copied().collect();

@@ -99,6 +99,17 @@ impl TransformerTrainer {
         devices: &(impl DeviceList + ?Sized),
         checkpoint: &TransformerCheckpoint,
     ) -> Result<Self> {
+        Self::resume_with_mesh(client, devices, checkpoint, 1)
+    }
+
+    /// [`Self::resume`] onto a `{data, expert}` mesh with `data` rows ([`Self::with_mesh`]): a
+    /// checkpoint does not remember how its devices were laid out, only the groups.
+    pub fn resume_with_mesh(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        checkpoint: &TransformerCheckpoint,
+        data: usize,
+    ) -> Result<Self> {
         checkpoint.check()?;
         let Some(train) = &checkpoint.train else {
             return Err(invalid(
@@ -111,7 +122,7 @@ impl TransformerTrainer {
             &checkpoint.params,
             Some(train),
             train.adam,
-            (train.groups, 1),
+            (train.groups, data),
         )
     }
 
