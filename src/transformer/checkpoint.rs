@@ -1,6 +1,6 @@
 //! The Transformer's files, in the [safetensors](https://github.com/huggingface/safetensors)
-//! format, so that PyTorch, JAX and Hugging Face tools load the weights as they are
-//! (`safetensors.torch.load_file`):
+//! format, so that PyTorch, JAX and Hugging Face tools load the weights as they are (Python's
+//! `safetensors`; `scripts/transformer_numpy.py` loads them with its NumPy loader):
 //!
 //! - every parameter under its name ([`super::params`] lists names, shapes and order), f32,
 //!   little-endian, row-major, in its shape: `[in, out]` for the matrices a row multiplies from
