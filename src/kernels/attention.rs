@@ -12,7 +12,9 @@
 //! as it is: head `h` is columns `h·Dh..(h+1)·Dh`), the logsumexp `[B, T, H]`. Scores are
 //! `scale · q·k` (`1/√Dh` by default), and with `causal` query `t` sees keys `0..=t`. Head
 //! dimensions up to [`MAX_HEAD_DIM`]; any `T`. Batches split over devices like rows (the default
-//! sharding rule: each sequence is whole on one device). f32 only: f16 is not built yet.
+//! sharding rule: each sequence is whole on one device). With `seq: Some(T)` the nodes take and
+//! give `[B·T, ·]` rows instead, viewed as `[B, T, ·]` without a copy ([`Tensor::view`]), as
+//! the Transformer's step feeds them. f32 only: f16 is not built yet.
 //!
 //! Each has a blocking form ([`attention`], [`attention_backward`], through [`super::eager`]) and
 //! a plain-Rust reference computed in f64 ([`attention_reference`],

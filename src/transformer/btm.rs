@@ -128,41 +128,45 @@ fn trained(
     trainer.params()
 }
 
-/// Nats of every token `params` scores in `valid` (per document, its first
-/// `per_doc` sequences of `T`, `T` apart), and the document of each, in document order.
+/// Per validation corpus, the nats of every token `params` scores (per document, its first
+/// `per_doc` sequences of `T`, `T` apart) and the document of each, in document order: one
+/// trainer (one compiled program) for all of them.
 fn token_nats(
     runtime: &Runtime,
     device: &MeshDevice,
     params: &TransformerParams,
-    valid: &Corpus,
+    valid: &[Corpus],
     opts: &LmBtmOptions,
-) -> Result<(Vec<f64>, Vec<usize>)> {
+) -> Result<Vec<(Vec<f64>, Vec<usize>)>> {
     let t = params.config.context;
     let client = runtime.client("btm lm eval", 1);
     let one = std::slice::from_ref(device);
     let trainer = TransformerTrainer::new(&client, one, params, AdamConfig::new(opts.lr), 1)?;
-    let (mut nats, mut docs) = (Vec::new(), Vec::new());
-    for (i, doc) in valid.documents().iter().enumerate() {
-        let one_doc = Corpus::from_documents(vec![doc.clone()]);
-        let Ok(windows) = one_doc.windows(t, t) else {
-            continue; // shorter than a sequence
-        };
-        let seqs: Vec<_> = windows.take(opts.eval_sequences_per_doc).collect();
-        for chunk in seqs.chunks(opts.run.batch.max(1)) {
-            let tokens: Vec<u32> = chunk.iter().flat_map(|(w, _)| w.iter().copied()).collect();
-            let next: Vec<u32> = chunk.iter().map(|(_, y)| *y).collect();
-            let got = trainer.token_nats(&tokens, &shifted_targets(&tokens, &next, t))?;
-            docs.extend(std::iter::repeat_n(i, got.len()));
-            nats.extend(got);
+    let score = |corpus: &Corpus| -> Result<(Vec<f64>, Vec<usize>)> {
+        let (mut nats, mut docs) = (Vec::new(), Vec::new());
+        for (i, doc) in corpus.documents().iter().enumerate() {
+            let one_doc = Corpus::from_documents(vec![doc.clone()]);
+            let Ok(windows) = one_doc.windows(t, t) else {
+                continue; // shorter than a sequence
+            };
+            let seqs: Vec<_> = windows.take(opts.eval_sequences_per_doc).collect();
+            for chunk in seqs.chunks(opts.run.batch.max(1)) {
+                let tokens: Vec<u32> = chunk.iter().flat_map(|(w, _)| w.iter().copied()).collect();
+                let next: Vec<u32> = chunk.iter().map(|(_, y)| *y).collect();
+                let got = trainer.token_nats(&tokens, &shifted_targets(&tokens, &next, t))?;
+                docs.extend(std::iter::repeat_n(i, got.len()));
+                nats.extend(got);
+            }
         }
-    }
-    if nats.is_empty() {
-        return Err(Error::InvalidArgument {
-            what: "BTM evaluation",
-            reason: format!("no validation document is longer than {t} bytes"),
-        });
-    }
-    Ok((nats, docs))
+        if nats.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: "BTM evaluation",
+                reason: format!("no validation document is longer than {t} bytes"),
+            });
+        }
+        Ok((nats, docs))
+    };
+    valid.iter().map(score).collect()
 }
 
 fn mean_bpb(nats: &[f64]) -> f64 {
@@ -221,26 +225,29 @@ pub fn run(
     let dense_steps = opts.seed_steps + opts.branch_steps * k as u32;
     progress("dense", 0);
     let dense = trained(runtime, first, &init, corpus, dense_steps, opts)?;
+    progress("evaluate", 0);
+    let valid = domains
+        .iter()
+        .map(|(_, part)| Ok(part.split(opts.run.valid_fraction)?.valid))
+        .collect::<Result<Vec<_>>>()?;
+    // Every model scores every domain: [model][domain] → (nats, documents).
+    let score = |p: &TransformerParams| token_nats(runtime, first, p, &valid, opts);
+    let dense_scores = score(&dense)?;
+    let elm_scores = elms.iter().map(score).collect::<Result<Vec<_>>>()?;
+    let random_scores = random_elms.iter().map(score).collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::with_capacity(k);
-    for (i, (domain, part)) in domains.iter().enumerate() {
-        progress("evaluate", i);
-        let valid = part.split(opts.run.valid_fraction)?.valid;
-        let score = |p: &TransformerParams| token_nats(runtime, first, p, &valid, opts);
-        let (dense_nats, docs) = score(&dense)?;
-        let elm_nats = elms
-            .iter()
-            .map(|p| Ok(score(p)?.0))
-            .collect::<Result<Vec<_>>>()?;
-        let random_nats = random_elms
-            .iter()
-            .map(|p| Ok(score(p)?.0))
-            .collect::<Result<Vec<_>>>()?;
-        let (ensemble, _) = ensemble_bits_per_byte(&elm_nats, &docs, opts.ensemble)?;
-        let (random_ensemble, _) = ensemble_bits_per_byte(&random_nats, &docs, opts.ensemble)?;
+    for (i, (domain, _)) in domains.iter().enumerate() {
+        let (dense_nats, docs) = &dense_scores[i];
+        let of = |scores: &[Vec<(Vec<f64>, Vec<usize>)>]| -> Vec<Vec<f64>> {
+            scores.iter().map(|m| m[i].0.clone()).collect()
+        };
+        let (elm_nats, random_nats) = (of(&elm_scores), of(&random_scores));
+        let (ensemble, _) = ensemble_bits_per_byte(&elm_nats, docs, opts.ensemble)?;
+        let (random_ensemble, _) = ensemble_bits_per_byte(&random_nats, docs, opts.ensemble)?;
         rows.push(LmBtmRow {
             domain: domain.clone(),
             tokens: docs.len(),
-            dense: mean_bpb(&dense_nats),
+            dense: mean_bpb(dense_nats),
             own_elm: mean_bpb(&elm_nats[i]),
             ensemble,
             random_ensemble,

@@ -167,17 +167,7 @@ pub fn moe_vs_dense(
     let mut unigram_bpb = f64::NAN;
     let mut rows = Vec::with_capacity(models.len());
     for (name, cfg) in models {
-        let mut row = ModelRow {
-            name: name.clone(),
-            config: cfg,
-            parameters: cfg.param_specs().iter().map(|s| s.len()).sum(),
-            active_parameters: active_parameters(&cfg),
-            valid_bpb: Vec::new(),
-            tokens_per_s: Vec::new(),
-            dropped: Vec::new(),
-            bpb: Spread::of(&[]),
-            speed: Spread::of(&[]),
-        };
+        let (mut valid_bpb, mut tokens_per_s, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
         for seed in 0..opts.seeds {
             let cfg = TransformerConfig { seed, ..cfg };
             let params = TransformerParams::init(cfg)?;
@@ -190,16 +180,23 @@ pub fn moe_vs_dense(
             };
             let report = train(&mut trainer, corpus, &run, &mut |_, _| {})?;
             unigram_bpb = report.unigram_bpb;
-            let dropped = report.dropped_fractions.iter().sum::<f64>()
-                / report.dropped_fractions.len().max(1) as f64;
-            row.valid_bpb.push(report.valid_bpb);
-            row.tokens_per_s.push(report.tokens_per_s);
-            row.dropped.push(dropped);
+            let d = &report.dropped_fractions;
+            dropped.push(d.iter().sum::<f64>() / d.len().max(1) as f64);
+            valid_bpb.push(report.valid_bpb);
+            tokens_per_s.push(report.tokens_per_s);
             progress(&name, seed, report.valid_bpb);
         }
-        row.bpb = Spread::of(&row.valid_bpb);
-        row.speed = Spread::of(&row.tokens_per_s);
-        rows.push(row);
+        rows.push(ModelRow {
+            name,
+            config: cfg,
+            parameters: cfg.param_specs().iter().map(|s| s.len()).sum(),
+            active_parameters: active_parameters(&cfg),
+            bpb: Spread::of(&valid_bpb),
+            speed: Spread::of(&tokens_per_s),
+            valid_bpb,
+            tokens_per_s,
+            dropped,
+        });
     }
     Ok(Comparison {
         steps: opts.run.steps,

@@ -80,13 +80,24 @@ pub fn check_batch(
     Ok(batch)
 }
 
-/// Routing sums of one group's expert layers.
-#[derive(Debug, Default)]
+/// Routing sums over groups, per expert layer.
+#[derive(Debug)]
 struct GroupStats {
     kept: Vec<Vec<usize>>,
     dropped: Vec<usize>,
     aux: f64,
     z: f64,
+}
+
+impl GroupStats {
+    fn new(cfg: &super::TransformerConfig) -> Self {
+        Self {
+            kept: vec![vec![0; cfg.experts]; cfg.moe_layers()],
+            dropped: vec![0; cfg.moe_layers()],
+            aux: 0.0,
+            z: 0.0,
+        }
+    }
 }
 
 /// The logits `[n, V]` of one routing group: `ids` holds whole sequences of `seq` bytes
@@ -108,8 +119,6 @@ fn group_logits(
         head_dim: cfg.head_dim(),
     };
     let scale = default_scale(cfg.head_dim());
-    stats.kept.resize(cfg.moe_layers(), vec![0; e]);
-    stats.dropped.resize(cfg.moe_layers(), 0);
     let mut h: Vec<f32> = Vec::with_capacity(n * d);
     for (i, &id) in ids.iter().enumerate() {
         let (tok, pos) = (id as usize * d, (i % seq) * d);
@@ -188,7 +197,7 @@ pub fn logits(params: &TransformerParams, ids: &[u32]) -> Result<Vec<f32>> {
             reason: format!("byte id {bad} is not below {VOCAB}"),
         });
     }
-    group_logits(params, ids, ids.len(), &mut GroupStats::default())
+    group_logits(params, ids, ids.len(), &mut GroupStats::new(&params.config))
 }
 
 /// The forward of a batch (`tokens`, `targets`: `[B, T]` byte ids) routed in `groups` groups of
@@ -203,7 +212,7 @@ pub fn forward(
     let cfg = params.config;
     let batch = check_batch(&cfg, tokens, targets, groups)?;
     let n = batch / groups * cfg.context;
-    let mut stats = GroupStats::default();
+    let mut stats = GroupStats::new(&cfg);
     let mut token_nats = Vec::with_capacity(tokens.len());
     for g in 0..groups {
         let logits = group_logits(params, &tokens[g * n..(g + 1) * n], cfg.context, &mut stats)?;

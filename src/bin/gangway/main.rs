@@ -1,5 +1,7 @@
-//! The `gangway` command line. Under `mpirun` (built with the `mpi` feature) every rank runs the
-//! same command over the job's global mesh; rank 0 alone prints and writes files.
+//! The `gangway` command line: dispatch, the process's one runtime, and the bodies of the commands
+//! without a module of their own, with what they share (device selection, corpus loading, the
+//! training summary, file writes). Under `mpirun` (built with the `mpi` feature) every rank runs
+//! the same command over the job's global mesh; rank 0 alone prints and writes files.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

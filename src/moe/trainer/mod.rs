@@ -1,6 +1,6 @@
 //! The GPU trainer of the MoE language model ([`super`]): forward, backward and Adam in WGSL,
 //! data- and expert-parallel over a mesh of `D` devices, as one compiled program per step shape
-//! ([`step_program`]) submitted through the caller's client of the process's gang-scheduling
+//! (`step_program`) submitted through the caller's client of the process's gang-scheduling
 //! [`Runtime`](crate::sched::Runtime). The host only submits batches and reads back small
 //! statistics; every kernel is a trace event of the runtime.
 //!
@@ -22,6 +22,11 @@
 //! - **Scaling**: each group's backward is that of `CE_g + Σ_l (aux_{g,l} + z_{g,l})`, where the
 //!   kernels already take the means over the group's tokens; the batch loss is the mean over
 //!   groups, so every gradient is scaled by `1/G` once, after the sums.
+//!
+//! The host side every trainer over a gang shares (the Transformer's too) is here as well:
+//! `check_gang`, `ShardLayout` (uploading parameters and moments, expert tensors cut by device),
+//! `gather_read` and `unpack_grads` (reading them back), and `StatsLayout` (a step's statistics
+//! packs).
 
 mod checkpoint;
 pub(crate) mod step_program;

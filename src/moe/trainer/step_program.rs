@@ -9,6 +9,11 @@
 //! groups of `D · capacity` rows per local expert ([`super::super::exchange`], shared with the
 //! demo layer). D devices compute the bits one device computes with D groups: every matmul sums in
 //! an order independent of M, and the expert weight gradient sums one slot block at a time.
+//!
+//! The expert layer's nodes are [`super::super::ffn_program`]'s. The pieces any model's step
+//! program over a gang needs are here and shared with the Transformer's: `Builder` (kernels,
+//! matmuls, gradient accumulation, a linear layer's backward), `declare_params`, `StepEnd` (the
+//! all-reduces, `1/G` and Adam), the axis names and the step modes.
 
 use super::super::ffn_program::{ExpertActivation, MATMUL, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use super::super::params::{BlockIndex, EMBED, W_IN};
