@@ -5,8 +5,8 @@
 mod common;
 
 use common::{Adapters, Span, case};
-use gangway::kernels::TensorType;
 use gangway::kernels::elementwise::{ElementwiseOp, reference};
+use gangway::kernels::{Accumulate, TensorType};
 use gangway::program::{CompileOptions, Program, ProgramBuilder};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{Device, Rng};
@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: fig4_chain_matches_the_host_in_both_modes).span(Span::EachAndCross),
         case!(adapters: collectives_match_the_host).span(Span::EachAndCross),
         case!(adapters: collectives_over_one_axis_of_a_2d_mesh).span(Span::EachAndCross),
+        case!(adapters: idle_shards_leave_zeros_and_keep_in_place_inputs).span(Span::EachAndCross),
         case!(device: wrong_arguments_are_errors),
     ])
 }
@@ -206,4 +207,69 @@ fn wrong_arguments_are_errors(device: &Device) {
         .compile(devices, CompileOptions::default())
         .unwrap_err();
     assert!(err.to_string().contains("uses"), "{err}");
+}
+
+/// Kernel nodes that run on some shards only (`ProgramBuilder::only_where`), two virtual devices
+/// of each adapter and across adapters: an idle shard's fresh output is zero, what it sends in an
+/// all-to-all is zero rows, and its in-place update leaves the input as it was, run after run.
+fn idle_shards_leave_zeros_and_keep_in_place_inputs(adapters: &Adapters) {
+    let devices = &adapters.mesh(2);
+    let n = devices.len();
+    let gang: Vec<usize> = (0..n).collect();
+    let shard = 5 * n;
+    // Shard 0 and every third one run; the others are idle.
+    let active: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
+    let mut p = ProgramBuilder::new("idle shards");
+    let x = p.arg(&gang, shard);
+    let (y, acc) = p.only_where(Some(&active), |p| {
+        let y = p.affine("2x+1", &gang, x, 2.0, 1.0);
+        // Every shard of x accumulates y in place, but only the active shards run.
+        let [acc] = p.kernel("x += y", &gang, Arc::new(Accumulate), &[x, y]);
+        (y, acc)
+    });
+    // Collectives run everywhere: idle shards send their zeros.
+    let t = p.all_to_all("a2a", y);
+    let back = p.affine("t+0", &gang, t, 1.0, 0.0);
+    p.result(y);
+    p.result(acc);
+    p.result(back);
+    let prog = p.build().unwrap();
+    let idle = (0..n).filter(|&i| !active[i]).count();
+    let node = prog.nodes().iter().find(|n| n.name == "2x+1").unwrap();
+    assert_eq!(node.active.is_some(), idle > 0);
+    assert_eq!(prog.computations(), 2 * (n - idle) + n);
+    let exec = compile(&prog, devices);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    let chunk = shard / n;
+    for (run, mode) in MODES.into_iter().cycle().take(4).enumerate() {
+        let input = Rng::new(run as u64).vec(n * shard);
+        let mut want_y = vec![0.0f32; n * shard];
+        let mut want_acc = input.clone();
+        for i in (0..n).filter(|&i| active[i]) {
+            for k in i * shard..(i + 1) * shard {
+                want_y[k] = 2.0 * input[k] + 1.0;
+                want_acc[k] = input[k] + want_y[k];
+            }
+        }
+        let mut want_t = vec![0.0f32; n * shard];
+        for src in 0..n {
+            for dst in 0..n {
+                for k in 0..chunk {
+                    want_t[dst * shard + src * chunk + k] = want_y[src * shard + dst * chunk + k];
+                }
+            }
+        }
+        let out = client.run(&exec, vec![input], opts(mode)).unwrap();
+        common::assert_close(&format!("y, run {run}"), &out[0], &want_y, 1e-6);
+        common::assert_close(&format!("x += y, run {run}"), &out[1], &want_acc, 1e-6);
+        common::assert_close(&format!("all-to-all, run {run}"), &out[2], &want_t, 1e-6);
+    }
+    // Flags must match the gang.
+    let mut p = ProgramBuilder::new("bad flags");
+    let x = p.arg(&gang, 4);
+    let y = p.only_where(Some(&[true; 7]), |p| p.relu("r", &gang, x));
+    p.result(y);
+    let err = p.build().unwrap_err().to_string();
+    assert!(err.contains("7 shard flags"), "{err}");
 }

@@ -27,6 +27,8 @@ pub struct ProgramBuilder {
     program: Program,
     /// Named axes declared for gangs; any other gang is one axis, [`DEFAULT_AXIS`].
     meshes: Vec<(Vec<usize>, GangAxes)>,
+    /// The shards kernel nodes added now run on ([`Self::only_where`]); `None`: every shard.
+    active: Option<Vec<bool>>,
     error: Option<String>,
 }
 
@@ -46,8 +48,26 @@ impl ProgramBuilder {
                 in_order: false,
             },
             meshes: Vec::new(),
+            active: None,
             error: None,
         }
+    }
+
+    /// Builds with `f` where every kernel node added runs only on the shards of its gang whose
+    /// flag in `active` is set (`None`: on every shard; see [`Node::active`] for what an idle
+    /// shard leaves). Data movement, collectives, arguments and results run on every shard
+    /// whatever the flags. Scopes nest: the outer flags come back when `f` returns.
+    pub fn only_where<R>(&mut self, active: Option<&[bool]>, f: impl FnOnce(&mut Self) -> R) -> R {
+        let outer = self.set_active(active.map(<[bool]>::to_vec));
+        let out = f(self);
+        self.set_active(outer);
+        out
+    }
+
+    /// [`Self::only_where`] without a scope: the flags for every kernel node added from now on;
+    /// returns the ones they replace.
+    pub fn set_active(&mut self, active: Option<Vec<bool>>) -> Option<Vec<bool>> {
+        std::mem::replace(&mut self.active, active)
     }
 
     /// Every device runs this program's nodes strictly in the order they were added. By default
@@ -123,6 +143,19 @@ impl ProgramBuilder {
         outputs_of: Vec<(TensorType, NamedSharding)>,
     ) -> Vec<Value> {
         self.check_gang(name, gang);
+        let active = match (&op, &self.active) {
+            (Op::Kernel(_), Some(a)) if a.len() != gang.len() => {
+                self.fail(format!(
+                    "{name}: {} shard flags for a gang of {}",
+                    a.len(),
+                    gang.len()
+                ));
+                None
+            }
+            (Op::Kernel(_), Some(a)) if a.iter().all(|&x| x) => None,
+            (Op::Kernel(_), Some(a)) => Some(a.clone()),
+            _ => None,
+        };
         let node = self.program.nodes.len();
         let mut outputs = Vec::with_capacity(outputs_of.len());
         for (output, (ty, sharding)) in outputs_of.into_iter().enumerate() {
@@ -142,6 +175,7 @@ impl ProgramBuilder {
             gang: gang.to_vec(),
             inputs,
             outputs: outputs.clone(),
+            active,
         });
         outputs
     }
@@ -600,6 +634,7 @@ impl ProgramBuilder {
             gang: info.gang,
             inputs: vec![x],
             outputs: Vec::new(),
+            active: None,
         });
         self.program.results.push(x);
     }

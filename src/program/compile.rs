@@ -246,10 +246,13 @@ impl Program {
                             };
                             outputs.push(tensor(v, buffer)?);
                         }
-                        let mut prepared = Prepared::new();
-                        k.0.prepare(&inputs, &outputs, &mut prepared)
-                            .map_err(|e| fail(format!("{}: {e}", n.name)))?;
-                        res.dispatch = Some(prepared);
+                        // An idle shard keeps its (zeroed) outputs and records nothing.
+                        if n.runs_on(i) {
+                            let mut prepared = Prepared::new();
+                            k.0.prepare(&inputs, &outputs, &mut prepared)
+                                .map_err(|e| fail(format!("{}: {e}", n.name)))?;
+                            res.dispatch = Some(prepared);
+                        }
                         res.outputs = outputs.iter().map(|t| t.buffer().clone()).collect();
                     }
                     Op::Transfer => {

@@ -194,9 +194,22 @@ pub struct Node {
     pub inputs: Vec<Value>,
     /// What the node makes (a result: nothing; most nodes: one value; kernels: any number).
     pub outputs: Vec<Value>,
+    /// Kernel nodes only: the shards that run, one flag per device of the gang (`None`: every
+    /// shard). An idle shard leaves its outputs as they are: an in-place output keeps its input,
+    /// a fresh one stays zero (buffers start zeroed, and only this node writes them). This is how
+    /// a step gives a slow device fewer token groups than a fast one while every device still
+    /// serves its experts: the idle device's slots are zero rows, which add exact zeros.
+    pub active: Option<Vec<bool>>,
 }
 
 impl Node {
+    /// Whether shard `shard` of the node runs.
+    pub fn runs_on(&self, shard: usize) -> bool {
+        self.active
+            .as_ref()
+            .is_none_or(|a| a.get(shard).copied().unwrap_or(false))
+    }
+
     /// The node's first output.
     pub fn output(&self) -> Option<Value> {
         self.outputs.first().copied()
@@ -237,6 +250,10 @@ impl Program {
             eat(n.op.kind().as_bytes());
             for &d in &n.gang {
                 eat(&(d as u64).to_le_bytes());
+            }
+            if let Some(active) = &n.active {
+                eat(b"active");
+                eat(&active.iter().map(|&a| u8::from(a)).collect::<Vec<u8>>());
             }
             for v in n.inputs.iter() {
                 eat(&(v.0 as u64).to_le_bytes());
@@ -325,7 +342,9 @@ impl Program {
         self.nodes
             .iter()
             .map(|n| match &n.op {
-                Op::Kernel(k) => n.gang.len() * k.0.computations(),
+                Op::Kernel(k) => {
+                    (0..n.gang.len()).filter(|&i| n.runs_on(i)).count() * k.0.computations()
+                }
                 _ => 0,
             })
             .sum()

@@ -137,6 +137,8 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
         match n.op {
             Op::Arg { .. } => add(d, Role::Upload { shard }),
             Op::Constant { .. } | Op::Variable { .. } => {}
+            // An idle shard has nothing to do, and its outputs are ready as they are.
+            Op::Kernel(_) if !n.runs_on(shard) => {}
             Op::Kernel(_) => add(d, Role::Kernel { shard }),
             Op::Transfer => {
                 add(prog.value(n.inputs[0]).gang[shard], Role::Send { shard });
