@@ -456,6 +456,50 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
     again.extend(tiny);
     let out = gangway(&again);
     assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    // Groups dealt unevenly over two devices, as given and as measured.
+    for (balance, want) in [
+        ("3,1", "groups per device: 3,1\n"),
+        ("measured", "for speeds"),
+    ] {
+        let mut dealt = vec![
+            "--virtual-devices",
+            "2",
+            "train",
+            "moe",
+            "--steps",
+            "2",
+            "--devices",
+            "2",
+            "--groups",
+            "4",
+            "--balance",
+            balance,
+        ];
+        dealt.extend(tiny);
+        let out = gangway(&dealt);
+        assert!(out.contains(want), "{out}");
+        assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    }
+    for (balance, says) in [
+        ("3,0", "at least one routing group"),
+        (
+            "3,3",
+            "a split of 6 groups over 2 devices for a trainer of 4",
+        ),
+        ("fast", "is not `even`, `measured`"),
+    ] {
+        let bad = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(["--virtual-devices", "2", "train", "moe", "--steps", "1"])
+            .args(["--devices", "2", "--groups", "4", "--balance", balance])
+            .args(tiny)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            !bad.status.success() && err.contains(says) && !err.contains("panicked"),
+            "{balance}: {err}"
+        );
+    }
     std::fs::write(&ckpt, b"not a checkpoint").unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args(["train", "moe", "--resume", ckpt.to_str().unwrap()])

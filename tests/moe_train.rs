@@ -7,9 +7,9 @@
 mod common;
 
 use common::moe::{batch, config};
-use common::{Adapters, case};
+use common::{Adapters, Span, case};
 use gangway::kernels::lm_train::AdamConfig;
-use gangway::moe::trainer::coefficient_of_variation;
+use gangway::moe::trainer::{GroupSplit, coefficient_of_variation};
 use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
     loss_and_grads_grouped,
@@ -25,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: capacity_drops_match_the_reference_router),
         case!(device: bad_inputs_are_errors),
         case!(adapters: eight_devices_follow_one_device_with_eight_groups),
+        case!(adapters: an_uneven_split_follows_one_device).span(Span::EachAndCross),
         case!(adapters: a_checkpointed_run_resumes_where_it_stopped),
         case!(host: the_spread_over_experts_is_a_coefficient_of_variation),
     ])
@@ -453,4 +454,89 @@ fn the_spread_over_experts_is_a_coefficient_of_variation() {
     assert!((cv - 3f64.sqrt()).abs() < 1e-12, "{cv}");
     let cv = coefficient_of_variation(&[1, 3]);
     assert!((cv - 0.5).abs() < 1e-12, "{cv}");
+}
+
+/// Two devices (virtual devices of one adapter, or one of each adapter) dealt 6 and 2 of 8
+/// routing groups, against one device with the 8 groups: the same routing and losses (the
+/// forward of a group is the same bits wherever it runs; the gradient sums add the groups in
+/// another order, so later steps agree to rounding), the same per-token losses, and the second
+/// device's token side idle in the rounds it has no group, while its experts serve every round.
+fn an_uneven_split_follows_one_device(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let pair = &devices[..2];
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let (_runtime, client) = common::runtime_client(pair, "test");
+    let mut one = GpuTrainer::with_groups(&client, &pair[..1], &params, adam, 8).unwrap();
+    let mut two = GpuTrainer::with_groups(&client, pair, &params, adam, 8).unwrap();
+    assert!(two.split().is_even());
+    let mut rng = Rng::new(9);
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let balanced = two.balance(&ctx, &tgt).unwrap();
+    assert!(
+        balanced.speeds.iter().all(|s| s.is_finite() && *s > 0.0),
+        "{balanced:?}"
+    );
+    assert_eq!(two.split(), &balanced.split);
+    let err = two
+        .set_split(GroupSplit::from_counts(vec![6, 1]).unwrap())
+        .unwrap_err();
+    assert!(err.to_string().contains("7 groups"), "{err}");
+    two.set_split(GroupSplit::from_counts(vec![6, 2]).unwrap())
+        .unwrap();
+    two.set_trace(true);
+    let mut events = Vec::new();
+    for step in 0..6 {
+        let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+        let a = one.step(&ctx, &tgt).unwrap();
+        let b = two.step(&ctx, &tgt).unwrap();
+        events.extend(b.trace.iter().cloned());
+        if step == 0 {
+            assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "{a:?} vs {b:?}");
+        }
+        let rel = ((a.loss - b.loss) / a.loss).abs();
+        assert!(rel < 1e-5, "step {}: {} vs {}", a.step, a.loss, b.loss);
+        assert_eq!(a.tokens_per_expert, b.tokens_per_expert, "step {}", a.step);
+        assert!((a.dropped_fraction - b.dropped_fraction).abs() < 1e-12);
+    }
+    let (p1, p2) = (one.params().unwrap(), two.params().unwrap());
+    for (spec, (a, b)) in cfg
+        .param_specs()
+        .iter()
+        .zip(p1.tensors.iter().zip(&p2.tensors))
+    {
+        let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = a
+            .iter()
+            .zip(b)
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err <= 1e-3 * 0.01 + 1e-6 * scale, "{}: {err}", spec.name);
+    }
+    let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+    let (na, nb) = (
+        one.token_nats(&ctx, &tgt).unwrap(),
+        two.token_nats(&ctx, &tgt).unwrap(),
+    );
+    assert!(
+        rel_err(
+            &na.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+            &nb.iter().map(|&v| v as f32).collect::<Vec<_>>()
+        ) < 1e-5
+    );
+    // Device 1 holds groups 6 and 7: rounds 0 and 1 only, but it serves every round's experts.
+    let on = |device: &Device, name: &str| {
+        events
+            .iter()
+            .filter(|e| e.device == device.id() && e.kind == EventKind::Kernel)
+            .filter(|e| e.name.ends_with(name))
+            .count()
+    };
+    for round in 0..6 {
+        let router = format!("r{round} b0 router");
+        assert_eq!(on(&pair[0], &router), 6, "{router} on device 0");
+        let want = if round < 2 { 6 } else { 0 };
+        assert_eq!(on(&pair[1], &router), want, "{router} on device 1");
+        assert_eq!(on(&pair[1], &format!("r{round} b0 expert w1")), 6);
+    }
 }

@@ -10,6 +10,7 @@ mod common;
 use common::{Adapters, case};
 use gangway::data::{Corpus, Document};
 use gangway::kernels::lm_train::AdamConfig;
+use gangway::moe::trainer::GroupSplit;
 use gangway::transformer::reference::{ReferenceForward, forward, logits};
 use gangway::transformer::training_run::{LmOptions, generate, train};
 use gangway::transformer::{
@@ -24,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(device: gradients_match_finite_differences),
         case!(adapters: two_devices_follow_one_device),
         case!(adapters: data_by_expert_meshes_follow_one_device),
+        case!(adapters: uneven_splits_follow_one_device),
         case!(device: bad_inputs_are_errors),
         case!(host: bad_configs_are_errors),
         case!(adapters: a_resumed_run_takes_the_same_steps),
@@ -295,6 +297,69 @@ fn data_by_expert_meshes_follow_one_device(adapters: &Adapters) {
     let odd = TransformerParams::init(TransformerConfig { experts: 3, ..cfg }).unwrap();
     assert!(TransformerTrainer::with_mesh(&client, mesh, &odd, adam, 4, 2).is_err());
     assert!(TransformerTrainer::with_mesh(&client, mesh, &p, adam, 4, 3).is_err());
+}
+
+/// Routing groups dealt unevenly (more to some devices than others, `GroupSplit`), on one axis
+/// and on a `{data: 2, expert: 2}` mesh, against one device with the same groups: the same
+/// routing, losses within rounding (the gradients add the groups in another order), and a
+/// balanced split that keeps the trainer's groups.
+fn uneven_splits_follow_one_device(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let mesh = &devices[..4];
+    let cfg = TransformerConfig {
+        experts: 4,
+        ..tiny(false, 2)
+    };
+    let p = TransformerParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let (_runtime, client) = common::runtime_client(mesh, "test");
+    for (n, data, groups, counts) in [(2, 1, 4, vec![3, 1]), (4, 2, 8, vec![1, 3, 2, 2])] {
+        let mut rng = Rng::new(13);
+        let batches: Vec<_> = (0..4).map(|_| batch(&cfg, 8, &mut rng)).collect();
+        let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, groups).unwrap();
+        let mut t =
+            TransformerTrainer::with_mesh(&client, &mesh[..n], &p, adam, groups, data).unwrap();
+        let balanced = t.balance(&batches[0].0, &batches[0].1).unwrap();
+        assert_eq!(balanced.split.groups(), groups, "{balanced}");
+        t.set_split(GroupSplit::from_counts(counts.clone()).unwrap())
+            .unwrap();
+        for (x, y) in &batches {
+            let (w, got) = (one.step(x, y).unwrap(), t.step(x, y).unwrap());
+            let rel = (got.loss - w.loss).abs() / w.loss;
+            assert!(
+                rel < 1e-5,
+                "{counts:?}, step {}: {} vs {}",
+                w.step,
+                got.loss,
+                w.loss
+            );
+            assert_eq!(got.tokens_per_expert, w.tokens_per_expert, "{counts:?}");
+            assert_eq!(got.dropped_fraction, w.dropped_fraction, "{counts:?}");
+        }
+        let (x, y) = batch(&cfg, 8, &mut rng);
+        let (a, b) = (
+            one.token_nats(&x, &y).unwrap(),
+            t.token_nats(&x, &y).unwrap(),
+        );
+        let err = a
+            .iter()
+            .zip(&b)
+            .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err < 1e-4, "{counts:?}: per-token nats differ by {err}");
+        let (pa, pb) = (one.params().unwrap(), t.params().unwrap());
+        for (spec, (a, b)) in cfg
+            .param_specs()
+            .iter()
+            .zip(pa.tensors.iter().zip(&pb.tensors))
+        {
+            let err = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                err < 1e-3 * adam.lr,
+                "{counts:?} {}: max |Δ| {err}",
+                spec.name
+            );
+        }
+    }
 }
 
 fn bad_inputs_are_errors(device: &Device) {

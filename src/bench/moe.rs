@@ -23,7 +23,11 @@
 //!   [`crate::trace::exposed_wait_ns`], over the step's wall time) and the five kernels with the
 //!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
 //!   timestamps). On the run's first adapter, `D=4 over two adapters`
-//!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none).
+//!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none),
+//!   and two more rows route the same batch in 16 groups over those devices: dealt evenly, then
+//!   balanced by each device's speed as measured on the first batch
+//!   ([`crate::moe::trainer::GroupSplit`]; the note gives the speeds, the split chosen and the
+//!   timings it was chosen by).
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
 //!   runtime's trace: the sum of the durations of the transfer-lane events of the all-to-all
@@ -358,6 +362,37 @@ pub(super) fn train_case<D: DeviceList + ?Sized>(
     o: &MoeBenchOptions,
     traced: bool,
 ) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<D>, TrainStep> {
+    dealt_case(runtime, name, devices, cfg, o, traced, Deal::default())
+}
+
+/// How a case deals its routing groups to its devices.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deal {
+    pub groups_per_device: usize,
+    /// By the devices' speeds, measured on the first batch before timing, if that runs faster
+    /// ([`GpuTrainer::balance`]); else evenly.
+    pub measured: bool,
+}
+
+impl Default for Deal {
+    fn default() -> Self {
+        Self {
+            groups_per_device: 1,
+            measured: false,
+        }
+    }
+}
+
+/// [`train_case`] with its groups dealt as `deal` says.
+fn dealt_case<D: DeviceList + ?Sized>(
+    runtime: &Runtime,
+    name: String,
+    devices: &D,
+    cfg: MoeLmConfig,
+    o: &MoeBenchOptions,
+    traced: bool,
+    deal: Deal,
+) -> Blocking<impl FnOnce() -> Result<TrainStep> + use<D>, TrainStep> {
     let devices = devices.mesh_devices();
     let client = runtime.client("bench moe", 1);
     let (tokens, seed) = (o.tokens, o.seed);
@@ -371,18 +406,24 @@ pub(super) fn train_case<D: DeviceList + ?Sized>(
         .with_flops(6.0 * (active_params(&cfg) * tokens) as f64);
     Blocking::new(name, work, move || {
         let init = MoeLmParams::init(cfg)?;
-        let mut trainer = GpuTrainer::with_groups(
-            &client,
-            &devices,
-            &init,
-            AdamConfig::new(1e-3),
-            devices.len(),
-        )?;
+        let groups = deal.groups_per_device * devices.len();
+        let mut trainer =
+            GpuTrainer::with_groups(&client, &devices, &init, AdamConfig::new(1e-3), groups)?;
         trainer.set_trace(traced);
+        let data = Data::new(cfg.context, tokens, BATCHES, seed);
+        let mut across = across;
+        if deal.measured {
+            let (ctx, tgt) = data.get(0)?;
+            let dealt = trainer.balance(ctx, tgt)?.to_string();
+            across = Some(match across {
+                Some(on) => format!("{on}; {dealt}"),
+                None => dealt,
+            });
+        }
         Ok(TrainStep {
             config: cfg,
             trainer,
-            data: Data::new(cfg.context, tokens, BATCHES, seed),
+            data,
             // This process's devices: the trace has their events.
             devices: devices
                 .iter()
@@ -529,6 +570,29 @@ pub fn plan(
             out.push(Planned::Run(Box::new(
                 train_case(runtime, name, &four, cfg, &sized, true).compared_to(base_name),
             )));
+            // Four groups per device, dealt evenly, then by measured speed (the same groups and
+            // losses): what balancing buys over adapters of different speeds.
+            let even_name = "parallel: D=4 over two adapters, 4 groups each".to_string();
+            if tokens.is_multiple_of(16) {
+                let deal = Deal {
+                    groups_per_device: 4,
+                    measured: false,
+                };
+                let even = dealt_case(runtime, even_name.clone(), &four, cfg, &sized, true, deal);
+                out.push(Planned::Run(Box::new(even)));
+                let deal = Deal {
+                    measured: true,
+                    ..deal
+                };
+                let name = "parallel: D=4 over two adapters, 16 groups balanced".to_string();
+                let measured = dealt_case(runtime, name, &four, cfg, &sized, true, deal);
+                out.push(Planned::Run(Box::new(measured.compared_to(even_name))));
+            } else {
+                out.push(Planned::skip(
+                    even_name,
+                    "needs tokens divisible by 16 groups".into(),
+                ));
+            }
         }
     }
 

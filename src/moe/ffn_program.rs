@@ -17,6 +17,11 @@
 //! depend on how many devices send blocks), the all-to-all back, dispatch and router backward
 //! (with the load-balancing and z losses). It returns the input gradient and the three weight
 //! gradients; the caller owns accumulation over rounds.
+//!
+//! The token side (router, dispatch, combine and their backward) runs on the shards the caller's
+//! [`ProgramBuilder::only_where`] flags say; the expert side (the exchanges and the expert
+//! matmuls between them) always runs on every device, since a device with no tokens this round
+//! still serves the others' (it sends zero slots, which add exact zeros).
 
 use super::exchange::ExpertExchange;
 use crate::kernels::elementwise::ElementwiseOp;
@@ -190,32 +195,36 @@ impl MoeFfn {
             Dispatch(self.router),
             &[x, probs, routes, stats],
         );
-        let tokens = self
-            .exchange
-            .to_experts(b, gang, &at("all-to-all forward"), slots);
-        let pre = Self::k(
-            b,
-            gang,
-            &at("expert w1"),
-            self.grouped(false),
-            &[tokens, w.w1],
-        );
-        let act = self.activation.name();
-        let op = match self.activation {
-            ExpertActivation::Relu => ElementwiseOp::Relu,
-            ExpertActivation::Gelu => ElementwiseOp::Gelu,
-        };
-        let hidden = Self::k(b, gang, &at(&format!("expert {act}")), op, &[pre]);
-        let out = Self::k(
-            b,
-            gang,
-            &at("expert w2"),
-            self.grouped(false),
-            &[hidden, w.w2],
-        );
-        let expert_out = self
-            .exchange
-            .to_tokens(b, gang, &at("all-to-all reverse"), out);
+        // The expert side runs on every device, whichever hold tokens this round.
+        let (tokens, pre, hidden, expert_out) = b.only_where(None, |b| {
+            let tokens = self
+                .exchange
+                .to_experts(b, gang, &at("all-to-all forward"), slots);
+            let pre = Self::k(
+                b,
+                gang,
+                &at("expert w1"),
+                self.grouped(false),
+                &[tokens, w.w1],
+            );
+            let act = self.activation.name();
+            let op = match self.activation {
+                ExpertActivation::Relu => ElementwiseOp::Relu,
+                ExpertActivation::Gelu => ElementwiseOp::Gelu,
+            };
+            let hidden = Self::k(b, gang, &at(&format!("expert {act}")), op, &[pre]);
+            let out = Self::k(
+                b,
+                gang,
+                &at("expert w2"),
+                self.grouped(false),
+                &[hidden, w.w2],
+            );
+            let expert_out = self
+                .exchange
+                .to_tokens(b, gang, &at("all-to-all reverse"), out);
+            (tokens, pre, hidden, expert_out)
+        });
         let y = Self::k(
             b,
             gang,
@@ -264,47 +273,51 @@ impl MoeFfn {
             CombineBackwardSlots(self.router),
             &[dy, probs, routes, stats],
         );
-        let d_o = self
-            .exchange
-            .to_experts(b, gang, &at("all-to-all backward"), d_out);
-        let gw2 = Self::k(
-            b,
-            gang,
-            &at("expert w2 grad"),
-            self.weight_grad(),
-            &[s.hidden, d_o],
-        );
-        let d_h = Self::k(
-            b,
-            gang,
-            &at("expert w2 input grad"),
-            self.grouped(true),
-            &[d_o, w.w2],
-        );
-        let name = at(&format!("expert {} backward", self.activation.name()));
-        let d_pre = match self.activation {
-            ExpertActivation::Relu => Self::k(b, gang, &name, ReluBackward, &[d_h, s.hidden]),
-            ExpertActivation::Gelu => {
-                Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
-            }
-        };
-        let gw1 = Self::k(
-            b,
-            gang,
-            &at("expert w1 grad"),
-            self.weight_grad(),
-            &[s.tokens, d_pre],
-        );
-        let d_tok = Self::k(
-            b,
-            gang,
-            &at("expert w1 input grad"),
-            self.grouped(true),
-            &[d_pre, w.w1],
-        );
-        let d_slots = self
-            .exchange
-            .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
+        // The expert side runs on every device, whichever hold tokens this round.
+        let (gw1, gw2, d_slots) = b.only_where(None, |b| {
+            let d_o = self
+                .exchange
+                .to_experts(b, gang, &at("all-to-all backward"), d_out);
+            let gw2 = Self::k(
+                b,
+                gang,
+                &at("expert w2 grad"),
+                self.weight_grad(),
+                &[s.hidden, d_o],
+            );
+            let d_h = Self::k(
+                b,
+                gang,
+                &at("expert w2 input grad"),
+                self.grouped(true),
+                &[d_o, w.w2],
+            );
+            let name = at(&format!("expert {} backward", self.activation.name()));
+            let d_pre = match self.activation {
+                ExpertActivation::Relu => Self::k(b, gang, &name, ReluBackward, &[d_h, s.hidden]),
+                ExpertActivation::Gelu => {
+                    Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
+                }
+            };
+            let gw1 = Self::k(
+                b,
+                gang,
+                &at("expert w1 grad"),
+                self.weight_grad(),
+                &[s.tokens, d_pre],
+            );
+            let d_tok = Self::k(
+                b,
+                gang,
+                &at("expert w1 input grad"),
+                self.grouped(true),
+                &[d_pre, w.w1],
+            );
+            let d_slots =
+                self.exchange
+                    .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
+            (gw1, gw2, d_slots)
+        });
         let d_disp = Self::k(
             b,
             gang,

@@ -3,7 +3,7 @@
 //! Branch-Train-Merge both train through [`train`], as runs of a client of the caller's runtime
 //! over its devices (a job's mesh under `mpirun`).
 
-use super::trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
+use super::trainer::{Balance, GpuTrainer, GroupSplit, PendingStep, StepStats, TrainerCheckpoint};
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::device::DeviceList;
@@ -39,6 +39,10 @@ pub struct TrainOptions {
     pub stop: Option<Arc<AtomicBool>>,
     /// How the runtime dispatches each step.
     pub dispatch: DispatchMode,
+    /// Routing groups per batch (`None`: one per device, or a resumed checkpoint's).
+    pub groups: Option<usize>,
+    /// How the groups are dealt to the devices.
+    pub balance: Balance,
 }
 
 impl Default for TrainOptions {
@@ -55,6 +59,8 @@ impl Default for TrainOptions {
             data_seed: 1,
             stop: None,
             dispatch: DispatchMode::Parallel,
+            groups: None,
+            balance: Balance::Even,
         }
     }
 }
@@ -97,6 +103,19 @@ pub struct TrainReport {
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
     pub parameters: usize,
+    /// Routing groups per device, in device order (`6,2`).
+    #[serde(default)]
+    pub split: String,
+    /// Seconds spent measuring the devices' speeds before training (`Balance::Measured`), not
+    /// counted in `seconds`.
+    #[serde(default)]
+    pub calibration_seconds: f64,
+    /// Each device's measured speed relative to the fastest (`Balance::Measured`; else empty).
+    #[serde(default)]
+    pub speeds: Vec<f64>,
+    /// What balancing measured and chose, in words (empty unless `Balance::Measured`).
+    #[serde(default)]
+    pub balancing: String,
     /// The trained parameters (not in the JSON: [`MoeLmParams::save`] writes them).
     #[serde(skip)]
     pub params: MoeLmParams,
@@ -119,6 +138,10 @@ impl TrainReport {
             valid_bpb: f64::NAN,
             unigram_bpb: f64::NAN,
             parameters: params.count(),
+            split: String::new(),
+            calibration_seconds: 0.0,
+            speeds: Vec::new(),
+            balancing: String::new(),
             params: params.clone(),
         }
     }
@@ -244,6 +267,9 @@ pub struct TrainingRun {
     /// The trainer's step count when the run began (a resumed run continues it).
     first_step: u32,
     parameters: usize,
+    calibration_seconds: f64,
+    speeds: Vec<f64>,
+    balancing: String,
 }
 
 impl std::fmt::Debug for TrainingRun {
@@ -283,12 +309,46 @@ impl TrainingRun {
         let split = corpus.split(opts.valid_fraction)?;
         let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
         let adam = AdamConfig::new(opts.lr);
-        let mut trainer = match resumed_from {
-            Some(c) => GpuTrainer::resume(client, &devices, c)?,
-            None => GpuTrainer::new(client, &devices, start, adam)?,
+        let mut trainer = match (resumed_from, opts.groups) {
+            (Some(c), Some(g)) if g != c.groups => {
+                return Err(Error::InvalidArgument {
+                    what: "train",
+                    reason: format!("the checkpoint routes in {} groups, not {g}", c.groups),
+                });
+            }
+            (Some(c), _) => GpuTrainer::resume(client, &devices, c)?,
+            (None, Some(g)) => GpuTrainer::with_groups(client, &devices, start, adam, g)?,
+            (None, None) => GpuTrainer::new(client, &devices, start, adam)?,
         };
         trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
+        let calibration = Instant::now();
+        let mut speeds = Vec::new();
+        let mut balancing = String::new();
+        match &opts.balance {
+            Balance::Even => {}
+            Balance::Counts(counts) => {
+                trainer.set_split(GroupSplit::from_counts(counts.clone())?)?
+            }
+            Balance::Measured => {
+                // On a copy of the first batch: the run's batches stay those of an even run.
+                let (ctx, tgt) = batches
+                    .clone()
+                    .next()
+                    .ok_or_else(|| Error::InvalidArgument {
+                        what: "train",
+                        reason: "no training batch to measure the devices' speeds on".into(),
+                    })?;
+                let balanced = trainer.balance(&ctx, &tgt)?;
+                speeds = GroupSplit::relative(&balanced.speeds);
+                balancing = balanced.to_string();
+            }
+        }
+        let calibration_seconds = if speeds.is_empty() {
+            0.0
+        } else {
+            calibration.elapsed().as_secs_f64()
+        };
         // The saved run drew `done` batches: draw past them so the data continues, not repeats.
         for _ in 0..prior_steps {
             batches.next();
@@ -306,6 +366,9 @@ impl TrainingRun {
             expert_cvs: Vec::new(),
             done: 0,
             parameters: start.count(),
+            calibration_seconds,
+            speeds,
+            balancing,
         })
     }
 
@@ -422,6 +485,10 @@ impl TrainingRun {
             valid_bpb,
             unigram_bpb: self.unigram_bpb,
             parameters: self.parameters,
+            split: self.trainer.split().to_string(),
+            calibration_seconds: self.calibration_seconds,
+            speeds: self.speeds,
+            balancing: self.balancing,
             params,
         })
     }

@@ -20,6 +20,7 @@ use crate::kernels::{
     LayerNormBackward, Pack, RowLogsumexp, TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use crate::moe::trainer::GroupSplit;
 use crate::moe::trainer::step_program::{
     Builder, DATA_AXIS, EXPERT_AXIS, Mode, StepEnd, declare_params,
 };
@@ -28,7 +29,7 @@ use crate::{DType, Result};
 use std::sync::Arc;
 
 /// The shapes a step program is built for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct StepShape {
     pub config: TransformerConfig,
     pub adam: AdamConfig,
@@ -36,7 +37,8 @@ pub(super) struct StepShape {
     /// The data axis's size: the gang is a `{data, expert}` mesh of `data × devices/data`
     /// (row-major) when it is above 1, else one axis of experts.
     pub data: usize,
-    pub groups: usize,
+    /// The routing groups per device.
+    pub split: GroupSplit,
     /// Sequences per routing group.
     pub group_seqs: usize,
 }
@@ -49,7 +51,7 @@ impl StepShape {
     }
 
     pub fn rounds(&self) -> usize {
-        self.groups / self.devices
+        self.split.rounds()
     }
 
     /// Token rows of one group.
@@ -209,6 +211,9 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
     let head = cfg.head_index();
     for (r, &(ids, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
+        // The token side of a round runs on the devices holding a group in it; the expert
+        // layers serve every device.
+        x.b.set_active(shape.split.active(r));
         // ---- forward
         let tok = x.k(&at("token embedding"), EmbedGather, &[ids, x.params[0]]);
         let pos = x.k(
@@ -338,8 +343,11 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                         w2: x.params[w2],
                     };
                     let (df, g) = ffn.backward(&mut x.b, &gang, &at, saved, &w, dh, None);
+                    // Every device computed its experts' gradients this round.
+                    let token_side = x.b.set_active(None);
                     x.grad(w2, &at("accumulate w2 grad"), g.w2);
                     x.grad(w1, &at("accumulate w1 grad"), g.w1);
+                    x.b.set_active(token_side);
                     x.grad(router, &at("accumulate router grad"), g.router);
                     df
                 }
@@ -390,6 +398,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         );
         x.grad(1, &at("accumulate position embedding grad"), g_pos);
     }
+    x.b.set_active(None);
     if mode == Mode::Forward {
         return x.b.build();
     }
@@ -400,7 +409,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         expert: &expert,
         shapes: &shapes,
         names: &names,
-        groups: shape.groups,
+        groups: shape.split.groups(),
         adam: shape.adam,
         bias,
         data_axis,

@@ -5,7 +5,9 @@
 //!
 //! A batch is `B` sequences routed as `G` groups of `B/G`; device `i` holds groups
 //! `i·G/D .. (i+1)·G/D` and runs one per round, so any `D` dividing `G` and `E` gives the loss
-//! curve of one device with the same `G`.
+//! curve of one device with the same `G`. As in the MoE trainer, [`TransformerTrainer::set_split`]
+//! may deal the groups unevenly instead (more to a faster device: [`GroupSplit`]), with the same
+//! groups and losses.
 
 use super::reference::check_batch;
 use super::step_program::{self, StepShape};
@@ -13,9 +15,11 @@ use super::{TrainState, TransformerCheckpoint, TransformerConfig, TransformerPar
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::lm_train::{self as lt, AdamConfig};
 use crate::moe::trainer::step_program::{Kind, Mode};
-use crate::moe::trainer::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
+use crate::moe::trainer::{
+    Balanced, GroupSplit, ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads,
+};
 use crate::program::{CompileOptions, Executable, HostData, Variables};
-use crate::sched::{Client, DispatchMode, RunOptions};
+use crate::sched::{Client, DispatchMode, RunHandle, RunOptions};
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -55,14 +59,17 @@ pub struct TransformerTrainer {
     adam: AdamConfig,
     step: u32,
     groups: usize,
+    /// How the groups are dealt to the devices (even unless [`TransformerTrainer::set_split`]
+    /// said otherwise).
+    split: GroupSplit,
     devices: Vec<MeshDevice>,
     /// The data axis of the `{data, expert}` mesh (1: one axis).
     data: usize,
     expert: Vec<bool>,
     variables: Variables,
     client: Client,
-    /// Compiled programs by mode and batch sequences.
-    programs: Mutex<HashMap<(Mode, usize), Arc<Executable>>>,
+    /// Compiled programs by mode, batch sequences and split.
+    programs: Mutex<HashMap<(Mode, usize, GroupSplit), Arc<Executable>>>,
 }
 
 impl TransformerTrainer {
@@ -170,12 +177,13 @@ impl TransformerTrainer {
         // Checks the Adam settings now rather than at the first step.
         lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let expert = cfg.expert_tensors();
+        let split = GroupSplit::even(groups, n)?;
         let shape = StepShape {
             config: cfg,
             adam,
             devices: n,
             data,
-            groups,
+            split: split.clone(),
             group_seqs: 1,
         };
         let shapes = shape.shard_shapes();
@@ -194,6 +202,7 @@ impl TransformerTrainer {
             adam,
             step: train.map_or(0, |t| t.step),
             groups,
+            split,
             devices,
             data,
             expert,
@@ -222,30 +231,63 @@ impl TransformerTrainer {
         self.devices.len()
     }
 
-    fn shape(&self, batch: usize) -> StepShape {
+    /// How the routing groups are dealt to the devices.
+    pub fn split(&self) -> &GroupSplit {
+        &self.split
+    }
+
+    /// Deals the routing groups as `split` says from the next step on (see [`GroupSplit`]): the
+    /// same groups and losses, with the token side's work where the devices' speeds put it.
+    pub fn set_split(&mut self, split: GroupSplit) -> Result<()> {
+        split.check_fits(self.groups, self.devices.len())?;
+        self.split = split;
+        Ok(())
+    }
+
+    /// Deals the groups by the devices' speeds, if that runs faster: measures each device's
+    /// speed on a batch (traced gradient passes with an even split, no update: its busy time),
+    /// then times gradient passes with the even split and with the split those speeds ask for,
+    /// and keeps the faster ([`GroupSplit::choose`]). Every device must be this process's
+    /// (another rank's device leaves no events here).
+    pub fn balance(&mut self, tokens: &[u32], targets: &[u32]) -> Result<Balanced> {
+        let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
+            self.submit(Mode::Grads, tokens, targets, None, split, traced)
+        })?;
+        self.set_split(balanced.split.clone())?;
+        Ok(balanced)
+    }
+
+    fn shape(&self, batch: usize, split: &GroupSplit) -> StepShape {
         StepShape {
             config: self.config,
             adam: self.adam,
             devices: self.devices.len(),
             data: self.data,
-            groups: self.groups,
+            split: split.clone(),
             group_seqs: batch / self.groups,
         }
     }
 
-    /// The program of `mode` for batches of `batch` sequences, compiled on first use.
-    fn program(&self, mode: Mode, batch: usize) -> Result<Arc<Executable>> {
+    /// Token rows of one routing group of a batch of `batch` sequences.
+    fn group_rows(&self, batch: usize) -> usize {
+        batch / self.groups * self.config.context
+    }
+
+    /// The program of `mode` for batches of `batch` sequences dealt as `split`, compiled on
+    /// first use.
+    fn program(&self, mode: Mode, batch: usize, split: &GroupSplit) -> Result<Arc<Executable>> {
         let mut programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = programs.get(&(mode, batch)) {
+        let key = (mode, batch, split.clone());
+        if let Some(p) = programs.get(&key) {
             return Ok(p.clone());
         }
-        let program = step_program::build(&self.shape(batch), mode)?;
+        let program = step_program::build(&self.shape(batch, split), mode)?;
         let exec = Arc::new(program.compile_with(
             &self.devices,
             CompileOptions::default(),
             &self.variables,
         )?);
-        programs.insert((mode, batch), exec.clone());
+        programs.insert(key, exec.clone());
         Ok(exec)
     }
 
@@ -257,21 +299,37 @@ impl TransformerTrainer {
         targets: &[u32],
         bias: Option<(f32, f32)>,
     ) -> Result<Vec<Vec<u8>>> {
+        self.submit(mode, tokens, targets, bias, &self.split, false)?
+            .wait_bytes()
+    }
+
+    /// Submits `mode` on a batch, dealt as `split`, to the runtime.
+    fn submit(
+        &self,
+        mode: Mode,
+        tokens: &[u32],
+        targets: &[u32],
+        bias: Option<(f32, f32)>,
+        split: &GroupSplit,
+        trace: bool,
+    ) -> Result<RunHandle> {
         let batch = check_batch(&self.config, tokens, targets, self.groups)?;
-        let exec = self.program(mode, batch)?;
+        let exec = self.program(mode, batch, split)?;
         let d = self.devices.len();
-        let rounds = self.groups / d;
-        let n = self.shape(batch).rows();
+        let n = self.group_rows(batch);
         let t = self.config.context;
         let positions: Vec<u32> = (0..d * n).map(|i| (i % t) as u32).collect();
         let mut args: Vec<HostData> = vec![positions.into()];
-        for r in 0..rounds {
-            // Device i, round r holds group i · rounds + r.
+        for r in 0..split.rounds() {
+            // A device idle in this round gets zeros, which nothing reads.
             let rows = |x: &[u32]| -> Vec<u32> {
-                (0..d)
-                    .flat_map(|i| x[(i * rounds + r) * n..(i * rounds + r + 1) * n].iter())
-                    .copied()
-                    .collect()
+                let mut out = vec![0u32; d * n];
+                for i in 0..d {
+                    if let Some(g) = split.group(i, r) {
+                        out[i * n..(i + 1) * n].copy_from_slice(&x[g * n..(g + 1) * n]);
+                    }
+                }
+                out
             };
             args.push(rows(tokens).into());
             args.push(rows(targets).into());
@@ -281,9 +339,10 @@ impl TransformerTrainer {
         }
         let opts = RunOptions {
             mode: DispatchMode::Parallel,
-            ..RunOptions::default()
+            microbatch: None,
+            trace,
         };
-        self.client.submit(&exec, args, opts)?.wait_bytes()
+        self.client.submit(&exec, args, opts)
     }
 
     /// One training step on a batch (`tokens`, `targets`: `[B, T]` byte ids).
@@ -295,13 +354,13 @@ impl TransformerTrainer {
         let cfg = self.config;
         let batch = tokens.len() / cfg.context;
         let layout = StatsLayout {
-            rows: self.shape(batch).rows(),
+            rows: self.group_rows(batch),
             layers: cfg.moe_layers(),
             router: cfg.router(),
             aux_alpha: cfg.aux_alpha,
             z_loss: cfg.z_loss,
         };
-        let sums = layout.sums(&results)?;
+        let sums = layout.sums(&results, &self.split)?;
         let g = self.groups as f64;
         let tokens_n = tokens.len();
         let (ce, aux, z) = (
@@ -335,13 +394,14 @@ impl TransformerTrainer {
     pub fn token_nats(&self, tokens: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
         let results = self.run(Mode::Forward, tokens, targets, None)?;
         let batch = tokens.len() / self.config.context;
-        let n = self.shape(batch).rows();
-        let rounds = self.groups / self.devices.len();
+        let n = self.group_rows(batch);
         let mut out = vec![0.0f64; tokens.len()];
         for (round, bytes) in results.iter().enumerate() {
             let rows: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
             for (i, device) in rows.chunks(n).enumerate() {
-                let g = i * rounds + round;
+                let Some(g) = self.split.group(i, round) else {
+                    continue;
+                };
                 for (k, &v) in device.iter().enumerate() {
                     out[g * n + k] = f64::from(v);
                 }
@@ -354,7 +414,7 @@ impl TransformerTrainer {
     /// would apply), downloaded; no update.
     pub fn grads(&self, tokens: &[u32], targets: &[u32]) -> Result<TransformerParams> {
         let results = self.run(Mode::Grads, tokens, targets, None)?;
-        let shapes = self.shape(self.groups).shard_shapes();
+        let shapes = self.shape(self.groups, &self.split).shard_shapes();
         let along = self.devices.len() / self.data;
         let tensors = unpack_grads(&results, &shapes, &self.expert, along)?;
         let out = TransformerParams {
@@ -372,7 +432,7 @@ impl TransformerTrainer {
 
     /// Variable `kind` of every parameter, gathered.
     fn download(&self, kind: Kind) -> Result<TransformerParams> {
-        let exec = self.program(Mode::Read(kind), 0)?;
+        let exec = self.program(Mode::Read(kind), 0, &self.split)?;
         let results = self
             .client
             .run(&exec, Vec::<Vec<f32>>::new(), RunOptions::default())?;

@@ -10,6 +10,7 @@
 use super::TransformerCheckpoint;
 use super::trainer::{TransformerStats, TransformerTrainer};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
+use crate::moe::trainer::{Balance, GroupSplit};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -31,6 +32,8 @@ pub struct LmOptions {
     pub checkpoint_every: u32,
     /// Seeds the batches; a resumed run skips the batches its first steps took.
     pub data_seed: u64,
+    /// How the routing groups are dealt to the devices.
+    pub balance: Balance,
 }
 
 impl Default for LmOptions {
@@ -44,6 +47,7 @@ impl Default for LmOptions {
             checkpoint: None,
             checkpoint_every: 100,
             data_seed: 1,
+            balance: Balance::Even,
         }
     }
 }
@@ -70,6 +74,15 @@ pub struct LmReport {
     pub valid_bpb: f64,
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
+    /// Routing groups per device, in device order (`6,2`).
+    #[serde(default)]
+    pub split: String,
+    /// What balancing measured and chose, in words (empty unless `Balance::Measured`), and the
+    /// seconds it took before training (not counted in `seconds`).
+    #[serde(default)]
+    pub balancing: String,
+    #[serde(default)]
+    pub calibration_seconds: f64,
 }
 
 /// The targets of sequences cut from context windows: each window shifted by one, then the byte
@@ -147,6 +160,31 @@ pub fn train(
     for _ in 0..trainer.steps() {
         batches.next();
     }
+    let calibration = Instant::now();
+    let balancing = match &opts.balance {
+        Balance::Even => String::new(),
+        Balance::Counts(counts) => {
+            trainer.set_split(GroupSplit::from_counts(counts.clone())?)?;
+            String::new()
+        }
+        Balance::Measured => {
+            // On a copy of the next batch: the run's batches stay those of an even run.
+            let (inputs, next) = batches
+                .clone()
+                .next()
+                .ok_or_else(|| Error::InvalidArgument {
+                    what: "train lm",
+                    reason: "no training batch to measure the devices' speeds on".into(),
+                })?;
+            let targets = shifted_targets(&inputs, &next, t);
+            trainer.balance(&inputs, &targets)?.to_string()
+        }
+    };
+    let calibration_seconds = if balancing.is_empty() {
+        0.0
+    } else {
+        calibration.elapsed().as_secs_f64()
+    };
     let evaluate_now = |trainer: &TransformerTrainer| {
         evaluate(trainer, &split.valid, opts.eval_sequences, opts.batch)
     };
@@ -172,6 +210,9 @@ pub fn train(
         valid: Vec::new(),
         valid_bpb: f64::NAN,
         unigram_bpb,
+        split: trainer.split().to_string(),
+        balancing,
+        calibration_seconds,
     };
     for i in 1..=opts.steps {
         let (inputs, next) = batches.next().ok_or_else(|| Error::InvalidArgument {

@@ -305,6 +305,11 @@ pub(crate) struct TrainLmArgs {
     /// all-to-alls run within rows and expert gradients are all-reduced over data (1: one axis).
     #[arg(long, default_value_t = 1)]
     pub(crate) data: usize,
+    /// How the groups are dealt to the devices: `even`, `measured` (by each device's speed,
+    /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
+    /// groups, and so the losses, are those of an even split.
+    #[arg(long, default_value = "even")]
+    pub(crate) balance: gangway::moe::trainer::Balance,
     #[arg(long, default_value_t = 200)]
     pub(crate) steps: u32,
     /// Sequences per step over all devices.
@@ -490,6 +495,14 @@ pub(crate) struct TrainMoeArgs {
     /// to compare.
     #[arg(long, value_enum, default_value = "parallel")]
     pub(crate) dispatch: DispatchArg,
+    /// Routing groups per batch [default: one per device, or the checkpoint's].
+    #[arg(long)]
+    pub(crate) groups: Option<usize>,
+    /// How the groups are dealt to the devices: `even`, `measured` (by each device's speed,
+    /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
+    /// groups, and so the losses, are those of an even split.
+    #[arg(long, default_value = "even")]
+    pub(crate) balance: gangway::moe::trainer::Balance,
 }
 
 /// `--dispatch`'s values.

@@ -4,7 +4,9 @@ use crate::cli::{
     ArchArg, EvalBtmArgs, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs,
     TrainLmArgs, TransformerArgs,
 };
-use crate::{corpus_of, finish_training, first_devices, progress, write_json, write_out};
+use crate::{
+    corpus_of, finish_training, first_devices, print_groups, progress, write_json, write_out,
+};
 use anyhow::{Context, Result, bail};
 use gangway::data::{Corpus, Document, bits_per_byte};
 use gangway::kernels::lm_train::AdamConfig;
@@ -88,6 +90,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         data_seed: c.seed.wrapping_add(1),
+        balance: args.balance.clone(),
         ..LmOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));
@@ -123,6 +126,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         report.tokens_per_s,
         report.devices
     );
+    print_groups(&report.split, &report.balancing, report.calibration_seconds);
     println!("training cross-entropy: {first:.3} → {last:.3} nats");
     finish_training(
         report.valid_bpb,

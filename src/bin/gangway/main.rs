@@ -316,6 +316,8 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         checkpoint_every: args.checkpoint_every,
         data_seed: args.model.seed.wrapping_add(1),
         dispatch: args.dispatch.into(),
+        groups: args.groups,
+        balance: args.balance.clone(),
         ..TrainOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));
@@ -351,6 +353,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         "{} steps, {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
         report.steps, report.tokens, report.seconds, report.tokens_per_s, report.devices
     );
+    print_groups(&report.split, &report.balancing, report.calibration_seconds);
     println!("training cross-entropy: {first:.3} → {last:.3} nats");
     println!(
         "mean dropped fraction: {:.2}%; mean spread of kept tokens over the experts (cv): {:.3}",
@@ -364,6 +367,15 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     );
     write_json(args.json.as_deref(), &report)?;
     Ok(())
+}
+
+/// How a training command dealt its routing groups, and what balancing measured.
+pub(crate) fn print_groups(split: &str, balancing: &str, seconds: f64) {
+    if balancing.is_empty() {
+        println!("routing groups per device: {split}");
+    } else {
+        println!("routing groups per device: {split} (balanced in {seconds:.1} s: {balancing})");
+    }
 }
 
 /// A training command's last lines: validation against the unigram baseline, and where the

@@ -9,9 +9,15 @@
 //! - **Routing groups** (GShard): a batch of `T` tokens is `G` consecutive groups of `T / G`, each
 //!   routed on its own with capacity `RouterConfig::capacity(T / G)`; this is
 //!   [`super::reference::forward_grouped`], which the trainer matches. `G` is a multiple of `D`;
-//!   device `i` holds groups `i·G/D .. (i+1)·G/D` (its data shard), processed one *round* at a
-//!   time: in round `j` every device runs its group `i·G/D + j` through the model, so the
-//!   all-to-alls of a round see one group per device.
+//!   by default device `i` holds groups `i·G/D .. (i+1)·G/D` (its data shard), processed one
+//!   *round* at a time: in round `j` every device runs its group `i·G/D + j` through the model, so
+//!   the all-to-alls of a round see one group per device.
+//! - **Uneven devices** ([`GroupSplit`], [`GpuTrainer::set_split`], [`GpuTrainer::balance`]):
+//!   device `i` may hold any `n_i ≥ 1` consecutive groups instead, say more on a fast adapter
+//!   than on a slow one. A step then runs `max n_i` rounds; in a round where a device has no
+//!   group its token-side kernels are idle shards of their nodes (`Node::active`), and it sends
+//!   zero slots, while its experts serve the other devices' tokens. The groups and the losses
+//!   are those of the even split; the gradients' sums add the groups in another order.
 //! - **Experts**: device `i` holds experts `i·E/D .. (i+1)·E/D` of every block (rows of `w1`,
 //!   `w2`); `E` must be divisible by `D`. Slots reach them by a capacity-padded all-to-all and
 //!   come back by the same all-to-all; in backward the slot gradients take the same route.
@@ -29,9 +35,11 @@
 //! packs).
 
 mod checkpoint;
+mod split;
 pub(crate) mod step_program;
 
 pub use checkpoint::TrainerCheckpoint;
+pub use split::{Balance, Balanced, GroupSplit};
 
 use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
@@ -130,8 +138,9 @@ impl StatsLayout {
         self.rows + self.layers * (self.router.experts * STAT_WORDS + self.rows)
     }
 
-    /// The sums over every round's packs (each a device's pack after another).
-    pub fn sums(&self, results: &[Vec<u8>]) -> Result<RoundSums> {
+    /// The sums over every round's packs (each a device's pack after another), but for the packs
+    /// of devices `split` leaves idle in a round.
+    pub fn sums(&self, results: &[Vec<u8>], split: &GroupSplit) -> Result<RoundSums> {
         let (layers, experts, tg) = (self.layers, self.router.experts, self.rows);
         let mut sums = RoundSums {
             kept: vec![vec![0; experts]; layers],
@@ -141,8 +150,11 @@ impl StatsLayout {
             ..RoundSums::default()
         };
         let short = || invalid("trainer", "a statistics pack is short".into());
-        for round in results {
-            for device in round.chunks(self.words() * 4) {
+        for (r, round) in results.iter().enumerate() {
+            for (i, device) in round.chunks(self.words() * 4).enumerate() {
+                if split.group(i, r).is_none() {
+                    continue;
+                }
                 let f32s = |at: usize, n: usize| -> Result<Vec<f32>> {
                     let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
                     Ok(bytemuck::pod_collect_to_vec(b))
@@ -192,6 +204,9 @@ pub struct GpuTrainer {
     adam: AdamConfig,
     step: u32,
     groups: usize,
+    /// How the groups are dealt to the devices (even unless [`GpuTrainer::set_split`] said
+    /// otherwise).
+    split: GroupSplit,
     devices: Vec<MeshDevice>,
     /// Per parameter: whether it is an expert tensor (sharded over devices).
     expert: Vec<bool>,
@@ -200,8 +215,8 @@ pub struct GpuTrainer {
     dispatch: DispatchMode,
     /// Keep each step's trace events in its [`StepStats`].
     trace: bool,
-    /// Compiled programs by mode and batch tokens.
-    programs: Mutex<HashMap<(Mode, usize), Arc<Executable>>>,
+    /// Compiled programs by mode, batch tokens and split.
+    programs: Mutex<HashMap<(Mode, usize, GroupSplit), Arc<Executable>>>,
 }
 
 fn invalid(what: &'static str, reason: String) -> Error {
@@ -319,6 +334,7 @@ impl GpuTrainer {
             adam,
             step,
             groups,
+            split: GroupSplit::even(groups, n)?,
             devices,
             expert,
             variables,
@@ -336,6 +352,33 @@ impl GpuTrainer {
     /// Routing groups per batch.
     pub fn groups(&self) -> usize {
         self.groups
+    }
+
+    /// How the routing groups are dealt to the devices.
+    pub fn split(&self) -> &GroupSplit {
+        &self.split
+    }
+
+    /// Deals the routing groups to the devices as `split` says from the next step on (see
+    /// [`GroupSplit`]): the same groups and losses, with the token side's work where the devices'
+    /// speeds put it.
+    pub fn set_split(&mut self, split: GroupSplit) -> Result<()> {
+        split.check_fits(self.groups, self.devices.len())?;
+        self.split = split;
+        Ok(())
+    }
+
+    /// Deals the groups by the devices' speeds, if that runs faster: measures each device's
+    /// speed on a batch (traced gradient passes with an even split, no update: its busy time),
+    /// then times gradient passes with the even split and with the split those speeds ask for,
+    /// and keeps the faster ([`GroupSplit::choose`]). Every device must be this process's
+    /// (another rank's device leaves no events here).
+    pub fn balance(&mut self, contexts: &[u32], targets: &[u32]) -> Result<Balanced> {
+        let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
+            self.submit(Mode::Grads, contexts, targets, None, split, traced)
+        })?;
+        self.set_split(balanced.split.clone())?;
+        Ok(balanced)
     }
 
     /// Steps taken.
@@ -402,30 +445,27 @@ impl GpuTrainer {
         Ok(t)
     }
 
-    fn shape(&self, tokens: usize) -> StepShape {
-        StepShape {
-            config: self.config,
-            adam: self.adam,
-            devices: self.devices.len(),
-            groups: self.groups,
-            group_tokens: tokens / self.groups,
-        }
-    }
-
-    /// The program of `mode` for batches of `tokens`, compiled on first use.
-    fn program(&self, mode: Mode, tokens: usize) -> Result<Arc<Executable>> {
+    /// The program of `mode` for batches of `tokens` dealt as `split`, compiled on first use.
+    fn program(&self, mode: Mode, tokens: usize, split: &GroupSplit) -> Result<Arc<Executable>> {
         let mut programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = programs.get(&(mode, tokens)) {
+        let key = (mode, tokens, split.clone());
+        if let Some(p) = programs.get(&key) {
             return Ok(p.clone());
         }
-        let program = step_program::build(&self.shape(tokens), &self.expert, mode)?;
+        let shape = StepShape {
+            config: self.config,
+            adam: self.adam,
+            split: split.clone(),
+            group_tokens: tokens / self.groups,
+        };
+        let program = step_program::build(&shape, &self.expert, mode)?;
         // Two training steps may be in flight (the next one submitted while this one runs).
         let opts = CompileOptions {
             in_flight: if mode == Mode::Train { 2 } else { 1 },
             ..CompileOptions::default()
         };
         let exec = Arc::new(program.compile_with(&self.devices, opts, &self.variables)?);
-        programs.insert((mode, tokens), exec.clone());
+        programs.insert(key, exec.clone());
         Ok(exec)
     }
 
@@ -437,33 +477,38 @@ impl GpuTrainer {
         targets: &[u32],
         bias: Option<(f32, f32)>,
     ) -> Result<Vec<Vec<u8>>> {
-        self.submit(mode, contexts, targets, bias)?.wait_bytes()
+        let trace = self.trace && mode == Mode::Train;
+        self.submit(mode, contexts, targets, bias, &self.split, trace)?
+            .wait_bytes()
     }
 
-    /// Submits `mode` on a batch to the runtime.
+    /// Submits `mode` on a batch, dealt as `split`, to the runtime.
     fn submit(
         &self,
         mode: Mode,
         contexts: &[u32],
         targets: &[u32],
         bias: Option<(f32, f32)>,
+        split: &GroupSplit,
+        trace: bool,
     ) -> Result<RunHandle> {
         let t = self.check_batch(contexts, targets)?;
-        let exec = self.program(mode, t)?;
+        let exec = self.program(mode, t, split)?;
         let (d, c) = (self.devices.len(), self.config.context);
-        let rounds = self.groups / d;
+        let rounds = split.rounds();
         let tg = t / self.groups;
         let mut args: Vec<HostData> = Vec::with_capacity(2 * rounds + 1);
         for r in 0..rounds {
-            // Device i, round r holds group i · rounds + r.
-            let groups = (0..d).map(|i| i * rounds + r);
-            let ctx: Vec<u32> = groups
-                .clone()
-                .flat_map(|g| contexts[g * tg * c..(g + 1) * tg * c].iter().copied())
-                .collect();
-            let tgt: Vec<u32> = groups
-                .flat_map(|g| targets[g * tg..(g + 1) * tg].iter().copied())
-                .collect();
+            // A device idle in this round gets zeros, which nothing reads.
+            let mut ctx = vec![0u32; d * tg * c];
+            let mut tgt = vec![0u32; d * tg];
+            for i in 0..d {
+                if let Some(g) = split.group(i, r) {
+                    ctx[i * tg * c..(i + 1) * tg * c]
+                        .copy_from_slice(&contexts[g * tg * c..(g + 1) * tg * c]);
+                    tgt[i * tg..(i + 1) * tg].copy_from_slice(&targets[g * tg..(g + 1) * tg]);
+                }
+            }
             args.push(ctx.into());
             args.push(tgt.into());
         }
@@ -473,7 +518,7 @@ impl GpuTrainer {
         let opts = RunOptions {
             mode: self.dispatch,
             microbatch: None,
-            trace: self.trace && mode == Mode::Train,
+            trace,
         };
         self.client.submit(&exec, args, opts)
     }
@@ -496,7 +541,7 @@ impl GpuTrainer {
     /// from every device in order. Read back by a program (results reach every rank, so this works
     /// the same when some of the devices are other ranks').
     fn download(&self, kind: Kind) -> Result<MoeLmParams> {
-        let exec = self.program(Mode::Read(kind), 0)?;
+        let exec = self.program(Mode::Read(kind), 0, &self.split)?;
         let opts = RunOptions {
             mode: self.dispatch,
             ..RunOptions::default()
@@ -522,7 +567,7 @@ impl GpuTrainer {
             aux_alpha: cfg.aux_alpha,
             z_loss: cfg.z_loss,
         };
-        layout.sums(results)
+        layout.sums(results, &self.split)
     }
 
     /// One training step on a batch (`contexts` `[T, C]`, `targets` `[T]`, byte ids).
@@ -538,7 +583,15 @@ impl GpuTrainer {
         let started = Instant::now();
         let tokens = self.check_batch(contexts, targets)?;
         let step = self.step + 1;
-        let handle = self.submit(Mode::Train, contexts, targets, Some(self.adam.bias(step)))?;
+        let bias = Some(self.adam.bias(step));
+        let handle = self.submit(
+            Mode::Train,
+            contexts,
+            targets,
+            bias,
+            &self.split,
+            self.trace,
+        )?;
         self.step = step;
         Ok(PendingStep {
             handle,
@@ -625,14 +678,14 @@ impl GpuTrainer {
     pub fn token_nats(&self, contexts: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
         let results = self.run(Mode::Forward, contexts, targets, None)?;
         let t = targets.len();
-        let rounds = self.groups / self.devices.len();
         let tg = t / self.groups;
         let mut out = vec![0.0f64; t];
         for (round, bytes) in results.iter().enumerate() {
             let rows: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
             for (i, device) in rows.chunks(tg).enumerate() {
-                // Device i, round r holds group i · rounds + r.
-                let g = i * rounds + round;
+                let Some(g) = self.split.group(i, round) else {
+                    continue;
+                };
                 for (k, &v) in device.iter().enumerate() {
                     out[g * tg + k] = f64::from(v);
                 }
@@ -814,6 +867,7 @@ impl std::fmt::Debug for GpuTrainer {
             .field("adam", &self.adam)
             .field("step", &self.step)
             .field("groups", &self.groups)
+            .field("split", &self.split.to_string())
             .field(
                 "devices",
                 &self

@@ -18,6 +18,7 @@
 use super::super::ffn_program::{ExpertActivation, MATMUL, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use super::super::params::{BlockIndex, EMBED, W_IN};
 use super::super::{MoeLmConfig, VOCAB};
+use super::split::GroupSplit;
 use crate::kernels::lm_train::AdamConfig;
 use crate::kernels::{
     Accumulate, Adam, CrossEntropy, EmbedGather, EmbedGrad, Kernel, Matmul, Pack, ReluBackward,
@@ -62,19 +63,19 @@ impl Kind {
 }
 
 /// The shapes a step program is built for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct StepShape {
     pub config: MoeLmConfig,
     pub adam: AdamConfig,
-    pub devices: usize,
-    pub groups: usize,
+    /// The routing groups per device (the gang is one device per count).
+    pub split: GroupSplit,
     /// Tokens per routing group.
     pub group_tokens: usize,
 }
 
 impl StepShape {
-    pub fn rounds(&self) -> usize {
-        self.groups / self.devices
+    pub fn devices(&self) -> usize {
+        self.split.devices()
     }
 }
 
@@ -195,7 +196,7 @@ impl Builder<'_, StepShape> {
         MoeFfn::new(
             router,
             loss,
-            (s.devices, None),
+            (s.devices(), None),
             s.group_tokens,
             cfg.model,
             ExpertActivation::Relu,
@@ -216,7 +217,7 @@ impl Builder<'_, StepShape> {
 /// step's Adam bias corrections (f32 `[2]` per device).
 pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Program> {
     let cfg = shape.config;
-    let gang: Vec<usize> = (0..shape.devices).collect();
+    let gang: Vec<usize> = (0..shape.devices()).collect();
     let name = match mode {
         Mode::Train => "moe train step",
         Mode::Grads => "moe gradients",
@@ -232,8 +233,8 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     };
     // One axis carries both the token groups and the experts (GShard): device i routes group i
     // and holds experts [i·E/D, (i+1)·E/D).
-    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]);
-    let shapes = shard_shapes(&cfg, expert, shape.devices);
+    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices())]);
+    let shapes = shard_shapes(&cfg, expert, shape.devices());
     let kind = match mode {
         Mode::Read(kind) => kind,
         _ => Kind::Param,
@@ -247,7 +248,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     }
     let (tg, c) = (shape.group_tokens, cfg.context);
     let w_out = cfg.w_out_index();
-    let inputs: Vec<(Value, Value)> = (0..shape.rounds())
+    let inputs: Vec<(Value, Value)> = (0..shape.split.rounds())
         .map(|_| {
             let ctx = x.b.typed_arg(&gang, TensorType::u32(&[tg, c]));
             let tgt = x.b.typed_arg(&gang, TensorType::u32(&[tg]));
@@ -260,6 +261,9 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
     });
     for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
+        // The token side of a round runs on the devices holding a group in it (all of them with
+        // an even split); the expert layers serve every device.
+        x.b.set_active(shape.split.active(r));
         // ---- forward
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         let pre = x.mm(&at("stem matmul"), emb, x.params[W_IN], false, false);
@@ -319,8 +323,11 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
             let (d_mid, g) = ffn.backward(&mut x.b, &gang, &at, &moe, &weights, dh, Some(dh));
+            // Every device computed its experts' gradients this round.
+            let token_side = x.b.set_active(None);
             x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
             x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
+            x.b.set_active(token_side);
             x.grad(ix.router, &at("accumulate router grad"), g.router);
             let d_pre = x.k(&at("dense relu backward"), ReluBackward, &[d_mid, dense]);
             let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
@@ -331,6 +338,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);
     }
+    x.b.set_active(None);
     if mode == Mode::Forward {
         return x.b.build();
     }
@@ -341,7 +349,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         expert,
         shapes: &shapes,
         names: &names,
-        groups: shape.groups,
+        groups: shape.split.groups(),
         adam: shape.adam,
         bias,
         data_axis: None,
