@@ -13,6 +13,8 @@ fn main() -> std::process::ExitCode {
         case!(host: pipeline_prints_the_textbook_bubble_and_traces_the_simulation),
         case!(host: bad_pipeline_parameters_are_clear_errors),
         case!(host: interleaved_beats_1f1b_at_the_same_model_cost),
+        case!(host: link_presets_price_the_transfers),
+        case!(host: a_closed_stdout_ends_quietly),
         case!(host: pipeline_svg_writes_the_figure_whole),
         case!(host: pipeline_compare_writes_every_schedule),
         case!(host: bad_svg_paths_are_clear_errors),
@@ -114,6 +116,7 @@ fn bad_pipeline_parameters_are_clear_errors() {
             &["--bandwidth-gbs", "0"][..],
             "--bandwidth-gbs must be a positive",
         ),
+        (&["--link", "nvlink"][..], "one of nvlink4, pcie4"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
             .arg("pipeline")
@@ -163,6 +166,55 @@ fn interleaved_beats_1f1b_at_the_same_model_cost() {
     );
     assert_eq!((inter_ms, one_ms), (2.85, 3.3));
     assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+/// A reader that goes away (`gangway … | head`) ends the command quietly with SIGPIPE's shell
+/// status, not a panic.
+fn a_closed_stdout_ends_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["pipeline", "--schedule", "1f1b", "--width", "200000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe is closed now; the timeline's 800 KB cannot all have fit in it.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Link presets set the transfer cost (latency + 1 MiB activation / bandwidth): a slower link
+/// stretches 1F1B's makespan, the line names the link, and explicit figures override it.
+fn link_presets_price_the_transfers() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pipeline", "--schedule", "1f1b", "--microbatches", "8"];
+        args.extend(extra);
+        gangway(&args)
+    };
+    let nvlink = run(&["--link", "nvlink4"]);
+    let tcp = run(&["--link", "ethernet10g"]);
+    // NVLink: 2 µs + 1048576 B / 450 B/ns; 10 GbE: 50 µs + 1048576 / 1.25.
+    assert!(nvlink.contains("transfers over nvlink4 4.33"), "{nvlink}");
+    assert!(tcp.contains("transfers over ethernet10g 888.86"), "{tcp}");
+    let (fast, slow, free) = (
+        makespan_ms(&nvlink),
+        makespan_ms(&tcp),
+        makespan_ms(&run(&[])),
+    );
+    assert!(free < fast && fast < slow, "{free} {fast} {slow}");
+    let overridden = run(&[
+        "--link",
+        "ethernet10g",
+        "--latency-us",
+        "0",
+        "--bandwidth-gbs",
+        "1048.576",
+    ]);
+    assert!(overridden.contains("ethernet10g 1 µs each"), "{overridden}");
 }
 
 fn scratch_dir(what: &str) -> std::path::PathBuf {

@@ -551,10 +551,17 @@ pub(crate) struct PipelineArgs {
         value_name = "F,B,W"
     )]
     pub(crate) costs_us: Vec<f64>,
-    /// Fixed cost of each activation or gradient transfer between stages, µs.
-    #[arg(long, default_value_t = 0.0, value_name = "US")]
-    pub(crate) latency_us: f64,
-    /// Link bandwidth between stages, GB/s (with --activation-kib); unlimited when not given.
+    /// The link between stages as a preset (its latency and one direction's bandwidth): nvlink4,
+    /// pcie4, pcie5, infiniband-ndr, ethernet100g, ethernet10g. --latency-us and
+    /// --bandwidth-gbs override its figures.
+    #[arg(long, value_name = "LINK")]
+    pub(crate) link: Option<gangway::pipeline::Link>,
+    /// Fixed cost of each activation or gradient transfer between stages, µs [default: the
+    /// link's, else 0].
+    #[arg(long, value_name = "US")]
+    pub(crate) latency_us: Option<f64>,
+    /// Link bandwidth between stages, GB/s (with --activation-kib) [default: the link's, else
+    /// unlimited].
     #[arg(long, value_name = "GBS")]
     pub(crate) bandwidth_gbs: Option<f64>,
     /// Size of one microbatch's activation (and gradient) at a stage boundary, KiB.

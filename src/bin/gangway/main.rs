@@ -89,6 +89,7 @@ impl ModelArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let job = match Job::from_env() {
         Ok(job) => job,
@@ -119,6 +120,25 @@ fn main() -> std::process::ExitCode {
 
 /// A panic on any thread of a rank ends the whole job at once, with one line naming the rank:
 /// the other ranks would otherwise wait for it until their timeouts.
+/// `gangway … | head`: once the reader has gone, the next `println!` panics with a broken pipe.
+/// End quietly with the status a shell gives a tool killed by SIGPIPE (128 + 13), as other Unix
+/// tools do, instead of printing a panic (restoring SIGPIPE itself would need `unsafe`).
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn end_job_on_panic(job: &Job) {
     let job = job.clone();
     std::panic::set_hook(Box::new(move |info| {
@@ -700,10 +720,14 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
         }
     };
     let ns = |us: f64| (us * 1e3).round() as u64;
-    let latency = non_negative(args.latency_us, "--latency-us")?;
+    let link_latency = args.link.map_or(0.0, |l| l.latency_us());
+    let latency = non_negative(args.latency_us.unwrap_or(link_latency), "--latency-us")?;
     let all_to_all = non_negative(args.all_to_all_us, "--all-to-all-us")?;
     let kib = non_negative(args.activation_kib, "--activation-kib")?;
-    let bytes_per_ns = match args.bandwidth_gbs {
+    let bandwidth = args
+        .bandwidth_gbs
+        .or(args.link.map(gangway::pipeline::Link::bandwidth_gbs));
+    let bytes_per_ns = match bandwidth {
         None => f64::INFINITY,
         Some(g) if g.is_finite() && g > 0.0 => g,
         Some(g) => bail!("--bandwidth-gbs must be a positive number of GB/s, got {g}"),
@@ -718,9 +742,12 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
     })
 }
 
-/// "transfers: 10 µs each, overlapped with compute", or "free" when they cost nothing.
-fn describe_link(c: &gangway::pipeline::Costs) -> String {
+/// "transfers over pcie4 10 µs each, overlapped with compute", or "free" when they cost nothing.
+fn describe_link(c: &gangway::pipeline::Costs, link: Option<gangway::pipeline::Link>) -> String {
     let each = c.transfer_ns().unwrap_or(0);
+    let over = link
+        .map(|l| format!(" over {}", l.name()))
+        .unwrap_or_default();
     let mut out = if each == 0 {
         "transfers free".to_owned()
     } else {
@@ -729,7 +756,7 @@ fn describe_link(c: &gangway::pipeline::Costs) -> String {
         } else {
             "overlapped with compute"
         };
-        format!("transfers {} µs each, {how}", each as f64 / 1e3)
+        format!("transfers{over} {} µs each, {how}", each as f64 / 1e3)
     };
     if c.all_to_all_ns > 0 {
         out += &format!(
@@ -807,7 +834,7 @@ fn pipeline(
         us(share.forward_ns),
         us(share.backward_ns),
         us(share.weight_grad_ns),
-        describe_link(&costs),
+        describe_link(&costs, args.link),
     );
     print!("{}", sim.timeline(args.width));
     let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
@@ -859,7 +886,7 @@ fn print_comparison(
         us(share.forward_ns),
         us(share.backward_ns),
         us(share.weight_grad_ns),
-        describe_link(share),
+        describe_link(share, args.link),
     );
     let rows: Vec<Vec<String>> = figure
         .rows
