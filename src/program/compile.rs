@@ -6,7 +6,6 @@ use super::ir::{Op, Program};
 use super::variables::Variables;
 use crate::device::{DeviceList, MeshDevice, Reservation, WhenFull, padded_size};
 use crate::kernels::Prepared;
-use crate::kernels::elementwise::{self, ElementwiseOp};
 use crate::{Error, Result, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -38,10 +37,8 @@ pub(crate) struct ShardRes {
     pub outputs: Vec<wgpu::Buffer>,
     /// Readback buffer on the device that sends (transfer source, collective member, result).
     pub staging: Option<wgpu::Buffer>,
-    /// The kernel (all-reduce: its row sum).
+    /// The kernel.
     pub dispatch: Option<Prepared>,
-    /// All-reduce: every member's shard side by side, summed by `dispatch`.
-    pub gather: Option<wgpu::Buffer>,
 }
 
 #[derive(Debug)]
@@ -172,9 +169,7 @@ impl Program {
                 Op::Send => vec![(d, in_len)],
                 Op::Recv => vec![(d, out_len)],
                 Op::AllToAll(_) => vec![(d, out_len), (d, in_len)],
-                Op::AllReduce(group) => {
-                    vec![(d, out_len), (d, in_len), (d, in_len * group.size as u64)]
-                }
+                Op::AllReduce(_) => vec![(d, out_len), (d, in_len)],
                 Op::Result { .. } => vec![(d, in_len)],
             })
             .collect()
@@ -269,19 +264,11 @@ impl Program {
                         res.staging = Some(device.readback_buffer(&label, out_bytes));
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
-                    Op::AllReduce(group) => {
-                        let members = group.size;
-                        let gather = device.storage_buffer(&label, out_bytes * members as u64)?;
-                        let y = device.storage_buffer(&label, out_bytes)?;
-                        let sum = ElementwiseOp::SumRows {
-                            rows: members as u32,
-                        };
-                        res.dispatch = Some(
-                            elementwise::prepare(device, sum, &gather, None, &y, out_len)?.into(),
-                        );
+                    Op::AllReduce(_) => {
+                        // The host adds the staged shards (`sched::reduce`); the device gets the
+                        // sum written into its output.
                         res.staging = Some(device.readback_buffer(&label, out_bytes));
-                        res.gather = Some(gather);
-                        res.outputs = vec![y];
+                        res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::Result { .. } => {
                         let bytes = self.values[n.inputs[0].0].shard_bytes();

@@ -5,6 +5,7 @@
 mod clients;
 mod clock;
 mod record;
+mod reduce;
 mod remote;
 mod resources;
 mod run;

@@ -103,14 +103,13 @@ impl Role {
     }
 
     /// Roles whose command buffer can be recorded ahead of time.
-    pub fn records_commands(self, op: &Op) -> bool {
+    pub fn records_commands(self) -> bool {
         match self {
             Role::Kernel { .. }
             | Role::Send { .. }
             | Role::Stage { .. }
             | Role::Download { .. } => true,
-            Role::Gather { .. } => matches!(op, Op::AllReduce(_)),
-            Role::Upload { .. } | Role::Recv { .. } => false,
+            Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => false,
         }
     }
 }
@@ -177,6 +176,9 @@ pub(crate) struct RunState {
     pub stamps_pending: AtomicUsize,
     /// `[node][shard]`: host bytes sent by a transfer, staged by a collective member, or read back.
     pub mail: Vec<Vec<OnceLock<Vec<u8>>>>,
+    /// `[node][shard]`: an all-reduce's sum, made once per group by its first member to gather
+    /// and kept under the group's first shard ([`super::reduce`]).
+    pub reduced: Vec<Vec<OnceLock<Vec<u8>>>>,
     /// `[node][shard][role waits]`: command buffers recorded ahead of time (parallel dispatch).
     pub prepared: Vec<Vec<[Mutex<Option<Recorded>>; 2]>>,
     /// `[node][shard]`: host clock (tracer ns) when the shard's commands were submitted.
@@ -256,6 +258,13 @@ impl RunState {
             mail: nodes
                 .iter()
                 .map(|n| (0..per_shard(n)).map(|_| OnceLock::new()).collect())
+                .collect(),
+            reduced: nodes
+                .iter()
+                .map(|n| match n.op {
+                    Op::AllReduce(_) => (0..per_shard(n)).map(|_| OnceLock::new()).collect(),
+                    _ => Vec::new(),
+                })
                 .collect(),
             prepared: nodes
                 .iter()

@@ -12,6 +12,7 @@
 
 use super::clock::GpuClock;
 use super::record::{Recorded, record};
+use super::reduce;
 use super::run::{DispatchMode, Role, RunState};
 use super::runtime::{GANG_ORDER_KEEP, GangRecord, Shared};
 use super::timestamps::{BATCH, TimestampRing, contiguous};
@@ -546,30 +547,31 @@ impl Worker {
                 let len_bytes =
                     n.output().map(|v| prog.value(v).shard_bytes()).unwrap_or(0) as usize;
                 let start = trace.span();
-                let all_to_all = matches!(n.op, Op::AllToAll(_));
-                let place = group.position(shard);
-                for (k, &m) in members.iter().enumerate() {
-                    let bytes = mail[m].get().map(Vec::as_slice).unwrap_or(&[]);
-                    if all_to_all {
-                        let chunk = len_bytes / members.len();
+                let out = res.outputs.first().ok_or_else(missing)?;
+                let shards = members
+                    .iter()
+                    .map(|&m| mail[m].get().map_or(&[][..], Vec::as_slice));
+                if matches!(n.op, Op::AllToAll(_)) {
+                    let (place, chunk) = (group.position(shard), len_bytes / members.len());
+                    for (k, bytes) in shards.enumerate() {
                         let piece = bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
-                        let out = res.outputs.first().ok_or_else(missing)?;
                         device.write_buffer(out, (k * chunk) as u64, piece);
-                    } else {
-                        let gather = res.gather.as_ref().ok_or_else(missing)?;
-                        device.write_buffer(gather, (k * len_bytes) as u64, bytes);
                     }
+                } else {
+                    // The group's first member to get here adds the shards; the rest reuse it.
+                    let dtype = n
+                        .output()
+                        .map_or(crate::DType::F32, |v| prog.value(v).dtype());
+                    let sum = run.reduced[node][members[0]]
+                        .get_or_init(|| reduce::sum_in_order(dtype, &shards.collect::<Vec<_>>()));
+                    device.write_buffer(out, 0, sum);
                 }
                 trace.finish(
                     start,
                     run.event_meta(EventMeta::transfer(device.id()), node),
                     || format!("gather {}", n.name),
                 );
-                if all_to_all {
-                    run.role_done(node);
-                } else {
-                    self.submit(run, node, role)?;
-                }
+                run.role_done(node);
             }
             Role::Kernel { .. }
             | Role::Send { .. }
