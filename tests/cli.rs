@@ -15,6 +15,7 @@ fn main() -> std::process::ExitCode {
         case!(host: interleaved_beats_1f1b_at_the_same_model_cost),
         case!(host: link_presets_price_the_transfers),
         case!(host: a_closed_stdout_ends_quietly),
+        case!(host: uneven_stages_stretch_the_pipeline),
         case!(host: pipeline_svg_writes_the_figure_whole),
         case!(host: pipeline_compare_writes_every_schedule),
         case!(host: bad_svg_paths_are_clear_errors),
@@ -166,6 +167,32 @@ fn interleaved_beats_1f1b_at_the_same_model_cost() {
     );
     assert_eq!((inter_ms, one_ms), (2.85, 3.3));
     assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+/// `--stage-costs`: a stage twice as slow stretches 1F1B to its own work plus the others' fill
+/// and drain (5.3 ms against 3.3 ms even at p = 4, m = 8, F = B = W = 100 µs), in the single
+/// view and the comparison; a factor per stage is required.
+fn uneven_stages_stretch_the_pipeline() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pipeline", "--microbatches", "8"];
+        args.extend(extra);
+        gangway(&args)
+    };
+    let even = run(&["--schedule", "1f1b"]);
+    let slow = run(&["--schedule", "1f1b", "--stage-costs", "1,2,1,1"]);
+    assert_eq!((makespan_ms(&even), makespan_ms(&slow)), (3.3, 5.3));
+    assert!(slow.contains("take 1×, 2×, 1×, 1× the costs"), "{slow}");
+    let compared = run(&["--compare", "--stage-costs", "1,2,1,1"]);
+    assert!(compared.contains("| 1f1b | 5.300 ms |"), "{compared}");
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["pipeline", "--stages", "4", "--stage-costs", "1,2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("2 stage cost factors for 4 stages"),
+        "{err}"
+    );
 }
 
 /// A reader that goes away (`gangway … | head`) ends the command quietly with SIGPIPE's shell

@@ -78,6 +78,8 @@ struct Engine<'a> {
     s: &'a Schedule,
     layout: Layout,
     t: Timing,
+    /// Each stage's compute cost over the timing's (empty: all 1).
+    stage_scale: &'a [f64],
     record: bool,
     vstages: usize,
     state: Vec<u8>,
@@ -95,8 +97,14 @@ struct Engine<'a> {
     woken: VecDeque<usize>,
 }
 
-/// Executes `s`; records events and the global order when `record` is set.
-pub(crate) fn execute(s: &Schedule, t: Timing, record: bool) -> Result<Run, ScheduleError> {
+/// Executes `s`, stage `i`'s ops taking `stage_scale[i]` times the timing's (all 1 when
+/// `stage_scale` is empty); records events and the global order when `record` is set.
+pub(crate) fn execute(
+    s: &Schedule,
+    t: Timing,
+    stage_scale: &[f64],
+    record: bool,
+) -> Result<Run, ScheduleError> {
     if s.ops.len() != s.stages {
         return Err(ScheduleError::StageCount {
             stages: s.stages,
@@ -109,6 +117,7 @@ pub(crate) fn execute(s: &Schedule, t: Timing, record: bool) -> Result<Run, Sche
         s,
         layout: s.layout(),
         t,
+        stage_scale,
         record,
         vstages,
         state: vec![0; s.microbatches.saturating_mul(vstages)],
@@ -445,6 +454,9 @@ impl Engine<'_> {
             *peak = (*peak).max(self.live[stage]);
         } else if frees {
             self.live[stage] = self.live[stage].saturating_sub(1);
+        }
+        if let Some(&k) = self.stage_scale.get(stage) {
+            duration = (duration as f64 * k).round() as u64;
         }
         let start = self.clock[stage];
         let end = start.saturating_add(duration);

@@ -60,6 +60,6 @@ pub use figure::{Figure, FigureRow, Theme};
 pub use link::Link;
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
-pub use simulate::{Costs, Simulation, simulate};
+pub use simulate::{Costs, Simulation, simulate, simulate_uneven};
 pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};

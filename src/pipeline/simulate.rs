@@ -159,6 +159,32 @@ impl Simulation {
 /// stage pair) is free, and costs `latency + bytes / bandwidth` on the sender's transfer lane
 /// without holding up its compute. Fails exactly when [`super::validate`] fails.
 pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
+    simulate_uneven(s, c, &[])
+}
+
+/// [`simulate`] with stages of different speeds: every op of stage `i` takes `stage_scale[i]`
+/// times its cost (a stage holding more layers, or a slower device), one factor per stage, or
+/// none for even stages. The ideal time is then the slowest stage's work alone
+/// (`max_i stage_scale[i]` times an even stage's), which no schedule can beat.
+pub fn simulate_uneven(
+    s: &Schedule,
+    c: &Costs,
+    stage_scale: &[f64],
+) -> Result<Simulation, ScheduleError> {
+    if !stage_scale.is_empty() && stage_scale.len() != s.stages {
+        return Err(ScheduleError::InvalidCosts {
+            reason: format!(
+                "{} stage cost factors for {} stages",
+                stage_scale.len(),
+                s.stages
+            ),
+        });
+    }
+    if let Some(k) = stage_scale.iter().find(|k| !(k.is_finite() && **k > 0.0)) {
+        return Err(ScheduleError::InvalidCosts {
+            reason: format!("a stage cost factor must be positive and finite, got {k}"),
+        });
+    }
     let w = if s.split_backward {
         0
     } else {
@@ -172,7 +198,7 @@ pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
         all_to_all: c.all_to_all_ns,
         blocking_sends: c.blocking_sends,
     };
-    let run = engine::execute(s, timing, true)?;
+    let run = engine::execute(s, timing, stage_scale, true)?;
     let makespan = run.makespan;
     let idle: u64 = run.busy.iter().map(|b| makespan.saturating_sub(*b)).sum();
     let capacity = s.stages as f64 * makespan as f64;
@@ -190,7 +216,15 @@ pub fn simulate(s: &Schedule, c: &Costs) -> Result<Simulation, ScheduleError> {
         } else {
             idle as f64 / capacity
         },
-        ideal_ns: ((s.microbatches * s.passes()) as u64).saturating_mul(per_unit),
+        ideal_ns: {
+            let even = ((s.microbatches * s.passes()) as u64).saturating_mul(per_unit);
+            let slowest = stage_scale.iter().copied().fold(0.0f64, f64::max);
+            if stage_scale.is_empty() {
+                even
+            } else {
+                (even as f64 * slowest).round() as u64
+            }
+        },
         order: run.order,
     })
 }
@@ -211,6 +245,54 @@ mod tests {
 
     fn total_idle(s: &Simulation) -> u64 {
         s.idle_ns().iter().sum()
+    }
+
+    /// Uneven stages: factors of 1 change nothing, scaling every stage by 2 doubles the
+    /// makespan, a slow stage bounds the run from below by its own work (the ideal time), and
+    /// GPipe's forwards finish as a flow shop's jobs do: the last forward on the last stage ends
+    /// at `Σ f_s + (m − 1) · max f_s`.
+    #[test]
+    fn uneven_stages_follow_the_flow_shop() {
+        let c = Costs::compute_only(10, 20, 10);
+        for kind in [
+            ScheduleKind::GPipe,
+            ScheduleKind::OneFOneB,
+            ScheduleKind::ZbH1,
+        ] {
+            let s = Schedule::new(kind, 4, 8, 1).unwrap();
+            let even = simulate(&s, &c).unwrap();
+            let ones = simulate_uneven(&s, &c, &[1.0; 4]).unwrap();
+            assert_eq!(ones.makespan_ns, even.makespan_ns, "{kind}");
+            assert_eq!(ones.events, even.events, "{kind}");
+            let double = simulate_uneven(&s, &c, &[2.0; 4]).unwrap();
+            assert_eq!(double.makespan_ns, 2 * even.makespan_ns, "{kind}");
+            let slow = simulate_uneven(&s, &c, &[1.0, 3.0, 1.0, 1.0]).unwrap();
+            assert_eq!(slow.ideal_ns, 3 * even.ideal_ns, "{kind}");
+            assert!(slow.makespan_ns >= slow.ideal_ns, "{kind}");
+            assert!(slow.makespan_ns > even.makespan_ns, "{kind}");
+            assert_eq!(slow.busy_ns[1], 3 * even.busy_ns[1], "{kind}");
+        }
+        let s = Schedule::new(ScheduleKind::GPipe, 3, 5, 1).unwrap();
+        let scale = [1.0, 4.0, 2.0];
+        let sim = simulate_uneven(&s, &Costs::compute_only(10, 10, 0), &scale).unwrap();
+        let last_forward = sim
+            .events
+            .iter()
+            .filter(|e| e.device == 2 && e.name == "F")
+            .map(|e| e.end_ns)
+            .max()
+            .unwrap();
+        let f: Vec<u64> = scale.iter().map(|k| (10.0 * k) as u64).collect();
+        assert_eq!(
+            last_forward,
+            f.iter().sum::<u64>() + 4 * f.iter().max().unwrap()
+        );
+        for bad in [&[1.0, 2.0][..], &[1.0, 0.0, 1.0], &[1.0, f64::NAN, 1.0]] {
+            assert!(matches!(
+                simulate_uneven(&s, &Costs::compute_only(1, 1, 0), bad),
+                Err(ScheduleError::InvalidCosts { .. })
+            ));
+        }
     }
 
     /// GPipe and 1F1B: bubble fraction (p − 1)/(m + p − 1), exactly (compared in integers),

@@ -139,6 +139,24 @@ fn interleaved_splits_the_stage_model_and_beats_1f1b() {
     h.get_by_label("makespan 28.5 µs");
 }
 
+/// Uneven stages: a slow stage (here stage 1 at 2×) stretches 1F1B from 33 to 53 µs, the same
+/// figure as `gangway pipeline --stage-costs 1,2,1,1`, and back at 1× the stages are even again.
+#[test]
+fn a_slow_stage_sets_the_pace() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.get_by_label("makespan 33.0 µs");
+    common::set_slider(&mut h, "slow stage", 1.0);
+    common::set_slider(&mut h, "its cost ×", 2.0);
+    assert_eq!(h.state().lab.params.stage_scale(), [1.0, 2.0, 1.0, 1.0]);
+    h.get_by_label("makespan 53.0 µs");
+    let sim = &h.state().lab.result.as_ref().unwrap().row().sim;
+    assert_eq!(sim.busy_ns[1], 2 * sim.busy_ns[0]);
+    common::set_slider(&mut h, "its cost ×", 1.0);
+    h.get_by_label("makespan 33.0 µs");
+}
+
 /// The stacked comparison: one time axis, the four schedules at the same p, m and total cost;
 /// at p = 4, m = 8 interleaved (v = 2) and ZB-H1 finish before 1F1B.
 #[test]

@@ -556,6 +556,16 @@ pub(crate) struct PipelineArgs {
     /// --bandwidth-gbs override its figures.
     #[arg(long, value_name = "LINK")]
     pub(crate) link: Option<gangway::pipeline::Link>,
+    /// Uneven stages (simulation only): each op of stage i takes the i-th factor times the
+    /// costs above, one factor per stage, e.g. 1,1,2,1 for a stage with twice the layers or a
+    /// device half as fast.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "K,K,...",
+        conflicts_with = "run"
+    )]
+    pub(crate) stage_costs: Vec<f64>,
     /// Fixed cost of each activation or gradient transfer between stages, µs [default: the
     /// link's, else 0].
     #[arg(long, value_name = "US")]

@@ -774,7 +774,7 @@ fn pipeline(
     runtime: Option<&Runtime>,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate, validate};
+    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_uneven, validate};
     if let Some(runtime) = runtime {
         return pipeline_run(args, runtime, tracer);
     }
@@ -801,7 +801,14 @@ fn pipeline(
         } else {
             args.schedules.clone()
         };
-        let figure = Figure::compare(&kinds, args.stages, args.microbatches, args.chunks, &share)?;
+        let figure = Figure::compare(
+            &kinds,
+            args.stages,
+            args.microbatches,
+            args.chunks,
+            &share,
+            &args.stage_costs,
+        )?;
         print_comparison(args, &figure, &share);
         if let Some(path) = &args.svg {
             write_figure(path, &figure, args)?;
@@ -813,7 +820,7 @@ fn pipeline(
     let validation = validate(&schedule)?;
     let passes = schedule.passes();
     let costs = share.per_chunk(passes);
-    let sim = simulate(&schedule, &costs)?;
+    let sim = simulate_uneven(&schedule, &costs, &args.stage_costs)?;
     let us = |ns: u64| ns as f64 / 1e3;
     let per_chunk = if passes > 1 {
         format!(
@@ -836,6 +843,7 @@ fn pipeline(
         us(share.weight_grad_ns),
         describe_link(&costs, args.link),
     );
+    print_stage_costs(&args.stage_costs);
     print!("{}", sim.timeline(args.width));
     let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
     println!(
@@ -861,10 +869,25 @@ fn pipeline(
             args.microbatches,
             chunks,
             &costs,
+            &args.stage_costs,
         )?;
         write_figure(path, &figure, args)?;
     }
     Ok(names)
+}
+
+/// `--stage-costs`, when given: how each stage's ops are scaled, and what the ideal time is then.
+fn print_stage_costs(stage_costs: &[f64]) {
+    if stage_costs.is_empty() {
+        return;
+    }
+    let factors: Vec<String> = stage_costs.iter().map(|k| format!("{k}×")).collect();
+    println!(
+        "uneven stages: the ops of stages 0..{} take {} the costs above; the ideal time is the \
+         slowest stage's work alone",
+        stage_costs.len(),
+        factors.join(", ")
+    );
 }
 
 /// The schedules of a `--compare` side by side: both bubble conventions (idle share of the
@@ -888,6 +911,7 @@ fn print_comparison(
         us(share.weight_grad_ns),
         describe_link(share, args.link),
     );
+    print_stage_costs(&args.stage_costs);
     let rows: Vec<Vec<String>> = figure
         .rows
         .iter()

@@ -26,7 +26,7 @@ use crate::trace::PipelineOp;
 
 use super::error::ScheduleError;
 use super::schedule::{OpKind, Schedule, ScheduleKind};
-use super::simulate::{Costs, Simulation, simulate};
+use super::simulate::{Costs, Simulation, simulate_uneven};
 use super::validate::validate;
 
 mod build;
@@ -75,14 +75,16 @@ pub struct FigureRow {
 }
 
 impl FigureRow {
-    /// Validates and simulates `schedule` under `costs` (per chunk op).
+    /// Validates and simulates `schedule` under `costs` (per chunk op), stage `i` at
+    /// `stage_scale[i]` times them (none: even stages; [`simulate_uneven`]).
     pub fn new(
         title: impl Into<String>,
         schedule: Schedule,
         costs: &Costs,
+        stage_scale: &[f64],
     ) -> Result<FigureRow, ScheduleError> {
         let peak_activations = validate(&schedule)?.peak_activations;
-        let sim = simulate(&schedule, costs)?;
+        let sim = simulate_uneven(&schedule, costs, stage_scale)?;
         Ok(FigureRow {
             title: title.into(),
             schedule,
@@ -215,12 +217,18 @@ impl Figure {
         microbatches: usize,
         chunks: usize,
         costs: &Costs,
+        stage_scale: &[f64],
     ) -> Result<Figure, ScheduleError> {
         let v = kind.chunks(chunks);
         let schedule = Schedule::new(kind, stages, microbatches, v)?;
         Ok(Figure {
             caption: shape_caption(stages, microbatches),
-            rows: vec![FigureRow::new(schedule_title(kind, v), schedule, costs)?],
+            rows: vec![FigureRow::new(
+                schedule_title(kind, v),
+                schedule,
+                costs,
+                stage_scale,
+            )?],
             left_out: Vec::new(),
         })
     }
@@ -238,13 +246,14 @@ impl Figure {
         microbatches: usize,
         chunks: usize,
         share: &Costs,
+        stage_scale: &[f64],
     ) -> Result<Figure, ScheduleError> {
         let (mut rows, mut left_out) = (Vec::new(), Vec::new());
         for &kind in kinds {
             let v = kind.chunks(chunks);
             let row = Schedule::new(kind, stages, microbatches, v).and_then(|schedule| {
                 let costs = share.per_chunk(kind.passes(chunks));
-                FigureRow::new(schedule_title(kind, v), schedule, &costs)
+                FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale)
             });
             match row {
                 Ok(row) => rows.push(row),
@@ -360,7 +369,7 @@ mod tests {
     ];
 
     fn compare() -> Figure {
-        Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(100, 100, 100)).unwrap()
+        Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(100, 100, 100), &[]).unwrap()
     }
 
     fn makespans(f: &Figure) -> Vec<u64> {
@@ -402,6 +411,7 @@ mod tests {
                 8,
                 2,
                 &Costs::compute_only(100 * scale, 100 * scale, 100 * scale),
+                &[],
             )
             .unwrap();
             let kinds: Vec<_> = f.rows.iter().map(|r| r.schedule.kind).collect();
@@ -422,7 +432,7 @@ mod tests {
             }
         }
         // Uneven splits round each chunk op up: never cheaper than the whole.
-        let f = Figure::compare(&FOUR, 2, 4, 3, &Costs::compute_only(10, 10, 10)).unwrap();
+        let f = Figure::compare(&FOUR, 2, 4, 3, &Costs::compute_only(10, 10, 10), &[]).unwrap();
         assert_eq!(f.rows[2].sim.busy_ns, vec![4 * 3 * (4 + 8); 2]);
     }
 
@@ -438,7 +448,7 @@ mod tests {
             } else {
                 (3, 6)
             };
-            figures.push(Figure::single(kind, p, m, 3, &c).unwrap());
+            figures.push(Figure::single(kind, p, m, 3, &c, &[]).unwrap());
         }
         for fig in &figures {
             for (width, theme) in [(1600.0, Theme::Projector), (500.0, Theme::Screen)] {
@@ -511,8 +521,8 @@ mod tests {
     #[test]
     fn every_idle_gap_is_hatched_once() {
         for fig in [
-            Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(1, 1, 1)).unwrap(),
-            Figure::compare(&FOUR, 3, 3, 3, &Costs::compute_only(2, 3, 1)).unwrap(),
+            Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(1, 1, 1), &[]).unwrap(),
+            Figure::compare(&FOUR, 3, 3, 3, &Costs::compute_only(2, 3, 1), &[]).unwrap(),
         ] {
             let mut gaps = 0;
             let mut idle = 0;

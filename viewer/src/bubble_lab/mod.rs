@@ -50,6 +50,10 @@ pub struct LabParams {
     pub wait_for_sends: bool,
     /// The schedules the comparison stacks: bit `i` for `ScheduleKind::ALL[i]`.
     pub compared: u16,
+    /// Uneven stages: stage `slow_stage`'s ops take `slow_factor` times the others' (1: even), as
+    /// a stage with more layers or a slower device would.
+    pub slow_stage: usize,
+    pub slow_factor: u64,
 }
 
 /// The comparison's default set: GPipe, 1F1B, interleaved and ZB-H1.
@@ -63,6 +67,23 @@ impl LabParams {
             .enumerate()
             .filter(|(i, _)| self.compared & (1 << i) != 0)
             .map(|(_, k)| k)
+            .collect()
+    }
+
+    /// Each stage's cost factor for the simulator (`simulate_uneven`); empty when even.
+    pub fn stage_scale(&self) -> Vec<f64> {
+        if self.slow_factor <= 1 {
+            return Vec::new();
+        }
+        let slow = self.slow_stage.min(self.stages.saturating_sub(1));
+        (0..self.stages)
+            .map(|i| {
+                if i == slow {
+                    self.slow_factor as f64
+                } else {
+                    1.0
+                }
+            })
             .collect()
     }
 
@@ -93,6 +114,8 @@ impl Default for LabParams {
             latency: 0,
             wait_for_sends: false,
             compared: CLASSIC_FOUR,
+            slow_stage: 1,
+            slow_factor: 1,
         }
     }
 }
@@ -329,6 +352,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         p.microbatches,
         v,
         &p.share_costs().per_chunk(p.kind.passes(v)),
+        &p.stage_scale(),
     )
     .map_err(|e| e.to_string())?;
     if figure.rows.len() != 1 {
@@ -343,6 +367,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         p.microbatches,
         p.chunks.max(2),
         &p.share_costs(),
+        &p.stage_scale(),
     )
     .map_err(|e| e.to_string());
     // Transfers are free here (zero-length): show compute lanes only.
@@ -531,6 +556,17 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.forward, 1..=10).text("F"));
             ui.add(Slider::new(&mut self.params.backward, 1..=10).text("B"));
             ui.add(Slider::new(&mut self.params.weight_grad, 0..=10).text("W"));
+        });
+        ui.horizontal_wrapped(|ui| {
+            let last = self.params.stages.saturating_sub(1);
+            self.params.slow_stage = self.params.slow_stage.min(last);
+            ui.add(Slider::new(&mut self.params.slow_stage, 0..=last).text("slow stage"))
+                .on_hover_text("uneven stages: the stage whose ops cost more");
+            ui.add(Slider::new(&mut self.params.slow_factor, 1..=4).text("its cost ×"))
+                .on_hover_text(
+                    "1: even stages; 2: that stage's F, B and W take twice as long (more \
+                     layers, or a slower device), and it sets the pace",
+                );
         });
         self.recompute();
         self.simulated_ui(ui, theme);
