@@ -12,6 +12,9 @@ pub const NAME: &str = "DejaVuSans";
 /// Symbols the UI prints that egui's default fonts do not have.
 pub const SYMBOLS: &str = "→←↑↓−…×≤≥";
 
+/// The bundled font's file: the UI's fallback, and the text of exported PNG figures.
+pub const DEJAVU_SANS: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
 /// Adds the bundled font as the last fallback of the proportional and monospace families
 /// (once per context: later calls do nothing).
 pub fn install(ctx: &egui::Context) {
@@ -24,7 +27,7 @@ pub fn install(ctx: &egui::Context) {
         .collect();
     ctx.add_font(FontInsert {
         name: NAME.into(),
-        data: FontData::from_static(include_bytes!("../assets/fonts/DejaVuSans.ttf")),
+        data: FontData::from_static(DEJAVU_SANS),
         families,
     });
 }

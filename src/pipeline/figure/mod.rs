@@ -222,7 +222,7 @@ impl Figure {
         let v = kind.chunks(chunks);
         let schedule = Schedule::new(kind, stages, microbatches, v)?;
         Ok(Figure {
-            caption: shape_caption(stages, microbatches),
+            caption: shape_caption(stages, microbatches, stage_scale),
             rows: vec![FigureRow::new(
                 schedule_title(kind, v),
                 schedule,
@@ -274,7 +274,7 @@ impl Figure {
         Ok(Figure {
             caption: format!(
                 "{} · one microbatch through a stage: F {}, B {}, W {}",
-                shape_caption(stages, microbatches),
+                shape_caption(stages, microbatches, stage_scale),
                 unit.format(forward_ns),
                 unit.format(backward_ns),
                 unit.format(weight_grad_ns),
@@ -292,13 +292,18 @@ impl Figure {
     }
 }
 
-pub(super) fn shape_caption(stages: usize, microbatches: usize) -> String {
+pub(super) fn shape_caption(stages: usize, microbatches: usize, stage_scale: &[f64]) -> String {
     let s = |n: usize| if n == 1 { "" } else { "s" };
-    format!(
+    let mut caption = format!(
         "p = {stages} stage{} · m = {microbatches} microbatch{}",
         s(stages),
         if microbatches == 1 { "" } else { "es" }
-    )
+    );
+    if !stage_scale.is_empty() {
+        let factors: Vec<String> = stage_scale.iter().map(|k| format!("{k}×")).collect();
+        caption += &format!(" · stage costs {}", factors.join(", "));
+    }
+    caption
 }
 
 /// The time unit of a figure, picked so its numbers stay short.

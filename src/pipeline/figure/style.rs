@@ -108,7 +108,7 @@ impl Style {
                 muted: Rgba::rgb(85, 85, 85),
                 grid: Rgba::rgb(222, 222, 222),
                 idle: Rgba::rgb(238, 238, 238),
-                hatch: Rgba::rgb(150, 150, 150),
+                hatch: Rgba::rgb(95, 95, 95),
                 font: 20.0,
                 small: 18.0,
                 title: 24.0,
@@ -118,8 +118,10 @@ impl Style {
                 row_gap: 30.0,
                 pad: 24.0,
                 stroke: 2.0,
-                hatch_spacing: 9.0,
-                hatch_width: 1.5,
+                // The bubble is what a lecture is about: dark, thick hatching that a projector
+                // does not wash out.
+                hatch_spacing: 10.0,
+                hatch_width: 2.5,
             },
             Theme::Screen => Style {
                 bg: Rgba::rgb(27, 27, 27),

@@ -1,12 +1,11 @@
 //! Exporting the lab's figure for slides: SVG from the figure's layout (the same drawing the
-//! CLI's `gangway pipeline --svg` writes), PNG from the pixels on screen. Encoding and writing
-//! happen off the UI thread, and every file is written all-or-nothing
+//! CLI's `gangway pipeline --svg` writes), and PNG from that SVG drawn off screen, so the whole
+//! figure comes out however much of it the window shows. Drawing, encoding and writing happen
+//! off the UI thread, and every file is written all-or-nothing
 //! ([`gangway::fsutil::write_atomic`]), so a kill mid-write leaves the old file or none.
 
 use std::path::PathBuf;
-use std::sync::mpsc::channel;
 
-use egui::{ColorImage, Rect};
 use gangway::pipeline::figure::{Layout, svg};
 
 use crate::background::{self, Job};
@@ -30,27 +29,11 @@ impl Exporter {
         self.spawn(ctx, move || write(&path, text.as_bytes()));
     }
 
-    /// Writes the pixels of `rect` (in points) as PNG to `path`, from the next frame's
-    /// screenshot.
-    pub fn png(&mut self, rect: Rect, path: PathBuf, ctx: &egui::Context) {
-        let (tx, rx) = channel();
-        let scale = ctx.pixels_per_point();
-        let repaint = ctx.clone();
-        let callback = egui::ScreenshotCallback::new(move |image| {
-            // Encoding a large PNG takes a while: not on the thread that renders.
-            let encode = {
-                let tx = tx.clone();
-                move || {
-                    let _ = tx.send(png_bytes(&image, rect, scale).and_then(|b| write(&path, &b)));
-                }
-            };
-            if let Err(e) = background::spawn("gangway-png", Some(repaint), encode) {
-                let _ = tx.send(Err(e));
-            }
-        });
-        ctx.send_viewport_cmd(egui::ViewportCommand::Screenshot(callback));
-        ctx.request_repaint();
-        self.pending = Some(Job::from_receiver(rx));
+    /// Writes the whole figure of `layout` as PNG to `path` in the background, drawn off screen
+    /// at `PNG_SCALE` pixels per figure unit: however much of it the window shows.
+    pub fn png(&mut self, layout: &Layout, path: PathBuf, ctx: &egui::Context) {
+        let text = svg(layout);
+        self.spawn(ctx, move || write(&path, &png_of_svg(&text, PNG_SCALE)?));
     }
 
     /// Picks up a finished export; true when one arrived.
@@ -81,34 +64,35 @@ fn write(path: &std::path::Path, bytes: &[u8]) -> Result<PathBuf, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The pixels of `rect` (points; `scale` pixels per point) of `image`, as a PNG file.
-pub fn png_bytes(image: &ColorImage, rect: Rect, scale: f32) -> Result<Vec<u8>, String> {
-    let [w, h] = image.size;
-    let px = |v: f32, max: usize| ((v * scale).round().max(0.0) as usize).min(max);
-    let (x0, x1) = (px(rect.left(), w), px(rect.right(), w));
-    let (y0, y1) = (px(rect.top(), h), px(rect.bottom(), h));
-    if x1 <= x0 || y1 <= y0 {
-        return Err(format!(
-            "the figure is not on screen (rect {rect:?} in a {w}×{h} image)"
-        ));
-    }
-    let mut rgba = Vec::with_capacity((x1 - x0) * (y1 - y0) * 4);
-    for y in y0..y1 {
-        for x in x0..x1 {
-            let c = image.pixels.get(y * w + x).copied().unwrap_or_default();
-            rgba.extend_from_slice(&c.to_srgba_unmultiplied());
-        }
-    }
-    let too_big = |_| "the figure is too large for a PNG".to_string();
-    let buffer = image::RgbaImage::from_raw(
-        u32::try_from(x1 - x0).map_err(too_big)?,
-        u32::try_from(y1 - y0).map_err(too_big)?,
-        rgba,
-    )
-    .ok_or("the screenshot has fewer pixels than its size says")?;
-    let mut out = std::io::Cursor::new(Vec::new());
-    buffer
-        .write_to(&mut out, image::ImageFormat::Png)
-        .map_err(|e| format!("cannot encode the PNG: {e}"))?;
-    Ok(out.into_inner())
+/// Pixels per figure unit of an exported PNG: crisp on a projector's 1080p or 4K.
+pub const PNG_SCALE: f32 = 2.0;
+
+/// The figure's SVG (`gangway::pipeline::figure::svg`) rasterized at `scale` as a PNG file, with
+/// the viewer's bundled DejaVu Sans for its text (the SVG names it among its fonts), so the same
+/// figure comes out on a machine with no fonts installed.
+pub fn png_of_svg(text: &str, scale: f32) -> Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut opts = usvg::Options {
+        font_family: "DejaVu Sans".into(),
+        ..usvg::Options::default()
+    };
+    opts.fontdb_mut()
+        .load_font_data(crate::fonts::DEJAVU_SANS.to_vec());
+    let tree =
+        usvg::Tree::from_str(text, &opts).map_err(|e| format!("cannot read the SVG: {e}"))?;
+    let size = tree
+        .size()
+        .to_int_size()
+        .scale_by(scale)
+        .ok_or("the figure is too large for a PNG")?;
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or("the figure is too large for a PNG")?;
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| format!("cannot encode the PNG: {e}"))
 }

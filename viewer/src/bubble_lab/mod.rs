@@ -21,7 +21,7 @@ use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
-pub use export::{Exporter, png_bytes};
+pub use export::{Exporter, PNG_SCALE, png_of_svg};
 pub use player::Player;
 
 use crate::background::{self, Job};
@@ -819,12 +819,12 @@ impl BubbleLab {
             }
             if ui
                 .add_enabled(!busy, Button::new("Export PNG"))
-                .on_hover_text("the figure's pixels as shown")
+                .on_hover_text("the whole figure as an image, drawn off screen at 2× its size")
                 .clicked()
-                && let Some((_, rect)) = &self.layout
+                && let Some((layout, _)) = &self.layout
             {
                 self.exporter
-                    .png(*rect, path.with_extension("png"), ui.ctx());
+                    .png(layout, path.with_extension("png"), ui.ctx());
             }
             if busy {
                 ui.spinner();
