@@ -22,7 +22,9 @@
 //!   no kernel running, while its host waited on an all-to-all's or the all-reduce's data,
 //!   [`crate::trace::exposed_wait_ns`], over the step's wall time) and the five kernels with the
 //!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
-//!   timestamps). On the run's first adapter, `D=4 over two adapters`
+//!   timestamps). `D=1 with D=4's 4 groups` routes the batch as the 4 devices do (the same
+//!   model math; D = 1 uses one group), compared with `D=4`: the groups' cost apart from the
+//!   devices'. On the run's first adapter, `D=4 over two adapters`
 //!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none),
 //!   and two more rows route the same batch in 16 groups over those devices: dealt evenly, then
 //!   balanced by each device's speed as measured on the first batch
@@ -538,8 +540,18 @@ pub fn plan(
         ));
     } else {
         out.push(Planned::Run(Box::new(
-            train_case(runtime, name, &devices[..4], cfg, &sized, true)
+            train_case(runtime, name.clone(), &devices[..4], cfg, &sized, true)
                 .compared_to(base_name.clone()),
+        )));
+        // One device routing the batch as D=4 does, in 4 groups (the same model math): what the
+        // groups cost apart from the devices. D=4 against D=1 mixes both.
+        let deal = Deal {
+            groups_per_device: 4,
+            measured: false,
+        };
+        let same = "parallel: D=1 with D=4's 4 groups".to_string();
+        out.push(Planned::Run(Box::new(
+            dealt_case(runtime, same, one, cfg, &sized, false, deal).compared_to(name),
         )));
     }
     // The same over two adapters: 2 devices of this one and 2 of the next adapter chosen.
