@@ -19,6 +19,9 @@
 // `attention_naive` is the baseline the bench compares against: a thread per query row, three
 // passes over the keys straight from storage (max, sum, weighted sum), no tiling.
 //
+// q, k, v, the output and the gradients are `Elem` (f32, or f16 where the adapter has it); every
+// sum, the softmax statistics and the workgroup tiles are f32, so f16 only narrows storage.
+//
 // Every binding number has one meaning, so each entry point's auto layout holds exactly the
 // bindings it names (at most 7 storage buffers, under WebGPU's default limit of 8).
 
@@ -34,21 +37,21 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<Elem>;
+@group(0) @binding(2) var<storage, read> k: array<Elem>;
+@group(0) @binding(3) var<storage, read> v: array<Elem>;
 // forward: the output and its rows' logsumexp
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<Elem>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 // backward_delta: reads the forward's output and logsumexp, writes (lse, rowsum(dO∘O)) pairs
-@group(0) @binding(6) var<storage, read> o_in: array<f32>;
-@group(0) @binding(7) var<storage, read> d_out: array<f32>;
+@group(0) @binding(6) var<storage, read> o_in: array<Elem>;
+@group(0) @binding(7) var<storage, read> d_out: array<Elem>;
 @group(0) @binding(8) var<storage, read> lse_in: array<f32>;
 @group(0) @binding(9) var<storage, read_write> stats: array<f32>;
 @group(0) @binding(10) var<storage, read> stats_in: array<f32>;
-@group(0) @binding(11) var<storage, read_write> dq: array<f32>;
-@group(0) @binding(12) var<storage, read_write> dk: array<f32>;
-@group(0) @binding(13) var<storage, read_write> dv: array<f32>;
+@group(0) @binding(11) var<storage, read_write> dq: array<Elem>;
+@group(0) @binding(12) var<storage, read_write> dk: array<Elem>;
+@group(0) @binding(13) var<storage, read_write> dv: array<Elem>;
 
 const ROWS: u32 = 32u;
 const TILE: u32 = 16u;
@@ -98,56 +101,56 @@ fn lanes(c4: u32) -> vec4<bool> {
 fn q4(at: u32, c4: u32) -> vec4<f32> {
     let i = at + 4u * c4;
     let m = lanes(c4);
-    return vec4<f32>(select(0.0, q[i], m.x), select(0.0, q[i + 1u], m.y), select(0.0, q[i + 2u], m.z), select(0.0, q[i + 3u], m.w));
+    return vec4<f32>(select(0.0, f32(q[i]), m.x), select(0.0, f32(q[i + 1u]), m.y), select(0.0, f32(q[i + 2u]), m.z), select(0.0, f32(q[i + 3u]), m.w));
 }
 fn k4(at: u32, c4: u32) -> vec4<f32> {
     let i = at + 4u * c4;
     let m = lanes(c4);
-    return vec4<f32>(select(0.0, k[i], m.x), select(0.0, k[i + 1u], m.y), select(0.0, k[i + 2u], m.z), select(0.0, k[i + 3u], m.w));
+    return vec4<f32>(select(0.0, f32(k[i]), m.x), select(0.0, f32(k[i + 1u]), m.y), select(0.0, f32(k[i + 2u]), m.z), select(0.0, f32(k[i + 3u]), m.w));
 }
 fn v4(at: u32, c4: u32) -> vec4<f32> {
     let i = at + 4u * c4;
     let m = lanes(c4);
-    return vec4<f32>(select(0.0, v[i], m.x), select(0.0, v[i + 1u], m.y), select(0.0, v[i + 2u], m.z), select(0.0, v[i + 3u], m.w));
+    return vec4<f32>(select(0.0, f32(v[i]), m.x), select(0.0, f32(v[i + 1u]), m.y), select(0.0, f32(v[i + 2u]), m.z), select(0.0, f32(v[i + 3u]), m.w));
 }
 fn g4(at: u32, c4: u32) -> vec4<f32> {
     let i = at + 4u * c4;
     let m = lanes(c4);
-    return vec4<f32>(select(0.0, d_out[i], m.x), select(0.0, d_out[i + 1u], m.y), select(0.0, d_out[i + 2u], m.z), select(0.0, d_out[i + 3u], m.w));
+    return vec4<f32>(select(0.0, f32(d_out[i]), m.x), select(0.0, f32(d_out[i + 1u]), m.y), select(0.0, f32(d_out[i + 2u]), m.z), select(0.0, f32(d_out[i + 3u]), m.w));
 }
 
 // Writes the lanes of `x` inside the head dimension to row `at` of out, dq, dk or dv.
 fn store_out(at: u32, c4: u32, x: vec4<f32>) {
     let m = lanes(c4);
     let i = at + 4u * c4;
-    if (m.x) { out[i] = x.x; }
-    if (m.y) { out[i + 1u] = x.y; }
-    if (m.z) { out[i + 2u] = x.z; }
-    if (m.w) { out[i + 3u] = x.w; }
+    if (m.x) { out[i] = Elem(x.x); }
+    if (m.y) { out[i + 1u] = Elem(x.y); }
+    if (m.z) { out[i + 2u] = Elem(x.z); }
+    if (m.w) { out[i + 3u] = Elem(x.w); }
 }
 fn store_dq(at: u32, c4: u32, x: vec4<f32>) {
     let m = lanes(c4);
     let i = at + 4u * c4;
-    if (m.x) { dq[i] = x.x; }
-    if (m.y) { dq[i + 1u] = x.y; }
-    if (m.z) { dq[i + 2u] = x.z; }
-    if (m.w) { dq[i + 3u] = x.w; }
+    if (m.x) { dq[i] = Elem(x.x); }
+    if (m.y) { dq[i + 1u] = Elem(x.y); }
+    if (m.z) { dq[i + 2u] = Elem(x.z); }
+    if (m.w) { dq[i + 3u] = Elem(x.w); }
 }
 fn store_dk(at: u32, c4: u32, x: vec4<f32>) {
     let m = lanes(c4);
     let i = at + 4u * c4;
-    if (m.x) { dk[i] = x.x; }
-    if (m.y) { dk[i + 1u] = x.y; }
-    if (m.z) { dk[i + 2u] = x.z; }
-    if (m.w) { dk[i + 3u] = x.w; }
+    if (m.x) { dk[i] = Elem(x.x); }
+    if (m.y) { dk[i + 1u] = Elem(x.y); }
+    if (m.z) { dk[i + 2u] = Elem(x.z); }
+    if (m.w) { dk[i + 3u] = Elem(x.w); }
 }
 fn store_dv(at: u32, c4: u32, x: vec4<f32>) {
     let m = lanes(c4);
     let i = at + 4u * c4;
-    if (m.x) { dv[i] = x.x; }
-    if (m.y) { dv[i + 1u] = x.y; }
-    if (m.z) { dv[i + 2u] = x.z; }
-    if (m.w) { dv[i + 3u] = x.w; }
+    if (m.x) { dv[i] = Elem(x.x); }
+    if (m.y) { dv[i + 1u] = Elem(x.y); }
+    if (m.z) { dv[i + 2u] = Elem(x.z); }
+    if (m.w) { dv[i + 3u] = Elem(x.w); }
 }
 
 // Keys row0.. of (bh) into tile_a, their values into tile_b; zeros past the sequence.
@@ -266,7 +269,7 @@ fn attention_naive(@builtin(global_invocation_id) gid: vec3<u32>) {
         let ka = row_at(bh, j);
         var dot = 0.0;
         for (var c = 0u; c < d; c++) {
-            dot += q[qa + c] * k[ka + c];
+            dot += f32(q[qa + c]) * f32(k[ka + c]);
         }
         m = max(m, dot * p.scale);
     }
@@ -275,7 +278,7 @@ fn attention_naive(@builtin(global_invocation_id) gid: vec3<u32>) {
         let ka = row_at(bh, j);
         var dot = 0.0;
         for (var c = 0u; c < d; c++) {
-            dot += q[qa + c] * k[ka + c];
+            dot += f32(q[qa + c]) * f32(k[ka + c]);
         }
         l += exp(dot * p.scale - m);
     }
@@ -284,15 +287,15 @@ fn attention_naive(@builtin(global_invocation_id) gid: vec3<u32>) {
         let ka = row_at(bh, j);
         var dot = 0.0;
         for (var c = 0u; c < d; c++) {
-            dot += q[qa + c] * k[ka + c];
+            dot += f32(q[qa + c]) * f32(k[ka + c]);
         }
         let pj = exp(dot * p.scale - m) / l;
         for (var c = 0u; c < d; c++) {
-            acc[c] += pj * v[ka + c];
+            acc[c] += pj * f32(v[ka + c]);
         }
     }
     for (var c = 0u; c < d; c++) {
-        out[qa + c] = acc[c];
+        out[qa + c] = Elem(acc[c]);
     }
     lse[stat_at(bh, t)] = m + log(l);
 }
@@ -311,7 +314,7 @@ fn attention_backward_delta(
     let d = p.head_dim;
     var delta = 0.0;
     for (var c = 0u; c < d; c++) {
-        delta += d_out[r * d + c] * o_in[r * d + c];
+        delta += f32(d_out[r * d + c]) * f32(o_in[r * d + c]);
     }
     stats[2u * r] = lse_in[r];
     stats[2u * r + 1u] = delta;

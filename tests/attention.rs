@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Adapters, case};
+use common::{Adapters, Need, case};
 use gangway::kernels::attention::{
     AttentionShape, attention, attention_backward, attention_backward_reference,
     attention_reference, default_scale, encode_attention,
@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
         case!(device: naive_forward_matches_the_reference),
         case!(device: backward_matches_the_reference),
         case!(device: backward_matches_finite_differences),
+        case!(device: f16_storage_matches_the_reference).needs(Need::F16),
         case!(host: reference_backward_matches_finite_differences),
         case!(adapters: bad_inputs_are_errors),
         case!(adapters: a_program_splits_the_batch_over_devices),
@@ -123,6 +124,60 @@ fn backward_matches_the_reference(device: &Device) {
             }
         }
     }
+}
+
+/// f16 queries, keys, values and output gradient (where the adapter has `shader-f16`): the
+/// forward and backward against the f32 reference of the same f16-rounded inputs. Storage is
+/// f16, every sum f32, so what is left is rounding the outputs to f16 (2⁻¹¹ relative) and the
+/// backward reading the f16-rounded forward output.
+fn f16_storage_matches_the_reference(device: &Device) {
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter()
+            .map(|x| half::f16::from_f32(x).to_f32())
+            .collect()
+    };
+    for (i, dims) in [(2, 17, 2, 8), (1, 33, 3, 5)].into_iter().enumerate() {
+        for causal in [true, false] {
+            let s = shape(dims);
+            let n: usize = s.rows().iter().product();
+            let mut rng = Rng::new(40 + i as u64);
+            let host = [round(rng.vec(n)), round(rng.vec(n)), round(rng.vec(n))];
+            let d_host = round(rng.vec(n));
+            let up = |v: &[f32]| Tensor::from_f32(device, &s.rows(), DType::F16, v).unwrap();
+            let (q, k, v, d_out) = (up(&host[0]), up(&host[1]), up(&host[2]), up(&d_host));
+            let (out, lse) = attention(&q, &k, &v, s.heads, causal).unwrap();
+            assert_eq!((out.dtype(), lse.dtype()), (DType::F16, DType::F32));
+            let scale = default_scale(s.head_dim);
+            let [hq, hk, hv] = &host;
+            let (want, want_lse) = attention_reference(&s, hq, hk, hv, causal, scale).unwrap();
+            let what = format!("f16 {s:?} causal {causal} on {}", device.label());
+            common::assert_close(&what, &out.to_f32().unwrap(), &want, 2e-3);
+            common::assert_close(&what, &lse.to_f32().unwrap(), &want_lse, 2e-5);
+            let g = attention_backward([&q, &k, &v, &out, &lse, &d_out], s.heads, causal).unwrap();
+            let want =
+                attention_backward_reference(&s, [hq, hk, hv, &d_host], causal, scale).unwrap();
+            for (name, got, want) in [
+                ("dq", &g.dq, &want[0]),
+                ("dk", &g.dk, &want[1]),
+                ("dv", &g.dv, &want[2]),
+            ] {
+                assert_eq!(got.dtype(), DType::F16);
+                common::assert_close(
+                    &format!("{name} {what}"),
+                    &got.to_f32().unwrap(),
+                    want,
+                    1e-2,
+                );
+            }
+        }
+    }
+    // Mixed storage types are refused.
+    let s = shape((1, 4, 1, 4));
+    let n: usize = s.rows().iter().product();
+    let h = Tensor::from_f32(device, &s.rows(), DType::F16, &vec![0.5; n]).unwrap();
+    let f = Tensor::from_f32(device, &s.rows(), DType::F32, &vec![0.5; n]).unwrap();
+    let err = attention(&h, &f, &h, 1, true).unwrap_err().to_string();
+    assert!(err.contains("f16") || err.contains("F16"), "{err}");
 }
 
 /// `Σ w ⊙ out` in f64 from the GPU forward.

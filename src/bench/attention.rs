@@ -22,6 +22,8 @@ pub struct AttentionOptions {
     pub batch: usize,
     pub heads: usize,
     pub head_dim: usize,
+    /// Storage of q, k, v, the output and the gradients (`--dtype`); sums are f32 either way.
+    pub dtype: DType,
 }
 
 impl AttentionOptions {
@@ -32,6 +34,7 @@ impl AttentionOptions {
             batch: 1,
             heads: 4,
             head_dim: 64,
+            dtype: DType::F32,
         }
     }
 
@@ -70,11 +73,15 @@ pub struct AttentionBench {
     device: Device,
     shape: AttentionShape,
     pass: Pass,
+    dtype: DType,
     program: Option<TracedProgram>,
 }
 
-fn case_name(seq: usize, pass: Pass) -> String {
-    format!("causal T={seq} {}", pass.name())
+fn case_name(seq: usize, pass: Pass, dtype: DType) -> String {
+    match dtype {
+        DType::F32 => format!("causal T={seq} {}", pass.name()),
+        _ => format!("causal T={seq} {} {}", pass.name(), dtype.name()),
+    }
 }
 
 /// The suite's cases on `device`.
@@ -88,16 +95,25 @@ pub fn plan(runtime: &Runtime, device: &Device, o: &AttentionOptions) -> Vec<Pla
             head_dim: o.head_dim,
         };
         for pass in [Pass::Naive, Pass::Forward, Pass::Backward] {
+            let case = case_name(seq, pass, o.dtype);
+            if !device.supports(o.dtype) {
+                out.push(Planned::skip(
+                    case,
+                    format!("the adapter has no {}", o.dtype.name()),
+                ));
+                continue;
+            }
             match AttentionShape::of("bench attention", &shape.rows(), o.heads) {
                 Ok(_) => out.push(Planned::Run(Box::new(AttentionBench {
                     runtime: runtime.clone(),
                     device: device.clone(),
                     shape,
                     pass,
+                    dtype: o.dtype,
                     program: None,
                 }))),
                 Err(e) => out.push(Planned::Failed {
-                    case: case_name(seq, pass),
+                    case,
                     reason: e.to_string(),
                 }),
             }
@@ -119,12 +135,12 @@ impl AttentionBench {
 
 impl Benchmark for AttentionBench {
     fn case(&self) -> String {
-        case_name(self.shape.seq, self.pass)
+        case_name(self.shape.seq, self.pass, self.dtype)
     }
 
     fn work(&self) -> Work {
         let s = &self.shape;
-        let rows = (s.batch * s.seq * s.heads * s.head_dim * 4) as f64;
+        let rows = (s.batch * s.seq * s.heads * s.head_dim * self.dtype.size()) as f64;
         match self.pass {
             Pass::Forward | Pass::Naive => {
                 Work::new(s.forward_flops(true), WorkUnit::Flop).with_bytes(4.0 * rows)
@@ -136,7 +152,7 @@ impl Benchmark for AttentionBench {
     }
 
     fn baseline(&self) -> Option<String> {
-        (self.pass == Pass::Forward).then(|| case_name(self.shape.seq, Pass::Naive))
+        (self.pass == Pass::Forward).then(|| case_name(self.shape.seq, Pass::Naive, self.dtype))
     }
 
     /// Random q, k, v (and, for the backward, the forward's output and a random output gradient)
@@ -146,7 +162,7 @@ impl Benchmark for AttentionBench {
         let rows = s.rows();
         let n: usize = rows.iter().product();
         let mut rng = Rng::new(s.seq as u64);
-        let mut random = || Tensor::from_f32(&self.device, &rows, DType::F32, &rng.vec(n));
+        let mut random = || Tensor::from_f32(&self.device, &rows, self.dtype, &rng.vec(n));
         let (q, k, v) = (random()?, random()?, random()?);
         let mut variables = Variables::new();
         let mut inputs = vec![("q", q.clone()), ("k", k.clone()), ("v", v.clone())];

@@ -8,21 +8,24 @@
 //! - [`AttentionNaive`]: the forward without tiling, three passes over the keys from storage: the
 //!   bench's baseline.
 //!
-//! Queries, keys, values and outputs are `[B, T, H·Dh]` f32 (a projection's `[B·T, H·Dh]` output
+//! Queries, keys, values and outputs are `[B, T, H·Dh]` (a projection's `[B·T, H·Dh]` output
 //! as it is: head `h` is columns `h·Dh..(h+1)·Dh`), the logsumexp `[B, T, H]`. Scores are
 //! `scale · q·k` (`1/√Dh` by default), and with `causal` query `t` sees keys `0..=t`. Head
 //! dimensions up to [`MAX_HEAD_DIM`]; any `T`. Batches split over devices like rows (the default
 //! sharding rule: each sequence is whole on one device). With `seq: Some(T)` the nodes take and
 //! give `[B·T, ·]` rows instead, viewed as `[B, T, ·]` without a copy ([`Tensor::view`]), as
-//! the Transformer's step feeds them. f32 only: f16 is not built yet.
+//! the Transformer's step feeds them. They are f32, or f16 on a device with `shader-f16` (the
+//! gradients in the inputs' type): f16 narrows storage only, every sum, the softmax statistics
+//! and the logsumexp stay f32.
 //!
 //! Each has a blocking form ([`attention`], [`attention_backward`], through [`super::eager`]) and
 //! a plain-Rust reference computed in f64 ([`attention_reference`],
 //! [`attention_backward_reference`]).
 
+use super::node::expect;
 use super::{ATTENTION, Kernel, Prepared, TensorType, eager, node};
 use crate::device::Recorder;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// The largest head dimension the kernels hold in registers and workgroup memory.
 pub const MAX_HEAD_DIM: usize = 128;
@@ -143,11 +146,18 @@ fn params(what: &'static str, s: &AttentionShape, causal: bool, scale: f32) -> R
     })
 }
 
-/// Checks `t` is f32 on `device` with `shape`.
-fn expect(what: &'static str, t: &Tensor, device: &Device, shape: &[usize]) -> Result<()> {
-    t.expect_device(what, device)?;
-    t.expect_dtype(what, DType::F32)?;
-    t.expect_shape(what, shape)
+/// The storage type of queries, keys, values, outputs and gradients: f32, or f16 where the
+/// device has `shader-f16` (sums and the logsumexp stay f32).
+fn elem(what: &'static str, q: &Tensor) -> Result<DType> {
+    let dtype = q.dtype();
+    if dtype == DType::U32 {
+        return Err(node::invalid(
+            what,
+            "takes f32 or f16 values, not u32".into(),
+        ));
+    }
+    q.device().require(what, dtype)?;
+    Ok(dtype)
 }
 
 /// One workgroup per `ROWS` rows of one (batch, head) pair.
@@ -179,8 +189,9 @@ fn qkv_shape(
     heads: usize,
 ) -> Result<AttentionShape> {
     let s = AttentionShape::of(what, q.shape(), heads)?;
+    let dtype = elem(what, q)?;
     for t in [q, k, v] {
-        expect(what, t, q.device(), &s.rows())?;
+        expect(what, t, q.device(), dtype, &s.rows())?;
     }
     Ok(s)
 }
@@ -207,8 +218,9 @@ pub fn encode_attention(
     };
     let device = q.device();
     let s = qkv_shape(what, q, k, v, heads)?;
-    expect(what, out, device, &s.rows())?;
-    expect(what, lse, device, &s.stats())?;
+    let dtype = q.dtype();
+    expect(what, out, device, dtype, &s.rows())?;
+    expect(what, lse, device, DType::F32, &s.stats())?;
     let p = params(what, &s, causal, scale)?;
     let grid = if naive {
         let [_, bh, _] = row_grid(&s)?;
@@ -226,6 +238,7 @@ pub fn encode_attention(
     ATTENTION.encode_specialised(
         encoder,
         device,
+        dtype,
         what,
         &specialisation(&s),
         &p,
@@ -257,11 +270,12 @@ pub fn encode_attention_backward(
     const WHAT: &str = "attention_backward";
     let device = q.device();
     let s = qkv_shape(WHAT, q, k, v, heads)?;
-    expect(WHAT, out, device, &s.rows())?;
-    expect(WHAT, d_out, device, &s.rows())?;
-    expect(WHAT, lse, device, &s.stats())?;
+    let dtype = q.dtype();
+    expect(WHAT, out, device, dtype, &s.rows())?;
+    expect(WHAT, d_out, device, dtype, &s.rows())?;
+    expect(WHAT, lse, device, DType::F32, &s.stats())?;
     for g in grads {
-        expect(WHAT, g, device, &s.rows())?;
+        expect(WHAT, g, device, dtype, &s.rows())?;
     }
     let [dq, dk, dv] = grads;
     if grads.iter().any(|g| {
@@ -284,6 +298,7 @@ pub fn encode_attention_backward(
     ATTENTION.encode_specialised(
         encoder,
         device,
+        dtype,
         "attention_backward_delta",
         &consts,
         &p,
@@ -299,6 +314,7 @@ pub fn encode_attention_backward(
     ATTENTION.encode_specialised(
         encoder,
         device,
+        dtype,
         "attention_backward_dq",
         &consts,
         &p,
@@ -315,6 +331,7 @@ pub fn encode_attention_backward(
     ATTENTION.encode_specialised(
         encoder,
         device,
+        dtype,
         "attention_backward_dkdv",
         &consts,
         &p,
@@ -497,7 +514,14 @@ fn forward_types(
 ) -> Result<AttentionShape> {
     node::arity(what, inputs, 3)?;
     let s = AttentionShape::of(what, &inputs[0].shape, heads)?;
-    expect_types(what, inputs, &TensorType::f32(&s.rows()))?;
+    let dtype = inputs[0].dtype;
+    if dtype == DType::U32 {
+        return Err(node::invalid(
+            what,
+            "takes f32 or f16 values, not u32".into(),
+        ));
+    }
+    expect_types(what, inputs, &TensorType::new(dtype, &s.rows()))?;
     Ok(s)
 }
 
@@ -591,7 +615,10 @@ impl Kernel for Attention {
         let s = forward_types(self.kind(), &inputs, self.heads)?;
         Ok(as_rows(
             self.seq,
-            vec![TensorType::f32(&s.rows()), TensorType::f32(&s.stats())],
+            vec![
+                TensorType::new(inputs[0].dtype, &s.rows()),
+                TensorType::f32(&s.stats()),
+            ],
         ))
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
@@ -651,7 +678,8 @@ impl Kernel for AttentionBackward {
         node::arity(self.kind(), inputs, 6)?;
         let inputs = as_sequences(self.kind(), self.seq, inputs)?;
         let s = forward_types(self.kind(), &inputs[..3], self.heads)?;
-        let (rows, stats) = (TensorType::f32(&s.rows()), TensorType::f32(&s.stats()));
+        let rows = TensorType::new(inputs[0].dtype, &s.rows());
+        let stats = TensorType::f32(&s.stats());
         expect_types(self.kind(), &inputs[3..4], &rows)?;
         expect_types(self.kind(), &inputs[4..5], &stats)?;
         expect_types(self.kind(), &inputs[5..], &rows)?;

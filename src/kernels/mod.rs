@@ -150,6 +150,7 @@ pub const MLP: Shader = Shader {
 pub const ATTENTION: Shader = Shader {
     name: "attention",
     source: include_str!("../../shaders/attention.wgsl"),
+    dtypes: FLOATS,
     zero_workgroup_memory: false,
     ..SHADER
 };
@@ -260,16 +261,26 @@ impl Shader {
         bindings: &[(u32, &wgpu::Buffer)],
         grid: [u32; 3],
     ) -> crate::Result<()> {
-        self.encode_specialised(encoder, device, entry, &[], params, bindings, grid)
+        self.encode_specialised(
+            encoder,
+            device,
+            DType::F32,
+            entry,
+            &[],
+            params,
+            bindings,
+            grid,
+        )
     }
 
-    /// [`Self::encode`] with the shader's `const NAME: u32 = …;` lines set to `consts`' values
-    /// first (see [`Self::specialise`]).
+    /// [`Self::encode`] for the `dtype` instantiation, with the shader's `const NAME: u32 = …;`
+    /// lines set to `consts`' values first (see [`Self::specialise`]).
     #[allow(clippy::too_many_arguments)]
     pub fn encode_specialised<P: bytemuck::Pod>(
         &self,
         encoder: &mut impl crate::device::Recorder,
         device: &crate::Device,
+        dtype: DType,
         entry: &'static str,
         consts: &[(&str, u32)],
         params: &P,
@@ -277,7 +288,7 @@ impl Shader {
         grid: [u32; 3],
     ) -> crate::Result<()> {
         let uniform = device.uniform_buffer(entry, params);
-        let pipeline = self.pipeline_specialised(device, DType::F32, entry, consts)?;
+        let pipeline = self.pipeline_specialised(device, dtype, entry, consts)?;
         let mut all = vec![(0, &uniform)];
         all.extend_from_slice(bindings);
         device.encode_dispatch(encoder, entry, &pipeline, &all, grid)

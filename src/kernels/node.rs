@@ -49,6 +49,20 @@ pub(crate) fn expect_type(what: &'static str, t: &TensorType, want: &TensorType)
 }
 
 /// Output `i` of a node being prepared.
+/// Checks that `t` is on `device`, has `dtype` and the given shape (a launcher's inputs and
+/// outputs).
+pub(crate) fn expect(
+    what: &'static str,
+    t: &Tensor,
+    device: &crate::Device,
+    dtype: crate::DType,
+    shape: &[usize],
+) -> Result<()> {
+    t.expect_device(what, device)?;
+    t.expect_dtype(what, dtype)?;
+    t.expect_shape(what, shape)
+}
+
 pub(crate) fn output(outputs: &[Tensor], i: usize) -> Result<&Tensor> {
     outputs
         .get(i)

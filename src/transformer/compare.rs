@@ -153,12 +153,15 @@ pub fn moe_vs_dense(
             ..moe
         };
         cfg.validate()?;
+        // At E/K or more every expert's slots hold a whole group: nothing can be dropped.
+        let dropless = c * moe.top_k as f32 >= moe.experts as f32;
         models.push((
             format!(
-                "MoE E={} top-{} d_e={} capacity {c:?}",
+                "MoE E={} top-{} d_e={} capacity {c:?}{}",
                 moe.experts,
                 moe.top_k,
-                moe.expert_width()
+                moe.expert_width(),
+                if dropless { " (dropless)" } else { "" }
             ),
             cfg,
         ));

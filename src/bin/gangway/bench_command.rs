@@ -51,6 +51,7 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         DTypeArg::F32 => DType::F32,
         DTypeArg::F16 => DType::F16,
     };
+    s.attention.dtype = s.matmul.dtype;
     if let Some(v) = &args.contexts {
         s.attention.contexts = v.clone();
     }

@@ -202,7 +202,8 @@ pub(crate) struct MoeVsDenseArgs {
     pub(crate) heads: usize,
     #[arg(long, default_value_t = 64)]
     pub(crate) context: usize,
-    /// Capacity factors the MoE model runs at.
+    /// Capacity factors the MoE model runs at. E/K or more is dropless: every expert's slots
+    /// hold a whole group (worst-case buffers; the padded rows are computed too).
     #[arg(long, value_delimiter = ',', default_value = "1.0,1.25,2.0")]
     pub(crate) capacities: Vec<f32>,
     #[arg(long, default_value_t = 3)]
@@ -699,7 +700,7 @@ pub(crate) struct BenchArgs {
     /// matmul: variants [default: naive,tiled,vec4].
     #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
     pub(crate) variants: Option<Vec<String>>,
-    /// matmul: element type.
+    /// matmul and attention: element type (attention: of its storage; its sums stay f32).
     #[arg(long, value_enum, default_value = "f32", help_heading = "Suite sizes")]
     pub(crate) dtype: DTypeArg,
     /// attention: context lengths [default: 128,256,512,1024,2048; --quick 64,100].

@@ -22,6 +22,7 @@ use super::LM_TRAIN;
 use super::matmul::{self, MatmulShape};
 use super::moe_dispatch::{gather_reference, scatter_reference};
 use super::moe_dispatch::{slots_of, tokens_of};
+use super::node::expect;
 use super::router::{ExpertStat, ReferenceRouting, Route, RouterConfig, Routing};
 use super::router::{routed_tokens, routing_of};
 use super::{Kernel, Prepared, TensorType, node, sharding_rules};
@@ -108,19 +109,6 @@ fn run(
     record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
 ) -> Result<()> {
     super::eager::submit_and_wait(device, what, record)
-}
-
-/// Checks that `t` is on `device`, has `dtype` and the given shape.
-fn expect(
-    what: &'static str,
-    t: &Tensor,
-    device: &Device,
-    dtype: DType,
-    shape: &[usize],
-) -> Result<()> {
-    t.expect_device(what, device)?;
-    t.expect_dtype(what, dtype)?;
-    t.expect_shape(what, shape)
 }
 
 fn dims2(what: &'static str, t: &Tensor) -> Result<(usize, usize)> {
