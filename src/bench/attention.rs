@@ -3,7 +3,8 @@
 //! backward, each a one-kernel program on the runtime timed by its trace. FLOPs are the usual
 //! count (`4·T²/2·Dh` per head forward with the causal half, 2.5× that backward); the roofline's
 //! bytes are the compulsory traffic (q, k, v read and the output written once; the backward also
-//! reads the output and its gradient and writes three gradients).
+//! reads the output and its gradient and writes three gradients). `--dtype f16` stores q, k, v
+//! and the outputs in f16 (cases named `… f16`; skipped where the adapter has no f16).
 
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;

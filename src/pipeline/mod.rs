@@ -7,7 +7,8 @@
 //! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
 //! | `orders.rs` | each kind's compute order (the generators) |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
-//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends) and [`simulate`] |
+//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`] and [`simulate_uneven`] (stages of different costs) |
+//! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |

@@ -10,6 +10,9 @@
 //! weight gradients sum one slot block at a time, so with one axis `D` devices compute the bits
 //! one device computes over the same `G` groups; with a data axis the expert gradients' replicas
 //! add in another order (f32 rounding).
+//!
+//! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
+//! its token side is idle shards of their nodes, while its experts serve every round.
 
 use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::kernels::attention::default_scale;

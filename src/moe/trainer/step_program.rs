@@ -10,6 +10,10 @@
 //! demo layer). D devices compute the bits one device computes with D groups: every matmul sums in
 //! an order independent of M, and the expert weight gradient sums one slot block at a time.
 //!
+//! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
+//! its token side is idle shards of their nodes (`ProgramBuilder::only_where`), while its experts
+//! serve every round and its accumulators of expert gradients take every round's part.
+//!
 //! The expert layer's nodes are [`super::super::ffn_program`]'s. The pieces any model's step
 //! program over a gang needs are here and shared with the Transformer's: `Builder` (kernels,
 //! matmuls, gradient accumulation, a linear layer's backward), `declare_params`, `StepEnd` (the

@@ -2,7 +2,8 @@
 //! simulation (or any set of the nine schedules stacked on one time axis at the same total
 //! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, peak activations, and an animation that plays or steps
-//! op by op saying what each stage waits for. The figure exports as SVG and PNG for slides. "Run on devices" trains one MLP step with the same
+//! op by op saying what each stage waits for; a slow stage makes the stages uneven. The figure
+//! exports as SVG and as a PNG drawn off screen, whole, for slides. "Run on devices" trains one MLP step with the same
 //! schedule on the first `p` devices (in the background) and shows the measured timeline under
 //! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
 //! times) and the textbook's.
