@@ -198,17 +198,16 @@ fn uneven_stages_stretch_the_pipeline() {
 /// A reader that goes away (`gangway … | head`) ends the command quietly with SIGPIPE's shell
 /// status, not a panic.
 fn a_closed_stdout_ends_quietly() {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args(["pipeline", "--schedule", "1f1b", "--width", "200000"])
-        .stdout(std::process::Stdio::piped())
+    // A pipe whose reader is gone before the command starts: its first write fails, whatever the
+    // output's size (a reader that left mid-way would race with a short output).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["pipeline", "--schedule", "1f1b"])
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let mut first = [0u8; 16];
-    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
-    // The pipe is closed now; the timeline's 800 KB cannot all have fit in it.
-    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(141), "{err}");
     assert!(!err.contains("panicked"), "{err}");
