@@ -1,5 +1,7 @@
-//! A training run of the MoE LM on a corpus: batches, steps on the GPU trainer, validation in
-//! bits per byte against the unigram baseline, periodic checkpoints. `gangway train moe` and
+//! A training run of the MoE LM on a corpus: batches, steps on the GPU trainer (its routing
+//! groups dealt to the devices evenly, as given, or by their speeds measured on a copy of the
+//! first batch: [`TrainOptions::balance`]), validation in bits per byte against the unigram
+//! baseline, periodic checkpoints. `gangway train moe` and
 //! Branch-Train-Merge both train through [`train`], as runs of a client of the caller's runtime
 //! over its devices (a job's mesh under `mpirun`).
 

@@ -1,5 +1,6 @@
-//! A cost model: every op gets a duration, every transfer a latency and a bandwidth, and the
-//! schedule is replayed to see where each stage idles. The bubble it measures is the quantity the
+//! A cost model: every op gets a duration (each stage's scaled by its own factor in
+//! [`simulate_uneven`], for stages of different costs), every transfer a latency and a bandwidth,
+//! and the schedule is replayed to see where each stage idles. The bubble it measures is the quantity the
 //! textbook formulas predict, and what a real run's trace can be compared against.
 
 use std::ops::Range;
