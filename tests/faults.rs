@@ -1,5 +1,7 @@
 //! Faults injected into the runtime: a panicking worker fails only the runs that touch its device,
-//! at once, with an error that names the device and the panic; the other devices keep serving.
+//! at once, with an error that names the device and the panic; the other devices keep serving. A
+//! lost device (mid-training, with work queued, under traced runs) is reported as lost, naming the
+//! device, in bounded time.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -19,6 +21,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: a_panicking_worker_fails_its_runs_at_once_and_spares_the_other_devices),
         case!(adapters: losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint),
         case!(adapters: a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error),
+        case!(adapters: a_device_lost_while_traced_runs_go_reports_the_loss_not_a_timestamp_timeout),
     ])
 }
 
@@ -195,4 +198,51 @@ fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
     ] {
         assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
     }
+}
+
+/// Traced runs with GPU timestamps, back to back, while one of their devices is lost: each run
+/// ends, either well or with the loss. A run whose results were read back before the loss never
+/// gets that device's timestamps mapped; waiting for them must end with the loss, not a timeout
+/// (a CI run of the viewer's device-loss test waited 60 s for them so).
+fn a_device_lost_while_traced_runs_go_reports_the_loss_not_a_timestamp_timeout(
+    adapters: &Adapters,
+) {
+    let devices = fresh_devices(adapters, 2);
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    runtime.set_gpu_timestamps(true);
+    let client = runtime.client("test", 1);
+    let exec = chain(&devices, 0, 1);
+    let doomed = devices[1].clone();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        doomed.destroy();
+    });
+    let traced = RunOptions {
+        trace: true,
+        ..opts(DispatchMode::Parallel)
+    };
+    let start = Instant::now();
+    let mut runs = 0;
+    let err = loop {
+        let run = Instant::now();
+        let outcome = client
+            .submit(&exec, vec![vec![1.0; 256]], traced)
+            .and_then(|h| h.wait_traced());
+        assert!(
+            run.elapsed() < Duration::from_secs(10),
+            "run {runs} took {:?}",
+            run.elapsed()
+        );
+        match outcome {
+            Ok(_) => runs += 1,
+            Err(e) => break e,
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no loss seen");
+    };
+    killer.join().unwrap();
+    assert!(
+        matches!(err, Error::DeviceLost { .. }),
+        "after {runs} runs: {err}"
+    );
+    assert!(err.to_string().contains(&devices[1].label()), "{err}");
 }

@@ -203,14 +203,19 @@ impl Device {
     /// The device's loss when it is lost, else `error`: on a lost device every call fails
     /// validation, and the loss is what explains that to the user.
     fn loss_or(&self, error: Error) -> Error {
+        self.loss().unwrap_or(error)
+    }
+
+    /// The device's loss, if it is lost; unlike [`Self::check_health`] this clears nothing.
+    pub fn loss(&self) -> Option<Error> {
         let slot = self
             .0
             .failure
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match &*slot {
-            Some(lost @ Error::DeviceLost { .. }) => lost.clone_for_report(),
-            _ => error,
+            Some(lost @ Error::DeviceLost { .. }) => Some(lost.clone_for_report()),
+            _ => None,
         }
     }
 

@@ -387,6 +387,14 @@ impl RunState {
             if let Some(e) = self.error.get() {
                 return Err(e.clone_for_report());
             }
+            // A device lost after the results came back never maps its timestamps: its loss,
+            // not a timeout, is the answer.
+            if let Some(lost) = (self.exec.devices.iter())
+                .filter_map(|d| d.local())
+                .find_map(crate::Device::loss)
+            {
+                return Err(lost);
+            }
             if start.elapsed() > timeout {
                 return Err(Error::Timeout {
                     what: format!(
