@@ -1,5 +1,6 @@
-// Elementwise ops over flat arrays: the small kernels programs chain together, and the reduction
-// step of all-reduce. One thread per element; the grid is 2-D so arrays past 65535 workgroups fit.
+// Elementwise ops over flat arrays: the small kernels programs chain together (relu and GELU with
+// their backwards among them), and the row sum. One thread per element; the grid is 2-D so arrays
+// past 65535 workgroups fit.
 
 struct Params {
     len: u32,
@@ -40,6 +41,15 @@ fn relu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = index(gid, groups);
     if (i >= p.len) { return; }
     y[i] = max(x[i], Elem(0));
+}
+
+// y = z * (x > 0): z is the gradient of a relu's output, x its output (or input: both are positive
+// at the same places).
+@compute @workgroup_size(256)
+fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.len) { return; }
+    y[i] = select(Elem(0), z[i], x[i] > Elem(0));
 }
 
 const SQRT_2_OVER_PI: f32 = 0.7978845608;

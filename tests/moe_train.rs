@@ -8,7 +8,7 @@ mod common;
 
 use common::moe::{batch, config};
 use common::{Adapters, Span, case};
-use gangway::kernels::lm_train::AdamConfig;
+use gangway::kernels::optim::AdamConfig;
 use gangway::moe::trainer::{GroupSplit, coefficient_of_variation};
 use gangway::moe::{
     Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,

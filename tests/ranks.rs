@@ -13,7 +13,7 @@ use common::programs::{
     run_exchanges,
 };
 use common::{Adapters, case};
-use gangway::kernels::lm_train::AdamConfig;
+use gangway::kernels::optim::AdamConfig;
 use gangway::moe::{GpuTrainer, MoeLmParams};
 use gangway::program::{CompileOptions, ProgramBuilder};
 use gangway::sched::{Runtime, RuntimeOptions};

@@ -9,7 +9,7 @@ mod common;
 
 use common::{Adapters, case};
 use gangway::data::{Corpus, Document};
-use gangway::kernels::lm_train::AdamConfig;
+use gangway::kernels::optim::AdamConfig;
 use gangway::moe::trainer::GroupSplit;
 use gangway::transformer::reference::{ReferenceForward, forward, logits};
 use gangway::transformer::training_run::{LmOptions, generate, train};

@@ -49,7 +49,7 @@ use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
 use super::suite::Planned;
 use crate::data::{Batches, Corpus};
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
 use crate::sched::Runtime;
 use crate::trace::{self, BusyTime, EventKind, Lane};

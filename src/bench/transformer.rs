@@ -9,7 +9,7 @@ use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
 use super::moe::Data;
 use super::suite::Planned;
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::sched::Runtime;
 use crate::transformer::training_run::shifted_targets;
 use crate::transformer::{TransformerConfig, TransformerParams, TransformerTrainer};

@@ -20,7 +20,7 @@ pub use merge::average;
 
 use crate::data::Corpus;
 use crate::device::DeviceList;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
 use crate::moe::{GpuTrainer, MoeLmParams};
 use crate::sched::{Client, Runtime};

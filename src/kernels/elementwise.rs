@@ -1,8 +1,7 @@
 //! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
-//! dispatch, a fused chain), relu, GELU and its backward, add, and the row sum all-reduce finishes
-//! with. An
+//! dispatch, a fused chain), relu and GELU with their backwards, add, and a row sum. An
 //! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
-//! `affine`).
+//! `affine`, or `kernel` with any op); [`run`] runs one eagerly and [`reference`] is its plain Rust.
 
 use super::{ELEMENTWISE, Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
 use crate::device::Recorder;
@@ -19,6 +18,9 @@ pub enum ElementwiseOp {
         repeat: u32,
     },
     Relu,
+    /// `y = z · (x > 0)`: the gradient `z` of a relu's output back through it, `x` the relu's
+    /// output (or input: both are positive at the same places).
+    ReluBackward,
     /// GELU in its tanh form, as GPT-2 and BERT use it (PyTorch's `gelu(x, approximate="tanh")`):
     /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
     Gelu,
@@ -37,6 +39,7 @@ impl ElementwiseOp {
         match self {
             Self::Affine { .. } => "affine",
             Self::Relu => "relu",
+            Self::ReluBackward => "relu_backward",
             Self::Gelu => "gelu",
             Self::GeluBackward => "gelu_backward",
             Self::Add => "add",
@@ -44,10 +47,9 @@ impl ElementwiseOp {
         }
     }
 
-    /// Inputs the op reads: `x`, and `z` for [`ElementwiseOp::Add`] and
-    /// [`ElementwiseOp::GeluBackward`].
+    /// Inputs the op reads: `x`, and `z` for [`ElementwiseOp::Add`] and the backwards.
     pub fn inputs(&self) -> usize {
-        if matches!(self, Self::Add | Self::GeluBackward) {
+        if matches!(self, Self::Add | Self::ReluBackward | Self::GeluBackward) {
             2
         } else {
             1
@@ -221,6 +223,11 @@ pub fn reference(op: ElementwiseOp, x: &[f32], z: Option<&[f32]>) -> Vec<f32> {
             .map(|&v| (0..repeat).fold(v, |v, _| v * scale + shift))
             .collect(),
         ElementwiseOp::Relu => x.iter().map(|&v| v.max(0.0)).collect(),
+        ElementwiseOp::ReluBackward => x
+            .iter()
+            .zip(z.unwrap_or(&[]))
+            .map(|(&v, &g)| if v > 0.0 { g } else { 0.0 })
+            .collect(),
         ElementwiseOp::Gelu => x.iter().map(|&v| gelu_reference(v as f64) as f32).collect(),
         ElementwiseOp::GeluBackward => x
             .iter()

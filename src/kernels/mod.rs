@@ -16,12 +16,15 @@ pub mod autotune;
 pub mod copy_blocks;
 pub mod eager;
 pub mod elementwise;
+pub mod embedding;
+pub mod expert_grad;
+mod flat;
 pub mod layer_norm;
-pub mod lm_train;
+pub mod loss;
 pub mod matmul;
-pub mod mlp;
 pub mod moe_dispatch;
 mod node;
+pub mod optim;
 pub mod pack;
 mod prepared;
 pub mod router;
@@ -32,16 +35,16 @@ pub use prepared::{Kernel, Prepared, TensorType};
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
 pub use copy_blocks::Permute;
+pub use elementwise::ElementwiseOp;
+pub use embedding::{EmbedGather, EmbedGrad};
+pub use expert_grad::ExpertWeightGrad;
 pub use layer_norm::{LayerNorm, LayerNormBackward};
-pub use lm_train::{
-    Adam, CombineBackwardSlots, CrossEntropy, DispatchBackward, EmbedGather, EmbedGrad,
-    ExpertWeightGrad, GateGrad, RouterBackward, RowLogsumexp,
-};
+pub use loss::{CrossEntropy, MseGrad, RowLogsumexp};
 pub use matmul::Matmul;
-pub use mlp::{Accumulate, MseGrad, ReluBackward, Sgd};
-pub use moe_dispatch::{Combine, Dispatch};
+pub use moe_dispatch::{Combine, CombineBackwardSlots, Dispatch, DispatchBackward, GateGrad};
+pub use optim::{Accumulate, Adam, Sgd};
 pub use pack::{Pack, Unpack};
-pub use router::Router;
+pub use router::{Router, RouterBackward};
 
 use crate::DType;
 
@@ -141,12 +144,6 @@ pub const ELEMENTWISE: Shader = Shader {
     ..SHADER
 };
 
-pub const MLP: Shader = Shader {
-    name: "mlp",
-    source: include_str!("../../shaders/mlp.wgsl"),
-    ..SHADER
-};
-
 pub const ATTENTION: Shader = Shader {
     name: "attention",
     source: include_str!("../../shaders/attention.wgsl"),
@@ -161,9 +158,43 @@ pub const LAYER_NORM: Shader = Shader {
     ..SHADER
 };
 
-pub const LM_TRAIN: Shader = Shader {
-    name: "lm_train",
-    source: include_str!("../../shaders/lm_train.wgsl"),
+/// The flat f32 kernels' parameters, records and grid ([`flat`]).
+const FLAT_COMMON: &[&str] = &[include_str!("../../shaders/flat_common.wgsl")];
+
+pub const EMBEDDING: Shader = Shader {
+    name: "embedding",
+    source: include_str!("../../shaders/embedding.wgsl"),
+    common: FLAT_COMMON,
+    ..SHADER
+};
+pub const LOSS: Shader = Shader {
+    name: "loss",
+    source: include_str!("../../shaders/loss.wgsl"),
+    common: FLAT_COMMON,
+    ..SHADER
+};
+pub const OPTIM: Shader = Shader {
+    name: "optim",
+    source: include_str!("../../shaders/optim.wgsl"),
+    common: FLAT_COMMON,
+    ..SHADER
+};
+pub const EXPERT_GRAD: Shader = Shader {
+    name: "expert_grad",
+    source: include_str!("../../shaders/expert_grad.wgsl"),
+    common: FLAT_COMMON,
+    ..SHADER
+};
+pub const ROUTER_BACKWARD: Shader = Shader {
+    name: "router_backward",
+    source: include_str!("../../shaders/router_backward.wgsl"),
+    common: FLAT_COMMON,
+    ..SHADER
+};
+pub const MOE_DISPATCH_BACKWARD: Shader = Shader {
+    name: "moe_dispatch_backward",
+    source: include_str!("../../shaders/moe_dispatch_backward.wgsl"),
+    common: FLAT_COMMON,
     ..SHADER
 };
 
@@ -175,16 +206,20 @@ pub const ALL_SHADERS: &[Shader] = &[
     MATMUL_VEC4_NT,
     MATMUL_VEC4_TN,
     ROUTER,
+    ROUTER_BACKWARD,
     MOE_DISPATCH,
+    MOE_DISPATCH_BACKWARD,
     COPY_BLOCKS,
     ELEMENTWISE,
-    MLP,
-    LM_TRAIN,
+    EMBEDDING,
+    LOSS,
+    OPTIM,
+    EXPERT_GRAD,
     ATTENTION,
     LAYER_NORM,
 ];
 
-/// Threads per workgroup of the flat kernels (elementwise, mlp, lm_train).
+/// Threads per workgroup of the flat kernels (elementwise and those of [`flat`]).
 pub const WORKGROUP: usize = 256;
 
 /// A 2-D grid of [`WORKGROUP`]-thread workgroups covering `threads` threads within the adapter's

@@ -1,10 +1,10 @@
-//! Adam on the host for the reference model: [`crate::kernels::lm_train::adam_reference`] on every
+//! Adam on the host for the reference model: [`crate::kernels::optim::adam_reference`] on every
 //! parameter tensor, with the moments kept as [`MoeLmParams`] of the same shapes.
 
 use super::MoeLmParams;
 use super::reference::{Forward, GroupedForward, loss_and_grads, loss_and_grads_grouped};
 use crate::Result;
-use crate::kernels::lm_train::{AdamConfig, adam_reference};
+use crate::kernels::optim::{AdamConfig, adam_reference};
 
 /// Adam's state: the step count and both moments.
 #[derive(Debug, Clone, PartialEq)]

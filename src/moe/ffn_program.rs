@@ -25,12 +25,12 @@
 
 use super::exchange::ExpertExchange;
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::router::RouterConfig;
+use crate::kernels::router::RouterLoss;
 use crate::kernels::{
     Accumulate, Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad,
-    GateGrad, Kernel, Matmul, ReluBackward, Router, RouterBackward,
+    GateGrad, Kernel, Matmul, Router, RouterBackward,
 };
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
@@ -294,7 +294,13 @@ impl MoeFfn {
             );
             let name = at(&format!("expert {} backward", self.activation.name()));
             let d_pre = match self.activation {
-                ExpertActivation::Relu => Self::k(b, gang, &name, ReluBackward, &[d_h, s.hidden]),
+                ExpertActivation::Relu => Self::k(
+                    b,
+                    gang,
+                    &name,
+                    ElementwiseOp::ReluBackward,
+                    &[s.hidden, d_h],
+                ),
                 ExpertActivation::Gelu => {
                     Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
                 }

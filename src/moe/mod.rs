@@ -56,8 +56,8 @@ pub use reference::{
 };
 pub use trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
 
-use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::router::RouterConfig;
+use crate::kernels::router::RouterLoss;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 

@@ -1,16 +1,16 @@
 //! The plain-Rust reference of the model (see [`super`]): forward with every activation kept, and
 //! backward to a gradient for every parameter. Built only from the kernel references (matmul,
-//! router, dispatch/combine, relu, add and [`crate::kernels::lm_train`]), so each step of a GPU
+//! router, dispatch/combine, relu, add and the training kernels), so each step of a GPU
 //! trainer can be compared with the step here that mirrors it.
 
 use super::params::{EMBED, W_IN};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
 use crate::kernels::elementwise::{self, ElementwiseOp};
-use crate::kernels::lm_train as lt;
 use crate::kernels::matmul::{self, MatmulShape};
-use crate::kernels::mlp::{accumulate_reference, relu_backward_reference};
-use crate::kernels::moe_dispatch::{reference_combine, reference_dispatch};
+use crate::kernels::moe_dispatch::{self, reference_combine, reference_dispatch};
+use crate::kernels::optim::accumulate_reference;
 use crate::kernels::router::{self, ReferenceRouting, load_balancing_loss};
+use crate::kernels::{embedding, expert_grad, loss};
 use crate::{DType, Error, Result};
 
 /// The loss and its parts, summed over blocks (f64: sums of f32 terms).
@@ -119,6 +119,11 @@ fn relu(x: &[f32]) -> Vec<f32> {
     elementwise::reference(ElementwiseOp::Relu, x, None)
 }
 
+/// The gradient `grad` of a relu's output back through it, `act` its output.
+fn relu_backward_reference(grad: &[f32], act: &[f32]) -> Vec<f32> {
+    elementwise::reference(ElementwiseOp::ReluBackward, act, Some(grad))
+}
+
 fn add(x: &[f32], z: &[f32]) -> Vec<f32> {
     elementwise::reference(ElementwiseOp::Add, x, Some(z))
 }
@@ -144,7 +149,7 @@ pub fn forward(params: &MoeLmParams, contexts: &[u32], targets: &[u32]) -> Resul
     let (c, de, d, ff, e) = (cfg.context, cfg.embed, cfg.model, cfg.hidden, cfg.experts);
     let router_cfg = cfg.router();
 
-    let embedded = lt::embed_gather_reference(contexts, params.get(EMBED), de)?;
+    let embedded = embedding::embed_gather_reference(contexts, params.get(EMBED), de)?;
     let stem = relu(&mm(
         &embedded,
         params.get(W_IN),
@@ -164,7 +169,7 @@ pub fn forward(params: &MoeLmParams, contexts: &[u32], targets: &[u32]) -> Resul
         let router_logits = mm(&mid, params.get(ix.router), [t, e, d], false, false);
         let routing = router::reference(&router_logits, t, router_cfg)?;
         let cap = routing.capacity;
-        let lse = lt::row_logsumexp_reference(&router_logits, e);
+        let lse = loss::row_logsumexp_reference(&router_logits, e);
         let slots = reference_dispatch(&mid, &routing.routes, cfg.top_k, e, cap, d);
         let expert_hidden = relu(&grouped(&slots, params.get(ix.w1), e, cap, [ff, d], false));
         let expert_out = grouped(&expert_hidden, params.get(ix.w2), e, cap, [d, ff], false);
@@ -205,7 +210,7 @@ pub fn forward(params: &MoeLmParams, contexts: &[u32], targets: &[u32]) -> Resul
         false,
         false,
     );
-    let (row_loss, d_logits) = lt::cross_entropy_reference(&logits, targets, VOCAB)?;
+    let (row_loss, d_logits) = loss::cross_entropy_reference(&logits, targets, VOCAB)?;
     let cross_entropy = row_loss.iter().map(|&v| f64::from(v)).sum::<f64>() / t as f64;
     Ok(Forward {
         tokens: t,
@@ -263,24 +268,24 @@ pub fn backward(params: &MoeLmParams, contexts: &[u32], forward: &Forward) -> Re
         let routes = &b.routing.routes;
         // MoE: h2 = h1 + combine(o).
         let mut d_mid = dh.clone();
-        let d_gate = lt::gate_grad_reference(&dh, &b.expert_out, routes, k, cap, d);
-        let d_out = lt::combine_backward_slots_reference(&dh, routes, k, e, cap, d);
+        let d_gate = moe_dispatch::gate_grad_reference(&dh, &b.expert_out, routes, k, cap, d);
+        let d_out = moe_dispatch::combine_backward_slots_reference(&dh, routes, k, e, cap, d);
         let offsets: Vec<u32> = (0..=e).map(|g| (g * cap) as u32).collect();
         grads.tensors[ix.w2] =
-            lt::expert_weight_grad_reference(&b.expert_hidden, &d_out, &offsets, ff, d);
+            expert_grad::expert_weight_grad_reference(&b.expert_hidden, &d_out, &offsets, ff, d);
         let d_hidden = relu_backward_reference(
             &grouped(&d_out, params.get(ix.w2), e, cap, [ff, d], true),
             &b.expert_hidden,
         );
         grads.tensors[ix.w1] =
-            lt::expert_weight_grad_reference(&b.slots, &d_hidden, &offsets, d, ff);
+            expert_grad::expert_weight_grad_reference(&b.slots, &d_hidden, &offsets, d, ff);
         let d_slots = grouped(&d_hidden, params.get(ix.w1), e, cap, [d, ff], true);
         accumulate_reference(
             &mut d_mid,
-            &lt::dispatch_backward_reference(&d_slots, routes, t, k, cap, d),
+            &moe_dispatch::dispatch_backward_reference(&d_slots, routes, t, k, cap, d),
         );
         // Router: gates, aux loss and z-loss back to r = h1 · W_r.
-        let d_r = lt::router_backward_reference(
+        let d_r = router::router_backward_reference(
             &b.router_logits,
             routes,
             &b.routing.stats,
@@ -306,7 +311,7 @@ pub fn backward(params: &MoeLmParams, contexts: &[u32], forward: &Forward) -> Re
     let d_pre = relu_backward_reference(&dh, &forward.stem);
     grads.tensors[W_IN] = mm(&forward.embedded, &d_pre, [c * de, d, t], true, false);
     let d_x = mm(&d_pre, params.get(W_IN), [t, c * de, d], false, true);
-    grads.tensors[EMBED] = lt::embed_grad_reference(contexts, &d_x, VOCAB, de)?;
+    grads.tensors[EMBED] = embedding::embed_grad_reference(contexts, &d_x, VOCAB, de)?;
     Ok(grads)
 }
 

@@ -5,7 +5,7 @@
 use super::reference::{Forward, forward, forward_grouped, loss_and_grads, loss_and_grads_grouped};
 use super::{Adam, MoeLmConfig, MoeLmParams, VOCAB};
 use crate::Rng;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 
 fn tiny(top_k: usize, seed: u64) -> MoeLmConfig {
     MoeLmConfig {

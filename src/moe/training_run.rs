@@ -9,7 +9,7 @@ use super::trainer::{Balance, GpuTrainer, GroupSplit, PendingStep, StepStats, Tr
 use super::{MoeLmConfig, MoeLmParams};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::device::DeviceList;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::sched::{Client, DispatchMode};
 use crate::{Error, Result};
 use std::path::PathBuf;

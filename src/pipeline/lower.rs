@@ -30,7 +30,7 @@ use super::validate::validate;
 use crate::device::MeshDevice;
 use crate::kernels::TensorType;
 use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::{Accumulate, Kernel, Matmul, MseGrad, ReluBackward, Sgd};
+use crate::kernels::{Accumulate, ElementwiseOp, Kernel, Matmul, MseGrad, Sgd};
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{Error, Result};
 
@@ -362,7 +362,12 @@ impl Lowering<'_, '_> {
                     false,
                     true,
                 );
-                dz = self.k(s, &format!("relu_backward{layer}"), ReluBackward, &[dh, h]);
+                dz = self.k(
+                    s,
+                    &format!("relu_backward{layer}"),
+                    ElementwiseOp::ReluBackward,
+                    &[h, dh],
+                );
             }
         }
         if vs > 0 {

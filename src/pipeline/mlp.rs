@@ -174,14 +174,18 @@ impl Mlp {
             .map(|(&y, &t)| f64::from(y - t).powi(2))
             .sum::<f64>()
             / n;
-        let mut dz = crate::kernels::mlp::mse_grad_reference(y, &mb.target);
+        let mut dz = crate::kernels::loss::mse_grad_reference(y, &mb.target);
         let mut grads = vec![Vec::new(); layers];
         for i in (0..layers).rev() {
             let [k, n] = self.layer_shape(i);
             grads[i] = matmul_at_b(&acts[i], &dz, rows, k, n);
             if i > 0 {
                 let dh = matmul_a_bt(&dz, &self.weights[i], rows, n, k);
-                dz = crate::kernels::mlp::relu_backward_reference(&dh, &acts[i]);
+                dz = crate::kernels::elementwise::reference(
+                    crate::kernels::ElementwiseOp::ReluBackward,
+                    &acts[i],
+                    Some(&dh),
+                );
             }
         }
         Ok((loss as f32, grads))
@@ -202,13 +206,13 @@ impl Mlp {
             let (l, grads) = self.gradients(mb)?;
             loss += f64::from(l);
             for (a, g) in acc.iter_mut().zip(&grads) {
-                crate::kernels::mlp::accumulate_reference(a, g);
+                crate::kernels::optim::accumulate_reference(a, g);
             }
         }
         let scale = lr / batch.len() as f32;
         let mut weights = self.weights.clone();
         for (w, g) in weights.iter_mut().zip(&acc) {
-            crate::kernels::mlp::sgd_reference(w, g, scale);
+            crate::kernels::optim::sgd_reference(w, g, scale);
         }
         Ok(StepResult {
             weights,

@@ -802,8 +802,8 @@ mod tests {
     /// axis until an all-reduce, and an optimizer fed the partial sum is a build error.
     #[test]
     fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
-        use crate::kernels::lm_train::AdamConfig;
         use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::optim::AdamConfig;
         let mm = |trans_a| {
             Arc::new(Matmul {
                 trans_a,

@@ -19,7 +19,7 @@ use super::{TransformerConfig, TransformerParams, TransformerTrainer};
 use crate::btm::{EnsembleOptions, ensemble_bits_per_byte};
 use crate::data::{Corpus, bits_per_byte};
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::sched::Runtime;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};

@@ -18,7 +18,7 @@
 //! new one, whole.
 
 use super::{TransformerConfig, TransformerParams};
-use crate::kernels::lm_train::{self as lt, AdamConfig};
+use crate::kernels::optim::{self, AdamConfig};
 use crate::moe::params::naming;
 use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
@@ -85,7 +85,7 @@ impl TransformerCheckpoint {
                 }
                 set.check()?;
             }
-            lt::adam_reference(&mut [], &mut [], &mut [], &[], t.adam, 1)?;
+            optim::adam_reference(&mut [], &mut [], &mut [], &[], t.adam, 1)?;
             if t.groups == 0 {
                 return Err(bad("0 routing groups".into()));
             }

@@ -10,7 +10,7 @@ use super::training_run::{LmOptions, train};
 use super::{TransformerConfig, TransformerParams, TransformerTrainer};
 use crate::data::Corpus;
 use crate::device::DeviceList;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::sched::Client;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};

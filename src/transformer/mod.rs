@@ -61,8 +61,8 @@ pub use params::{FfnIndex, LayerIndex, TransformerParams};
 pub use trainer::{TransformerStats, TransformerTrainer};
 
 use crate::kernels::attention::MAX_HEAD_DIM;
-use crate::kernels::lm_train::RouterLoss;
 use crate::kernels::router::RouterConfig;
+use crate::kernels::router::RouterLoss;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 

@@ -8,7 +8,7 @@ use super::{FfnIndex, TransformerParams, VOCAB};
 use crate::kernels::attention::{AttentionShape, attention_reference, default_scale};
 use crate::kernels::elementwise::{self, ElementwiseOp};
 use crate::kernels::layer_norm::layer_norm_reference;
-use crate::kernels::lm_train::{cross_entropy_reference, row_logsumexp_reference};
+use crate::kernels::loss::{cross_entropy_reference, row_logsumexp_reference};
 use crate::kernels::matmul::{self, MatmulShape};
 use crate::kernels::router::{self, load_balancing_loss};
 use crate::{DType, Error, Result};

@@ -17,7 +17,7 @@
 use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
     Accumulate, Attention, AttentionBackward, CrossEntropy, EmbedGather, EmbedGrad, LayerNorm,
     LayerNormBackward, Pack, RowLogsumexp, TensorType,

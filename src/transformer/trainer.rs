@@ -13,7 +13,7 @@ use super::reference::check_batch;
 use super::step_program::{self, StepShape};
 use super::{TrainState, TransformerCheckpoint, TransformerConfig, TransformerParams};
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::lm_train::{self as lt, AdamConfig};
+use crate::kernels::optim::{self, AdamConfig};
 use crate::moe::trainer::step_program::{Kind, Mode};
 use crate::moe::trainer::{
     Balanced, GroupSplit, ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads,
@@ -175,7 +175,7 @@ impl TransformerTrainer {
             )));
         }
         // Checks the Adam settings now rather than at the first step.
-        lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
+        optim::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let expert = cfg.expert_tensors();
         let split = GroupSplit::even(groups, n)?;
         let shape = StepShape {

@@ -9,7 +9,7 @@ use crate::{
 };
 use anyhow::{Context, Result, bail};
 use gangway::data::{Corpus, Document, bits_per_byte};
-use gangway::kernels::lm_train::AdamConfig;
+use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
 use gangway::transformer::training_run::{LmOptions, evaluate, generate, train};
 use gangway::transformer::{

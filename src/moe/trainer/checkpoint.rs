@@ -28,7 +28,7 @@
 
 use super::super::params::{naming, open_sealed, put_len, put_tensors, read_tensors, seal};
 use super::super::{MoeLmConfig, MoeLmParams};
-use crate::kernels::lm_train::{self as lt, AdamConfig};
+use crate::kernels::optim::{self, AdamConfig};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -79,7 +79,7 @@ impl TrainerCheckpoint {
                 "the moments belong to a different config than the parameters".into(),
             ));
         }
-        lt::adam_reference(&mut [], &mut [], &mut [], &[], self.adam, 1)?;
+        optim::adam_reference(&mut [], &mut [], &mut [], &[], self.adam, 1)?;
         if self.groups == 0 {
             return Err(bad("0 routing groups".into()));
         }

@@ -44,7 +44,7 @@ pub use split::{Balance, Balanced, GroupSplit};
 use super::reference::{RoutingStats, group_size};
 use super::{MoeLmConfig, MoeLmParams, VOCAB};
 use crate::device::{DeviceList, MeshDevice};
-use crate::kernels::lm_train::{self as lt, AdamConfig};
+use crate::kernels::optim::{self, AdamConfig};
 use crate::kernels::router::STAT_WORDS;
 use crate::kernels::router::{ExpertStat, load_balancing_loss};
 use crate::program::{CompileOptions, Executable, HostData, Op, Variables};
@@ -308,7 +308,7 @@ impl GpuTrainer {
         let n = devices.len();
         check_gang(WHAT, client, &devices, Some(cfg.experts), groups)?;
         // Checks the Adam settings now rather than at the first step.
-        lt::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
+        optim::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let specs = cfg.param_specs();
         let mut expert = vec![false; specs.len()];
         for l in 0..cfg.blocks {

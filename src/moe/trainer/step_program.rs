@@ -23,9 +23,9 @@ use super::super::ffn_program::{ExpertActivation, MATMUL, MoeFfn, MoeFfnSaved, M
 use super::super::params::{BlockIndex, EMBED, W_IN};
 use super::super::{MoeLmConfig, VOCAB};
 use super::split::GroupSplit;
-use crate::kernels::lm_train::AdamConfig;
+use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
-    Accumulate, Adam, CrossEntropy, EmbedGather, EmbedGrad, Kernel, Matmul, Pack, ReluBackward,
+    Accumulate, Adam, CrossEntropy, ElementwiseOp, EmbedGather, EmbedGrad, Kernel, Matmul, Pack,
     RowLogsumexp, TensorType, Unpack,
 };
 use crate::program::{Program, ProgramBuilder, Value};
@@ -333,11 +333,19 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
             x.b.set_active(token_side);
             x.grad(ix.router, &at("accumulate router grad"), g.router);
-            let d_pre = x.k(&at("dense relu backward"), ReluBackward, &[d_mid, dense]);
+            let d_pre = x.k(
+                &at("dense relu backward"),
+                ElementwiseOp::ReluBackward,
+                &[dense, d_mid],
+            );
             let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
-        let d_pre = x.k(&at("stem relu backward"), ReluBackward, &[dh, stem]);
+        let d_pre = x.k(
+            &at("stem relu backward"),
+            ElementwiseOp::ReluBackward,
+            &[stem, dh],
+        );
         let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
         let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);

@@ -1,6 +1,14 @@
-//! The router's backward: gates, load-balancing loss and z-loss back to the logits.
+//! The router's backward (`shaders/router_backward.wgsl`): the gates', the load-balancing loss's
+//! and the z-loss's gradients back to the router logits, as [`RouterBackward`] for program nodes.
 
-use super::*;
+use crate::device::Recorder;
+use crate::kernels::flat::{Params, bad, encode, routing_dims, run, to_u32};
+use crate::kernels::loss::max_and_sum;
+use crate::kernels::node::{self, expect};
+use crate::kernels::router::{ExpertStat, Route, RouterConfig, Routing};
+use crate::kernels::router::{routed_tokens, routing_of};
+use crate::kernels::{Kernel, Prepared, ROUTER_BACKWARD, TensorType};
+use crate::{DType, Result, Tensor};
 
 /// Weights of the router's auxiliary losses.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -49,7 +57,15 @@ pub fn encode_router_backward(
         (18, &routing.stats),
         (19, d_logits.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t)
+    encode(
+        encoder,
+        device,
+        &ROUTER_BACKWARD,
+        WHAT,
+        &params,
+        &bindings,
+        t,
+    )
 }
 
 /// The gradient of the router logits from the gates, the aux loss and the z-loss. Blocks.

@@ -1,13 +1,18 @@
-//! The MoE language-model training kernels (`shaders/lm_train.wgsl`) against their plain-Rust
-//! references on every adapter, at sizes that are not multiples of the 256-thread workgroup, and
-//! their typed errors on bad input.
+//! The training kernels beside matmul (embedding, losses, optimizers, the backwards of the router,
+//! dispatch/combine and relu, the expert weight gradient) against their plain-Rust references on
+//! every adapter, at sizes that are not multiples of the 256-thread workgroup, and their typed
+//! errors on bad input.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::{Adapters, assert_close, case};
-use gangway::kernels::lm_train::{self as lt, AdamConfig, RouterLoss};
+use gangway::kernels::elementwise::{self, ElementwiseOp};
+use gangway::kernels::loss::{mse_grad, mse_grad_reference};
+use gangway::kernels::optim::{AdamConfig, accumulate, accumulate_reference, sgd, sgd_reference};
+use gangway::kernels::router::RouterLoss;
 use gangway::kernels::router::{self, RouterConfig, route};
+use gangway::kernels::{embedding, expert_grad, loss, moe_dispatch, optim};
 use gangway::{DType, Device, Error, Rng, Tensor};
 
 fn main() -> std::process::ExitCode {
@@ -20,6 +25,8 @@ fn main() -> std::process::ExitCode {
         case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(adapters: bad_inputs_are_typed_errors),
+        case!(device: flat_updates_match_their_references),
+        case!(adapters: bad_flat_updates_are_errors),
     ])
 }
 
@@ -37,14 +44,14 @@ fn embedding_gather_and_grad_match_the_reference(device: &Device) {
         let ctx = ids(&mut rng, t * c, 256);
         let table = rng.vec(256 * e);
         let ctx_t = Tensor::from_u32(device, &[t, c], &ctx).unwrap();
-        let x = lt::embed_gather(&ctx_t, &up(device, &[256, e], &table)).unwrap();
+        let x = embedding::embed_gather(&ctx_t, &up(device, &[256, e], &table)).unwrap();
         assert_eq!(x.shape(), &[t, c * e]);
-        let want = lt::embed_gather_reference(&ctx, &table, e).unwrap();
+        let want = embedding::embed_gather_reference(&ctx, &table, e).unwrap();
         assert_close("embed_gather", &x.to_f32().unwrap(), &want, 0.0);
 
         let dx = rng.vec(t * c * e);
-        let got = lt::embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), 256).unwrap();
-        let want = lt::embed_grad_reference(&ctx, &dx, 256, e).unwrap();
+        let got = embedding::embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), 256).unwrap();
+        let want = embedding::embed_grad_reference(&ctx, &dx, 256, e).unwrap();
         assert_close("embed_grad", &got.to_f32().unwrap(), &want, 1e-5);
     }
 }
@@ -55,18 +62,18 @@ fn cross_entropy_and_logsumexp_match_the_reference(device: &Device) {
         // Large logits: the stable form must not overflow.
         let logits: Vec<f32> = rng.vec(t * v).iter().map(|x| x * 40.0).collect();
         let targets = ids(&mut rng, t, v);
-        let got = lt::cross_entropy(
+        let got = loss::cross_entropy(
             &up(device, &[t, v], &logits),
             &Tensor::from_u32(device, &[t], &targets).unwrap(),
         )
         .unwrap();
-        let (loss, grad) = lt::cross_entropy_reference(&logits, &targets, v).unwrap();
+        let (loss, grad) = loss::cross_entropy_reference(&logits, &targets, v).unwrap();
         assert_close("ce loss", &got.loss.to_f32().unwrap(), &loss, 1e-5);
         assert_close("ce grad", &got.d_logits.to_f32().unwrap(), &grad, 1e-6);
         assert!(loss.iter().all(|l| l.is_finite() && *l >= 0.0));
 
-        let lse = lt::row_logsumexp(&up(device, &[t, v], &logits)).unwrap();
-        let want = lt::row_logsumexp_reference(&logits, v);
+        let lse = loss::row_logsumexp(&up(device, &[t, v], &logits)).unwrap();
+        let want = loss::row_logsumexp_reference(&logits, v);
         assert_close("logsumexp", &lse.to_f32().unwrap(), &want, 1e-5);
     }
 }
@@ -74,11 +81,11 @@ fn cross_entropy_and_logsumexp_match_the_reference(device: &Device) {
 fn cross_entropy_ignores_rows_whose_target_is_out_of_range(device: &Device) {
     let logits = up(device, &[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
     let targets = Tensor::from_u32(device, &[2], &[1, 3]).unwrap();
-    let got = lt::cross_entropy(&logits, &targets).unwrap();
+    let got = loss::cross_entropy(&logits, &targets).unwrap();
     let loss = got.loss.to_f32().unwrap();
     assert!(loss[0] > 0.0 && loss[1] == 0.0);
     assert_eq!(&got.d_logits.to_f32().unwrap()[3..], &[0.0; 3]);
-    assert!(lt::cross_entropy_reference(&[0.0; 3], &[3], 3).is_err());
+    assert!(loss::cross_entropy_reference(&[0.0; 3], &[3], 3).is_err());
 }
 
 /// Routes random logits with the reference router, then checks every routing-driven kernel.
@@ -95,7 +102,7 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
     let routing = if gpu {
         route(&logits_t, cfg).unwrap()
     } else {
-        lt::upload_routing(device, &want, tokens, cfg).unwrap()
+        router::upload_routing(device, &want, tokens, cfg).unwrap()
     };
     let cap = want.capacity;
     let rows = cfg.experts * cap;
@@ -103,8 +110,8 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
     let slots = rng.vec(rows * d);
     let dy_t = up(device, &[tokens, d], &dy);
 
-    let d_gate = lt::gate_grad(&dy_t, &up(device, &[rows, d], &slots), &routing).unwrap();
-    let want_gate = lt::gate_grad_reference(&dy, &slots, &want.routes, cfg.k, cap, d);
+    let d_gate = moe_dispatch::gate_grad(&dy_t, &up(device, &[rows, d], &slots), &routing).unwrap();
+    let want_gate = moe_dispatch::gate_grad_reference(&dy, &slots, &want.routes, cfg.k, cap, d);
     assert_close(
         &format!("gate_grad {label}"),
         &d_gate.to_f32().unwrap(),
@@ -112,9 +119,15 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
         1e-5,
     );
 
-    let d_slots = lt::combine_backward_slots(&dy_t, &routing).unwrap();
-    let want_slots =
-        lt::combine_backward_slots_reference(&dy, &want.routes, cfg.k, cfg.experts, cap, d);
+    let d_slots = moe_dispatch::combine_backward_slots(&dy_t, &routing).unwrap();
+    let want_slots = moe_dispatch::combine_backward_slots_reference(
+        &dy,
+        &want.routes,
+        cfg.k,
+        cfg.experts,
+        cap,
+        d,
+    );
     assert_close(
         &format!("combine_backward_slots {label}"),
         &d_slots.to_f32().unwrap(),
@@ -122,8 +135,9 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
         1e-6,
     );
 
-    let d_x = lt::dispatch_backward(&up(device, &[rows, d], &slots), &routing).unwrap();
-    let want_x = lt::dispatch_backward_reference(&slots, &want.routes, tokens, cfg.k, cap, d);
+    let d_x = moe_dispatch::dispatch_backward(&up(device, &[rows, d], &slots), &routing).unwrap();
+    let want_x =
+        moe_dispatch::dispatch_backward_reference(&slots, &want.routes, tokens, cfg.k, cap, d);
     assert_close(
         &format!("dispatch_backward {label}"),
         &d_x.to_f32().unwrap(),
@@ -135,9 +149,15 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
         alpha: 0.3,
         z_loss: 0.05,
     };
-    let d_r = lt::router_backward(&logits_t, &d_gate, &routing, loss).unwrap();
-    let want_r =
-        lt::router_backward_reference(&logits, &want.routes, &want.stats, &want_gate, cfg, loss);
+    let d_r = router::router_backward(&logits_t, &d_gate, &routing, loss).unwrap();
+    let want_r = router::router_backward_reference(
+        &logits,
+        &want.routes,
+        &want.stats,
+        &want_gate,
+        cfg,
+        loss,
+    );
     assert_close(
         &format!("router_backward {label}"),
         &d_r.to_f32().unwrap(),
@@ -147,7 +167,7 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
 }
 
 fn moe_backward_kernels_match_the_reference(device: &Device) {
-    eprintln!("lm_train kernels on {}", device.label());
+    eprintln!("training kernels on {}", device.label());
     for (tokens, experts, k, factor, normalize, d) in [
         (1, 2, 1, 1.0, true, 1),
         (45, 5, 1, 1.0, true, 19),
@@ -185,9 +205,9 @@ fn expert_weight_grad_matches_the_reference(device: &Device) {
         let mut rng = Rng::new((rows * inner * n) as u64);
         let a = rng.vec(rows * inner);
         let b = rng.vec(rows * n);
-        let want = lt::expert_weight_grad_reference(&a, &b, offsets, inner, n);
+        let want = expert_grad::expert_weight_grad_reference(&a, &b, offsets, inner, n);
         for block in [0, 1, 3] {
-            let got = lt::expert_weight_grad(
+            let got = expert_grad::expert_weight_grad(
                 &up(device, &[rows, inner], &a),
                 &up(device, &[rows, n], &b),
                 offsets,
@@ -210,7 +230,7 @@ fn expert_weight_grad_in_blocks_equals_accumulating_each_block(device: &Device) 
     let mut rng = Rng::new(99);
     let a = rng.vec(rows * inner);
     let b = rng.vec(rows * n);
-    let whole = lt::expert_weight_grad(
+    let whole = expert_grad::expert_weight_grad(
         &up(device, &[rows, inner], &a),
         &up(device, &[rows, n], &b),
         &[0, rows as u32],
@@ -221,7 +241,7 @@ fn expert_weight_grad_in_blocks_equals_accumulating_each_block(device: &Device) 
     .unwrap();
     let mut acc: Option<Vec<f32>> = None;
     for k in 0..blocks {
-        let part = lt::expert_weight_grad(
+        let part = expert_grad::expert_weight_grad(
             &up(
                 device,
                 &[cap, inner],
@@ -260,8 +280,8 @@ fn adam_matches_the_reference_over_several_steps(device: &Device) {
         let cfg = AdamConfig::new(0.01);
         for step in 1..=3 {
             let g = rng.vec(len);
-            lt::adam(&pt, &mt, &vt, &up(device, &[len], &g), cfg, step).unwrap();
-            lt::adam_reference(&mut p, &mut m, &mut v, &g, cfg, step).unwrap();
+            optim::adam(&pt, &mt, &vt, &up(device, &[len], &g), cfg, step).unwrap();
+            optim::adam_reference(&mut p, &mut m, &mut v, &g, cfg, step).unwrap();
         }
         assert_close("adam param", &pt.to_f32().unwrap(), &p, 1e-5);
         assert_close("adam m", &mt.to_f32().unwrap(), &m, 1e-6);
@@ -278,27 +298,34 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
     let shape_err = |r: gangway::Result<Tensor>| matches!(r, Err(Error::ShapeMismatch { .. }));
     let dtype_err = |r: gangway::Result<Tensor>| matches!(r, Err(Error::DTypeMismatch { .. }));
 
-    assert!(dtype_err(lt::embed_gather(&f(&[4, 2]), &f(&[256, 3]))));
-    assert!(shape_err(lt::embed_gather(&u(&[8]), &f(&[256, 3]))));
+    assert!(dtype_err(embedding::embed_gather(
+        &f(&[4, 2]),
+        &f(&[256, 3])
+    )));
+    assert!(shape_err(embedding::embed_gather(&u(&[8]), &f(&[256, 3]))));
     assert!(matches!(
-        lt::embed_grad(&u(&[4, 2]), &f(&[4, 5]), 256),
+        embedding::embed_grad(&u(&[4, 2]), &f(&[4, 5]), 256),
         Err(Error::InvalidArgument { .. })
     ));
-    assert!(shape_err(lt::embed_grad(&u(&[3, 2]), &f(&[4, 6]), 256)));
+    assert!(shape_err(embedding::embed_grad(
+        &u(&[3, 2]),
+        &f(&[4, 6]),
+        256
+    )));
     assert!(dtype_err(
-        lt::cross_entropy(&f(&[3, 5]), &f(&[3])).map(|c| c.loss)
+        loss::cross_entropy(&f(&[3, 5]), &f(&[3])).map(|c| c.loss)
     ));
     assert!(shape_err(
-        lt::cross_entropy(&f(&[3, 5]), &u(&[4])).map(|c| c.loss)
+        loss::cross_entropy(&f(&[3, 5]), &u(&[4])).map(|c| c.loss)
     ));
-    assert!(shape_err(lt::row_logsumexp(&f(&[6]))));
+    assert!(shape_err(loss::row_logsumexp(&f(&[6]))));
     for offsets in [&[0, 4, 8][..], &[0, 5, 3], &[0], &[]] {
         assert!(matches!(
-            lt::expert_weight_grad(&f(&[7, 2]), &f(&[7, 3]), offsets, 0),
+            expert_grad::expert_weight_grad(&f(&[7, 2]), &f(&[7, 3]), offsets, 0),
             Err(Error::InvalidArgument { .. })
         ));
     }
-    assert!(shape_err(lt::expert_weight_grad(
+    assert!(shape_err(expert_grad::expert_weight_grad(
         &f(&[6, 2]),
         &f(&[5, 3]),
         &[0, 3, 6],
@@ -313,11 +340,25 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
     };
     let logits = f(&[5, 3]);
     let routing = route(&logits, cfg).unwrap();
-    assert!(shape_err(lt::gate_grad(&f(&[5, 4]), &f(&[6, 5]), &routing)));
-    assert!(shape_err(lt::gate_grad(&f(&[4, 4]), &f(&[6, 4]), &routing)));
-    assert!(shape_err(lt::combine_backward_slots(&f(&[6, 4]), &routing)));
-    assert!(shape_err(lt::dispatch_backward(&f(&[5, 4]), &routing)));
-    assert!(shape_err(lt::router_backward(
+    assert!(shape_err(moe_dispatch::gate_grad(
+        &f(&[5, 4]),
+        &f(&[6, 5]),
+        &routing
+    )));
+    assert!(shape_err(moe_dispatch::gate_grad(
+        &f(&[4, 4]),
+        &f(&[6, 4]),
+        &routing
+    )));
+    assert!(shape_err(moe_dispatch::combine_backward_slots(
+        &f(&[6, 4]),
+        &routing
+    )));
+    assert!(shape_err(moe_dispatch::dispatch_backward(
+        &f(&[5, 4]),
+        &routing
+    )));
+    assert!(shape_err(router::router_backward(
         &f(&[5, 4]),
         &f(&[5, 2]),
         &routing,
@@ -327,7 +368,7 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
         }
     )));
     assert!(matches!(
-        lt::router_backward(
+        router::router_backward(
             &logits,
             &f(&[5, 2]),
             &routing,
@@ -342,9 +383,9 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
     let (p, m, v, g) = (f(&[4]), f(&[4]), f(&[4]), f(&[4]));
     let adam = AdamConfig::new(0.1);
     let invalid = |r: gangway::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
-    assert!(invalid(lt::adam(&p, &m, &v, &g, adam, 0)));
-    assert!(invalid(lt::adam(&p, &m, &m.clone(), &g, adam, 1)));
-    assert!(invalid(lt::adam(
+    assert!(invalid(optim::adam(&p, &m, &v, &g, adam, 0)));
+    assert!(invalid(optim::adam(&p, &m, &m.clone(), &g, adam, 1)));
+    assert!(invalid(optim::adam(
         &p,
         &m,
         &v,
@@ -353,16 +394,77 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
         1
     )));
     assert!(matches!(
-        lt::adam(&p, &m, &v, &f(&[5]), adam, 1),
+        optim::adam(&p, &m, &v, &f(&[5]), adam, 1),
         Err(Error::ShapeMismatch { .. })
     ));
     let g2 = Tensor::zeros(&devices[1], &[4], DType::F32).unwrap();
     assert!(matches!(
-        lt::adam(&p, &m, &v, &g2, adam, 1),
+        optim::adam(&p, &m, &v, &g2, adam, 1),
         Err(Error::DeviceMismatch { .. })
     ));
 
-    assert!(lt::embed_gather_reference(&[256], &[0.0; 256 * 2], 2).is_err());
-    assert!(lt::embed_grad_reference(&[1], &[0.0; 3], 256, 2).is_err());
-    assert!(lt::adam_reference(&mut [0.0], &mut [0.0], &mut [0.0], &[0.0, 1.0], adam, 1).is_err());
+    assert!(embedding::embed_gather_reference(&[256], &[0.0; 256 * 2], 2).is_err());
+    assert!(embedding::embed_grad_reference(&[1], &[0.0; 3], 256, 2).is_err());
+    assert!(
+        optim::adam_reference(&mut [0.0], &mut [0.0], &mut [0.0], &[0.0, 1.0], adam, 1).is_err()
+    );
+}
+
+/// relu backward, the MSE gradient, accumulation and SGD, at lengths around the workgroup.
+fn flat_updates_match_their_references(device: &Device) {
+    for len in [1usize, 255, 257, 1000, 70_001] {
+        let mut rng = Rng::new(len as u64 + 7);
+        let (a, b) = (rng.vec(len), rng.vec(len));
+        let up = |v: &[f32]| Tensor::from_f32(device, &[len], DType::F32, v).unwrap();
+        let (at, bt) = (up(&a), up(&b));
+        let what = |k: &str| format!("{k} len {len} on {}", device.label());
+
+        let got = elementwise::run(ElementwiseOp::ReluBackward, &bt, Some(&at))
+            .unwrap()
+            .to_f32()
+            .unwrap();
+        let want = elementwise::reference(ElementwiseOp::ReluBackward, &b, Some(&a));
+        common::assert_close(&what("relu_backward"), &got, &want, 0.0);
+
+        let got = mse_grad(&at, &bt).unwrap().to_f32().unwrap();
+        common::assert_close(&what("mse_grad"), &got, &mse_grad_reference(&a, &b), 1e-6);
+
+        accumulate(&at, &bt).unwrap();
+        let mut want = a.clone();
+        accumulate_reference(&mut want, &b);
+        common::assert_close(&what("accumulate"), &at.to_f32().unwrap(), &want, 1e-6);
+
+        sgd(&at, &bt, 0.25).unwrap();
+        sgd_reference(&mut want, &b, 0.25);
+        common::assert_close(&what("sgd"), &at.to_f32().unwrap(), &want, 1e-6);
+    }
+}
+
+/// On two virtual devices of the adapter: the second is the other device of a device mismatch.
+fn bad_flat_updates_are_errors(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let device = &devices[0];
+    let a = Tensor::from_f32(device, &[4], DType::F32, &[1.0; 4]).unwrap();
+    let b = Tensor::from_f32(device, &[5], DType::F32, &[1.0; 5]).unwrap();
+    let u = Tensor::from_u32(device, &[4], &[1; 4]).unwrap();
+    assert!(matches!(
+        elementwise::run(ElementwiseOp::ReluBackward, &b, Some(&a)),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(mse_grad(&a, &u), Err(Error::DTypeMismatch { .. })));
+    assert!(matches!(
+        accumulate(&a, &a.clone()),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(sgd(&a, &b, 0.1), Err(Error::ShapeMismatch { .. })));
+    let c = Tensor::from_f32(device, &[4], DType::F32, &[1.0; 4]).unwrap();
+    assert!(matches!(
+        sgd(&a, &c, f32::NAN),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let d = Tensor::from_f32(&devices[1], &[4], DType::F32, &[1.0; 4]).unwrap();
+    assert!(matches!(
+        accumulate(&a, &d),
+        Err(Error::DeviceMismatch { .. })
+    ));
 }

@@ -1,6 +1,13 @@
-//! Byte embeddings of context windows and their gradient.
+//! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): an `encode_*`
+//! form and a blocking form of each, `*_reference`s in plain Rust, and the [`EmbedGather`] and
+//! [`EmbedGrad`] kernel types for program nodes.
 
-use super::*;
+use crate::device::Recorder;
+use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
+use crate::kernels::node::{self, expect};
+use crate::kernels::{EMBEDDING, Kernel, Prepared, TensorType, sharding_rules};
+use crate::named_sharding::NamedSharding;
+use crate::{DType, Error, Result, Tensor};
 
 /// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
 /// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).
@@ -29,7 +36,15 @@ pub fn encode_embed_gather(
         (2, table.buffer()),
         (3, out.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t * c * e)
+    encode(
+        encoder,
+        device,
+        &EMBEDDING,
+        WHAT,
+        &params,
+        &bindings,
+        t * c * e,
+    )
 }
 
 /// The embeddings of `contexts` (u32 `[T, C]`) from `table` (`[V, d_e]`): `[T, C·d_e]`. Blocks.
@@ -71,7 +86,7 @@ pub fn encode_embed_grad(
         (4, d_x.buffer()),
         (5, d_table.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, v * e)
+    encode(encoder, device, &EMBEDDING, WHAT, &params, &bindings, v * e)
 }
 
 /// The gradient of a `[vocab, d_e]` table from the gradient of [`embed_gather`]'s output. Blocks.
@@ -91,7 +106,7 @@ pub fn embed_grad(contexts: &Tensor, d_x: &Tensor, vocab: usize) -> Result<Tenso
     Ok(out)
 }
 
-pub(super) fn check_ids(what: &'static str, ids: &[u32], bound: usize) -> Result<()> {
+pub(crate) fn check_ids(what: &'static str, ids: &[u32], bound: usize) -> Result<()> {
     match ids.iter().find(|&&i| i as usize >= bound) {
         Some(i) => Err(bad(what, format!("id {i} is not below {bound}"))),
         None => Ok(()),

@@ -1,6 +1,7 @@
 //! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
 //! the gates). Dropped choices get nothing from the experts. [`Dispatch`] and [`Combine`] are the
-//! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs.
+//! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
+//! backward is in [`backward`].
 
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};
@@ -254,3 +255,6 @@ pub(crate) fn tokens_of(
     let (_, d) = node::rows_cols(what, &inputs[0])?;
     Ok(vec![TensorType::f32(&[t, d])])
 }
+
+pub mod backward;
+pub use backward::*;

@@ -1,6 +1,14 @@
-//! Adam: one bias-corrected step in place.
+//! Optimizer steps and gradient accumulation, in place (`shaders/optim.wgsl`): one bias-corrected
+//! Adam step, one SGD step, and `acc += x`. Each has an `encode_*` form into a caller's encoder, a
+//! blocking form, a `*_reference` in plain Rust, and a [`Kernel`] type for program nodes whose
+//! first input is updated in place.
 
-use super::*;
+use crate::device::Recorder;
+use crate::kernels::flat::{Params, bad, encode, encode_with, run, to_u32};
+use crate::kernels::node::{self, expect};
+use crate::kernels::{Kernel, OPTIM, Prepared, TensorType, eager, sharding_rules};
+use crate::named_sharding::NamedSharding;
+use crate::{DType, Error, Result, Tensor};
 
 /// Adam hyper-parameters; no weight decay.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -136,6 +144,7 @@ fn encode_step(
     encode_with(
         encoder,
         param.device(),
+        &OPTIM,
         WHAT,
         uniform,
         &bindings,
@@ -213,5 +222,141 @@ impl Kernel for Adam {
     }
     fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
         encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], self.0, &x[4])
+    }
+}
+
+/// Checks an in-place update of `w` by `g`: f32 tensors of one shape on one device, and two
+/// different buffers (one buffer cannot be read and written in one dispatch).
+fn check_update(what: &'static str, w: &Tensor, g: &Tensor) -> Result<()> {
+    expect(what, w, w.device(), DType::F32, w.shape())?;
+    expect(what, g, w.device(), DType::F32, w.shape())?;
+    if w.buffer() == g.buffer() {
+        return Err(bad(
+            what,
+            "the updated tensor and the input must be different buffers".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Records `entry` (`sgd`: `w -= lr · g`; `accumulate`: `w += g`) over `w`.
+fn encode_update(
+    encoder: &mut impl Recorder,
+    entry: &'static str,
+    w: &Tensor,
+    g: &Tensor,
+    lr: f32,
+) -> Result<()> {
+    check_update(entry, w, g)?;
+    let params = Params {
+        rows: to_u32(entry, w.len())?,
+        lr,
+        ..Params::zeroed()
+    };
+    let bindings = [(23, w.buffer()), (26, g.buffer())];
+    encode(
+        encoder,
+        w.device(),
+        &OPTIM,
+        entry,
+        &params,
+        &bindings,
+        w.len(),
+    )
+}
+
+/// Records [`sgd`]: `w -= lr · g`.
+pub fn encode_sgd(encoder: &mut impl Recorder, w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
+    if !lr.is_finite() {
+        return Err(bad(
+            "sgd",
+            format!("learning rate must be finite, got {lr}"),
+        ));
+    }
+    encode_update(encoder, "sgd", w, g, lr)
+}
+
+/// Records [`accumulate`]: `acc += x`.
+pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) -> Result<()> {
+    encode_update(encoder, "accumulate", acc, x, 0.0)
+}
+
+/// `acc += x`, in place. Blocks.
+pub fn accumulate(acc: &Tensor, x: &Tensor) -> Result<()> {
+    check_update("accumulate", acc, x)?;
+    eager::run(&Accumulate, &[acc, x]).map(drop)
+}
+
+/// `w -= lr · g`, in place: one SGD step. Blocks.
+pub fn sgd(w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
+    check_update("sgd", w, g)?;
+    eager::run(&Sgd { lr }, &[w, g]).map(drop)
+}
+
+/// Reference of [`accumulate`].
+pub fn accumulate_reference(acc: &mut [f32], x: &[f32]) {
+    acc.iter_mut().zip(x).for_each(|(a, &x)| *a += x);
+}
+
+/// Reference of [`sgd`].
+pub fn sgd_reference(w: &mut [f32], g: &[f32], lr: f32) {
+    w.iter_mut().zip(g).for_each(|(w, &g)| *w -= lr * g);
+}
+
+/// The type of `a += b` / `a -= lr · b` in place: both the same.
+fn same_pair(what: &'static str, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+    node::arity(what, inputs, 2)?;
+    if inputs[0] != inputs[1] {
+        return Err(node::invalid(
+            what,
+            format!("{} += {}", inputs[0], inputs[1]),
+        ));
+    }
+    Ok(vec![inputs[0].clone()])
+}
+
+/// `(acc, x) → acc + x`, in place of `acc`, as a program node.
+#[derive(Debug, Clone)]
+pub struct Accumulate;
+
+impl Kernel for Accumulate {
+    fn kind(&self) -> &'static str {
+        "accumulate"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        same_pair(self.kind(), inputs)
+    }
+    fn in_place(&self) -> Vec<(usize, usize)> {
+        vec![(0, 0)]
+    }
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::in_place(inputs, 1, 0)
+    }
+    fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_accumulate(rec, &x[0], &x[1])
+    }
+}
+
+/// `(w, g) → w − lr · g`, in place of `w`, as a program node.
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    pub lr: f32,
+}
+
+impl Kernel for Sgd {
+    fn kind(&self) -> &'static str {
+        "sgd"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        same_pair(self.kind(), inputs)
+    }
+    fn in_place(&self) -> Vec<(usize, usize)> {
+        vec![(0, 0)]
+    }
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        sharding_rules::in_place(inputs, 1, 0)
+    }
+    fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_sgd(rec, &x[0], &x[1], self.lr)
     }
 }

@@ -2,7 +2,8 @@
 //! per-expert counts and the two vectors of the load-balancing loss. [`Router`] is the kernel a
 //! program node holds; its three outputs (`probs`, `routes`, `stats`) are the last inputs of every
 //! routed kernel, which rebuild the [`Routing`] with [`routing_of`] and check it with
-//! [`routed_tokens`].
+//! [`routed_tokens`]. Its backward is in [`backward`]; [`upload_routing`] puts a reference
+//! routing on a device.
 
 use super::copy_blocks::{self, Block};
 use super::{ROUTER, eager};
@@ -432,3 +433,40 @@ impl Kernel for Router {
         encode_into(rec, &x[0], &r)
     }
 }
+
+/// A [`Routing`] on `device` holding a reference routing's probabilities, routes and stats: lets
+/// kernels be checked against (and trainers compared with) the plain-Rust router.
+pub fn upload_routing(
+    device: &Device,
+    reference: &ReferenceRouting,
+    tokens: usize,
+    config: RouterConfig,
+) -> Result<Routing> {
+    const WHAT: &str = "upload_routing";
+    config.validate()?;
+    if reference.routes.len() != tokens * config.k
+        || reference.probs.len() != tokens * config.experts
+        || reference.stats.len() != config.experts
+    {
+        return Err(Error::InvalidArgument {
+            what: WHAT,
+            reason: format!("routing does not describe {tokens} tokens for {config:?}"),
+        });
+    }
+    Ok(Routing {
+        tokens,
+        config,
+        capacity: reference.capacity,
+        probs: Tensor::from_f32(
+            device,
+            &[tokens, config.experts],
+            DType::F32,
+            &reference.probs,
+        )?,
+        routes: device.storage_buffer_init("routes", bytemuck::cast_slice(&reference.routes))?,
+        stats: device.storage_buffer_init("stats", bytemuck::cast_slice(&reference.stats))?,
+    })
+}
+
+pub mod backward;
+pub use backward::*;

@@ -1,6 +1,15 @@
-//! The backward of dispatch and combine ([`crate::kernels::moe_dispatch`]): the gates' gradient, the slots' gradient and the tokens' gradient.
+//! The backward of dispatch and combine (`shaders/moe_dispatch_backward.wgsl`): the gates'
+//! gradient ([`GateGrad`]), the slots' ([`CombineBackwardSlots`]) and the tokens' from the
+//! slots' ([`DispatchBackward`]).
 
-use super::*;
+use crate::device::Recorder;
+use crate::kernels::flat::{Params, dims2, encode, routing_dims, run, to_u32};
+use crate::kernels::moe_dispatch::{gather_reference, scatter_reference, slots_of, tokens_of};
+use crate::kernels::node::{self, expect};
+use crate::kernels::router::{Route, RouterConfig, Routing};
+use crate::kernels::router::{routed_tokens, routing_of};
+use crate::kernels::{Kernel, MOE_DISPATCH_BACKWARD, Prepared, TensorType};
+use crate::{DType, Result, Tensor};
 
 /// Records `d_gate[t·K + c] = dy[t] · slots[slot(t, c)]` (0 for dropped choices): `dy` `[T, d]`,
 /// `slots` the expert outputs `[E·capacity, d]`, `d_gate` `[T, K]`.
@@ -37,7 +46,15 @@ pub fn encode_gate_grad(
         (12, slots.buffer()),
         (13, d_gate.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t * k)
+    encode(
+        encoder,
+        device,
+        &MOE_DISPATCH_BACKWARD,
+        WHAT,
+        &params,
+        &bindings,
+        t * k,
+    )
 }
 
 /// The gradient of the loss with respect to each gate, `[T, K]`. Blocks.
@@ -82,7 +99,15 @@ pub fn encode_combine_backward_slots(
         (11, dy.buffer()),
         (14, d_slots.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t * k * d)
+    encode(
+        encoder,
+        device,
+        &MOE_DISPATCH_BACKWARD,
+        WHAT,
+        &params,
+        &bindings,
+        t * k * d,
+    )
 }
 
 /// The gradient of combine's expert-output slots, `[E·capacity, d]`. Blocks.
@@ -127,7 +152,15 @@ pub fn encode_dispatch_backward(
         (15, d_slots.buffer()),
         (16, d_x.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t * d)
+    encode(
+        encoder,
+        device,
+        &MOE_DISPATCH_BACKWARD,
+        WHAT,
+        &params,
+        &bindings,
+        t * d,
+    )
 }
 
 /// The gradient of dispatch's token rows, `[T, d]`. Blocks.

@@ -1,6 +1,14 @@
-//! Cross-entropy (per-row loss and the gradient of its mean) and the row logsumexp of the z-loss.
+//! Losses (`shaders/loss.wgsl`): cross-entropy (per-row loss and the gradient of its mean), the row
+//! logsumexp of the router's z-loss, and the gradient of the mean squared error. Each has an
+//! `encode_*` form into a caller's encoder, a blocking form, a `*_reference` in plain Rust, and a
+//! [`Kernel`] type for program nodes.
 
-use super::*;
+use crate::device::Recorder;
+use crate::kernels::embedding::check_ids;
+use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
+use crate::kernels::node::{self, expect};
+use crate::kernels::{Kernel, LOSS, Prepared, TensorType, eager};
+use crate::{DType, Error, Result, Tensor};
 
 /// Outputs of [`cross_entropy`].
 #[derive(Debug)]
@@ -42,7 +50,7 @@ pub fn encode_cross_entropy(
         (8, loss.buffer()),
         (9, d_logits.buffer()),
     ];
-    encode(encoder, device, WHAT, &params, &bindings, t)
+    encode(encoder, device, &LOSS, WHAT, &params, &bindings, t)
 }
 
 /// Per-row cross-entropy of `logits` (`[T, V]`) against u32 `targets` (`[T]`) and the gradient
@@ -90,7 +98,7 @@ pub fn cross_entropy_reference(
 }
 
 /// `(max, Σ exp(x − max))` of one row, the stable softmax's two numbers.
-pub(super) fn max_and_sum(row: &[f32]) -> (f32, f32) {
+pub(crate) fn max_and_sum(row: &[f32]) -> (f32, f32) {
     let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     (m, row.iter().map(|&l| (l - m).exp()).sum())
 }
@@ -113,6 +121,7 @@ pub fn encode_row_logsumexp(encoder: &mut impl Recorder, x: &Tensor, out: &Tenso
     encode(
         encoder,
         device,
+        &LOSS,
         WHAT,
         &params,
         &[(6, x.buffer()), (8, out.buffer())],
@@ -173,5 +182,61 @@ impl Kernel for RowLogsumexp {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         encode_row_logsumexp(rec, &x[0], node::output(y, 0)?)
+    }
+}
+
+/// Records [`mse_grad`] into `out` (shaped like `y`).
+pub fn encode_mse_grad(
+    encoder: &mut impl Recorder,
+    y: &Tensor,
+    target: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "mse_grad";
+    let device = y.device();
+    expect(WHAT, y, device, DType::F32, y.shape())?;
+    expect(WHAT, target, device, DType::F32, y.shape())?;
+    expect(WHAT, out, device, DType::F32, y.shape())?;
+    let params = Params {
+        rows: to_u32(WHAT, y.len())?,
+        alpha: mse_scale(y.len()),
+        ..Params::zeroed()
+    };
+    let bindings = [(28, y.buffer()), (29, target.buffer()), (30, out.buffer())];
+    encode(encoder, device, &LOSS, WHAT, &params, &bindings, y.len())
+}
+
+/// `2 (y − target) / n` with `n = y.len()`: the gradient of the mean squared error. Blocks.
+pub fn mse_grad(y: &Tensor, target: &Tensor) -> Result<Tensor> {
+    eager::run_one(&MseGrad, &[y, target])
+}
+
+fn mse_scale(n: usize) -> f32 {
+    if n == 0 { 0.0 } else { 2.0 / n as f32 }
+}
+
+/// Reference of [`mse_grad`].
+pub fn mse_grad_reference(y: &[f32], target: &[f32]) -> Vec<f32> {
+    let scale = mse_scale(y.len());
+    y.iter()
+        .zip(target)
+        .map(|(&y, &t)| scale * (y - t))
+        .collect()
+}
+
+/// `(y, target) → 2 (y − target) / n` as a program node.
+#[derive(Debug, Clone)]
+pub struct MseGrad;
+
+impl Kernel for MseGrad {
+    fn kind(&self) -> &'static str {
+        "mse_grad"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        node::arity(self.kind(), inputs, 2)?;
+        Ok(vec![inputs[0].clone()])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        encode_mse_grad(rec, &x[0], &x[1], node::output(y, 0)?)
     }
 }

@@ -1,0 +1,59 @@
+// The backward of dispatch and combine (src/kernels/moe_dispatch/backward.rs): the gates'
+// gradient, the slots' gradient, and the tokens' gradient from the slots'. Follows
+// flat_common.wgsl.
+
+@group(0) @binding(10) var<storage, read> routes: array<Route>;
+@group(0) @binding(11) var<storage, read> dy: array<f32>;
+@group(0) @binding(12) var<storage, read> slots: array<f32>;
+@group(0) @binding(13) var<storage, read_write> d_gate: array<f32>;
+@group(0) @binding(14) var<storage, read_write> d_slots: array<f32>;
+@group(0) @binding(15) var<storage, read> d_slots_in: array<f32>;
+@group(0) @binding(16) var<storage, read_write> d_tokens: array<f32>;
+
+fn slot_row(r: Route) -> u32 {
+    return r.expert * p.capacity + r.position;
+}
+
+// d_gate[t*K + c] = dot(dy[t], slots[slot of (t, c)]) for kept choices, 0 for dropped ones.
+@compute @workgroup_size(256)
+fn gate_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let tc = index(gid, groups);
+    if (tc >= p.rows * p.k) { return; }
+    let r = routes[tc];
+    var acc = 0.0;
+    if (r.kept != 0u) {
+        let t = tc / p.k;
+        let s = slot_row(r);
+        for (var j = 0u; j < p.cols; j++) { acc += dy[t * p.cols + j] * slots[s * p.cols + j]; }
+    }
+    d_gate[tc] = acc;
+}
+
+// d_slots[slot of (t, c)] = gate * dy[t] for kept choices. Each slot has one writer; slots no
+// token filled are left alone, so the launcher clears the output first.
+@compute @workgroup_size(256)
+fn combine_backward_slots(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.rows * p.k * p.cols) { return; }
+    let tc = i / p.cols;
+    let j = i % p.cols;
+    let r = routes[tc];
+    if (r.kept == 0u) { return; }
+    let t = tc / p.k;
+    d_slots[slot_row(r) * p.cols + j] = r.gate * dy[t * p.cols + j];
+}
+
+// d_tokens[t] = sum over kept choices of d_slots_in[slot of (t, c)]: the backward of dispatch.
+@compute @workgroup_size(256)
+fn dispatch_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.rows * p.cols) { return; }
+    let t = i / p.cols;
+    let j = i % p.cols;
+    var acc = 0.0;
+    for (var c = 0u; c < p.k; c++) {
+        let r = routes[t * p.k + c];
+        if (r.kept != 0u) { acc += d_slots_in[slot_row(r) * p.cols + j]; }
+    }
+    d_tokens[i] = acc;
+}

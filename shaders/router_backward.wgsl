@@ -1,0 +1,67 @@
+// The router's backward (src/kernels/router/backward.rs): the gradient of the router logits from
+// the gates, the load-balancing aux loss and the z-loss. Follows flat_common.wgsl (which declares
+// `logits` and `row_max`).
+
+@group(0) @binding(10) var<storage, read> routes: array<Route>;
+@group(0) @binding(17) var<storage, read> d_gate_in: array<f32>;
+@group(0) @binding(18) var<storage, read> stats: array<ExpertStat>;
+@group(0) @binding(19) var<storage, read_write> d_router: array<f32>;
+
+// Per token t, the gradient of the router logits r[t] (cols = E) from
+//   the gates: g_c = p[e_c] (times 1/(p[e_1] + p[e_2]) when normalised), kept choices only;
+//   the aux loss alpha * E * sum_i f_i * P_i, P_i = mean_t p[t][i] (f_i carries no gradient);
+//   the z-loss z_loss * mean_t logsumexp(r[t])^2;
+// through the softmax: dr_j = p_j * (dp_j - sum_i p_i dp_i).
+@compute @workgroup_size(256)
+fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = index(gid, groups);
+    if (t >= p.rows) { return; }
+    let base = t * p.cols;
+    let m = row_max(t);
+    var s = 0.0;
+    for (var j = 0u; j < p.cols; j++) { s += exp(logits[base + j] - m); }
+    let lse = m + log(s);
+    let n = f32(p.rows);
+    let aux = p.alpha * f32(p.cols) / n;
+
+    // dp at the chosen experts from the gates.
+    let r1 = routes[t * p.k];
+    let e1 = r1.expert;
+    var e2 = 0u;
+    var c1 = 0.0;
+    var c2 = 0.0;
+    let g1 = select(0.0, d_gate_in[t * p.k], r1.kept != 0u);
+    if (p.k == 2u) {
+        let r2 = routes[t * p.k + 1u];
+        e2 = r2.expert;
+        let g2 = select(0.0, d_gate_in[t * p.k + 1u], r2.kept != 0u);
+        if (p.normalize != 0u) {
+            let p1 = exp(logits[base + e1] - m) / s;
+            let p2 = exp(logits[base + e2] - m) / s;
+            let sum = p1 + p2;
+            c1 = p2 * (g1 - g2) / (sum * sum);
+            c2 = p1 * (g2 - g1) / (sum * sum);
+        } else {
+            c1 = g1;
+            c2 = g2;
+        }
+    } else {
+        c1 = g1;
+    }
+
+    var dot = 0.0;
+    for (var j = 0u; j < p.cols; j++) {
+        var dp = aux * stats[j].fraction;
+        if (j == e1) { dp += c1; }
+        if (p.k == 2u && j == e2) { dp += c2; }
+        dot += exp(logits[base + j] - m) / s * dp;
+    }
+    let z = 2.0 * p.z_loss * lse / n;
+    for (var j = 0u; j < p.cols; j++) {
+        var dp = aux * stats[j].fraction;
+        if (j == e1) { dp += c1; }
+        if (p.k == 2u && j == e2) { dp += c2; }
+        let pj = exp(logits[base + j] - m) / s;
+        d_router[base + j] = pj * (dp - dot) + z * pj;
+    }
+}
