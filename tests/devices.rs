@@ -1,4 +1,4 @@
-//! Discovery, virtual devices, meshes, and the autotuner's on-disk cache.
+//! Discovery, virtual devices, meshes, and the autotuner: its clock and its on-disk cache.
 
 #![allow(clippy::unwrap_used)]
 
@@ -6,7 +6,7 @@ mod common;
 
 use common::{Adapters, case};
 use gangway::device::{parse_backends, parse_virtual_devices};
-use gangway::kernels::autotune::Autotuner;
+use gangway::kernels::autotune::{self, Autotuner, Clock};
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
 use gangway::{DType, Device, Error, Mesh};
 
@@ -16,6 +16,7 @@ fn main() -> std::process::ExitCode {
         case!(host: bad_settings_are_typed_errors),
         case!(adapters: mesh_groups_follow_named_axes),
         case!(device: autotuner_measures_once_and_reuses_its_cache),
+        case!(device: autotuner_times_on_the_gpu_clock_where_there_is_one),
     ])
 }
 
@@ -96,4 +97,39 @@ fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {
         Err(Error::Json { .. })
     ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A device with timestamp queries times the autotuner's runs on its own clock. That time is the
+/// kernel's alone, so it fits inside the host's round trip for the same kernel; a wrong tick
+/// period would break that.
+fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
+    let shape = MatmulShape::plain(96, 72, 130, DType::F32);
+    let variant = MatmulVariant::Naive;
+    let m = autotune::measure(device, &shape, variant, 1, 5).unwrap();
+    let want = if device.info().features.timestamp_query {
+        Clock::Gpu
+    } else {
+        Clock::Host
+    };
+    assert_eq!(m.clock, want, "on {}", device.label());
+    assert!(m.median_s.is_finite() && m.median_s > 0.0, "{m:?}");
+    let mut host: Vec<f64> = (0..5)
+        .map(|_| {
+            let operands = autotune::Operands::random(device, &shape).unwrap();
+            let start = std::time::Instant::now();
+            gangway::kernels::eager::submit_and_wait(device, "host timing", |encoder| {
+                gangway::kernels::matmul::encode(encoder, &operands.args(variant)).map(drop)
+            })
+            .unwrap();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    let host = autotune::median(&mut host);
+    assert!(
+        m.median_s <= host,
+        "GPU {:.1} µs longer than the host's round trip {:.1} µs on {}",
+        m.median_s * 1e6,
+        host * 1e6,
+        device.label()
+    );
 }

@@ -1,11 +1,13 @@
-//! Picks the fastest matmul variant per adapter and shape bucket by measurement, and remembers the
-//! choice on disk so the next run on the same adapter does not measure again.
+//! Picks the fastest matmul variant per adapter and shape bucket by measurement (on the device's
+//! timestamp clock where it has one, else the host's: [`measure`]), and remembers the choice on
+//! disk so the next run on the same adapter does not measure again. A bucket is the adapter, the
+//! dtype, the transposes, grouping, and power-of-two buckets of M (rows per group), N and K.
 //!
 //! Cache file: `$GANGWAY_CACHE_DIR/autotune.json` (else `$XDG_CACHE_HOME/gangway/`, else
 //! `~/.cache/gangway/`). `GANGWAY_AUTOTUNE=off` skips measuring and uses a per-device-type default.
 
-use super::eager;
 use super::matmul::{MatmulArgs, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, encode};
+use super::{Prepared, eager};
 use crate::{Device, Error, Result, Rng, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,13 +17,23 @@ use std::time::Instant;
 pub const CACHE_DIR_ENV: &str = "GANGWAY_CACHE_DIR";
 pub const AUTOTUNE_ENV: &str = "GANGWAY_AUTOTUNE";
 
+/// Which clock a [`Measurement`] was taken on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The device's timestamps around the kernel: what the benches and traced runs measure.
+    Gpu,
+    /// The host's, from submit to completion: where the device has no timestamp queries.
+    Host,
+}
+
 /// Timing of one variant on one shape.
 #[derive(Debug, Clone, Copy)]
 pub struct Measurement {
     pub variant: MatmulVariant,
-    /// Median wall time of one matmul, submit to completion, in seconds.
+    /// Median time of one matmul, in seconds, on `clock`.
     pub median_s: f64,
     pub gflops: f64,
+    pub clock: Clock,
 }
 
 /// Random operands of one matmul shape on one device, for timing.
@@ -90,9 +102,10 @@ impl Operands {
 
 /// Runs `variant` on random data of `shape`: `warmup` untimed runs, then the median of `reps`.
 ///
-/// Each timed run is recording, one submit and a blocking wait, on the host clock (not yet the
-/// runtime's GPU clock that the benches use), so it includes that overhead; that is what a caller
-/// of `matmul` pays, and it is negligible at the sizes worth tuning.
+/// Each run is timed with GPU timestamps around its dispatches ([`eager::gpu_seconds`]), the
+/// clock the benches and traced runs use, so the host's submit and wait do not blur a choice
+/// between fast kernels. A device without timestamp queries is timed on the host, submit to
+/// completion, and the measurement says so.
 pub fn measure(
     device: &Device,
     shape: &MatmulShape,
@@ -101,20 +114,44 @@ pub fn measure(
     reps: usize,
 ) -> Result<Measurement> {
     let operands = Operands::random(device, shape)?;
-    let args = operands.args(variant);
-    let mut samples = Vec::with_capacity(reps);
-    for i in 0..warmup + reps.max(1) {
+    let mut prepared = Prepared::new();
+    encode(&mut prepared, &operands.args(variant))?;
+    let on_gpu = || eager::gpu_seconds(device, "matmul timing", &prepared);
+    let on_host = || {
         let start = Instant::now();
-        eager::submit_and_wait(device, "matmul timing", |encoder| encode(encoder, &args))?;
-        if i >= warmup {
-            samples.push(start.elapsed().as_secs_f64());
+        eager::submit_and_wait(device, "matmul timing", |encoder| {
+            prepared.encode(encoder, None);
+            Ok(())
+        })?;
+        Ok::<_, Error>(start.elapsed().as_secs_f64())
+    };
+    // A first run, untimed, finds which clock this device gives.
+    let clock = match on_gpu()? {
+        Some(_) => Clock::Gpu,
+        None => Clock::Host,
+    };
+    let mut samples = Vec::with_capacity(reps);
+    for i in 1..warmup.max(1) + reps.max(1) {
+        let seconds = match clock {
+            Clock::Gpu => on_gpu()?,
+            Clock::Host => Some(on_host()?),
+        };
+        if i >= warmup.max(1) {
+            samples.extend(seconds);
         }
+    }
+    if samples.is_empty() {
+        return Err(Error::InvalidArgument {
+            what: "matmul timing",
+            reason: format!("{variant:?} on {}: no run gave a time", device.label()),
+        });
     }
     let median_s = median(&mut samples);
     Ok(Measurement {
         variant,
         median_s,
         gflops: shape.flops() / median_s / 1e9,
+        clock,
     })
 }
 

@@ -1,7 +1,8 @@
 //! Running kernels now, outside any program: the one place in `kernels` that blocks on the GPU.
 //! Tests, the autotuner and the blocking conveniences of each kernel module go through here, and
 //! [`run`] runs the same [`Kernel`] objects that program nodes hold, so what a test checks is
-//! what a program runs.
+//! what a program runs. [`gpu_seconds`] times recorded commands on the device's own clock, with
+//! the timestamp writes the runtime's traced kernels use.
 
 use super::{Kernel, Prepared, TensorType};
 use crate::{Device, Error, Result, Tensor};
@@ -17,6 +18,25 @@ pub fn submit_and_wait<R>(
     device.submit(encoder);
     device.wait()?;
     Ok(out)
+}
+
+/// Runs `prepared`'s commands once, with a timestamp at the start of the first dispatch and at
+/// the end of the last, and returns the GPU seconds between them: the device's clock, without
+/// the host's recording, submit and wait. `None` where the device has no timestamp queries, or
+/// its clock did not advance (then time on the host).
+pub fn gpu_seconds(device: &Device, what: &str, prepared: &Prepared) -> Result<Option<f64>> {
+    let Some(queries) = device.timestamp_queries(what, 2) else {
+        return Ok(None);
+    };
+    let resolve = device.query_resolve_buffer(what, wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT);
+    submit_and_wait(device, what, |encoder| {
+        prepared.encode(encoder, Some((&queries, 0)));
+        encoder.resolve_query_set(&queries, 0..2, &resolve, 0);
+        Ok(())
+    })?;
+    let ticks: [u64; 2] = bytemuck::pod_read_unaligned(&device.read_buffer(&resolve, 0, 16)?);
+    let period_ns = f64::from(device.queue().get_timestamp_period());
+    Ok((ticks[1] > ticks[0]).then(|| (ticks[1] - ticks[0]) as f64 * period_ns * 1e-9))
 }
 
 /// [`run`] for a kernel with one output.
