@@ -6,9 +6,10 @@
 //
 // Layout: q, k, v, out and their gradients are [B, T, H, Dh] (row-major; what a [B·T, H·Dh]
 // projection gives, so no transposes between the projections and attention); the row logsumexp
-// is [B, T, H]. Each workgroup takes ROWS rows of one (batch, head) pair (grid y = b·H + h) and
-// steps through the other side TILE rows at a time, held in workgroup memory as vec4s. With
-// `causal`, query t sees keys 0..=t.
+// is [B, T, H]. Each workgroup takes rows of one (batch, head) pair (grid y = b·H + h): the
+// forward FORWARD_ROWS, two queries per thread, the backward ROWS, one row per thread. It steps
+// through the other side TILE rows at a time, held in workgroup memory as vec4s. With `causal`,
+// query t sees keys 0..=t.
 //
 // The tiled kernels are specialised per head dimension: the launcher rewrites the `const D4` line
 // (vec4s per head row, ceil(Dh / 4), at most 32) before compiling, so every loop over a row has a
@@ -189,68 +190,115 @@ fn sum4(x: vec4<f32>) -> f32 {
     return x.x + x.y + x.z + x.w;
 }
 
+// The forward's workgroup takes FORWARD_ROWS rows: each invocation two queries, `lid` and
+// `lid + ROWS` of the block, so every key and value it loads from the tiles serves both (the
+// tiles are workgroup memory, and on a CPU driver a load is what a multiply-add waits for).
+const FORWARD_ROWS: u32 = 2u * ROWS;
+
+// One query's running state: its scaled row, output accumulator, max and sum.
+struct Running {
+    m: f32,
+    l: f32,
+}
+
 @compute @workgroup_size(32)
 fn attention_forward(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let bh = wg.y;
-    let row0 = wg.x * ROWS;
-    let t = row0 + lid;
-    let live = t < p.seq;
-    var qr: array<vec4<f32>, D4>;
-    var acc: array<vec4<f32>, D4>;
-    var mine = 0u;
-    if (live) {
-        let at = row_at(bh, t);
+    let row0 = wg.x * FORWARD_ROWS;
+    let ta = row0 + lid;
+    let tb = ta + ROWS;
+    var qa: array<vec4<f32>, D4>;
+    var qb: array<vec4<f32>, D4>;
+    var acc_a: array<vec4<f32>, D4>;
+    var acc_b: array<vec4<f32>, D4>;
+    var mine_a = 0u;
+    var mine_b = 0u;
+    if (ta < p.seq) {
+        let at = row_at(bh, ta);
         for (var c4 = 0u; c4 < D4; c4++) {
-            qr[c4] = q4(at, c4) * p.scale;
+            qa[c4] = q4(at, c4) * p.scale;
         }
-        mine = keys_of(t);
+        mine_a = keys_of(ta);
     }
-    var m = LOWEST;
-    var l = 0.0;
-    let end = keys_of_block(row0);
+    if (tb < p.seq) {
+        let at = row_at(bh, tb);
+        for (var c4 = 0u; c4 < D4; c4++) {
+            qb[c4] = q4(at, c4) * p.scale;
+        }
+        mine_b = keys_of(tb);
+    }
+    var ra = Running(LOWEST, 0.0);
+    var rb = Running(LOWEST, 0.0);
+    let end = keys_of(min(row0 + FORWARD_ROWS, p.seq) - 1u);
     for (var k0 = 0u; k0 < end; k0 += TILE) {
         load_keys(bh, k0, lid);
         workgroupBarrier();
-        let count = min(TILE, mine - min(mine, k0));
-        if (count > 0u) {
-            // Every key of the tile, the ones past `count` masked to probability 0.
-            var s: array<f32, TILE>;
-            var tile_max = LOWEST;
+        let count_a = min(TILE, mine_a - min(mine_a, k0));
+        let count_b = min(TILE, mine_b - min(mine_b, k0));
+        // Query b is the later one: it sees at least as many keys as query a.
+        if (count_b > 0u || count_a > 0u) {
+            // Every key of the tile, the ones past each query's count masked to probability 0.
+            var sa: array<f32, TILE>;
+            var sb: array<f32, TILE>;
+            var max_a = LOWEST;
+            var max_b = LOWEST;
             for (var j = 0u; j < TILE; j++) {
-                var dot = vec4<f32>(0.0);
+                var dot_a = vec4<f32>(0.0);
+                var dot_b = vec4<f32>(0.0);
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    dot += qr[c4] * tile_a[j * D4 + c4];
+                    let key = tile_a[j * D4 + c4];
+                    dot_a += qa[c4] * key;
+                    dot_b += qb[c4] * key;
                 }
-                s[j] = select(LOWEST, sum4(dot), j < count);
-                tile_max = max(tile_max, s[j]);
+                sa[j] = select(LOWEST, sum4(dot_a), j < count_a);
+                sb[j] = select(LOWEST, sum4(dot_b), j < count_b);
+                max_a = max(max_a, sa[j]);
+                max_b = max(max_b, sb[j]);
             }
-            let m_new = max(m, tile_max);
-            let correction = exp(m - m_new);
-            l *= correction;
+            let m_a = max(ra.m, max_a);
+            let m_b = max(rb.m, max_b);
+            let fix_a = exp(ra.m - m_a);
+            let fix_b = exp(rb.m - m_b);
+            ra.l *= fix_a;
+            rb.l *= fix_b;
             for (var c4 = 0u; c4 < D4; c4++) {
-                acc[c4] *= correction;
+                acc_a[c4] *= fix_a;
+                acc_b[c4] *= fix_b;
             }
             for (var j = 0u; j < TILE; j++) {
-                let pj = select(0.0, exp(s[j] - m_new), j < count);
-                l += pj;
+                let pa = select(0.0, exp(sa[j] - m_a), j < count_a);
+                let pb = select(0.0, exp(sb[j] - m_b), j < count_b);
+                ra.l += pa;
+                rb.l += pb;
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    acc[c4] += pj * tile_b[j * D4 + c4];
+                    let value = tile_b[j * D4 + c4];
+                    acc_a[c4] += pa * value;
+                    acc_b[c4] += pb * value;
                 }
             }
-            m = m_new;
+            ra.m = m_a;
+            rb.m = m_b;
         }
         workgroupBarrier();
     }
-    if (live) {
-        let at = row_at(bh, t);
-        let inv = 1.0 / l;
+    if (ta < p.seq) {
+        let at = row_at(bh, ta);
+        let inv = 1.0 / ra.l;
         for (var c4 = 0u; c4 < D4; c4++) {
-            store_out(at, c4, acc[c4] * inv);
+            store_out(at, c4, acc_a[c4] * inv);
         }
-        lse[stat_at(bh, t)] = m + log(l);
+        lse[stat_at(bh, ta)] = ra.m + log(ra.l);
+    }
+    if (tb < p.seq) {
+        let at = row_at(bh, tb);
+        let inv = 1.0 / rb.l;
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_out(at, c4, acc_b[c4] * inv);
+        }
+        lse[stat_at(bh, tb)] = rb.m + log(rb.l);
     }
 }
 

@@ -29,8 +29,10 @@ use crate::{DType, Error, Result, Tensor};
 
 /// The largest head dimension the kernels hold in registers and workgroup memory.
 pub const MAX_HEAD_DIM: usize = 128;
-/// Rows per workgroup, one per thread (`ROWS` in the shader).
+/// Rows per workgroup of the backward kernels, one per thread (`ROWS` in the shader).
 const ROWS: usize = 32;
+/// Rows per workgroup of the tiled forward, two per thread (`FORWARD_ROWS` in the shader).
+const FORWARD_ROWS: usize = 2 * ROWS;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -160,15 +162,15 @@ fn elem(what: &'static str, q: &Tensor) -> Result<DType> {
     Ok(dtype)
 }
 
-/// One workgroup per `ROWS` rows of one (batch, head) pair.
-fn row_grid(s: &AttentionShape) -> Result<[u32; 3]> {
+/// One workgroup per `rows` rows of one (batch, head) pair.
+fn row_grid(s: &AttentionShape, rows: usize) -> Result<[u32; 3]> {
     let dim = |v: usize| {
         u32::try_from(v).map_err(|_| Error::InvalidArgument {
             what: "attention grid",
             reason: format!("grid dimension {v} exceeds u32"),
         })
     };
-    Ok([dim(s.seq.div_ceil(ROWS))?, dim(s.batch * s.heads)?, 1])
+    Ok([dim(s.seq.div_ceil(rows))?, dim(s.batch * s.heads)?, 1])
 }
 
 /// The shader's specialisation: vec4s per head row, and rows per tile (as many as fill the
@@ -222,12 +224,8 @@ pub fn encode_attention(
     expect(what, out, device, dtype, &s.rows())?;
     expect(what, lse, device, DType::F32, &s.stats())?;
     let p = params(what, &s, causal, scale)?;
-    let grid = if naive {
-        let [_, bh, _] = row_grid(&s)?;
-        [u32::try_from(s.seq.div_ceil(64)).unwrap_or(u32::MAX), bh, 1]
-    } else {
-        row_grid(&s)?
-    };
+    // The naive kernel's workgroups are 64 threads of one row each.
+    let grid = row_grid(&s, if naive { 64 } else { FORWARD_ROWS })?;
     let bindings = [
         (1, q.buffer()),
         (2, k.buffer()),
@@ -310,7 +308,7 @@ pub fn encode_attention_backward(
         ],
         super::grid_1d(device, "attention_backward_delta", rows)?,
     )?;
-    let grid = row_grid(&s)?;
+    let grid = row_grid(&s, ROWS)?;
     ATTENTION.encode_specialised(
         encoder,
         device,
