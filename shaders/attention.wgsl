@@ -7,7 +7,7 @@
 // Layout: q, k, v, out and their gradients are [B, T, H, Dh] (row-major; what a [B·T, H·Dh]
 // projection gives, so no transposes between the projections and attention); the row logsumexp
 // is [B, T, H]. Each workgroup takes rows of one (batch, head) pair (grid y = b·H + h): the
-// forward FORWARD_ROWS, two queries per thread, the backward ROWS, one row per thread. It steps
+// forward and the backward BLOCK_ROWS, two rows per thread (queries, or keys for dK/dV). It steps
 // through the other side TILE rows at a time, held in workgroup memory as vec4s. With `causal`,
 // query t sees keys 0..=t.
 //
@@ -88,7 +88,7 @@ fn keys_of(t: u32) -> u32 {
 
 // Keys a block of query rows starting at row0 needs: the same for the whole workgroup.
 fn keys_of_block(row0: u32) -> u32 {
-    return keys_of(min(row0 + ROWS, p.seq) - 1u);
+    return keys_of(min(row0 + BLOCK_ROWS, p.seq) - 1u);
 }
 
 // Which of the 4 lanes of vec4 c4 of a row lie inside the head dimension.
@@ -190,12 +190,13 @@ fn sum4(x: vec4<f32>) -> f32 {
     return x.x + x.y + x.z + x.w;
 }
 
-// The forward's workgroup takes FORWARD_ROWS rows: each invocation two queries, `lid` and
-// `lid + ROWS` of the block, so every key and value it loads from the tiles serves both (the
-// tiles are workgroup memory, and on a CPU driver a load is what a multiply-add waits for).
-const FORWARD_ROWS: u32 = 2u * ROWS;
+// A tiled kernel's workgroup takes BLOCK_ROWS rows: each invocation two, `lid` and `lid + ROWS`
+// of the block, so every row it loads from the tiles serves both (the tiles are workgroup
+// memory, and on a CPU driver a load is what a multiply-add waits for: this took the forward
+// from 4.5 to 7 GFLOP/s on lavapipe).
+const BLOCK_ROWS: u32 = 2u * ROWS;
 
-// One query's running state: its scaled row, output accumulator, max and sum.
+// One query's running softmax state: its max and sum.
 struct Running {
     m: f32,
     l: f32,
@@ -207,7 +208,7 @@ fn attention_forward(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let bh = wg.y;
-    let row0 = wg.x * FORWARD_ROWS;
+    let row0 = wg.x * BLOCK_ROWS;
     let ta = row0 + lid;
     let tb = ta + ROWS;
     var qa: array<vec4<f32>, D4>;
@@ -232,7 +233,7 @@ fn attention_forward(
     }
     var ra = Running(LOWEST, 0.0);
     var rb = Running(LOWEST, 0.0);
-    let end = keys_of(min(row0 + FORWARD_ROWS, p.seq) - 1u);
+    let end = keys_of_block(row0);
     for (var k0 = 0u; k0 < end; k0 += TILE) {
         load_keys(bh, k0, lid);
         workgroupBarrier();
@@ -368,81 +369,126 @@ fn attention_backward_delta(
     stats[2u * r + 1u] = delta;
 }
 
+// What dQ needs of one query beside its rows: its logsumexp, delta and how many keys it sees.
+struct DqRow {
+    lse: f32,
+    delta: f32,
+    keys: u32,
+}
+
 // dQ[t] = scale · Σ_j P[t,j] (dO[t]·V[j] − delta[t]) K[j], with P recomputed from the saved lse.
+// Two queries per thread, as in the forward.
 @compute @workgroup_size(32)
 fn attention_backward_dq(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let bh = wg.y;
-    let row0 = wg.x * ROWS;
-    let t = row0 + lid;
-    let live = t < p.seq;
-    var qr: array<vec4<f32>, D4>;
-    var gr: array<vec4<f32>, D4>;
-    var acc: array<vec4<f32>, D4>;
-    var mine = 0u;
-    var row_lse = 0.0;
-    var delta = 0.0;
-    if (live) {
-        let at = row_at(bh, t);
+    let row0 = wg.x * BLOCK_ROWS;
+    let ta = row0 + lid;
+    let tb = ta + ROWS;
+    var qa: array<vec4<f32>, D4>;
+    var qb: array<vec4<f32>, D4>;
+    var ga: array<vec4<f32>, D4>;
+    var gb: array<vec4<f32>, D4>;
+    var acc_a: array<vec4<f32>, D4>;
+    var acc_b: array<vec4<f32>, D4>;
+    var ra = DqRow(0.0, 0.0, 0u);
+    var rb = DqRow(0.0, 0.0, 0u);
+    if (ta < p.seq) {
+        let at = row_at(bh, ta);
         for (var c4 = 0u; c4 < D4; c4++) {
-            qr[c4] = q4(at, c4) * p.scale;
-            gr[c4] = g4(at, c4);
+            qa[c4] = q4(at, c4) * p.scale;
+            ga[c4] = g4(at, c4);
         }
-        mine = keys_of(t);
-        let st = stat_at(bh, t);
-        row_lse = stats_in[2u * st];
-        delta = stats_in[2u * st + 1u];
+        let st = stat_at(bh, ta);
+        ra = DqRow(stats_in[2u * st], stats_in[2u * st + 1u], keys_of(ta));
+    }
+    if (tb < p.seq) {
+        let at = row_at(bh, tb);
+        for (var c4 = 0u; c4 < D4; c4++) {
+            qb[c4] = q4(at, c4) * p.scale;
+            gb[c4] = g4(at, c4);
+        }
+        let st = stat_at(bh, tb);
+        rb = DqRow(stats_in[2u * st], stats_in[2u * st + 1u], keys_of(tb));
     }
     let end = keys_of_block(row0);
     for (var k0 = 0u; k0 < end; k0 += TILE) {
         load_keys(bh, k0, lid);
         workgroupBarrier();
-        let count = min(TILE, mine - min(mine, k0));
-        if (count > 0u) {
+        let count_a = min(TILE, ra.keys - min(ra.keys, k0));
+        let count_b = min(TILE, rb.keys - min(rb.keys, k0));
+        if (count_a > 0u || count_b > 0u) {
             for (var j = 0u; j < TILE; j++) {
-                var s = vec4<f32>(0.0);
-                var dp = vec4<f32>(0.0);
+                var s_a = vec4<f32>(0.0);
+                var s_b = vec4<f32>(0.0);
+                var dp_a = vec4<f32>(0.0);
+                var dp_b = vec4<f32>(0.0);
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    s += qr[c4] * tile_a[j * D4 + c4];
-                    dp += gr[c4] * tile_b[j * D4 + c4];
+                    let key = tile_a[j * D4 + c4];
+                    let value = tile_b[j * D4 + c4];
+                    s_a += qa[c4] * key;
+                    s_b += qb[c4] * key;
+                    dp_a += ga[c4] * value;
+                    dp_b += gb[c4] * value;
                 }
-                let ds = select(0.0, exp(sum4(s) - row_lse) * (sum4(dp) - delta), j < count);
+                let ds_a = select(0.0, exp(sum4(s_a) - ra.lse) * (sum4(dp_a) - ra.delta), j < count_a);
+                let ds_b = select(0.0, exp(sum4(s_b) - rb.lse) * (sum4(dp_b) - rb.delta), j < count_b);
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    acc[c4] += ds * tile_a[j * D4 + c4];
+                    let key = tile_a[j * D4 + c4];
+                    acc_a[c4] += ds_a * key;
+                    acc_b[c4] += ds_b * key;
                 }
             }
         }
         workgroupBarrier();
     }
-    if (live) {
-        let at = row_at(bh, t);
+    if (ta < p.seq) {
+        let at = row_at(bh, ta);
         for (var c4 = 0u; c4 < D4; c4++) {
-            store_dq(at, c4, acc[c4] * p.scale);
+            store_dq(at, c4, acc_a[c4] * p.scale);
+        }
+    }
+    if (tb < p.seq) {
+        let at = row_at(bh, tb);
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_dq(at, c4, acc_b[c4] * p.scale);
         }
     }
 }
 
 // dV[j] = Σ_t P[t,j] dO[t];  dK[j] = scale · Σ_t P[t,j] (dO[t]·V[j] − delta[t]) Q[t].
+// Two keys per thread: each query and output gradient loaded from the tiles serves both.
 @compute @workgroup_size(32)
 fn attention_backward_dkdv(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let bh = wg.y;
-    let row0 = wg.x * ROWS;
-    let j = row0 + lid;
-    let live = j < p.seq;
-    var kr: array<vec4<f32>, D4>;
-    var vr: array<vec4<f32>, D4>;
-    var dk_acc: array<vec4<f32>, D4>;
-    var dv_acc: array<vec4<f32>, D4>;
-    if (live) {
-        let at = row_at(bh, j);
+    let row0 = wg.x * BLOCK_ROWS;
+    let ja = row0 + lid;
+    let jb = ja + ROWS;
+    var ka: array<vec4<f32>, D4>;
+    var kb: array<vec4<f32>, D4>;
+    var va: array<vec4<f32>, D4>;
+    var vb: array<vec4<f32>, D4>;
+    var dk_a: array<vec4<f32>, D4>;
+    var dk_b: array<vec4<f32>, D4>;
+    var dv_a: array<vec4<f32>, D4>;
+    var dv_b: array<vec4<f32>, D4>;
+    if (ja < p.seq) {
+        let at = row_at(bh, ja);
         for (var c4 = 0u; c4 < D4; c4++) {
-            kr[c4] = k4(at, c4) * p.scale;
-            vr[c4] = v4(at, c4);
+            ka[c4] = k4(at, c4) * p.scale;
+            va[c4] = v4(at, c4);
+        }
+    }
+    if (jb < p.seq) {
+        let at = row_at(bh, jb);
+        for (var c4 = 0u; c4 < D4; c4++) {
+            kb[c4] = k4(at, c4) * p.scale;
+            vb[c4] = v4(at, c4);
         }
     }
     // Causal: queries before the block's first key see none of its keys.
@@ -453,33 +499,55 @@ fn attention_backward_dkdv(
     for (var q0 = start; q0 < p.seq; q0 += TILE) {
         load_queries(bh, q0, lid);
         workgroupBarrier();
-        if (live) {
+        if (ja < p.seq) {
             for (var i = 0u; i < TILE; i++) {
                 let t = q0 + i;
-                // Past the sequence, or a query before this key under the causal mask.
-                let seen = t < p.seq && (p.causal == 0u || t >= j);
+                // Past the sequence, or a query before the key under the causal mask.
+                let seen_a = t < p.seq && (p.causal == 0u || t >= ja);
+                let seen_b = t < p.seq && jb < p.seq && (p.causal == 0u || t >= jb);
                 let st = stat_at(bh, min(t, p.seq - 1u));
-                var s = vec4<f32>(0.0);
-                var dp = vec4<f32>(0.0);
+                let row_lse = stats_in[2u * st];
+                let delta = stats_in[2u * st + 1u];
+                var s_a = vec4<f32>(0.0);
+                var s_b = vec4<f32>(0.0);
+                var dp_a = vec4<f32>(0.0);
+                var dp_b = vec4<f32>(0.0);
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    s += kr[c4] * tile_a[i * D4 + c4];
-                    dp += vr[c4] * tile_b[i * D4 + c4];
+                    let query = tile_a[i * D4 + c4];
+                    let grad = tile_b[i * D4 + c4];
+                    s_a += ka[c4] * query;
+                    s_b += kb[c4] * query;
+                    dp_a += va[c4] * grad;
+                    dp_b += vb[c4] * grad;
                 }
-                let pt = select(0.0, exp(sum4(s) - stats_in[2u * st]), seen);
-                let ds = pt * (sum4(dp) - stats_in[2u * st + 1u]);
+                let p_a = select(0.0, exp(sum4(s_a) - row_lse), seen_a);
+                let p_b = select(0.0, exp(sum4(s_b) - row_lse), seen_b);
+                let ds_a = p_a * (sum4(dp_a) - delta);
+                let ds_b = p_b * (sum4(dp_b) - delta);
                 for (var c4 = 0u; c4 < D4; c4++) {
-                    dv_acc[c4] += pt * tile_b[i * D4 + c4];
-                    dk_acc[c4] += ds * tile_a[i * D4 + c4];
+                    let query = tile_a[i * D4 + c4];
+                    let grad = tile_b[i * D4 + c4];
+                    dv_a[c4] += p_a * grad;
+                    dv_b[c4] += p_b * grad;
+                    dk_a[c4] += ds_a * query;
+                    dk_b[c4] += ds_b * query;
                 }
             }
         }
         workgroupBarrier();
     }
-    if (live) {
-        let at = row_at(bh, j);
+    if (ja < p.seq) {
+        let at = row_at(bh, ja);
         for (var c4 = 0u; c4 < D4; c4++) {
-            store_dk(at, c4, dk_acc[c4] * p.scale);
-            store_dv(at, c4, dv_acc[c4]);
+            store_dk(at, c4, dk_a[c4] * p.scale);
+            store_dv(at, c4, dv_a[c4]);
+        }
+    }
+    if (jb < p.seq) {
+        let at = row_at(bh, jb);
+        for (var c4 = 0u; c4 < D4; c4++) {
+            store_dk(at, c4, dk_b[c4] * p.scale);
+            store_dv(at, c4, dv_b[c4]);
         }
     }
 }

@@ -29,10 +29,8 @@ use crate::{DType, Error, Result, Tensor};
 
 /// The largest head dimension the kernels hold in registers and workgroup memory.
 pub const MAX_HEAD_DIM: usize = 128;
-/// Rows per workgroup of the backward kernels, one per thread (`ROWS` in the shader).
-const ROWS: usize = 32;
-/// Rows per workgroup of the tiled forward, two per thread (`FORWARD_ROWS` in the shader).
-const FORWARD_ROWS: usize = 2 * ROWS;
+/// Rows per workgroup of the tiled kernels, two per thread of 32 (`BLOCK_ROWS` in the shader).
+const BLOCK_ROWS: usize = 64;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -225,7 +223,7 @@ pub fn encode_attention(
     expect(what, lse, device, DType::F32, &s.stats())?;
     let p = params(what, &s, causal, scale)?;
     // The naive kernel's workgroups are 64 threads of one row each.
-    let grid = row_grid(&s, if naive { 64 } else { FORWARD_ROWS })?;
+    let grid = row_grid(&s, if naive { 64 } else { BLOCK_ROWS })?;
     let bindings = [
         (1, q.buffer()),
         (2, k.buffer()),
@@ -308,7 +306,6 @@ pub fn encode_attention_backward(
         ],
         super::grid_1d(device, "attention_backward_delta", rows)?,
     )?;
-    let grid = row_grid(&s, ROWS)?;
     ATTENTION.encode_specialised(
         encoder,
         device,
@@ -324,7 +321,7 @@ pub fn encode_attention_backward(
             (10, stats.buffer()),
             (11, dq.buffer()),
         ],
-        grid,
+        row_grid(&s, BLOCK_ROWS)?,
     )?;
     ATTENTION.encode_specialised(
         encoder,
@@ -342,7 +339,7 @@ pub fn encode_attention_backward(
             (12, dk.buffer()),
             (13, dv.buffer()),
         ],
-        grid,
+        row_grid(&s, BLOCK_ROWS)?,
     )
 }
 
