@@ -22,10 +22,19 @@
 //! a plain-Rust reference computed in f64 ([`attention_reference`],
 //! [`attention_backward_reference`]).
 
+use crate::kernels::Shader;
 use super::node::expect;
-use super::{ATTENTION, Kernel, Prepared, TensorType, eager, node};
+use super::{Kernel, Prepared, TensorType, eager, node};
 use crate::device::Recorder;
 use crate::{DType, Error, Result, Tensor};
+
+pub const ATTENTION: Shader = Shader {
+    name: "attention",
+    source: include_str!("../../shaders/attention.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    zero_workgroup_memory: false,
+    ..crate::kernels::SHADER
+};
 
 /// The largest head dimension the kernels hold in registers and workgroup memory.
 pub const MAX_HEAD_DIM: usize = 128;

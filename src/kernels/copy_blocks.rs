@@ -1,10 +1,17 @@
 //! Block row copies on the GPU: the pack/unpack step of all-to-all.
 
-use super::COPY_BLOCKS;
+use crate::kernels::Shader;
 use crate::Tensor;
 use crate::device::Recorder;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result};
+
+pub const COPY_BLOCKS: Shader = Shader {
+    name: "copy_blocks",
+    source: include_str!("../../shaders/copy_blocks.wgsl"),
+    dtypes: crate::kernels::WORDS,
+    ..crate::kernels::SHADER
+};
 
 /// Move `rows` rows from `src_row` of the source to `dst_row` of the destination.
 #[repr(C)]

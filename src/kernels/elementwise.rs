@@ -3,10 +3,17 @@
 //! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
 //! `affine`, or `kernel` with any op); [`run`] runs one eagerly and [`reference`] is its plain Rust.
 
-use super::{ELEMENTWISE, Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
+use crate::kernels::Shader;
+use super::{Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
+
+pub const ELEMENTWISE: Shader = Shader {
+    name: "elementwise",
+    source: include_str!("../../shaders/elementwise.wgsl"),
+    ..crate::kernels::SHADER
+};
 
 /// One elementwise computation over flat f32 arrays of equal length.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -2,12 +2,20 @@
 //! form and a blocking form of each, `*_reference`s in plain Rust, and the [`EmbedGather`] and
 //! [`EmbedGrad`] kernel types for program nodes.
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::node::{self, expect};
-use crate::kernels::{EMBEDDING, Kernel, Prepared, TensorType, sharding_rules};
+use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
+
+pub const EMBEDDING: Shader = Shader {
+    name: "embedding",
+    source: include_str!("../../shaders/embedding.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
 /// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).

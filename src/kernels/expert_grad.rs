@@ -1,13 +1,21 @@
 //! The expert weight gradient (`shaders/expert_grad.wgsl`): per row group `A_gᵀ·B_g`, the weight
 //! backward of the grouped matmul, summed in slot blocks so that a split over devices sums alike.
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::matmul::{self, MatmulShape};
 use crate::kernels::node::{self, expect};
-use crate::kernels::{EXPERT_GRAD, Kernel, Prepared, TensorType, sharding_rules};
+use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
+
+pub const EXPERT_GRAD: Shader = Shader {
+    name: "expert_grad",
+    source: include_str!("../../shaders/expert_grad.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Records `c[g] = a[g]ᵀ · b[g]` where `a[g]`, `b[g]` are rows `offsets[g]..offsets[g+1]` of `a`
 /// `[rows, inner]` and `b` `[rows, N]`, into `c` `[G, inner, N]` (u32 `offsets` `[G + 1]`, the

@@ -9,6 +9,9 @@ use super::router::{ExpertStat, Route, Routing};
 use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 
+/// The flat f32 kernels' parameters, records and grid ([`flat`]).
+pub(super) const FLAT_COMMON: &[&str] = &[include_str!("../../shaders/flat_common.wgsl")];
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct Params {

@@ -12,10 +12,17 @@
 //! through [`super::eager`]; [`layer_norm_reference`] and [`layer_norm_backward_reference`] are
 //! the plain-Rust references (in f64). f32 only.
 
-use super::{Kernel, LAYER_NORM, Prepared, TensorType, eager, node, sharding_rules};
+use crate::kernels::Shader;
+use super::{Kernel, Prepared, TensorType, eager, node, sharding_rules};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
+
+pub const LAYER_NORM: Shader = Shader {
+    name: "layer_norm",
+    source: include_str!("../../shaders/layer_norm.wgsl"),
+    ..crate::kernels::SHADER
+};
 
 /// PyTorch's default `eps`.
 pub const DEFAULT_EPS: f32 = 1e-5;

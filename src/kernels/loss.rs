@@ -3,12 +3,20 @@
 //! `encode_*` form into a caller's encoder, a blocking form, a `*_reference` in plain Rust, and a
 //! [`Kernel`] type for program nodes.
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::embedding::check_ids;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::node::{self, expect};
-use crate::kernels::{Kernel, LOSS, Prepared, TensorType, eager};
+use crate::kernels::{Kernel, Prepared, TensorType, eager};
 use crate::{DType, Error, Result, Tensor};
+
+pub const LOSS: Shader = Shader {
+    name: "loss",
+    source: include_str!("../../shaders/loss.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Outputs of [`cross_entropy`].
 #[derive(Debug)]

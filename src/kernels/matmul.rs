@@ -10,13 +10,54 @@
 //! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
 
 use super::{Kernel, Prepared, TensorType, node, sharding_rules};
-use super::{
-    MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN, Shader, autotune,
-};
+use super::{Shader, autotune};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
+
+/// The matmul shaders' parameters and group offsets.
+const MATMUL_COMMON: &[&str] = &[include_str!("../../shaders/matmul_common.wgsl")];
+/// ... and for the kernels that store C as scalars.
+const MATMUL_SCALAR_C: &[&str] = &[
+    include_str!("../../shaders/matmul_common.wgsl"),
+    include_str!("../../shaders/matmul_store.wgsl"),
+];
+pub const MATMUL_NAIVE: Shader = Shader {
+    name: "matmul_naive",
+    source: include_str!("../../shaders/matmul_naive.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_COMMON,
+    ..crate::kernels::SHADER
+};
+pub const MATMUL_TILED: Shader = Shader {
+    name: "matmul_tiled",
+    source: include_str!("../../shaders/matmul_tiled.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_COMMON,
+    ..crate::kernels::SHADER
+};
+pub const MATMUL_VEC4: Shader = Shader {
+    name: "matmul_vec4",
+    source: include_str!("../../shaders/matmul_vec4.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_COMMON,
+    ..crate::kernels::SHADER
+};
+pub const MATMUL_VEC4_NT: Shader = Shader {
+    name: "matmul_vec4_nt",
+    source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_SCALAR_C,
+    ..crate::kernels::SHADER
+};
+pub const MATMUL_VEC4_TN: Shader = Shader {
+    name: "matmul_vec4_tn",
+    source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_SCALAR_C,
+    ..crate::kernels::SHADER
+};
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

@@ -1,34 +1,51 @@
-//! WGSL kernels: each shader file under `shaders/` has, in its module here, a typed launcher
-//! (`encode_*` into a caller's encoder), a plain-Rust reference, and one type per kernel that
-//! implements [`Kernel`], the form a program node holds (output types, sharding rule, in-place
-//! updates, preparing into a compiled program's buffers). Those types are re-exported below.
+//! WGSL kernels: each shader file under `shaders/` has, in its module here, its [`Shader`] entry,
+//! a typed launcher (`encode_*` into a caller's encoder), a plain-Rust reference, and one type per
+//! kernel that implements [`Kernel`], the form a program node holds (output types, sharding rule,
+//! in-place updates, preparing into a compiled program's buffers). Those types are re-exported
+//! below.
 //! Launchers check shapes, dtypes, devices and limits before anything is dispatched, and record
 //! through [`Shader::encode`] (parameters as a uniform, the device's cached pipeline). A shader
 //! may be specialised by its `const NAME: u32` lines ([`Shader::encode_specialised`]: attention
 //! per head width), and one that writes its workgroup memory before reading it may skip the
 //! driver's zeroing ([`Shader::zero_workgroup_memory`]).
 //!
-//! Adding a kernel: its shader, a [`Shader`] entry here (and in [`ALL_SHADERS`]), and a module with
-//! its launcher, reference and [`Kernel`] type; [`eager`] runs that type outside programs.
+//! Adding a kernel: its shader, a module with its [`Shader`] entry, launcher, reference and
+//! [`Kernel`] type, and one line in the registry below (`kernel_modules!`), which declares the
+//! module and lists its shaders in [`ALL_SHADERS`]; [`eager`] runs that type outside programs.
+//! Re-exporting the type here is a convenience, not a requirement.
 
-pub mod attention;
 pub mod autotune;
-pub mod copy_blocks;
 pub mod eager;
-pub mod elementwise;
-pub mod embedding;
-pub mod expert_grad;
 mod flat;
-pub mod layer_norm;
-pub mod loss;
-pub mod matmul;
-pub mod moe_dispatch;
 mod node;
-pub mod optim;
 pub mod pack;
 mod prepared;
-pub mod router;
 pub mod sharding_rules;
+
+/// The registry: each kernel module, with the shaders it owns (each a [`Shader`] beside its
+/// launchers). One line here is all a new kernel module adds to this file; it declares the
+/// module and puts its shaders in [`ALL_SHADERS`].
+macro_rules! kernel_modules {
+    ($($module:ident: [$($shader:ident),*],)*) => {
+        $(pub mod $module;)*
+        /// Every shader gangway ships, for validation and translation tests.
+        pub const ALL_SHADERS: &[Shader] = &[$($($module::$shader,)*)*];
+    };
+}
+
+kernel_modules! {
+    matmul: [MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN],
+    router: [ROUTER, ROUTER_BACKWARD],
+    moe_dispatch: [MOE_DISPATCH, MOE_DISPATCH_BACKWARD],
+    copy_blocks: [COPY_BLOCKS],
+    elementwise: [ELEMENTWISE],
+    embedding: [EMBEDDING],
+    loss: [LOSS],
+    optim: [OPTIM],
+    expert_grad: [EXPERT_GRAD],
+    attention: [ATTENTION],
+    layer_norm: [LAYER_NORM],
+}
 
 pub use prepared::{Kernel, Prepared, TensorType};
 
@@ -65,19 +82,12 @@ pub struct Shader {
     pub zero_workgroup_memory: bool,
 }
 
-/// The matmul shaders' parameters and group offsets.
-const MATMUL_COMMON: &[&str] = &[include_str!("../../shaders/matmul_common.wgsl")];
-/// ... and for the kernels that store C as scalars.
-const MATMUL_SCALAR_C: &[&str] = &[
-    include_str!("../../shaders/matmul_common.wgsl"),
-    include_str!("../../shaders/matmul_store.wgsl"),
-];
-
 const FLOATS: &[DType] = &[DType::F32, DType::F16];
 const F32_ONLY: &[DType] = &[DType::F32];
 const WORDS: &[DType] = &[DType::U32];
 
-/// What a [`Shader`] entry leaves out: f32 only, nothing shared, workgroup memory zeroed.
+/// What a [`Shader`] entry leaves out: f32 only, nothing shared, workgroup memory zeroed. The
+/// modules' entries start from it (`..crate::kernels::SHADER`).
 const SHADER: Shader = Shader {
     name: "",
     source: "",
@@ -85,139 +95,6 @@ const SHADER: Shader = Shader {
     dtypes: F32_ONLY,
     zero_workgroup_memory: true,
 };
-
-pub const MATMUL_NAIVE: Shader = Shader {
-    name: "matmul_naive",
-    source: include_str!("../../shaders/matmul_naive.wgsl"),
-    dtypes: FLOATS,
-    common: MATMUL_COMMON,
-    ..SHADER
-};
-pub const MATMUL_TILED: Shader = Shader {
-    name: "matmul_tiled",
-    source: include_str!("../../shaders/matmul_tiled.wgsl"),
-    dtypes: FLOATS,
-    common: MATMUL_COMMON,
-    ..SHADER
-};
-pub const MATMUL_VEC4: Shader = Shader {
-    name: "matmul_vec4",
-    source: include_str!("../../shaders/matmul_vec4.wgsl"),
-    dtypes: FLOATS,
-    common: MATMUL_COMMON,
-    ..SHADER
-};
-pub const MATMUL_VEC4_NT: Shader = Shader {
-    name: "matmul_vec4_nt",
-    source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
-    dtypes: FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..SHADER
-};
-pub const MATMUL_VEC4_TN: Shader = Shader {
-    name: "matmul_vec4_tn",
-    source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
-    dtypes: FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..SHADER
-};
-pub const ROUTER: Shader = Shader {
-    name: "router",
-    source: include_str!("../../shaders/router.wgsl"),
-    ..SHADER
-};
-pub const MOE_DISPATCH: Shader = Shader {
-    name: "moe_dispatch",
-    source: include_str!("../../shaders/moe_dispatch.wgsl"),
-    ..SHADER
-};
-pub const COPY_BLOCKS: Shader = Shader {
-    name: "copy_blocks",
-    source: include_str!("../../shaders/copy_blocks.wgsl"),
-    dtypes: WORDS,
-    ..SHADER
-};
-
-pub const ELEMENTWISE: Shader = Shader {
-    name: "elementwise",
-    source: include_str!("../../shaders/elementwise.wgsl"),
-    ..SHADER
-};
-
-pub const ATTENTION: Shader = Shader {
-    name: "attention",
-    source: include_str!("../../shaders/attention.wgsl"),
-    dtypes: FLOATS,
-    zero_workgroup_memory: false,
-    ..SHADER
-};
-
-pub const LAYER_NORM: Shader = Shader {
-    name: "layer_norm",
-    source: include_str!("../../shaders/layer_norm.wgsl"),
-    ..SHADER
-};
-
-/// The flat f32 kernels' parameters, records and grid ([`flat`]).
-const FLAT_COMMON: &[&str] = &[include_str!("../../shaders/flat_common.wgsl")];
-
-pub const EMBEDDING: Shader = Shader {
-    name: "embedding",
-    source: include_str!("../../shaders/embedding.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-pub const LOSS: Shader = Shader {
-    name: "loss",
-    source: include_str!("../../shaders/loss.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-pub const OPTIM: Shader = Shader {
-    name: "optim",
-    source: include_str!("../../shaders/optim.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-pub const EXPERT_GRAD: Shader = Shader {
-    name: "expert_grad",
-    source: include_str!("../../shaders/expert_grad.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-pub const ROUTER_BACKWARD: Shader = Shader {
-    name: "router_backward",
-    source: include_str!("../../shaders/router_backward.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-pub const MOE_DISPATCH_BACKWARD: Shader = Shader {
-    name: "moe_dispatch_backward",
-    source: include_str!("../../shaders/moe_dispatch_backward.wgsl"),
-    common: FLAT_COMMON,
-    ..SHADER
-};
-
-/// Every shader gangway ships, for validation and translation tests.
-pub const ALL_SHADERS: &[Shader] = &[
-    MATMUL_NAIVE,
-    MATMUL_TILED,
-    MATMUL_VEC4,
-    MATMUL_VEC4_NT,
-    MATMUL_VEC4_TN,
-    ROUTER,
-    ROUTER_BACKWARD,
-    MOE_DISPATCH,
-    MOE_DISPATCH_BACKWARD,
-    COPY_BLOCKS,
-    ELEMENTWISE,
-    EMBEDDING,
-    LOSS,
-    OPTIM,
-    EXPERT_GRAD,
-    ATTENTION,
-    LAYER_NORM,
-];
 
 /// Threads per workgroup of the flat kernels (elementwise and those of [`flat`]).
 pub const WORKGROUP: usize = 256;

@@ -3,12 +3,20 @@
 //! blocking form, a `*_reference` in plain Rust, and a [`Kernel`] type for program nodes whose
 //! first input is updated in place.
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::flat::{Params, bad, encode, encode_with, run, to_u32};
 use crate::kernels::node::{self, expect};
-use crate::kernels::{Kernel, OPTIM, Prepared, TensorType, eager, sharding_rules};
+use crate::kernels::{Kernel, Prepared, TensorType, eager, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
+
+pub const OPTIM: Shader = Shader {
+    name: "optim",
+    source: include_str!("../../shaders/optim.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Adam hyper-parameters; no weight decay.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

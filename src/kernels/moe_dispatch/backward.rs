@@ -2,14 +2,22 @@
 //! gradient ([`GateGrad`]), the slots' ([`CombineBackwardSlots`]) and the tokens' from the
 //! slots' ([`DispatchBackward`]).
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::flat::{Params, dims2, encode, routing_dims, run, to_u32};
 use crate::kernels::moe_dispatch::{gather_reference, scatter_reference, slots_of, tokens_of};
 use crate::kernels::node::{self, expect};
 use crate::kernels::router::{Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};
-use crate::kernels::{Kernel, MOE_DISPATCH_BACKWARD, Prepared, TensorType};
+use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Result, Tensor};
+
+pub const MOE_DISPATCH_BACKWARD: Shader = Shader {
+    name: "moe_dispatch_backward",
+    source: include_str!("../../../shaders/moe_dispatch_backward.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Records `d_gate[t·K + c] = dy[t] · slots[slot(t, c)]` (0 for dropped choices): `dy` `[T, d]`,
 /// `slots` the expert outputs `[E·capacity, d]`, `d_gate` `[T, K]`.

@@ -3,12 +3,19 @@
 //! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
 //! backward is in [`backward`].
 
+use crate::kernels::Shader;
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};
-use super::{MOE_DISPATCH, eager};
+use super::eager;
 use crate::device::Recorder;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Result, Tensor};
+
+pub const MOE_DISPATCH: Shader = Shader {
+    name: "moe_dispatch",
+    source: include_str!("../../../shaders/moe_dispatch.wgsl"),
+    ..crate::kernels::SHADER
+};
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

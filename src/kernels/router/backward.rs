@@ -1,14 +1,22 @@
 //! The router's backward (`shaders/router_backward.wgsl`): the gates', the load-balancing loss's
 //! and the z-loss's gradients back to the router logits, as [`RouterBackward`] for program nodes.
 
+use crate::kernels::Shader;
 use crate::device::Recorder;
 use crate::kernels::flat::{Params, bad, encode, routing_dims, run, to_u32};
 use crate::kernels::loss::max_and_sum;
 use crate::kernels::node::{self, expect};
 use crate::kernels::router::{ExpertStat, Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};
-use crate::kernels::{Kernel, Prepared, ROUTER_BACKWARD, TensorType};
+use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Result, Tensor};
+
+pub const ROUTER_BACKWARD: Shader = Shader {
+    name: "router_backward",
+    source: include_str!("../../../shaders/router_backward.wgsl"),
+    common: crate::kernels::flat::FLAT_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// Weights of the router's auxiliary losses.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -5,11 +5,18 @@
 //! [`routed_tokens`]. Its backward is in [`backward`]; [`upload_routing`] puts a reference
 //! routing on a device.
 
+use crate::kernels::Shader;
 use super::copy_blocks::{self, Block};
-use super::{ROUTER, eager};
+use super::eager;
 use crate::device::Recorder;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result, Tensor};
+
+pub const ROUTER: Shader = Shader {
+    name: "router",
+    source: include_str!("../../../shaders/router.wgsl"),
+    ..crate::kernels::SHADER
+};
 
 /// Router settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
