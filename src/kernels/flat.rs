@@ -9,9 +9,11 @@ use super::router::{ExpertStat, Route, Routing};
 use crate::device::Recorder;
 use crate::{DType, Device, Error, Result, Tensor};
 
-/// The flat f32 kernels' parameters, records and grid ([`flat`]).
+/// The WGSL every flat kernel's shader follows: its parameters, records and grid.
 pub(super) const FLAT_COMMON: &[&str] = &[include_str!("../../shaders/flat_common.wgsl")];
 
+/// `Params` of `flat_common.wgsl`, field for field; what each field means per kernel is written
+/// there.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct Params {
