@@ -134,9 +134,18 @@ fn grouped_matmul_matches_reference(device: &Device) {
 }
 
 fn larger_than_one_tile_in_every_dimension(device: &Device) {
-    for variant in MatmulVariant::ALL {
-        let shape = MatmulShape::plain(131, 132, 68, DType::F32);
-        check(device, variant, shape, &[0, 131], 7).unwrap();
+    // Every transpose; N a multiple of 4 (every vec4 kernel runs) and not (the edge columns).
+    for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+        for n in [132, 130] {
+            for variant in MatmulVariant::ALL {
+                let shape = MatmulShape {
+                    trans_a,
+                    trans_b,
+                    ..MatmulShape::plain(131, n, 68, DType::F32)
+                };
+                check(device, variant, shape, &[0, 131], 7).unwrap();
+            }
+        }
     }
 }
 

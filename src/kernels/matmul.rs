@@ -58,6 +58,13 @@ pub const MATMUL_VEC4_TN: Shader = Shader {
     common: MATMUL_SCALAR_C,
     ..crate::kernels::SHADER
 };
+pub const MATMUL_VEC4_TT: Shader = Shader {
+    name: "matmul_vec4_tt",
+    source: include_str!("../../shaders/matmul_vec4_tt.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_SCALAR_C,
+    ..crate::kernels::SHADER
+};
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -67,7 +74,7 @@ pub enum MatmulVariant {
     Naive,
     /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
     Tiled,
-    /// Register blocks (4×8 outputs, 4×4 for `A·Bᵀ`) with vec4 loads along each operand's
+    /// Register blocks (4×8 outputs, 4×4 for `A·Bᵀ` and `Aᵀ·Bᵀ`) with vec4 loads along each operand's
     /// contiguous dimension, no workgroup memory, one shader per transpose (`matmul_vec4*.wgsl`).
     Vec4,
 }
@@ -95,14 +102,15 @@ impl MatmulVariant {
             (Self::Tiled, ..) => (MATMUL_TILED, "main", (64, 64)),
             (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (16, 128)),
             (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (16, 64)),
-            (Self::Vec4, true, _) => (MATMUL_VEC4_TN, "main", (16, 128)),
+            (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (16, 128)),
+            (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
         }
     }
 
     /// Why this variant cannot compute `shape`, or `None` when it can. The vec4 kernels load
     /// whole vec4s along each operand's contiguous dimension: `A·B` needs N and K multiples of 4,
-    /// `A·Bᵀ` needs K a multiple of 4, `Aᵀ·B` needs N a multiple of 4, and `Aᵀ·Bᵀ` has no vec4
-    /// kernel. None of these depends on M, so however the rows of C are split over devices, every
+    /// `A·Bᵀ` and `Aᵀ·Bᵀ` need K a multiple of 4, and `Aᵀ·B` needs N a multiple of 4. None of
+    /// these depends on M, so however the rows of C are split over devices, every
     /// device runs the same kernel.
     pub fn unsupported(self, shape: &MatmulShape) -> Option<&'static str> {
         let four = |v: usize| v.is_multiple_of(4);
@@ -114,7 +122,7 @@ impl MatmulVariant {
                 }
                 (false, true) if !four(shape.k) => Some("A·Bᵀ needs K a multiple of 4"),
                 (true, false) if !four(shape.n) => Some("Aᵀ·B needs N a multiple of 4"),
-                (true, true) => Some("Aᵀ·Bᵀ has no vec4 kernel"),
+                (true, true) if !four(shape.k) => Some("Aᵀ·Bᵀ needs K a multiple of 4"),
                 _ => None,
             },
         }

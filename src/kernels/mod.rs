@@ -34,7 +34,7 @@ macro_rules! kernel_modules {
 }
 
 kernel_modules! {
-    matmul: [MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN],
+    matmul: [MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN, MATMUL_VEC4_TT],
     router: [ROUTER, ROUTER_BACKWARD],
     moe_dispatch: [MOE_DISPATCH, MOE_DISPATCH_BACKWARD],
     copy_blocks: [COPY_BLOCKS],
