@@ -1,7 +1,8 @@
 // C = Aᵀ · B with the register blocking of matmul_vec4.wgsl, no workgroup memory: A [K, M],
 // B [K, N] (or [G, K, N]; rows offsets[g]..offsets[g+1] of C are columns of A and use B[g], as in
-// matmul_naive.wgsl): the weight gradient of a linear layer. Each invocation computes 4 rows × 8
-// columns as outer products of 4 of A's values in row k and two vec4s of B's. Needs N % 4 == 0;
+// matmul_naive.wgsl): the weight gradient of a linear layer. Each invocation computes 8 rows × 8
+// columns as outer products of 8 of A's values in row k and two vec4s of B's (8 rows rather than
+// 4 for the reason matmul_vec4.wgsl gives). Needs N % 4 == 0;
 // any M and K (rows past a group's end read its last row and are never written).
 // Every output sums over k in ascending order, whatever M is or however the rows are split into
 // groups: N devices holding a split of the rows compute the same bits as one device.
@@ -16,7 +17,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let col4 = gid.x * 2u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
-    let r = gid.y * 4u;
+    let r = gid.y * 8u;
     if (col4 >= n4 || r >= rows) {
         return;
     }
@@ -25,6 +26,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i1 = row0 + min(r + 1u, last);
     let i2 = row0 + min(r + 2u, last);
     let i3 = row0 + min(r + 3u, last);
+    let i4 = row0 + min(r + 4u, last);
+    let i5 = row0 + min(r + 5u, last);
+    let i6 = row0 + min(r + 6u, last);
+    let i7 = row0 + min(r + 7u, last);
     let has_hi = col4 + 1u < n4;
     let b_lo = g * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
@@ -33,28 +38,45 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
+    var c4 = vec4<f32>(0.0);
+    var c5 = vec4<f32>(0.0);
+    var c6 = vec4<f32>(0.0);
+    var c7 = vec4<f32>(0.0);
     var d0 = vec4<f32>(0.0);
     var d1 = vec4<f32>(0.0);
     var d2 = vec4<f32>(0.0);
     var d3 = vec4<f32>(0.0);
+    var d4 = vec4<f32>(0.0);
+    var d5 = vec4<f32>(0.0);
+    var d6 = vec4<f32>(0.0);
+    var d7 = vec4<f32>(0.0);
     for (var kk = 0u; kk < p.k; kk++) {
         let ak = kk * p.m;
         let x = vec4<f32>(f32(a[ak + i0]), f32(a[ak + i1]), f32(a[ak + i2]), f32(a[ak + i3]));
+        let y = vec4<f32>(f32(a[ak + i4]), f32(a[ak + i5]), f32(a[ak + i6]), f32(a[ak + i7]));
         let lo = vec4<f32>(b[b_lo + kk * n4]);
         let up = vec4<f32>(b[b_hi + kk * n4]);
         c0 += x.x * lo;
         c1 += x.y * lo;
         c2 += x.z * lo;
         c3 += x.w * lo;
+        c4 += y.x * lo;
+        c5 += y.y * lo;
+        c6 += y.z * lo;
+        c7 += y.w * lo;
         d0 += x.x * up;
         d1 += x.y * up;
         d2 += x.z * up;
         d3 += x.w * up;
+        d4 += y.x * up;
+        d5 += y.y * up;
+        d6 += y.z * up;
+        d7 += y.w * up;
     }
     let col = col4 * 4u;
-    let rs = array<vec4<f32>, 4>(c0, c1, c2, c3);
-    let ds = array<vec4<f32>, 4>(d0, d1, d2, d3);
-    for (var i = 0u; i < 4u; i++) {
+    let rs = array<vec4<f32>, 8>(c0, c1, c2, c3, c4, c5, c6, c7);
+    let ds = array<vec4<f32>, 8>(d0, d1, d2, d3, d4, d5, d6, d7);
+    for (var i = 0u; i < 8u; i++) {
         if (r + i < rows) {
             store(i0 + i, col, rs[i]);
             if (has_hi) { store(i0 + i, col + 4u, ds[i]); }

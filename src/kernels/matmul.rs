@@ -74,8 +74,9 @@ pub enum MatmulVariant {
     Naive,
     /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
     Tiled,
-    /// Register blocks (4×8 outputs, 4×4 for `A·Bᵀ` and `Aᵀ·Bᵀ`) with vec4 loads along each operand's
-    /// contiguous dimension, no workgroup memory, one shader per transpose (`matmul_vec4*.wgsl`).
+    /// Register blocks (8×8 outputs, 4×4 for `A·Bᵀ` and `Aᵀ·Bᵀ`) with vec4 loads along each
+    /// operand's contiguous dimension, no workgroup memory, one shader per transpose
+    /// (`matmul_vec4*.wgsl`).
     Vec4,
 }
 
@@ -100,9 +101,9 @@ impl MatmulVariant {
         match (self, shape.trans_a, shape.trans_b) {
             (Self::Naive, ..) => (MATMUL_NAIVE, "main", (8, 8)),
             (Self::Tiled, ..) => (MATMUL_TILED, "main", (64, 64)),
-            (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (16, 128)),
+            (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (32, 128)),
             (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (16, 64)),
-            (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (16, 128)),
+            (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
             (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
         }
     }
