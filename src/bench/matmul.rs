@@ -1,9 +1,9 @@
 //! The `matmul` suite: every matmul variant on square sizes, the transposed products training's
-//! backward issues (`A·Bᵀ`, `Aᵀ·B`), a tall-skinny expert FFN shape and grouped expert shapes (even,
-//! and uneven with an empty group), each a one-kernel program on the runtime, timed by its trace (GPU timestamps where the adapter
-//! has timestamp queries). Each variant is compared to the naive kernel
-//! of the same shape, and placed on the roofline (FLOPs `2·M·N·K` over the compulsory traffic of
-//! reading A and B and writing C once).
+//! backward issues (`A·Bᵀ`, `Aᵀ·B`) and `Aᵀ·Bᵀ`, a tall-skinny expert FFN shape and grouped expert
+//! shapes (even, and uneven with an empty group), each a one-kernel program on the runtime, timed
+//! by its trace (GPU timestamps where the adapter has timestamp queries). Each variant is compared
+//! to the naive kernel of the same shape, and placed on the roofline (FLOPs `2·M·N·K` over the
+//! compulsory traffic of reading A and B and writing C once).
 
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub struct MatmulOptions {
     /// Square sizes.
     pub sizes: Vec<usize>,
-    /// Square sizes of the transposed cases, `A·Bᵀ` and `Aᵀ·B`.
+    /// Square sizes of the transposed cases, `A·Bᵀ`, `Aᵀ·B` and `Aᵀ·Bᵀ`.
     pub transposed: Vec<usize>,
     /// The expert FFN shape (tokens, d_model, d_ff): `tokens × d_model` times `d_model × d_ff`.
     pub expert: Option<[usize; 3]>,
@@ -118,6 +118,14 @@ fn shapes(o: &MatmulOptions) -> Vec<(String, MatmulShape, Vec<u32>)> {
             format!("TN {s}"),
             MatmulShape {
                 trans_a: true,
+                ..square
+            },
+        ));
+        shapes.push(plain(
+            format!("TT {s}"),
+            MatmulShape {
+                trans_a: true,
+                trans_b: true,
                 ..square
             },
         ));
