@@ -100,8 +100,9 @@ fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {
 }
 
 /// A device with timestamp queries times the autotuner's runs on its own clock. That time is the
-/// kernel's alone, so it fits inside the host's round trip for the same kernel; a wrong tick
-/// period would break that.
+/// kernel's alone, so it fits inside the host's round trip for the same kernel. The two are
+/// measured at different moments on a shared machine, so the bounds are wide (4× above, 1000×
+/// below): they still catch a wrong tick period, which is off by powers of 1000.
 fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
     let shape = MatmulShape::plain(96, 72, 130, DType::F32);
     let variant = MatmulVariant::Naive;
@@ -126,8 +127,8 @@ fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
         .collect();
     let host = autotune::median(&mut host);
     assert!(
-        m.median_s <= host,
-        "GPU {:.1} µs longer than the host's round trip {:.1} µs on {}",
+        m.median_s <= 4.0 * host && m.median_s >= host / 1000.0,
+        "GPU {:.1} µs against the host's round trip {:.1} µs on {}",
         m.median_s * 1e6,
         host * 1e6,
         device.label()
