@@ -1,6 +1,6 @@
 // C = A · Bᵀ with the register blocking of matmul_vec4.wgsl, no workgroup memory: A [M, K], B
 // [N, K] (or [G, N, K] per row group, as in matmul_naive.wgsl): the input gradient of a linear
-// layer. Each invocation computes 4 rows × 4 columns as dot products of vec4s along K. Needs
+// layer. Each invocation computes 8 rows × 8 columns as dot products of vec4s along K. Needs
 // K % 4 == 0; any M and N (edge rows and columns are read clamped and never written).
 // Every output sums over k in ascending order, whatever M is or however the rows are split into
 // groups: N devices holding a split of the rows compute the same bits as one device.
@@ -12,46 +12,115 @@
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = gid.z;
     let k4 = p.k / 4u;
-    let col = gid.x * 4u;
+    let col = gid.x * 8u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
-    let r = gid.y * 4u;
+    let r = gid.y * 8u;
     if (col >= p.n || r >= rows) {
         return;
     }
     // Rows past the group's end and columns past N read the last valid one: always in bounds,
     // never written.
     let last = rows - 1u;
-    let a0 = (row0 + min(r, last)) * k4;
+    let a0 = (row0 + min(r + 0u, last)) * k4;
     let a1 = (row0 + min(r + 1u, last)) * k4;
     let a2 = (row0 + min(r + 2u, last)) * k4;
     let a3 = (row0 + min(r + 3u, last)) * k4;
+    let a4 = (row0 + min(r + 4u, last)) * k4;
+    let a5 = (row0 + min(r + 5u, last)) * k4;
+    let a6 = (row0 + min(r + 6u, last)) * k4;
+    let a7 = (row0 + min(r + 7u, last)) * k4;
     let nb = g * p.n;
-    let b0 = (nb + col) * k4;
+    let b0 = (nb + min(col + 0u, p.n - 1u)) * k4;
     let b1 = (nb + min(col + 1u, p.n - 1u)) * k4;
     let b2 = (nb + min(col + 2u, p.n - 1u)) * k4;
     let b3 = (nb + min(col + 3u, p.n - 1u)) * k4;
+    let b4 = (nb + min(col + 4u, p.n - 1u)) * k4;
+    let b5 = (nb + min(col + 5u, p.n - 1u)) * k4;
+    let b6 = (nb + min(col + 6u, p.n - 1u)) * k4;
+    let b7 = (nb + min(col + 7u, p.n - 1u)) * k4;
 
     var c0 = vec4<f32>(0.0);
+    var d0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
+    var d1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
+    var d3 = vec4<f32>(0.0);
+    var c4 = vec4<f32>(0.0);
+    var d4 = vec4<f32>(0.0);
+    var c5 = vec4<f32>(0.0);
+    var d5 = vec4<f32>(0.0);
+    var c6 = vec4<f32>(0.0);
+    var d6 = vec4<f32>(0.0);
+    var c7 = vec4<f32>(0.0);
+    var d7 = vec4<f32>(0.0);
     for (var kq = 0u; kq < k4; kq++) {
         let y0 = vec4<f32>(b[b0 + kq]);
         let y1 = vec4<f32>(b[b1 + kq]);
         let y2 = vec4<f32>(b[b2 + kq]);
         let y3 = vec4<f32>(b[b3 + kq]);
+        let y4 = vec4<f32>(b[b4 + kq]);
+        let y5 = vec4<f32>(b[b5 + kq]);
+        let y6 = vec4<f32>(b[b6 + kq]);
+        let y7 = vec4<f32>(b[b7 + kq]);
         let x0 = vec4<f32>(a[a0 + kq]);
-        let x1 = vec4<f32>(a[a1 + kq]);
-        let x2 = vec4<f32>(a[a2 + kq]);
-        let x3 = vec4<f32>(a[a3 + kq]);
         c0 += vec4<f32>(dot(x0, y0), dot(x0, y1), dot(x0, y2), dot(x0, y3));
+        d0 += vec4<f32>(dot(x0, y4), dot(x0, y5), dot(x0, y6), dot(x0, y7));
+        let x1 = vec4<f32>(a[a1 + kq]);
         c1 += vec4<f32>(dot(x1, y0), dot(x1, y1), dot(x1, y2), dot(x1, y3));
+        d1 += vec4<f32>(dot(x1, y4), dot(x1, y5), dot(x1, y6), dot(x1, y7));
+        let x2 = vec4<f32>(a[a2 + kq]);
         c2 += vec4<f32>(dot(x2, y0), dot(x2, y1), dot(x2, y2), dot(x2, y3));
+        d2 += vec4<f32>(dot(x2, y4), dot(x2, y5), dot(x2, y6), dot(x2, y7));
+        let x3 = vec4<f32>(a[a3 + kq]);
         c3 += vec4<f32>(dot(x3, y0), dot(x3, y1), dot(x3, y2), dot(x3, y3));
+        d3 += vec4<f32>(dot(x3, y4), dot(x3, y5), dot(x3, y6), dot(x3, y7));
+        let x4 = vec4<f32>(a[a4 + kq]);
+        c4 += vec4<f32>(dot(x4, y0), dot(x4, y1), dot(x4, y2), dot(x4, y3));
+        d4 += vec4<f32>(dot(x4, y4), dot(x4, y5), dot(x4, y6), dot(x4, y7));
+        let x5 = vec4<f32>(a[a5 + kq]);
+        c5 += vec4<f32>(dot(x5, y0), dot(x5, y1), dot(x5, y2), dot(x5, y3));
+        d5 += vec4<f32>(dot(x5, y4), dot(x5, y5), dot(x5, y6), dot(x5, y7));
+        let x6 = vec4<f32>(a[a6 + kq]);
+        c6 += vec4<f32>(dot(x6, y0), dot(x6, y1), dot(x6, y2), dot(x6, y3));
+        d6 += vec4<f32>(dot(x6, y4), dot(x6, y5), dot(x6, y6), dot(x6, y7));
+        let x7 = vec4<f32>(a[a7 + kq]);
+        c7 += vec4<f32>(dot(x7, y0), dot(x7, y1), dot(x7, y2), dot(x7, y3));
+        d7 += vec4<f32>(dot(x7, y4), dot(x7, y5), dot(x7, y6), dot(x7, y7));
     }
-    store(row0 + r, col, c0);
-    if (r + 1u < rows) { store(row0 + r + 1u, col, c1); }
-    if (r + 2u < rows) { store(row0 + r + 2u, col, c2); }
-    if (r + 3u < rows) { store(row0 + r + 3u, col, c3); }
+    let has_hi = col + 4u < p.n;
+    {
+        store(row0 + r + 0u, col, c0);
+        if (has_hi) { store(row0 + r + 0u, col + 4u, d0); }
+    }
+    if (r + 1u < rows) {
+        store(row0 + r + 1u, col, c1);
+        if (has_hi) { store(row0 + r + 1u, col + 4u, d1); }
+    }
+    if (r + 2u < rows) {
+        store(row0 + r + 2u, col, c2);
+        if (has_hi) { store(row0 + r + 2u, col + 4u, d2); }
+    }
+    if (r + 3u < rows) {
+        store(row0 + r + 3u, col, c3);
+        if (has_hi) { store(row0 + r + 3u, col + 4u, d3); }
+    }
+    if (r + 4u < rows) {
+        store(row0 + r + 4u, col, c4);
+        if (has_hi) { store(row0 + r + 4u, col + 4u, d4); }
+    }
+    if (r + 5u < rows) {
+        store(row0 + r + 5u, col, c5);
+        if (has_hi) { store(row0 + r + 5u, col + 4u, d5); }
+    }
+    if (r + 6u < rows) {
+        store(row0 + r + 6u, col, c6);
+        if (has_hi) { store(row0 + r + 6u, col + 4u, d6); }
+    }
+    if (r + 7u < rows) {
+        store(row0 + r + 7u, col, c7);
+        if (has_hi) { store(row0 + r + 7u, col + 4u, d7); }
+    }
 }

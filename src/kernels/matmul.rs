@@ -102,7 +102,7 @@ impl MatmulVariant {
             (Self::Naive, ..) => (MATMUL_NAIVE, "main", (8, 8)),
             (Self::Tiled, ..) => (MATMUL_TILED, "main", (64, 64)),
             (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (32, 128)),
-            (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (16, 64)),
+            (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (32, 128)),
             (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
             (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
         }
