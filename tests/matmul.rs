@@ -20,7 +20,7 @@ fn check(
     seed: u64,
 ) -> Result<(), TestCaseError> {
     // A variant that cannot take the shape has nothing to check; the dtype is the case's `Need`.
-    if !variant.supports(&shape) {
+    if !variant.supports(device, &shape) {
         return Ok(());
     }
     let mut rng = Rng::new(seed);
@@ -75,6 +75,7 @@ fn main() -> std::process::ExitCode {
         case!(device: plain_matmul_matches_reference),
         case!(device: plain_matmul_matches_reference_f16).needs(Need::F16),
         case!(device: vec4_aligned_shapes_match_reference),
+        case!(device: subgroup_kernel_gives_the_bits_of_vec4).needs(Need::Subgroups),
         case!(device: grouped_matmul_matches_reference),
         case!(device: larger_than_one_tile_in_every_dimension),
         case!(device: rows_split_over_devices_sum_in_the_same_order),
@@ -110,6 +111,58 @@ fn vec4_aligned_shapes_match_reference(device: &Device) {
         let shape = MatmulShape::plain(m, n4 * 4, k4 * 4, DType::F32);
         check(device, MatmulVariant::Vec4, shape, &[0, m as u32], seed)?;
     });
+}
+
+/// The subgroup kernel broadcasts A's rows where vec4 loads them per lane; the sums are the same,
+/// so the bits are too. Shapes: a partial last row block, N below, between and above the
+/// 256-column tile, uneven and empty groups, f32 and (where the adapter has it) f16.
+fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
+    let mut rng = Rng::new(5);
+    let dtypes: &[DType] = if device.supports(DType::F16) {
+        &[DType::F32, DType::F16]
+    } else {
+        &[DType::F32]
+    };
+    for &dtype in dtypes {
+        for (m, n, k, groups) in [
+            (37, 4, 8, 1),
+            (61, 132, 68, 3),
+            (19, 264, 36, 4),
+            (8, 512, 4, 2),
+        ] {
+            let offsets = random_offsets(&mut rng, groups, m);
+            let shape = MatmulShape {
+                groups,
+                max_group_rows: matmul::check_offsets(&offsets, groups, m).unwrap(),
+                ..MatmulShape::plain(m, n, k, dtype)
+            };
+            assert!(MatmulVariant::Subgroup.supports(device, &shape));
+            check(device, MatmulVariant::Subgroup, shape, &offsets, 3).unwrap();
+            let a = Tensor::from_f32(device, &shape.a_shape(), dtype, &rng.vec(m * k)).unwrap();
+            let b_host = rng.vec(shape.b_shape().iter().product());
+            let b = Tensor::from_f32(device, &shape.b_shape(), dtype, &b_host).unwrap();
+            let run = |variant| {
+                let options = MatmulOptions {
+                    variant: VariantChoice::Fixed(variant),
+                    ..Default::default()
+                };
+                grouped_matmul(&a, &b, &offsets, options)
+                    .unwrap()
+                    .to_f32()
+                    .unwrap()
+            };
+            let (vec4, subgroup) = (run(MatmulVariant::Vec4), run(MatmulVariant::Subgroup));
+            let same = vec4
+                .iter()
+                .zip(&subgroup)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{shape:?} on {}: subgroup differs from vec4",
+                device.label()
+            );
+        }
+    }
 }
 
 fn grouped_matmul_matches_reference(device: &Device) {
@@ -169,6 +222,22 @@ fn bad_shapes_are_typed_errors(device: &Device) {
 
     let err = grouped_matmul(&a, &b, &[0, 3, 2], MatmulOptions::default()).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+
+    // The subgroup kernel, asked for where it cannot run: on an adapter without subgroups any
+    // shape is refused; with them, a transposed one is.
+    let a = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
+    let b = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
+    let err = matmul::matmul(
+        &a,
+        &b,
+        MatmulOptions {
+            trans_b: true,
+            variant: VariantChoice::Fixed(MatmulVariant::Subgroup),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }
 
 fn buffer_over_the_adapter_limit_is_refused_before_dispatch(device: &Device) {
@@ -194,7 +263,7 @@ fn rows_split_over_devices_sum_in_the_same_order(device: &Device) {
             let b_host = rng.vec(k * n);
             let b = Tensor::from_f32(device, &shape.b_shape(), DType::F32, &b_host).unwrap();
             for variant in MatmulVariant::ALL {
-                if !variant.supports(&shape) {
+                if !variant.supports(device, &shape) {
                     continue;
                 }
                 let options = MatmulOptions {

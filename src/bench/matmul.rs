@@ -180,7 +180,7 @@ pub fn plan(runtime: &Runtime, device: &Device, o: &MatmulOptions) -> Vec<Planne
                         o.dtype.name()
                     ),
                 ));
-            } else if let Some(why) = variant.unsupported(&shape) {
+            } else if let Some(why) = variant.unsupported(device, &shape) {
                 out.push(Planned::skip(case, why.to_string()));
             } else {
                 out.push(Planned::Run(Box::new(MatmulBench {

@@ -159,6 +159,7 @@ pub fn discover(opts: &DiscoveryOptions) -> Result<Vec<Device>> {
                 device_pci_id: ainfo.device,
                 limits: (&limits).into(),
                 features: DeviceFeatures::from(features),
+                subgroup_min_size: ainfo.subgroup_min_size,
             };
             let label = info.label();
             let (device, queue) =

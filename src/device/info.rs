@@ -68,6 +68,10 @@ pub struct DeviceInfo {
     pub device_pci_id: u32,
     pub limits: DeviceLimits,
     pub features: DeviceFeatures,
+    /// The fewest invocations a subgroup of this adapter can have (wgpu's `subgroup_min_size`;
+    /// 8 on lavapipe, 32 on NVIDIA). 0 in reports written before it was recorded.
+    #[serde(default)]
+    pub subgroup_min_size: u32,
 }
 
 impl DeviceInfo {

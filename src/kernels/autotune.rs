@@ -189,7 +189,7 @@ pub fn bucket_key(device: &Device, shape: &MatmulShape) -> String {
 
 /// The variant to use without measuring: workgroup-memory tiles on GPUs, vec4 on CPU drivers.
 pub fn default_variant(device: &Device, shape: &MatmulShape) -> MatmulVariant {
-    if device.info().device_type == "cpu" && MatmulVariant::Vec4.supports(shape) {
+    if device.info().device_type == "cpu" && MatmulVariant::Vec4.supports(device, shape) {
         MatmulVariant::Vec4
     } else {
         MatmulVariant::Tiled
@@ -259,7 +259,10 @@ impl Autotuner {
             return Ok(v);
         }
         let mut best: Option<Measurement> = None;
-        for variant in MatmulVariant::ALL.into_iter().filter(|v| v.supports(shape)) {
+        for variant in MatmulVariant::ALL
+            .into_iter()
+            .filter(|v| v.supports(device, shape))
+        {
             let m = measure(device, shape, variant, 1, 3)?;
             if best.is_none_or(|b| m.median_s < b.median_s) {
                 best = Some(m);

@@ -1,4 +1,4 @@
-//! `C = op(A) · op(B)` in three implementations, plain and grouped (one weight matrix per expert):
+//! `C = op(A) · op(B)` in four implementations, plain and grouped (one weight matrix per expert):
 //! the launchers, the plain-Rust reference, and [`Matmul`], the kernel a program node holds.
 //!
 //! No implementation's choice or summation order depends on M: each output sums over k in an
@@ -65,6 +65,13 @@ pub const MATMUL_VEC4_TT: Shader = Shader {
     common: MATMUL_SCALAR_C,
     ..crate::kernels::SHADER
 };
+pub const MATMUL_SUBGROUP: Shader = Shader {
+    name: "matmul_subgroup",
+    source: include_str!("../../shaders/matmul_subgroup.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_COMMON,
+    ..crate::kernels::SHADER
+};
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -74,20 +81,23 @@ pub enum MatmulVariant {
     Naive,
     /// 64×64 tiles in workgroup memory, 4×4 outputs per invocation.
     Tiled,
-    /// Register blocks (8×8 outputs, 4×4 for `A·Bᵀ` and `Aᵀ·Bᵀ`) with vec4 loads along each
-    /// operand's contiguous dimension, no workgroup memory, one shader per transpose
-    /// (`matmul_vec4*.wgsl`).
+    /// Register blocks (8×8 outputs, 4×4 for `Aᵀ·Bᵀ`) with vec4 loads along each operand's
+    /// contiguous dimension, no workgroup memory, one shader per transpose (`matmul_vec4*.wgsl`).
     Vec4,
+    /// `A·B` only: `Vec4`'s blocks and sums, with each row of A loaded by one lane of a subgroup
+    /// and broadcast to the rest. Only on adapters with subgroups of at least 8 lanes.
+    Subgroup,
 }
 
 impl MatmulVariant {
-    pub const ALL: [MatmulVariant; 3] = [Self::Naive, Self::Tiled, Self::Vec4];
+    pub const ALL: [MatmulVariant; 4] = [Self::Naive, Self::Tiled, Self::Vec4, Self::Subgroup];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Naive => "naive",
             Self::Tiled => "tiled",
             Self::Vec4 => "vec4",
+            Self::Subgroup => "subgroup",
         }
     }
 
@@ -105,16 +115,20 @@ impl MatmulVariant {
             (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (32, 128)),
             (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
             (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
+            // One row of 32 invocations (see the shader); other transposes never get here.
+            (Self::Subgroup, ..) => (MATMUL_SUBGROUP, "main", (8, 256)),
         }
     }
 
-    /// Why this variant cannot compute `shape`, or `None` when it can. The vec4 kernels load
-    /// whole vec4s along each operand's contiguous dimension: `A·B` needs N and K multiples of 4,
-    /// `A·Bᵀ` and `Aᵀ·Bᵀ` need K a multiple of 4, and `Aᵀ·B` needs N a multiple of 4. None of
-    /// these depends on M, so however the rows of C are split over devices, every
-    /// device runs the same kernel.
-    pub fn unsupported(self, shape: &MatmulShape) -> Option<&'static str> {
+    /// Why this variant cannot compute `shape` on `device`, or `None` when it can. The vec4
+    /// kernels load whole vec4s along each operand's contiguous dimension: `A·B` needs N and K
+    /// multiples of 4, `A·Bᵀ` and `Aᵀ·Bᵀ` need K a multiple of 4, and `Aᵀ·B` needs N a multiple
+    /// of 4. The subgroup kernel is `A·B`'s, and needs the adapter's subgroups. None of these
+    /// depends on M, so however the rows of C are split over devices, every device runs the
+    /// same kernel.
+    pub fn unsupported(self, device: &Device, shape: &MatmulShape) -> Option<&'static str> {
         let four = |v: usize| v.is_multiple_of(4);
+        let info = device.info();
         match self {
             Self::Naive | Self::Tiled => None,
             Self::Vec4 => match (shape.trans_a, shape.trans_b) {
@@ -126,12 +140,25 @@ impl MatmulVariant {
                 (true, true) if !four(shape.k) => Some("Aᵀ·Bᵀ needs K a multiple of 4"),
                 _ => None,
             },
+            Self::Subgroup if !info.features.subgroups => Some("the adapter has no subgroups"),
+            // Lane j < 8 of each subgroup loads row j of the block.
+            Self::Subgroup if info.subgroup_min_size < 8 => {
+                Some("the adapter's subgroups may have fewer than 8 lanes")
+            }
+            Self::Subgroup if shape.trans_a || shape.trans_b => {
+                Some("the subgroup kernel computes A·B only")
+            }
+            Self::Subgroup if !(four(shape.n) && four(shape.k)) => {
+                Some("A·B needs N and K multiples of 4")
+            }
+            Self::Subgroup => None,
         }
     }
 
-    /// Whether this variant can compute `shape` (see [`MatmulVariant::unsupported`]).
-    pub fn supports(self, shape: &MatmulShape) -> bool {
-        self.unsupported(shape).is_none()
+    /// Whether this variant can compute `shape` on `device` (see
+    /// [`MatmulVariant::unsupported`]).
+    pub fn supports(self, device: &Device, shape: &MatmulShape) -> bool {
+        self.unsupported(device, shape).is_none()
     }
 }
 
@@ -330,7 +357,7 @@ pub fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<Matm
     let device = args.a.device();
     let variant = match args.options.variant {
         VariantChoice::Fixed(v) => {
-            if let Some(why) = v.unsupported(&shape) {
+            if let Some(why) = v.unsupported(device, &shape) {
                 return Err(Error::InvalidArgument {
                     what: "matmul",
                     reason: format!("variant {}: {why}; got {shape:?}", v.name()),
@@ -573,7 +600,7 @@ impl Kernel for Matmul {
             },
         };
         let shape = check_args(&args)?;
-        let variant = if self.variant.supports(&shape) {
+        let variant = if self.variant.supports(c.device(), &shape) {
             self.variant
         } else {
             MatmulVariant::Tiled

@@ -30,6 +30,8 @@ pub enum Need {
     /// Virtual devices of one adapter that run at the same time (a GL adapter's share one
     /// context, so gangway runs their work one at a time).
     ConcurrentDevices,
+    /// Subgroup operations with subgroups of at least 8 lanes (the subgroup matmul's need).
+    Subgroups,
 }
 
 impl Need {
@@ -42,6 +44,9 @@ impl Need {
             }
             Need::ConcurrentDevices => (device.info().backend == "gl")
                 .then_some("GL virtual devices share one context and run one at a time"),
+            Need::Subgroups => (!device.info().features.subgroups
+                || device.info().subgroup_min_size < 8)
+                .then_some("no subgroups of 8 lanes or more"),
         }
     }
 }

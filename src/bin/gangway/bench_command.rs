@@ -42,8 +42,9 @@ fn options(args: &BenchArgs, tracer: &Tracer) -> Result<BenchOptions> {
         s.matmul.variants = v
             .iter()
             .map(|n| {
-                MatmulVariant::from_name(n)
-                    .with_context(|| format!("unknown matmul variant {n:?} (naive, tiled, vec4)"))
+                MatmulVariant::from_name(n).with_context(|| {
+                    format!("unknown matmul variant {n:?} (naive, tiled, vec4, subgroup)")
+                })
             })
             .collect::<Result<_>>()?;
     }

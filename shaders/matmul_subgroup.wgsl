@@ -1,0 +1,130 @@
+// C = A * B as matmul_vec4.wgsl computes it (8 rows x 8 columns per invocation, vec4 loads 4
+// deep in K, the same sums in the same order), but A's rows are loaded once per subgroup: lane j
+// (j < 8) loads row j of the block and subgroupBroadcast hands it to every lane. In matmul_vec4
+// every lane loads all 8 rows itself, which a CPU driver issues as 8 gathers of one address.
+// The workgroup is one row of 32 invocations, so every lane of any subgroup (one workgroup's
+// lanes at most) shares the row block, whatever the lane order. Needs subgroups of at least 8
+// lanes (the launcher checks the adapter's minimum), N % 4 == 0, K % 4 == 0, no transposes; any
+// M. No lane returns before the broadcasts: lanes past N compute a clamped column and do not
+// store it, so the source lanes are always active.
+// Layouts and the grouped form are as in matmul_naive.wgsl.
+
+@group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
+@group(0) @binding(3) var<storage, read_write> c: array<vec4<Elem>>;
+
+@compute @workgroup_size(32, 1, 1)
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let g = gid.z;
+    let n4 = p.n / 4u;
+    let k4 = p.k / 4u;
+    let row0 = offsets[g];
+    let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
+    let r = gid.y * 8u;
+    // The same for the whole workgroup, so no subgroup is split by it.
+    if (r >= rows) {
+        return;
+    }
+    let in_n = gid.x * 2u < n4;
+    let col4 = min(gid.x * 2u, n4 - 1u);
+    // Rows past the group's end read its last row, and a second column vector past N reads the
+    // first one again: both always valid, and neither is written.
+    let last = rows - 1u;
+    let mine = (row0 + min(r + (lane & 7u), last)) * k4;
+    let has_hi = col4 + 1u < n4;
+    let b_lo = g * p.k * n4 + col4;
+    let b_hi = b_lo + select(0u, 1u, has_hi);
+
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    var c4 = vec4<f32>(0.0);
+    var c5 = vec4<f32>(0.0);
+    var c6 = vec4<f32>(0.0);
+    var c7 = vec4<f32>(0.0);
+    var d0 = vec4<f32>(0.0);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    var d3 = vec4<f32>(0.0);
+    var d4 = vec4<f32>(0.0);
+    var d5 = vec4<f32>(0.0);
+    var d6 = vec4<f32>(0.0);
+    var d7 = vec4<f32>(0.0);
+    for (var kq = 0u; kq < k4; kq++) {
+        let bo = kq * 4u * n4;
+        let b0 = vec4<f32>(b[b_lo + bo]);
+        let b1 = vec4<f32>(b[b_lo + bo + n4]);
+        let b2 = vec4<f32>(b[b_lo + bo + 2u * n4]);
+        let b3 = vec4<f32>(b[b_lo + bo + 3u * n4]);
+        let e0 = vec4<f32>(b[b_hi + bo]);
+        let e1 = vec4<f32>(b[b_hi + bo + n4]);
+        let e2 = vec4<f32>(b[b_hi + bo + 2u * n4]);
+        let e3 = vec4<f32>(b[b_hi + bo + 3u * n4]);
+        // Broadcast as f32: subgroup operations on f16 need an extension not every f16 adapter has.
+        let x = vec4<f32>(a[mine + kq]);
+        let x0 = subgroupBroadcast(x, 0u);
+        let x1 = subgroupBroadcast(x, 1u);
+        let x2 = subgroupBroadcast(x, 2u);
+        let x3 = subgroupBroadcast(x, 3u);
+        let x4 = subgroupBroadcast(x, 4u);
+        let x5 = subgroupBroadcast(x, 5u);
+        let x6 = subgroupBroadcast(x, 6u);
+        let x7 = subgroupBroadcast(x, 7u);
+        c0 += x0.x * b0 + x0.y * b1 + x0.z * b2 + x0.w * b3;
+        c1 += x1.x * b0 + x1.y * b1 + x1.z * b2 + x1.w * b3;
+        c2 += x2.x * b0 + x2.y * b1 + x2.z * b2 + x2.w * b3;
+        c3 += x3.x * b0 + x3.y * b1 + x3.z * b2 + x3.w * b3;
+        c4 += x4.x * b0 + x4.y * b1 + x4.z * b2 + x4.w * b3;
+        c5 += x5.x * b0 + x5.y * b1 + x5.z * b2 + x5.w * b3;
+        c6 += x6.x * b0 + x6.y * b1 + x6.z * b2 + x6.w * b3;
+        c7 += x7.x * b0 + x7.y * b1 + x7.z * b2 + x7.w * b3;
+        d0 += x0.x * e0 + x0.y * e1 + x0.z * e2 + x0.w * e3;
+        d1 += x1.x * e0 + x1.y * e1 + x1.z * e2 + x1.w * e3;
+        d2 += x2.x * e0 + x2.y * e1 + x2.z * e2 + x2.w * e3;
+        d3 += x3.x * e0 + x3.y * e1 + x3.z * e2 + x3.w * e3;
+        d4 += x4.x * e0 + x4.y * e1 + x4.z * e2 + x4.w * e3;
+        d5 += x5.x * e0 + x5.y * e1 + x5.z * e2 + x5.w * e3;
+        d6 += x6.x * e0 + x6.y * e1 + x6.z * e2 + x6.w * e3;
+        d7 += x7.x * e0 + x7.y * e1 + x7.z * e2 + x7.w * e3;
+    }
+    if (!in_n) {
+        return;
+    }
+    let out = (row0 + r) * n4 + col4;
+    {
+        c[out] = vec4<Elem>(c0);
+        if (has_hi) { c[out + 1u] = vec4<Elem>(d0); }
+    }
+    if (r + 1u < rows) {
+        c[out + n4] = vec4<Elem>(c1);
+        if (has_hi) { c[out + n4 + 1u] = vec4<Elem>(d1); }
+    }
+    if (r + 2u < rows) {
+        c[out + 2u * n4] = vec4<Elem>(c2);
+        if (has_hi) { c[out + 2u * n4 + 1u] = vec4<Elem>(d2); }
+    }
+    if (r + 3u < rows) {
+        c[out + 3u * n4] = vec4<Elem>(c3);
+        if (has_hi) { c[out + 3u * n4 + 1u] = vec4<Elem>(d3); }
+    }
+    if (r + 4u < rows) {
+        c[out + 4u * n4] = vec4<Elem>(c4);
+        if (has_hi) { c[out + 4u * n4 + 1u] = vec4<Elem>(d4); }
+    }
+    if (r + 5u < rows) {
+        c[out + 5u * n4] = vec4<Elem>(c5);
+        if (has_hi) { c[out + 5u * n4 + 1u] = vec4<Elem>(d5); }
+    }
+    if (r + 6u < rows) {
+        c[out + 6u * n4] = vec4<Elem>(c6);
+        if (has_hi) { c[out + 6u * n4 + 1u] = vec4<Elem>(d6); }
+    }
+    if (r + 7u < rows) {
+        c[out + 7u * n4] = vec4<Elem>(c7);
+        if (has_hi) { c[out + 7u * n4 + 1u] = vec4<Elem>(d7); }
+    }
+}
