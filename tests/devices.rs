@@ -91,6 +91,25 @@ fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {
     assert!(MatmulVariant::ALL.contains(&chosen));
     let reopened = Autotuner::open(Some(path.clone())).unwrap();
     assert_eq!(reopened.cached(device, &shape), Some(chosen));
+    // A program node's choice among the variants with vec4's sums: one of them that this adapter
+    // can run, remembered apart from the choice among all; the subgroup kernel alone, where the
+    // adapter has no subgroups, falls back to the tiled kernel.
+    let mut tuner = reopened;
+    let same = MatmulVariant::Vec4.same_sums();
+    let among = tuner.choose_among(device, &shape, same).unwrap();
+    assert!(
+        same.contains(&among) && among.supports(device, &shape),
+        "{among:?}"
+    );
+    assert_eq!(tuner.cached(device, &shape), Some(chosen));
+    let alone = tuner
+        .choose_among(device, &shape, &[MatmulVariant::Subgroup])
+        .unwrap();
+    if MatmulVariant::Subgroup.supports(device, &shape) {
+        assert_eq!(alone, MatmulVariant::Subgroup);
+    } else {
+        assert_eq!(alone, MatmulVariant::Tiled);
+    }
     std::fs::write(&path, "{ not json").unwrap();
     assert!(matches!(
         Autotuner::open(Some(path)),

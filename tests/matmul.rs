@@ -113,9 +113,9 @@ fn vec4_aligned_shapes_match_reference(device: &Device) {
     });
 }
 
-/// The subgroup kernel broadcasts A's rows where vec4 loads them per lane; the sums are the same,
-/// so the bits are too. Shapes: a partial last row block, N below, between and above the
-/// 256-column tile, uneven and empty groups, f32 and (where the adapter has it) f16.
+/// The subgroup kernels broadcast A's rows where vec4 loads them per lane; the sums are the same,
+/// so the bits are too. `A·B`, `A·Bᵀ` and `Aᵀ·B`; a partial last row block, N below, between and
+/// above the 256-column tile, uneven and empty groups, f32 and (where the adapter has it) f16.
 fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
     let mut rng = Rng::new(5);
     let dtypes: &[DType] = if device.supports(DType::F16) {
@@ -124,16 +124,22 @@ fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
         &[DType::F32]
     };
     for &dtype in dtypes {
-        for (m, n, k, groups) in [
+        let shapes = [
             (37, 4, 8, 1),
             (61, 132, 68, 3),
             (19, 264, 36, 4),
             (8, 512, 4, 2),
-        ] {
+        ];
+        let transposes = [(false, false), (false, true), (true, false)];
+        for ((m, n, k, groups), (trans_a, trans_b)) in
+            shapes.into_iter().flat_map(|s| transposes.map(|t| (s, t)))
+        {
             let offsets = random_offsets(&mut rng, groups, m);
             let shape = MatmulShape {
                 groups,
                 max_group_rows: matmul::check_offsets(&offsets, groups, m).unwrap(),
+                trans_a,
+                trans_b,
                 ..MatmulShape::plain(m, n, k, dtype)
             };
             assert!(MatmulVariant::Subgroup.supports(device, &shape));
@@ -143,8 +149,9 @@ fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
             let b = Tensor::from_f32(device, &shape.b_shape(), dtype, &b_host).unwrap();
             let run = |variant| {
                 let options = MatmulOptions {
+                    trans_a,
+                    trans_b,
                     variant: VariantChoice::Fixed(variant),
-                    ..Default::default()
                 };
                 grouped_matmul(&a, &b, &offsets, options)
                     .unwrap()
@@ -223,17 +230,17 @@ fn bad_shapes_are_typed_errors(device: &Device) {
     let err = grouped_matmul(&a, &b, &[0, 3, 2], MatmulOptions::default()).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 
-    // The subgroup kernel, asked for where it cannot run: on an adapter without subgroups any
-    // shape is refused; with them, a transposed one is.
-    let a = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
+    // The subgroup kernels, asked for where they cannot run: on an adapter without subgroups any
+    // shape is refused; with them, Aᵀ·Bᵀ is.
+    let a = Tensor::zeros(device, &[8, 4], DType::F32).unwrap();
     let b = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
     let err = matmul::matmul(
         &a,
         &b,
         MatmulOptions {
+            trans_a: true,
             trans_b: true,
             variant: VariantChoice::Fixed(MatmulVariant::Subgroup),
-            ..Default::default()
         },
     )
     .unwrap_err();

@@ -2,6 +2,8 @@
 //! timestamp clock where it has one, else the host's: [`measure`]), and remembers the choice on
 //! disk so the next run on the same adapter does not measure again. A bucket is the adapter, the
 //! dtype, the transposes, grouping, and power-of-two buckets of M (rows per group), N and K.
+//! A program's matmul node chooses too, but only among the variants that compute its sums
+//! ([`choose_among`]), so no device of a split sums in another order.
 //!
 //! Cache file: `$GANGWAY_CACHE_DIR/autotune.json` (else `$XDG_CACHE_HOME/gangway/`, else
 //! `~/.cache/gangway/`). `GANGWAY_AUTOTUNE=off` skips measuring and uses a per-device-type default.
@@ -187,6 +189,17 @@ pub fn bucket_key(device: &Device, shape: &MatmulShape) -> String {
     )
 }
 
+/// The cache key of a choice among `candidates`: the bucket's, marked with the candidates unless
+/// they are all the variants (so the choices of earlier versions stay valid).
+fn among_key(device: &Device, shape: &MatmulShape, candidates: &[MatmulVariant]) -> String {
+    let key = bucket_key(device, shape);
+    if candidates == MatmulVariant::ALL {
+        return key;
+    }
+    let names: Vec<&str> = candidates.iter().map(|v| v.name()).collect();
+    format!("{key}/of:{}", names.join(","))
+}
+
 /// The variant to use without measuring: workgroup-memory tiles on GPUs, vec4 on CPU drivers.
 pub fn default_variant(device: &Device, shape: &MatmulShape) -> MatmulVariant {
     if device.info().device_type == "cpu" && MatmulVariant::Vec4.supports(device, shape) {
@@ -255,21 +268,42 @@ impl Autotuner {
 
     /// The cached choice, or measure every applicable variant, remember the fastest and save.
     pub fn choose(&mut self, device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
-        if let Some(v) = self.cached(device, shape) {
+        self.choose_among(device, shape, &MatmulVariant::ALL)
+    }
+
+    /// [`Self::choose`] restricted to `candidates` (remembered apart from the choice among all):
+    /// a program node picks only among variants that compute its sums in the same order. One
+    /// applicable candidate is taken unmeasured; with none, the tiled kernel, which takes every
+    /// shape.
+    pub fn choose_among(
+        &mut self,
+        device: &Device,
+        shape: &MatmulShape,
+        candidates: &[MatmulVariant],
+    ) -> Result<MatmulVariant> {
+        let able: Vec<MatmulVariant> = candidates
+            .iter()
+            .copied()
+            .filter(|v| v.supports(device, shape))
+            .collect();
+        match able.as_slice() {
+            [] => return Ok(MatmulVariant::Tiled),
+            [only] => return Ok(*only),
+            _ => {}
+        }
+        let key = among_key(device, shape, candidates);
+        if let Some(&v) = self.choices.get(&key) {
             return Ok(v);
         }
         let mut best: Option<Measurement> = None;
-        for variant in MatmulVariant::ALL
-            .into_iter()
-            .filter(|v| v.supports(device, shape))
-        {
+        for variant in able {
             let m = measure(device, shape, variant, 1, 3)?;
             if best.is_none_or(|b| m.median_s < b.median_s) {
                 best = Some(m);
             }
         }
         let choice = best.map_or(MatmulVariant::Tiled, |b| b.variant);
-        self.choices.insert(bucket_key(device, shape), choice);
+        self.choices.insert(key, choice);
         self.save()?;
         Ok(choice)
     }
@@ -293,18 +327,39 @@ static GLOBAL: OnceLock<Mutex<Option<Autotuner>>> = OnceLock::new();
 
 /// The variant `matmul` uses for `shape` on `device` with [`VariantChoice::Auto`].
 pub fn choose(device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
-    if std::env::var(AUTOTUNE_ENV).is_ok_and(|v| v == "off" || v == "0") {
+    if autotune_off() {
         return Ok(default_variant(device, shape));
     }
+    with_global(|tuner| tuner.choose(device, shape))
+}
+
+/// The fastest of `candidates` for `shape` on `device` (see [`Autotuner::choose_among`]); with
+/// `GANGWAY_AUTOTUNE=off`, the first that takes the shape, else the tiled kernel.
+pub fn choose_among(
+    device: &Device,
+    shape: &MatmulShape,
+    candidates: &[MatmulVariant],
+) -> Result<MatmulVariant> {
+    if autotune_off() {
+        let first = candidates.iter().find(|v| v.supports(device, shape));
+        return Ok(first.copied().unwrap_or(MatmulVariant::Tiled));
+    }
+    with_global(|tuner| tuner.choose_among(device, shape, candidates))
+}
+
+fn autotune_off() -> bool {
+    std::env::var(AUTOTUNE_ENV).is_ok_and(|v| v == "off" || v == "0")
+}
+
+/// Runs `f` on the process's autotuner, opened from the cache file on first use.
+fn with_global<T>(f: impl FnOnce(&mut Autotuner) -> Result<T>) -> Result<T> {
     let mut slot = GLOBAL
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    if slot.is_none() {
-        *slot = Some(Autotuner::open(cache_path())?);
-    }
-    match slot.as_mut() {
-        Some(tuner) => tuner.choose(device, shape),
-        None => Ok(default_variant(device, shape)),
-    }
+    let tuner = match slot.take() {
+        Some(tuner) => slot.insert(tuner),
+        None => slot.insert(Autotuner::open(cache_path())?),
+    };
+    f(tuner)
 }

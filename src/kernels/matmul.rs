@@ -72,6 +72,20 @@ pub const MATMUL_SUBGROUP: Shader = Shader {
     common: MATMUL_COMMON,
     ..crate::kernels::SHADER
 };
+pub const MATMUL_SUBGROUP_TN: Shader = Shader {
+    name: "matmul_subgroup_tn",
+    source: include_str!("../../shaders/matmul_subgroup_tn.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_SCALAR_C,
+    ..crate::kernels::SHADER
+};
+pub const MATMUL_SUBGROUP_NT: Shader = Shader {
+    name: "matmul_subgroup_nt",
+    source: include_str!("../../shaders/matmul_subgroup_nt.wgsl"),
+    dtypes: crate::kernels::FLOATS,
+    common: MATMUL_SCALAR_C,
+    ..crate::kernels::SHADER
+};
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -116,6 +130,8 @@ impl MatmulVariant {
             (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
             (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
             // One row of 32 invocations (see the shader); other transposes never get here.
+            (Self::Subgroup, true, _) => (MATMUL_SUBGROUP_TN, "main", (8, 256)),
+            (Self::Subgroup, false, true) => (MATMUL_SUBGROUP_NT, "main", (8, 256)),
             (Self::Subgroup, ..) => (MATMUL_SUBGROUP, "main", (8, 256)),
         }
     }
@@ -145,13 +161,27 @@ impl MatmulVariant {
             Self::Subgroup if info.subgroup_min_size < 8 => {
                 Some("the adapter's subgroups may have fewer than 8 lanes")
             }
-            Self::Subgroup if shape.trans_a || shape.trans_b => {
-                Some("the subgroup kernel computes A·B only")
-            }
-            Self::Subgroup if !(four(shape.n) && four(shape.k)) => {
-                Some("A·B needs N and K multiples of 4")
-            }
-            Self::Subgroup => None,
+            Self::Subgroup => match (shape.trans_a, shape.trans_b) {
+                (true, true) => Some("the subgroup kernels compute A·B, A·Bᵀ and Aᵀ·B"),
+                (false, true) if !four(shape.k) => Some("A·Bᵀ needs K a multiple of 4"),
+                (false, false) if !(four(shape.n) && four(shape.k)) => {
+                    Some("A·B needs N and K multiples of 4")
+                }
+                (true, false) if !four(shape.n) => Some("Aᵀ·B needs N a multiple of 4"),
+                _ => None,
+            },
+        }
+    }
+
+    /// The variants that compute every output with exactly this variant's sums, in order of
+    /// preference when nothing is measured: subgroup only moves vec4's loads of A between lanes
+    /// (`tests/matmul.rs` checks the bits).
+    pub fn same_sums(self) -> &'static [MatmulVariant] {
+        match self {
+            Self::Naive => &[Self::Naive],
+            Self::Tiled => &[Self::Tiled],
+            Self::Vec4 => &[Self::Vec4, Self::Subgroup],
+            Self::Subgroup => &[Self::Subgroup, Self::Vec4],
         }
     }
 
@@ -524,8 +554,10 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 }
 
 /// `op(a) · op(b)` as a program node; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]`
-/// times `b[g]`. `variant` is used where it can take the shape, else the tiled kernel: a choice
-/// fixed by N, K and the transposes alone, so every device of a split sums in the same order.
+/// times `b[g]`. `variant`'s sums are used where it can take the shape, else the tiled kernel's:
+/// a choice fixed by N, K and the transposes alone, so every device of a split sums in the same
+/// order. Of the variants with `variant`'s sums ([`MatmulVariant::same_sums`]: vec4 and subgroup)
+/// the autotuner picks the fastest on each device, which changes no bit.
 #[derive(Debug, Clone)]
 pub struct Matmul {
     pub trans_a: bool,
@@ -600,11 +632,7 @@ impl Kernel for Matmul {
             },
         };
         let shape = check_args(&args)?;
-        let variant = if self.variant.supports(c.device(), &shape) {
-            self.variant
-        } else {
-            MatmulVariant::Tiled
-        };
+        let variant = autotune::choose_among(c.device(), &shape, self.variant.same_sums())?;
         encode_variant(rec, c.device(), &args, &shape, variant)
     }
 }

@@ -1,0 +1,127 @@
+// C = A · Bᵀ as matmul_vec4_nt.wgsl computes it (8 rows x 8 columns per invocation, the same
+// dot products in the same order), but A's 8 rows are loaded once per subgroup: lane j (j < 8)
+// loads row j's vec4 and subgroupBroadcast hands it to every lane. One row of 32 invocations per
+// workgroup, as in matmul_subgroup.wgsl, and no lane returns before the broadcasts (columns past
+// N are read clamped and not stored). Needs subgroups of at least 8 lanes and K % 4 == 0; any M
+// and N.
+
+@group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
+
+@compute @workgroup_size(32, 1, 1)
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let g = gid.z;
+    let k4 = p.k / 4u;
+    let col = gid.x * 8u;
+    let row0 = offsets[g];
+    let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
+    let r = gid.y * 8u;
+    // The same for the whole workgroup, so no subgroup is split by it.
+    if (r >= rows) {
+        return;
+    }
+    // Rows past the group's end and columns past N read the last valid one: always in bounds,
+    // never written.
+    let last = rows - 1u;
+    let mine = (row0 + min(r + (lane & 7u), last)) * k4;
+    let nb = g * p.n;
+    let b0 = (nb + min(col + 0u, p.n - 1u)) * k4;
+    let b1 = (nb + min(col + 1u, p.n - 1u)) * k4;
+    let b2 = (nb + min(col + 2u, p.n - 1u)) * k4;
+    let b3 = (nb + min(col + 3u, p.n - 1u)) * k4;
+    let b4 = (nb + min(col + 4u, p.n - 1u)) * k4;
+    let b5 = (nb + min(col + 5u, p.n - 1u)) * k4;
+    let b6 = (nb + min(col + 6u, p.n - 1u)) * k4;
+    let b7 = (nb + min(col + 7u, p.n - 1u)) * k4;
+
+    var c0 = vec4<f32>(0.0);
+    var d0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var d1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    var d3 = vec4<f32>(0.0);
+    var c4 = vec4<f32>(0.0);
+    var d4 = vec4<f32>(0.0);
+    var c5 = vec4<f32>(0.0);
+    var d5 = vec4<f32>(0.0);
+    var c6 = vec4<f32>(0.0);
+    var d6 = vec4<f32>(0.0);
+    var c7 = vec4<f32>(0.0);
+    var d7 = vec4<f32>(0.0);
+    for (var kq = 0u; kq < k4; kq++) {
+        let y0 = vec4<f32>(b[b0 + kq]);
+        let y1 = vec4<f32>(b[b1 + kq]);
+        let y2 = vec4<f32>(b[b2 + kq]);
+        let y3 = vec4<f32>(b[b3 + kq]);
+        let y4 = vec4<f32>(b[b4 + kq]);
+        let y5 = vec4<f32>(b[b5 + kq]);
+        let y6 = vec4<f32>(b[b6 + kq]);
+        let y7 = vec4<f32>(b[b7 + kq]);
+        let xm = vec4<f32>(a[mine + kq]);
+        let x0 = subgroupBroadcast(xm, 0u);
+        c0 += vec4<f32>(dot(x0, y0), dot(x0, y1), dot(x0, y2), dot(x0, y3));
+        d0 += vec4<f32>(dot(x0, y4), dot(x0, y5), dot(x0, y6), dot(x0, y7));
+        let x1 = subgroupBroadcast(xm, 1u);
+        c1 += vec4<f32>(dot(x1, y0), dot(x1, y1), dot(x1, y2), dot(x1, y3));
+        d1 += vec4<f32>(dot(x1, y4), dot(x1, y5), dot(x1, y6), dot(x1, y7));
+        let x2 = subgroupBroadcast(xm, 2u);
+        c2 += vec4<f32>(dot(x2, y0), dot(x2, y1), dot(x2, y2), dot(x2, y3));
+        d2 += vec4<f32>(dot(x2, y4), dot(x2, y5), dot(x2, y6), dot(x2, y7));
+        let x3 = subgroupBroadcast(xm, 3u);
+        c3 += vec4<f32>(dot(x3, y0), dot(x3, y1), dot(x3, y2), dot(x3, y3));
+        d3 += vec4<f32>(dot(x3, y4), dot(x3, y5), dot(x3, y6), dot(x3, y7));
+        let x4 = subgroupBroadcast(xm, 4u);
+        c4 += vec4<f32>(dot(x4, y0), dot(x4, y1), dot(x4, y2), dot(x4, y3));
+        d4 += vec4<f32>(dot(x4, y4), dot(x4, y5), dot(x4, y6), dot(x4, y7));
+        let x5 = subgroupBroadcast(xm, 5u);
+        c5 += vec4<f32>(dot(x5, y0), dot(x5, y1), dot(x5, y2), dot(x5, y3));
+        d5 += vec4<f32>(dot(x5, y4), dot(x5, y5), dot(x5, y6), dot(x5, y7));
+        let x6 = subgroupBroadcast(xm, 6u);
+        c6 += vec4<f32>(dot(x6, y0), dot(x6, y1), dot(x6, y2), dot(x6, y3));
+        d6 += vec4<f32>(dot(x6, y4), dot(x6, y5), dot(x6, y6), dot(x6, y7));
+        let x7 = subgroupBroadcast(xm, 7u);
+        c7 += vec4<f32>(dot(x7, y0), dot(x7, y1), dot(x7, y2), dot(x7, y3));
+        d7 += vec4<f32>(dot(x7, y4), dot(x7, y5), dot(x7, y6), dot(x7, y7));
+    }
+    if (col >= p.n) {
+        return;
+    }
+    let has_hi = col + 4u < p.n;
+    {
+        store(row0 + r + 0u, col, c0);
+        if (has_hi) { store(row0 + r + 0u, col + 4u, d0); }
+    }
+    if (r + 1u < rows) {
+        store(row0 + r + 1u, col, c1);
+        if (has_hi) { store(row0 + r + 1u, col + 4u, d1); }
+    }
+    if (r + 2u < rows) {
+        store(row0 + r + 2u, col, c2);
+        if (has_hi) { store(row0 + r + 2u, col + 4u, d2); }
+    }
+    if (r + 3u < rows) {
+        store(row0 + r + 3u, col, c3);
+        if (has_hi) { store(row0 + r + 3u, col + 4u, d3); }
+    }
+    if (r + 4u < rows) {
+        store(row0 + r + 4u, col, c4);
+        if (has_hi) { store(row0 + r + 4u, col + 4u, d4); }
+    }
+    if (r + 5u < rows) {
+        store(row0 + r + 5u, col, c5);
+        if (has_hi) { store(row0 + r + 5u, col + 4u, d5); }
+    }
+    if (r + 6u < rows) {
+        store(row0 + r + 6u, col, c6);
+        if (has_hi) { store(row0 + r + 6u, col + 4u, d6); }
+    }
+    if (r + 7u < rows) {
+        store(row0 + r + 7u, col, c7);
+        if (has_hi) { store(row0 + r + 7u, col + 4u, d7); }
+    }
+}
