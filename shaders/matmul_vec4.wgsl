@@ -2,8 +2,10 @@
 // global memory with vec4 loads, 4 deep in K. No workgroup memory: on CPU drivers (llvmpipe)
 // "shared" memory is ordinary memory, and fewer, wider loads per multiply-add is what counts.
 // A CPU driver runs neighbouring invocations as SIMD lanes: the rows of A are the same for all
-// of them (one load), the columns of B differ per lane (a gather each), so 8 rows rather than 4
-// halve the gathers per multiply-add (1.3-1.5x at 1024 on lavapipe).
+// of them (one address), the columns of B differ per lane (a gather each), so 8 rows rather than
+// 4 halve the gathers per multiply-add (1.3-1.5x at 1024 on lavapipe).
+// The entry point and the loads of A's rows come from matmul_rows_own.wgsl (the `vec4` variant)
+// or matmul_rows_subgroup.wgsl (`subgroup`): the sums are the same, so are the bits.
 // Needs N % 4 == 0, K % 4 == 0 and no transposes (the launcher checks); any M.
 // Layouts and the grouped form are as in matmul_naive.wgsl.
 
@@ -11,29 +13,29 @@
 @group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<Elem>>;
 
-@compute @workgroup_size(16, 4, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+alias AVal = vec4<f32>;
+
+fn a_at(i: u32) -> AVal {
+    return vec4<f32>(a[i]);
+}
+
+fn block(gid: vec3<u32>, lane: u32) {
     let g = gid.z;
     let n4 = p.n / 4u;
     let k4 = p.k / 4u;
-    let col4 = gid.x * 2u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
     let r = gid.y * 8u;
-    if (col4 >= n4 || r >= rows) {
+    if (r >= rows) {
         return;
     }
-    // Rows past the group's end read its last row, and a second column vector past N reads the
-    // first one again: both always valid, and neither is written.
+    // Rows past the group's end read its last row, and column vectors past N read the last one:
+    // always valid, never written. Lanes past N go on to the end (a subgroup's loads need them).
+    let in_n = gid.x * 2u < n4;
+    let col4 = min(gid.x * 2u, n4 - 1u);
     let last = rows - 1u;
-    let a0 = (row0 + min(r + 0u, last)) * k4;
-    let a1 = (row0 + min(r + 1u, last)) * k4;
-    let a2 = (row0 + min(r + 2u, last)) * k4;
-    let a3 = (row0 + min(r + 3u, last)) * k4;
-    let a4 = (row0 + min(r + 4u, last)) * k4;
-    let a5 = (row0 + min(r + 5u, last)) * k4;
-    let a6 = (row0 + min(r + 6u, last)) * k4;
-    let a7 = (row0 + min(r + 7u, last)) * k4;
+    let a_rows = block_rows(row0, r, last, k4);
+    let mine = (row0 + min(r + (lane & 7u), last)) * k4;
     let has_hi = col4 + 1u < n4;
     let b_lo = g * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
@@ -64,14 +66,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let e1 = vec4<f32>(b[b_hi + bo + n4]);
         let e2 = vec4<f32>(b[b_hi + bo + 2u * n4]);
         let e3 = vec4<f32>(b[b_hi + bo + 3u * n4]);
-        let x0 = vec4<f32>(a[a0 + kq]);
-        let x1 = vec4<f32>(a[a1 + kq]);
-        let x2 = vec4<f32>(a[a2 + kq]);
-        let x3 = vec4<f32>(a[a3 + kq]);
-        let x4 = vec4<f32>(a[a4 + kq]);
-        let x5 = vec4<f32>(a[a5 + kq]);
-        let x6 = vec4<f32>(a[a6 + kq]);
-        let x7 = vec4<f32>(a[a7 + kq]);
+        let x = load_a8(a_rows, mine, kq);
+        let x0 = x[0];
+        let x1 = x[1];
+        let x2 = x[2];
+        let x3 = x[3];
+        let x4 = x[4];
+        let x5 = x[5];
+        let x6 = x[6];
+        let x7 = x[7];
         c0 += x0.x * b0 + x0.y * b1 + x0.z * b2 + x0.w * b3;
         c1 += x1.x * b0 + x1.y * b1 + x1.z * b2 + x1.w * b3;
         c2 += x2.x * b0 + x2.y * b1 + x2.z * b2 + x2.w * b3;
@@ -88,6 +91,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         d5 += x5.x * e0 + x5.y * e1 + x5.z * e2 + x5.w * e3;
         d6 += x6.x * e0 + x6.y * e1 + x6.z * e2 + x6.w * e3;
         d7 += x7.x * e0 + x7.y * e1 + x7.z * e2 + x7.w * e3;
+    }
+    if (!in_n) {
+        return;
     }
     let out = (row0 + r) * n4 + col4;
     {

@@ -2,34 +2,35 @@
 // [N, K] (or [G, N, K] per row group, as in matmul_naive.wgsl): the input gradient of a linear
 // layer. Each invocation computes 8 rows × 8 columns as dot products of vec4s along K. Needs
 // K % 4 == 0; any M and N (edge rows and columns are read clamped and never written).
+// The entry point and the loads of A's rows come from matmul_rows_own.wgsl (`vec4`) or
+// matmul_rows_subgroup.wgsl (`subgroup`), as for matmul_vec4.wgsl.
 // Every output sums over k in ascending order, whatever M is or however the rows are split into
 // groups: N devices holding a split of the rows compute the same bits as one device.
 
 @group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
 
-@compute @workgroup_size(16, 4, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+alias AVal = vec4<f32>;
+
+fn a_at(i: u32) -> AVal {
+    return vec4<f32>(a[i]);
+}
+
+fn block(gid: vec3<u32>, lane: u32) {
     let g = gid.z;
     let k4 = p.k / 4u;
     let col = gid.x * 8u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
     let r = gid.y * 8u;
-    if (col >= p.n || r >= rows) {
+    if (r >= rows) {
         return;
     }
     // Rows past the group's end and columns past N read the last valid one: always in bounds,
-    // never written.
+    // never written. Lanes past N go on to the end (a subgroup's loads need them).
     let last = rows - 1u;
-    let a0 = (row0 + min(r + 0u, last)) * k4;
-    let a1 = (row0 + min(r + 1u, last)) * k4;
-    let a2 = (row0 + min(r + 2u, last)) * k4;
-    let a3 = (row0 + min(r + 3u, last)) * k4;
-    let a4 = (row0 + min(r + 4u, last)) * k4;
-    let a5 = (row0 + min(r + 5u, last)) * k4;
-    let a6 = (row0 + min(r + 6u, last)) * k4;
-    let a7 = (row0 + min(r + 7u, last)) * k4;
+    let a_rows = block_rows(row0, r, last, k4);
+    let mine = (row0 + min(r + (lane & 7u), last)) * k4;
     let nb = g * p.n;
     let b0 = (nb + min(col + 0u, p.n - 1u)) * k4;
     let b1 = (nb + min(col + 1u, p.n - 1u)) * k4;
@@ -65,30 +66,34 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let y5 = vec4<f32>(b[b5 + kq]);
         let y6 = vec4<f32>(b[b6 + kq]);
         let y7 = vec4<f32>(b[b7 + kq]);
-        let x0 = vec4<f32>(a[a0 + kq]);
+        let x = load_a8(a_rows, mine, kq);
+        let x0 = x[0];
         c0 += vec4<f32>(dot(x0, y0), dot(x0, y1), dot(x0, y2), dot(x0, y3));
         d0 += vec4<f32>(dot(x0, y4), dot(x0, y5), dot(x0, y6), dot(x0, y7));
-        let x1 = vec4<f32>(a[a1 + kq]);
+        let x1 = x[1];
         c1 += vec4<f32>(dot(x1, y0), dot(x1, y1), dot(x1, y2), dot(x1, y3));
         d1 += vec4<f32>(dot(x1, y4), dot(x1, y5), dot(x1, y6), dot(x1, y7));
-        let x2 = vec4<f32>(a[a2 + kq]);
+        let x2 = x[2];
         c2 += vec4<f32>(dot(x2, y0), dot(x2, y1), dot(x2, y2), dot(x2, y3));
         d2 += vec4<f32>(dot(x2, y4), dot(x2, y5), dot(x2, y6), dot(x2, y7));
-        let x3 = vec4<f32>(a[a3 + kq]);
+        let x3 = x[3];
         c3 += vec4<f32>(dot(x3, y0), dot(x3, y1), dot(x3, y2), dot(x3, y3));
         d3 += vec4<f32>(dot(x3, y4), dot(x3, y5), dot(x3, y6), dot(x3, y7));
-        let x4 = vec4<f32>(a[a4 + kq]);
+        let x4 = x[4];
         c4 += vec4<f32>(dot(x4, y0), dot(x4, y1), dot(x4, y2), dot(x4, y3));
         d4 += vec4<f32>(dot(x4, y4), dot(x4, y5), dot(x4, y6), dot(x4, y7));
-        let x5 = vec4<f32>(a[a5 + kq]);
+        let x5 = x[5];
         c5 += vec4<f32>(dot(x5, y0), dot(x5, y1), dot(x5, y2), dot(x5, y3));
         d5 += vec4<f32>(dot(x5, y4), dot(x5, y5), dot(x5, y6), dot(x5, y7));
-        let x6 = vec4<f32>(a[a6 + kq]);
+        let x6 = x[6];
         c6 += vec4<f32>(dot(x6, y0), dot(x6, y1), dot(x6, y2), dot(x6, y3));
         d6 += vec4<f32>(dot(x6, y4), dot(x6, y5), dot(x6, y6), dot(x6, y7));
-        let x7 = vec4<f32>(a[a7 + kq]);
+        let x7 = x[7];
         c7 += vec4<f32>(dot(x7, y0), dot(x7, y1), dot(x7, y2), dot(x7, y3));
         d7 += vec4<f32>(dot(x7, y4), dot(x7, y5), dot(x7, y6), dot(x7, y7));
+    }
+    if (col >= p.n) {
+        return;
     }
     let has_hi = col + 4u < p.n;
     {

@@ -6,30 +6,35 @@
 // any M and K (rows past a group's end read its last row and are never written).
 // Every output sums over k in ascending order, whatever M is or however the rows are split into
 // groups: N devices holding a split of the rows compute the same bits as one device.
+// The entry point and the loads of A's values come from matmul_rows_own.wgsl (`vec4`) or
+// matmul_rows_subgroup.wgsl (`subgroup`), as for matmul_vec4.wgsl.
 
 @group(0) @binding(1) var<storage, read> a: array<Elem>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
 
-@compute @workgroup_size(16, 4, 1)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+alias AVal = f32;
+
+fn a_at(i: u32) -> AVal {
+    return f32(a[i]);
+}
+
+fn block(gid: vec3<u32>, lane: u32) {
     let g = gid.z;
     let n4 = p.n / 4u;
-    let col4 = gid.x * 2u;
     let row0 = offsets[g];
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
     let r = gid.y * 8u;
-    if (col4 >= n4 || r >= rows) {
+    if (r >= rows) {
         return;
     }
+    // Column vectors past N read the last one, and lanes past N go on to the end (a subgroup's
+    // loads need them); neither is written.
+    let in_n = gid.x * 2u < n4;
+    let col4 = min(gid.x * 2u, n4 - 1u);
     let last = rows - 1u;
     let i0 = row0 + r;
-    let i1 = row0 + min(r + 1u, last);
-    let i2 = row0 + min(r + 2u, last);
-    let i3 = row0 + min(r + 3u, last);
-    let i4 = row0 + min(r + 4u, last);
-    let i5 = row0 + min(r + 5u, last);
-    let i6 = row0 + min(r + 6u, last);
-    let i7 = row0 + min(r + 7u, last);
+    let a_rows = block_rows(row0, r, last, 1u);
+    let mine = row0 + min(r + (lane & 7u), last);
     let has_hi = col4 + 1u < n4;
     let b_lo = g * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
@@ -52,8 +57,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var d7 = vec4<f32>(0.0);
     for (var kk = 0u; kk < p.k; kk++) {
         let ak = kk * p.m;
-        let x = vec4<f32>(f32(a[ak + i0]), f32(a[ak + i1]), f32(a[ak + i2]), f32(a[ak + i3]));
-        let y = vec4<f32>(f32(a[ak + i4]), f32(a[ak + i5]), f32(a[ak + i6]), f32(a[ak + i7]));
+        let v = load_a8(a_rows, mine, ak);
+        let x = vec4<f32>(v[0], v[1], v[2], v[3]);
+        let y = vec4<f32>(v[4], v[5], v[6], v[7]);
         let lo = vec4<f32>(b[b_lo + kk * n4]);
         let up = vec4<f32>(b[b_hi + kk * n4]);
         c0 += x.x * lo;
@@ -72,6 +78,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         d5 += y.y * up;
         d6 += y.z * up;
         d7 += y.w * up;
+    }
+    if (!in_n) {
+        return;
     }
     let col = col4 * 4u;
     let rs = array<vec4<f32>, 8>(c0, c1, c2, c3, c4, c5, c6, c7);

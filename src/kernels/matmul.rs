@@ -16,76 +16,55 @@ use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
 
-/// The matmul shaders' parameters and group offsets.
-const MATMUL_COMMON: &[&str] = &[include_str!("../../shaders/matmul_common.wgsl")];
-/// ... and for the kernels that store C as scalars.
-const MATMUL_SCALAR_C: &[&str] = &[
-    include_str!("../../shaders/matmul_common.wgsl"),
-    include_str!("../../shaders/matmul_store.wgsl"),
-];
-pub const MATMUL_NAIVE: Shader = Shader {
-    name: "matmul_naive",
-    source: include_str!("../../shaders/matmul_naive.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_COMMON,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_TILED: Shader = Shader {
-    name: "matmul_tiled",
-    source: include_str!("../../shaders/matmul_tiled.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_COMMON,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_VEC4: Shader = Shader {
-    name: "matmul_vec4",
-    source: include_str!("../../shaders/matmul_vec4.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_COMMON,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_VEC4_NT: Shader = Shader {
-    name: "matmul_vec4_nt",
-    source: include_str!("../../shaders/matmul_vec4_nt.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_VEC4_TN: Shader = Shader {
-    name: "matmul_vec4_tn",
-    source: include_str!("../../shaders/matmul_vec4_tn.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_VEC4_TT: Shader = Shader {
-    name: "matmul_vec4_tt",
-    source: include_str!("../../shaders/matmul_vec4_tt.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_SUBGROUP: Shader = Shader {
-    name: "matmul_subgroup",
-    source: include_str!("../../shaders/matmul_subgroup.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_COMMON,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_SUBGROUP_TN: Shader = Shader {
-    name: "matmul_subgroup_tn",
-    source: include_str!("../../shaders/matmul_subgroup_tn.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..crate::kernels::SHADER
-};
-pub const MATMUL_SUBGROUP_NT: Shader = Shader {
-    name: "matmul_subgroup_nt",
-    source: include_str!("../../shaders/matmul_subgroup_nt.wgsl"),
-    dtypes: crate::kernels::FLOATS,
-    common: MATMUL_SCALAR_C,
-    ..crate::kernels::SHADER
-};
+const COMMON: &str = include_str!("../../shaders/matmul_common.wgsl");
+const STORE: &str = include_str!("../../shaders/matmul_store.wgsl");
+const ROWS_OWN: &str = include_str!("../../shaders/matmul_rows_own.wgsl");
+const ROWS_SUBGROUP: &str = include_str!("../../shaders/matmul_rows_subgroup.wgsl");
+const VEC4_NN: &str = include_str!("../../shaders/matmul_vec4.wgsl");
+const VEC4_NT: &str = include_str!("../../shaders/matmul_vec4_nt.wgsl");
+const VEC4_TN: &str = include_str!("../../shaders/matmul_vec4_tn.wgsl");
+
+/// A matmul shader: `source` after the parameters and group offsets (`matmul_common.wgsl`) and
+/// `common`, f32 or f16.
+const fn matmul_shader(name: &'static str, source: &'static str, common: &'static [&'static str]) -> Shader {
+    Shader {
+        name,
+        source,
+        dtypes: crate::kernels::FLOATS,
+        common,
+        ..crate::kernels::SHADER
+    }
+}
+
+pub const MATMUL_NAIVE: Shader = matmul_shader(
+    "matmul_naive",
+    include_str!("../../shaders/matmul_naive.wgsl"),
+    &[COMMON],
+);
+pub const MATMUL_TILED: Shader = matmul_shader(
+    "matmul_tiled",
+    include_str!("../../shaders/matmul_tiled.wgsl"),
+    &[COMMON],
+);
+// The vec4 kernels, each with its entry point and loads of A from matmul_rows_own.wgsl; C as
+// scalars (matmul_store.wgsl) where its rows need not be vec4-aligned.
+pub const MATMUL_VEC4: Shader = matmul_shader("matmul_vec4", VEC4_NN, &[COMMON, ROWS_OWN]);
+pub const MATMUL_VEC4_NT: Shader =
+    matmul_shader("matmul_vec4_nt", VEC4_NT, &[COMMON, STORE, ROWS_OWN]);
+pub const MATMUL_VEC4_TN: Shader =
+    matmul_shader("matmul_vec4_tn", VEC4_TN, &[COMMON, STORE, ROWS_OWN]);
+pub const MATMUL_VEC4_TT: Shader = matmul_shader(
+    "matmul_vec4_tt",
+    include_str!("../../shaders/matmul_vec4_tt.wgsl"),
+    &[COMMON, STORE],
+);
+// The same kernels with A's rows loaded once per subgroup (matmul_rows_subgroup.wgsl).
+pub const MATMUL_SUBGROUP: Shader =
+    matmul_shader("matmul_subgroup", VEC4_NN, &[COMMON, ROWS_SUBGROUP]);
+pub const MATMUL_SUBGROUP_NT: Shader =
+    matmul_shader("matmul_subgroup_nt", VEC4_NT, &[COMMON, STORE, ROWS_SUBGROUP]);
+pub const MATMUL_SUBGROUP_TN: Shader =
+    matmul_shader("matmul_subgroup_tn", VEC4_TN, &[COMMON, STORE, ROWS_SUBGROUP]);
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
