@@ -94,7 +94,16 @@ pub fn encode_embed_grad(
         (4, d_x.buffer()),
         (5, d_table.buffer()),
     ];
-    encode(encoder, device, &EMBEDDING, WHAT, &params, &bindings, v * e)
+    // One invocation per id and 4 columns (the shader says why).
+    encode(
+        encoder,
+        device,
+        &EMBEDDING,
+        WHAT,
+        &params,
+        &bindings,
+        v * e.div_ceil(4),
+    )
 }
 
 /// The gradient of a `[vocab, d_e]` table from the gradient of [`embed_gather`]'s output. Blocks.
