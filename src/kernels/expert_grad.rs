@@ -62,8 +62,8 @@ pub fn encode_expert_weight_grad(
         ..Params::zeroed()
     };
     to_u32(WHAT, groups * inner * n)?;
-    // One invocation per 4 × 4 block of a group's outputs (the shader says why).
-    let invocations = groups * inner.div_ceil(4) * n.div_ceil(4);
+    // One invocation per 8 × 8 block of a group's outputs (the shader says why).
+    let invocations = groups * inner.div_ceil(8) * n.div_ceil(8);
     let bindings = [
         (20, a.buffer()),
         (21, b.buffer()),
