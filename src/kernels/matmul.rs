@@ -611,7 +611,18 @@ impl Kernel for Matmul {
             },
         };
         let shape = check_args(&args)?;
-        let variant = autotune::choose_among(c.device(), &shape, self.variant.same_sums())?;
+        let same = self.variant.same_sums();
+        let variant = match autotune::choose_among(c.device(), &shape, same) {
+            Ok(v) => v,
+            // Measuring only picks the faster of kernels with the same bits: where its second set
+            // of operands would pass the device's limits, take the first that fits.
+            Err(Error::LimitExceeded { .. }) => same
+                .iter()
+                .copied()
+                .find(|v| v.supports(c.device(), &shape))
+                .unwrap_or(MatmulVariant::Tiled),
+            Err(e) => return Err(e),
+        };
         encode_variant(rec, c.device(), &args, &shape, variant)
     }
 }
