@@ -27,7 +27,6 @@ fuzz_target!(|data: &[u8]| {
     if let Err(e) = chrome::check(&out) {
         panic!("an imported trace exports to an invalid one: {e}");
     }
-    let again = chrome::parse_slice(out.to_string().as_bytes())
-        .expect("an exported trace imports");
+    let again = chrome::parse_slice(out.to_string().as_bytes()).expect("an exported trace imports");
     assert_eq!(again.events.len(), trace.events.len());
 });

@@ -22,10 +22,10 @@
 //! a plain-Rust reference computed in f64 ([`attention_reference`],
 //! [`attention_backward_reference`]).
 
-use crate::kernels::Shader;
 use super::node::expect;
 use super::{Kernel, Prepared, TensorType, eager, node};
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::{DType, Error, Result, Tensor};
 
 pub const ATTENTION: Shader = Shader {

@@ -1,8 +1,8 @@
 //! Block row copies on the GPU: the pack/unpack step of all-to-all.
 
-use crate::kernels::Shader;
 use crate::Tensor;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result};
 

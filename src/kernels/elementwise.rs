@@ -3,9 +3,9 @@
 //! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
 //! `affine`, or `kernel` with any op); [`run`] runs one eagerly and [`reference`] is its plain Rust.
 
-use crate::kernels::Shader;
 use super::{Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 

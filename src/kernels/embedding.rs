@@ -2,8 +2,8 @@
 //! form and a blocking form of each, `*_reference`s in plain Rust, and the [`EmbedGather`] and
 //! [`EmbedGrad`] kernel types for program nodes.
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::node::{self, expect};
 use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};

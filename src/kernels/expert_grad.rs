@@ -1,8 +1,8 @@
 //! The expert weight gradient (`shaders/expert_grad.wgsl`): per row group `A_gᵀ·B_g`, the weight
 //! backward of the grouped matmul, summed in slot blocks so that a split over devices sums alike.
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::matmul::{self, MatmulShape};
 use crate::kernels::node::{self, expect};

@@ -12,9 +12,9 @@
 //! through [`super::eager`]; [`layer_norm_reference`] and [`layer_norm_backward_reference`] are
 //! the plain-Rust references (in f64). f32 only.
 
-use crate::kernels::Shader;
 use super::{Kernel, Prepared, TensorType, eager, node, sharding_rules};
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 

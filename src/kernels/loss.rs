@@ -3,8 +3,8 @@
 //! `encode_*` form into a caller's encoder, a blocking form, a `*_reference` in plain Rust, and a
 //! [`Kernel`] type for program nodes.
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::embedding::check_ids;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
 use crate::kernels::node::{self, expect};

@@ -26,7 +26,11 @@ const VEC4_TN: &str = include_str!("../../shaders/matmul_vec4_tn.wgsl");
 
 /// A matmul shader: `source` after the parameters and group offsets (`matmul_common.wgsl`) and
 /// `common`, f32 or f16.
-const fn matmul_shader(name: &'static str, source: &'static str, common: &'static [&'static str]) -> Shader {
+const fn matmul_shader(
+    name: &'static str,
+    source: &'static str,
+    common: &'static [&'static str],
+) -> Shader {
     Shader {
         name,
         source,
@@ -61,10 +65,16 @@ pub const MATMUL_VEC4_TT: Shader = matmul_shader(
 // The same kernels with A's rows loaded once per subgroup (matmul_rows_subgroup.wgsl).
 pub const MATMUL_SUBGROUP: Shader =
     matmul_shader("matmul_subgroup", VEC4_NN, &[COMMON, ROWS_SUBGROUP]);
-pub const MATMUL_SUBGROUP_NT: Shader =
-    matmul_shader("matmul_subgroup_nt", VEC4_NT, &[COMMON, STORE, ROWS_SUBGROUP]);
-pub const MATMUL_SUBGROUP_TN: Shader =
-    matmul_shader("matmul_subgroup_tn", VEC4_TN, &[COMMON, STORE, ROWS_SUBGROUP]);
+pub const MATMUL_SUBGROUP_NT: Shader = matmul_shader(
+    "matmul_subgroup_nt",
+    VEC4_NT,
+    &[COMMON, STORE, ROWS_SUBGROUP],
+);
+pub const MATMUL_SUBGROUP_TN: Shader = matmul_shader(
+    "matmul_subgroup_tn",
+    VEC4_TN,
+    &[COMMON, STORE, ROWS_SUBGROUP],
+);
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

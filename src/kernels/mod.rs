@@ -24,7 +24,8 @@ pub mod sharding_rules;
 
 /// The registry: each kernel module, with the shaders it owns (each a [`Shader`] beside its
 /// launchers). One line here is all a new kernel module adds to this file; it declares the
-/// module and puts its shaders in [`ALL_SHADERS`].
+/// module and puts its shaders in [`ALL_SHADERS`]. `cargo fmt` does not see modules declared in
+/// a macro: format them with `rustfmt --edition 2024` (`.ci/run` checks every tracked file).
 macro_rules! kernel_modules {
     ($($module:ident: [$($shader:ident),*],)*) => {
         $(pub mod $module;)*

@@ -3,8 +3,8 @@
 //! blocking form, a `*_reference` in plain Rust, and a [`Kernel`] type for program nodes whose
 //! first input is updated in place.
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::flat::{Params, bad, encode, encode_with, run, to_u32};
 use crate::kernels::node::{self, expect};
 use crate::kernels::{Kernel, Prepared, TensorType, eager, sharding_rules};

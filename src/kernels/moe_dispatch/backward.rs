@@ -2,8 +2,8 @@
 //! gradient ([`GateGrad`]), the slots' ([`CombineBackwardSlots`]) and the tokens' from the
 //! slots' ([`DispatchBackward`]).
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::flat::{Params, dims2, encode, routing_dims, run, to_u32};
 use crate::kernels::moe_dispatch::{gather_reference, scatter_reference, slots_of, tokens_of};
 use crate::kernels::node::{self, expect};

@@ -3,11 +3,11 @@
 //! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
 //! backward is in [`backward`].
 
-use crate::kernels::Shader;
+use super::eager;
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};
-use super::eager;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Result, Tensor};
 

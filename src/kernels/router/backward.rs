@@ -1,8 +1,8 @@
 //! The router's backward (`shaders/router_backward.wgsl`): the gates', the load-balancing loss's
 //! and the z-loss's gradients back to the router logits, as [`RouterBackward`] for program nodes.
 
-use crate::kernels::Shader;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::flat::{Params, bad, encode, routing_dims, run, to_u32};
 use crate::kernels::loss::max_and_sum;
 use crate::kernels::node::{self, expect};

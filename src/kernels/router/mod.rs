@@ -5,10 +5,10 @@
 //! [`routed_tokens`]. Its backward is in [`backward`]; [`upload_routing`] puts a reference
 //! routing on a device.
 
-use crate::kernels::Shader;
 use super::copy_blocks::{self, Block};
 use super::eager;
 use crate::device::Recorder;
+use crate::kernels::Shader;
 use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result, Tensor};
 
