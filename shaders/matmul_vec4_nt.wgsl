@@ -96,36 +96,12 @@ fn block(gid: vec3<u32>, lane: u32) {
         return;
     }
     let has_hi = col + 4u < p.n;
-    {
-        store(row0 + r + 0u, col, c0);
-        if (has_hi) { store(row0 + r + 0u, col + 4u, d0); }
-    }
-    if (r + 1u < rows) {
-        store(row0 + r + 1u, col, c1);
-        if (has_hi) { store(row0 + r + 1u, col + 4u, d1); }
-    }
-    if (r + 2u < rows) {
-        store(row0 + r + 2u, col, c2);
-        if (has_hi) { store(row0 + r + 2u, col + 4u, d2); }
-    }
-    if (r + 3u < rows) {
-        store(row0 + r + 3u, col, c3);
-        if (has_hi) { store(row0 + r + 3u, col + 4u, d3); }
-    }
-    if (r + 4u < rows) {
-        store(row0 + r + 4u, col, c4);
-        if (has_hi) { store(row0 + r + 4u, col + 4u, d4); }
-    }
-    if (r + 5u < rows) {
-        store(row0 + r + 5u, col, c5);
-        if (has_hi) { store(row0 + r + 5u, col + 4u, d5); }
-    }
-    if (r + 6u < rows) {
-        store(row0 + r + 6u, col, c6);
-        if (has_hi) { store(row0 + r + 6u, col + 4u, d6); }
-    }
-    if (r + 7u < rows) {
-        store(row0 + r + 7u, col, c7);
-        if (has_hi) { store(row0 + r + 7u, col + 4u, d7); }
+    let rs = array<vec4<f32>, 8>(c0, c1, c2, c3, c4, c5, c6, c7);
+    let ds = array<vec4<f32>, 8>(d0, d1, d2, d3, d4, d5, d6, d7);
+    for (var i = 0u; i < 8u; i++) {
+        if (r + i < rows) {
+            store(row0 + r + i, col, rs[i]);
+            if (has_hi) { store(row0 + r + i, col + 4u, ds[i]); }
+        }
     }
 }

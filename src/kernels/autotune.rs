@@ -334,17 +334,27 @@ pub fn choose(device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
 }
 
 /// The fastest of `candidates` for `shape` on `device` (see [`Autotuner::choose_among`]); with
-/// `GANGWAY_AUTOTUNE=off`, the first that takes the shape, else the tiled kernel.
+/// `GANGWAY_AUTOTUNE=off`, [`first_able`].
 pub fn choose_among(
     device: &Device,
     shape: &MatmulShape,
     candidates: &[MatmulVariant],
 ) -> Result<MatmulVariant> {
     if autotune_off() {
-        let first = candidates.iter().find(|v| v.supports(device, shape));
-        return Ok(first.copied().unwrap_or(MatmulVariant::Tiled));
+        return Ok(first_able(device, shape, candidates));
     }
     with_global(|tuner| tuner.choose_among(device, shape, candidates))
+}
+
+/// The choice among `candidates` without measuring: the first that takes `shape` on `device`,
+/// else the tiled kernel, which takes every shape.
+pub fn first_able(
+    device: &Device,
+    shape: &MatmulShape,
+    candidates: &[MatmulVariant],
+) -> MatmulVariant {
+    let first = candidates.iter().find(|v| v.supports(device, shape));
+    first.copied().unwrap_or(MatmulVariant::Tiled)
 }
 
 fn autotune_off() -> bool {

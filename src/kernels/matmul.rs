@@ -626,11 +626,7 @@ impl Kernel for Matmul {
             Ok(v) => v,
             // Measuring only picks the faster of kernels with the same bits: where its second set
             // of operands would pass the device's limits, take the first that fits.
-            Err(Error::LimitExceeded { .. }) => same
-                .iter()
-                .copied()
-                .find(|v| v.supports(c.device(), &shape))
-                .unwrap_or(MatmulVariant::Tiled),
+            Err(Error::LimitExceeded { .. }) => autotune::first_able(c.device(), &shape, same),
             Err(e) => return Err(e),
         };
         encode_variant(rec, c.device(), &args, &shape, variant)
