@@ -5,6 +5,10 @@
 @group(0) @binding(21) var<storage, read> wb: array<f32>;
 @group(0) @binding(22) var<storage, read_write> wc: array<f32>;
 @group(0) @binding(27) var<storage, read> offsets: array<u32>;
+// Live rows per block (with p.k, their stride, above 0): block j (rows j * capacity ..) has
+// limits[j * p.k] rows that may be nonzero; the rest are zero rows and are skipped, which adds
+// nothing and so changes no bit. Bound to the offsets when there are none (never read then).
+@group(0) @binding(28) var<storage, read> limits: array<u32>;
 
 // wc[g] = wa[g]^T * wb[g], where wa[g] and wb[g] are rows offsets[g] .. offsets[g+1] of wa
 // [rows, inner] and wb [rows, cols]: the weight gradient of each expert from its own rows (the
@@ -39,7 +43,10 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     var acc = array<vec4<f32>, 16>();
     for (var r0 = start; r0 < end; r0 += block) {
         var part = array<vec4<f32>, 16>();
-        let stop = min(r0 + block, end);
+        var stop = min(r0 + block, end);
+        if (p.k != 0u) {
+            stop = min(stop, r0 + limits[(r0 / block) * p.k]);
+        }
         for (var r = r0; r < stop; r++) {
             let ra = r * p.inner;
             let rb = r * p.cols;

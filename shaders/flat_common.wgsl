@@ -10,7 +10,7 @@ struct Params {
     rows: u32,      // tokens (T), or elements (adam), or rows of a row-wise op
     cols: u32,      // row width: d_e, d, V or E
     context: u32,   // embed: C
-    k: u32,         // router choices per token
+    k: u32,         // router choices per token; expert_weight_grad: live-count stride (0: none)
     capacity: u32,  // slots per expert; expert_weight_grad: rows per summed block (0: all)
     experts: u32,   // embed_grad: V; expert_weight_grad: groups
     normalize: u32, // router_backward: 1 when top-2 gates were renormalised

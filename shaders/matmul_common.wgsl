@@ -1,7 +1,13 @@
 // Shared by every matmul shader (prepended by the launcher): the call's shape and the group row
 // offsets. Layouts: A is [M, K] ([K, M] with trans_a); B is [K, N] or [G, K, N] ([N, K] / [G, N, K]
-// with trans_b); C is [M, N]. Rows offsets[g]..offsets[g+1] of C use B[g], at most
-// max_group_rows of them (the static bound that sizes the grid).
+// with trans_b); C is [M, N]. Rows offsets[g]..offsets[g+1] of C use B[g / blocks] (`blocks`
+// consecutive row groups share one weight matrix: an expert's slot blocks from each source), at
+// most max_group_rows of them (the static bound that sizes the grid).
+//
+// Live rows: with limit_stride > 0, group g's rows from limits[g * limit_stride] on are promised
+// to be zero rows of op(A) (empty expert slots), so a tile that starts at or past that count
+// writes zeros without reading anything: the output is the unlimited product's, bit for bit
+// (a sum of exact zeros from +0.0 is +0.0), at the cost of the live rows only.
 
 struct Params {
     m: u32,
@@ -11,11 +17,31 @@ struct Params {
     trans_a: u32,
     trans_b: u32,
     max_group_rows: u32,
-    _pad: u32,
+    blocks: u32,
+    limit_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(4) var<storage, read> offsets: array<u32>;
+// Bound to the offsets themselves when the call has no limits (never read then).
+@group(0) @binding(5) var<storage, read> limits: array<u32>;
+
+// The weight matrix of row group g: its index in B.
+fn weight(g: u32) -> u32 {
+    return g / p.blocks;
+}
+
+// How far into K a tile whose first row is row `r` of group g goes: all of K, or nothing when
+// the tile starts past the group's live rows (its accumulators stay zero, and zeros are stored).
+fn k_extent(g: u32, r: u32, k: u32) -> u32 {
+    if (p.limit_stride != 0u && r >= limits[g * p.limit_stride]) {
+        return 0u;
+    }
+    return k;
+}
 
 // Where each of the 8 rows of the block from row r of a group starting at row0 begins, in an
 // operand whose rows are `stride` elements apart. Rows past the group's last (`last`, relative)

@@ -1,7 +1,8 @@
 // C = op(A) * op(B), one invocation per output element. The baseline every faster variant is
 // measured against. `Elem` (f32 or f16) is declared by the prelude the launcher prepends.
 //
-// Grouped form: C rows [offsets[g], offsets[g+1]) use weights B[g]; plain matmul is one group.
+// Grouped form: C rows [offsets[g], offsets[g+1]) use weights B[g / blocks] (matmul_common.wgsl);
+// plain matmul is one group.
 // A is [M, K] (or [K, M] when trans_a), B is [groups, K, N] (or [groups, N, K] when trans_b).
 
 @group(0) @binding(1) var<storage, read> a: array<Elem>;
@@ -16,9 +17,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (col >= p.n || gid.y >= p.max_group_rows || row >= offsets[g + 1u]) {
         return;
     }
-    let b_base = g * p.k * p.n;
+    let b_base = weight(g) * p.k * p.n;
     var acc = 0.0;
-    for (var kk = 0u; kk < p.k; kk++) {
+    let k_end = k_extent(g, gid.y, p.k);
+    for (var kk = 0u; kk < k_end; kk++) {
         var av: Elem;
         if (p.trans_a != 0u) { av = a[kk * p.m + row]; } else { av = a[row * p.k + kk]; }
         var bv: Elem;

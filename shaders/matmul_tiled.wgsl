@@ -26,13 +26,15 @@ fn main(
     let rows = min(offsets[g + 1u] - row0, p.max_group_rows);
     let tile_m = wid.y * BM;
     let tile_n = wid.x * BN;
-    let b_base = g * p.k * p.n;
+    let b_base = weight(g) * p.k * p.n;
+    // Workgroup-uniform (tile_m and g are the workgroup's), so the barriers below stay uniform.
+    let k_end = k_extent(g, tile_m, p.k);
     let t = lid.y * 16u + lid.x;
 
     var acc: array<vec4<f32>, 4>;
     for (var i = 0u; i < 4u; i++) { acc[i] = vec4<f32>(0.0); }
 
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+    for (var k0 = 0u; k0 < k_end; k0 += BK) {
         // Load 4 elements of each tile per invocation; consecutive invocations read consecutive
         // addresses of whichever layout the operand has.
         for (var i = 0u; i < 4u; i++) {

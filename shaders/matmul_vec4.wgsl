@@ -37,7 +37,7 @@ fn block(gid: vec3<u32>, lane: u32) {
     let a_rows = block_rows(row0, r, last, k4);
     let mine = (row0 + min(r + (lane & 7u), last)) * k4;
     let has_hi = col4 + 1u < n4;
-    let b_lo = g * p.k * n4 + col4;
+    let b_lo = weight(g) * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
 
     var c0 = vec4<f32>(0.0);
@@ -56,7 +56,8 @@ fn block(gid: vec3<u32>, lane: u32) {
     var d5 = vec4<f32>(0.0);
     var d6 = vec4<f32>(0.0);
     var d7 = vec4<f32>(0.0);
-    for (var kq = 0u; kq < k4; kq++) {
+    let k_end = k_extent(g, r, k4);
+    for (var kq = 0u; kq < k_end; kq++) {
         let bo = kq * 4u * n4;
         let b0 = vec4<f32>(b[b_lo + bo]);
         let b1 = vec4<f32>(b[b_lo + bo + n4]);

@@ -31,7 +31,7 @@ fn block(gid: vec3<u32>, lane: u32) {
     let last = rows - 1u;
     let a_rows = block_rows(row0, r, last, k4);
     let mine = (row0 + min(r + (lane & 7u), last)) * k4;
-    let nb = g * p.n;
+    let nb = weight(g) * p.n;
     let b0 = (nb + min(col + 0u, p.n - 1u)) * k4;
     let b1 = (nb + min(col + 1u, p.n - 1u)) * k4;
     let b2 = (nb + min(col + 2u, p.n - 1u)) * k4;
@@ -57,7 +57,8 @@ fn block(gid: vec3<u32>, lane: u32) {
     var d6 = vec4<f32>(0.0);
     var c7 = vec4<f32>(0.0);
     var d7 = vec4<f32>(0.0);
-    for (var kq = 0u; kq < k4; kq++) {
+    let k_end = k_extent(g, r, k4);
+    for (var kq = 0u; kq < k_end; kq++) {
         let y0 = vec4<f32>(b[b0 + kq]);
         let y1 = vec4<f32>(b[b1 + kq]);
         let y2 = vec4<f32>(b[b2 + kq]);

@@ -36,7 +36,7 @@ fn block(gid: vec3<u32>, lane: u32) {
     let a_rows = block_rows(row0, r, last, 1u);
     let mine = row0 + min(r + (lane & 7u), last);
     let has_hi = col4 + 1u < n4;
-    let b_lo = g * p.k * n4 + col4;
+    let b_lo = weight(g) * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
 
     var c0 = vec4<f32>(0.0);
@@ -55,7 +55,8 @@ fn block(gid: vec3<u32>, lane: u32) {
     var d5 = vec4<f32>(0.0);
     var d6 = vec4<f32>(0.0);
     var d7 = vec4<f32>(0.0);
-    for (var kk = 0u; kk < p.k; kk++) {
+    let k_end = k_extent(g, r, p.k);
+    for (var kk = 0u; kk < k_end; kk++) {
         let ak = kk * p.m;
         let v = load_a8(a_rows, mine, ak);
         let x = vec4<f32>(v[0], v[1], v[2], v[3]);

@@ -31,7 +31,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i1 = row0 + min(r + 1u, last);
     let i2 = row0 + min(r + 2u, last);
     let i3 = row0 + min(r + 3u, last);
-    let nb = g * p.n;
+    let nb = weight(g) * p.n;
     let b0 = (nb + col) * k4;
     let b1 = (nb + min(col + 1u, p.n - 1u)) * k4;
     let b2 = (nb + min(col + 2u, p.n - 1u)) * k4;
@@ -41,7 +41,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
-    for (var kq = 0u; kq < k4; kq++) {
+    let k_end = k_extent(g, r, k4);
+    for (var kq = 0u; kq < k_end; kq++) {
         let y0 = vec4<f32>(b[b0 + kq]);
         let y1 = vec4<f32>(b[b1 + kq]);
         let y2 = vec4<f32>(b[b2 + kq]);

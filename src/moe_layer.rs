@@ -86,6 +86,7 @@ pub fn run_expert_parallel(
     let wr = p.sharded_arg(&gang, TensorType::f32(&[d, e_n]), every);
     let we = p.typed_arg(&gang, TensorType::f32(&[el, d, d_out]));
     let matmul = |offsets| Matmul {
+        limits: None,
         trans_a: false,
         trans_b: false,
         offsets,

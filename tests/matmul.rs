@@ -6,8 +6,9 @@
 mod common;
 
 use common::{Need, assert_close, case};
+use gangway::kernels::eager;
 use gangway::kernels::matmul::{
-    self, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, grouped_matmul,
+    self, Matmul, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, grouped_matmul,
 };
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
@@ -79,6 +80,7 @@ fn main() -> std::process::ExitCode {
         case!(device: grouped_matmul_matches_reference),
         case!(device: larger_than_one_tile_in_every_dimension),
         case!(device: rows_split_over_devices_sum_in_the_same_order),
+        case!(device: live_row_limits_skip_empty_slots_without_changing_a_bit),
         case!(device: bad_shapes_are_typed_errors),
         case!(device: buffer_over_the_adapter_limit_is_refused_before_dispatch),
     ])
@@ -316,6 +318,110 @@ fn rows_split_over_devices_sum_in_the_same_order(device: &Device) {
                         at + rows
                     );
                     at += rows;
+                }
+            }
+        }
+    }
+}
+
+/// The MoE step's expert matmuls: row groups of `cap` slots, `blocks` of them per weight matrix
+/// (one per source device), each with a live count in a strided record (the router's). Where the
+/// rows past each count are zero (empty slots), the limited product is the unlimited one bit for
+/// bit, and both are the reference. Where they are not, a block whose count is 0 comes out all
+/// zero: its tiles were skipped, not computed. Every variant and transpose, caps that no tile
+/// divides.
+fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
+    const STRIDE: usize = 4;
+    let mut rng = Rng::new(23);
+    for (weights, blocks, cap, n, k) in [(3, 2, 37, 20, 12), (2, 3, 9, 132, 36), (1, 1, 70, 8, 4)] {
+        let groups = weights * blocks;
+        let m = groups * cap;
+        let offsets: Vec<u32> = (0..=groups).map(|g| (g * cap) as u32).collect();
+        // Empty, full and partial blocks; the record's other words are noise the stride skips.
+        let live: Vec<usize> = (0..groups)
+            .map(|g| match g % 3 {
+                0 => 0,
+                1 => cap,
+                _ => 1 + rng.below(cap - 1),
+            })
+            .collect();
+        let records: Vec<u32> = live
+            .iter()
+            .flat_map(|&c| [c as u32, 0xffff_fff0, 7, 1 << 30])
+            .collect();
+        let counts = Tensor::from_u32(device, &[records.len()], &records).unwrap();
+        for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+            let shape = MatmulShape {
+                groups: weights,
+                blocks,
+                max_group_rows: cap,
+                trans_a,
+                trans_b,
+                ..MatmulShape::plain(m, n, k, DType::F32)
+            };
+            // op(A) row by row, with the rows past each block's count zero or noise.
+            let rows_of = |noise: bool, rng: &mut Rng| -> Vec<f32> {
+                let mut rows = rng.vec(m * k);
+                for (g, &c) in live.iter().enumerate() {
+                    if !noise {
+                        rows[(g * cap + c) * k..(g + 1) * cap * k].fill(0.0);
+                    }
+                }
+                if trans_a {
+                    (0..k * m).map(|i| rows[(i % m) * k + i / m]).collect()
+                } else {
+                    rows
+                }
+            };
+            let b_host = rng.vec(shape.b_shape().iter().product());
+            let b = Tensor::from_f32(device, &shape.b_shape(), DType::F32, &b_host).unwrap();
+            for variant in MatmulVariant::ALL {
+                if !variant.supports(device, &shape) {
+                    continue;
+                }
+                let node = |limits| Matmul {
+                    trans_a,
+                    trans_b,
+                    offsets: Some(offsets.clone()),
+                    limits,
+                    variant,
+                };
+                let what = format!(
+                    "{variant:?} {weights}x{blocks} blocks of {cap}, n {n} k {k}, trans ({trans_a}, {trans_b}) on {}",
+                    device.label()
+                );
+                let a_host = rows_of(false, &mut rng);
+                let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &a_host).unwrap();
+                let limited = eager::run_one(&node(Some(STRIDE)), &[&a, &b, &counts])
+                    .unwrap()
+                    .to_f32()
+                    .unwrap();
+                let whole = eager::run_one(&node(None), &[&a, &b])
+                    .unwrap()
+                    .to_f32()
+                    .unwrap();
+                assert!(
+                    limited
+                        .iter()
+                        .zip(&whole)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{what}: the limited product differs from the whole"
+                );
+                let want = matmul::reference(&a_host, &b_host, &offsets, &shape);
+                assert_close(&what, &limited, &want, 1e-5 * k as f32);
+
+                let noisy = rows_of(true, &mut rng);
+                let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &noisy).unwrap();
+                let got = eager::run_one(&node(Some(STRIDE)), &[&a, &b, &counts])
+                    .unwrap()
+                    .to_f32()
+                    .unwrap();
+                for (g, _) in live.iter().enumerate().filter(|(_, c)| **c == 0) {
+                    let block = &got[g * cap * n..(g + 1) * cap * n];
+                    assert!(
+                        block.iter().all(|&x| x.to_bits() == 0),
+                        "{what}: block {g} has no live rows, yet its outputs were computed"
+                    );
                 }
             }
         }

@@ -155,4 +155,8 @@ fn capacity_is_ceil_of_tokens_over_experts_times_factor() {
     assert_eq!(config(3, 1, 1.0).capacity(10), 4);
     assert_eq!(config(10, 1, 1.1).capacity(100), 11);
     assert_eq!(config(8, 2, 1.25).capacity(100), 32); // k × 15.625
+    // A factor past E/k (dropless) gives no slot that could never fill.
+    assert_eq!(config(8, 2, 8.0).capacity(100), 100);
+    assert_eq!(config(8, 2, 4.0).capacity(100), 100);
+    assert_eq!(config(4, 1, 10.0).capacity(7), 7);
 }

@@ -12,7 +12,9 @@ use gangway::kernels::loss::{mse_grad, mse_grad_reference};
 use gangway::kernels::optim::{AdamConfig, accumulate, accumulate_reference, sgd, sgd_reference};
 use gangway::kernels::router::RouterLoss;
 use gangway::kernels::router::{self, RouterConfig, route};
-use gangway::kernels::{embedding, expert_grad, loss, moe_dispatch, optim};
+use gangway::kernels::{
+    ExpertWeightGrad, eager, embedding, expert_grad, loss, moe_dispatch, optim,
+};
 use gangway::{DType, Device, Error, Rng, Tensor};
 
 fn main() -> std::process::ExitCode {
@@ -23,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(device: moe_backward_kernels_match_the_reference),
         case!(device: expert_weight_grad_matches_the_reference),
         case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
+        case!(device: expert_weight_grad_skips_rows_past_each_blocks_live_count),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(adapters: bad_inputs_are_typed_errors),
         case!(device: flat_updates_match_their_references),
@@ -265,6 +268,69 @@ fn expert_weight_grad_in_blocks_equals_accumulating_each_block(device: &Device) 
         .zip(&acc)
         .all(|(x, y)| x.to_bits() == y.to_bits());
     assert!(same, "on {}: {whole:?} vs {acc:?}", device.label());
+}
+
+/// Blocks of `cap` slot rows with a live count each (in strided records, as the router's): rows
+/// past a count are skipped. Where they are zero (empty slots), the bits are those of summing
+/// every row; where they are noise, the result is the reference over the live rows alone.
+fn expert_weight_grad_skips_rows_past_each_blocks_live_count(device: &Device) {
+    let (groups, per_group, cap, inner, n) = (3, 2, 11, 6, 9);
+    let blocks = groups * per_group;
+    let rows = blocks * cap;
+    let live: Vec<usize> = (0..blocks).map(|j| [0, cap, 4, 1, 10, 7][j]).collect();
+    let records: Vec<u32> = live.iter().flat_map(|&c| [c as u32, 99, 99]).collect();
+    let offsets: Vec<u32> = (0..=groups).map(|g| (g * per_group * cap) as u32).collect();
+    let node = |limits: Option<usize>| ExpertWeightGrad {
+        offsets: offsets.clone(),
+        block: cap,
+        limits,
+        axis: None,
+    };
+    let counts = Tensor::from_u32(device, &[records.len()], &records).unwrap();
+    let mut rng = Rng::new(31);
+    let zero_dead = |mut v: Vec<f32>, width: usize| {
+        for (j, &c) in live.iter().enumerate() {
+            v[(j * cap + c) * width..(j + 1) * cap * width].fill(0.0);
+        }
+        v
+    };
+    let (a_noisy, b_noisy) = (rng.vec(rows * inner), rng.vec(rows * n));
+    let (a, b) = (
+        zero_dead(a_noisy.clone(), inner),
+        zero_dead(b_noisy.clone(), n),
+    );
+    let run = |a: &[f32], b: &[f32], limits: Option<usize>| {
+        let (a, b) = (up(device, &[rows, inner], a), up(device, &[rows, n], b));
+        let mut inputs = vec![&a, &b];
+        if limits.is_some() {
+            inputs.push(&counts);
+        }
+        eager::run_one(&node(limits), &inputs)
+            .unwrap()
+            .to_f32()
+            .unwrap()
+    };
+    let whole = run(&a, &b, None);
+    let limited = run(&a, &b, Some(3));
+    let same = whole
+        .iter()
+        .zip(&limited)
+        .all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(
+        same,
+        "on {}: skipping zero rows changed bits",
+        device.label()
+    );
+    let want = expert_grad::expert_weight_grad_reference(&a, &b, &offsets, inner, n);
+    let got = run(&a_noisy, &b_noisy, Some(3));
+    assert_close("expert_weight_grad over live rows", &got, &want, 1e-5);
+    // Offsets that cut a block are refused, not summed against the wrong counts.
+    let bad = ExpertWeightGrad {
+        offsets: vec![0, 5, rows as u32],
+        ..node(Some(3))
+    };
+    let (a, b) = (up(device, &[rows, inner], &a), up(device, &[rows, n], &b));
+    assert!(eager::run_one(&bad, &[&a, &b, &counts]).is_err());
 }
 
 fn adam_matches_the_reference_over_several_steps(device: &Device) {

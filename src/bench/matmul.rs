@@ -227,6 +227,7 @@ impl Benchmark for MatmulBench {
         let a = p.variable("a", &[0], TensorType::new(s.dtype, &s.a_shape()));
         let b = p.variable("b", &[0], TensorType::new(s.dtype, &s.b_shape()));
         let kernel = Arc::new(Matmul {
+            limits: None,
             trans_a: s.trans_a,
             trans_b: s.trans_b,
             offsets: (s.groups > 1).then(|| self.offsets.clone()),

@@ -63,7 +63,7 @@ impl Operands {
             device.check_storage_size(what, elements as u64 * size)?;
         }
         let mut rng = Rng::new(0x6a6e);
-        let offsets: Vec<u32> = (0..=shape.groups)
+        let offsets: Vec<u32> = (0..=shape.row_groups())
             .map(|g| (g * shape.max_group_rows).min(shape.m) as u32)
             .collect();
         Ok(Self {
@@ -93,6 +93,7 @@ impl Operands {
             c: &self.c,
             offsets: &self.offsets,
             max_group_rows: self.shape.max_group_rows,
+            limits: None,
             options: MatmulOptions {
                 trans_a: self.shape.trans_a,
                 trans_b: self.shape.trans_b,

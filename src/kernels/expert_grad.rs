@@ -4,7 +4,7 @@
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
-use crate::kernels::matmul::{self, MatmulShape};
+use crate::kernels::matmul::{self, Limits, MatmulShape};
 use crate::kernels::node::{self, expect};
 use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
@@ -27,12 +27,17 @@ pub const EXPERT_GRAD: Shader = Shader {
 /// are then added in order. With `block` = the expert capacity, D devices' slot blocks in one
 /// group sum exactly as one device that computes each block in its own step and accumulates the
 /// steps: the MoE step's N-device = 1-device equality rests on this.
+///
+/// With `limits`, block `j` (rows `j·block ..`, so offsets must be multiples of `block`) has
+/// `limits.counts[j · stride]` live rows and the rest are zero rows of both `a` and `b` (empty
+/// expert slots): they are skipped, which changes no bit of the sums.
 pub fn encode_expert_weight_grad(
     encoder: &mut impl Recorder,
     a: &Tensor,
     b: &Tensor,
     offsets: &Tensor,
     block: usize,
+    limits: Option<Limits<'_>>,
     c: &Tensor,
 ) -> Result<()> {
     const WHAT: &str = "expert_weight_grad";
@@ -53,12 +58,28 @@ pub fn encode_expert_weight_grad(
     expect(WHAT, b, device, DType::F32, &[rows, n])?;
     expect(WHAT, offsets, device, DType::U32, &[groups + 1])?;
     expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
+    if let Some(l) = limits {
+        let blocks = if block == 0 { 0 } else { rows.div_ceil(block) };
+        if block == 0 || l.stride == 0 || l.counts.len() < (blocks.max(1) - 1) * l.stride + 1 {
+            return Err(bad(
+                WHAT,
+                format!(
+                    "live-row counts need blocks of at least 1 row and a stride of at least 1, \
+                     and {blocks} counts at stride {}; got block {block} and {} words",
+                    l.stride,
+                    l.counts.len()
+                ),
+            ));
+        }
+        expect(WHAT, l.counts, device, DType::U32, l.counts.shape())?;
+    }
     let params = Params {
         rows: to_u32(WHAT, rows)?,
         cols: to_u32(WHAT, n)?,
         experts: to_u32(WHAT, groups)?,
         inner: to_u32(WHAT, inner)?,
         capacity: to_u32(WHAT, block)?,
+        k: to_u32(WHAT, limits.map_or(0, |l| l.stride))?,
         ..Params::zeroed()
     };
     to_u32(WHAT, groups * inner * n)?;
@@ -69,6 +90,7 @@ pub fn encode_expert_weight_grad(
         (21, b.buffer()),
         (22, c.buffer()),
         (27, offsets.buffer()),
+        (28, limits.map_or(offsets, |l| l.counts).buffer()),
     ];
     encode(
         encoder,
@@ -96,7 +118,7 @@ pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32], block: usize)
     let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
     let out = Tensor::zeros(device, &[groups, inner, n], DType::F32)?;
     run(device, "expert_weight_grad", |enc| {
-        encode_expert_weight_grad(enc, a, b, &offsets_t, block, &out)
+        encode_expert_weight_grad(enc, a, b, &offsets_t, block, None, &out)
     })?;
     Ok(out)
 }
@@ -134,6 +156,9 @@ pub fn expert_weight_grad_reference(
 pub struct ExpertWeightGrad {
     pub offsets: Vec<u32>,
     pub block: usize,
+    /// The stride of the live-row counts per block in a third input, if the node has one
+    /// ([`encode_expert_weight_grad`]).
+    pub limits: Option<usize>,
     /// The gang axis the experts split along when the rows are split along others too (a
     /// `{data, expert}` mesh): the gradient is then partial over those others. `None`: the groups
     /// split like the rows.
@@ -155,7 +180,18 @@ impl Kernel for ExpertWeightGrad {
         true
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 2)?;
+        node::arity(self.kind(), inputs, 2 + usize::from(self.limits.is_some()))?;
+        if self.limits.is_some()
+            && (self.block == 0 || self.offsets.iter().any(|&o| !(o as usize).is_multiple_of(self.block)))
+        {
+            return Err(node::invalid(
+                self.kind(),
+                format!(
+                    "live-row counts are per block: offsets {:?} must be multiples of block {}",
+                    self.offsets, self.block
+                ),
+            ));
+        }
         let (_, i) = node::rows_cols(self.kind(), &inputs[0])?;
         let (_, n) = node::rows_cols(self.kind(), &inputs[1])?;
         Ok(vec![TensorType::f32(&[
@@ -167,6 +203,10 @@ impl Kernel for ExpertWeightGrad {
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let c = node::output(y, 0)?;
         let offsets = Tensor::from_u32(c.device(), &[self.offsets.len()], &self.offsets)?;
-        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, c)
+        let limits = self.limits.map(|stride| Limits {
+            counts: &x[2],
+            stride,
+        });
+        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, limits, c)
     }
 }

@@ -6,8 +6,14 @@
 //!
 //! Layouts (row-major): A is `[M, K]`, or `[K, M]` with `trans_a`; B is `[K, N]` / `[G, K, N]`, or
 //! `[N, K]` / `[G, N, K]` with `trans_b`; C is `[M, N]`. In the grouped form, rows
-//! `offsets[g]..offsets[g+1]` of A and C use `B[g]`, and no group has more than `max_group_rows`
-//! rows (a static bound, e.g. the expert capacity, that sizes the dispatch grid).
+//! `offsets[g]..offsets[g+1]` of A and C use `B[g / blocks]` (offsets may name `blocks` row
+//! groups per weight matrix: an expert's slot blocks, one per source device), and no group has
+//! more than `max_group_rows` rows (a static bound, e.g. the expert capacity, that sizes the
+//! dispatch grid).
+//!
+//! [`Limits`] let a grouped matmul skip empty expert slots: a device-side count per row group (the
+//! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
+//! store zeros without reading, so the output is the unlimited one's, bit for bit.
 
 use super::{Kernel, Prepared, TensorType, node, sharding_rules};
 use super::{Shader, autotune};
@@ -187,7 +193,11 @@ pub struct MatmulShape {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    /// Weight matrices in B (1 for a plain B).
     pub groups: usize,
+    /// Row groups per weight matrix: the grid covers `groups · blocks` groups.
+    #[serde(default = "one")]
+    pub blocks: usize,
     pub max_group_rows: usize,
     pub trans_a: bool,
     pub trans_b: bool,
@@ -202,6 +212,7 @@ impl MatmulShape {
             n,
             k,
             groups: 1,
+            blocks: 1,
             max_group_rows: m,
             trans_a: false,
             trans_b: false,
@@ -212,6 +223,11 @@ impl MatmulShape {
     /// Floating-point operations of the useful work, at most 2·M·N·K.
     pub fn flops(&self) -> f64 {
         2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    /// Row groups (offsets minus one).
+    pub fn row_groups(&self) -> usize {
+        self.groups * self.blocks
     }
 
     pub fn a_shape(&self) -> [usize; 2] {
@@ -263,7 +279,22 @@ struct Params {
     trans_a: u32,
     trans_b: u32,
     max_group_rows: u32,
-    _pad: u32,
+    blocks: u32,
+    limit_stride: u32,
+    _pad: [u32; 3],
+}
+
+fn one() -> usize {
+    1
+}
+
+/// Live rows per row group, on the device: group `g` has `counts[g · stride]` rows that may be
+/// nonzero in op(A) (a stride of 4 reads the `kept` field of the router's per-expert records).
+/// The caller promises the group's later rows of op(A) are zero.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits<'a> {
+    pub counts: &'a Tensor,
+    pub stride: usize,
 }
 
 /// Pre-allocated operands of one matmul, for callers that encode many kernels up front.
@@ -272,9 +303,10 @@ pub struct MatmulArgs<'a> {
     pub a: &'a Tensor,
     pub b: &'a Tensor,
     pub c: &'a Tensor,
-    /// `[groups + 1]` u32 row offsets.
+    /// `[groups · blocks + 1]` u32 row offsets: `blocks` row groups per weight matrix.
     pub offsets: &'a Tensor,
     pub max_group_rows: usize,
+    pub limits: Option<Limits<'a>>,
     pub options: MatmulOptions,
 }
 
@@ -341,13 +373,38 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
         });
     }
     c.expect_shape("matmul C", &[m, n])?;
-    args.offsets
-        .expect_shape("matmul group offsets", &[groups + 1])?;
+    let row_groups = match *args.offsets.shape() {
+        [len] if len > groups && (len - 1).is_multiple_of(groups) => len - 1,
+        _ => {
+            return Err(Error::ShapeMismatch {
+                what: "matmul group offsets",
+                expected: format!("[{groups}·blocks + 1] for B's {groups} groups"),
+                got: format!("{:?}", args.offsets.shape()),
+            });
+        }
+    };
+    if let Some(limits) = args.limits {
+        limits.counts.expect_device(WHAT, device)?;
+        limits.counts.expect_dtype(WHAT, DType::U32)?;
+        let need = (row_groups - 1) * limits.stride + 1;
+        if limits.stride == 0 || limits.counts.len() < need {
+            return Err(Error::InvalidArgument {
+                what: "matmul limits",
+                reason: format!(
+                    "{row_groups} row groups at stride {} need {need} counts, got {} (stride \
+                     at least 1)",
+                    limits.stride,
+                    limits.counts.len()
+                ),
+            });
+        }
+    }
     let shape = MatmulShape {
         m,
         n,
         k,
         groups,
+        blocks: row_groups / groups,
         max_group_rows: args.max_group_rows.min(m),
         trans_a: args.options.trans_a,
         trans_b: args.options.trans_b,
@@ -405,14 +462,18 @@ fn encode_variant(
         trans_a: shape.trans_a.into(),
         trans_b: shape.trans_b.into(),
         max_group_rows: shape.max_group_rows as u32,
-        _pad: 0,
+        blocks: shape.blocks as u32,
+        limit_stride: args.limits.map_or(0, |l| l.stride as u32),
+        _pad: [0; 3],
     };
     let (shader, entry, (tile_m, tile_n)) = variant.kernel(shape);
     let grid = [
         u32_dim("matmul grid", shape.n.div_ceil(tile_n))?,
         u32_dim("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
-        shape.groups as u32,
+        u32_dim("matmul grid", shape.row_groups())?,
     ];
+    // Without limits the shader never reads binding 5; any u32 buffer fills it.
+    let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let pipeline = shader.pipeline(device, shape.dtype, entry)?;
     let uniform = device.uniform_buffer("matmul params", &params);
     device.encode_dispatch(
@@ -425,6 +486,7 @@ fn encode_variant(
             (2, args.b.buffer()),
             (3, args.c.buffer()),
             (4, args.offsets.buffer()),
+            (5, limits.buffer()),
         ],
         grid,
     )
@@ -507,18 +569,20 @@ pub fn grouped_matmul(
         c: &c,
         offsets: &offsets_t,
         max_group_rows,
+        limits: None,
         options,
     };
     super::eager::submit_and_wait(device, "matmul", |encoder| encode(encoder, &args))?;
     Ok(c)
 }
 
-/// Plain-Rust reference of the grouped matmul (f64 accumulation). Rows outside every group are 0.
+/// Plain-Rust reference of the grouped matmul (f64 accumulation), `shape.blocks` row groups per
+/// weight matrix. Rows outside every group are 0.
 pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> Vec<f32> {
     let MatmulShape { m, n, k, .. } = *shape;
     let mut c = vec![0.0f32; m * n];
     for g in 0..offsets.len().saturating_sub(1) {
-        let b_base = g * k * n;
+        let b_base = g / shape.blocks.max(1) * k * n;
         for row in offsets[g] as usize..offsets[g + 1] as usize {
             for col in 0..n {
                 let mut acc = 0.0f64;
@@ -543,7 +607,8 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 }
 
 /// `op(a) · op(b)` as a program node; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]`
-/// times `b[g]`. `variant`'s sums are used where it can take the shape, else the tiled kernel's:
+/// times `b[g / blocks]` (`blocks`: the row groups over b's groups). With `limits` (a stride), a
+/// third input holds each row group's live rows ([`Limits`]). `variant`'s sums are used where it can take the shape, else the tiled kernel's:
 /// a choice fixed by N, K and the transposes alone, so every device of a split sums in the same
 /// order. Of the variants with `variant`'s sums ([`MatmulVariant::same_sums`]: vec4 and subgroup)
 /// the autotuner picks the fastest on each device, which changes no bit.
@@ -552,6 +617,8 @@ pub struct Matmul {
     pub trans_a: bool,
     pub trans_b: bool,
     pub offsets: Option<Vec<u32>>,
+    /// The stride of the live-row counts in a third input, if the node has one.
+    pub limits: Option<usize>,
     pub variant: MatmulVariant,
 }
 
@@ -568,13 +635,25 @@ impl Kernel for Matmul {
         self.trans_a || self.trans_b
     }
 
+    /// The factors' rule; the live-row counts are each device's own, whatever their layout.
     fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
-        sharding_rules::matmul(inputs, self.trans_a, self.trans_b)
+        let factors = if self.limits.is_some() && inputs.len() == 3 {
+            &inputs[..2]
+        } else {
+            inputs
+        };
+        sharding_rules::matmul(factors, self.trans_a, self.trans_b)
     }
 
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.kind();
-        node::arity(what, inputs, 2)?;
+        node::arity(what, inputs, 2 + usize::from(self.limits.is_some()))?;
+        if self.limits.is_some() && inputs[2].dtype != DType::U32 {
+            return Err(node::invalid(
+                what,
+                format!("live-row counts must be u32, got {}", inputs[2]),
+            ));
+        }
         let (r, c) = node::rows_cols(what, &inputs[0])?;
         let (m, k) = if self.trans_a { (c, r) } else { (r, c) };
         let (kb, n) = match (inputs[1].shape.as_slice(), self.trans_b) {
@@ -614,6 +693,10 @@ impl Kernel for Matmul {
             c,
             offsets: &offsets_t,
             max_group_rows,
+            limits: self.limits.map(|stride| Limits {
+                counts: &x[2],
+                stride,
+            }),
             options: MatmulOptions {
                 trans_a: self.trans_a,
                 trans_b: self.trans_b,

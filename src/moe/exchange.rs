@@ -35,6 +35,25 @@ impl ExpertExchange {
         (0..=self.local_experts).map(|e| e as u32 * rows).collect()
     }
 
+    /// Row offsets of the slot blocks after [`Self::to_experts`], `[local expert][source]`, of
+    /// `capacity` rows each: `D` row groups per local expert, for a grouped matmul that skips each
+    /// block's empty slots ([`crate::kernels::matmul::Limits`]).
+    pub fn block_offsets(&self) -> Vec<u32> {
+        let blocks = self.local_experts * self.devices;
+        (0..=blocks).map(|j| (j * self.capacity) as u32).collect()
+    }
+
+    /// The exchange of one `words`-word record per expert (the router's per-expert statistics):
+    /// after [`Self::to_experts`] a device holds its local experts' records from every source,
+    /// in the slot blocks' order.
+    pub fn per_expert(&self, words: usize) -> Self {
+        Self {
+            capacity: 1,
+            row_words: words,
+            ..*self
+        }
+    }
+
     /// The slot-major ↔ expert-major block moves (`back`: expert-major to slot-major).
     fn blocks(&self, back: bool) -> Vec<Block> {
         let (d, el, cap) = (self.devices, self.local_experts, self.capacity);

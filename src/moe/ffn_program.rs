@@ -7,8 +7,9 @@
 //! ```text
 //! logits = x · W_r                        [N, E]
 //! route (top-K, capacity, Switch priority), dispatch to slots [E·capacity, d]
-//! all-to-all to the experts' devices (capacity-padded, super::exchange)
-//! o = act(slots · W1[e]) · W2[e]          per local expert (grouped matmuls)
+//! all-to-all to the experts' devices (capacity-padded, super::exchange), and each expert's kept
+//! counts with them
+//! o = act(slots · W1[e]) · W2[e]          per local expert (grouped matmuls over the kept rows)
 //! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing)
 //! ```
 //!
@@ -22,12 +23,19 @@
 //! [`ProgramBuilder::only_where`] flags say; the expert side (the exchanges and the expert
 //! matmuls between them) always runs on every device, since a device with no tokens this round
 //! still serves the others' (it sends zero slots, which add exact zeros).
+//!
+//! The expert side skips empty slots (MegaBlocks' point, on static buffers): the router's kept
+//! counts travel with the slots, the expert matmuls and weight gradients run over each slot
+//! block's kept rows only ([`crate::kernels::matmul::Limits`]) and store zeros for the rest, and so
+//! compute the bits they computed over every slot. So a capacity factor of `E/K` (every expert's
+//! slots can hold the whole group: dropless) costs the expert matmuls what the kept tokens cost,
+//! not what the slots cost; the all-to-all, dispatch and the activation still move every slot.
 
 use super::exchange::ExpertExchange;
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::router::RouterConfig;
-use crate::kernels::router::RouterLoss;
+use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
     Accumulate, Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad,
     GateGrad, Kernel, Matmul, Router, RouterBackward,
@@ -91,6 +99,9 @@ pub struct MoeFfnSaved {
     /// The expert devices' token rows (expert-major), and their hidden layer before and after
     /// the activation.
     pub tokens: Value,
+    /// The router's per-expert records of the expert devices' slot blocks, in their order: the
+    /// first word of each is the block's kept rows.
+    pub live: Value,
     pub pre: Value,
     pub hidden: Value,
 }
@@ -148,6 +159,7 @@ impl MoeFfn {
 
     fn matmul(&self, trans_a: bool, trans_b: bool, offsets: Option<Vec<u32>>) -> Matmul {
         Matmul {
+            limits: None,
             trans_a,
             trans_b,
             offsets,
@@ -155,15 +167,21 @@ impl MoeFfn {
         }
     }
 
+    /// A grouped matmul over the slot blocks (one per local expert and source), each over its
+    /// kept rows (a third input: the blocks' router records).
     fn grouped(&self, trans_b: bool) -> Matmul {
-        self.matmul(false, trans_b, Some(self.exchange.expert_offsets()))
+        Matmul {
+            limits: Some(STAT_WORDS),
+            ..self.matmul(false, trans_b, Some(self.exchange.block_offsets()))
+        }
     }
 
-    /// The expert weight gradient over slot blocks of one source each.
+    /// The expert weight gradient over slot blocks of one source each, each over its kept rows.
     fn weight_grad(&self) -> ExpertWeightGrad {
         ExpertWeightGrad {
             offsets: self.exchange.expert_offsets(),
             block: self.exchange.capacity,
+            limits: Some(STAT_WORDS),
             axis: self.exchange.axis,
         }
     }
@@ -198,16 +216,22 @@ impl MoeFfn {
             &[x, probs, routes, stats],
         );
         // The expert side runs on every device, whichever hold tokens this round.
-        let (tokens, pre, hidden, expert_out) = b.only_where(None, |b| {
+        let (tokens, live, pre, hidden, expert_out) = b.only_where(None, |b| {
             let tokens = self
                 .exchange
                 .to_experts(b, gang, &at("all-to-all forward"), slots);
+            let live = self.exchange.per_expert(STAT_WORDS).to_experts(
+                b,
+                gang,
+                &at("all-to-all kept counts"),
+                stats,
+            );
             let pre = Self::k(
                 b,
                 gang,
                 &at("expert w1"),
                 self.grouped(false),
-                &[tokens, w.w1],
+                &[tokens, w.w1, live],
             );
             let act = self.activation.name();
             let op = match self.activation {
@@ -220,12 +244,12 @@ impl MoeFfn {
                 gang,
                 &at("expert w2"),
                 self.grouped(false),
-                &[hidden, w.w2],
+                &[hidden, w.w2, live],
             );
             let expert_out = self
                 .exchange
                 .to_tokens(b, gang, &at("all-to-all reverse"), out);
-            (tokens, pre, hidden, expert_out)
+            (tokens, live, pre, hidden, expert_out)
         });
         let y = Self::k(
             b,
@@ -240,6 +264,7 @@ impl MoeFfn {
             routing: [probs, routes, stats],
             expert_out,
             tokens,
+            live,
             pre,
             hidden,
         };
@@ -285,14 +310,14 @@ impl MoeFfn {
                 gang,
                 &at("expert w2 grad"),
                 self.weight_grad(),
-                &[s.hidden, d_o],
+                &[s.hidden, d_o, s.live],
             );
             let d_h = Self::k(
                 b,
                 gang,
                 &at("expert w2 input grad"),
                 self.grouped(true),
-                &[d_o, w.w2],
+                &[d_o, w.w2, s.live],
             );
             let name = at(&format!("expert {} backward", self.activation.name()));
             let d_pre = match self.activation {
@@ -312,14 +337,14 @@ impl MoeFfn {
                 gang,
                 &at("expert w1 grad"),
                 self.weight_grad(),
-                &[s.tokens, d_pre],
+                &[s.tokens, d_pre, s.live],
             );
             let d_tok = Self::k(
                 b,
                 gang,
                 &at("expert w1 input grad"),
                 self.grouped(true),
-                &[d_pre, w.w1],
+                &[d_pre, w.w1, s.live],
             );
             let d_slots =
                 self.exchange

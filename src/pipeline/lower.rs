@@ -240,6 +240,7 @@ impl Lowering<'_, '_> {
         tb: bool,
     ) -> Value {
         let op = Matmul {
+            limits: None,
             trans_a: ta,
             trans_b: tb,
             offsets: None,

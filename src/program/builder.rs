@@ -716,6 +716,7 @@ mod tests {
         use crate::kernels::matmul::MatmulVariant;
         let matmul = || {
             Arc::new(Matmul {
+                limits: None,
                 trans_a: false,
                 trans_b: true,
                 offsets: None,
@@ -774,6 +775,7 @@ mod tests {
         use crate::DType;
         use crate::kernels::matmul::MatmulVariant;
         let mm = Arc::new(Matmul {
+            limits: None,
             trans_a: false,
             trans_b: false,
             offsets: None,
@@ -806,6 +808,7 @@ mod tests {
         use crate::kernels::optim::AdamConfig;
         let mm = |trans_a| {
             Arc::new(Matmul {
+                limits: None,
                 trans_a,
                 trans_b: false,
                 offsets: None,

@@ -203,7 +203,8 @@ pub(crate) struct MoeVsDenseArgs {
     #[arg(long, default_value_t = 64)]
     pub(crate) context: usize,
     /// Capacity factors the MoE model runs at. E/K or more is dropless: every expert's slots
-    /// hold a whole group (worst-case buffers; the padded rows are computed too).
+    /// hold a whole group (worst-case buffers: the expert matmuls skip the empty slots, the
+    /// all-to-all, dispatch and activation still move them).
     #[arg(long, value_delimiter = ',', default_value = "1.0,1.25,2.0")]
     pub(crate) capacities: Vec<f32>,
     #[arg(long, default_value_t = 3)]

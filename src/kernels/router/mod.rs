@@ -33,6 +33,8 @@ impl RouterConfig {
     /// `ceil(k × tokens / experts × capacity_factor)`, the most (token, choice) pairs one expert
     /// takes. Each token makes k choices, so (as in GShard and fairseq) the capacity scales with
     /// k: at factor 1.0 and perfect balance nothing is dropped, for top-1 and top-2 alike.
+    /// Never more than `tokens`: a token picks an expert at most once, so from a factor of `E/k`
+    /// on (dropless) more slots could never fill.
     pub fn capacity(&self, tokens: usize) -> usize {
         // Use the factor as the user wrote it (1.1, not f32's 1.10000002), so that
         // 100 tokens / 10 experts × 1.1 is 11 and not 12.
@@ -42,7 +44,7 @@ impl RouterConfig {
             .parse()
             .unwrap_or(f64::from(self.capacity_factor));
         let exact = (self.k * tokens) as f64 * factor / self.experts as f64;
-        (exact - 1e-9).ceil().max(0.0) as usize
+        ((exact - 1e-9).ceil().max(0.0) as usize).min(tokens)
     }
 
     pub fn validate(&self) -> Result<()> {

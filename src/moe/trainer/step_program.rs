@@ -144,6 +144,7 @@ impl<S> Builder<'_, S> {
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
         let op = Matmul {
+            limits: None,
             trans_a,
             trans_b,
             offsets: None,
