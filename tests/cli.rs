@@ -636,6 +636,35 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["losses"].as_array().unwrap().len(), 3, "{report}");
     assert_eq!(report["config"]["moe_every"], 2, "{report}");
+    // `dropless` is a capacity factor of E/K: here 2 experts, top-1.
+    let mut dropless = vec![
+        "train",
+        "lm",
+        "--steps",
+        "2",
+        "--capacity-factor",
+        "dropless",
+    ];
+    dropless.extend(["--json", &json]);
+    dropless.extend(tiny);
+    gangway(&dropless);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["config"]["capacity_factor"], 2.0, "{report}");
+    let dropped = report["dropped_fractions"].as_array().unwrap();
+    assert!(dropped.iter().all(|d| d == 0.0), "{report}");
+    for bad in ["0", "-1", "lots", "inf"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(["train", "lm", &format!("--capacity-factor={bad}")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {err}");
+        assert!(
+            err.contains("a positive number or `dropless`"),
+            "{bad}: {err}"
+        );
+    }
     let mut again = vec!["train", "lm", "--steps", "2", "--resume", &ckpt];
     again.extend(tiny);
     let out = gangway(&again);

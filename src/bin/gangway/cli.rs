@@ -39,6 +39,29 @@ pub(crate) fn parse_backends_arg(s: &str) -> Result<wgpu::Backends, String> {
     parse_backends(s).map_err(|e| e.to_string())
 }
 
+/// A capacity factor: a positive number, or `dropless` (E/K: every expert's slots hold a whole
+/// routing group), kept as infinity until [`capacity_factor`] knows E and K.
+pub(crate) fn parse_capacity_arg(s: &str) -> Result<f32, String> {
+    if s.eq_ignore_ascii_case("dropless") {
+        return Ok(f32::INFINITY);
+    }
+    match s.parse::<f32>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!(
+            "a capacity factor is a positive number or `dropless`, got {s:?}"
+        )),
+    }
+}
+
+/// The factor `parse_capacity_arg` gave, with `dropless` made E/K.
+pub(crate) fn capacity_factor(parsed: f32, experts: usize, top_k: usize) -> f32 {
+    if parsed.is_infinite() {
+        experts as f32 / top_k.max(1) as f32
+    } else {
+        parsed
+    }
+}
+
 pub(crate) fn parse_virtual_arg(s: &str) -> Result<usize, String> {
     parse_virtual_devices("--virtual-devices", s).map_err(|e| e.to_string())
 }
@@ -203,9 +226,9 @@ pub(crate) struct MoeVsDenseArgs {
     #[arg(long, default_value_t = 64)]
     pub(crate) context: usize,
     /// Capacity factors the MoE model runs at. E/K or more is dropless: every expert's slots
-    /// hold a whole group (worst-case buffers: the expert matmuls skip the empty slots, the
-    /// all-to-all, dispatch and activation still move them).
-    #[arg(long, value_delimiter = ',', default_value = "1.0,1.25,2.0")]
+    /// hold a whole group (`dropless` says so for any E and K; worst-case buffers: the expert
+    /// matmuls skip the empty slots, the all-to-all, dispatch and activation still move them).
+    #[arg(long, value_delimiter = ',', default_value = "1.0,1.25,2.0,dropless", value_parser = parse_capacity_arg)]
     pub(crate) capacities: Vec<f32>,
     #[arg(long, default_value_t = 3)]
     pub(crate) seeds: u64,
@@ -278,7 +301,9 @@ pub(crate) struct TransformerArgs {
     pub(crate) experts: usize,
     #[arg(long, default_value_t = 1)]
     pub(crate) top_k: usize,
-    #[arg(long, default_value_t = 1.25)]
+    /// Slots per expert per routing group, as a multiple of an even share (k·T/E), or `dropless`
+    /// (E/K: a whole group per expert, nothing dropped; the expert matmuls skip empty slots).
+    #[arg(long, default_value_t = 1.25, value_parser = parse_capacity_arg)]
     pub(crate) capacity_factor: f32,
     /// Weight α of the load-balancing loss.
     #[arg(long, default_value_t = 0.01)]
@@ -406,7 +431,9 @@ pub(crate) struct ModelArgs {
     pub(crate) experts: usize,
     #[arg(long, default_value_t = 2)]
     pub(crate) top_k: usize,
-    #[arg(long, default_value_t = 1.25)]
+    /// Slots per expert per routing group, as a multiple of an even share (k·T/E), or `dropless`
+    /// (E/K: a whole group per expert, nothing dropped; the expert matmuls skip empty slots).
+    #[arg(long, default_value_t = 1.25, value_parser = parse_capacity_arg)]
     pub(crate) capacity_factor: f32,
     /// Bytes of context per token.
     #[arg(long, default_value_t = 16)]
@@ -648,7 +675,9 @@ pub(crate) struct DemoArgs {
     pub(crate) experts: usize,
     #[arg(long, default_value_t = 2)]
     pub(crate) top_k: usize,
-    #[arg(long, default_value_t = 1.25)]
+    /// Slots per expert per routing group, as a multiple of an even share (k·T/E), or `dropless`
+    /// (E/K: a whole group per expert, nothing dropped; the expert matmuls skip empty slots).
+    #[arg(long, default_value_t = 1.25, value_parser = parse_capacity_arg)]
     pub(crate) capacity_factor: f32,
     #[arg(long, default_value_t = 64)]
     pub(crate) d_model: usize,

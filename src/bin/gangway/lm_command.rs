@@ -35,7 +35,11 @@ impl TransformerArgs {
             moe_every: self.moe_every,
             experts: self.experts,
             top_k: self.top_k,
-            capacity_factor: self.capacity_factor,
+            capacity_factor: crate::cli::capacity_factor(
+                self.capacity_factor,
+                self.experts,
+                self.top_k,
+            ),
             aux_alpha: self.aux_alpha,
             z_loss: self.z_loss,
             tied: self.tied,
@@ -249,7 +253,11 @@ pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<(
             context: args.context,
             ..standard.moe
         },
-        capacities: args.capacities.clone(),
+        capacities: args
+            .capacities
+            .iter()
+            .map(|&c| crate::cli::capacity_factor(c, args.experts, args.top_k))
+            .collect(),
         seeds: args.seeds,
         run: LmOptions {
             steps: args.steps,

@@ -78,7 +78,7 @@ impl ModelArgs {
             hidden: self.hidden,
             experts: self.experts,
             top_k: self.top_k,
-            capacity_factor: self.capacity_factor,
+            capacity_factor: cli::capacity_factor(self.capacity_factor, self.experts, self.top_k),
             blocks: self.blocks,
             aux_alpha: self.aux_alpha,
             z_loss: self.z_loss,
@@ -1090,7 +1090,7 @@ fn demo(runtime: &Runtime, args: &DemoArgs) -> Result<()> {
         router: RouterConfig {
             experts,
             k: args.top_k,
-            capacity_factor: args.capacity_factor,
+            capacity_factor: cli::capacity_factor(args.capacity_factor, experts, args.top_k),
             normalize_gates: true,
         },
         seed: args.seed,
