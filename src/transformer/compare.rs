@@ -117,8 +117,8 @@ pub fn active_parameters(cfg: &TransformerConfig) -> usize {
         .sum()
 }
 
-/// Runs every model over every seed on `devices` (one after another), reporting each run as it
-/// ends through `progress(model, seed, valid_bpb)`.
+/// Runs every model over every seed on `devices` (one after another, seed by seed), reporting
+/// each run as it ends through `progress(model, seed, valid_bpb)`.
 pub fn moe_vs_dense(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
@@ -169,11 +169,13 @@ pub fn moe_vs_dense(
     }
     let groups = devices.mesh_devices().len();
     let mut unigram_bpb = f64::NAN;
-    let mut rows = Vec::with_capacity(models.len());
-    for (name, cfg) in models {
-        let (mut valid_bpb, mut tokens_per_s, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
-        for seed in 0..opts.seeds {
-            let cfg = TransformerConfig { seed, ..cfg };
+    // Seed by seed, every model in turn: a slow spell of a noisy machine then lands on every
+    // model's runs alike, not on one model's row.
+    type Runs = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut runs: Vec<Runs> = vec![Default::default(); models.len()];
+    for seed in 0..opts.seeds {
+        for ((name, cfg), (valid_bpb, tokens_per_s, dropped)) in models.iter().zip(&mut runs) {
+            let cfg = TransformerConfig { seed, ..*cfg };
             let params = TransformerParams::init(cfg)?;
             let adam = AdamConfig::new(opts.lr);
             let mut trainer = TransformerTrainer::new(client, devices, &params, adam, groups)?;
@@ -188,20 +190,26 @@ pub fn moe_vs_dense(
             dropped.push(d.iter().sum::<f64>() / d.len().max(1) as f64);
             valid_bpb.push(report.valid_bpb);
             tokens_per_s.push(report.tokens_per_s);
-            progress(&name, seed, report.valid_bpb);
+            progress(name, seed, report.valid_bpb);
         }
-        rows.push(ModelRow {
-            name,
-            config: cfg,
-            parameters: cfg.param_specs().iter().map(|s| s.len()).sum(),
-            active_parameters: active_parameters(&cfg),
-            bpb: Spread::of(&valid_bpb),
-            speed: Spread::of(&tokens_per_s),
-            valid_bpb,
-            tokens_per_s,
-            dropped,
-        });
     }
+    let rows = models
+        .into_iter()
+        .zip(runs)
+        .map(
+            |((name, cfg), (valid_bpb, tokens_per_s, dropped))| ModelRow {
+                name,
+                config: cfg,
+                parameters: cfg.param_specs().iter().map(|s| s.len()).sum(),
+                active_parameters: active_parameters(&cfg),
+                bpb: Spread::of(&valid_bpb),
+                speed: Spread::of(&tokens_per_s),
+                valid_bpb,
+                tokens_per_s,
+                dropped,
+            },
+        )
+        .collect();
     Ok(Comparison {
         steps: opts.run.steps,
         batch: opts.run.batch,
