@@ -182,7 +182,11 @@ impl Kernel for ExpertWeightGrad {
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         node::arity(self.kind(), inputs, 2 + usize::from(self.limits.is_some()))?;
         if self.limits.is_some()
-            && (self.block == 0 || self.offsets.iter().any(|&o| !(o as usize).is_multiple_of(self.block)))
+            && (self.block == 0
+                || self
+                    .offsets
+                    .iter()
+                    .any(|&o| !(o as usize).is_multiple_of(self.block)))
         {
             return Err(node::invalid(
                 self.kind(),
