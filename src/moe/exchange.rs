@@ -8,6 +8,10 @@
 //! static; on device `j` it arrives `[source][local expert][capacity]`, and a block permute makes
 //! it `[local expert][source][capacity]`, the groups of `D · capacity` rows the grouped matmul
 //! wants. The way back is the inverse.
+//!
+//! The same exchange with one record per expert ([`ExpertExchange::per_expert`]) takes the
+//! router's per-expert statistics to the experts' devices in the slot blocks' order, so the expert
+//! kernels know each block's kept rows and skip its empty slots.
 
 use crate::kernels::Permute;
 use crate::kernels::copy_blocks::Block;
