@@ -390,16 +390,19 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                     "{variant:?} {weights}x{blocks} blocks of {cap}, n {n} k {k}, trans ({trans_a}, {trans_b}) on {}",
                     device.label()
                 );
+                // op(A)·op(B) of `a_host`, with the counts or without.
+                let run = |a_host: &[f32], limited: bool| {
+                    let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, a_host);
+                    let a = a.unwrap();
+                    let out = if limited {
+                        eager::run_one(&node(Some(STRIDE)), &[&a, &b, &counts])
+                    } else {
+                        eager::run_one(&node(None), &[&a, &b])
+                    };
+                    out.unwrap().to_f32().unwrap()
+                };
                 let a_host = rows_of(false, &mut rng);
-                let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &a_host).unwrap();
-                let limited = eager::run_one(&node(Some(STRIDE)), &[&a, &b, &counts])
-                    .unwrap()
-                    .to_f32()
-                    .unwrap();
-                let whole = eager::run_one(&node(None), &[&a, &b])
-                    .unwrap()
-                    .to_f32()
-                    .unwrap();
+                let (limited, whole) = (run(&a_host, true), run(&a_host, false));
                 assert!(
                     limited
                         .iter()
@@ -410,12 +413,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                 let want = matmul::reference(&a_host, &b_host, &offsets, &shape);
                 assert_close(&what, &limited, &want, 1e-5 * k as f32);
 
-                let noisy = rows_of(true, &mut rng);
-                let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &noisy).unwrap();
-                let got = eager::run_one(&node(Some(STRIDE)), &[&a, &b, &counts])
-                    .unwrap()
-                    .to_f32()
-                    .unwrap();
+                let got = run(&rows_of(true, &mut rng), true);
                 for (g, _) in live.iter().enumerate().filter(|(_, c)| **c == 0) {
                     let block = &got[g * cap * n..(g + 1) * cap * n];
                     assert!(

@@ -331,6 +331,10 @@ fn expert_weight_grad_skips_rows_past_each_blocks_live_count(device: &Device) {
     };
     let (a, b) = (up(device, &[rows, inner], &a), up(device, &[rows, n], &b));
     assert!(eager::run_one(&bad, &[&a, &b, &counts]).is_err());
+    // Too few counts for the blocks are refused, not read past.
+    let short = Tensor::from_u32(device, &[4], &[1, 2, 3, 4]).unwrap();
+    let err = eager::run_one(&node(Some(3)), &[&a, &b, &short]).unwrap_err();
+    assert!(err.to_string().contains("live-row counts"), "{err}");
 }
 
 fn adam_matches_the_reference_over_several_steps(device: &Device) {

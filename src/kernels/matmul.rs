@@ -297,6 +297,28 @@ pub struct Limits<'a> {
     pub stride: usize,
 }
 
+impl Limits<'_> {
+    /// Checks that the counts are u32 on `device`, with a stride of at least 1, and hold a count
+    /// for each of `entries` groups or blocks.
+    pub fn check(&self, what: &'static str, device: &Device, entries: usize) -> Result<()> {
+        self.counts.expect_device(what, device)?;
+        self.counts.expect_dtype(what, DType::U32)?;
+        let need = (entries.max(1) - 1) * self.stride + 1;
+        if self.stride == 0 || self.counts.len() < need {
+            return Err(Error::InvalidArgument {
+                what,
+                reason: format!(
+                    "live-row counts for {entries} groups at stride {} need {need} words, got {} \
+                     (stride at least 1)",
+                    self.stride,
+                    self.counts.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Pre-allocated operands of one matmul, for callers that encode many kernels up front.
 #[derive(Debug)]
 pub struct MatmulArgs<'a> {
@@ -384,20 +406,7 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
         }
     };
     if let Some(limits) = args.limits {
-        limits.counts.expect_device(WHAT, device)?;
-        limits.counts.expect_dtype(WHAT, DType::U32)?;
-        let need = (row_groups - 1) * limits.stride + 1;
-        if limits.stride == 0 || limits.counts.len() < need {
-            return Err(Error::InvalidArgument {
-                what: "matmul limits",
-                reason: format!(
-                    "{row_groups} row groups at stride {} need {need} counts, got {} (stride \
-                     at least 1)",
-                    limits.stride,
-                    limits.counts.len()
-                ),
-            });
-        }
+        limits.check("matmul limits", device, row_groups)?;
     }
     let shape = MatmulShape {
         m,
@@ -608,9 +617,9 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 
 /// `op(a) · op(b)` as a program node; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]`
 /// times `b[g / blocks]` (`blocks`: the row groups over b's groups). With `limits` (a stride), a
-/// third input holds each row group's live rows ([`Limits`]). `variant`'s sums are used where it can take the shape, else the tiled kernel's:
-/// a choice fixed by N, K and the transposes alone, so every device of a split sums in the same
-/// order. Of the variants with `variant`'s sums ([`MatmulVariant::same_sums`]: vec4 and subgroup)
+/// third input holds each row group's live rows ([`Limits`]). `variant`'s sums are used where it
+/// can take the shape, else the tiled kernel's: a choice fixed by N, K and the transposes alone,
+/// so every device of a split sums in the same order. Of the variants with `variant`'s sums ([`MatmulVariant::same_sums`]: vec4 and subgroup)
 /// the autotuner picks the fastest on each device, which changes no bit.
 #[derive(Debug, Clone)]
 pub struct Matmul {
