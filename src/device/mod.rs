@@ -113,6 +113,9 @@ impl Device {
     /// Serialises this adapter's GL work. wgpu's GL backend shares one context per adapter and
     /// panics when a thread waits over 6 s for it (a long shader compile on llvmpipe while other
     /// threads queue up is enough), so gangway's own threads queue here instead, without a timeout.
+    /// Not covered: a `wgpu::Buffer` dropped on another thread takes the context directly, so
+    /// threads of one process that share a GL adapter can still meet that timeout while one of
+    /// them compiles a long shader (the test harness runs GL cases one at a time for this).
     fn serial(&self) -> Option<MutexGuard<'_, ()>> {
         self.0
             .gl_lock

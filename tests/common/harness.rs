@@ -10,6 +10,7 @@ use gangway::{DType, Device};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
+use std::sync::{Mutex, PoisonError};
 
 /// `case!(device: some_test)`: the [`Case`] that runs `some_test` under its own name, made by
 /// [`Case::host`], [`Case::device`] or [`Case::adapters`].
@@ -143,7 +144,13 @@ impl Case {
         let name = self.name.to_string();
         let body = self.body;
         if let Body::Host(test) = body {
-            return vec![(name, Plan::Run(Box::new(test)))];
+            return vec![(
+                name,
+                Plan::Run {
+                    test: Box::new(test),
+                    gl: false,
+                },
+            )];
         }
         let all = match found {
             Ok(all) => all.iter().collect::<Vec<_>>(),
@@ -170,11 +177,13 @@ impl Case {
                 } else if let Some(reason) = self.unmet(&members) {
                     Plan::Skip(reason)
                 } else {
-                    Plan::Run(match body {
+                    let gl = members.iter().any(|a| a.device.info().backend == "gl");
+                    let test: Box<dyn FnOnce() + Send> = match body {
                         Body::Device(test) => Box::new(move || test(&members[0].device)),
                         Body::Adapters(test) => Box::new(move || test(&Adapters::new(members))),
                         Body::Host(_) => unreachable!("planned above"),
-                    })
+                    };
+                    Plan::Run { test, gl }
                 };
                 (trial, plan)
             })
@@ -195,7 +204,11 @@ impl Case {
 
 /// What a trial does when run.
 enum Plan {
-    Run(Box<dyn FnOnce() + Send>),
+    /// `gl`: the trial touches a GL adapter, so it runs while no other such trial does.
+    Run {
+        test: Box<dyn FnOnce() + Send>,
+        gl: bool,
+    },
     Skip(String),
     Fail(String),
 }
@@ -203,9 +216,18 @@ enum Plan {
 impl Plan {
     fn into_trial(self, name: String) -> Trial {
         match self {
-            Plan::Run(test) => {
+            Plan::Run { test, gl } => {
                 let thread = name.clone();
                 Trial::test(name, move || {
+                    // wgpu's GL backend shares one context per adapter and panics when a thread
+                    // waits over 6 s for it. gangway's own calls queue on `Device::serial`, but a
+                    // buffer dropped on one trial's thread takes the context directly, and a
+                    // shader compile on another can hold it longer than that on llvmpipe under
+                    // load (a fresh-clone CI run aborted so). So GL trials take turns.
+                    let _turn = gl.then(|| {
+                        static GL_TRIALS: Mutex<()> = Mutex::new(());
+                        GL_TRIALS.lock().unwrap_or_else(PoisonError::into_inner)
+                    });
                     // A thread of its own named after the trial, as libtest gives each test: panics
                     // name their case, and no device work is left on the main thread, whose exit
                     // (with --test-threads=1 libtest-mimic runs trials there) tears Mesa down.
