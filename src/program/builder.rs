@@ -1,6 +1,10 @@
 //! The client API: build a program in a few lines. Errors are kept until [`ProgramBuilder::build`]
 //! so a chain of calls reads like the computation it describes.
 //!
+//! A kernel that updates an input in place (an accumulation, Adam) hands back the updated value
+//! as its output; a later node or result that reads the input it updated is a build error, since
+//! it would read the update under the old name.
+//!
 //! ```no_run
 //! # use gangway::program::ProgramBuilder;
 //! // Pathways Fig. 4: A on device 0, then B on device 1, then C on device 2.
@@ -19,6 +23,7 @@ use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::{GangAxes, NamedSharding};
 use crate::{Error, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Builds a [`Program`]; see the module docs.
@@ -29,6 +34,9 @@ pub struct ProgramBuilder {
     meshes: Vec<(Vec<usize>, GangAxes)>,
     /// The shards kernel nodes added now run on ([`Self::only_where`]); `None`: every shard.
     active: Option<Vec<bool>>,
+    /// Values a kernel updated in place, by that node's name: their storage holds the update, so
+    /// reading them again would read the new contents under the old name.
+    updated: HashMap<usize, String>,
     error: Option<String>,
 }
 
@@ -49,6 +57,7 @@ impl ProgramBuilder {
             },
             meshes: Vec::new(),
             active: None,
+            updated: HashMap::new(),
             error: None,
         }
     }
@@ -90,6 +99,19 @@ impl ProgramBuilder {
             self.fail(format!("{what}: an empty gang"));
         } else if sorted.len() != gang.len() {
             self.fail(format!("{what}: gang {gang:?} names a device twice"));
+        }
+    }
+
+    /// Records an error when `name` reads a value that a kernel updated in place before it:
+    /// the reader would see the update (use the updating node's output instead).
+    fn check_not_updated(&mut self, name: &str, inputs: &[Value]) {
+        let stale = inputs
+            .iter()
+            .find_map(|v| self.updated.get(&v.0).map(|by| (v.0, by.clone())));
+        if let Some((v, by)) = stale {
+            self.fail(format!(
+                "{name}: reads value {v} after {by} updated it in place (read its output instead)"
+            ));
         }
     }
 
@@ -143,6 +165,7 @@ impl ProgramBuilder {
         outputs_of: Vec<(TensorType, NamedSharding)>,
     ) -> Vec<Value> {
         self.check_gang(name, gang);
+        self.check_not_updated(name, &inputs);
         let active = match (&op, &self.active) {
             (Op::Kernel(_), Some(a)) if a.len() != gang.len() => {
                 self.fail(format!(
@@ -366,8 +389,29 @@ impl ProgramBuilder {
             return bad;
         };
         let outputs = outputs.into_iter().zip(shardings).collect();
-        let values = self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs);
+        let values = self.push_kernel(name, gang, kernel, inputs, outputs);
         values.try_into().unwrap_or(bad)
+    }
+
+    /// Adds a kernel node, and marks the inputs it updates in place as read no more.
+    fn push_kernel(
+        &mut self,
+        name: &str,
+        gang: &[usize],
+        kernel: Arc<dyn Kernel>,
+        inputs: Vec<Value>,
+        outputs: Vec<(TensorType, NamedSharding)>,
+    ) -> Vec<Value> {
+        let updates: Vec<Value> = kernel
+            .in_place()
+            .iter()
+            .filter_map(|&(_, i)| inputs.get(i).copied())
+            .collect();
+        let values = self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs);
+        for v in updates {
+            self.updated.insert(v.0, name.to_string());
+        }
+        values
     }
 
     /// [`Self::kernel`] for a kernel whose output count is known only at run time of the builder.
@@ -388,7 +432,7 @@ impl ProgramBuilder {
                     return Vec::new();
                 };
                 let outputs = outputs.into_iter().zip(shardings).collect();
-                self.push_typed(name, Op::Kernel(KernelNode(kernel)), gang, inputs, outputs)
+                self.push_kernel(name, gang, kernel, inputs, outputs)
             }
             Err(e) => {
                 self.fail(format!("{name}: {e}"));
@@ -627,6 +671,7 @@ impl ProgramBuilder {
             return;
         };
         let index = self.program.results.len();
+        self.check_not_updated(&format!("result{index}"), &[x]);
         self.program.result_nodes.push(self.program.nodes.len());
         self.program.nodes.push(Node {
             name: format!("result{index}"),
@@ -748,6 +793,30 @@ mod tests {
         let [_, _] = p.kernel("two of one", &[0], Arc::new(RowLogsumexp), &[a]);
         p.result(a);
         assert!(p.build().unwrap_err().to_string().contains("1 outputs"));
+    }
+
+    #[test]
+    fn a_value_updated_in_place_is_read_no_more() {
+        let build = |read_stale: bool, as_result: bool| {
+            let mut p = ProgramBuilder::new("in place");
+            let x = p.typed_arg(&[0], TensorType::f32(&[4]));
+            let g = p.relu("g", &[0], x);
+            let [sum] = p.kernel("sum", &[0], Arc::new(Accumulate), &[g, x]);
+            let read = if read_stale { g } else { sum };
+            if as_result {
+                p.result(read);
+            } else {
+                let y = p.relu("y", &[0], read);
+                p.result(y);
+            }
+            p.build()
+        };
+        assert!(build(false, false).is_ok());
+        assert!(build(false, true).is_ok());
+        for as_result in [false, true] {
+            let e = build(true, as_result).unwrap_err().to_string();
+            assert!(e.contains("after sum updated it in place"), "{e}");
+        }
     }
 
     #[test]
