@@ -18,6 +18,15 @@ use crate::kernels::copy_blocks::Block;
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
 
+/// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), source-major
+/// until [`ExpertExchange::arrived`] permutes them.
+#[derive(Debug, Clone)]
+pub struct Moving {
+    value: Value,
+    /// The exchange's node name; `None`: one device, nothing moved.
+    name: Option<String>,
+}
+
 /// The exchange's shape: devices, experts per device, slots per expert per source, row width.
 #[derive(Debug, Clone, Copy)]
 pub struct ExpertExchange {
@@ -99,7 +108,7 @@ impl ExpertExchange {
     }
 
     /// Every device's slots to the devices of their experts, expert-major (nothing to move on
-    /// one device).
+    /// one device): [`Self::send_to_experts`], then [`Self::arrived`].
     pub fn to_experts(
         &self,
         b: &mut ProgramBuilder,
@@ -107,11 +116,38 @@ impl ExpertExchange {
         name: &str,
         slots: Value,
     ) -> Value {
+        let moving = self.send_to_experts(b, name, slots);
+        self.arrived(b, gang, moving)
+    }
+
+    /// The all-to-all of [`Self::to_experts`] alone. Nodes added before [`Self::arrived`] that do
+    /// not need the slots run while they travel: a device runs later nodes while one waits on
+    /// other devices, up to the first that needs the awaited data (here, the permute).
+    pub fn send_to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Moving {
         if self.devices == 1 {
-            return slots;
+            return Moving {
+                value: slots,
+                name: None,
+            };
         }
-        let moved = self.all_to_all(b, name, slots);
-        self.permute(b, gang, &format!("{name}: to expert-major"), moved, false)
+        Moving {
+            value: self.all_to_all(b, name, slots),
+            name: Some(name.to_string()),
+        }
+    }
+
+    /// The slots [`Self::send_to_experts`] sent, expert-major.
+    pub fn arrived(&self, b: &mut ProgramBuilder, gang: &[usize], moving: Moving) -> Value {
+        match moving.name {
+            None => moving.value,
+            Some(name) => self.permute(
+                b,
+                gang,
+                &format!("{name}: to expert-major"),
+                moving.value,
+                false,
+            ),
+        }
     }
 
     /// The expert devices' rows back to the devices of their tokens, slot-major.

@@ -13,11 +13,13 @@
 //! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing)
 //! ```
 //!
-//! The backward follows the same route in reverse: gate and slot gradients, the all-to-all to the
-//! experts, the expert weight gradients (summed one slot block at a time, so the sum does not
-//! depend on how many devices send blocks), the all-to-all back, dispatch and router backward
-//! (with the load-balancing and z losses). It returns the input gradient and the three weight
-//! gradients; the caller owns accumulation over rounds.
+//! The backward follows the same route in reverse: the slots' gradients and the all-to-all to the
+//! experts ([`MoeFfn::backward_send`]); then, in an order that lets devices compute while data
+//! travels, the router's backward (with the load-balancing and z losses), the experts' input
+//! gradients and the all-to-all back, the expert weight gradients (summed one slot block at a
+//! time, so the sum does not depend on how many devices send blocks), and dispatch backward. It
+//! returns the input gradient and the three weight gradients; the caller owns accumulation over
+//! rounds.
 //!
 //! The token side (router, dispatch, combine and their backward) runs on the shards the caller's
 //! [`ProgramBuilder::only_where`] flags say; the expert side (the exchanges and the expert
@@ -31,7 +33,7 @@
 //! slots can hold the whole group: dropless) costs the expert matmuls what the kept tokens cost,
 //! not what the slots cost; the all-to-all, dispatch and the activation still move every slot.
 
-use super::exchange::ExpertExchange;
+use super::exchange::{ExpertExchange, Moving};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::router::RouterConfig;
@@ -105,6 +107,11 @@ pub struct MoeFfnSaved {
     pub pre: Value,
     pub hidden: Value,
 }
+
+/// The slots' gradients on their way to the experts' devices: [`MoeFfn::backward_send`]'s
+/// result, for [`MoeFfn::backward_rest`].
+#[derive(Debug, Clone)]
+pub struct SentSlotGrads(Moving);
 
 /// The weight gradients of one round (partial: the caller sums them over rounds).
 #[derive(Debug, Clone, Copy)]
@@ -208,6 +215,12 @@ impl MoeFfn {
             Arc::new(Router(self.router)),
             &[logits],
         );
+        // The expert side runs on every device, whichever hold tokens this round. The kept
+        // counts go first: they travel while the token side dispatches.
+        let counts = self.exchange.per_expert(STAT_WORDS);
+        let live = b.only_where(None, |b| {
+            counts.send_to_experts(b, &at("all-to-all kept counts"), stats)
+        });
         let slots = Self::k(
             b,
             gang,
@@ -215,17 +228,12 @@ impl MoeFfn {
             Dispatch(self.router),
             &[x, probs, routes, stats],
         );
-        // The expert side runs on every device, whichever hold tokens this round.
         let (tokens, live, pre, hidden, expert_out) = b.only_where(None, |b| {
-            let tokens = self
+            let moving = self
                 .exchange
-                .to_experts(b, gang, &at("all-to-all forward"), slots);
-            let live = self.exchange.per_expert(STAT_WORDS).to_experts(
-                b,
-                gang,
-                &at("all-to-all kept counts"),
-                stats,
-            );
+                .send_to_experts(b, &at("all-to-all forward"), slots);
+            let live = counts.arrived(b, gang, live);
+            let tokens = self.exchange.arrived(b, gang, moving);
             let pre = Self::k(
                 b,
                 gang,
@@ -273,7 +281,8 @@ impl MoeFfn {
 
     /// The gradient of the layer's input given its output's `dy`, added to `residual` when the
     /// caller has one (the residual stream's gradient: `residual + dispatch grad + router input
-    /// grad`, summed in that order), and the weight gradients.
+    /// grad`, summed in that order), and the weight gradients: [`Self::backward_send`], then
+    /// [`Self::backward_rest`].
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
@@ -285,6 +294,54 @@ impl MoeFfn {
         dy: Value,
         residual: Option<Value>,
     ) -> (Value, MoeFfnGrads) {
+        let sent = self.backward_send(b, gang, at, s, dy);
+        self.backward_rest(b, gang, at, s, w, dy, sent, residual)
+    }
+
+    /// The backward's first part: the slots' gradients, sent to the experts' devices. A caller
+    /// that has work independent of the layer (a weight gradient of the layer above) puts it
+    /// between this and [`Self::backward_rest`], where devices run it while the slots travel.
+    pub fn backward_send(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        dy: Value,
+    ) -> SentSlotGrads {
+        let [probs, routes, stats] = s.routing;
+        let d_out = Self::k(
+            b,
+            gang,
+            &at("combine backward"),
+            CombineBackwardSlots(self.router),
+            &[dy, probs, routes, stats],
+        );
+        let moving = b.only_where(None, |b| {
+            self.exchange
+                .send_to_experts(b, &at("all-to-all backward"), d_out)
+        });
+        SentSlotGrads(moving)
+    }
+
+    /// The rest of the backward after [`Self::backward_send`]. The order is the one that hides
+    /// the exchanges: a device's worker runs later nodes while one waits for other devices' data,
+    /// up to the first node that needs that data. So the router's backward (which needs only
+    /// `dy`) comes while the slots travel to the experts, and the expert weight gradients while
+    /// the input gradients travel back; the inputs' gradients, which the exchanges wait on, come
+    /// first on each side.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_rest(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        w: &MoeFfnWeights,
+        dy: Value,
+        SentSlotGrads(moving): SentSlotGrads,
+        residual: Option<Value>,
+    ) -> (Value, MoeFfnGrads) {
         let [probs, routes, stats] = s.routing;
         let d_gate = Self::k(
             b,
@@ -293,81 +350,6 @@ impl MoeFfn {
             GateGrad(self.router),
             &[dy, s.expert_out, probs, routes, stats],
         );
-        let d_out = Self::k(
-            b,
-            gang,
-            &at("combine backward"),
-            CombineBackwardSlots(self.router),
-            &[dy, probs, routes, stats],
-        );
-        // The expert side runs on every device, whichever hold tokens this round.
-        let (gw1, gw2, d_slots) = b.only_where(None, |b| {
-            let d_o = self
-                .exchange
-                .to_experts(b, gang, &at("all-to-all backward"), d_out);
-            let gw2 = Self::k(
-                b,
-                gang,
-                &at("expert w2 grad"),
-                self.weight_grad(),
-                &[s.hidden, d_o, s.live],
-            );
-            let d_h = Self::k(
-                b,
-                gang,
-                &at("expert w2 input grad"),
-                self.grouped(true),
-                &[d_o, w.w2, s.live],
-            );
-            let name = at(&format!("expert {} backward", self.activation.name()));
-            let d_pre = match self.activation {
-                ExpertActivation::Relu => Self::k(
-                    b,
-                    gang,
-                    &name,
-                    ElementwiseOp::ReluBackward,
-                    &[s.hidden, d_h],
-                ),
-                ExpertActivation::Gelu => {
-                    Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
-                }
-            };
-            let gw1 = Self::k(
-                b,
-                gang,
-                &at("expert w1 grad"),
-                self.weight_grad(),
-                &[s.tokens, d_pre, s.live],
-            );
-            let d_tok = Self::k(
-                b,
-                gang,
-                &at("expert w1 input grad"),
-                self.grouped(true),
-                &[d_pre, w.w1, s.live],
-            );
-            let d_slots =
-                self.exchange
-                    .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
-            (gw1, gw2, d_slots)
-        });
-        let d_disp = Self::k(
-            b,
-            gang,
-            &at("dispatch backward"),
-            DispatchBackward(self.router),
-            &[d_slots, probs, routes, stats],
-        );
-        let mut dx = match residual {
-            Some(r) => Self::k(
-                b,
-                gang,
-                &at("accumulate dispatch grad"),
-                Accumulate,
-                &[r, d_disp],
-            ),
-            None => d_disp,
-        };
         let d_r = Self::k(
             b,
             gang,
@@ -389,6 +371,72 @@ impl MoeFfn {
             self.matmul(false, true, None),
             &[d_r, w.router],
         );
+        // The expert side runs on every device, whichever hold tokens this round.
+        let (gw1, gw2, d_slots) = b.only_where(None, |b| {
+            let d_o = self.exchange.arrived(b, gang, moving);
+            let d_h = Self::k(
+                b,
+                gang,
+                &at("expert w2 input grad"),
+                self.grouped(true),
+                &[d_o, w.w2, s.live],
+            );
+            let name = at(&format!("expert {} backward", self.activation.name()));
+            let d_pre = match self.activation {
+                ExpertActivation::Relu => Self::k(
+                    b,
+                    gang,
+                    &name,
+                    ElementwiseOp::ReluBackward,
+                    &[s.hidden, d_h],
+                ),
+                ExpertActivation::Gelu => {
+                    Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
+                }
+            };
+            let d_tok = Self::k(
+                b,
+                gang,
+                &at("expert w1 input grad"),
+                self.grouped(true),
+                &[d_pre, w.w1, s.live],
+            );
+            let d_slots =
+                self.exchange
+                    .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
+            let gw2 = Self::k(
+                b,
+                gang,
+                &at("expert w2 grad"),
+                self.weight_grad(),
+                &[s.hidden, d_o, s.live],
+            );
+            let gw1 = Self::k(
+                b,
+                gang,
+                &at("expert w1 grad"),
+                self.weight_grad(),
+                &[s.tokens, d_pre, s.live],
+            );
+            (gw1, gw2, d_slots)
+        });
+        let d_disp = Self::k(
+            b,
+            gang,
+            &at("dispatch backward"),
+            DispatchBackward(self.router),
+            &[d_slots, probs, routes, stats],
+        );
+        let mut dx = match residual {
+            Some(r) => Self::k(
+                b,
+                gang,
+                &at("accumulate dispatch grad"),
+                Accumulate,
+                &[r, d_disp],
+            ),
+            None => d_disp,
+        };
         dx = Self::k(
             b,
             gang,

@@ -13,6 +13,11 @@
 //!
 //! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
 //! its token side is idle shards of their nodes, while its experts serve every round.
+//!
+//! The backward puts the linear layers' weight gradients off until the next expert layer's slots
+//! are sent ([`Builder::linear_backward_later`]), or until a kernel would update their inputs in
+//! place, so devices compute them while the all-to-all travels; each is the same product, added
+//! in the same order.
 
 use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::kernels::attention::default_scale;
@@ -174,6 +179,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         gang: gang.clone(),
         params: Vec::new(),
         grads: vec![None; expert.len()],
+        later: Vec::new(),
     };
     // With one axis it carries both the token groups and the experts, as in the MoE trainer;
     // with two, experts split along `expert` and repeat along `data` (GShard, DeepSpeed-MoE).
@@ -320,7 +326,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 false,
             )
         } else {
-            x.linear_backward(&at, "head", head, z, d_logits)
+            x.linear_backward_later(&at, "head", head, z, d_logits)
         };
         let mut dh = x.norm_backward(&at("ln_f backward"), last, ln_f, dz, [gf, bf]);
         for l in (0..cfg.layers).rev() {
@@ -330,13 +336,13 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
             let df = match (&a.ffn, ix.ffn) {
                 (FfnAct::Dense { pre, hidden }, FfnIndex::Dense { w1, w2 }) => {
                     let (pre, hidden) = (*pre, *hidden);
-                    let d_hidden = x.linear_backward(&at, "ffn w2", w2, hidden, dh);
+                    let d_hidden = x.linear_backward_later(&at, "ffn w2", w2, hidden, dh);
                     let d_pre = x.k(
                         &at("ffn gelu backward"),
                         ElementwiseOp::GeluBackward,
                         &[pre, d_hidden],
                     );
-                    x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
+                    x.linear_backward_later(&at, "ffn w1", w1, a.f, d_pre)
                 }
                 (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {
                     let ffn = x.ffn();
@@ -345,7 +351,10 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                         w1: x.params[w1],
                         w2: x.params[w2],
                     };
-                    let (df, g) = ffn.backward(&mut x.b, &gang, &at, saved, &w, dh, None);
+                    let sent = ffn.backward_send(&mut x.b, &gang, &at, saved, dh);
+                    x.weight_grads_now();
+                    let (df, g) =
+                        ffn.backward_rest(&mut x.b, &gang, &at, saved, &w, dh, sent, None);
                     // Every device computed its experts' gradients this round.
                     let token_side = x.b.set_active(None);
                     x.grad(w2, &at("accumulate w2 grad"), g.w2);
@@ -362,7 +371,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 Accumulate,
                 &[dh, d_mid],
             );
-            let d_o = x.linear_backward(&at, "attention out", ix.wo, a.o, d_mid);
+            let d_o = x.linear_backward_later(&at, "attention out", ix.wo, a.o, d_mid);
             let back = AttentionBackward {
                 heads,
                 causal,
@@ -375,10 +384,10 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 Arc::new(back),
                 &[a.q, a.k, a.v, a.o, a.lse, d_o],
             );
-            let mut da = x.linear_backward(&at, "q", ix.wq, a.a, dq);
-            let dk_in = x.linear_backward(&at, "k", ix.wk, a.a, dk);
+            let mut da = x.linear_backward_later(&at, "q", ix.wq, a.a, dq);
+            let dk_in = x.linear_backward_later(&at, "k", ix.wk, a.a, dk);
             da = x.k(&at("accumulate k input grad"), Accumulate, &[da, dk_in]);
-            let dv_in = x.linear_backward(&at, "v", ix.wv, a.a, dv);
+            let dv_in = x.linear_backward_later(&at, "v", ix.wv, a.a, dv);
             da = x.k(&at("accumulate v input grad"), Accumulate, &[da, dv_in]);
             let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
             dh = x.k(
@@ -387,6 +396,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 &[d_mid, d_in],
             );
         }
+        x.weight_grads_now();
         let g_tok = x.k(
             &at("token embedding grad"),
             EmbedGrad { vocab: VOCAB },

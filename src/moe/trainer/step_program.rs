@@ -14,6 +14,13 @@
 //! its token side is idle shards of their nodes (`ProgramBuilder::only_where`), while its experts
 //! serve every round and its accumulators of expert gradients take every round's part.
 //!
+//! Node order hides communication: a device runs later nodes while one waits on other devices,
+//! up to the first that needs the awaited data. So the backward puts each linear layer's weight
+//! gradient after the next expert layer's send ([`Builder::linear_backward_later`]), the expert
+//! layer orders its own backward the same way ([`MoeFfn::backward_rest`]), and the step's end
+//! applies Adam to the expert tensors while the dense all-reduce travels ([`StepEnd::finish`]).
+//! None of this changes a bit: the same products, each added to its accumulator in the same order.
+//!
 //! The expert layer's nodes are [`super::super::ffn_program`]'s. The pieces any model's step
 //! program over a gang needs are here and shared with the Transformer's: `Builder` (kernels,
 //! matmuls, gradient accumulation, a linear layer's backward), `declare_params`, `StepEnd` (the
@@ -132,10 +139,28 @@ pub(crate) struct Builder<'a, S> {
     pub params: Vec<Value>,
     /// Gradient accumulators: made by the first contribution, added to in place after.
     pub grads: Vec<Option<Value>>,
+    /// Weight gradients put off by [`Builder::linear_backward_later`], not yet in the program.
+    pub later: Vec<LaterGrad>,
+}
+
+/// A linear layer's weight gradient `xᵀ · dy` for parameter `p`, to be added to the program
+/// later: nodes `<weight> weight grad` and `accumulate <weight> grad` (the round's prefix in
+/// `at`).
+pub(crate) struct LaterGrad {
+    p: usize,
+    names: [String; 2],
+    x: Value,
+    dy: Value,
 }
 
 impl<S> Builder<'_, S> {
     pub fn k(&mut self, name: &str, op: impl Kernel + 'static, inputs: &[Value]) -> Value {
+        // A put-off weight gradient must read its inputs before a kernel updates them in place.
+        for (_, i) in op.in_place() {
+            if let Some(&v) = inputs.get(i) {
+                self.weight_grads_reading(v);
+            }
+        }
         let [v] = self
             .b
             .kernel(name, &self.gang.clone(), Arc::new(op), inputs);
@@ -175,9 +200,10 @@ impl<S> Builder<'_, S> {
         self.grads[p] = Some(next);
     }
 
-    /// The backward of `y = x · W[p]` given `dy`: adds `xᵀ · dy` to W[p]'s gradient and returns
-    /// `dy · W[p]ᵀ`. Nodes are named `at("<what> weight grad")`, `at("accumulate <what> grad")`
-    /// and `at("<what> input grad")`.
+    /// The backward of `y = x · W[p]` given `dy`: returns `dy · W[p]ᵀ` and adds `xᵀ · dy` to
+    /// W[p]'s gradient, in that order (the input gradient is what the layer below waits on),
+    /// after any weight gradients put off before it. Nodes are named `at("<what> input grad")`, `at("<what> weight grad")` and
+    /// `at("accumulate <what> grad")`.
     pub fn linear_backward(
         &mut self,
         at: &dyn Fn(&str) -> String,
@@ -186,10 +212,58 @@ impl<S> Builder<'_, S> {
         x: Value,
         dy: Value,
     ) -> Value {
-        let g = self.mm(&at(&format!("{what} weight grad")), x, dy, true, false);
-        self.grad(p, &at(&format!("accumulate {what} grad")), g);
+        let dx = self.linear_backward_later(at, what, p, x, dy);
+        self.weight_grads_now();
+        dx
+    }
+
+    /// [`Self::linear_backward`], with the weight gradient put off until
+    /// [`Self::weight_grads_now`]: a step that sends data next (an expert layer's all-to-all)
+    /// adds it after the send, so that devices compute it while the data travels. Nothing else
+    /// changes: each gradient is the same product, added to its accumulator in the same order.
+    pub fn linear_backward_later(
+        &mut self,
+        at: &dyn Fn(&str) -> String,
+        what: &str,
+        p: usize,
+        x: Value,
+        dy: Value,
+    ) -> Value {
         let w = self.params[p];
-        self.mm(&at(&format!("{what} input grad")), dy, w, false, true)
+        let dx = self.mm(&at(&format!("{what} input grad")), dy, w, false, true);
+        self.later.push(LaterGrad {
+            p,
+            names: [
+                at(&format!("{what} weight grad")),
+                at(&format!("accumulate {what} grad")),
+            ],
+            x,
+            dy,
+        });
+        dx
+    }
+
+    /// Adds every put-off weight gradient to the program, in the order they were put off.
+    pub fn weight_grads_now(&mut self) {
+        let now = std::mem::take(&mut self.later);
+        self.add_weight_grads(now);
+    }
+
+    /// Adds the put-off weight gradients that read `v` to the program now.
+    fn weight_grads_reading(&mut self, v: Value) {
+        let (now, later) = std::mem::take(&mut self.later)
+            .into_iter()
+            .partition(|g| g.x == v || g.dy == v);
+        self.later = later;
+        self.add_weight_grads(now);
+    }
+
+    fn add_weight_grads(&mut self, grads: Vec<LaterGrad>) {
+        for g in grads {
+            let [product, accumulate] = &g.names;
+            let v = self.mm(product, g.x, g.dy, true, false);
+            self.grad(g.p, accumulate, v);
+        }
     }
 }
 
@@ -235,6 +309,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         gang: gang.clone(),
         params: Vec::new(),
         grads: vec![None; expert.len()],
+        later: Vec::new(),
     };
     // One axis carries both the token groups and the experts (GShard): device i routes group i
     // and holds experts [i·E/D, (i+1)·E/D).
@@ -318,7 +393,9 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             Mode::Grads | Mode::Read(_) => {}
         }
         // ---- backward
-        let mut dh = x.linear_backward(&at, "output", w_out, last, d_logits);
+        // Each layer's weight gradient waits until the next expert layer's slots are sent
+        // (linear_backward_later), so devices compute it while they travel.
+        let mut dh = x.linear_backward_later(&at, "output", w_out, last, d_logits);
         for l in (0..cfg.blocks).rev() {
             let ix = cfg.block_index(l);
             let at = |what: &str| format!("r{r} b{l} {what}");
@@ -327,7 +404,10 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
-            let (d_mid, g) = ffn.backward(&mut x.b, &gang, &at, &moe, &weights, dh, Some(dh));
+            let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
+            x.weight_grads_now();
+            let (d_mid, g) =
+                ffn.backward_rest(&mut x.b, &gang, &at, &moe, &weights, dh, sent, Some(dh));
             // Every device computed its experts' gradients this round.
             let token_side = x.b.set_active(None);
             x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
@@ -339,7 +419,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 ElementwiseOp::ReluBackward,
                 &[dense, d_mid],
             );
-            let back = x.linear_backward(&at, "dense", ix.dense, input, d_pre);
+            let back = x.linear_backward_later(&at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
         let d_pre = x.k(
@@ -419,17 +499,18 @@ pub(crate) struct StepEnd<'a> {
 }
 
 impl StepEnd<'_> {
-    /// Sums `grads[p]` for every `p` in `which` over the gang, packed into one all-reduce,
-    /// summed in device order.
-    fn reduce(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize]) {
-        if which.is_empty() {
-            return;
-        }
-        let types: Vec<TensorType> = which.iter().map(|&p| b.ty(grads[p])).collect();
+    /// Starts summing `grads[p]` for every `p` in `which` over the gang, packed into one
+    /// all-reduce summed in device order; [`Self::unpack`] takes the sums apart.
+    fn reduce(&self, b: &mut ProgramBuilder, grads: &[Value], which: &[usize]) -> Value {
         let parts: Vec<Value> = which.iter().map(|&p| grads[p]).collect();
         let pack = Arc::new(Pack { dtype: DType::F32 });
         let [packed] = b.kernel("pack dense grads", self.gang, pack, &parts);
-        let summed = b.all_reduce("all-reduce", packed);
+        b.all_reduce("all-reduce", packed)
+    }
+
+    /// Puts [`Self::reduce`]'s sums in place of `grads[p]` for every `p` in `which`.
+    fn unpack(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize], summed: Value) {
+        let types: Vec<TensorType> = which.iter().map(|&p| b.ty(grads[p])).collect();
         let unpack = Arc::new(Unpack { types });
         let unpacked = b.kernels("unpack dense grads", self.gang, unpack, &[summed]);
         for (&p, v) in which.iter().zip(unpacked) {
@@ -437,13 +518,41 @@ impl StepEnd<'_> {
         }
     }
 
+    /// The end of the step for the parameters in `which`, whose gradients are final: `1/G`, then
+    /// Adam when training.
+    fn apply(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize], mode: Mode) {
+        let gang = self.gang;
+        for &p in which {
+            if self.groups > 1 {
+                let s = 1.0 / self.groups as f32;
+                grads[p] = b.affine("scale grad", gang, grads[p], s, 0.0);
+            }
+            if let (Mode::Train, Some(bias)) = (mode, self.bias) {
+                // The moments lie as their parameter does.
+                let ty = TensorType::f32(&self.shapes[p]);
+                let laid = b.sharding(self.params[p]);
+                let m = b.sharded_variable(&m_var(p), gang, ty.clone(), laid.clone());
+                let v = b.sharded_variable(&v_var(p), gang, ty, laid);
+                let [_, _, _] = b.kernel(
+                    &format!("adam {}", self.names[p]),
+                    gang,
+                    Arc::new(Adam(self.adam)),
+                    &[self.params[p], m, v, grads[p], bias],
+                );
+            }
+        }
+    }
+
+    /// The all-reduces, `1/G` and Adam (training), or the packed gradients (`Mode::Grads`). The
+    /// expert tensors' end comes between the dense all-reduce and its unpacking: their
+    /// gradients are final on a one-axis mesh, so devices apply them while the dense sums
+    /// travel.
     pub fn finish(
         &self,
         b: &mut ProgramBuilder,
         grads: &[Option<Value>],
         mode: Mode,
     ) -> Result<()> {
-        let gang = self.gang;
         let mut grads: Vec<Value> = grads
             .iter()
             .map(|g| {
@@ -453,54 +562,35 @@ impl StepEnd<'_> {
                 })
             })
             .collect::<Result<_>>()?;
-        if gang.len() > 1 {
-            let dense: Vec<usize> = (0..grads.len()).filter(|&p| !self.expert[p]).collect();
-            self.reduce(b, &mut grads, &dense);
+        if matches!(mode, Mode::Forward | Mode::Read(_)) {
+            return Ok(());
         }
+        let (expert, dense): (Vec<usize>, Vec<usize>) =
+            (0..grads.len()).partition(|&p| self.expert[p]);
+        let summed =
+            (self.gang.len() > 1 && !dense.is_empty()).then(|| self.reduce(b, &grads, &dense));
         if let Some(axis) = self.data_axis {
             // Each data row holds every expert once: its replicas' gradients add up over rows.
             // One all-reduce per tensor: a pack of expert shards is pieces, not a value unpack
             // can cut.
-            for p in (0..grads.len()).filter(|&p| self.expert[p]) {
+            for &p in &expert {
                 let name = format!("all-reduce {} over {axis}", self.names[p]);
                 grads[p] = b.all_reduce_over(&name, grads[p], axis);
             }
         }
-        if self.groups > 1 {
-            let s = 1.0 / self.groups as f32;
-            for g in &mut grads {
-                *g = b.affine("scale grad", gang, *g, s, 0.0);
-            }
+        self.apply(b, &mut grads, &expert, mode);
+        if let Some(summed) = summed {
+            self.unpack(b, &mut grads, &dense, summed);
         }
-        match mode {
-            Mode::Grads => {
-                let [packed] = b.kernel(
-                    "pack grads",
-                    gang,
-                    Arc::new(Pack { dtype: DType::F32 }),
-                    &grads,
-                );
-                b.result(packed);
-            }
-            Mode::Train => {
-                let Some(bias) = self.bias else {
-                    return Ok(());
-                };
-                for (p, &g) in grads.iter().enumerate() {
-                    // The moments lie as their parameter does.
-                    let ty = TensorType::f32(&self.shapes[p]);
-                    let laid = b.sharding(self.params[p]);
-                    let m = b.sharded_variable(&m_var(p), gang, ty.clone(), laid.clone());
-                    let v = b.sharded_variable(&v_var(p), gang, ty, laid);
-                    let [_, _, _] = b.kernel(
-                        &format!("adam {}", self.names[p]),
-                        gang,
-                        Arc::new(Adam(self.adam)),
-                        &[self.params[p], m, v, g, bias],
-                    );
-                }
-            }
-            Mode::Forward | Mode::Read(_) => {}
+        self.apply(b, &mut grads, &dense, mode);
+        if mode == Mode::Grads {
+            let [packed] = b.kernel(
+                "pack grads",
+                self.gang,
+                Arc::new(Pack { dtype: DType::F32 }),
+                &grads,
+            );
+            b.result(packed);
         }
         Ok(())
     }
