@@ -14,10 +14,11 @@
 //! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
 //! its token side is idle shards of their nodes, while its experts serve every round.
 //!
-//! The backward puts the linear layers' weight gradients off until the next expert layer's slots
-//! are sent ([`Builder::linear_backward_later`]), or until a kernel would update their inputs in
-//! place, so devices compute them while the all-to-all travels; each is the same product, added
-//! in the same order.
+//! Where an expert layer's backward comes next (after the head, when the last layer is one;
+//! after a layer's attention, when the layer below is one), the backward puts those linear layers'
+//! weight gradients off until that layer's slots are sent ([`Builder::linear_backward_later`]),
+//! so devices compute them while the all-to-all travels; each is the same product, added in the
+//! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
 
 use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::kernels::attention::default_scale;
@@ -326,7 +327,13 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 false,
             )
         } else {
-            x.linear_backward_later(&at, "head", head, z, d_logits)
+            // Put off only where an expert layer's send comes next: over a longer stretch the
+            // product loses its inputs from the caches of a CPU-backed device.
+            if cfg.is_moe(cfg.layers - 1) {
+                x.linear_backward_later(&at, "head", head, z, d_logits)
+            } else {
+                x.linear_backward(&at, "head", head, z, d_logits)
+            }
         };
         let mut dh = x.norm_backward(&at("ln_f backward"), last, ln_f, dz, [gf, bf]);
         for l in (0..cfg.layers).rev() {
@@ -336,13 +343,13 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
             let df = match (&a.ffn, ix.ffn) {
                 (FfnAct::Dense { pre, hidden }, FfnIndex::Dense { w1, w2 }) => {
                     let (pre, hidden) = (*pre, *hidden);
-                    let d_hidden = x.linear_backward_later(&at, "ffn w2", w2, hidden, dh);
+                    let d_hidden = x.linear_backward(&at, "ffn w2", w2, hidden, dh);
                     let d_pre = x.k(
                         &at("ffn gelu backward"),
                         ElementwiseOp::GeluBackward,
                         &[pre, d_hidden],
                     );
-                    x.linear_backward_later(&at, "ffn w1", w1, a.f, d_pre)
+                    x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
                 }
                 (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {
                     let ffn = x.ffn();
@@ -371,7 +378,17 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 Accumulate,
                 &[dh, d_mid],
             );
-            let d_o = x.linear_backward_later(&at, "attention out", ix.wo, a.o, d_mid);
+            // The next send is layer l − 1's, when its FFN is an expert layer.
+            let next_sends = l > 0 && cfg.is_moe(l - 1);
+            let linear =
+                |x: &mut Builder<'_, StepShape>, what: &str, p: usize, i: Value, d: Value| {
+                    if next_sends {
+                        x.linear_backward_later(&at, what, p, i, d)
+                    } else {
+                        x.linear_backward(&at, what, p, i, d)
+                    }
+                };
+            let d_o = linear(&mut x, "attention out", ix.wo, a.o, d_mid);
             let back = AttentionBackward {
                 heads,
                 causal,
@@ -384,10 +401,10 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 Arc::new(back),
                 &[a.q, a.k, a.v, a.o, a.lse, d_o],
             );
-            let mut da = x.linear_backward_later(&at, "q", ix.wq, a.a, dq);
-            let dk_in = x.linear_backward_later(&at, "k", ix.wk, a.a, dk);
+            let mut da = linear(&mut x, "q", ix.wq, a.a, dq);
+            let dk_in = linear(&mut x, "k", ix.wk, a.a, dk);
             da = x.k(&at("accumulate k input grad"), Accumulate, &[da, dk_in]);
-            let dv_in = x.linear_backward_later(&at, "v", ix.wv, a.a, dv);
+            let dv_in = linear(&mut x, "v", ix.wv, a.a, dv);
             da = x.k(&at("accumulate v input grad"), Accumulate, &[da, dv_in]);
             let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
             dh = x.k(
