@@ -619,8 +619,9 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 /// times `b[g / blocks]` (`blocks`: the row groups over b's groups). With `limits` (a stride), a
 /// third input holds each row group's live rows ([`Limits`]). `variant`'s sums are used where it
 /// can take the shape, else the tiled kernel's: a choice fixed by N, K and the transposes alone,
-/// so every device of a split sums in the same order. Of the variants with `variant`'s sums ([`MatmulVariant::same_sums`]: vec4 and subgroup)
-/// the autotuner picks the fastest on each device, which changes no bit.
+/// so every device of a split sums in the same order. Of the variants with `variant`'s sums
+/// ([`MatmulVariant::same_sums`]: vec4 and subgroup) the autotuner picks the fastest on each
+/// device, which changes no bit.
 #[derive(Debug, Clone)]
 pub struct Matmul {
     pub trans_a: bool,

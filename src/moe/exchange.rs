@@ -23,8 +23,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct Moving {
     value: Value,
-    /// The exchange's node name; `None`: one device, nothing moved.
-    name: Option<String>,
+    /// The exchange's node name.
+    name: String,
 }
 
 /// The exchange's shape: devices, experts per device, slots per expert per source, row width.
@@ -124,30 +124,24 @@ impl ExpertExchange {
     /// not need the slots run while they travel: a device runs later nodes while one waits on
     /// other devices, up to the first that needs the awaited data (here, the permute).
     pub fn send_to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Moving {
-        if self.devices == 1 {
-            return Moving {
-                value: slots,
-                name: None,
-            };
-        }
+        let value = if self.devices == 1 {
+            slots
+        } else {
+            self.all_to_all(b, name, slots)
+        };
         Moving {
-            value: self.all_to_all(b, name, slots),
-            name: Some(name.to_string()),
+            value,
+            name: name.to_string(),
         }
     }
 
     /// The slots [`Self::send_to_experts`] sent, expert-major.
     pub fn arrived(&self, b: &mut ProgramBuilder, gang: &[usize], moving: Moving) -> Value {
-        match moving.name {
-            None => moving.value,
-            Some(name) => self.permute(
-                b,
-                gang,
-                &format!("{name}: to expert-major"),
-                moving.value,
-                false,
-            ),
+        if self.devices == 1 {
+            return moving.value;
         }
+        let name = format!("{}: to expert-major", moving.name);
+        self.permute(b, gang, &name, moving.value, false)
     }
 
     /// The expert devices' rows back to the devices of their tokens, slot-major.

@@ -108,11 +108,6 @@ pub struct MoeFfnSaved {
     pub hidden: Value,
 }
 
-/// The slots' gradients on their way to the experts' devices: [`MoeFfn::backward_send`]'s
-/// result, for [`MoeFfn::backward_rest`].
-#[derive(Debug, Clone)]
-pub struct SentSlotGrads(Moving);
-
 /// The weight gradients of one round (partial: the caller sums them over rounds).
 #[derive(Debug, Clone, Copy)]
 pub struct MoeFfnGrads {
@@ -298,7 +293,8 @@ impl MoeFfn {
         self.backward_rest(b, gang, at, s, w, dy, sent, residual)
     }
 
-    /// The backward's first part: the slots' gradients, sent to the experts' devices. A caller
+    /// The backward's first part: the slots' gradients, on their way to the experts' devices
+    /// (for [`Self::backward_rest`]). A caller
     /// that has work independent of the layer (a weight gradient of the layer above) puts it
     /// between this and [`Self::backward_rest`], where devices run it while the slots travel.
     pub fn backward_send(
@@ -308,7 +304,7 @@ impl MoeFfn {
         at: Names,
         s: &MoeFfnSaved,
         dy: Value,
-    ) -> SentSlotGrads {
+    ) -> Moving {
         let [probs, routes, stats] = s.routing;
         let d_out = Self::k(
             b,
@@ -317,11 +313,10 @@ impl MoeFfn {
             CombineBackwardSlots(self.router),
             &[dy, probs, routes, stats],
         );
-        let moving = b.only_where(None, |b| {
+        b.only_where(None, |b| {
             self.exchange
                 .send_to_experts(b, &at("all-to-all backward"), d_out)
-        });
-        SentSlotGrads(moving)
+        })
     }
 
     /// The rest of the backward after [`Self::backward_send`]. The order is the one that hides
@@ -339,7 +334,7 @@ impl MoeFfn {
         s: &MoeFfnSaved,
         w: &MoeFfnWeights,
         dy: Value,
-        SentSlotGrads(moving): SentSlotGrads,
+        sent: Moving,
         residual: Option<Value>,
     ) -> (Value, MoeFfnGrads) {
         let [probs, routes, stats] = s.routing;
@@ -373,7 +368,7 @@ impl MoeFfn {
         );
         // The expert side runs on every device, whichever hold tokens this round.
         let (gw1, gw2, d_slots) = b.only_where(None, |b| {
-            let d_o = self.exchange.arrived(b, gang, moving);
+            let d_o = self.exchange.arrived(b, gang, sent);
             let d_h = Self::k(
                 b,
                 gang,

@@ -16,7 +16,7 @@
 //!
 //! Where an expert layer's backward comes next (after the head, when the last layer is one;
 //! after a layer's attention, when the layer below is one), the backward puts those linear layers'
-//! weight gradients off until that layer's slots are sent ([`Builder::linear_backward_later`]),
+//! weight gradients off until that layer's slots are sent ([`Builder::linear_backward_put_off`]),
 //! so devices compute them while the all-to-all travels; each is the same product, added in the
 //! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
 
@@ -329,11 +329,8 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         } else {
             // Put off only where an expert layer's send comes next: over a longer stretch the
             // product loses its inputs from the caches of a CPU-backed device.
-            if cfg.is_moe(cfg.layers - 1) {
-                x.linear_backward_later(&at, "head", head, z, d_logits)
-            } else {
-                x.linear_backward(&at, "head", head, z, d_logits)
-            }
+            let next_sends = cfg.is_moe(cfg.layers - 1);
+            x.linear_backward_put_off(next_sends, &at, "head", head, z, d_logits)
         };
         let mut dh = x.norm_backward(&at("ln_f backward"), last, ln_f, dz, [gf, bf]);
         for l in (0..cfg.layers).rev() {
@@ -380,15 +377,8 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
             );
             // The next send is layer l − 1's, when its FFN is an expert layer.
             let next_sends = l > 0 && cfg.is_moe(l - 1);
-            let linear =
-                |x: &mut Builder<'_, StepShape>, what: &str, p: usize, i: Value, d: Value| {
-                    if next_sends {
-                        x.linear_backward_later(&at, what, p, i, d)
-                    } else {
-                        x.linear_backward(&at, what, p, i, d)
-                    }
-                };
-            let d_o = linear(&mut x, "attention out", ix.wo, a.o, d_mid);
+            let d_o =
+                x.linear_backward_put_off(next_sends, &at, "attention out", ix.wo, a.o, d_mid);
             let back = AttentionBackward {
                 heads,
                 causal,
@@ -401,10 +391,10 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 Arc::new(back),
                 &[a.q, a.k, a.v, a.o, a.lse, d_o],
             );
-            let mut da = linear(&mut x, "q", ix.wq, a.a, dq);
-            let dk_in = linear(&mut x, "k", ix.wk, a.a, dk);
+            let mut da = x.linear_backward_put_off(next_sends, &at, "q", ix.wq, a.a, dq);
+            let dk_in = x.linear_backward_put_off(next_sends, &at, "k", ix.wk, a.a, dk);
             da = x.k(&at("accumulate k input grad"), Accumulate, &[da, dk_in]);
-            let dv_in = linear(&mut x, "v", ix.wv, a.a, dv);
+            let dv_in = x.linear_backward_put_off(next_sends, &at, "v", ix.wv, a.a, dv);
             da = x.k(&at("accumulate v input grad"), Accumulate, &[da, dv_in]);
             let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
             dh = x.k(

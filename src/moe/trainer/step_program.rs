@@ -16,7 +16,7 @@
 //!
 //! Node order hides communication: a device runs later nodes while one waits on other devices,
 //! up to the first that needs the awaited data. So the backward puts each linear layer's weight
-//! gradient after the next expert layer's send ([`Builder::linear_backward_later`]), the expert
+//! gradient after the next expert layer's send ([`Builder::linear_backward_put_off`]), the expert
 //! layer orders its own backward the same way ([`MoeFfn::backward_rest`]), and the step's end
 //! applies Adam to the expert tensors while the dense all-reduce travels ([`StepEnd::finish`]).
 //! None of this changes a bit: the same products, each added to its accumulator in the same order.
@@ -139,7 +139,7 @@ pub(crate) struct Builder<'a, S> {
     pub params: Vec<Value>,
     /// Gradient accumulators: made by the first contribution, added to in place after.
     pub grads: Vec<Option<Value>>,
-    /// Weight gradients put off by [`Builder::linear_backward_later`], not yet in the program.
+    /// Weight gradients put off by [`Builder::linear_backward_put_off`], not yet in the program.
     pub later: Vec<LaterGrad>,
 }
 
@@ -202,8 +202,8 @@ impl<S> Builder<'_, S> {
 
     /// The backward of `y = x · W[p]` given `dy`: returns `dy · W[p]ᵀ` and adds `xᵀ · dy` to
     /// W[p]'s gradient, in that order (the input gradient is what the layer below waits on),
-    /// after any weight gradients put off before it. Nodes are named `at("<what> input grad")`, `at("<what> weight grad")` and
-    /// `at("accumulate <what> grad")`.
+    /// after any weight gradients put off before it. Nodes are named `at("<what> input grad")`,
+    /// `at("<what> weight grad")` and `at("accumulate <what> grad")`.
     pub fn linear_backward(
         &mut self,
         at: &dyn Fn(&str) -> String,
@@ -212,17 +212,17 @@ impl<S> Builder<'_, S> {
         x: Value,
         dy: Value,
     ) -> Value {
-        let dx = self.linear_backward_later(at, what, p, x, dy);
-        self.weight_grads_now();
-        dx
+        self.linear_backward_put_off(false, at, what, p, x, dy)
     }
 
-    /// [`Self::linear_backward`], with the weight gradient put off until
-    /// [`Self::weight_grads_now`]: a step that sends data next (an expert layer's all-to-all)
-    /// adds it after the send, so that devices compute it while the data travels. Nothing else
-    /// changes: each gradient is the same product, added to its accumulator in the same order.
-    pub fn linear_backward_later(
+    /// [`Self::linear_backward`]; with `put_off`, the weight gradient waits for
+    /// [`Self::weight_grads_now`] (or for a kernel that would update its inputs in place): a step
+    /// that sends data next (an expert layer's all-to-all) adds it after the send, so that
+    /// devices compute it while the data travels. Nothing else changes: each gradient is the same
+    /// product, added to its accumulator in the same order.
+    pub fn linear_backward_put_off(
         &mut self,
+        put_off: bool,
         at: &dyn Fn(&str) -> String,
         what: &str,
         p: usize,
@@ -240,6 +240,9 @@ impl<S> Builder<'_, S> {
             x,
             dy,
         });
+        if !put_off {
+            self.weight_grads_now();
+        }
         dx
     }
 
@@ -394,8 +397,8 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         }
         // ---- backward
         // Each layer's weight gradient waits until the next expert layer's slots are sent
-        // (linear_backward_later), so devices compute it while they travel.
-        let mut dh = x.linear_backward_later(&at, "output", w_out, last, d_logits);
+        // (linear_backward_put_off), so devices compute it while they travel.
+        let mut dh = x.linear_backward_put_off(true, &at, "output", w_out, last, d_logits);
         for l in (0..cfg.blocks).rev() {
             let ix = cfg.block_index(l);
             let at = |what: &str| format!("r{r} b{l} {what}");
@@ -419,7 +422,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
                 ElementwiseOp::ReluBackward,
                 &[dense, d_mid],
             );
-            let back = x.linear_backward_later(&at, "dense", ix.dense, input, d_pre);
+            let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
         let d_pre = x.k(
