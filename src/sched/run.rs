@@ -189,6 +189,8 @@ pub(crate) struct RunState {
     pub key: Option<RunKey>,
     /// `[node]`: what each device does for the node, worked out once per run.
     pub roles: Vec<NodeRoles>,
+    /// The logical devices that do something for the run, ascending.
+    used: Vec<usize>,
     /// `[node]`: roles of the node not yet complete (outputs not ready).
     pub node_pending: Vec<AtomicUsize>,
     /// Device tasks not yet finished.
@@ -240,6 +242,12 @@ impl RunState {
         let nodes = exec.program().nodes();
         let per_shard = |n: &crate::program::Node| n.gang.len();
         let roles: Vec<NodeRoles> = (0..nodes.len()).map(|i| roles(&exec, i)).collect();
+        let mut used: Vec<usize> = roles
+            .iter()
+            .flat_map(|per_device| per_device.iter().map(|(d, _)| *d))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
         let node_pending = roles
             .iter()
             .map(|per_device| AtomicUsize::new(per_device.iter().map(|(_, r)| r.len()).sum()))
@@ -280,6 +288,7 @@ impl RunState {
                 .collect(),
             node_pending,
             roles,
+            used,
             tasks_left: AtomicUsize::new(0),
             callbacks: AtomicUsize::new(0),
             error: OnceLock::new(),
@@ -376,6 +385,13 @@ impl RunState {
         }
     }
 
+    /// The loss of one of this process's devices that the run uses, if one is lost.
+    fn lost_device(&self) -> Option<Error> {
+        (self.used.iter())
+            .filter_map(|&d| self.exec.devices[d].local())
+            .find_map(crate::Device::loss)
+    }
+
     /// After [`Self::wait`]: blocks until every kernel's GPU times are events, then takes the
     /// run's events. Device workers resolve a traced run's timestamps as soon as its last task
     /// on the device is submitted, so this is one GPU round trip at most.
@@ -389,10 +405,7 @@ impl RunState {
             }
             // A device lost after the results came back never maps its timestamps: its loss,
             // not a timeout, is the answer.
-            if let Some(lost) = (self.exec.devices.iter())
-                .filter_map(|d| d.local())
-                .find_map(crate::Device::loss)
-            {
+            if let Some(lost) = self.lost_device() {
                 return Err(lost);
             }
             if start.elapsed() > timeout {
@@ -420,8 +433,9 @@ impl RunState {
         Ok(events)
     }
 
-    /// Blocks until the results are read back or the run failed. No progress for `timeout` is
-    /// [`Error::Timeout`]. Result i: every shard's bytes, one after another.
+    /// Blocks until the results are read back or the run failed. A lost device of the run is
+    /// its [`Error::DeviceLost`]; no progress for `timeout` is [`Error::Timeout`]. Result i:
+    /// every shard's bytes, one after another.
     pub fn wait(&self, timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let (lock, cv) = &self.done;
         let mut done = lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -433,6 +447,11 @@ impl RunState {
             // is queued on its devices before the caller can read those variables.
             if *done && self.results_ready() && self.tasks_left.load(Ordering::Acquire) == 0 {
                 break;
+            }
+            // A device lost after its tasks were submitted never calls back with what they
+            // read: its loss, not a timeout, is the answer.
+            if let Some(lost) = self.lost_device() {
+                return Err(lost);
             }
             let idle = self
                 .last_progress
