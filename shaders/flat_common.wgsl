@@ -15,7 +15,7 @@ struct Params {
     experts: u32,   // embed_grad: V; expert_weight_grad: groups
     normalize: u32, // router_backward: 1 when top-2 gates were renormalised
     inner: u32,     // expert_weight_grad: K of the per-group A^T B (columns of A)
-    alpha: f32,     // aux loss weight; cross_entropy: gradient scale 1/T
+    alpha: f32,     // aux loss weight; cross_entropy: gradient scale 1/T; adam: gradient scale
     z_loss: f32,
     lr: f32,
     beta1: f32,

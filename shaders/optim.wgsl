@@ -6,12 +6,13 @@
 @group(0) @binding(25) var<storage, read_write> m2: array<f32>;
 @group(0) @binding(26) var<storage, read> grad: array<f32>;
 
-// One bias-corrected Adam step, in place: m1, m2 the first and second moments.
+// One bias-corrected Adam step, in place: m1, m2 the first and second moments; the gradient is
+// read as grad * alpha (1 for a plain step, 1/G for a step averaged over G routing groups).
 @compute @workgroup_size(256)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = index(gid, groups);
     if (i >= p.rows) { return; }
-    let g = grad[i];
+    let g = grad[i] * p.alpha;
     let m = p.beta1 * m1[i] + (1.0 - p.beta1) * g;
     let v = p.beta2 * m2[i] + (1.0 - p.beta2) * g * g;
     m1[i] = m;

@@ -27,6 +27,7 @@ fn main() -> std::process::ExitCode {
         case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
         case!(device: expert_weight_grad_skips_rows_past_each_blocks_live_count),
         case!(device: adam_matches_the_reference_over_several_steps),
+        case!(device: adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel),
         case!(adapters: bad_inputs_are_typed_errors),
         case!(device: flat_updates_match_their_references),
         case!(adapters: bad_flat_updates_are_errors),
@@ -356,6 +357,62 @@ fn adam_matches_the_reference_over_several_steps(device: &Device) {
         assert_close("adam param", &pt.to_f32().unwrap(), &p, 1e-5);
         assert_close("adam m", &mt.to_f32().unwrap(), &m, 1e-6);
         assert_close("adam v", &vt.to_f32().unwrap(), &v, 1e-6);
+    }
+}
+
+/// The training step's Adam node reads `grad · 1/G` itself: it must give the bits of a separate
+/// scaling kernel followed by a plain Adam step (which it replaced), and the reference's values.
+fn adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel(device: &Device) {
+    let cfg = AdamConfig::new(0.01);
+    for (len, scale) in [(1usize, 0.25f32), (257, 1.0 / 3.0), (1000, 0.125)] {
+        let mut rng = Rng::new(len as u64 + 7);
+        let p0 = rng.vec(len);
+        let (mut p, mut m, mut v) = (p0.clone(), vec![0.0; len], vec![0.0; len]);
+        let fused = [
+            up(device, &[len], &p0),
+            up(device, &[len], &m),
+            up(device, &[len], &v),
+        ];
+        let apart = [
+            up(device, &[len], &p0),
+            up(device, &[len], &m),
+            up(device, &[len], &v),
+        ];
+        for step in 1..=3u32 {
+            let (b1, b2) = cfg.bias(step);
+            let bias = up(device, &[2], &[b1, b2]);
+            let mut g = rng.vec(len);
+            // Exact zeros of both signs, as empty slots and dropped tokens give.
+            g[0] = if step == 2 { -0.0 } else { 0.0 };
+            let g_t = up(device, &[len], &g);
+            let node = optim::Adam {
+                config: cfg,
+                grad_scale: scale,
+            };
+            let [f0, f1, f2] = [&fused[0], &fused[1], &fused[2]];
+            eager::run(&node, &[f0, f1, f2, &g_t, &bias]).unwrap();
+            let affine = ElementwiseOp::Affine {
+                scale,
+                shift: 0.0,
+                repeat: 1,
+            };
+            let scaled = eager::run_one(&affine, &[&g_t]).unwrap();
+            let [a0, a1, a2] = [&apart[0], &apart[1], &apart[2]];
+            eager::run(&optim::Adam::new(cfg), &[a0, a1, a2, &scaled, &bias]).unwrap();
+            let g_scaled: Vec<f32> = g.iter().map(|&x| x * scale).collect();
+            optim::adam_reference(&mut p, &mut m, &mut v, &g_scaled, cfg, step).unwrap();
+        }
+        for (k, name) in ["param", "m", "v"].into_iter().enumerate() {
+            let (f, a) = (fused[k].to_f32().unwrap(), apart[k].to_f32().unwrap());
+            let same = f.iter().zip(&a).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "on {}: the scaled Adam changed {name}'s bits",
+                device.label()
+            );
+        }
+        assert_close("scaled adam param", &fused[0].to_f32().unwrap(), &p, 1e-5);
+        assert_close("scaled adam v", &fused[2].to_f32().unwrap(), &v, 1e-6);
     }
 }
 

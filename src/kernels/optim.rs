@@ -75,14 +75,15 @@ pub fn encode_adam(
     step: u32,
 ) -> Result<()> {
     config.validate(step)?;
-    let params = checked_params(param, m, v, grad, config, config.bias(step))?;
+    let params = checked_params(param, m, v, grad, config, config.bias(step), 1.0)?;
     let uniform = param.device().uniform_buffer(WHAT, &params);
     encode_step(encoder, param, m, v, grad, &uniform)
 }
 
-/// Records one Adam step whose bias corrections are read when the commands run, from `bias` (f32
-/// `[2]`: [`AdamConfig::bias`] of the step): one recording serves every step of a compiled
-/// training program.
+/// Records one Adam step on `grad · grad_scale` whose bias corrections are read when the commands
+/// run, from `bias` (f32 `[2]`: [`AdamConfig::bias`] of the step): one recording serves every
+/// step of a compiled training program.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_adam_from(
     encoder: &mut impl Recorder,
     param: &Tensor,
@@ -90,11 +91,18 @@ pub fn encode_adam_from(
     v: &Tensor,
     grad: &Tensor,
     config: AdamConfig,
+    grad_scale: f32,
     bias: &Tensor,
 ) -> Result<()> {
     config.validate(1)?;
+    if !grad_scale.is_finite() {
+        return Err(bad(
+            WHAT,
+            format!("the gradient's scale must be finite, got {grad_scale}"),
+        ));
+    }
     expect(WHAT, bias, param.device(), DType::F32, &[2])?;
-    let params = checked_params(param, m, v, grad, config, (1.0, 1.0))?;
+    let params = checked_params(param, m, v, grad, config, (1.0, 1.0), grad_scale)?;
     let uniform = param.device().uniform_buffer(WHAT, &params);
     let at = std::mem::offset_of!(Params, bias1) as u64;
     encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
@@ -104,7 +112,7 @@ pub fn encode_adam_from(
 const WHAT: &str = "adam";
 
 /// Checks the four tensors (f32, one shape, one device, distinct buffers) and makes the step's
-/// parameters with bias corrections `bias`.
+/// parameters with bias corrections `bias`, the gradient read as `grad · grad_scale`.
 fn checked_params(
     param: &Tensor,
     m: &Tensor,
@@ -112,6 +120,7 @@ fn checked_params(
     grad: &Tensor,
     config: AdamConfig,
     (bias1, bias2): (f32, f32),
+    grad_scale: f32,
 ) -> Result<Params> {
     for t in [param, m, v, grad] {
         expect(WHAT, t, param.device(), DType::F32, param.shape())?;
@@ -130,6 +139,7 @@ fn checked_params(
         eps: config.eps,
         bias1,
         bias2,
+        alpha: grad_scale,
         ..Params::zeroed()
     })
 }
@@ -209,9 +219,25 @@ pub fn adam_reference(
 }
 
 /// `(param, m, v, grad, bias [2]) → (param, m, v)`, in place, as a program node; `bias` is the
-/// step's [`AdamConfig::bias`], given at run time.
+/// step's [`AdamConfig::bias`], given at run time. The step reads the gradient as
+/// `grad · grad_scale` (a training step's `1/G` over its routing groups): the product a separate
+/// scaling kernel would have stored, rounded once, without that kernel's launch and its pass
+/// over the gradient on every device.
 #[derive(Debug, Clone)]
-pub struct Adam(pub AdamConfig);
+pub struct Adam {
+    pub config: AdamConfig,
+    pub grad_scale: f32,
+}
+
+impl Adam {
+    /// The step on the gradient as it is.
+    pub fn new(config: AdamConfig) -> Self {
+        Self {
+            config,
+            grad_scale: 1.0,
+        }
+    }
+}
 
 impl Kernel for Adam {
     fn kind(&self) -> &'static str {
@@ -229,7 +255,8 @@ impl Kernel for Adam {
         sharding_rules::in_place(inputs, 3, 1)
     }
     fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], self.0, &x[4])
+        let (config, scale) = (self.config, self.grad_scale);
+        encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], config, scale, &x[4])
     }
 }
 

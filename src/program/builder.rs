@@ -908,7 +908,7 @@ mod tests {
             } else {
                 g
             };
-            let adam = Arc::new(Adam(AdamConfig::new(1e-3)));
+            let adam = Arc::new(Adam::new(AdamConfig::new(1e-3)));
             let [_, _, _] = p.kernel("adam", &gang, adam, &[w, m, v, g, bias]);
             p.result(y);
             match p.build() {

@@ -27,7 +27,8 @@
 //!   the same Adam update.
 //! - **Scaling**: each group's backward is that of `CE_g + Σ_l (aux_{g,l} + z_{g,l})`, where the
 //!   kernels already take the means over the group's tokens; the batch loss is the mean over
-//!   groups, so every gradient is scaled by `1/G` once, after the sums.
+//!   groups, so every gradient is scaled by `1/G` once, after the sums: by Adam as it reads it
+//!   (the bits a scaling kernel would store), or by a kernel where the gradients are the result.
 //!
 //! The host side every trainer over a gang shares (the Transformer's too) is here as well:
 //! `check_gang`, `ShardLayout` (uploading parameters and moments, expert tensors cut by device),

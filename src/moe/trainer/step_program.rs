@@ -522,13 +522,15 @@ impl StepEnd<'_> {
     }
 
     /// The end of the step for the parameters in `which`, whose gradients are final: `1/G`, then
-    /// Adam when training.
+    /// Adam when training. Adam reads the gradient times `1/G` itself (the bits a scaling kernel
+    /// would store, without its launch and its pass over every gradient on every device); the
+    /// packed gradients of [`Mode::Grads`] are scaled by a kernel.
     fn apply(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize], mode: Mode) {
         let gang = self.gang;
+        let scale = 1.0 / self.groups.max(1) as f32;
         for &p in which {
-            if self.groups > 1 {
-                let s = 1.0 / self.groups as f32;
-                grads[p] = b.affine("scale grad", gang, grads[p], s, 0.0);
+            if self.groups > 1 && mode != Mode::Train {
+                grads[p] = b.affine("scale grad", gang, grads[p], scale, 0.0);
             }
             if let (Mode::Train, Some(bias)) = (mode, self.bias) {
                 // The moments lie as their parameter does.
@@ -539,7 +541,10 @@ impl StepEnd<'_> {
                 let [_, _, _] = b.kernel(
                     &format!("adam {}", self.names[p]),
                     gang,
-                    Arc::new(Adam(self.adam)),
+                    Arc::new(Adam {
+                        config: self.adam,
+                        grad_scale: scale,
+                    }),
                     &[self.params[p], m, v, grads[p], bias],
                 );
             }
