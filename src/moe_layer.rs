@@ -112,10 +112,10 @@ pub fn run_expert_parallel(
         row_words: d_out,
         ..there
     };
-    let tokens = there.to_experts(&mut p, &gang, "all-to-all forward", slots);
+    let tokens = there.to_experts(&mut p, "all-to-all forward", slots);
     let expert = matmul(Some(there.expert_offsets()));
     let [out] = p.kernel("experts", &gang, Arc::new(expert), &[tokens, we]);
-    let returned = back.to_tokens(&mut p, &gang, "all-to-all reverse", out);
+    let returned = back.to_tokens(&mut p, "all-to-all reverse", out);
     let [y] = p.kernel(
         "combine",
         &gang,

@@ -1,9 +1,9 @@
-//! Block row copies on the GPU: the pack/unpack step of all-to-all.
+//! Block row copies on the GPU (the router's kept counts gathered from its statistics). An
+//! all-to-all that regroups rows does it on the host as it gathers
+//! ([`crate::program::Regroup`]), with no kernel.
 
-use crate::Tensor;
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::{Kernel, Prepared, TensorType, node};
 use crate::{DType, Device, Error, Result};
 
 pub const COPY_BLOCKS: Shader = Shader {
@@ -86,33 +86,4 @@ pub fn encode(
             max_rows.min(256),
         ],
     )
-}
-
-/// `x → x` with blocks of `row_words`-word rows moved, as a program node; every row of the output
-/// is written.
-#[derive(Debug, Clone)]
-pub struct Permute {
-    pub blocks: Vec<Block>,
-    pub row_words: usize,
-}
-
-impl Kernel for Permute {
-    fn kind(&self) -> &'static str {
-        "permute"
-    }
-    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 1)?;
-        Ok(vec![inputs[0].clone()])
-    }
-    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let o = node::output(y, 0)?;
-        encode(
-            rec,
-            o.device(),
-            &self.blocks,
-            self.row_words,
-            x[0].buffer(),
-            o.buffer(),
-        )
-    }
 }

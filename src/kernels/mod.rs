@@ -53,7 +53,6 @@ pub use prepared::{Kernel, Prepared, TensorType};
 
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
-pub use copy_blocks::Permute;
 pub use elementwise::ElementwiseOp;
 pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::ExpertWeightGrad;

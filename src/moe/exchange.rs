@@ -5,26 +5,25 @@
 //! Device `s` holds its tokens' slots slot-major, `[expert][capacity]` for every expert, and each
 //! device holds `E/D` experts. The all-to-all sends each device the `[E/D · capacity]` block of its
 //! experts, kept or not (empty slots are zero rows, which add exact zeros), so every shape is
-//! static; on device `j` it arrives `[source][local expert][capacity]`, and a block permute makes
-//! it `[local expert][source][capacity]`, the groups of `D · capacity` rows the grouped matmul
-//! wants. The way back is the inverse.
+//! static; on device `j` the plain exchange would leave them `[source][local expert][capacity]`,
+//! and the exchange regroups them on the way ([`Regroup`]: the host places each block as it writes
+//! the gathered shards) into `[local expert][source][capacity]`, the groups of `D · capacity` rows
+//! the grouped matmul wants. The way back is the inverse, regrouped as each source's block is
+//! read. No device runs a permute kernel on either side.
 //!
 //! The same exchange with one record per expert ([`ExpertExchange::per_expert`]) takes the
 //! router's per-expert statistics to the experts' devices in the slot blocks' order, so the expert
 //! kernels know each block's kept rows and skip its empty slots.
 
-use crate::kernels::Permute;
 use crate::kernels::copy_blocks::Block;
-use crate::program::{ProgramBuilder, Value};
-use std::sync::Arc;
+use crate::program::{ProgramBuilder, Regroup, Value};
 
-/// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), source-major
-/// until [`ExpertExchange::arrived`] permutes them.
+/// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), to be used
+/// no earlier than [`ExpertExchange::arrived`] says: the nodes a caller adds in between run while
+/// they travel.
 #[derive(Debug, Clone)]
 pub struct Moving {
     value: Value,
-    /// The exchange's node name.
-    name: String,
 }
 
 /// The exchange's shape: devices, experts per device, slots per expert per source, row width.
@@ -84,78 +83,51 @@ impl ExpertExchange {
         blocks
     }
 
-    fn permute(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        name: &str,
-        x: Value,
-        back: bool,
-    ) -> Value {
-        let permute = Permute {
-            blocks: self.blocks(back),
-            row_words: self.row_words,
-        };
-        let [y] = b.kernel(name, gang, Arc::new(permute), &[x]);
-        y
-    }
-
-    fn all_to_all(&self, b: &mut ProgramBuilder, name: &str, x: Value) -> Value {
-        match self.axis {
-            Some(axis) => b.all_to_all_over(name, x, axis),
-            None => b.all_to_all(name, x),
+    /// The exchange, regrouped: `back` (to the tokens) reads each source's expert-major blocks
+    /// slot-major; otherwise the arrived slots are laid out expert-major.
+    fn all_to_all(&self, b: &mut ProgramBuilder, name: &str, x: Value, back: bool) -> Value {
+        let rows = self.devices * self.local_experts * self.capacity;
+        let blocks = self.blocks(back);
+        let (send, recv): (&[Block], &[Block]) = if back { (&blocks, &[]) } else { (&[], &blocks) };
+        match Regroup::from_blocks(rows, self.row_words * 4, send, recv) {
+            Ok(regroup) => b.all_to_all_regrouped(name, x, self.axis, regroup),
+            Err(e) => {
+                b.fail(format!("{name}: {e}"));
+                x
+            }
         }
     }
 
     /// Every device's slots to the devices of their experts, expert-major (nothing to move on
     /// one device): [`Self::send_to_experts`], then [`Self::arrived`].
-    pub fn to_experts(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        name: &str,
-        slots: Value,
-    ) -> Value {
+    pub fn to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Value {
         let moving = self.send_to_experts(b, name, slots);
-        self.arrived(b, gang, moving)
+        self.arrived(moving)
     }
 
     /// The all-to-all of [`Self::to_experts`] alone. Nodes added before [`Self::arrived`] that do
     /// not need the slots run while they travel: a device runs later nodes while one waits on
-    /// other devices, up to the first that needs the awaited data (here, the permute).
+    /// other devices, up to the first that needs the awaited data.
     pub fn send_to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Moving {
         let value = if self.devices == 1 {
             slots
         } else {
-            self.all_to_all(b, name, slots)
+            self.all_to_all(b, name, slots, false)
         };
-        Moving {
-            value,
-            name: name.to_string(),
-        }
+        Moving { value }
     }
 
-    /// The slots [`Self::send_to_experts`] sent, expert-major.
-    pub fn arrived(&self, b: &mut ProgramBuilder, gang: &[usize], moving: Moving) -> Value {
-        if self.devices == 1 {
-            return moving.value;
-        }
-        let name = format!("{}: to expert-major", moving.name);
-        self.permute(b, gang, &name, moving.value, false)
+    /// The slots [`Self::send_to_experts`] sent, expert-major: the nodes that use them come
+    /// after the caller's independent work.
+    pub fn arrived(&self, moving: Moving) -> Value {
+        moving.value
     }
 
     /// The expert devices' rows back to the devices of their tokens, slot-major.
-    pub fn to_tokens(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        name: &str,
-        rows: Value,
-    ) -> Value {
+    pub fn to_tokens(&self, b: &mut ProgramBuilder, name: &str, rows: Value) -> Value {
         if self.devices == 1 {
             return rows;
         }
-        let slots = self.permute(b, gang, &format!("{name}: to slot-major"), rows, true);
-        self.all_to_all(b, name, slots)
+        self.all_to_all(b, name, rows, true)
     }
 }

@@ -227,8 +227,8 @@ impl MoeFfn {
             let moving = self
                 .exchange
                 .send_to_experts(b, &at("all-to-all forward"), slots);
-            let live = counts.arrived(b, gang, live);
-            let tokens = self.exchange.arrived(b, gang, moving);
+            let live = counts.arrived(live);
+            let tokens = self.exchange.arrived(moving);
             let pre = Self::k(
                 b,
                 gang,
@@ -249,9 +249,7 @@ impl MoeFfn {
                 self.grouped(false),
                 &[hidden, w.w2, live],
             );
-            let expert_out = self
-                .exchange
-                .to_tokens(b, gang, &at("all-to-all reverse"), out);
+            let expert_out = self.exchange.to_tokens(b, &at("all-to-all reverse"), out);
             (tokens, live, pre, hidden, expert_out)
         });
         let y = Self::k(
@@ -368,7 +366,7 @@ impl MoeFfn {
         );
         // The expert side runs on every device, whichever hold tokens this round.
         let (gw1, gw2, d_slots) = b.only_where(None, |b| {
-            let d_o = self.exchange.arrived(b, gang, sent);
+            let d_o = self.exchange.arrived(sent);
             let d_h = Self::k(
                 b,
                 gang,
@@ -396,9 +394,9 @@ impl MoeFfn {
                 self.grouped(true),
                 &[d_pre, w.w1, s.live],
             );
-            let d_slots =
-                self.exchange
-                    .to_tokens(b, gang, &at("all-to-all backward reverse"), d_tok);
+            let d_slots = self
+                .exchange
+                .to_tokens(b, &at("all-to-all backward reverse"), d_tok);
             let gw2 = Self::k(
                 b,
                 gang,

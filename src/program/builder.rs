@@ -18,7 +18,7 @@
 //! # Ok::<(), gangway::Error>(())
 //! ```
 
-use super::ir::{Collective, KernelNode, Node, Op, Program, Value, ValueInfo};
+use super::ir::{Collective, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::{GangAxes, NamedSharding};
@@ -87,7 +87,9 @@ impl ProgramBuilder {
         self.program.in_order = true;
     }
 
-    fn fail(&mut self, reason: String) {
+    /// Defers an error to [`Self::build`] (the first one is kept): for a client's own checks of
+    /// what it is building.
+    pub(crate) fn fail(&mut self, reason: String) {
         self.error.get_or_insert(reason);
     }
 
@@ -143,7 +145,7 @@ impl ProgramBuilder {
             Some(i)
                 if matches!(
                     op,
-                    Op::Transfer | Op::Send | Op::Recv | Op::AllToAll(_) | Op::AllReduce(_)
+                    Op::Transfer | Op::Send | Op::Recv | Op::AllToAll(..) | Op::AllReduce(_)
                 ) =>
             {
                 i.ty.clone()
@@ -614,16 +616,25 @@ impl ProgramBuilder {
     /// All-to-all over `x`'s whole gang: each shard is cut into one chunk per device. The layout
     /// is unchanged: rows move between shards, as the caller's routing says.
     pub fn all_to_all(&mut self, name: &str, x: Value) -> Value {
-        self.all_to_all_among(name, x, None)
+        self.all_to_all_regrouped(name, x, None, Regroup::default())
     }
 
     /// [`Self::all_to_all`] within each group of shards along `axis` of `x`'s gang (the expert
     /// axis of a data × expert mesh).
     pub fn all_to_all_over(&mut self, name: &str, x: Value, axis: &str) -> Value {
-        self.all_to_all_among(name, x, Some(axis))
+        self.all_to_all_regrouped(name, x, Some(axis), Regroup::default())
     }
 
-    fn all_to_all_among(&mut self, name: &str, x: Value, axis: Option<&str>) -> Value {
+    /// [`Self::all_to_all`] (within groups along `axis`, if given) whose rows also change order
+    /// on the way, as `regroup` says: the host places them while it gathers, so neither side
+    /// runs a permute kernel. Its maps must cover a shard's rows, and a chunk must be whole rows.
+    pub fn all_to_all_regrouped(
+        &mut self,
+        name: &str,
+        x: Value,
+        axis: Option<&str>,
+        regroup: Regroup,
+    ) -> Value {
         let Some(info) = self.known(x) else {
             return x;
         };
@@ -634,8 +645,28 @@ impl ProgramBuilder {
                 info.shard_len, group.size
             ));
         }
+        if !regroup.is_plain() {
+            let bytes = info.shard_len * info.ty.dtype.size();
+            let rows = bytes / regroup.row_bytes.max(1);
+            let sides_fit = [&regroup.send, &regroup.recv]
+                .iter()
+                .all(|m| m.is_empty() || m.len() == rows);
+            if regroup.row_bytes == 0
+                || rows * regroup.row_bytes != bytes
+                || !rows.is_multiple_of(group.size)
+                || !sides_fit
+            {
+                self.fail(format!(
+                    "{name}: a regroup of {}-byte rows does not fit shards of {bytes} bytes                      cut into {} chunks of whole rows (maps of {} and {} rows)",
+                    regroup.row_bytes,
+                    group.size,
+                    regroup.send.len(),
+                    regroup.recv.len()
+                ));
+            }
+        }
         let sharding = info.sharding.clone();
-        let op = Op::AllToAll(group);
+        let op = Op::AllToAll(group, Arc::new(regroup));
         self.push(name, op, &info.gang, vec![x], info.shard_len, sharding)
     }
 
@@ -739,6 +770,25 @@ mod tests {
         let y = p.all_to_all("a2a", x);
         p.result(y);
         assert!(p.build().unwrap_err().to_string().contains("equal chunks"));
+
+        // A regroup's maps must cover the shard's rows, in chunks of whole rows.
+        let identity = |rows: usize| Regroup {
+            row_bytes: 8,
+            send: Vec::new(),
+            recv: (0..rows as u32).collect(),
+        };
+        for (len, regroup, fits) in [
+            (8, identity(3), false),
+            (6, identity(3), false),
+            (8, identity(4), true),
+        ] {
+            let mut p = ProgramBuilder::new("bad regroup");
+            let x = p.arg(&[0, 1], len);
+            let y = p.all_to_all_regrouped("a2a", x, None, regroup);
+            p.result(y);
+            let built = p.build();
+            assert_eq!(built.is_ok(), fits, "{len} values: {:?}", built.err());
+        }
 
         let mut p = ProgramBuilder::new("bad");
         let x = p.arg(&[0, 1], 4);

@@ -168,7 +168,7 @@ impl Program {
                 }
                 Op::Send => vec![(d, in_len)],
                 Op::Recv => vec![(d, out_len)],
-                Op::AllToAll(_) => vec![(d, out_len), (d, in_len)],
+                Op::AllToAll(..) => vec![(d, out_len), (d, in_len)],
                 Op::AllReduce(_) => vec![(d, out_len), (d, in_len)],
                 Op::Result { .. } => vec![(d, in_len)],
             })
@@ -260,7 +260,7 @@ impl Program {
                     Op::Recv => {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
-                    Op::AllToAll(_) => {
+                    Op::AllToAll(..) => {
                         res.staging = Some(device.readback_buffer(&label, out_bytes));
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }

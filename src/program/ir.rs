@@ -135,6 +135,103 @@ impl Collective {
     }
 }
 
+/// Rows an all-to-all moves in another order than the plain exchange, placed by the host while
+/// it gathers the staged shards (so no permute kernel runs before or after it on any device).
+/// Each map lists, for every row of its side, the row it comes from: `send[i]` is the row of a
+/// member's input shard that stands at row `i` before the shard is cut into chunks, and `recv[f]`
+/// the row of the plain exchange's output that lands at row `f` of the output shard. An empty map
+/// moves nothing. Rows are `row_bytes` bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Regroup {
+    pub row_bytes: usize,
+    pub send: Vec<u32>,
+    pub recv: Vec<u32>,
+}
+
+impl Regroup {
+    /// The regroup of `rows`-row shards whose input rows move by `send` and output rows by
+    /// `recv` (row blocks, as [`crate::kernels::Permute`] takes them: every row of a side is
+    /// written exactly once, or the side is empty and moves nothing).
+    pub fn from_blocks(
+        rows: usize,
+        row_bytes: usize,
+        send: &[crate::kernels::copy_blocks::Block],
+        recv: &[crate::kernels::copy_blocks::Block],
+    ) -> Result<Self> {
+        let map = |side: &str, blocks: &[crate::kernels::copy_blocks::Block]| {
+            if blocks.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut from = vec![u32::MAX; rows];
+            for b in blocks {
+                let (src, dst, n) = (b.src_row as usize, b.dst_row as usize, b.rows as usize);
+                if src + n > rows || dst + n > rows {
+                    return Err(Error::InvalidArgument {
+                        what: "all-to-all regroup",
+                        reason: format!("{side} block {b:?} is outside the shard's {rows} rows"),
+                    });
+                }
+                for j in 0..n {
+                    if from[dst + j] != u32::MAX {
+                        return Err(Error::InvalidArgument {
+                            what: "all-to-all regroup",
+                            reason: format!("{side} row {} is written twice", dst + j),
+                        });
+                    }
+                    from[dst + j] = (src + j) as u32;
+                }
+            }
+            if let Some(row) = from.iter().position(|&r| r == u32::MAX) {
+                return Err(Error::InvalidArgument {
+                    what: "all-to-all regroup",
+                    reason: format!("{side} row {row} of {rows} is never written"),
+                });
+            }
+            Ok(from)
+        };
+        Ok(Self {
+            row_bytes,
+            send: map("send", send)?,
+            recv: map("receive", recv)?,
+        })
+    }
+
+    /// Whether it moves any row.
+    pub fn is_plain(&self) -> bool {
+        self.send.is_empty() && self.recv.is_empty()
+    }
+
+    /// The output shard of the member at `place` of its group, from the group's input shards
+    /// in member order: chunk `k` of the plain exchange is chunk `place` of member `k`'s
+    /// (regrouped) shard.
+    pub fn gather(&self, place: usize, shards: &[&[u8]], out_bytes: usize) -> Vec<u8> {
+        let mut out = vec![0u8; out_bytes];
+        let members = shards.len().max(1);
+        let chunk = out_bytes / members;
+        let row = self.row_bytes.max(1);
+        if self.is_plain() || !chunk.is_multiple_of(row) {
+            for (k, bytes) in shards.iter().enumerate() {
+                let piece = bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
+                out[k * chunk..k * chunk + piece.len()].copy_from_slice(piece);
+            }
+            return out;
+        }
+        let (rows, chunk_rows) = (out_bytes / row, chunk / row);
+        for f in 0..rows {
+            let s = self.recv.get(f).map_or(f, |&r| r as usize);
+            let (k, i) = (s / chunk_rows, place * chunk_rows + s % chunk_rows);
+            let raw = self.send.get(i).map_or(i, |&r| r as usize);
+            let src = shards
+                .get(k)
+                .and_then(|b| b.get(raw * row..(raw + 1) * row));
+            if let Some(src) = src {
+                out[f * row..(f + 1) * row].copy_from_slice(src);
+            }
+        }
+        out
+    }
+}
+
 /// What one node computes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -159,8 +256,8 @@ pub enum Op {
     /// node's gang.
     Recv,
     /// Within each group of the collective, shard j of the output is chunk j of every member's
-    /// input shard, in member order.
-    AllToAll(Collective),
+    /// input shard, in member order; with its rows regrouped on the way as the [`Regroup`] says.
+    AllToAll(Collective, Arc<Regroup>),
     /// Every output shard is the elementwise sum of its group's input shards, in member order.
     AllReduce(Collective),
     /// The `index`-th result, read back to the host after every run.
@@ -177,7 +274,7 @@ impl Op {
             Op::Transfer => "transfer",
             Op::Send => "send",
             Op::Recv => "recv",
-            Op::AllToAll(_) => "all_to_all",
+            Op::AllToAll(..) => "all_to_all",
             Op::AllReduce(_) => "all_reduce",
             Op::Result { .. } => "result",
         }
@@ -348,5 +445,89 @@ impl Program {
                 _ => 0,
             })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Regroup;
+    use crate::kernels::copy_blocks::Block;
+
+    /// Each member's shard: `rows` rows of one byte, row `i` of member `k` holding `k·rows + i`.
+    fn shards(members: usize, rows: usize) -> Vec<Vec<u8>> {
+        (0..members)
+            .map(|k| (0..rows).map(|i| (k * rows + i) as u8).collect())
+            .collect()
+    }
+
+    /// The plain exchange, then `recv` applied as a permute kernel would, for `send`-permuted
+    /// inputs: what a regrouped gather must equal.
+    fn by_hand(send: &[Block], recv: &[Block], place: usize, shards: &[Vec<u8>]) -> Vec<u8> {
+        let permute = |x: &[u8], blocks: &[Block]| {
+            if blocks.is_empty() {
+                return x.to_vec();
+            }
+            let mut y = vec![0u8; x.len()];
+            for b in blocks {
+                for j in 0..b.rows as usize {
+                    y[b.dst_row as usize + j] = x[b.src_row as usize + j];
+                }
+            }
+            y
+        };
+        let chunk = shards[0].len() / shards.len();
+        let mut plain = Vec::new();
+        for s in shards {
+            plain.extend_from_slice(&permute(s, send)[place * chunk..(place + 1) * chunk]);
+        }
+        permute(&plain, recv)
+    }
+
+    #[test]
+    fn a_regrouped_gather_is_the_plain_exchange_with_its_permutes() {
+        // 3 members, 2 local experts of capacity 2: blocks [source][expert] <-> [expert][source].
+        let (d, el, cap) = (3usize, 2usize, 2usize);
+        let rows = d * el * cap;
+        let mut to_expert_major = Vec::new();
+        let mut to_slot_major = Vec::new();
+        for s in 0..d {
+            for e in 0..el {
+                let (slot, expert) = ((s * el + e) * cap, (e * d + s) * cap);
+                to_expert_major.push(Block::new(slot, expert, cap));
+                to_slot_major.push(Block::new(expert, slot, cap));
+            }
+        }
+        let shards = shards(d, rows);
+        let views: Vec<&[u8]> = shards.iter().map(Vec::as_slice).collect();
+        for (send, recv) in [
+            (&[][..], &to_expert_major[..]),
+            (&to_slot_major[..], &[][..]),
+            (&to_slot_major[..], &to_expert_major[..]),
+            (&[][..], &[][..]),
+        ] {
+            let regroup = Regroup::from_blocks(rows, 1, send, recv).unwrap();
+            for place in 0..d {
+                let want = by_hand(send, recv, place, &shards);
+                assert_eq!(regroup.gather(place, &views, rows), want, "place {place}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_regroup_that_is_no_permutation_is_refused() {
+        let rows = 4;
+        let gap = [Block::new(0, 0, 3)];
+        let twice = [Block::new(0, 0, 2), Block::new(2, 1, 2)];
+        let outside = [Block::new(2, 0, 4)];
+        for (blocks, says) in [
+            (&gap[..], "never written"),
+            (&twice[..], "written twice"),
+            (&outside[..], "outside"),
+        ] {
+            let err = Regroup::from_blocks(rows, 4, blocks, &[]).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+            let err = Regroup::from_blocks(rows, 4, &[], blocks).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
     }
 }

@@ -231,7 +231,7 @@ pub(crate) fn readers(
             .filter(|r| r.op == Op::Recv && r.inputs.first() == n.outputs.first())
             .filter_map(|r| r.gang.get(shard).and_then(|&d| rank_of(d)))
             .collect(),
-        Op::AllToAll(group) | Op::AllReduce(group) => group
+        Op::AllToAll(group, _) | Op::AllReduce(group) => group
             .members(shard)
             .filter_map(|m| n.gang.get(m).and_then(|&d| rank_of(d)))
             .collect(),

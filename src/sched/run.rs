@@ -145,7 +145,7 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
             }
             Op::Send => add(d, Role::Send { shard }),
             Op::Recv => add(d, Role::Recv { shard }),
-            Op::AllToAll(_) | Op::AllReduce(_) => {
+            Op::AllToAll(..) | Op::AllReduce(_) => {
                 add(d, Role::Stage { shard });
                 add(d, Role::Gather { shard });
             }

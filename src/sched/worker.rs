@@ -531,7 +531,7 @@ impl Worker {
                 run.role_done(node);
             }
             Role::Gather { shard } => {
-                let (Op::AllToAll(group) | Op::AllReduce(group)) = &n.op else {
+                let (Op::AllToAll(group, _) | Op::AllReduce(group)) = &n.op else {
                     return Err(missing());
                 };
                 let mail = &run.mail[node];
@@ -551,11 +551,20 @@ impl Worker {
                 let shards = members
                     .iter()
                     .map(|&m| mail[m].get().map_or(&[][..], Vec::as_slice));
-                if matches!(n.op, Op::AllToAll(_)) {
-                    let (place, chunk) = (group.position(shard), len_bytes / members.len());
-                    for (k, bytes) in shards.enumerate() {
-                        let piece = bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
-                        device.write_buffer(out, (k * chunk) as u64, piece);
+                if let Op::AllToAll(_, regroup) = &n.op {
+                    let place = group.position(shard);
+                    if regroup.is_plain() {
+                        let chunk = len_bytes / members.len();
+                        for (k, bytes) in shards.enumerate() {
+                            let piece =
+                                bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
+                            device.write_buffer(out, (k * chunk) as u64, piece);
+                        }
+                    } else {
+                        // The rows go where the consumer wants them (expert-major slots): the
+                        // host places them as it writes, in place of a permute kernel.
+                        let shards: Vec<&[u8]> = shards.collect();
+                        device.write_buffer(out, 0, &regroup.gather(place, &shards, len_bytes));
                     }
                 } else {
                     // The group's first member to get here adds the shards; the rest reuse it.
