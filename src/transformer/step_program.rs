@@ -434,6 +434,6 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         bias,
         data_axis,
     };
-    end.finish(&mut x.b, &x.grads, mode)?;
+    end.finish(&mut x.b, &x.grads, mode, None)?;
     x.b.build()
 }

@@ -17,8 +17,10 @@
 //! Node order hides communication: a device runs later nodes while one waits on other devices,
 //! up to the first that needs the awaited data. So the backward puts each linear layer's weight
 //! gradient after the next expert layer's send ([`Builder::linear_backward_put_off`]), the expert
-//! layer orders its own backward the same way ([`MoeFfn::backward_rest`]), and the step's end
-//! applies Adam to the expert tensors while the dense all-reduce travels ([`StepEnd::finish`]).
+//! layer orders its own backward the same way ([`MoeFfn::backward_rest`]), the replicated
+//! gradients that are final before the stem's and the embedding's backward start their
+//! all-reduce there (a bucket, as DDP's: [`StepEnd::start_reduce`]), and the step's end applies
+//! Adam to the expert tensors while the rest of the dense sums travel ([`StepEnd::finish`]).
 //! None of this changes a bit: the same products, each added to its accumulator in the same order.
 //!
 //! The expert layer's nodes are [`super::super::ffn_program`]'s. The pieces any model's step
@@ -342,6 +344,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         let every = x.b.spec(&gang, &[&[]], &[]);
         x.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
     });
+    let mut early = None;
     for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
         // The token side of a round runs on the devices holding a group in it (all of them with
@@ -425,6 +428,18 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
+        if r + 1 == inputs.len() && matches!(mode, Mode::Train | Mode::Grads) {
+            // The last round: every replicated gradient but the stem's and the embedding's is
+            // final here, so its sum goes now (DDP's gradient buckets) and travels while the
+            // stem's and the embedding's backward run.
+            x.weight_grads_now();
+            let bucket: Vec<usize> = (0..expert.len())
+                .filter(|&p| !expert[p] && p != W_IN && p != EMBED)
+                .collect();
+            let token_side = x.b.set_active(None);
+            early = StepEnd::start_reduce(&mut x.b, &gang, &x.grads, &bucket, "early")?;
+            x.b.set_active(token_side);
+        }
         let d_pre = x.k(
             &at("stem relu backward"),
             ElementwiseOp::ReluBackward,
@@ -450,7 +465,7 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
         bias,
         data_axis: None,
     };
-    step.finish(&mut x.b, &x.grads, mode)?;
+    step.finish(&mut x.b, &x.grads, mode, early)?;
     x.b.build()
 }
 
@@ -501,21 +516,55 @@ pub(crate) struct StepEnd<'a> {
     pub data_axis: Option<&'a str>,
 }
 
+fn no_gradient() -> crate::Error {
+    crate::Error::InvalidArgument {
+        what: "step program",
+        reason: "a parameter gets no gradient (no rounds)".into(),
+    }
+}
+
+/// A bucket of replicated gradients whose all-reduce a step started before its end
+/// ([`StepEnd::start_reduce`]): the sums, and the parameters they are of.
+pub(crate) struct Reducing {
+    summed: Value,
+    which: Vec<usize>,
+}
+
 impl StepEnd<'_> {
-    /// Starts summing `grads[p]` for every `p` in `which` over the gang, packed into one
-    /// all-reduce summed in device order; [`Self::unpack`] takes the sums apart.
-    fn reduce(&self, b: &mut ProgramBuilder, grads: &[Value], which: &[usize]) -> Value {
-        let parts: Vec<Value> = which.iter().map(|&p| grads[p]).collect();
+    /// Starts summing `grads[p]` for every `p` in `which` over `gang`, packed into one all-reduce
+    /// summed in device order (the bits of summing each alone); [`Self::finish`] takes the sums
+    /// apart. `None` on one device or with nothing to sum. Nodes are named after `bucket`
+    /// (`pack dense grads <bucket>`, `all-reduce <bucket>`).
+    pub fn start_reduce(
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        grads: &[Option<Value>],
+        which: &[usize],
+        bucket: &str,
+    ) -> Result<Option<Reducing>> {
+        if gang.len() < 2 || which.is_empty() {
+            return Ok(None);
+        }
+        let parts = which
+            .iter()
+            .map(|&p| grads[p].ok_or_else(no_gradient))
+            .collect::<Result<Vec<Value>>>()?;
         let pack = Arc::new(Pack { dtype: DType::F32 });
-        let [packed] = b.kernel("pack dense grads", self.gang, pack, &parts);
-        b.all_reduce("all-reduce", packed)
+        let named = |what: &str| format!("{what} {bucket}").trim_end().to_string();
+        let [packed] = b.kernel(&named("pack dense grads"), gang, pack, &parts);
+        let summed = b.all_reduce(&named("all-reduce"), packed);
+        Ok(Some(Reducing {
+            summed,
+            which: which.to_vec(),
+        }))
     }
 
-    /// Puts [`Self::reduce`]'s sums in place of `grads[p]` for every `p` in `which`.
-    fn unpack(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize], summed: Value) {
+    /// Puts [`Self::start_reduce`]'s sums in place of their gradients.
+    fn unpack(&self, b: &mut ProgramBuilder, grads: &mut [Value], reducing: &Reducing) {
+        let which = &reducing.which;
         let types: Vec<TensorType> = which.iter().map(|&p| b.ty(grads[p])).collect();
         let unpack = Arc::new(Unpack { types });
-        let unpacked = b.kernels("unpack dense grads", self.gang, unpack, &[summed]);
+        let unpacked = b.kernels("unpack dense grads", self.gang, unpack, &[reducing.summed]);
         for (&p, v) in which.iter().zip(unpacked) {
             grads[p] = v;
         }
@@ -554,29 +603,32 @@ impl StepEnd<'_> {
     /// The all-reduces, `1/G` and Adam (training), or the packed gradients (`Mode::Grads`). The
     /// expert tensors' end comes between the dense all-reduce and its unpacking: their
     /// gradients are final on a one-axis mesh, so devices apply them while the dense sums
-    /// travel.
+    /// travel. `early`: a bucket whose all-reduce the step started before its end; the rest of
+    /// the replicated gradients go in one more.
     pub fn finish(
         &self,
         b: &mut ProgramBuilder,
         grads: &[Option<Value>],
         mode: Mode,
+        early: Option<Reducing>,
     ) -> Result<()> {
         let mut grads: Vec<Value> = grads
             .iter()
-            .map(|g| {
-                g.ok_or_else(|| crate::Error::InvalidArgument {
-                    what: "step program",
-                    reason: "a parameter gets no gradient (no rounds)".into(),
-                })
-            })
+            .map(|g| g.ok_or_else(no_gradient))
             .collect::<Result<_>>()?;
         if matches!(mode, Mode::Forward | Mode::Read(_)) {
             return Ok(());
         }
         let (expert, dense): (Vec<usize>, Vec<usize>) =
             (0..grads.len()).partition(|&p| self.expert[p]);
-        let summed =
-            (self.gang.len() > 1 && !dense.is_empty()).then(|| self.reduce(b, &grads, &dense));
+        let started = early.as_ref().map_or(&[][..], |r| &r.which[..]);
+        let rest: Vec<usize> = dense
+            .iter()
+            .copied()
+            .filter(|p| !started.contains(p))
+            .collect();
+        let as_options: Vec<Option<Value>> = grads.iter().copied().map(Some).collect();
+        let late = Self::start_reduce(b, self.gang, &as_options, &rest, "")?;
         if let Some(axis) = self.data_axis {
             // Each data row holds every expert once: its replicas' gradients add up over rows.
             // One all-reduce per tensor: a pack of expert shards is pieces, not a value unpack
@@ -587,10 +639,14 @@ impl StepEnd<'_> {
             }
         }
         self.apply(b, &mut grads, &expert, mode);
-        if let Some(summed) = summed {
-            self.unpack(b, &mut grads, &dense, summed);
+        for reducing in early.iter().chain(&late) {
+            self.unpack(b, &mut grads, reducing);
+            self.apply(b, &mut grads, &reducing.which, mode);
         }
-        self.apply(b, &mut grads, &dense, mode);
+        if late.is_none() {
+            // One device: nothing was summed.
+            self.apply(b, &mut grads, &rest, mode);
+        }
         if mode == Mode::Grads {
             let [packed] = b.kernel(
                 "pack grads",
