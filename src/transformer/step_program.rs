@@ -1,8 +1,9 @@
 //! The Transformer's step as one compiled [`Program`] over a gang of `D` devices: per round, every
 //! device's routing group through the model ([`super`] documents it) and back, then the window
-//! model's step end ([`StepEnd`]: one all-reduce of the replicated gradients, scaling by `1/G`,
-//! Adam). Expert layers are [`MoeFfn`] nodes with GELU experts, expert-parallel over the gang's
-//! one axis as in the MoE trainer, or over the `expert` axis of a `{data, expert}` mesh, whose
+//! model's step end ([`StepEnd`]: the all-reduce of the replicated gradients, started in the last
+//! round before the embeddings' gradients for all but theirs, then `1/G` and Adam). Expert
+//! layers are [`MoeFfn`] nodes with GELU experts, expert-parallel over the gang's one axis as in
+//! the MoE trainer, or over the `expert` axis of a `{data, expert}` mesh, whose
 //! expert gradients are then all-reduced over `data`; attention takes the projections' rows as
 //! they are ([`Attention::seq`]), so each sequence stays whole on its device.
 //!
@@ -219,6 +220,7 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
     let (heads, causal, scale, seq) = x.attention();
     let [gf, bf] = cfg.final_norm_index();
     let head = cfg.head_index();
+    let mut early = None;
     for (r, &(ids, tgt)) in inputs.iter().enumerate() {
         let at = |what: &str| format!("r{r} {what}");
         // The token side of a round runs on the devices holding a group in it; the expert
@@ -403,6 +405,11 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
                 &[d_mid, d_in],
             );
         }
+        if r + 1 == inputs.len() {
+            // Every replicated gradient but the embeddings' is final here: its sum travels
+            // while the embedding gradients run.
+            early = x.reduce_final_grads(mode, &expert, &[0, 1])?;
+        }
         x.weight_grads_now();
         let g_tok = x.k(
             &at("token embedding grad"),
@@ -434,6 +441,6 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         bias,
         data_axis,
     };
-    end.finish(&mut x.b, &x.grads, mode, None)?;
+    end.finish(&mut x.b, &x.grads, mode, early)?;
     x.b.build()
 }

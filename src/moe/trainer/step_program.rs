@@ -248,6 +248,30 @@ impl<S> Builder<'_, S> {
         dx
     }
 
+    /// In the last round of a step that sums gradients, once the backward has passed every
+    /// layer but those of `not_yet`: starts the all-reduce of the replicated gradients that are
+    /// final (all but `not_yet`'s; the put-off ones are added first), so that it travels while the
+    /// rest of the backward runs (DDP's gradient buckets). [`StepEnd::finish`] takes the sums.
+    pub fn reduce_final_grads(
+        &mut self,
+        mode: Mode,
+        expert: &[bool],
+        not_yet: &[usize],
+    ) -> Result<Option<Reducing>> {
+        if !matches!(mode, Mode::Train | Mode::Grads) {
+            return Ok(None);
+        }
+        self.weight_grads_now();
+        let bucket: Vec<usize> = (0..expert.len())
+            .filter(|&p| !expert[p] && !not_yet.contains(&p))
+            .collect();
+        let token_side = self.b.set_active(None);
+        let gang = self.gang.clone();
+        let early = StepEnd::start_reduce(&mut self.b, &gang, &self.grads, &bucket, "early");
+        self.b.set_active(token_side);
+        early
+    }
+
     /// Adds every put-off weight gradient to the program, in the order they were put off.
     pub fn weight_grads_now(&mut self) {
         let now = std::mem::take(&mut self.later);
@@ -428,17 +452,9 @@ pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Pr
             let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
             dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
         }
-        if r + 1 == inputs.len() && matches!(mode, Mode::Train | Mode::Grads) {
-            // The last round: every replicated gradient but the stem's and the embedding's is
-            // final here, so its sum goes now (DDP's gradient buckets) and travels while the
-            // stem's and the embedding's backward run.
-            x.weight_grads_now();
-            let bucket: Vec<usize> = (0..expert.len())
-                .filter(|&p| !expert[p] && p != W_IN && p != EMBED)
-                .collect();
-            let token_side = x.b.set_active(None);
-            early = StepEnd::start_reduce(&mut x.b, &gang, &x.grads, &bucket, "early")?;
-            x.b.set_active(token_side);
+        if r + 1 == inputs.len() {
+            // Every replicated gradient but the stem's and the embedding's is final here.
+            early = x.reduce_final_grads(mode, expert, &[W_IN, EMBED])?;
         }
         let d_pre = x.k(
             &at("stem relu backward"),
