@@ -660,7 +660,8 @@ impl StepEnd<'_> {
             self.apply(b, &mut grads, &reducing.which, mode);
         }
         if late.is_none() {
-            // One device: nothing was summed.
+            // Nothing of the rest was summed: one device, or every replicated gradient went
+            // early (then the rest is empty).
             self.apply(b, &mut grads, &rest, mode);
         }
         if mode == Mode::Grads {
