@@ -512,9 +512,10 @@ pub(crate) fn declare_params(
 }
 
 /// The end of a step over a gang, the same for every model: the replicated parameters'
-/// gradients summed over devices in device order (one packed all-reduce), every gradient scaled by
-/// `1/G`, then either packed as the result ([`Mode::Grads`]) or applied by Adam with moments
-/// laid out as their parameters ([`Mode::Train`]).
+/// gradients summed over devices in device order (packed all-reduces: a bucket the step may have
+/// started early, [`StepEnd::start_reduce`], and the rest), every gradient scaled by `1/G`, then
+/// either packed as the result ([`Mode::Grads`]) or applied by Adam with moments laid out as
+/// their parameters ([`Mode::Train`]).
 pub(crate) struct StepEnd<'a> {
     pub gang: &'a [usize],
     pub params: &'a [Value],
