@@ -3,7 +3,8 @@
 //!
 //! A kernel that updates an input in place (an accumulation, Adam) hands back the updated value
 //! as its output; a later node or result that reads the input it updated is a build error, since
-//! it would read the update under the old name.
+//! it would read the update under the old name. Collectives are checked as they are added: an
+//! all-to-all's shards must cut into equal chunks, of whole rows where it regroups them.
 //!
 //! ```no_run
 //! # use gangway::program::ProgramBuilder;

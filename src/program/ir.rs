@@ -1,4 +1,7 @@
-//! The dataflow IR: one node per *sharded* computation, edges are sharded values.
+//! The dataflow IR: one node per *sharded* computation, edges are sharded values. Data movement
+//! is nodes too: transfers (whole, or as send and receive halves), and collectives within the
+//! groups of a gang axis ([`Collective`]), an all-to-all's rows regrouped on the way by the host
+//! where its consumer wants another order ([`Regroup`]).
 
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::NamedSharding;
@@ -196,7 +199,7 @@ impl Regroup {
         })
     }
 
-    /// Whether it moves any row.
+    /// Whether it leaves every row where the plain exchange puts it (both maps empty).
     pub fn is_plain(&self) -> bool {
         self.send.is_empty() && self.recv.is_empty()
     }

@@ -552,20 +552,11 @@ impl Worker {
                     .iter()
                     .map(|&m| mail[m].get().map_or(&[][..], Vec::as_slice));
                 if let Op::AllToAll(_, regroup) = &n.op {
+                    // Each member's chunk, its rows where the consumer wants them (expert-major
+                    // slots, say), placed by the host in place of a permute kernel.
+                    let shards: Vec<&[u8]> = shards.collect();
                     let place = group.position(shard);
-                    if regroup.is_plain() {
-                        let chunk = len_bytes / members.len();
-                        for (k, bytes) in shards.enumerate() {
-                            let piece =
-                                bytes.get(place * chunk..(place + 1) * chunk).unwrap_or(&[]);
-                            device.write_buffer(out, (k * chunk) as u64, piece);
-                        }
-                    } else {
-                        // The rows go where the consumer wants them (expert-major slots): the
-                        // host places them as it writes, in place of a permute kernel.
-                        let shards: Vec<&[u8]> = shards.collect();
-                        device.write_buffer(out, 0, &regroup.gather(place, &shards, len_bytes));
-                    }
+                    device.write_buffer(out, 0, &regroup.gather(place, &shards, len_bytes));
                 } else {
                     // The group's first member to get here adds the shards; the rest reuse it.
                     let dtype = n

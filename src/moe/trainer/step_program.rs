@@ -625,11 +625,11 @@ impl StepEnd<'_> {
     pub fn finish(
         &self,
         b: &mut ProgramBuilder,
-        grads: &[Option<Value>],
+        accumulated: &[Option<Value>],
         mode: Mode,
         early: Option<Reducing>,
     ) -> Result<()> {
-        let mut grads: Vec<Value> = grads
+        let mut grads: Vec<Value> = accumulated
             .iter()
             .map(|g| g.ok_or_else(no_gradient))
             .collect::<Result<_>>()?;
@@ -644,8 +644,7 @@ impl StepEnd<'_> {
             .copied()
             .filter(|p| !started.contains(p))
             .collect();
-        let as_options: Vec<Option<Value>> = grads.iter().copied().map(Some).collect();
-        let late = Self::start_reduce(b, self.gang, &as_options, &rest, "")?;
+        let late = Self::start_reduce(b, self.gang, accumulated, &rest, "")?;
         if let Some(axis) = self.data_axis {
             // Each data row holds every expert once: its replicas' gradients add up over rows.
             // One all-reduce per tensor: a pack of expert shards is pieces, not a value unpack
