@@ -8,15 +8,17 @@
 // or matmul_rows_subgroup.wgsl (`subgroup`): the sums are the same, so are the bits.
 // Needs N % 4 == 0, K % 4 == 0 and no transposes (the launcher checks); any M.
 // Layouts and the grouped form are as in matmul_naive.wgsl.
+// Operands arrive through `acc4`/`acc1` and are summed in `Acc`: f32, or f16 where the call asks
+// for f16 sums (both from matmul.rs); `Elem4` is the prelude's packed form of four elements.
 
-@group(0) @binding(1) var<storage, read> a: array<vec4<Elem>>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<Elem>>;
+@group(0) @binding(1) var<storage, read> a: array<Elem4>;
+@group(0) @binding(2) var<storage, read> b: array<Elem4>;
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<Elem>>;
 
-alias AVal = vec4<f32>;
+alias AVal = vec4<Acc>;
 
 fn a_at(i: u32) -> AVal {
-    return vec4<f32>(a[i]);
+    return acc4(a[i]);
 }
 
 fn block(gid: vec3<u32>, lane: u32) {
@@ -40,33 +42,33 @@ fn block(gid: vec3<u32>, lane: u32) {
     let b_lo = weight(g) * p.k * n4 + col4;
     let b_hi = b_lo + select(0u, 1u, has_hi);
 
-    var c0 = vec4<f32>(0.0);
-    var c1 = vec4<f32>(0.0);
-    var c2 = vec4<f32>(0.0);
-    var c3 = vec4<f32>(0.0);
-    var c4 = vec4<f32>(0.0);
-    var c5 = vec4<f32>(0.0);
-    var c6 = vec4<f32>(0.0);
-    var c7 = vec4<f32>(0.0);
-    var d0 = vec4<f32>(0.0);
-    var d1 = vec4<f32>(0.0);
-    var d2 = vec4<f32>(0.0);
-    var d3 = vec4<f32>(0.0);
-    var d4 = vec4<f32>(0.0);
-    var d5 = vec4<f32>(0.0);
-    var d6 = vec4<f32>(0.0);
-    var d7 = vec4<f32>(0.0);
+    var c0 = vec4<Acc>(0.0);
+    var c1 = vec4<Acc>(0.0);
+    var c2 = vec4<Acc>(0.0);
+    var c3 = vec4<Acc>(0.0);
+    var c4 = vec4<Acc>(0.0);
+    var c5 = vec4<Acc>(0.0);
+    var c6 = vec4<Acc>(0.0);
+    var c7 = vec4<Acc>(0.0);
+    var d0 = vec4<Acc>(0.0);
+    var d1 = vec4<Acc>(0.0);
+    var d2 = vec4<Acc>(0.0);
+    var d3 = vec4<Acc>(0.0);
+    var d4 = vec4<Acc>(0.0);
+    var d5 = vec4<Acc>(0.0);
+    var d6 = vec4<Acc>(0.0);
+    var d7 = vec4<Acc>(0.0);
     let k_end = k_extent(g, r, k4);
     for (var kq = 0u; kq < k_end; kq++) {
         let bo = kq * 4u * n4;
-        let b0 = vec4<f32>(b[b_lo + bo]);
-        let b1 = vec4<f32>(b[b_lo + bo + n4]);
-        let b2 = vec4<f32>(b[b_lo + bo + 2u * n4]);
-        let b3 = vec4<f32>(b[b_lo + bo + 3u * n4]);
-        let e0 = vec4<f32>(b[b_hi + bo]);
-        let e1 = vec4<f32>(b[b_hi + bo + n4]);
-        let e2 = vec4<f32>(b[b_hi + bo + 2u * n4]);
-        let e3 = vec4<f32>(b[b_hi + bo + 3u * n4]);
+        let b0 = acc4(b[b_lo + bo]);
+        let b1 = acc4(b[b_lo + bo + n4]);
+        let b2 = acc4(b[b_lo + bo + 2u * n4]);
+        let b3 = acc4(b[b_lo + bo + 3u * n4]);
+        let e0 = acc4(b[b_hi + bo]);
+        let e1 = acc4(b[b_hi + bo + n4]);
+        let e2 = acc4(b[b_hi + bo + 2u * n4]);
+        let e3 = acc4(b[b_hi + bo + 3u * n4]);
         let x = load_a8(a_rows, mine, kq);
         let x0 = x[0];
         let x1 = x[1];

@@ -91,6 +91,7 @@ pub fn run_expert_parallel(
         trans_b: false,
         offsets,
         variant: MatmulVariant::Vec4,
+        f16_accumulate: false,
     };
     let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);
     let [probs, routes, stats] = p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);

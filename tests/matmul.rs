@@ -44,10 +44,14 @@ fn check(
         trans_a: shape.trans_a,
         trans_b: shape.trans_b,
         variant: VariantChoice::Fixed(variant),
+        f16_accumulate: shape.f16_accumulate,
     };
     let c = grouped_matmul(&a, &b, offsets, options).unwrap();
     let want = matmul::reference(&a_host, &b_host, offsets, &shape);
-    let tol = if shape.dtype == DType::F16 {
+    // f16 sums add a rounding of about 2⁻¹¹ of the running sum at each of the K steps.
+    let tol = if shape.f16_accumulate {
+        2e-2 * (shape.k as f32).sqrt().max(1.0) + 2e-3 * shape.k as f32
+    } else if shape.dtype == DType::F16 {
         2e-2 * (shape.k as f32).sqrt().max(1.0)
     } else {
         1e-5 * (shape.k as f32).max(1.0)
@@ -59,6 +63,20 @@ fn check(
         tol,
     );
     Ok(())
+}
+
+/// f32, and f16 where the adapter has it.
+fn float_dtypes(device: &Device) -> &'static [DType] {
+    if device.supports(DType::F16) {
+        &[DType::F32, DType::F16]
+    } else {
+        &[DType::F32]
+    }
+}
+
+/// Whether two outputs are equal bit for bit.
+fn same_bits(x: &[f32], y: &[f32]) -> bool {
+    x.len() == y.len() && x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits())
 }
 
 /// Offsets for `groups` groups over `m` rows, with empty and uneven groups.
@@ -77,6 +95,9 @@ fn main() -> std::process::ExitCode {
         case!(device: plain_matmul_matches_reference_f16).needs(Need::F16),
         case!(device: vec4_aligned_shapes_match_reference),
         case!(device: subgroup_kernel_gives_the_bits_of_vec4).needs(Need::Subgroups),
+        case!(device: transpose_variant_gives_the_bits_of_the_untransposed_kernel),
+        case!(device: f16_sums_match_the_reference_and_round_where_f32_sums_do_not)
+            .needs(Need::F16),
         case!(device: grouped_matmul_matches_reference),
         case!(device: larger_than_one_tile_in_every_dimension),
         case!(device: rows_split_over_devices_sum_in_the_same_order),
@@ -120,12 +141,7 @@ fn vec4_aligned_shapes_match_reference(device: &Device) {
 /// above the 256-column tile, uneven and empty groups, f32 and (where the adapter has it) f16.
 fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
     let mut rng = Rng::new(5);
-    let dtypes: &[DType] = if device.supports(DType::F16) {
-        &[DType::F32, DType::F16]
-    } else {
-        &[DType::F32]
-    };
-    for &dtype in dtypes {
+    for &dtype in float_dtypes(device) {
         let shapes = [
             (37, 4, 8, 1),
             (61, 132, 68, 3),
@@ -154,6 +170,7 @@ fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
                     trans_a,
                     trans_b,
                     variant: VariantChoice::Fixed(variant),
+                    f16_accumulate: false,
                 };
                 grouped_matmul(&a, &b, &offsets, options)
                     .unwrap()
@@ -161,10 +178,7 @@ fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
                     .unwrap()
             };
             let (vec4, subgroup) = (run(MatmulVariant::Vec4), run(MatmulVariant::Subgroup));
-            let same = vec4
-                .iter()
-                .zip(&subgroup)
-                .all(|(x, y)| x.to_bits() == y.to_bits());
+            let same = same_bits(&vec4, &subgroup);
             assert!(
                 same,
                 "{shape:?} on {}: subgroup differs from vec4",
@@ -172,6 +186,117 @@ fn subgroup_kernel_gives_the_bits_of_vec4(device: &Device) {
             );
         }
     }
+}
+
+/// `transpose` copies A out as Aᵀ and runs the `A·B` (or `A·Bᵀ`) kernel on it: its output has
+/// the bits of vec4's `A·B` on a host-transposed A (of subgroup's too, where it has them, as
+/// above), and matches the reference. Odd M (no row of the copy is vec4-aligned), N below and
+/// above a tile, uneven and empty groups, f32 and (where the adapter has it) f16.
+fn transpose_variant_gives_the_bits_of_the_untransposed_kernel(device: &Device) {
+    let mut rng = Rng::new(11);
+    for &dtype in float_dtypes(device) {
+        for (m, n, k, groups) in [(37, 4, 8, 1), (61, 132, 68, 3), (19, 264, 36, 4)] {
+            for trans_b in [false, true] {
+                let offsets = random_offsets(&mut rng, groups, m);
+                let shape = MatmulShape {
+                    groups,
+                    max_group_rows: matmul::check_offsets(&offsets, groups, m).unwrap(),
+                    trans_a: true,
+                    trans_b,
+                    ..MatmulShape::plain(m, n, k, dtype)
+                };
+                assert!(MatmulVariant::Transpose.supports(device, &shape));
+                check(device, MatmulVariant::Transpose, shape, &offsets, 5).unwrap();
+                // A is [K, M]; the host's Aᵀ is [M, K].
+                let a_host = rng.vec(k * m);
+                let a_t: Vec<f32> = (0..m * k).map(|i| a_host[(i % k) * m + i / k]).collect();
+                let b_host = rng.vec(shape.b_shape().iter().product());
+                let b = Tensor::from_f32(device, &shape.b_shape(), dtype, &b_host).unwrap();
+                let run = |a: &[f32], a_shape: &[usize], trans_a, variant| {
+                    let a = Tensor::from_f32(device, a_shape, dtype, a).unwrap();
+                    let options = MatmulOptions {
+                        trans_a,
+                        trans_b,
+                        variant: VariantChoice::Fixed(variant),
+                        f16_accumulate: false,
+                    };
+                    grouped_matmul(&a, &b, &offsets, options)
+                        .unwrap()
+                        .to_f32()
+                        .unwrap()
+                };
+                let two_pass = run(&a_host, &[k, m], true, MatmulVariant::Transpose);
+                let one_pass = run(&a_t, &[m, k], false, MatmulVariant::Vec4);
+                let same = same_bits(&two_pass, &one_pass);
+                assert!(
+                    same,
+                    "{shape:?} on {}: transpose differs from vec4 on Aᵀ",
+                    device.label()
+                );
+            }
+        }
+    }
+}
+
+/// f16 accumulation (an option) takes vec4's kernels and transpose's, odd shapes and uneven
+/// groups, and matches the reference within f16 sums' error. That it sums in f16 shows where
+/// f32 would not round: adding 4 to 8192 in f16 gives 8192 back, so a K of ones far past it
+/// comes out short, where f32 sums give K exactly.
+fn f16_sums_match_the_reference_and_round_where_f32_sums_do_not(device: &Device) {
+    let mut rng = Rng::new(13);
+    let cases = [
+        (MatmulVariant::Vec4, false, false),
+        (MatmulVariant::Vec4, false, true),
+        (MatmulVariant::Vec4, true, false),
+        (MatmulVariant::Transpose, true, false),
+        (MatmulVariant::Transpose, true, true),
+    ];
+    for (variant, trans_a, trans_b) in cases {
+        for (m, n, k, groups) in [(37, 4, 8, 1), (61, 132, 68, 3)] {
+            let offsets = random_offsets(&mut rng, groups, m);
+            let shape = MatmulShape {
+                groups,
+                max_group_rows: matmul::check_offsets(&offsets, groups, m).unwrap(),
+                trans_a,
+                trans_b,
+                f16_accumulate: true,
+                ..MatmulShape::plain(m, n, k, DType::F16)
+            };
+            assert!(variant.supports(device, &shape), "{variant:?} {shape:?}");
+            check(device, variant, shape, &offsets, 9).unwrap();
+        }
+        let k = 16384;
+        let (m, n) = (5, 8);
+        let ones = |shape: [usize; 2]| {
+            Tensor::from_f32(device, &shape, DType::F16, &vec![1.0; shape[0] * shape[1]]).unwrap()
+        };
+        let a = ones(if trans_a { [k, m] } else { [m, k] });
+        let b = ones(if trans_b { [n, k] } else { [k, n] });
+        let run = |f16_accumulate| {
+            let options = MatmulOptions {
+                trans_a,
+                trans_b,
+                variant: VariantChoice::Fixed(variant),
+                f16_accumulate,
+            };
+            matmul::matmul(&a, &b, options).unwrap().to_f32().unwrap()
+        };
+        let (f32_sums, f16_sums) = (run(false), run(true));
+        assert!(f32_sums.iter().all(|&v| v == k as f32), "{f32_sums:?}");
+        assert!(
+            f16_sums.iter().all(|&v| v < 9000.0),
+            "{variant:?} ({trans_a}, {trans_b}) on {}: f16 sums of {k} ones gave {f16_sums:?}",
+            device.label()
+        );
+    }
+    // Where f16 accumulation cannot run, the error says so.
+    let a = Tensor::zeros(device, &[4, 4], DType::F32).unwrap();
+    let options = MatmulOptions {
+        f16_accumulate: true,
+        ..MatmulOptions::default()
+    };
+    let err = matmul::matmul(&a, &a, options).unwrap_err().to_string();
+    assert!(err.contains("f16 accumulation needs f16 operands"), "{err}");
 }
 
 fn grouped_matmul_matches_reference(device: &Device) {
@@ -223,6 +348,7 @@ fn bad_shapes_are_typed_errors(device: &Device) {
         &b,
         MatmulOptions {
             variant: VariantChoice::Fixed(MatmulVariant::Vec4),
+            f16_accumulate: false,
             ..Default::default()
         },
     )
@@ -243,6 +369,7 @@ fn bad_shapes_are_typed_errors(device: &Device) {
             trans_a: true,
             trans_b: true,
             variant: VariantChoice::Fixed(MatmulVariant::Subgroup),
+            f16_accumulate: false,
         },
     )
     .unwrap_err();
@@ -279,6 +406,7 @@ fn rows_split_over_devices_sum_in_the_same_order(device: &Device) {
                     trans_a,
                     trans_b,
                     variant: VariantChoice::Fixed(variant),
+                    f16_accumulate: false,
                 };
                 let a = Tensor::from_f32(device, &shape.a_shape(), DType::F32, &a_host).unwrap();
                 let whole = grouped_matmul(&a, &b, &[0, m as u32], options)
@@ -307,10 +435,7 @@ fn rows_split_over_devices_sum_in_the_same_order(device: &Device) {
                         .to_f32()
                         .unwrap();
                     let want = &whole[at * n..(at + rows) * n];
-                    let same = got
-                        .iter()
-                        .zip(want)
-                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    let same = same_bits(&got, want);
                     assert!(
                         same,
                         "{variant:?} {m}x{n}x{k} trans ({trans_a}, {trans_b}) on {}: rows {at}..{} alone differ from the whole",
@@ -385,6 +510,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                     offsets: Some(offsets.clone()),
                     limits,
                     variant,
+                    f16_accumulate: false,
                 };
                 let what = format!(
                     "{variant:?} {weights}x{blocks} blocks of {cap}, n {n} k {k}, trans ({trans_a}, {trans_b}) on {}",
@@ -404,10 +530,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                 let a_host = rows_of(false, &mut rng);
                 let (limited, whole) = (run(&a_host, true), run(&a_host, false));
                 assert!(
-                    limited
-                        .iter()
-                        .zip(&whole)
-                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    same_bits(&limited, &whole),
                     "{what}: the limited product differs from the whole"
                 );
                 let want = matmul::reference(&a_host, &b_host, &offsets, &shape);

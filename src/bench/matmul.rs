@@ -3,7 +3,8 @@
 //! shapes (even, and uneven with an empty group), each a one-kernel program on the runtime, timed
 //! by its trace (GPU timestamps where the adapter has timestamp queries). Each variant is compared
 //! to the naive kernel of the same shape, and placed on the roofline (FLOPs `2·M·N·K` over the
-//! compulsory traffic of reading A and B and writing C once).
+//! compulsory traffic of reading A and B and writing C once). With f16 operands, each variant
+//! that can also sums in f16 (`MatmulShape::f16_accumulate`), as a case of its own.
 
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
@@ -166,11 +167,32 @@ fn case_name(shape_name: &str, dtype: DType, variant: MatmulVariant) -> String {
     format!("{shape_name} {} {}", dtype.name(), variant.name())
 }
 
+/// The suite's shapes, each f16 one also with f16 sums: the option where some variant takes it.
+fn shapes_and_sums(o: &MatmulOptions) -> Vec<(String, MatmulShape, Vec<u32>)> {
+    let mut out = Vec::new();
+    for (name, shape, offsets) in shapes(o) {
+        if shape.dtype == DType::F16 {
+            let sums = MatmulShape {
+                f16_accumulate: true,
+                ..shape
+            };
+            out.push((name.clone(), shape, offsets.clone()));
+            out.push((format!("{name} f16-sums"), sums, offsets));
+        } else {
+            out.push((name, shape, offsets));
+        }
+    }
+    out
+}
+
 /// The suite's cases on `device`.
 pub fn plan(runtime: &Runtime, device: &Device, o: &MatmulOptions) -> Vec<Planned> {
     let mut out = Vec::new();
-    for (name, shape, offsets) in shapes(o) {
+    for (name, shape, offsets) in shapes_and_sums(o) {
         for &variant in &o.variants {
+            if shape.f16_accumulate && variant.unsupported(device, &shape).is_some() {
+                continue;
+            }
             let case = case_name(&name, o.dtype, variant);
             if !device.supports(o.dtype) {
                 out.push(Planned::skip(
@@ -210,9 +232,11 @@ impl Benchmark for MatmulBench {
         Work::new(s.flops(), WorkUnit::Flop).with_bytes((elements * s.dtype.size()) as f64)
     }
 
+    /// Naive, with f32 sums, of the same shape.
     fn baseline(&self) -> Option<String> {
-        (self.variant != MatmulVariant::Naive)
-            .then(|| case_name(&self.shape_name, self.shape.dtype, MatmulVariant::Naive))
+        let shape_name = self.shape_name.trim_end_matches(" f16-sums");
+        (self.name != case_name(shape_name, self.shape.dtype, MatmulVariant::Naive))
+            .then(|| case_name(shape_name, self.shape.dtype, MatmulVariant::Naive))
     }
 
     /// `c = a · b` of random operands held as program variables, `c` read back after each run.
@@ -232,6 +256,7 @@ impl Benchmark for MatmulBench {
             trans_b: s.trans_b,
             offsets: (s.groups > 1).then(|| self.offsets.clone()),
             variant: self.variant,
+            f16_accumulate: self.shape.f16_accumulate,
         });
         let [c] = p.kernel("matmul", &[0], kernel, &[a, b]);
         p.result(c);

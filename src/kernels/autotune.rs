@@ -98,6 +98,7 @@ impl Operands {
                 trans_a: self.shape.trans_a,
                 trans_b: self.shape.trans_b,
                 variant: VariantChoice::Fixed(variant),
+                f16_accumulate: self.shape.f16_accumulate,
             },
         }
     }

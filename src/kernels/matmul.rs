@@ -1,4 +1,4 @@
-//! `C = op(A) · op(B)` in four implementations, plain and grouped (one weight matrix per expert):
+//! `C = op(A) · op(B)` in five implementations, plain and grouped (one weight matrix per expert):
 //! the launchers, the plain-Rust reference, and [`Matmul`], the kernel a program node holds.
 //!
 //! No implementation's choice or summation order depends on M: each output sums over k in an
@@ -10,6 +10,11 @@
 //! groups per weight matrix: an expert's slot blocks, one per source device), and no group has
 //! more than `max_group_rows` rows (a static bound, e.g. the expert capacity, that sizes the
 //! dispatch grid).
+//!
+//! Sums are f32 for f16 operands too, unless the call asks for f16 sums
+//! ([`MatmulShape::f16_accumulate`], vec4's kernels only). f16 operands are read as packed u32
+//! pairs where a kernel loads four at once (the shader prelude's `Elem4`), half the loads of
+//! `vec4<f16>` on a CPU driver.
 //!
 //! [`Limits`] let a grouped matmul skip empty expert slots: a device-side count per row group (the
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
@@ -29,6 +34,14 @@ const ROWS_SUBGROUP: &str = include_str!("../../shaders/matmul_rows_subgroup.wgs
 const VEC4_NN: &str = include_str!("../../shaders/matmul_vec4.wgsl");
 const VEC4_NT: &str = include_str!("../../shaders/matmul_vec4_nt.wgsl");
 const VEC4_TN: &str = include_str!("../../shaders/matmul_vec4_tn.wgsl");
+// What the vec4 kernels sum in (`Acc`) and how they read their operands into it: f32, or (an
+// option for f16 operands) the element type itself.
+const ACC_F32: &str = "alias Acc = f32;\n\
+    fn acc4(v: Elem4) -> vec4<f32> { return load4(v); }\n\
+    fn acc1(v: Elem) -> f32 { return f32(v); }\n";
+const ACC_ELEM: &str = "alias Acc = Elem;\n\
+    fn acc4(v: Elem4) -> vec4<Elem> { return vec4<Elem>(load4(v)); }\n\
+    fn acc1(v: Elem) -> Elem { return v; }\n";
 
 /// A matmul shader: `source` after the parameters and group offsets (`matmul_common.wgsl`) and
 /// `common`, f32 or f16.
@@ -58,28 +71,70 @@ pub const MATMUL_TILED: Shader = matmul_shader(
 );
 // The vec4 kernels, each with its entry point and loads of A from matmul_rows_own.wgsl; C as
 // scalars (matmul_store.wgsl) where its rows need not be vec4-aligned.
-pub const MATMUL_VEC4: Shader = matmul_shader("matmul_vec4", VEC4_NN, &[COMMON, ROWS_OWN]);
-pub const MATMUL_VEC4_NT: Shader =
-    matmul_shader("matmul_vec4_nt", VEC4_NT, &[COMMON, STORE, ROWS_OWN]);
-pub const MATMUL_VEC4_TN: Shader =
-    matmul_shader("matmul_vec4_tn", VEC4_TN, &[COMMON, STORE, ROWS_OWN]);
+pub const MATMUL_VEC4: Shader = matmul_shader("matmul_vec4", VEC4_NN, &[COMMON, ACC_F32, ROWS_OWN]);
+pub const MATMUL_VEC4_NT: Shader = matmul_shader(
+    "matmul_vec4_nt",
+    VEC4_NT,
+    &[COMMON, STORE, ACC_F32, ROWS_OWN],
+);
+pub const MATMUL_VEC4_TN: Shader = matmul_shader(
+    "matmul_vec4_tn",
+    VEC4_TN,
+    &[COMMON, STORE, ACC_F32, ROWS_OWN],
+);
 pub const MATMUL_VEC4_TT: Shader = matmul_shader(
     "matmul_vec4_tt",
     include_str!("../../shaders/matmul_vec4_tt.wgsl"),
     &[COMMON, STORE],
 );
 // The same kernels with A's rows loaded once per subgroup (matmul_rows_subgroup.wgsl).
-pub const MATMUL_SUBGROUP: Shader =
-    matmul_shader("matmul_subgroup", VEC4_NN, &[COMMON, ROWS_SUBGROUP]);
+pub const MATMUL_SUBGROUP: Shader = matmul_shader(
+    "matmul_subgroup",
+    VEC4_NN,
+    &[COMMON, ACC_F32, ROWS_SUBGROUP],
+);
 pub const MATMUL_SUBGROUP_NT: Shader = matmul_shader(
     "matmul_subgroup_nt",
     VEC4_NT,
-    &[COMMON, STORE, ROWS_SUBGROUP],
+    &[COMMON, STORE, ACC_F32, ROWS_SUBGROUP],
 );
 pub const MATMUL_SUBGROUP_TN: Shader = matmul_shader(
     "matmul_subgroup_tn",
     VEC4_TN,
-    &[COMMON, STORE, ROWS_SUBGROUP],
+    &[COMMON, STORE, ACC_F32, ROWS_SUBGROUP],
+);
+// The vec4 kernels summing in f16 (`MatmulShape::f16_accumulate`), for f16 operands only. The
+// subgroup loads stay f32-only: broadcasting f16 values needs WGSL's `subgroups_f16`.
+const fn f16_sums(
+    name: &'static str,
+    source: &'static str,
+    common: &'static [&'static str],
+) -> Shader {
+    Shader {
+        dtypes: &[DType::F16],
+        ..matmul_shader(name, source, common)
+    }
+}
+pub const MATMUL_VEC4_F16_SUMS: Shader = f16_sums(
+    "matmul_vec4_f16_sums",
+    VEC4_NN,
+    &[COMMON, ACC_ELEM, ROWS_OWN],
+);
+pub const MATMUL_VEC4_NT_F16_SUMS: Shader = f16_sums(
+    "matmul_vec4_nt_f16_sums",
+    VEC4_NT,
+    &[COMMON, STORE, ACC_ELEM, ROWS_OWN],
+);
+pub const MATMUL_VEC4_TN_F16_SUMS: Shader = f16_sums(
+    "matmul_vec4_tn_f16_sums",
+    VEC4_TN,
+    &[COMMON, STORE, ACC_ELEM, ROWS_OWN],
+);
+// The `transpose` variant's first pass: Aᵀ into a scratch buffer.
+pub const MATMUL_TRANSPOSE_A: Shader = matmul_shader(
+    "matmul_transpose_a",
+    include_str!("../../shaders/matmul_transpose_a.wgsl"),
+    &[COMMON],
 );
 
 /// The matmul implementations. Which is fastest depends on the adapter; see [`autotune`].
@@ -96,10 +151,20 @@ pub enum MatmulVariant {
     /// `A·B` only: `Vec4`'s blocks and sums, with each row of A loaded by one lane of a subgroup
     /// and broadcast to the rest. Only on adapters with subgroups of at least 8 lanes.
     Subgroup,
+    /// `Aᵀ·B` and `Aᵀ·Bᵀ` in two passes: A copied out transposed into a scratch buffer, then the
+    /// `A·B` (or `A·Bᵀ`) kernel on it, subgroup where the adapter has them, else vec4 (the same
+    /// bits). So its sums are those of `A·B` on Aᵀ, not the direct `Aᵀ` kernels'.
+    Transpose,
 }
 
 impl MatmulVariant {
-    pub const ALL: [MatmulVariant; 4] = [Self::Naive, Self::Tiled, Self::Vec4, Self::Subgroup];
+    pub const ALL: [MatmulVariant; 5] = [
+        Self::Naive,
+        Self::Tiled,
+        Self::Vec4,
+        Self::Subgroup,
+        Self::Transpose,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -107,6 +172,7 @@ impl MatmulVariant {
             Self::Tiled => "tiled",
             Self::Vec4 => "vec4",
             Self::Subgroup => "subgroup",
+            Self::Transpose => "transpose",
         }
     }
 
@@ -115,15 +181,25 @@ impl MatmulVariant {
     }
 
     /// The shader and entry point that run `shape`, and the output rows and columns (in
-    /// elements) one workgroup covers.
+    /// elements) one workgroup covers. `Transpose` comes here only for its second pass, whose
+    /// shape has A untransposed ([`MatmulVariant::second_pass`]).
     fn kernel(self, shape: &MatmulShape) -> (Shader, &'static str, (usize, usize)) {
+        if shape.f16_accumulate {
+            // `unsupported` lets only vec4 (and transpose's vec4 second pass) through.
+            let shader = match (shape.trans_a, shape.trans_b) {
+                (false, false) => MATMUL_VEC4_F16_SUMS,
+                (false, true) => MATMUL_VEC4_NT_F16_SUMS,
+                _ => MATMUL_VEC4_TN_F16_SUMS,
+            };
+            return (shader, "main", (32, 128));
+        }
         match (self, shape.trans_a, shape.trans_b) {
             (Self::Naive, ..) => (MATMUL_NAIVE, "main", (8, 8)),
             (Self::Tiled, ..) => (MATMUL_TILED, "main", (64, 64)),
-            (Self::Vec4, false, false) => (MATMUL_VEC4, "main", (32, 128)),
-            (Self::Vec4, false, true) => (MATMUL_VEC4_NT, "main", (32, 128)),
-            (Self::Vec4, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
-            (Self::Vec4, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
+            (Self::Vec4 | Self::Transpose, false, false) => (MATMUL_VEC4, "main", (32, 128)),
+            (Self::Vec4 | Self::Transpose, false, true) => (MATMUL_VEC4_NT, "main", (32, 128)),
+            (Self::Vec4 | Self::Transpose, true, false) => (MATMUL_VEC4_TN, "main", (32, 128)),
+            (Self::Vec4 | Self::Transpose, true, true) => (MATMUL_VEC4_TT, "main", (16, 64)),
             // One row of 32 invocations (see the shader); other transposes never get here.
             (Self::Subgroup, true, _) => (MATMUL_SUBGROUP_TN, "main", (8, 256)),
             (Self::Subgroup, false, true) => (MATMUL_SUBGROUP_NT, "main", (8, 256)),
@@ -134,12 +210,25 @@ impl MatmulVariant {
     /// Why this variant cannot compute `shape` on `device`, or `None` when it can. The vec4
     /// kernels load whole vec4s along each operand's contiguous dimension: `A·B` needs N and K
     /// multiples of 4, `A·Bᵀ` and `Aᵀ·Bᵀ` need K a multiple of 4, and `Aᵀ·B` needs N a multiple
-    /// of 4. The subgroup kernel is `A·B`'s, and needs the adapter's subgroups. None of these
+    /// of 4. The subgroup kernels (`A·B`, `A·Bᵀ`, `Aᵀ·B`) need the adapter's subgroups, and
+    /// `transpose` takes only a transposed A, with its second pass's needs. None of these
     /// depends on M, so however the rows of C are split over devices, every device runs the
     /// same kernel.
     pub fn unsupported(self, device: &Device, shape: &MatmulShape) -> Option<&'static str> {
         let four = |v: usize| v.is_multiple_of(4);
         let info = device.info();
+        if shape.f16_accumulate {
+            if shape.dtype != DType::F16 {
+                return Some("f16 accumulation needs f16 operands");
+            }
+            match self {
+                Self::Vec4 if shape.trans_a && shape.trans_b => {
+                    return Some("f16 accumulation has no Aᵀ·Bᵀ kernel (transpose has)");
+                }
+                Self::Vec4 | Self::Transpose => {}
+                _ => return Some("only vec4's kernels (and transpose's) sum in f16"),
+            }
+        }
         match self {
             Self::Naive | Self::Tiled => None,
             Self::Vec4 => match (shape.trans_a, shape.trans_b) {
@@ -165,7 +254,36 @@ impl MatmulVariant {
                 (true, false) if !four(shape.n) => Some("Aᵀ·B needs N a multiple of 4"),
                 _ => None,
             },
+            Self::Transpose => match (shape.trans_a, shape.trans_b) {
+                (false, _) => Some("the transpose variant computes Aᵀ·B and Aᵀ·Bᵀ"),
+                (true, false) if !(four(shape.n) && four(shape.k)) => {
+                    Some("Aᵀ·B through a transpose needs N and K multiples of 4")
+                }
+                (true, true) if !four(shape.k) => {
+                    Some("Aᵀ·Bᵀ through a transpose needs K a multiple of 4")
+                }
+                _ => None,
+            },
         }
+    }
+
+    /// The variant and shape of `Transpose`'s second pass on `device` (A untransposed:
+    /// subgroup where the adapter has it, else vec4, which sum alike); any other variant is
+    /// itself, on `shape`.
+    fn second_pass(self, device: &Device, shape: &MatmulShape) -> (MatmulVariant, MatmulShape) {
+        if self != Self::Transpose {
+            return (self, *shape);
+        }
+        let shape = MatmulShape {
+            trans_a: false,
+            ..*shape
+        };
+        let inner = if Self::Subgroup.supports(device, &shape) {
+            Self::Subgroup
+        } else {
+            Self::Vec4
+        };
+        (inner, shape)
     }
 
     /// The variants that compute every output with exactly this variant's sums, in order of
@@ -177,6 +295,7 @@ impl MatmulVariant {
             Self::Tiled => &[Self::Tiled],
             Self::Vec4 => &[Self::Vec4, Self::Subgroup],
             Self::Subgroup => &[Self::Subgroup, Self::Vec4],
+            Self::Transpose => &[Self::Transpose],
         }
     }
 
@@ -202,6 +321,11 @@ pub struct MatmulShape {
     pub trans_a: bool,
     pub trans_b: bool,
     pub dtype: DType,
+    /// f16 operands summed in f16, not f32: an option, for adapters whose f16 arithmetic is
+    /// native (twice the rate on most GPUs) and callers that accept its error (about
+    /// `K · 2⁻¹¹` relative). Only the vec4 kernels take it; CPU drivers emulate f16 arithmetic.
+    #[serde(default)]
+    pub f16_accumulate: bool,
 }
 
 impl MatmulShape {
@@ -217,6 +341,7 @@ impl MatmulShape {
             trans_a: false,
             trans_b: false,
             dtype,
+            f16_accumulate: false,
         }
     }
 
@@ -261,12 +386,14 @@ pub enum VariantChoice {
     Fixed(MatmulVariant),
 }
 
-/// Transposes and implementation of one matmul call.
+/// Transposes, implementation and summation type of one matmul call.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatmulOptions {
     pub trans_a: bool,
     pub trans_b: bool,
     pub variant: VariantChoice,
+    /// Sum in f16 ([`MatmulShape::f16_accumulate`]); f16 operands only.
+    pub f16_accumulate: bool,
 }
 
 #[repr(C)]
@@ -418,7 +545,14 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
         trans_a: args.options.trans_a,
         trans_b: args.options.trans_b,
         dtype,
+        f16_accumulate: args.options.f16_accumulate,
     };
+    if shape.f16_accumulate && dtype != DType::F16 {
+        return Err(Error::InvalidArgument {
+            what: WHAT,
+            reason: format!("f16 accumulation needs f16 operands, got {}", dtype.name()),
+        });
+    }
     for v in [m, n, k, groups] {
         u32_dim(WHAT, v)?;
     }
@@ -463,7 +597,32 @@ fn encode_variant(
     shape: &MatmulShape,
     variant: MatmulVariant,
 ) -> Result<()> {
-    let params = Params {
+    let (pass, pass_shape) = variant.second_pass(device, shape);
+    if pass == variant {
+        return encode_pass(encoder, device, args, args.a.buffer(), shape, variant);
+    }
+    // Aᵀ as [M, K] in a buffer of the kernel's own (kept alive by the recorded bind groups).
+    let bytes = (shape.m * shape.k * shape.dtype.size()) as u64;
+    let transposed = device.storage_buffer("matmul Aᵀ", bytes)?;
+    let uniform = device.uniform_buffer("matmul params", &params(shape, None));
+    let pipeline = MATMUL_TRANSPOSE_A.pipeline(device, shape.dtype, "main")?;
+    let grid = [
+        u32_dim("matmul transpose grid", shape.m.div_ceil(8))?,
+        u32_dim("matmul transpose grid", shape.k.div_ceil(32))?,
+        1,
+    ];
+    device.encode_dispatch(
+        encoder,
+        "matmul transpose A",
+        &pipeline,
+        &[(0, &uniform), (1, args.a.buffer()), (2, &transposed)],
+        grid,
+    )?;
+    encode_pass(encoder, device, args, &transposed, &pass_shape, pass)
+}
+
+fn params(shape: &MatmulShape, limits: Option<Limits<'_>>) -> Params {
+    Params {
         m: shape.m as u32,
         n: shape.n as u32,
         k: shape.k as u32,
@@ -472,9 +631,20 @@ fn encode_variant(
         trans_b: shape.trans_b.into(),
         max_group_rows: shape.max_group_rows as u32,
         blocks: shape.blocks as u32,
-        limit_stride: args.limits.map_or(0, |l| l.stride as u32),
+        limit_stride: limits.map_or(0, |l| l.stride as u32),
         _pad: [0; 3],
-    };
+    }
+}
+
+/// Records one matmul kernel of `variant` on `shape`, reading A from `a`.
+fn encode_pass(
+    encoder: &mut impl Recorder,
+    device: &Device,
+    args: &MatmulArgs<'_>,
+    a: &wgpu::Buffer,
+    shape: &MatmulShape,
+    variant: MatmulVariant,
+) -> Result<()> {
     let (shader, entry, (tile_m, tile_n)) = variant.kernel(shape);
     let grid = [
         u32_dim("matmul grid", shape.n.div_ceil(tile_n))?,
@@ -484,14 +654,14 @@ fn encode_variant(
     // Without limits the shader never reads binding 5; any u32 buffer fills it.
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let pipeline = shader.pipeline(device, shape.dtype, entry)?;
-    let uniform = device.uniform_buffer("matmul params", &params);
+    let uniform = device.uniform_buffer("matmul params", &params(shape, args.limits));
     device.encode_dispatch(
         encoder,
         variant.name(),
         &pipeline,
         &[
             (0, &uniform),
-            (1, args.a.buffer()),
+            (1, a),
             (2, args.b.buffer()),
             (3, args.c.buffer()),
             (4, args.offsets.buffer()),
@@ -630,6 +800,8 @@ pub struct Matmul {
     /// The stride of the live-row counts in a third input, if the node has one.
     pub limits: Option<usize>,
     pub variant: MatmulVariant,
+    /// Sum in f16 ([`MatmulShape::f16_accumulate`]).
+    pub f16_accumulate: bool,
 }
 
 impl Kernel for Matmul {
@@ -711,6 +883,7 @@ impl Kernel for Matmul {
                 trans_a: self.trans_a,
                 trans_b: self.trans_b,
                 variant: VariantChoice::Fixed(self.variant),
+                f16_accumulate: self.f16_accumulate,
             },
         };
         let shape = check_args(&args)?;

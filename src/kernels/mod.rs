@@ -36,7 +36,8 @@ macro_rules! kernel_modules {
 
 kernel_modules! {
     matmul: [MATMUL_NAIVE, MATMUL_TILED, MATMUL_VEC4, MATMUL_VEC4_NT, MATMUL_VEC4_TN, MATMUL_VEC4_TT, MATMUL_SUBGROUP,
-        MATMUL_SUBGROUP_NT, MATMUL_SUBGROUP_TN],
+        MATMUL_SUBGROUP_NT, MATMUL_SUBGROUP_TN, MATMUL_TRANSPOSE_A, MATMUL_VEC4_F16_SUMS,
+        MATMUL_VEC4_NT_F16_SUMS, MATMUL_VEC4_TN_F16_SUMS],
     router: [ROUTER, ROUTER_BACKWARD],
     moe_dispatch: [MOE_DISPATCH, MOE_DISPATCH_BACKWARD],
     copy_blocks: [COPY_BLOCKS],
@@ -150,11 +151,25 @@ impl PreparedDispatch {
 
 impl Shader {
     /// The full WGSL text for one element type: a prelude declaring `Elem`, then the file.
+    /// The prelude also says how to read four `Elem`s at once as f32: `array<Elem4>` and
+    /// `load4`. For f16 an `Elem4` is two u32 words unpacked in the shader, where `vec4<f16>`
+    /// would be four 16-bit loads: a CPU driver gathers each load across its SIMD lanes, so
+    /// the packed form halves the gathers (f32 is the identity, and u32 converts).
     pub fn instantiate(&self, dtype: DType) -> String {
         let prelude = match dtype {
-            DType::F32 => "alias Elem = f32;\n",
-            DType::F16 => "enable f16;\nalias Elem = f16;\n",
-            DType::U32 => "alias Elem = u32;\n",
+            DType::F32 => {
+                "alias Elem = f32;\nalias Elem4 = vec4<f32>;\n\
+                 fn load4(v: Elem4) -> vec4<f32> { return v; }\n"
+            }
+            DType::F16 => {
+                "enable f16;\nalias Elem = f16;\nalias Elem4 = vec2<u32>;\n\
+                 fn load4(v: Elem4) -> vec4<f32> {\n\
+                 \x20   return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));\n}\n"
+            }
+            DType::U32 => {
+                "alias Elem = u32;\nalias Elem4 = vec4<u32>;\n\
+                 fn load4(v: Elem4) -> vec4<f32> { return vec4<f32>(v); }\n"
+            }
         };
         format!("{prelude}{}{}", self.common.concat(), self.source)
     }

@@ -166,6 +166,7 @@ impl MoeFfn {
             trans_b,
             offsets,
             variant: self.matmul,
+            f16_accumulate: false,
         }
     }
 

@@ -245,6 +245,7 @@ impl Lowering<'_, '_> {
             trans_b: tb,
             offsets: None,
             variant: NAIVE,
+            f16_accumulate: false,
         };
         self.k(stage, name, op, &[a, b])
     }

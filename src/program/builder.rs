@@ -817,6 +817,7 @@ mod tests {
                 trans_b: true,
                 offsets: None,
                 variant: MatmulVariant::Tiled,
+                f16_accumulate: false,
             })
         };
         let mut p = ProgramBuilder::new("typed");
@@ -900,6 +901,7 @@ mod tests {
             trans_b: false,
             offsets: None,
             variant: MatmulVariant::Tiled,
+            f16_accumulate: false,
         });
         let f16 = |shape: &[usize]| TensorType::new(DType::F16, shape);
         let mut p = ProgramBuilder::new("f16 matmul");
@@ -933,6 +935,7 @@ mod tests {
                 trans_b: false,
                 offsets: None,
                 variant: MatmulVariant::Tiled,
+                f16_accumulate: false,
             })
         };
         for all_reduce in [true, false] {

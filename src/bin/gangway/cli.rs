@@ -727,7 +727,7 @@ pub(crate) struct BenchArgs {
     /// matmul: square sizes [default: 256,512,1024; --quick 64,100].
     #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
     pub(crate) matmul_sizes: Option<Vec<usize>>,
-    /// matmul: variants [default: naive,tiled,vec4,subgroup; subgroup only where the adapter has subgroups].
+    /// matmul: variants [default: naive,tiled,vec4,subgroup,transpose; subgroup only where the adapter has subgroups, transpose only for `Aᵀ·B` and `Aᵀ·Bᵀ`].
     #[arg(long, value_delimiter = ',', help_heading = "Suite sizes")]
     pub(crate) variants: Option<Vec<String>>,
     /// matmul and attention: element type (attention: of its storage; its sums stay f32).

@@ -176,6 +176,7 @@ impl<S> Builder<'_, S> {
             trans_b,
             offsets: None,
             variant: MATMUL,
+            f16_accumulate: false,
         };
         self.k(name, op, &[a, b])
     }
