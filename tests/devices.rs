@@ -110,6 +110,17 @@ fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {
     } else {
         assert_eq!(alone, MatmulVariant::Tiled);
     }
+    // f16 sums are a bucket of their own, and what it holds can sum in f16.
+    if device.supports(DType::F16) {
+        let f16 = MatmulShape::plain(40, 48, 36, DType::F16);
+        let sums = MatmulShape {
+            f16_accumulate: true,
+            ..f16
+        };
+        let chosen = tuner.choose(device, &sums).unwrap();
+        assert!(chosen.supports(device, &sums), "{chosen:?}");
+        assert_eq!(tuner.cached(device, &f16), None);
+    }
     std::fs::write(&path, "{ not json").unwrap();
     assert!(matches!(
         Autotuner::open(Some(path)),

@@ -173,14 +173,17 @@ pub fn median(samples: &mut [f64]) -> f64 {
     }
 }
 
-/// The cache key: adapter, dtype, transposes, grouping and power-of-two size buckets.
+/// The cache key: adapter, dtype and summation type, transposes, grouping and power-of-two size
+/// buckets. A transposed A's keys say `T` since the `transpose` variant competes there: choices
+/// cached before it existed are not reused for them.
 pub fn bucket_key(device: &Device, shape: &MatmulShape) -> String {
     let bucket = |v: usize| v.max(1).next_power_of_two().clamp(16, 8192);
     format!(
-        "{}#{}/{}{}/g{}/m{}n{}k{}/n4:{}k4:{}",
+        "{}#{}{}/{}{}/g{}/m{}n{}k{}/n4:{}k4:{}",
         device.info().adapter_key(),
         shape.dtype.name(),
-        if shape.trans_a { 't' } else { 'n' },
+        if shape.f16_accumulate { "+f16sums" } else { "" },
+        if shape.trans_a { 'T' } else { 'n' },
         if shape.trans_b { 't' } else { 'n' },
         shape.groups > 1,
         bucket(shape.max_group_rows),
@@ -202,8 +205,17 @@ fn among_key(device: &Device, shape: &MatmulShape, candidates: &[MatmulVariant])
     format!("{key}/of:{}", names.join(","))
 }
 
-/// The variant to use without measuring: workgroup-memory tiles on GPUs, vec4 on CPU drivers.
+/// The variant to use without measuring: workgroup-memory tiles on GPUs, vec4 on CPU drivers
+/// and for f16 sums.
 pub fn default_variant(device: &Device, shape: &MatmulShape) -> MatmulVariant {
+    // Only vec4's kernels sum in f16 (through transpose for `Aᵀ·Bᵀ`).
+    if shape.f16_accumulate {
+        return if MatmulVariant::Vec4.supports(device, shape) {
+            MatmulVariant::Vec4
+        } else {
+            MatmulVariant::Transpose
+        };
+    }
     if device.info().device_type == "cpu" && MatmulVariant::Vec4.supports(device, shape) {
         MatmulVariant::Vec4
     } else {

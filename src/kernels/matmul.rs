@@ -575,15 +575,7 @@ pub fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<Matm
     let shape = check_args(args)?;
     let device = args.a.device();
     let variant = match args.options.variant {
-        VariantChoice::Fixed(v) => {
-            if let Some(why) = v.unsupported(device, &shape) {
-                return Err(Error::InvalidArgument {
-                    what: "matmul",
-                    reason: format!("variant {}: {why}; got {shape:?}", v.name()),
-                });
-            }
-            v
-        }
+        VariantChoice::Fixed(v) => v,
         VariantChoice::Auto => autotune::choose(device, &shape)?,
     };
     encode_variant(encoder, device, args, &shape, variant)?;
@@ -597,6 +589,14 @@ fn encode_variant(
     shape: &MatmulShape,
     variant: MatmulVariant,
 ) -> Result<()> {
+    // A fixed variant may not fit the shape, and a node's choice among none that fit (f16 sums of
+    // `Aᵀ·Bᵀ` asked of vec4's sums) falls back to tiled, which cannot sum in f16.
+    if let Some(why) = variant.unsupported(device, shape) {
+        return Err(Error::InvalidArgument {
+            what: "matmul",
+            reason: format!("variant {}: {why}; got {shape:?}", variant.name()),
+        });
+    }
     let (pass, pass_shape) = variant.second_pass(device, shape);
     if pass == variant {
         return encode_pass(encoder, device, args, args.a.buffer(), shape, variant);
