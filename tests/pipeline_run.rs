@@ -7,7 +7,7 @@ mod common;
 
 use common::{Adapters, case};
 use gangway::pipeline::{
-    Microbatch, Mlp, MlpConfig, Schedule, ScheduleKind, bubble_formula, execute, timeline,
+    Fold, Microbatch, Mlp, MlpConfig, Schedule, ScheduleKind, bubble_formula, execute, timeline,
 };
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::{FlowRole, Lane, Tracer, chrome};
@@ -17,6 +17,7 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(adapters: every_schedule_matches_single_device_gradient_accumulation),
         case!(adapters: bad_inputs_are_clear_errors),
+        case!(adapters: folded_stages_run_on_fewer_devices),
     ])
 }
 
@@ -55,6 +56,20 @@ fn microbatches(kind: ScheduleKind, p: usize) -> usize {
     }
 }
 
+/// Checks that the report has one compute event per F, B (and W) of the schedule; returns how
+/// many.
+fn every_op_ran(run: &gangway::pipeline::RunReport, schedule: &Schedule, what: &str) -> usize {
+    let per_mb = if schedule.split_backward { 3 } else { 2 };
+    let compute = run
+        .events
+        .iter()
+        .filter(|e| e.lane == Lane::Compute && e.name != "sgd")
+        .count();
+    let want = per_mb * schedule.microbatches * schedule.stages * schedule.passes();
+    assert_eq!(compute, want, "{what}");
+    compute
+}
+
 fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapters) {
     let devices = adapters.mesh(4);
     let names: Vec<String> = devices.iter().map(|d| d.label()).collect();
@@ -81,7 +96,16 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
             let schedule = Schedule::new(kind, p, m, v).unwrap();
             drop(tracer.take_events());
             let started = std::time::Instant::now();
-            let run = execute(&client, &schedule, &devices[..p], &mlp, &batch, LR).unwrap();
+            let run = execute(
+                &client,
+                &schedule,
+                &devices[..p],
+                &mlp,
+                &batch,
+                LR,
+                Fold::OnePerStage,
+            )
+            .unwrap();
             let took = started.elapsed();
             let what = format!("{kind} p={p} m={m} v={v}");
 
@@ -94,13 +118,7 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
                 "{what}: bubble {}",
                 run.measured_bubble
             );
-            let per_mb = if schedule.split_backward { 3 } else { 2 };
-            let compute = run
-                .events
-                .iter()
-                .filter(|e| e.lane == Lane::Compute && e.name != "sgd")
-                .count();
-            assert_eq!(compute, per_mb * m * p * schedule.passes(), "{what}");
+            let compute = every_op_ran(&run, &schedule, &what);
             // The report's compute ops span the runtime's kernels of the same run.
             let kernels = tracer
                 .events()
@@ -161,11 +179,20 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
     let batch = batch(M);
     let (_runtime, client) = common::runtime_client(&devices[..2], "test");
     let s = Schedule::new(ScheduleKind::OneFOneB, 2, M, 1).unwrap();
+    let folded = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch], f: Fold| {
+        execute(&client, s, d, m, b, LR, f).unwrap_err()
+    };
     let err = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch]| {
-        execute(&client, s, d, m, b, LR).unwrap_err()
+        folded(s, d, m, b, Fold::OnePerStage)
     };
     let e = err(&s, &devices[..1], &mlp, &batch);
-    assert!(e.to_string().contains("2 stages but 1 devices"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("2 stages run on 2 devices (one per stage) but 1 were given"),
+        "{e}"
+    );
+    let e = folded(&s, &devices[..2], &mlp, &batch, Fold::Blocks { devices: 3 });
+    assert!(e.to_string().contains("fold onto 1 to 2 devices"), "{e}");
     let e = err(&s, &devices[..2], &mlp, &[]);
     assert!(e.to_string().contains("no microbatches"), "{e}");
     let e = err(&s, &devices[..2], &mlp, &batch[..3]);
@@ -204,6 +231,95 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
         "{e}"
     );
     // A runtime whose tracer is off still yields a full report.
-    let run = execute(&client, &s, &devices[..2], &tiny, &tb, LR).unwrap();
+    let run = execute(
+        &client,
+        &s,
+        &devices[..2],
+        &tiny,
+        &tb,
+        LR,
+        Fold::OnePerStage,
+    )
+    .unwrap();
     assert!(run.events.iter().any(|e| e.flow.is_some()));
+}
+
+/// p = 4 stages on 2 devices (blocks and round robin) and on 1: the same step as one device, a
+/// lane per device, transfers only between devices, and each device running its stages' ops in
+/// the simulated order. DualPipe on one device holds both parameter copies there.
+fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
+    let devices = adapters.mesh(2);
+    let mlp = model();
+    let (_runtime, client) = common::runtime_client(&devices[..2], "folded pipeline test");
+    let cases = [
+        (ScheduleKind::OneFOneB, Fold::Blocks { devices: 2 }),
+        (ScheduleKind::OneFOneB, Fold::RoundRobin { devices: 2 }),
+        (ScheduleKind::ZbH1, Fold::RoundRobin { devices: 2 }),
+        (ScheduleKind::Interleaved, Fold::Blocks { devices: 2 }),
+        (ScheduleKind::DualPipe, Fold::Blocks { devices: 1 }),
+        (ScheduleKind::ZbV, Fold::Blocks { devices: 2 }),
+    ];
+    for (kind, fold) in cases {
+        let p = 4;
+        let v = kind.chunks(2);
+        let m = microbatches(kind, p);
+        let batch = batch(m);
+        let want = mlp.reference_step(&batch, LR).unwrap();
+        let schedule = Schedule::new(kind, p, m, v).unwrap();
+        let d = fold.device_count(p);
+        let run = execute(&client, &schedule, &devices[..d], &mlp, &batch, LR, fold).unwrap();
+        let what = format!(
+            "{kind} p={p} m={m} v={v} on {d} ({})",
+            fold.placement_name()
+        );
+        for (layer, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
+            common::assert_close(&format!("{what} layer {layer}"), got, want, 1e-4);
+        }
+        assert_eq!(run.device_names.len(), d, "{what}");
+        assert!(
+            run.device_names[0].1.starts_with("device 0 (stages "),
+            "{what}"
+        );
+        assert!(run.events.iter().all(|e| e.device < d), "{what}");
+        every_op_ran(&run, &schedule, &what);
+        for e in &run.events {
+            if let Some(f) = e.flow.filter(|f| f.role == FlowRole::In) {
+                let out = run
+                    .events
+                    .iter()
+                    .find(|o| {
+                        o.flow
+                            .is_some_and(|g| g.id == f.id && g.role == FlowRole::Out)
+                    })
+                    .unwrap_or_else(|| panic!("{what}: flow {} has no Out", f.id));
+                assert_ne!(out.device, e.device, "{what}: a transfer within a device");
+            }
+        }
+        if d == 1 {
+            assert!(
+                run.events.iter().all(|e| e.lane != Lane::Transfer),
+                "{what}"
+            );
+        }
+        // The simulation folds the same way; each device ran its ops one at a time in the
+        // order the lowering issued them, the simulator's at F = B = W.
+        assert_eq!(run.simulated.devices, d, "{what}");
+        for dev in 0..d {
+            let mut ops: Vec<(u64, u64)> = run
+                .events
+                .iter()
+                .filter(|e| e.device == dev && e.lane == Lane::Compute && e.name != "sgd")
+                .map(|e| (e.start_ns, e.end_ns))
+                .collect();
+            ops.sort_unstable();
+            assert!(
+                ops.windows(2).all(|w| w[0].1 <= w[1].0),
+                "{what}: overlap on {dev}"
+            );
+        }
+        println!(
+            "{what}: measured bubble {:.3}, simulated {:.3}",
+            run.measured_bubble, run.simulated.bubble_fraction
+        );
+    }
 }

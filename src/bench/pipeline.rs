@@ -6,7 +6,7 @@ use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
 use super::suite::Planned;
 use crate::pipeline::workload::{PipelineResult, PreparedCase, ROWS, WIDTH, layers};
-use crate::pipeline::{Schedule, ScheduleKind};
+use crate::pipeline::{Fold, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 
@@ -49,7 +49,9 @@ struct Step {
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, _) = self.case.run(&self.client, &self.devices)?;
+        let (r, _) = self
+            .case
+            .run(&self.client, &self.devices, Fold::OnePerStage)?;
         // NaN fails too.
         if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {

@@ -16,6 +16,17 @@ const LETTERS: [char; 3] = ['F', 'B', 'W'];
 /// go to the op, so short ops stay visible). Only pipeline ops are drawn: compute-lane kernels
 /// named `F`, `B` or `W` ([`PipelineOp::of`]).
 pub fn timeline(events: &[Event], stages: usize, window: Range<u64>, width: usize) -> String {
+    timeline_named(events, stages, "stage", window, width)
+}
+
+/// [`timeline`] with each row named `<name> <i>` ("device" for stages folded onto devices).
+pub fn timeline_named(
+    events: &[Event],
+    stages: usize,
+    name: &str,
+    window: Range<u64>,
+    width: usize,
+) -> String {
     let span = window.end.saturating_sub(window.start);
     let drawn: Vec<(&Event, usize)> = events
         .iter()
@@ -45,7 +56,7 @@ pub fn timeline(events: &[Event], stages: usize, window: Range<u64>, width: usiz
     let label = stages.saturating_sub(1).to_string().len();
     let mut out = String::new();
     for stage in 0..stages {
-        out += &format!("stage {stage:>label$} |");
+        out += &format!("{name} {stage:>label$} |");
         for col in 0..cols {
             let slice = bounds[col + 1] - bounds[col];
             let c = &cover[stage * cols + col];

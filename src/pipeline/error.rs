@@ -87,4 +87,7 @@ pub enum ScheduleError {
 
     #[error("invalid costs: {reason}")]
     InvalidCosts { reason: String },
+
+    #[error("cannot fold the stages onto devices: {reason}")]
+    InvalidFold { reason: String },
 }

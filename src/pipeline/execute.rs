@@ -9,10 +9,11 @@
 //!
 //! **Trace.** The runtime traces every kernel (GPU-timestamped where the adapter can) and
 //! transfer; the report turns them into the pipeline's view, with the *stage index* as `device`
-//! (not [`crate::Device::id`]), so [`super::timeline`] and the simulator's events line up
-//! ([`RunReport::device_names`] names each stage's process after its device). An op is one
-//! compute-lane kernel event named `F`, `B`, `W` (with `.c<chunk>` when `v > 1`, as the
-//! simulator names them) spanning its kernels, with its microbatch. A send is a transfer-lane
+//! (not [`crate::Device::id`]; with a [`Fold`], the index of the stage's device among the run's),
+//! so [`super::timeline`] and the simulator's events line up ([`RunReport::device_names`] names
+//! each lane's process after its device). An op is one compute-lane kernel event named `F`, `B`,
+//! `W` (with `.c<k>` when its device holds more than one chunk, as the simulator names them)
+//! spanning its kernels, with its microbatch. A send is a transfer-lane
 //! event (the readback, from when the op that made its tensor ended) carrying the flow's `Out`
 //! end; the matching receive is a transfer-lane event on the peer (the upload) carrying its
 //! `In` end; time a receive waited for its data is a wait event. The final update is a
@@ -20,6 +21,7 @@
 
 use std::sync::Arc;
 
+use super::fold::Fold;
 use super::lower::{Plan, lower, weight_var};
 use super::measure::{report, stage_events};
 use super::mlp::{Microbatch, Mlp};
@@ -38,9 +40,11 @@ pub struct RunReport {
     pub weights: Vec<Vec<f32>>,
     /// Mean over microbatches of each one's mean squared error, before the step.
     pub loss: f32,
-    /// Every event of the run, by start time; `device` is the stage index (see the module docs).
+    /// Every event of the run, by start time; `device` is the stage index, or its device's when
+    /// folded (see the module docs).
     pub events: Vec<Event>,
-    /// `(stage, "stage s: <device label>")`, for [`crate::trace::chrome::to_json`].
+    /// `(stage, "stage s: <device label>")` (folded: `(d, "device d (stages …): <label>")`),
+    /// for [`crate::trace::chrome::to_json`].
     pub device_names: Vec<(usize, String)>,
     /// From the first F/B/W start to the last F/B/W end, over all stages.
     pub makespan_ns: u64,
@@ -50,16 +54,17 @@ pub struct RunReport {
     /// excluded) with infinite bandwidth; `activation_bytes` is the largest stage-boundary
     /// activation.
     pub measured: Costs,
-    /// Idle compute time over `p × makespan`, from the compute-lane F/B/W events
+    /// Idle compute time over `devices × makespan`, from the compute-lane F/B/W events
     /// ([`crate::trace::pipeline_bubble`]).
     pub measured_bubble: f64,
-    /// [`super::simulate()`] of the same schedule under [`RunReport::measured`].
+    /// [`super::simulate_folded`] of the same schedule and fold under [`RunReport::measured`].
     pub simulated: Simulation,
 }
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
 /// microbatch) with learning rate `lr`, as one run of `client`: `devices[s]` (a device of the
-/// client's runtime's mesh) runs stage `s` (with all its chunks). The report holds the run's
+/// client's runtime's mesh) runs stage `s` (with all its chunks), or with stages folded onto
+/// fewer devices ([`Fold`]), `devices[fold(s)]` runs it beside its other stages. The report holds the run's
 /// events in the pipeline's view; the runtime's own tracer, when on, also gets them as they
 /// happen, in the runtime's view (device ids).
 ///
@@ -73,15 +78,16 @@ pub fn execute(
     model: &Mlp,
     batch: &[Microbatch],
     lr: f32,
+    fold: Fold,
 ) -> Result<RunReport> {
     let devices = devices.mesh_devices();
-    let plan = Plan::new(schedule, &devices, model, batch, lr)?;
+    let plan = Plan::new(schedule, &devices, model, batch, lr, fold)?;
     let lowered = lower(&plan)?;
     let mut variables = Variables::new();
     for (l, w) in model.weights.iter().enumerate() {
         // This rank's stages' weights (each copy's); other ranks upload theirs.
         for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
-            let t = devices[stage]
+            let t = devices[plan.dev(stage)]
                 .local()
                 .map(|d| Tensor::from_f32(d, &model.layer_shape(l), DType::F32, w))
                 .transpose()?;

@@ -1,11 +1,14 @@
 //! Lowering a [`Schedule`] to one [`Program`]: the checked inputs of a run ([`Plan`]), and the
 //! nodes each op becomes on its stage's device.
 //!
-//! Stage `s` runs on `devices[s]` and holds the virtual stages its chunks map to
+//! Stage `s` runs on `devices[s]`, or with a [`Fold`] on `devices[fold(s)]` beside other stages,
+//! and holds the virtual stages its chunks map to
 //! ([`Schedule::virtual_stage`]); each virtual stage holds a contiguous block of the [`Mlp`]'s
 //! layers ([`Mlp::split`]), and with DualPipe's two parameter copies each block lives on two
 //! stages. The lowering walks the stages' op lists in a causal order (each stage's ops in its own
-//! order; a receive only after its send) and appends, for each op, nodes on its stage's device:
+//! order; a receive only after its send; with stages sharing a device, the order of the
+//! simulation at F = B = W, so a device takes its stages' ops as the simulator has it) and
+//! appends, for each op, nodes on its stage's device:
 //!
 //! - **F**: each layer's matmul and relu, keeping each layer's input for backward;
 //! - **B**: the input gradient, and the weight gradients too unless the schedule splits the
@@ -14,7 +17,8 @@
 //! - a send is an [`Op::Send`](crate::program::Op::Send) node (the readback, right after the op
 //!   that made the tensor), a receive an [`Op::Recv`](crate::program::Op::Recv) node (the upload,
 //!   where the schedule receives), so every device runs its nodes in its stage's op order; a
-//!   hand-off between two chunks of one stage (one stage, or a V's turn) moves nothing.
+//!   hand-off between two chunks of one stage (one stage, or a V's turn), or between two stages
+//!   of one device, moves nothing.
 //!
 //! After the op lists each stage applies `W −= lr · (Σ dW) / m` in place; with two parameter
 //! copies each copy first adds the other's gradient, so both take the same step. An F&B pair of
@@ -24,8 +28,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::fold::{Fold, op_name};
 use super::mlp::{Microbatch, Mlp};
 use super::schedule::{OpKind, Schedule};
+use super::simulate::{Costs, simulate_folded};
 use super::validate::validate;
 use crate::device::MeshDevice;
 use crate::kernels::TensorType;
@@ -46,7 +52,11 @@ pub(super) fn weight_var(layer: usize, copy: usize) -> String {
 /// Checked inputs of a run.
 pub(super) struct Plan<'a> {
     pub(super) schedule: &'a Schedule,
+    /// One per device the stages fold onto (one per stage unless folded).
     pub(super) devices: &'a [MeshDevice],
+    pub(super) fold: Fold,
+    /// Each stage's index into `devices` (its program device).
+    pub(super) device_of: Vec<usize>,
     pub(super) model: &'a Mlp,
     pub(super) batch: &'a [Microbatch],
     pub(super) rows: Vec<usize>,
@@ -62,14 +72,18 @@ impl<'a> Plan<'a> {
         model: &'a Mlp,
         batch: &'a [Microbatch],
         lr: f32,
+        fold: Fold,
     ) -> Result<Self> {
         const WHAT: &str = "pipeline run";
         validate(schedule)?;
         let bad = |reason: String| Error::InvalidArgument { what: WHAT, reason };
-        if devices.len() != schedule.stages {
+        let device_of = fold.devices_of(schedule.stages)?;
+        let d = fold.device_count(schedule.stages);
+        if devices.len() != d {
             return Err(bad(format!(
-                "the schedule has {} stages but {} devices were given; devices[s] runs stage s",
+                "the schedule's {} stages run on {d} devices ({}) but {} were given",
                 schedule.stages,
+                fold.placement_name(),
                 devices.len()
             )));
         }
@@ -94,6 +108,8 @@ impl<'a> Plan<'a> {
         Ok(Plan {
             schedule,
             devices,
+            fold,
+            device_of,
             model,
             batch,
             rows,
@@ -104,6 +120,11 @@ impl<'a> Plan<'a> {
 
     pub(super) fn last_vs(&self) -> usize {
         self.schedule.virtual_stages() - 1
+    }
+
+    /// Stage `stage`'s program device.
+    pub(super) fn dev(&self, stage: usize) -> usize {
+        self.device_of[stage]
     }
 
     /// The stage holding each copy of `layer` (copy 0 first).
@@ -173,6 +194,8 @@ pub(super) enum Tag {
 /// The schedule as a program, and what each node is.
 pub(super) struct Lowered {
     pub(super) program: Program,
+    /// Each stage's program device (the plan's), for the trace.
+    pub(super) device_of: Vec<usize>,
     /// `[node]`.
     pub(super) tags: Vec<Option<Tag>>,
 }
@@ -201,8 +224,9 @@ struct Lowering<'p, 'a> {
     arrived: HashMap<(usize, Flowing, usize, usize), Value>,
     /// Outputs waiting for their send op, by (what, microbatch, chunk), per stage.
     outgoing: HashMap<(usize, Flowing, usize, usize), Value>,
-    /// Sent values waiting for their receive, by (what, microbatch, receiving virtual stage).
-    sent: HashMap<(Flowing, usize, usize), Value>,
+    /// Sent values waiting for their receive, by (what, microbatch, receiving virtual stage),
+    /// with whether both stages share a device (then the value itself: nothing is sent).
+    sent: HashMap<(Flowing, usize, usize), (Value, bool)>,
     saved: HashMap<(usize, usize, usize), Saved>,
     outputs: Vec<Option<Value>>,
 }
@@ -226,7 +250,9 @@ impl Lowering<'_, '_> {
         op: impl Kernel + 'static,
         inputs: &[Value],
     ) -> Value {
-        let [v] = self.b.kernel(name, &[stage], Arc::new(op), inputs);
+        let [v] = self
+            .b
+            .kernel(name, &[self.plan.dev(stage)], Arc::new(op), inputs);
         v
     }
 
@@ -309,7 +335,7 @@ impl Lowering<'_, '_> {
                 false,
             );
             h = if layer < last_layer {
-                self.b.relu(&format!("relu{layer}"), &[s], z)
+                self.b.relu(&format!("relu{layer}"), &[self.plan.dev(s)], z)
             } else {
                 z
             };
@@ -421,8 +447,13 @@ impl Lowering<'_, '_> {
             .outgoing
             .remove(&(s, what, mb, c))
             .ok_or_else(|| missing(s, "the tensor to send", mb, c))?;
-        let sent = self.b.send(&format!("send {}", what.name()), v);
-        self.sent.insert((what, mb, to_vs), sent);
+        let local = plan.dev(peer) == plan.dev(s);
+        let sent = if local {
+            v
+        } else {
+            self.b.send(&format!("send {}", what.name()), v)
+        };
+        self.sent.insert((what, mb, to_vs), (sent, local));
         Ok(())
     }
 
@@ -438,9 +469,70 @@ impl Lowering<'_, '_> {
             .sent
             .remove(&(what, mb, vs))
             .ok_or_else(|| missing(s, "the sent tensor", mb, c))?;
-        let v = self.b.recv(&format!("recv {}", what.name()), sent, &[s]);
+        let (sent, local) = sent;
+        let v = if local {
+            sent
+        } else {
+            let here = self.plan.dev(s);
+            self.b.recv(&format!("recv {}", what.name()), sent, &[here])
+        };
         self.arrived.insert((s, what, mb, c), v);
         Ok(())
+    }
+
+    /// Appends op `index` of stage `s`'s list; `Ok(false)`, appending nothing, for a receive
+    /// whose send is not in yet.
+    fn lower_op(&mut self, s: usize, index: usize) -> Result<bool> {
+        let plan = self.plan;
+        let schedule = plan.schedule;
+        let op = schedule.ops[s][index];
+        let (mb, c) = (op.microbatch, op.chunk);
+        let at = self.b.node_count();
+        let letter = op.kind.letter().unwrap_or('?');
+        let name = op_name(
+            letter.encode_utf8(&mut [0; 4]),
+            &plan.device_of,
+            schedule.chunks,
+            s,
+            c,
+        );
+        let compute = Tag::Compute { stage: s, name, mb };
+        match op.kind {
+            OpKind::Forward => {
+                self.forward(s, mb, c)?;
+                self.tag_from(at, compute);
+            }
+            OpKind::Backward => {
+                self.backward(s, mb, c)?;
+                self.tag_from(at, compute);
+            }
+            OpKind::WeightGrad => {
+                self.weight_grads(s, mb, c)?;
+                self.tag_from(at, compute);
+            }
+            OpKind::SendActivation | OpKind::SendGradient => {
+                let what = if op.kind == OpKind::SendActivation {
+                    Flowing::Activation
+                } else {
+                    Flowing::Gradient
+                };
+                self.send(s, what, mb, c, op.peer)?;
+                self.tag_from(at, Tag::Send { stage: s, what, mb });
+            }
+            OpKind::RecvActivation | OpKind::RecvGradient => {
+                let what = if op.kind == OpKind::RecvActivation {
+                    Flowing::Activation
+                } else {
+                    Flowing::Gradient
+                };
+                if !self.can_recv(s, what, mb, c) {
+                    return Ok(false);
+                }
+                self.recv(s, what, mb, c)?;
+                self.tag_from(at, Tag::Recv { stage: s, what, mb });
+            }
+        }
+        Ok(true)
     }
 
     fn tag_from(&mut self, first: usize, tag: Tag) {
@@ -465,7 +557,7 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     for l in 0..plan.model.layers() {
         for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
             let ty = TensorType::f32(&plan.model.layer_shape(l));
-            weights[copy].push(b.variable(&weight_var(l, copy), &[stage], ty));
+            weights[copy].push(b.variable(&weight_var(l, copy), &[plan.dev(stage)], ty));
         }
     }
     let out = widths[widths.len() - 1];
@@ -473,8 +565,8 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     for (mb, &rows) in plan.rows.iter().enumerate() {
         let first = schedule.placement(mb, 0).0;
         let last = schedule.placement(mb, plan.last_vs()).0;
-        inputs.push(b.typed_arg(&[first], TensorType::f32(&[rows, widths[0]])));
-        targets.push(b.typed_arg(&[last], TensorType::f32(&[rows, out])));
+        inputs.push(b.typed_arg(&[plan.dev(first)], TensorType::f32(&[rows, widths[0]])));
+        targets.push(b.typed_arg(&[plan.dev(last)], TensorType::f32(&[rows, out])));
     }
     let mut x = Lowering {
         plan,
@@ -490,68 +582,42 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
         saved: HashMap::new(),
         outputs: vec![None; plan.batch.len()],
     };
-    // A causal order: each stage's ops in its own order, a receive only once its send is in.
-    let mut next = vec![0usize; p];
-    loop {
-        let mut progressed = false;
-        for (s, next) in next.iter_mut().enumerate() {
-            while let Some(op) = schedule.ops[s].get(*next) {
-                let (mb, c) = (op.microbatch, op.chunk);
-                let at = x.b.node_count();
-                let letter = op.kind.letter().unwrap_or('?');
-                let name = if schedule.chunks > 1 {
-                    format!("{letter}.c{c}")
-                } else {
-                    letter.to_string()
-                };
-                let compute = Tag::Compute { stage: s, name, mb };
-                match op.kind {
-                    OpKind::Forward => {
-                        x.forward(s, mb, c)?;
-                        x.tag_from(at, compute);
-                    }
-                    OpKind::Backward => {
-                        x.backward(s, mb, c)?;
-                        x.tag_from(at, compute);
-                    }
-                    OpKind::WeightGrad => {
-                        x.weight_grads(s, mb, c)?;
-                        x.tag_from(at, compute);
-                    }
-                    OpKind::SendActivation | OpKind::SendGradient => {
-                        let what = if op.kind == OpKind::SendActivation {
-                            Flowing::Activation
-                        } else {
-                            Flowing::Gradient
-                        };
-                        x.send(s, what, mb, c, op.peer)?;
-                        x.tag_from(at, Tag::Send { stage: s, what, mb });
-                    }
-                    OpKind::RecvActivation | OpKind::RecvGradient => {
-                        let what = if op.kind == OpKind::RecvActivation {
-                            Flowing::Activation
-                        } else {
-                            Flowing::Gradient
-                        };
-                        if !x.can_recv(s, what, mb, c) {
-                            break;
-                        }
-                        x.recv(s, what, mb, c)?;
-                        x.tag_from(at, Tag::Recv { stage: s, what, mb });
-                    }
-                }
-                *next += 1;
-                progressed = true;
+    if plan.fold.shares(p) {
+        // Stages share devices, and a device runs its nodes in program order: issue the ops in
+        // the simulator's order (at F = B = W), so each device takes its stages' ops as the
+        // simulation does. That order is an issue order: no receive comes before its send.
+        let sim = simulate_folded(schedule, &Costs::compute_only(1, 1, 1), &[], plan.fold)?;
+        for at in &sim.order {
+            if !x.lower_op(at.stage, at.index)? {
+                return Err(Error::InvalidArgument {
+                    what: "pipeline run",
+                    reason: format!(
+                        "stage {}: op #{} receives before its send in the simulated order",
+                        at.stage, at.index
+                    ),
+                });
             }
         }
-        if (0..p).all(|s| next[s] == schedule.ops[s].len()) {
-            break;
-        }
-        if !progressed {
-            return Err(Error::InvalidArgument {
-                what: "pipeline run",
-                reason: "the schedule's receives wait on sends that never come".into(),
-            });
+    } else {
+        // A causal order: each stage's ops in its own order, a receive only once its send is in.
+        let mut next = vec![0usize; p];
+        loop {
+            let mut progressed = false;
+            for (s, next) in next.iter_mut().enumerate() {
+                while *next < schedule.ops[s].len() && x.lower_op(s, *next)? {
+                    *next += 1;
+                    progressed = true;
+                }
+            }
+            if (0..p).all(|s| next[s] == schedule.ops[s].len()) {
+                break;
+            }
+            if !progressed {
+                return Err(Error::InvalidArgument {
+                    what: "pipeline run",
+                    reason: "the schedule's receives wait on sends that never come".into(),
+                });
+            }
         }
     }
     // The SGD step per stage. With two parameter copies each copy's gradient first goes to the
@@ -559,7 +625,7 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     // adds the other's, so both copies take the same step. Then the weights and outputs back.
     let scale = plan.lr / schedule.microbatches as f32;
     let layers = plan.model.layers();
-    let mut received: HashMap<(usize, usize), Vec<Value>> = HashMap::new();
+    let mut received: HashMap<(usize, usize), Vec<(Value, bool)>> = HashMap::new();
     for from_copy in 0..copies {
         for l in 0..layers {
             let holders = plan.holders_of_layer(l);
@@ -567,10 +633,15 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
                 .ok_or_else(|| missing(holders[from_copy], "the weight gradient", 0, 0))?;
             for (to_copy, &to) in holders.iter().enumerate().filter(|&(c, _)| c != from_copy) {
                 let at = x.b.node_count();
-                let sent = x.b.send("send dW", g);
-                let got = x.b.recv("recv dW", sent, &[to]);
+                let local = plan.dev(to) == plan.dev(holders[from_copy]);
+                let got = if local {
+                    g
+                } else {
+                    let sent = x.b.send("send dW", g);
+                    x.b.recv("recv dW", sent, &[plan.dev(to)])
+                };
                 x.tag_from(at, Tag::Sgd { stage: to });
-                received.entry((to_copy, l)).or_default().push(got);
+                received.entry((to_copy, l)).or_default().push((got, local));
             }
         }
     }
@@ -580,8 +651,15 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
             let s = plan.holders_of_layer(l)[copy];
             let at = x.b.node_count();
             let mut g = x.grads[copy][l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
-            for got in received.remove(&(copy, l)).unwrap_or_default() {
-                g = x.k(s, &format!("sum dW{l}"), Accumulate, &[g, got]);
+            for (got, local) in received.remove(&(copy, l)).unwrap_or_default() {
+                let name = format!("sum dW{l}");
+                g = if local {
+                    // The other copy's own gradient, which its sum updates in place: add out of
+                    // place, so neither sum reads the other's result.
+                    x.b.add(&name, &[plan.dev(s)], g, got)
+                } else {
+                    x.k(s, &name, Accumulate, &[g, got])
+                };
             }
             let w = x.k(
                 s,
@@ -604,5 +682,9 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     let program = x.b.build()?;
     let mut tags = x.tags;
     tags.resize(program.nodes().len(), None);
-    Ok(Lowered { program, tags })
+    Ok(Lowered {
+        program,
+        device_of: plan.device_of.clone(),
+        tags,
+    })
 }

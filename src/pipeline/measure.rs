@@ -7,12 +7,13 @@ use std::collections::HashMap;
 
 use super::execute::RunReport;
 use super::lower::{Lowered, Plan, Tag};
-use super::simulate::{Costs, simulate};
+use super::simulate::{Costs, simulate_folded};
 use crate::Result;
 use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, pipeline_bubble};
 
 /// The runtime's events of program `program` as the pipeline's view (see the module docs).
 pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
+    let lane = |stage: usize| lowered.device_of.get(stage).copied().unwrap_or(stage);
     // One compute event per op (and per stage's update), spanning its kernels.
     let mut spans: HashMap<(usize, String, Option<usize>), (u64, u64)> = HashMap::new();
     let mut out = Vec::new();
@@ -30,13 +31,13 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
         match (tag, e.kind) {
             (Tag::Compute { stage, name, mb }, EventKind::Kernel) => {
                 let span = spans
-                    .entry((*stage, name.clone(), Some(*mb)))
+                    .entry((lane(*stage), name.clone(), Some(*mb)))
                     .or_insert((u64::MAX, 0));
                 *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
             }
             (Tag::Sgd { stage }, EventKind::Kernel) => {
                 let span = spans
-                    .entry((*stage, "sgd".into(), None))
+                    .entry((lane(*stage), "sgd".into(), None))
                     .or_insert((u64::MAX, 0));
                 *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
             }
@@ -51,13 +52,13 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
                 } else {
                     "recv"
                 };
-                let meta = EventMeta::transfer(*stage)
+                let meta = EventMeta::transfer(lane(*stage))
                     .microbatch(*mb as u32)
                     .flow(f.id, f.role);
                 out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
             }
             (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
-                let meta = EventMeta::wait(*stage).microbatch(*mb as u32);
+                let meta = EventMeta::wait(lane(*stage)).microbatch(*mb as u32);
                 out.push(meta.event(format!("wait {}", what.name()), e.start_ns, e.end_ns));
             }
             _ => {}
@@ -139,12 +140,26 @@ pub(super) fn report(
     // The bubble every view of a pipeline trace reports (the Files tab, `gangway trace`).
     let (makespan_ns, measured_bubble) =
         pipeline_bubble(&events).map_or((0, 0.0), |b| (b.makespan_ns, b.fraction));
-    let simulated = simulate(schedule, &measured)?;
+    let simulated = simulate_folded(schedule, &measured, &[], plan.fold)?;
+    let folded = plan.fold.shares(schedule.stages);
     let device_names = plan
         .devices
         .iter()
         .enumerate()
-        .map(|(s, d)| (s, format!("stage {s}: {}", d.label())))
+        .map(|(d, device)| {
+            if !folded {
+                return (d, format!("stage {d}: {}", device.label()));
+            }
+            let held: Vec<String> = (0..schedule.stages)
+                .filter(|&s| plan.dev(s) == d)
+                .map(|s| s.to_string())
+                .collect();
+            let label = device.label();
+            (
+                d,
+                format!("device {d} (stages {}): {label}", held.join(", ")),
+            )
+        })
         .collect();
     Ok(RunReport {
         weights,

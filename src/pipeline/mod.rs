@@ -7,7 +7,8 @@
 //! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
 //! | `orders.rs` | each kind's compute order (the generators) |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
-//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`] and [`simulate_uneven`] (stages of different costs) |
+//! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`], [`simulate_uneven`] (stages of different costs) and [`simulate_folded`] (more stages than devices) |
+//! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
@@ -18,7 +19,7 @@
 //! The schedule side (`schedule`, `orders`, `validate`, `engine`, `simulate`, `textbook`) knows
 //! nothing of wgpu.
 //!
-//! A model is cut into `p` stages (one per device), optionally each into `v` chunks; a batch is
+//! A model is cut into `p` stages (one per device, or several to a device with a [`Fold`]), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
 //! forwards (F), backwards (B), weight-gradient passes (W, only when the backward is split) and
 //! the sends and receives between them. While the first microbatch travels down the pipeline and
@@ -42,6 +43,7 @@ mod engine;
 mod error;
 mod execute;
 pub mod figure;
+mod fold;
 mod link;
 mod lower;
 mod measure;
@@ -53,14 +55,15 @@ mod textbook;
 mod validate;
 pub mod workload;
 
-pub use ascii::timeline;
+pub use ascii::{timeline, timeline_named};
 pub use engine::OpAt;
 pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
+pub use fold::Fold;
 pub use link::Link;
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
-pub use simulate::{Costs, Simulation, simulate, simulate_uneven};
+pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
 pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};

@@ -1,6 +1,7 @@
 //! A cost model: every op gets a duration (each stage's scaled by its own factor in
 //! [`simulate_uneven`], for stages of different costs), every transfer a latency and a bandwidth,
-//! and the schedule is replayed to see where each stage idles. The bubble it measures is the quantity the
+//! and the schedule is replayed to see where each device idles: one device per stage, or fewer
+//! devices than stages in [`simulate_folded`]. The bubble it measures is the quantity the
 //! textbook formulas predict, and what a real run's trace can be compared against.
 
 use std::ops::Range;
@@ -12,6 +13,7 @@ use crate::trace::Event;
 use super::ascii;
 use super::engine::{self, OpAt, Timing};
 use super::error::ScheduleError;
+use super::fold::Fold;
 use super::schedule::Schedule;
 
 /// Durations of one op on one model chunk, and the link between two stages.
@@ -113,17 +115,26 @@ impl Costs {
 #[derive(Debug, Clone, Serialize)]
 pub struct Simulation {
     pub stages: usize,
-    /// Device = stage. Compute ops on [`crate::trace::Lane::Compute`] as kernels named `F`, `B`,
-    /// `W` (with `.c<chunk>` when v > 1); sends on the sender's transfer lane named `act` or
-    /// `grad`. Each send's flow (Out) points at the compute op that consumes it (In).
+    /// Devices the stages ran on: `stages` unless [`simulate_folded`] folded them.
+    pub devices: usize,
+    /// `device` is the stage's device (the stage itself unless folded). Compute ops on
+    /// [`crate::trace::Lane::Compute`] as kernels named `F`, `B`, `W` (with `.c<k>` when the
+    /// device holds more than one model chunk: the schedule's chunk `k` for one stage per
+    /// device); sends between devices on the sender's transfer lane named `act` or `grad` (a
+    /// hand-off within a device has no event). Each send's flow (Out) points at the compute op
+    /// that consumes it (In).
     pub events: Vec<Event>,
     pub makespan_ns: u64,
-    /// Per stage, time spent computing.
+    /// Per device, time spent computing.
     pub busy_ns: Vec<u64>,
-    /// Idle compute time over `stages × makespan`.
+    /// Per device, the most microbatch-chunks whose activations its stages hold at once (for
+    /// one stage per device, [`super::Validation::peak_activations`]).
+    pub peak_activations: Vec<usize>,
+    /// Idle compute time over `devices × makespan`.
     pub bubble_fraction: f64,
-    /// Per stage, the makespan with no bubble at all: `m · passes · (F + B + W)` (`passes` chunk
-    /// ops per microbatch, [`Schedule::passes`]), communication not counted.
+    /// The makespan with no bubble at all: the busiest device's work alone, `m · passes ·
+    /// (F + B + W)` (`passes` chunk ops per microbatch, [`Schedule::passes`]) per stage it holds,
+    /// communication not counted.
     pub ideal_ns: u64,
     /// Every op of the schedule by simulated start time, ties in causal order. Issuing ops in
     /// this order from one host thread never waits on an op not yet issued.
@@ -140,7 +151,7 @@ impl Simulation {
         (self.makespan_ns as f64 - self.ideal_ns as f64) / self.ideal_ns as f64
     }
 
-    /// Per stage, time not spent computing.
+    /// Per device, time not spent computing.
     pub fn idle_ns(&self) -> Vec<u64> {
         self.busy_ns
             .iter()
@@ -148,10 +159,16 @@ impl Simulation {
             .collect()
     }
 
-    /// The ASCII timeline of the whole run in at most `width` columns; see [`ascii::timeline`].
+    /// The ASCII timeline of the whole run in at most `width` columns, a row per device; see
+    /// [`ascii::timeline`].
     pub fn timeline(&self, width: usize) -> String {
         let window: Range<u64> = 0..self.makespan_ns;
-        ascii::timeline(&self.events, self.stages, window, width)
+        let name = if self.devices < self.stages {
+            "device"
+        } else {
+            "stage"
+        };
+        ascii::timeline_named(&self.events, self.devices, name, window, width)
     }
 }
 
@@ -172,6 +189,20 @@ pub fn simulate_uneven(
     c: &Costs,
     stage_scale: &[f64],
 ) -> Result<Simulation, ScheduleError> {
+    simulate_folded(s, c, stage_scale, Fold::OnePerStage)
+}
+
+/// [`simulate_uneven`] with the stages folded onto fewer devices ([`Fold`]): a device runs one
+/// op at a time, taking whichever of its stages' next ops can start first, and a hand-off
+/// between two of its stages costs nothing. Busy time, idle time, peak activations and the
+/// bubble are per device; the ideal time is the busiest device's work.
+pub fn simulate_folded(
+    s: &Schedule,
+    c: &Costs,
+    stage_scale: &[f64],
+    fold: Fold,
+) -> Result<Simulation, ScheduleError> {
+    let devices = fold.devices_of(s.stages)?;
     if !stage_scale.is_empty() && stage_scale.len() != s.stages {
         return Err(ScheduleError::InvalidCosts {
             reason: format!(
@@ -199,32 +230,43 @@ pub fn simulate_uneven(
         all_to_all: c.all_to_all_ns,
         blocking_sends: c.blocking_sends,
     };
-    let run = engine::execute(s, timing, stage_scale, true)?;
+    let folded = if fold.shares(s.stages) {
+        &devices[..]
+    } else {
+        &[]
+    };
+    let run = engine::execute(s, timing, stage_scale, folded, true)?;
     let makespan = run.makespan;
     let idle: u64 = run.busy.iter().map(|b| makespan.saturating_sub(*b)).sum();
-    let capacity = s.stages as f64 * makespan as f64;
+    let d = run.busy.len();
+    let capacity = d as f64 * makespan as f64;
     let per_unit = c
         .forward_ns
         .saturating_add(c.backward_ns)
         .saturating_add(c.weight_grad_ns);
+    let even = ((s.microbatches * s.passes()) as u64).saturating_mul(per_unit);
+    // Each device's work in even stages' worth, the busiest one bounding the run.
+    let mut load = vec![0.0f64; d];
+    for (stage, &dev) in devices.iter().enumerate() {
+        load[dev] += stage_scale.get(stage).copied().unwrap_or(1.0);
+    }
+    let busiest = load.into_iter().fold(0.0f64, f64::max);
     Ok(Simulation {
         stages: s.stages,
+        devices: d,
         events: run.events,
         makespan_ns: makespan,
         busy_ns: run.busy,
+        peak_activations: run.device_peak_activations,
         bubble_fraction: if makespan == 0 {
             0.0
         } else {
             idle as f64 / capacity
         },
-        ideal_ns: {
-            let even = ((s.microbatches * s.passes()) as u64).saturating_mul(per_unit);
-            let slowest = stage_scale.iter().copied().fold(0.0f64, f64::max);
-            if stage_scale.is_empty() {
-                even
-            } else {
-                (even as f64 * slowest).round() as u64
-            }
+        ideal_ns: if busiest == 1.0 {
+            even
+        } else {
+            (even as f64 * busiest).round() as u64
         },
         order: run.order,
     })
@@ -519,6 +561,156 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    /// Every kind at p = 4 that takes m = 8, v = 2.
+    fn kinds_at_p4() -> Vec<Schedule> {
+        ScheduleKind::ALL
+            .into_iter()
+            .filter_map(|k| Schedule::new(k, 4, 8, k.chunks(2)).ok())
+            .collect()
+    }
+
+    /// Folded onto fewer devices, a device runs one op at a time, each stage keeps its order,
+    /// and on one device nothing ever waits: the makespan is all the work.
+    #[test]
+    fn folded_stages_share_their_devices() {
+        let schedules = kinds_at_p4();
+        assert!(schedules.len() >= 8);
+        let mut c = Costs::compute_only(5, 7, 3);
+        for s in &schedules {
+            let kind = s.kind;
+            let costs = c.per_chunk(s.passes());
+            let alone = simulate(s, &costs).unwrap();
+            // d = p folds nothing.
+            for fold in [Fold::Blocks { devices: 4 }, Fold::RoundRobin { devices: 4 }] {
+                let same = simulate_folded(s, &costs, &[], fold).unwrap();
+                assert_eq!(same.events, alone.events, "{kind}");
+            }
+            for fold in [Fold::Blocks { devices: 1 }, Fold::RoundRobin { devices: 1 }] {
+                let one = simulate_folded(s, &costs, &[], fold).unwrap();
+                let work: u64 = alone.busy_ns.iter().sum();
+                assert_eq!(one.devices, 1);
+                assert_eq!(one.busy_ns, [work], "{kind}");
+                assert_eq!(one.makespan_ns, work, "{kind} on one device never waits");
+                assert_eq!(one.ideal_ns, one.makespan_ns, "{kind}");
+                assert_eq!(one.bubble_fraction, 0.0, "{kind}");
+                assert!(one.events.iter().all(|e| e.lane == Lane::Compute));
+            }
+            for latency_ns in [0, 4] {
+                c.latency_ns = latency_ns;
+                let costs = c.per_chunk(s.passes());
+                for fold in [Fold::Blocks { devices: 2 }, Fold::RoundRobin { devices: 2 }] {
+                    let r = simulate_folded(s, &costs, &[1.0, 2.0, 1.0, 1.0], fold).unwrap();
+                    let of = fold.devices_of(4).unwrap();
+                    assert_eq!(r.devices, 2);
+                    assert_eq!(r.order.len(), s.op_count(), "{kind} {fold:?}");
+                    // One op at a time per device.
+                    for dev in 0..2 {
+                        let mut spans: Vec<(u64, u64)> = r
+                            .events
+                            .iter()
+                            .filter(|e| e.device == dev && e.lane == Lane::Compute)
+                            .map(|e| (e.start_ns, e.end_ns))
+                            .collect();
+                        spans.sort_unstable();
+                        assert!(
+                            spans.windows(2).all(|w| w[0].1 <= w[1].0),
+                            "{kind} {fold:?}"
+                        );
+                        let busy: u64 = spans.iter().map(|(a, b)| b - a).sum();
+                        assert_eq!(busy, r.busy_ns[dev]);
+                    }
+                    // Each stage in its own order.
+                    let mut next = [0; 4];
+                    for at in &r.order {
+                        assert_eq!(at.index, next[at.stage], "{kind} {fold:?}");
+                        next[at.stage] += 1;
+                    }
+                    // Transfers only between devices, and every flow still pairs up.
+                    let outs = r.events.iter().filter(|e| e.lane == Lane::Transfer).count();
+                    let ins = r
+                        .events
+                        .iter()
+                        .filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::In))
+                        .count();
+                    assert_eq!(outs, ins, "{kind} {fold:?}");
+                    let crossing = (0..4)
+                        .filter(|&st| st + 1 < 4 && of[st] != of[st + 1])
+                        .count();
+                    if crossing == 0 {
+                        assert_eq!(outs, 0);
+                    }
+                    // The device holding the slow stage bounds the run.
+                    assert_eq!(r.ideal_ns, alone.ideal_ns * 3, "{kind} {fold:?}");
+                    assert!(r.makespan_ns >= r.ideal_ns, "{kind} {fold:?}");
+                    // A device holds at most what its stages hold apart.
+                    let per_stage = validate(s).unwrap().peak_activations;
+                    for dev in 0..2 {
+                        let mine: Vec<usize> = (0..4)
+                            .filter(|&st| of[st] == dev)
+                            .map(|st| per_stage[st])
+                            .collect();
+                        let peak = r.peak_activations[dev];
+                        assert!(peak >= *mine.iter().max().unwrap(), "{kind} {fold:?}");
+                        assert!(peak <= mine.iter().sum(), "{kind} {fold:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A hand-worked fold: GPipe, p = 2 on one device, m = 2, F = 1, B = 2 (W folded in, 0).
+    /// At 1, F(s1, mb0) and F(s0, mb1) are both ready: the earlier microbatch goes first. At 6,
+    /// B(s0, mb0) and B(s1, mb1) are: again the earlier microbatch. No gap anywhere.
+    #[test]
+    fn a_folded_gpipe_runs_older_work_first() {
+        let s = Schedule::new(ScheduleKind::GPipe, 2, 2, 1).unwrap();
+        let r = simulate_folded(
+            &s,
+            &Costs::compute_only(1, 2, 0),
+            &[],
+            Fold::Blocks { devices: 1 },
+        )
+        .unwrap();
+        let ops: Vec<(String, u32, u64)> = r
+            .events
+            .iter()
+            .map(|e| (e.name.clone(), e.microbatch.unwrap(), e.start_ns))
+            .collect();
+        let want = [
+            ("F.c0", 0, 0),
+            ("F.c1", 0, 1),
+            ("F.c0", 1, 2),
+            ("F.c1", 1, 3),
+            ("B.c1", 0, 4),
+            ("B.c0", 0, 6),
+            ("B.c1", 1, 8),
+            ("B.c0", 1, 10),
+        ];
+        let want: Vec<(String, u32, u64)> =
+            want.iter().map(|&(n, m, t)| (n.to_owned(), m, t)).collect();
+        assert_eq!(ops, want);
+        assert_eq!(r.makespan_ns, 12);
+        assert_eq!(r.peak_activations, [4]);
+    }
+
+    #[test]
+    fn folds_that_do_not_fit_are_refused() {
+        let s = Schedule::new(ScheduleKind::OneFOneB, 3, 4, 1).unwrap();
+        let c = Costs::compute_only(1, 1, 0);
+        for fold in [Fold::Blocks { devices: 0 }, Fold::RoundRobin { devices: 4 }] {
+            assert!(matches!(
+                simulate_folded(&s, &c, &[], fold),
+                Err(ScheduleError::InvalidFold { .. })
+            ));
+        }
+        let mut bad = s.clone();
+        bad.ops[2].swap(0, 1);
+        assert_eq!(
+            simulate_folded(&bad, &c, &[], Fold::Blocks { devices: 2 }).unwrap_err(),
+            validate(&bad).unwrap_err()
+        );
     }
 
     #[test]

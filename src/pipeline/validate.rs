@@ -22,7 +22,7 @@ pub struct Validation {
 /// right, and that no set of stages waits on each other forever. The error names the first rule
 /// broken, or for a deadlock every stuck stage and the op it waits at.
 pub fn validate(s: &Schedule) -> Result<Validation, ScheduleError> {
-    let run = engine::execute(s, Timing::default(), &[], false)?;
+    let run = engine::execute(s, Timing::default(), &[], &[], false)?;
     Ok(Validation {
         peak_activations: run.peak_activations,
     })

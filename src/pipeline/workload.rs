@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::{Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula};
+use super::{Fold, Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula};
 use super::{execute, validate};
 use crate::device::DeviceList;
 use crate::sched::Client;
@@ -102,27 +102,29 @@ impl PreparedCase {
         })
     }
 
-    /// Runs the step on the first `stages` devices, as a run of `client`; its weights are
-    /// compared with the reference.
+    /// Runs the step on the first `stages` devices (the first `d` with stages folded onto `d`),
+    /// as a run of `client`; its weights are compared with the reference.
     pub fn run(
         &self,
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
+        fold: Fold,
     ) -> Result<(PipelineResult, RunReport)> {
         let devices = devices.mesh_devices();
         let s = &self.schedule;
-        if devices.len() < s.stages {
+        fold.devices_of(s.stages)?;
+        let d = fold.device_count(s.stages);
+        if devices.len() < d {
             return Err(Error::InvalidArgument {
                 what: "pipeline run",
                 reason: format!(
-                    "{} stages need {} devices, {} found (try --virtual-devices)",
-                    s.stages,
+                    "{} stages on {d} devices need {d}, {} found (try --virtual-devices)",
                     s.stages,
                     devices.len()
                 ),
             });
         }
-        let report = execute(client, s, &devices[..s.stages], &self.mlp, &self.data, LR)?;
+        let report = execute(client, s, &devices[..d], &self.mlp, &self.data, LR, fold)?;
         let max_weight_error = report
             .weights
             .iter()
@@ -154,8 +156,8 @@ impl PreparedCase {
     }
 }
 
-/// Runs one training step of `kind` on the first `stages` devices, as a run of `client`, and
-/// checks it against the single-device reference.
+/// Runs one training step of `kind` on the first `stages` devices (or as `fold` places them),
+/// as a run of `client`, and checks it against the single-device reference.
 pub fn run_case(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
@@ -163,6 +165,7 @@ pub fn run_case(
     stages: usize,
     microbatches: usize,
     chunks: usize,
+    fold: Fold,
 ) -> Result<(PipelineResult, RunReport)> {
-    PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices)
+    PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices, fold)
 }

@@ -9,6 +9,18 @@ use std::collections::BTreeSet;
 use gangway::pipeline::figure::Shape;
 use gangway::pipeline::{ScheduleKind, bubble_formula};
 
+/// Every text the figure's layout draws.
+fn texts_of(layout: &gangway::pipeline::figure::Layout) -> Vec<&str> {
+    layout
+        .shapes
+        .iter()
+        .filter_map(|s| match s {
+            Shape::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn one_f_one_b_p4_m8_shows_the_formula_bubble() {
     let mut h = common::harness([1200.0, 900.0]);
@@ -179,14 +191,7 @@ fn the_comparison_stacks_the_four_schedules_on_one_axis() {
     // Drawn: each row's title, a makespan and bubble beside each row, every compute op as a
     // block.
     let (layout, rect) = lab.layout.as_ref().unwrap();
-    let texts: Vec<&str> = layout
-        .shapes
-        .iter()
-        .filter_map(|s| match s {
-            Shape::Text { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let texts = texts_of(layout);
     for (title, _) in &span {
         assert!(texts.contains(&title.as_str()), "{title} not drawn");
     }
@@ -418,4 +423,44 @@ fn figure_only_hides_the_controls_until_escape() {
     assert!(!h.state().lab.figure_only);
     assert!(h.query_by_label("show the controls (Esc)").is_none());
     assert!(h.query_all_by_label("stages p").next().is_some());
+}
+
+/// More stages than devices: the checkbox folds p = 4 onto 2 devices (blocks, then round robin);
+/// the figure gets a lane per device, the numbers are `simulate_folded`'s, and unticking it
+/// brings the stages back.
+#[test]
+fn stages_fold_onto_fewer_devices() {
+    use gangway::pipeline::{Fold, Schedule, simulate_folded};
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.get_by_label("makespan 33.0 µs");
+    h.get_by_label("fewer devices than stages").click();
+    h.run();
+    assert_eq!(h.state().lab.params.fold(), Fold::Blocks { devices: 2 });
+    let p = h.state().lab.params;
+    let s = Schedule::new(p.kind, p.stages, p.microbatches, 1).unwrap();
+    for (fold, choice) in [
+        (Fold::Blocks { devices: 2 }, "blocks"),
+        (Fold::RoundRobin { devices: 2 }, "round robin"),
+    ] {
+        h.get_by_label(choice).click();
+        h.run();
+        assert_eq!(h.state().lab.params.fold(), fold);
+        let want = simulate_folded(&s, &p.share_costs(), &[], fold).unwrap();
+        let row = h.state().lab.result.as_ref().unwrap().row();
+        assert!(row.folded());
+        assert_eq!(row.sim.makespan_ns, want.makespan_ns, "{choice}");
+        assert_eq!(row.lanes(), 2);
+        h.get_by_label(&format!("makespan {:.1} µs", want.makespan_ns as f64 / 1e3));
+        let (layout, _) = h.state().lab.layout.as_ref().unwrap();
+        let texts = texts_of(layout);
+        assert!(texts.contains(&"device 1"), "{texts:?}");
+        assert!(!texts.contains(&"stage 2"), "{texts:?}");
+        h.get_by_label_contains("peak activations per device: ");
+    }
+    h.get_by_label("fewer devices than stages").click();
+    h.run();
+    assert_eq!(h.state().lab.params.fold(), Fold::OnePerStage);
+    h.get_by_label("makespan 33.0 µs");
 }

@@ -595,6 +595,15 @@ pub(crate) struct PipelineArgs {
         conflicts_with = "run"
     )]
     pub(crate) stage_costs: Vec<f64>,
+    /// More stages than devices: run the stages on this many devices, several stages to a device
+    /// (see --fold). A device runs one op at a time, whichever of its stages' next ops can start
+    /// first; a hand-off between two of its stages is free. With --run, the first D devices.
+    #[arg(long, value_name = "D")]
+    pub(crate) devices: Option<usize>,
+    /// How --devices places the stages: blocks (consecutive stages share a device: 0,1 | 2,3)
+    /// or round-robin (stage s on device s mod D: 0,2 | 1,3, as Megatron places chunks).
+    #[arg(long, value_enum, default_value = "blocks", requires = "devices")]
+    pub(crate) fold: FoldArg,
     /// Fixed cost of each activation or gradient transfer between stages, µs [default: the
     /// link's, else 0].
     #[arg(long, value_name = "US")]
@@ -641,6 +650,25 @@ pub(crate) struct PipelineArgs {
     /// The figure's width in pixels (wider when its columns need it).
     #[arg(long, default_value_t = 1600.0, value_name = "PX")]
     pub(crate) svg_width: f32,
+}
+
+/// `--fold`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FoldArg {
+    Blocks,
+    RoundRobin,
+}
+
+impl PipelineArgs {
+    /// Where the stages run: one device per stage, or folded onto --devices.
+    pub(crate) fn fold(&self) -> gangway::pipeline::Fold {
+        use gangway::pipeline::Fold;
+        match (self.devices, self.fold) {
+            (None, _) => Fold::OnePerStage,
+            (Some(devices), FoldArg::Blocks) => Fold::Blocks { devices },
+            (Some(devices), FoldArg::RoundRobin) => Fold::RoundRobin { devices },
+        }
+    }
 }
 
 /// `--comm`'s values.

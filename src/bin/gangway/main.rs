@@ -623,7 +623,8 @@ fn pipeline_run(
     runtime: &Runtime,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::timeline;
+    use gangway::pipeline::timeline_named;
+    let fold = args.fold();
     let (r, report) = gangway::pipeline::workload::run_case(
         &runtime.client("pipeline", 1),
         // Under mpirun the stages spread over the ranks' devices, rank by rank.
@@ -632,15 +633,28 @@ fn pipeline_run(
         args.stages,
         args.microbatches,
         args.chunks,
+        fold,
     )?;
     for e in &report.events {
         tracer.emit(e.clone());
     }
     let chunks = r.chunks;
+    let lanes = fold.device_count(args.stages);
+    let (lane, on) = if fold.shares(args.stages) {
+        (
+            "device",
+            format!(
+                "{} stages on {lanes} devices ({})",
+                args.stages,
+                fold.placement_name()
+            ),
+        )
+    } else {
+        ("stage", format!("{} devices", args.stages))
+    };
     println!(
-        "{} on {} devices, {} microbatches{}: one MLP training step ({} layers of {}, {} rows per microbatch)",
+        "{} on {on}, {} microbatches{}: one MLP training step ({} layers of {}, {} rows per microbatch)",
         args.schedule.name(),
-        args.stages,
         args.microbatches,
         chunks_suffix(chunks),
         gangway::pipeline::workload::layers(args.stages, chunks),
@@ -660,9 +674,10 @@ fn pipeline_run(
     println!("measured:");
     print!(
         "{}",
-        timeline(
+        timeline_named(
             &report.events,
-            args.stages,
+            lanes,
+            lane,
             start..start + report.makespan_ns,
             args.width
         )
@@ -684,7 +699,10 @@ fn pipeline_run(
         c.weight_grad_ns as f64 / 1e3,
         c.latency_ns as f64 / 1e3
     );
-    println!("peak activations per stage: {:?}", r.peak_activations);
+    println!(
+        "peak activations per {lane}: {:?}",
+        report.simulated.peak_activations
+    );
     println!(
         "max |pipelined − single-device| weight: {:.1e}",
         r.max_weight_error
@@ -774,7 +792,7 @@ fn pipeline(
     runtime: Option<&Runtime>,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_uneven, validate};
+    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_folded};
     if let Some(runtime) = runtime {
         return pipeline_run(args, runtime, tracer);
     }
@@ -792,9 +810,17 @@ fn pipeline(
         }
         gangway::fsutil::check_writable(path).context("cannot write the SVG figure")?;
     }
-    let names = (0..args.stages)
-        .map(|s| (s, format!("stage {s}")))
-        .collect();
+    let fold = args.fold();
+    fold.devices_of(args.stages)?;
+    let names = if fold.shares(args.stages) {
+        (0..fold.device_count(args.stages))
+            .map(|d| (d, format!("device {d}")))
+            .collect()
+    } else {
+        (0..args.stages)
+            .map(|s| (s, format!("stage {s}")))
+            .collect()
+    };
     if args.compare {
         let kinds = if args.schedules.is_empty() {
             ScheduleKind::ALL.to_vec()
@@ -808,6 +834,7 @@ fn pipeline(
             args.chunks,
             &share,
             &args.stage_costs,
+            fold,
         )?;
         print_comparison(args, &figure, &share);
         if let Some(path) = &args.svg {
@@ -817,10 +844,9 @@ fn pipeline(
     }
     let chunks = args.schedule.chunks(args.chunks);
     let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
-    let validation = validate(&schedule)?;
     let passes = schedule.passes();
     let costs = share.per_chunk(passes);
-    let sim = simulate_uneven(&schedule, &costs, &args.stage_costs)?;
+    let sim = simulate_folded(&schedule, &costs, &args.stage_costs, fold)?;
     let us = |ns: u64| ns as f64 / 1e3;
     let per_chunk = if passes > 1 {
         format!(
@@ -844,6 +870,7 @@ fn pipeline(
         describe_link(&costs, args.link),
     );
     print_stage_costs(&args.stage_costs);
+    print_fold(fold, args.stages);
     print!("{}", sim.timeline(args.width));
     let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
     println!(
@@ -854,9 +881,14 @@ fn pipeline(
         percent(textbook),
     );
     println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
+    let per = if fold.shares(args.stages) {
+        "device"
+    } else {
+        "stage"
+    };
     println!(
-        "peak activations per stage: {:?} chunk activations ({} per microbatch through a stage)",
-        validation.peak_activations, passes
+        "peak activations per {per}: {:?} chunk activations ({} per microbatch through a stage)",
+        sim.peak_activations, passes
     );
     println!("parameter copies: {}", schedule.kind.parameter_copies());
     for e in &sim.events {
@@ -870,10 +902,37 @@ fn pipeline(
             chunks,
             &costs,
             &args.stage_costs,
+            fold,
         )?;
         write_figure(path, &figure, args)?;
     }
     Ok(names)
+}
+
+/// `--devices`, when fewer than the stages: which stages each device holds.
+fn print_fold(fold: gangway::pipeline::Fold, stages: usize) {
+    if !fold.shares(stages) {
+        return;
+    }
+    let Ok(of) = fold.devices_of(stages) else {
+        return;
+    };
+    let d = fold.device_count(stages);
+    let held: Vec<String> = (0..d)
+        .map(|dev| {
+            let s: Vec<String> = (0..stages)
+                .filter(|&s| of[s] == dev)
+                .map(|s| s.to_string())
+                .collect();
+            format!("device {dev}: stages {}", s.join(", "))
+        })
+        .collect();
+    println!(
+        "{stages} stages on {d} devices ({}): {}; a device runs one op at a time, whichever of \
+         its stages' next ops can start first, and a hand-off between two of its stages is free",
+        fold.placement_name(),
+        held.join("; ")
+    );
 }
 
 /// `--stage-costs`, when given: how each stage's ops are scaled, and what the ideal time is then.
@@ -912,6 +971,7 @@ fn print_comparison(
         describe_link(share, args.link),
     );
     print_stage_costs(&args.stage_costs);
+    print_fold(args.fold(), args.stages);
     let rows: Vec<Vec<String>> = figure
         .rows
         .iter()
@@ -951,7 +1011,7 @@ fn print_comparison(
                 "makespan",
                 "bubble (idle / makespan)",
                 "bubble (over ideal)",
-                "idle per stage (max)",
+                "idle per lane (max)",
                 "textbook idle",
                 "peak activations",
                 "textbook peak",
@@ -962,7 +1022,8 @@ fn print_comparison(
     );
     println!(
         "peak activations are microbatches through one stage's layers (a chunk op holds 1/v of \
-         one); textbook figures assume free transfers and no all-to-all"
+         one); a lane is a stage, or a device with --devices; textbook figures assume one device \
+         per stage, free transfers and no all-to-all"
     );
     for (kind, why) in &figure.left_out {
         println!("left out {}: {why}", kind.name());

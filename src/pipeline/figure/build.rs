@@ -61,12 +61,11 @@ impl<'a> Builder<'a> {
             })
             .collect();
         let subtitles: Vec<String> = fig.rows.iter().map(|r| op_costs(r, unit)).collect();
-        let max_stages = fig.rows.iter().map(FigureRow::stages).max().unwrap_or(1);
-        let label_w = text_width(
-            &format!("stage {}", max_stages.saturating_sub(1)),
-            st.font,
-            false,
-        );
+        let label_w = fig
+            .rows
+            .iter()
+            .map(|r| text_width(&r.lane_name(r.lanes().saturating_sub(1)), st.font, false))
+            .fold(0.0, f32::max);
         let gap = st.font;
         let time_x0 = st.pad + label_w + 0.6 * st.font;
         // The title line of each row: title, op costs, then the numbers, ending by the time
@@ -237,13 +236,13 @@ impl<'a> Builder<'a> {
             );
         }
         let lanes_top = top + 1.5 * st.title;
-        let stages = r.stages();
+        let stages = r.lanes();
         let lane_y = |s: usize| lanes_top + s as f32 * (st.lane_h + st.lane_gap);
         for s in 0..stages {
             self.text(
                 self.time_x0 - 0.6 * st.font,
                 lane_y(s) + 0.5 * st.lane_h,
-                format!("stage {s}"),
+                r.lane_name(s),
                 st.font,
                 st.text,
                 Anchor::End,
@@ -268,7 +267,7 @@ impl<'a> Builder<'a> {
                 hatch: Some(hatch),
             });
         }
-        let v = r.schedule.chunks.max(1);
+        let v = r.chunks_per_lane();
         for b in r.blocks() {
             let (x0, x1) = (self.x(b.start_ns), self.x(b.end_ns));
             let (w, yb) = (x1 - x0, lane_y(b.stage));
@@ -438,7 +437,7 @@ impl<'a> Builder<'a> {
         let split = rows.iter().any(|r| r.schedule.split_backward);
         let chunks = rows
             .iter()
-            .map(|r| r.schedule.chunks)
+            .map(FigureRow::chunks_per_lane)
             .max()
             .unwrap_or(1)
             .max(1);
@@ -467,9 +466,14 @@ impl<'a> Builder<'a> {
                 items.push((Swatch::Block(color, None), format!("chunk {c}{shade}")));
             }
         }
+        let per = if rows.iter().any(FigureRow::folded) {
+            "device"
+        } else {
+            "stage"
+        };
         items.push((
             Swatch::Memory,
-            "peak activations per stage (microbatches)".into(),
+            format!("peak activations per {per} (microbatches)"),
         ));
         let sw = 1.6 * st.font;
         let sh = 1.1 * st.font;

@@ -25,9 +25,9 @@
 use crate::trace::PipelineOp;
 
 use super::error::ScheduleError;
+use super::fold::Fold;
 use super::schedule::{OpKind, Schedule, ScheduleKind};
-use super::simulate::{Costs, Simulation, simulate_uneven};
-use super::validate::validate;
+use super::simulate::{Costs, Simulation, simulate_folded};
 
 mod build;
 mod layout;
@@ -43,19 +43,22 @@ use build::Builder;
 /// One compute op of a row as drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block {
+    /// The lane: the stage, or its device when the row is folded ([`FigureRow::lanes`]).
     pub stage: usize,
     /// `Forward`, `Backward` or `WeightGrad`.
     pub kind: OpKind,
     /// Counting from 0, as in the schedule; drawn as `microbatch + 1`.
     pub microbatch: Option<usize>,
+    /// The model chunk among the lane's [`FigureRow::chunks_per_lane`].
     pub chunk: usize,
     pub start_ns: u64,
     pub end_ns: u64,
 }
 
-/// A stretch of a stage's lane with no compute, within `0..makespan`.
+/// A stretch of a lane with no compute, within `0..makespan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gap {
+    /// The lane, as [`Block::stage`].
     pub stage: usize,
     pub start_ns: u64,
     pub end_ns: u64,
@@ -67,30 +70,55 @@ pub struct FigureRow {
     /// Shown above the lanes, e.g. "1F1B".
     pub title: String,
     pub schedule: Schedule,
+    /// Where the stages ran: one lane per stage, or per device when folded.
+    pub fold: Fold,
     pub sim: Simulation,
-    /// Per stage, in chunk activations, as [`super::validate`] reports them (a chunk op holds
-    /// `1/passes` of a stage's activations for one microbatch; the figure, the lab and the CLI
-    /// show [`FigureRow::peak_microbatches`]).
+    /// Per lane, in chunk activations, as [`super::validate`] reports them per stage (a chunk
+    /// op holds `1/passes` of a stage's activations for one microbatch; the figure, the lab and
+    /// the CLI show [`FigureRow::peak_microbatches`]).
     pub peak_activations: Vec<usize>,
 }
 
 impl FigureRow {
-    /// Validates and simulates `schedule` under `costs` (per chunk op), stage `i` at
-    /// `stage_scale[i]` times them (none: even stages; [`simulate_uneven`]).
+    /// Simulates (and so validates) `schedule` under `costs` (per chunk op), stage `i` at
+    /// `stage_scale[i]` times them (none: even stages), on the devices `fold` gives
+    /// ([`simulate_folded`]).
     pub fn new(
         title: impl Into<String>,
         schedule: Schedule,
         costs: &Costs,
         stage_scale: &[f64],
+        fold: Fold,
     ) -> Result<FigureRow, ScheduleError> {
-        let peak_activations = validate(&schedule)?.peak_activations;
-        let sim = simulate_uneven(&schedule, costs, stage_scale)?;
+        let sim = simulate_folded(&schedule, costs, stage_scale, fold)?;
         Ok(FigureRow {
             title: title.into(),
             schedule,
+            fold,
+            peak_activations: sim.peak_activations.clone(),
             sim,
-            peak_activations,
         })
+    }
+
+    /// Whether some lane holds more than one stage.
+    pub fn folded(&self) -> bool {
+        self.sim.devices < self.schedule.stages
+    }
+
+    /// "stage 3", or "device 1" when folded.
+    pub fn lane_name(&self, lane: usize) -> String {
+        if self.folded() {
+            format!("device {lane}")
+        } else {
+            format!("stage {lane}")
+        }
+    }
+
+    /// The model chunks one lane holds at most: the schedule's chunks times its stages per
+    /// device.
+    pub fn chunks_per_lane(&self) -> usize {
+        let lanes = self.lanes().max(1);
+        self.schedule.chunks.max(1) * self.schedule.stages.div_ceil(lanes).max(1)
     }
 
     /// The compute ops, by stage then start time: every compute-lane kernel event of the
@@ -100,7 +128,7 @@ impl FigureRow {
             .sim
             .events
             .iter()
-            .filter(|e| e.device < self.stages())
+            .filter(|e| e.device < self.lanes())
             .filter_map(|e| {
                 // The one rule for which events are pipeline ops (the bubble's too).
                 let kind = match PipelineOp::of(e)? {
@@ -131,7 +159,7 @@ impl FigureRow {
     pub fn gaps(&self) -> Vec<Gap> {
         let blocks = self.blocks();
         let mut out = Vec::new();
-        for stage in 0..self.stages() {
+        for stage in 0..self.lanes() {
             let mut t = 0;
             for b in blocks.iter().filter(|b| b.stage == stage) {
                 if b.start_ns > t {
@@ -174,11 +202,12 @@ impl FigureRow {
             .join(", ")
     }
 
-    pub(super) fn stages(&self) -> usize {
-        self.schedule.stages.max(self.sim.stages)
+    /// Lanes drawn: one per stage, or per device when folded.
+    pub fn lanes(&self) -> usize {
+        self.sim.devices
     }
 
-    /// Mean idle time per stage.
+    /// Mean idle time per lane.
     pub(super) fn bubble_ns(&self) -> u64 {
         let idle = self.sim.idle_ns();
         if idle.is_empty() {
@@ -218,16 +247,18 @@ impl Figure {
         chunks: usize,
         costs: &Costs,
         stage_scale: &[f64],
+        fold: Fold,
     ) -> Result<Figure, ScheduleError> {
         let v = kind.chunks(chunks);
         let schedule = Schedule::new(kind, stages, microbatches, v)?;
         Ok(Figure {
-            caption: shape_caption(stages, microbatches, stage_scale),
+            caption: shape_caption(stages, microbatches, stage_scale, fold),
             rows: vec![FigureRow::new(
                 schedule_title(kind, v),
                 schedule,
                 costs,
                 stage_scale,
+                fold,
             )?],
             left_out: Vec::new(),
         })
@@ -247,13 +278,15 @@ impl Figure {
         chunks: usize,
         share: &Costs,
         stage_scale: &[f64],
+        fold: Fold,
     ) -> Result<Figure, ScheduleError> {
+        fold.devices_of(stages)?;
         let (mut rows, mut left_out) = (Vec::new(), Vec::new());
         for &kind in kinds {
             let v = kind.chunks(chunks);
             let row = Schedule::new(kind, stages, microbatches, v).and_then(|schedule| {
                 let costs = share.per_chunk(kind.passes(chunks));
-                FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale)
+                FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale, fold)
             });
             match row {
                 Ok(row) => rows.push(row),
@@ -274,7 +307,7 @@ impl Figure {
         Ok(Figure {
             caption: format!(
                 "{} · one microbatch through a stage: F {}, B {}, W {}",
-                shape_caption(stages, microbatches, stage_scale),
+                shape_caption(stages, microbatches, stage_scale, fold),
                 unit.format(forward_ns),
                 unit.format(backward_ns),
                 unit.format(weight_grad_ns),
@@ -292,13 +325,22 @@ impl Figure {
     }
 }
 
-pub(super) fn shape_caption(stages: usize, microbatches: usize, stage_scale: &[f64]) -> String {
+pub(super) fn shape_caption(
+    stages: usize,
+    microbatches: usize,
+    stage_scale: &[f64],
+    fold: Fold,
+) -> String {
     let s = |n: usize| if n == 1 { "" } else { "s" };
     let mut caption = format!(
         "p = {stages} stage{} · m = {microbatches} microbatch{}",
         s(stages),
         if microbatches == 1 { "" } else { "es" }
     );
+    if fold.shares(stages) {
+        let d = fold.device_count(stages);
+        caption += &format!(" · on {d} device{} ({})", s(d), fold.placement_name());
+    }
     if !stage_scale.is_empty() {
         let factors: Vec<String> = stage_scale.iter().map(|k| format!("{k}×")).collect();
         caption += &format!(" · stage costs {}", factors.join(", "));
@@ -374,7 +416,16 @@ mod tests {
     ];
 
     fn compare() -> Figure {
-        Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(100, 100, 100), &[]).unwrap()
+        Figure::compare(
+            &FOUR,
+            4,
+            8,
+            2,
+            &Costs::compute_only(100, 100, 100),
+            &[],
+            Fold::OnePerStage,
+        )
+        .unwrap()
     }
 
     fn makespans(f: &Figure) -> Vec<u64> {
@@ -417,6 +468,7 @@ mod tests {
                 2,
                 &Costs::compute_only(100 * scale, 100 * scale, 100 * scale),
                 &[],
+                Fold::OnePerStage,
             )
             .unwrap();
             let kinds: Vec<_> = f.rows.iter().map(|r| r.schedule.kind).collect();
@@ -437,7 +489,16 @@ mod tests {
             }
         }
         // Uneven splits round each chunk op up: never cheaper than the whole.
-        let f = Figure::compare(&FOUR, 2, 4, 3, &Costs::compute_only(10, 10, 10), &[]).unwrap();
+        let f = Figure::compare(
+            &FOUR,
+            2,
+            4,
+            3,
+            &Costs::compute_only(10, 10, 10),
+            &[],
+            Fold::OnePerStage,
+        )
+        .unwrap();
         assert_eq!(f.rows[2].sim.busy_ns, vec![4 * 3 * (4 + 8); 2]);
     }
 
@@ -453,7 +514,7 @@ mod tests {
             } else {
                 (3, 6)
             };
-            figures.push(Figure::single(kind, p, m, 3, &c, &[]).unwrap());
+            figures.push(Figure::single(kind, p, m, 3, &c, &[], Fold::OnePerStage).unwrap());
         }
         for fig in &figures {
             for (width, theme) in [(1600.0, Theme::Projector), (500.0, Theme::Screen)] {
@@ -526,8 +587,26 @@ mod tests {
     #[test]
     fn every_idle_gap_is_hatched_once() {
         for fig in [
-            Figure::compare(&FOUR, 4, 8, 2, &Costs::compute_only(1, 1, 1), &[]).unwrap(),
-            Figure::compare(&FOUR, 3, 3, 3, &Costs::compute_only(2, 3, 1), &[]).unwrap(),
+            Figure::compare(
+                &FOUR,
+                4,
+                8,
+                2,
+                &Costs::compute_only(1, 1, 1),
+                &[],
+                Fold::OnePerStage,
+            )
+            .unwrap(),
+            Figure::compare(
+                &FOUR,
+                3,
+                3,
+                3,
+                &Costs::compute_only(2, 3, 1),
+                &[],
+                Fold::OnePerStage,
+            )
+            .unwrap(),
         ] {
             let mut gaps = 0;
             let mut idle = 0;

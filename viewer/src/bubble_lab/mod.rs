@@ -3,8 +3,10 @@
 //! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, peak activations, and an animation that plays or steps
 //! op by op saying what each stage waits for; a slow stage makes the stages uneven. The figure
-//! exports as SVG and as a PNG drawn off screen, whole, for slides. "Run on devices" trains one MLP step with the same
-//! schedule on the first `p` devices (in the background) and shows the measured timeline under
+//! exports as SVG and as a PNG drawn off screen, whole, for slides. With fewer devices than
+//! stages, the stages fold onto them (blocks or round robin) and the figure has a lane per
+//! device. "Run on devices" trains one MLP step with the same
+//! schedule on the first `p` devices (the fold's `d`), in the background, and shows the measured timeline under
 //! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
 //! times) and the textbook's.
 
@@ -18,7 +20,7 @@ use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
 use gangway::pipeline::workload::{PipelineResult, run_case};
-use gangway::pipeline::{Costs, OpKind, ScheduleKind, bubble_formula, percent};
+use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, bubble_formula, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
@@ -55,6 +57,10 @@ pub struct LabParams {
     /// a stage with more layers or a slower device would.
     pub slow_stage: usize,
     pub slow_factor: u64,
+    /// More stages than devices: the stages run on this many devices (`None`: one per stage),
+    /// in blocks of consecutive stages or round robin.
+    pub devices: Option<usize>,
+    pub round_robin: bool,
 }
 
 /// The comparison's default set: GPipe, 1F1B, interleaved and ZB-H1.
@@ -88,6 +94,17 @@ impl LabParams {
             .collect()
     }
 
+    /// Where the stages run ([`Fold`]): one device per stage unless `devices` is fewer.
+    pub fn fold(&self) -> Fold {
+        match self.devices {
+            Some(devices) if devices < self.stages && self.round_robin => {
+                Fold::RoundRobin { devices }
+            }
+            Some(devices) if devices < self.stages => Fold::Blocks { devices },
+            _ => Fold::OnePerStage,
+        }
+    }
+
     /// The cost model of one microbatch through a stage's whole share, link included.
     pub fn share_costs(&self) -> Costs {
         Costs {
@@ -117,6 +134,8 @@ impl Default for LabParams {
             compared: CLASSIC_FOUR,
             slow_stage: 1,
             slow_factor: 1,
+            devices: None,
+            round_robin: false,
         }
     }
 }
@@ -137,6 +156,8 @@ pub struct RunShape {
     pub microbatches: usize,
     /// Effective chunks: `v` for interleaved, 1 for the rest.
     pub chunks: usize,
+    /// Where the stages run.
+    pub fold: Fold,
 }
 
 impl RunShape {
@@ -146,10 +167,17 @@ impl RunShape {
             stages: p.stages,
             microbatches: p.microbatches,
             chunks: p.effective_chunks(),
+            fold: p.fold(),
         }
     }
 
-    /// E.g. "1F1B, p = 2, m = 4" (", v = 2" for interleaved).
+    /// Devices the run takes.
+    pub fn devices(&self) -> usize {
+        self.fold.device_count(self.stages)
+    }
+
+    /// E.g. "1F1B, p = 2, m = 4" (", v = 2" for interleaved; ", on 2 devices (blocks)" when
+    /// folded).
     pub fn describe(&self) -> String {
         let mut s = format!(
             "{}, p = {}, m = {}",
@@ -159,6 +187,13 @@ impl RunShape {
         );
         if self.kind.takes_chunks() {
             s.push_str(&format!(", v = {}", self.chunks));
+        }
+        if self.fold.shares(self.stages) {
+            s.push_str(&format!(
+                ", on {} devices ({})",
+                self.devices(),
+                self.fold.placement_name()
+            ));
         }
         s
     }
@@ -170,12 +205,13 @@ pub struct DeviceRun {
     pub result: PipelineResult,
     /// Mean measured op and transfer times (what the simulation was fed).
     pub measured: Costs,
-    /// Every event of the run, one device per stage, shifted to start at 0.
+    /// Every event of the run, a lane per device (one per stage unless folded), shifted to start
+    /// at 0.
     pub data: TimelineData,
     pub timeline: TimelineState,
 }
 
-/// Runs `shape` on the first `shape.stages` devices of `runtime`, as one of its clients, and
+/// Runs `shape` on the first `shape.devices()` devices of `runtime`, as one of its clients, and
 /// checks it against a single-device step (blocking: call it off the UI thread).
 pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, String> {
     let (result, report) = run_case(
@@ -185,6 +221,7 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
         shape.stages,
         shape.microbatches,
         shape.chunks,
+        shape.fold,
     )
     .map_err(|e| e.to_string())?;
     // Start at 0, as the simulated timeline does, so the two read on the same axis.
@@ -194,7 +231,12 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
         e.end_ns = e.end_ns.saturating_sub(t0);
         e
     }));
-    data.device_prefix = Some("stage".into());
+    let lane = if shape.fold.shares(shape.stages) {
+        "device"
+    } else {
+        "stage"
+    };
+    data.device_prefix = Some(lane.into());
     data.device_names = report.device_names.into_iter().collect();
     Ok(DeviceRun {
         result,
@@ -204,27 +246,33 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
     })
 }
 
-/// Why "Run on devices" cannot run `stages` stages with what discovery found, if it cannot.
-pub fn run_blocker(stages: usize, discovery: &Discovery) -> Option<String> {
+/// Why "Run on devices" cannot run `shape` with what discovery found, if it cannot.
+pub fn run_blocker(shape: &RunShape, discovery: &Discovery) -> Option<String> {
     match discovery {
         Discovery::Pending => Some("looking for adapters...".into()),
         Discovery::Unavailable(why) => Some(format!("real runs are off: {why}")),
         Discovery::Found(devices) => {
-            (devices.len() < stages).then(|| needs_devices(stages, devices))
+            (devices.len() < shape.devices()).then(|| needs_devices(shape, devices))
         }
     }
 }
 
-/// "needs p devices, n found", with the `--virtual-devices` that would make enough.
-fn needs_devices(stages: usize, devices: &[Device]) -> String {
+/// "needs d devices, n found", with the `--virtual-devices` that would make enough.
+fn needs_devices(shape: &RunShape, devices: &[Device]) -> String {
     let mut adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
     adapters.sort_unstable();
     adapters.dedup();
-    let per_adapter = stages.div_ceil(adapters.len().max(1));
+    let need = shape.devices();
+    let per_adapter = need.div_ceil(adapters.len().max(1));
+    let what = if shape.fold.shares(shape.stages) {
+        format!("{need} devices (the stages' fold)")
+    } else {
+        format!("{need} devices (one per stage)")
+    };
     format!(
-        "needs {stages} devices (one per stage), {} found: start the viewer with \
-         --virtual-devices {per_adapter} (or GANGWAY_VIRTUAL_DEVICES={per_adapter}) to split \
-         each adapter into {per_adapter} devices, or lower p",
+        "needs {what}, {} found: start the viewer with --virtual-devices {per_adapter} (or \
+         GANGWAY_VIRTUAL_DEVICES={per_adapter}) to split each adapter into {per_adapter} \
+         devices, fold the stages onto fewer devices, or lower p",
         devices.len()
     )
 }
@@ -354,6 +402,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         v,
         &p.share_costs().per_chunk(p.kind.passes(v)),
         &p.stage_scale(),
+        p.fold(),
     )
     .map_err(|e| e.to_string())?;
     if figure.rows.len() != 1 {
@@ -369,6 +418,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         p.chunks.max(2),
         &p.share_costs(),
         &p.stage_scale(),
+        p.fold(),
     )
     .map_err(|e| e.to_string());
     // Transfers are free here (zero-length): show compute lanes only.
@@ -380,7 +430,12 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
             .filter(|e| e.lane == Lane::Compute)
             .cloned(),
     );
-    data.device_prefix = Some("stage".into());
+    let lane = if figure.rows[0].folded() {
+        "device"
+    } else {
+        "stage"
+    };
+    data.device_prefix = Some(lane.into());
     Ok(LabResult {
         textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
         data,
@@ -516,13 +571,14 @@ impl BubbleLab {
             } else if let Err(e) = &self.result {
                 Some(format!("this shape does not make a schedule: {e}"))
             } else {
-                run_blocker(self.params.stages, &discovery)
+                run_blocker(&RunShape::of(&self.params), &discovery)
             };
             let button = ui.add_enabled(blocker.is_none(), Button::new("Run on devices"));
             let button = match &blocker {
                 Some(why) => button.on_disabled_hover_text(why),
                 None => button.on_hover_text(
-                    "train one MLP step with this schedule on the first p devices and measure it",
+                    "train one MLP step with this schedule on the first p devices (or the fold's \
+                     d) and measure it",
                 ),
             };
             if button.clicked()
@@ -568,6 +624,28 @@ impl BubbleLab {
                     "1: even stages; 2: that stage's F, B and W take twice as long (more \
                      layers, or a slower device), and it sets the pace",
                 );
+        });
+        ui.horizontal_wrapped(|ui| {
+            let p = &mut self.params;
+            let mut fewer = p.devices.is_some();
+            ui.checkbox(&mut fewer, "fewer devices than stages")
+                .on_hover_text(
+                    "several stages to a device: a device runs one op at a time, whichever of \
+                     its stages' next ops can start first; a hand-off between two of its stages \
+                     is free",
+                );
+            if !fewer {
+                p.devices = None;
+                return;
+            }
+            let most = p.stages.saturating_sub(1).max(1);
+            let mut d = p.devices.unwrap_or(p.stages / 2).clamp(1, most);
+            ui.add(Slider::new(&mut d, 1..=most).text("devices"));
+            p.devices = Some(d);
+            ui.selectable_value(&mut p.round_robin, false, "blocks")
+                .on_hover_text("consecutive stages share a device: 0, 1 | 2, 3");
+            ui.selectable_value(&mut p.round_robin, true, "round robin")
+                .on_hover_text("stage s on device s mod d: 0, 2 | 1, 3, as Megatron places chunks");
         });
         self.recompute();
         self.simulated_ui(ui, theme);
@@ -631,7 +709,8 @@ impl BubbleLab {
             }
         });
         ui.horizontal_wrapped(|ui| {
-            ui.label(format!("peak activations per stage: {}", row.peak_text()))
+            let per = if row.folded() { "device" } else { "stage" };
+            ui.label(format!("peak activations per {per}: {}", row.peak_text()))
                 .on_hover_text(
                     "microbatches' worth of a stage's activations, as the bars show (a chunk of \
                      v holds 1/v of one)",
