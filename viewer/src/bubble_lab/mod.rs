@@ -690,7 +690,7 @@ impl BubbleLab {
             ))
             .on_hover_text(
                 "the Ultra-Scale Playbook's convention: (makespan − ideal) / ideal, (p − 1)/m for \
-                 1F1B; the first is idle time over p × makespan",
+                 1F1B; the first is idle time over devices × makespan",
             );
             ui.separator();
             ui.label(format!("textbook: {}", percent(r.textbook)));
