@@ -38,6 +38,26 @@ fn snapshot_bubble_lab_gpipe() {
     h.snapshot_options("bubble_lab_gpipe", &tolerant());
 }
 
+/// 1F1B, p = 4, m = 4, folded round robin onto 2 devices: two lanes named "device", each
+/// device's two stages shaded apart.
+#[test]
+fn snapshot_bubble_lab_folded() {
+    if !common::can_render("snapshot_bubble_lab_folded") {
+        return;
+    }
+    let mut h = app_harness([900.0, 560.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    let p = &mut h.state_mut().lab.params;
+    p.microbatches = 4;
+    p.devices = Some(2);
+    p.round_robin = true;
+    h.run();
+    h.remove_cursor();
+    h.run();
+    h.snapshot_options("bubble_lab_folded", &tolerant());
+}
+
 #[test]
 fn snapshot_timeline_kinds_and_idle() {
     if !common::can_render("snapshot_timeline_kinds_and_idle") {

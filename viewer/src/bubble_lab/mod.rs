@@ -707,6 +707,9 @@ impl BubbleLab {
             if !row.schedule.split_backward && p.weight_grad > 0 {
                 ui.weak("(W folded into B)");
             }
+            if row.folded() {
+                ui.weak("(textbook: a device per stage)");
+            }
         });
         ui.horizontal_wrapped(|ui| {
             let per = if row.folded() { "device" } else { "stage" };
