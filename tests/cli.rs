@@ -16,6 +16,7 @@ fn main() -> std::process::ExitCode {
         case!(host: link_presets_price_the_transfers),
         case!(host: a_closed_stdout_ends_quietly),
         case!(host: uneven_stages_stretch_the_pipeline),
+        case!(host: stages_fold_onto_fewer_devices),
         case!(host: pipeline_svg_writes_the_figure_whole),
         case!(host: pipeline_compare_writes_every_schedule),
         case!(host: bad_svg_paths_are_clear_errors),
@@ -191,6 +192,47 @@ fn uneven_stages_stretch_the_pipeline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("2 stage cost factors for 4 stages"),
+        "{err}"
+    );
+}
+
+/// `--devices`: 1F1B's 4 stages on 2 devices, blocks (3.0 ms: 4 microbatches through two
+/// stages' worth per device) and round robin (2.9 ms), a row per device, both placements said;
+/// on one device it is all the work (4 × 4 × 300 µs); more devices than stages is an error.
+fn stages_fold_onto_fewer_devices() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pipeline", "--schedule", "1f1b", "--microbatches", "4"];
+        args.extend(extra);
+        gangway(&args)
+    };
+    let blocks = run(&["--devices", "2"]);
+    assert!(
+        blocks.contains("device 0: stages 0, 1; device 1: stages 2, 3"),
+        "{blocks}"
+    );
+    assert!(blocks.contains("\ndevice 1 |"), "{blocks}");
+    assert!(!blocks.contains("\nstage 2 |"), "{blocks}");
+    assert!(
+        blocks.contains("peak activations per device: [7, 2]"),
+        "{blocks}"
+    );
+    let rr = run(&["--devices", "2", "--fold", "round-robin"]);
+    assert!(rr.contains("device 0: stages 0, 2"), "{rr}");
+    let one = run(&["--devices", "1"]);
+    assert_eq!(
+        (makespan_ms(&blocks), makespan_ms(&rr), makespan_ms(&one)),
+        (3.0, 2.9, 4.8)
+    );
+    assert!(one.contains("bubble: 0.0% of total time"), "{one}");
+    let compared = run(&["--compare", "--devices", "2"]);
+    assert!(compared.contains("| 1f1b | 3.000 ms |"), "{compared}");
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["pipeline", "--stages", "4", "--devices", "5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("4 stages fold onto 1 to 4 devices, not 5"),
         "{err}"
     );
 }

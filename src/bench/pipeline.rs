@@ -1,6 +1,8 @@
 //! `gangway bench pipeline`: one pipelined MLP training step per schedule on real devices
 //! ([`crate::pipeline::workload`]); step time, throughput, and the bubble measured from the trace
-//! beside the simulator's prediction from the same run's op times and the textbook formula.
+//! beside the simulator's prediction from the same run's op times and the textbook formula. Two
+//! schedules also run with their stages folded round robin onto half the devices ([`Fold`]),
+//! each compared with itself at a device per stage.
 
 use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
@@ -43,15 +45,14 @@ struct Step {
     devices: Vec<Device>,
     /// The model, batch and reference step, made once.
     case: PreparedCase,
+    fold: Fold,
     /// What each step's trace showed.
     results: Vec<PipelineResult>,
 }
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, _) = self
-            .case
-            .run(&self.client, &self.devices, Fold::OnePerStage)?;
+        let (r, _) = self.case.run(&self.client, &self.devices, self.fold)?;
         // NaN fails too.
         if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
@@ -112,28 +113,51 @@ impl BlockingRun for Step {
 /// Largest |pipelined − reference| weight a step may show.
 const MAX_WEIGHT_ERROR: f32 = 1e-3;
 
-fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize) -> String {
-    format!("{} p={stages} m={microbatches}", kind.name())
+fn case_name(kind: ScheduleKind, stages: usize, microbatches: usize, fold: Fold) -> String {
+    let mut name = format!("{} p={stages} m={microbatches}", kind.name());
+    if fold.shares(stages) {
+        let d = fold.device_count(stages);
+        let devices = if d == 1 { "device" } else { "devices" };
+        name += &format!(" on {d} {devices} ({})", fold.placement_name());
+    }
+    name
 }
 
-/// Every schedule for each microbatch count on the first `o.stages` devices. The host reference
-/// step is computed once, in `prepare`. The sample is the traced step, first kernel to last (the
+/// The schedules the suite also runs folded: the plain one, and the one built for chunks that
+/// share a device.
+const FOLDED: [ScheduleKind; 2] = [ScheduleKind::OneFOneB, ScheduleKind::Interleaved];
+
+/// Every schedule for each microbatch count on the first `o.stages` devices, then [`FOLDED`]'s
+/// with the stages round robin on half as many. The host reference step is computed once, in
+/// `prepare`. The sample is the traced step, first kernel to last (the
 /// executor's per-step set-up, threads, weight uploads and read-back, is not part of it). FLOPs
 /// are the model's `6 · weights · samples`.
 /// Runs go through one client of `runtime`.
 pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Result<Vec<Planned>> {
     let client = runtime.client("bench pipeline", 1);
     let mut out = Vec::new();
+    let half = Fold::RoundRobin {
+        devices: (o.stages / 2).max(1),
+    };
+    let folded = FOLDED
+        .into_iter()
+        .map(|k| (k, half))
+        .filter(|_| half.shares(o.stages));
+    let every = ScheduleKind::ALL
+        .into_iter()
+        .map(|k| (k, Fold::OnePerStage))
+        .chain(folded)
+        .collect::<Vec<_>>();
     for &m in &o.microbatches {
-        for kind in ScheduleKind::ALL {
-            let name = case_name(kind, o.stages, m);
+        for &(kind, fold) in &every {
+            let name = case_name(kind, o.stages, m, fold);
             let chunks = kind.chunks(o.chunks);
-            if devices.len() < o.stages {
+            let need = fold.device_count(o.stages);
+            if devices.len() < need {
                 out.push(Planned::skip(
                     name,
                     format!(
-                        "needs {} devices, the adapter has {} (raise --virtual-devices)",
-                        o.stages,
+                        "needs {need} devices, the adapter has {} (raise --virtual-devices)",
                         devices.len()
                     ),
                 ));
@@ -146,7 +170,7 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
             let samples = m * ROWS;
             // Each kind's own model: interleaved may have more layers.
             let weights = layers(o.stages, chunks) * WIDTH * WIDTH;
-            let (devices, stages) = (devices[..o.stages].to_vec(), o.stages);
+            let (devices, stages) = (devices[..need].to_vec(), o.stages);
             let work = Work::new(samples as f64, WorkUnit::Sample)
                 .with_flops(6.0 * (weights * samples) as f64);
             let client = client.clone();
@@ -155,13 +179,20 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
                     client,
                     devices,
                     case: PreparedCase::new(kind, stages, m, chunks)?,
+                    fold,
                     results: Vec::new(),
                 })
             });
-            out.push(Planned::Run(Box::new(if kind == ScheduleKind::GPipe {
-                bench
+            let baseline = if fold.shares(stages) {
+                Some(case_name(kind, stages, m, Fold::OnePerStage))
+            } else if kind != ScheduleKind::GPipe {
+                Some(case_name(ScheduleKind::GPipe, stages, m, fold))
             } else {
-                bench.compared_to(case_name(ScheduleKind::GPipe, o.stages, m))
+                None
+            };
+            out.push(Planned::Run(Box::new(match baseline {
+                Some(b) => bench.compared_to(b),
+                None => bench,
             })));
         }
     }

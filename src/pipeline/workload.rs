@@ -47,6 +47,8 @@ pub fn batch(model: &Mlp, microbatches: usize, seed: u64) -> Vec<Microbatch> {
 pub struct PipelineResult {
     pub schedule: &'static str,
     pub stages: usize,
+    /// Devices the stages ran on: `stages` unless folded.
+    pub devices: usize,
     pub microbatches: usize,
     pub chunks: usize,
     pub step_ms: f64,
@@ -54,9 +56,11 @@ pub struct PipelineResult {
     pub bubble_measured: f64,
     /// The simulator with this run's own mean op and transfer times.
     pub bubble_simulated: f64,
-    /// The textbook formula (free transfers; ZB-H1 assumes F = B = W).
-    /// The published formula at `F = B = W`; `None` where it has no closed form (ZB-V).
+    /// The published formula at `F = B = W` with free transfers and a device per stage; `None`
+    /// where it has no closed form (ZB-V).
     pub bubble_textbook: Option<f64>,
+    /// Per stage (per device when folded: its stages together, in the order of the simulation
+    /// under the run's op times), in chunk activations.
     pub peak_activations: Vec<usize>,
     /// Largest |pipelined − single-device reference| weight after the step.
     pub max_weight_error: f32,
@@ -137,6 +141,7 @@ impl PreparedCase {
             PipelineResult {
                 schedule: s.kind.name(),
                 stages: s.stages,
+                devices: d,
                 microbatches: s.microbatches,
                 chunks: s.chunks,
                 step_ms: step_s * 1e3,
@@ -144,7 +149,11 @@ impl PreparedCase {
                 bubble_measured: report.measured_bubble,
                 bubble_simulated: report.simulated.bubble_fraction,
                 bubble_textbook: bubble_formula(s.kind, s.stages, s.microbatches, s.chunks),
-                peak_activations: self.peak_activations.clone(),
+                peak_activations: if fold.shares(s.stages) {
+                    report.simulated.peak_activations.clone()
+                } else {
+                    self.peak_activations.clone()
+                },
                 max_weight_error,
                 forward_us: report.measured.forward_ns as f64 / 1e3,
                 backward_us: report.measured.backward_ns as f64 / 1e3,

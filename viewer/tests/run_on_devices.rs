@@ -163,3 +163,63 @@ fn without_devices_the_button_is_disabled_and_says_why() {
     }
     h.get_by_label_contains("real runs are off: device discovery is off");
 }
+
+/// More stages than devices: blocked at p = n + 1, the run goes once the stages fold onto 2
+/// devices, and its measured timeline has a lane per device, named so.
+#[test]
+fn a_folded_run_needs_only_the_folds_devices() {
+    let test = "a_folded_run_needs_only_the_folds_devices";
+    let Some(mut h) = common::device_harness(test, 2, 2, false) else {
+        return;
+    };
+    let n = h.state().hub.devices().unwrap().len();
+    if n >= 16 {
+        eprintln!("{test}: skipped, {n} devices cover every p the slider allows");
+        return;
+    }
+    h.get_by_label("1F1B").click();
+    h.run_ok();
+    common::set_slider(&mut h, "stages p", (n + 1) as f64);
+    common::set_slider(&mut h, "microbatches m", 4.0);
+    assert!(
+        h.get_by_label("Run on devices")
+            .accesskit_node()
+            .is_disabled()
+    );
+    h.get_by_label("fewer devices than stages").click();
+    h.run_ok();
+    common::set_slider(&mut h, "devices", 2.0);
+    h.get_by_label("round robin").click();
+    h.run_ok();
+    let button = h.get_by_label("Run on devices");
+    assert!(!button.accesskit_node().is_disabled());
+    button.click();
+    h.step();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while h.state().lab.is_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+    }
+    assert!(!h.state().lab.is_running(), "no result within 180 s");
+    h.step();
+    h.get_by_label(&format!(
+        "run: 1F1B, p = {}, m = 4, on 2 devices (round robin)",
+        n + 1
+    ));
+    let run = h.state().lab.measured.as_ref().unwrap().1.as_ref().unwrap();
+    assert!(
+        run.result.max_weight_error < 1e-4,
+        "{}",
+        run.result.max_weight_error
+    );
+    assert_eq!(run.result.devices, 2);
+    let lanes: Vec<usize> = run
+        .data
+        .tracks()
+        .iter()
+        .filter(|t| t.lane == Lane::Compute)
+        .map(|t| t.device)
+        .collect();
+    assert_eq!(lanes, [0, 1]);
+    assert_eq!(run.data.device_prefix.as_deref(), Some("device"));
+}

@@ -189,9 +189,10 @@ impl RunShape {
             s.push_str(&format!(", v = {}", self.chunks));
         }
         if self.fold.shares(self.stages) {
+            let d = self.devices();
+            let devices = if d == 1 { "device" } else { "devices" };
             s.push_str(&format!(
-                ", on {} devices ({})",
-                self.devices(),
+                ", on {d} {devices} ({})",
                 self.fold.placement_name()
             ));
         }
