@@ -521,13 +521,14 @@ fn each_run_handle_returns_its_own_events(adapters: &Adapters) {
 
 /// Two virtual devices of the adapter. Device 0 waits for data that device 1 computes slowly;
 /// meanwhile it runs the later node that does not need that data (run ahead), but not the one
-/// that does, and a program that keeps its order runs nothing ahead. Results are the same.
+/// that does, and a program that keeps its order runs nothing ahead, unless the waiting node and
+/// the independent one share an overlap group. Results are the same.
 fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapters) {
     let devices = &adapters.mesh(2)[..2];
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
     let client = runtime.client("t", 1);
     const N: usize = 1 << 18;
-    let program = |keep_order: bool| {
+    let program = |keep_order: bool, paired: bool| {
         let mut p = ProgramBuilder::new("run ahead");
         if keep_order {
             p.keep_order();
@@ -535,8 +536,11 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
         let a = p.arg(&[0], N);
         let b = p.arg(&[1], N);
         let slow = p.fused_affine("slow", &[1], b, 1.0, 1.0, 400);
+        let group = if paired { p.overlap_group() } else { 0 };
+        p.set_overlap_group(group);
         let moved = p.transfer(slow, &[0]);
         let free = p.affine("independent", &[0], a, 2.0, 0.0);
+        p.set_overlap_group(0);
         let joined = p.add("dependent", &[0], moved, free);
         p.result(joined);
         Arc::new(
@@ -552,8 +556,8 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
     };
     let (a, b) = (vec![1.0f32; N], vec![0.0f32; N]);
     let mut outputs = Vec::new();
-    for keep_order in [false, true] {
-        let exec = program(keep_order);
+    for (keep_order, paired) in [(false, false), (true, false), (true, true)] {
+        let exec = program(keep_order, paired);
         let (out, events) = client
             .submit(&exec, vec![a.clone(), b.clone()], traced)
             .unwrap()
@@ -576,7 +580,7 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
             dependent.start_ns >= received.end_ns,
             "the node needing the data ran after it arrived"
         );
-        if keep_order {
+        if keep_order && !paired {
             assert!(
                 free.start_ns >= received.end_ns,
                 "in kept order the independent node waits its turn: {free:?} vs {received:?}"
@@ -589,6 +593,7 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
         }
     }
     assert_eq!(outputs[0], outputs[1]);
+    assert_eq!(outputs[0], outputs[2]);
     // 0 + 400 slow steps of +1, plus 2 · 1.
     let values: Vec<f32> = bytemuck::pod_collect_to_vec(&outputs[0][0]);
     assert!(values.iter().all(|&v| v == 402.0), "{:?}", &values[..4]);

@@ -39,6 +39,9 @@ pub struct ProgramBuilder {
     /// reading them again would read the new contents under the old name.
     updated: HashMap<usize, String>,
     error: Option<String>,
+    /// The overlap group of nodes added now (0: none), and how many groups were made.
+    overlap_group: u32,
+    overlap_groups: u32,
 }
 
 /// The axis of a gang whose axes were not declared with [`ProgramBuilder::mesh`].
@@ -55,7 +58,10 @@ impl ProgramBuilder {
                 results: Vec::new(),
                 result_nodes: Vec::new(),
                 in_order: false,
+                overlap: Vec::new(),
             },
+            overlap_group: 0,
+            overlap_groups: 0,
             meshes: Vec::new(),
             active: None,
             updated: HashMap::new(),
@@ -86,6 +92,23 @@ impl ProgramBuilder {
     /// pipeline schedule's, keeps it.
     pub fn keep_order(&mut self) {
         self.program.in_order = true;
+    }
+
+    /// A new overlap group for [`Self::set_overlap_group`].
+    pub fn overlap_group(&mut self) -> u32 {
+        self.overlap_groups += 1;
+        self.overlap_groups
+    }
+
+    /// Nodes added from now on join overlap `group` (0: none); returns the group it replaces.
+    /// In a program that keeps its order, nodes of one overlap group may run ahead of one
+    /// another: a device waiting on other devices for one of them runs a later one of the group
+    /// meanwhile (when it touches no storage the waiting one still needs), while nothing outside
+    /// the group passes or is passed. A group may be filled in several spells, with other nodes
+    /// between them. This is a schedule's overlapped pair: DualPipe's F&B chunk, one
+    /// microbatch's backward computing while another's forward all-to-all travels.
+    pub fn set_overlap_group(&mut self, group: u32) -> u32 {
+        std::mem::replace(&mut self.overlap_group, group)
     }
 
     /// Defers an error to [`Self::build`] (the first one is kept): for a client's own checks of
@@ -195,6 +218,7 @@ impl ProgramBuilder {
                 output,
             });
         }
+        self.program.overlap.push(self.overlap_group);
         self.program.nodes.push(Node {
             name: name.to_string(),
             op,
@@ -352,6 +376,18 @@ impl ProgramBuilder {
                 None
             }
         }
+    }
+
+    /// [`Self::kernel`] of a kernel with one output.
+    pub fn kernel1(
+        &mut self,
+        name: &str,
+        gang: &[usize],
+        kernel: impl Kernel + 'static,
+        inputs: &[Value],
+    ) -> Value {
+        let [v] = self.kernel(name, gang, Arc::new(kernel), inputs);
+        v
     }
 
     /// `kernel` on every device of `gang` over `inputs` (moved there when they live elsewhere):
@@ -705,6 +741,7 @@ impl ProgramBuilder {
         let index = self.program.results.len();
         self.check_not_updated(&format!("result{index}"), &[x]);
         self.program.result_nodes.push(self.program.nodes.len());
+        self.program.overlap.push(0);
         self.program.nodes.push(Node {
             name: format!("result{index}"),
             op: Op::Result { index },

@@ -328,6 +328,10 @@ pub struct Program {
     pub(crate) result_nodes: Vec<usize>,
     /// Devices run the nodes strictly in this order ([`super::ProgramBuilder::keep_order`]).
     pub(crate) in_order: bool,
+    /// `overlap[node]`: the node's overlap group in a program that keeps its order (0: none),
+    /// within which nodes may still run ahead of one another
+    /// ([`super::ProgramBuilder::set_overlap_group`]).
+    pub(crate) overlap: Vec<u32>,
 }
 
 impl Program {
@@ -345,11 +349,14 @@ impl Program {
             }
         };
         eat(self.name.as_bytes());
-        for n in &self.nodes {
+        for (i, n) in self.nodes.iter().enumerate() {
             eat(n.name.as_bytes());
             eat(n.op.kind().as_bytes());
             for &d in &n.gang {
                 eat(&(d as u64).to_le_bytes());
+            }
+            if let Some(&group) = self.overlap.get(i) {
+                eat(&group.to_le_bytes());
             }
             if let Some(active) = &n.active {
                 eat(b"active");
@@ -369,6 +376,16 @@ impl Program {
     /// while an earlier one waits for other devices.
     pub fn in_order(&self) -> bool {
         self.in_order
+    }
+
+    /// Whether node `later` may run while the earlier node `earlier` (of the same run) waits:
+    /// always, unless the program keeps its order; then only inside one overlap group.
+    pub fn may_pass(&self, earlier: usize, later: usize) -> bool {
+        if !self.in_order {
+            return true;
+        }
+        let group = |n: usize| self.overlap.get(n).copied().unwrap_or(0);
+        group(later) != 0 && group(later) == group(earlier)
     }
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

@@ -8,7 +8,7 @@ mod compile;
 mod ir;
 mod variables;
 
-pub use builder::ProgramBuilder;
+pub use builder::{DEFAULT_AXIS, ProgramBuilder};
 pub use compile::{CompileOptions, Executable};
 pub use ir::{HostData, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
 pub use variables::Variables;

@@ -6,7 +6,8 @@
 //! later gangs of the same run that touch no storage it still needs run meanwhile (see
 //! [`crate::program::access`]), so sends go out as early and receives wait as late as the
 //! dependencies allow. Nothing of another run goes ahead, and a program that keeps its order
-//! ([`crate::program::ProgramBuilder::keep_order`]) runs strictly in sequence. Going ahead only
+//! ([`crate::program::ProgramBuilder::keep_order`]) runs strictly in sequence, except inside one
+//! of its overlap groups ([`crate::program::ProgramBuilder::set_overlap_group`]). Going ahead only
 //! ever makes a device's data available sooner, so the gang order's promise (no deadlock between
 //! concurrent programs' collectives) holds. Time in which no gang could move is a wait event.
 
@@ -200,12 +201,21 @@ impl Worker {
     }
 
     /// The next task of the device's queue, recorded in the gang order; `None` when the queue is
-    /// empty or its front is not `run`'s (when given).
-    fn pop(&mut self, run: Option<&Arc<RunState>>) -> Option<Task> {
+    /// empty, or (given a run and its active tasks) its front is not that run's or may not pass
+    /// them ([`crate::program::Program::may_pass`]).
+    fn pop(&mut self, ahead_of: Option<(&Arc<RunState>, &[Task])>) -> Option<Task> {
         let mut state = self.shared.lock();
         let queue = &mut state.queues[self.index];
-        if run.is_some_and(|r| !queue.front().is_some_and(|t| Arc::ptr_eq(&t.run, r))) {
-            return None;
+        if let Some((run, active)) = ahead_of {
+            let passes = queue.front().is_some_and(|t| {
+                Arc::ptr_eq(&t.run, run)
+                    && active
+                        .iter()
+                        .all(|a| run.exec.program().may_pass(a.node, t.node))
+            });
+            if !passes {
+                return None;
+            }
         }
         let task = queue.pop_front()?;
         let order = &mut state.order[self.index];
@@ -230,10 +240,12 @@ impl Worker {
     fn may_run_ahead(ahead: &[Task], task: &Task) -> bool {
         let run = &task.run;
         let access = &run.exec.access;
+        let program = run.exec.program();
         run.opts.mode == DispatchMode::Parallel
-            && !run.exec.program().in_order()
             && ahead.iter().all(|t| {
-                Arc::ptr_eq(&t.run, run) && !access[task.node].conflicts_with(&access[t.node])
+                Arc::ptr_eq(&t.run, run)
+                    && program.may_pass(t.node, task.node)
+                    && !access[task.node].conflicts_with(&access[t.node])
             })
     }
 
@@ -299,8 +311,7 @@ impl Worker {
             && active.len() <= RUN_AHEAD
             && let Some(first) = active.first().map(|t| t.run.clone())
             && first.opts.mode == DispatchMode::Parallel
-            && !first.exec.program().in_order()
-            && let Some(next) = self.pop(Some(&first))
+            && let Some(next) = self.pop(Some((&first, active)))
         {
             active.push(next);
             progressed = true;
