@@ -19,7 +19,9 @@
 //! gradients and the all-to-all back, the expert weight gradients (summed one slot block at a
 //! time, so the sum does not depend on how many devices send blocks), and dispatch backward. It
 //! returns the input gradient and the three weight gradients; the caller owns accumulation over
-//! rounds.
+//! rounds. A pipeline schedule that splits the backward into B and W takes the same nodes in two
+//! parts: [`MoeFfn::backward_input`] (everything but the weight gradients) and
+//! [`MoeFfn::weight_grads`].
 //!
 //! The token side (router, dispatch, combine and their backward) runs on the shards the caller's
 //! [`ProgramBuilder::only_where`] flags say; the expert side (the exchanges and the expert
@@ -108,6 +110,21 @@ pub struct MoeFfnSaved {
     pub hidden: Value,
 }
 
+/// What a backward split in two ([`MoeFfn::backward_input`]) keeps for its weight gradients.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFfnDeferred {
+    input: Value,
+    /// The router logits' gradient.
+    d_r: Value,
+    hidden: Value,
+    /// The expert outputs' gradient, arrived at the experts' devices.
+    d_o: Value,
+    tokens: Value,
+    /// The expert hidden layer's gradient before the activation.
+    d_pre: Value,
+    live: Value,
+}
+
 /// The weight gradients of one round (partial: the caller sums them over rounds).
 #[derive(Debug, Clone, Copy)]
 pub struct MoeFfnGrads {
@@ -155,8 +172,7 @@ impl MoeFfn {
         op: impl Kernel + 'static,
         inputs: &[Value],
     ) -> Value {
-        let [v] = b.kernel(name, gang, Arc::new(op), inputs);
-        v
+        b.kernel1(name, gang, op, inputs)
     }
 
     fn matmul(&self, trans_a: bool, trans_b: bool, offsets: Option<Vec<u32>>) -> Matmul {
@@ -336,6 +352,92 @@ impl MoeFfn {
         sent: Moving,
         residual: Option<Value>,
     ) -> (Value, MoeFfnGrads) {
+        let (dx, kept, grads) = self.backward_inner(b, gang, at, s, w, dy, sent, residual, false);
+        let grads = match grads {
+            Some(g) => g,
+            None => self.weight_grads(b, gang, at, &kept),
+        };
+        (dx, grads)
+    }
+
+    /// The backward without the weight gradients, for a schedule that splits the backward into
+    /// B (the input gradient, on the critical path) and W ([`Self::weight_grads`] of what this
+    /// keeps, later): the same nodes as [`Self::backward`] but the three weight-gradient ones.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_input(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        w: &MoeFfnWeights,
+        dy: Value,
+        residual: Option<Value>,
+    ) -> (Value, MoeFfnDeferred) {
+        let sent = self.backward_send(b, gang, at, s, dy);
+        let (dx, kept, _) = self.backward_inner(b, gang, at, s, w, dy, sent, residual, true);
+        (dx, kept)
+    }
+
+    /// The weight gradients of a backward whose [`Self::backward_input`] kept `d`: the router's,
+    /// and the experts' over their slot blocks (the bits [`Self::backward`] computes).
+    pub fn weight_grads(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        d: &MoeFfnDeferred,
+    ) -> MoeFfnGrads {
+        let router = Self::k(
+            b,
+            gang,
+            &at("router weight grad"),
+            self.matmul(true, false, None),
+            &[d.input, d.d_r],
+        );
+        let (w1, w2) = b.only_where(None, |b| self.expert_weight_grads(b, gang, at, d));
+        MoeFfnGrads { router, w1, w2 }
+    }
+
+    /// `(dW1, dW2)` of the local experts (every device runs them, see the module docs).
+    fn expert_weight_grads(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        d: &MoeFfnDeferred,
+    ) -> (Value, Value) {
+        let gw2 = Self::k(
+            b,
+            gang,
+            &at("expert w2 grad"),
+            self.weight_grad(),
+            &[d.hidden, d.d_o, d.live],
+        );
+        let gw1 = Self::k(
+            b,
+            gang,
+            &at("expert w1 grad"),
+            self.weight_grad(),
+            &[d.tokens, d.d_pre, d.live],
+        );
+        (gw1, gw2)
+    }
+
+    /// [`Self::backward_rest`]'s nodes; with `defer`, without the weight gradients (`None`).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_inner(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        w: &MoeFfnWeights,
+        dy: Value,
+        sent: Moving,
+        residual: Option<Value>,
+        defer: bool,
+    ) -> (Value, MoeFfnDeferred, Option<MoeFfnGrads>) {
         let [probs, routes, stats] = s.routing;
         let d_gate = Self::k(
             b,
@@ -351,13 +453,15 @@ impl MoeFfn {
             RouterBackward(self.router, self.loss),
             &[s.logits, d_gate, probs, routes, stats],
         );
-        let g_router = Self::k(
-            b,
-            gang,
-            &at("router weight grad"),
-            self.matmul(true, false, None),
-            &[s.input, d_r],
-        );
+        let g_router = (!defer).then(|| {
+            Self::k(
+                b,
+                gang,
+                &at("router weight grad"),
+                self.matmul(true, false, None),
+                &[s.input, d_r],
+            )
+        });
         let back = Self::k(
             b,
             gang,
@@ -366,7 +470,7 @@ impl MoeFfn {
             &[d_r, w.router],
         );
         // The expert side runs on every device, whichever hold tokens this round.
-        let (gw1, gw2, d_slots) = b.only_where(None, |b| {
+        let (kept, expert_grads, d_slots) = b.only_where(None, |b| {
             let d_o = self.exchange.arrived(sent);
             let d_h = Self::k(
                 b,
@@ -398,21 +502,17 @@ impl MoeFfn {
             let d_slots = self
                 .exchange
                 .to_tokens(b, &at("all-to-all backward reverse"), d_tok);
-            let gw2 = Self::k(
-                b,
-                gang,
-                &at("expert w2 grad"),
-                self.weight_grad(),
-                &[s.hidden, d_o, s.live],
-            );
-            let gw1 = Self::k(
-                b,
-                gang,
-                &at("expert w1 grad"),
-                self.weight_grad(),
-                &[s.tokens, d_pre, s.live],
-            );
-            (gw1, gw2, d_slots)
+            let kept = MoeFfnDeferred {
+                input: s.input,
+                d_r,
+                hidden: s.hidden,
+                d_o,
+                tokens: s.tokens,
+                d_pre,
+                live: s.live,
+            };
+            let grads = (!defer).then(|| self.expert_weight_grads(b, gang, at, &kept));
+            (kept, grads, d_slots)
         });
         let d_disp = Self::k(
             b,
@@ -438,11 +538,9 @@ impl MoeFfn {
             Accumulate,
             &[dx, back],
         );
-        let grads = MoeFfnGrads {
-            router: g_router,
-            w1: gw1,
-            w2: gw2,
-        };
-        (dx, grads)
+        let grads = g_router
+            .zip(expert_grads)
+            .map(|(router, (w1, w2))| MoeFfnGrads { router, w1, w2 });
+        (dx, kept, grads)
     }
 }
