@@ -7,7 +7,8 @@ mod common;
 
 use common::{Adapters, case};
 use gangway::pipeline::{
-    Fold, Microbatch, Mlp, MlpConfig, Schedule, ScheduleKind, bubble_formula, execute, timeline,
+    Fold, Microbatch, Mlp, MlpConfig, MoeStack, MoeStackConfig, Schedule, ScheduleKind,
+    bubble_formula, execute, timeline,
 };
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::{FlowRole, Lane, Tracer, chrome};
@@ -18,6 +19,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: every_schedule_matches_single_device_gradient_accumulation),
         case!(adapters: bad_inputs_are_clear_errors),
         case!(adapters: folded_stages_run_on_fewer_devices),
+        case!(adapters: moe_stages_on_gangs_take_the_one_stage_step),
     ])
 }
 
@@ -322,4 +324,90 @@ fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
             run.measured_bubble, run.simulated.bubble_fraction
         );
     }
+}
+
+/// An MoE stack (residual expert layers, top-2) pipelined over 2 stages of 2 devices each, the
+/// experts and each microbatch's rows split over a stage's pair: every schedule kind, and
+/// DualPipe(V) with their F&B pairs overlapped and not, takes the step of the same layers at one
+/// stage on one pair, and every op ran. Time waited on all-to-alls is measured, and what of it
+/// no compute hid is part of it. Bad shapes are clear errors.
+fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let runtime = Runtime::new(devices[..4].to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("moe pipeline test", 1);
+    let config = MoeStackConfig {
+        layers: 4,
+        model: 8,
+        hidden: 12,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.5,
+        gang: 2,
+        rows: 6,
+        seed: 5,
+    };
+    let stack = MoeStack::new(config).unwrap();
+    let batch = stack.batch(4, 9);
+    let want = stack
+        .reference_step(&client, &devices[..2], &batch, LR)
+        .unwrap();
+    assert_eq!(want.weights.len(), 3 * config.layers);
+    let moved = want
+        .weights
+        .iter()
+        .flatten()
+        .zip(stack.weights.iter().flatten().flatten())
+        .any(|(a, b)| a != b);
+    assert!(moved, "the step changed the weights");
+    let cases = [
+        (ScheduleKind::GPipe, false),
+        (ScheduleKind::OneFOneB, false),
+        (ScheduleKind::Interleaved, false),
+        (ScheduleKind::ZbH1, false),
+        (ScheduleKind::ZbV, false),
+        (ScheduleKind::DualPipe, false),
+        (ScheduleKind::DualPipe, true),
+        (ScheduleKind::DualPipeV, true),
+    ];
+    for (kind, overlap) in cases {
+        let schedule = Schedule::new(kind, 2, 4, kind.chunks(2)).unwrap();
+        let what = format!("{kind} overlap={overlap}");
+        let run = stack
+            .step(&client, &schedule, &devices[..4], &batch, LR, overlap)
+            .unwrap();
+        for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
+            common::assert_close(&format!("{what} parameter {i}"), got, want, 1e-4);
+        }
+        assert!((run.loss - want.loss).abs() <= 1e-4 * (1.0 + want.loss.abs()));
+        every_op_ran(&run, &schedule, &what);
+        assert!(
+            run.all_to_all_exposed_ns <= run.all_to_all_wait_ns,
+            "{what}: exposed {} of {} waited",
+            run.all_to_all_exposed_ns,
+            run.all_to_all_wait_ns
+        );
+        println!(
+            "{what}: {:.2} ms, all-to-all waits {:.2} ms, exposed {:.2} ms",
+            run.makespan_ns as f64 / 1e6,
+            run.all_to_all_wait_ns as f64 / 1e6,
+            run.all_to_all_exposed_ns as f64 / 1e6
+        );
+    }
+    let schedule = Schedule::new(ScheduleKind::OneFOneB, 2, 4, 1).unwrap();
+    let short = stack.step(&client, &schedule, &devices[..3], &batch, LR, false);
+    let err = short.unwrap_err().to_string();
+    assert!(err.contains("need 4, 3 found"), "{err}");
+    let mut bad = batch.clone();
+    bad[1].target.pop();
+    let err = stack
+        .step(&client, &schedule, &devices[..4], &bad, LR, false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("MoE microbatch target"), "{err}");
+    let uneven = MoeStack::new(MoeStackConfig {
+        experts: 3,
+        ..config
+    });
+    let err = uneven.unwrap_err().to_string();
+    assert!(err.contains("split evenly"), "{err}");
 }

@@ -1,9 +1,11 @@
 //! Real pipelined training runs: a [`Schedule`] lowered to one [`Program`](crate::program::Program)
 //! ([`super::lower`]) and run by the gang-scheduling runtime, as one run of the caller's
-//! [`Client`], like every other workload; the run is then measured ([`super::measure`]).
+//! [`Client`], like every other workload; the run is then measured ([`super::measure`]). One
+//! [`run`] serves every model: the MLP ([`execute`]) and the MoE stack
+//! ([`super::MoeStack::step`], with a gang of devices per stage).
 //!
-//! Weights are program variables; after the step they are read back: one pipelined step equals
-//! [`Mlp::reference_step`] over the same microbatches. Dispatch is parallel: every command
+//! Weights are program variables; after the step they are read back: one pipelined step of the
+//! MLP equals [`Mlp::reference_step`] over the same microbatches. Dispatch is parallel: every command
 //! buffer is recorded before the run starts, and each device's worker submits its stage's work
 //! as its inputs arrive.
 //!
@@ -23,10 +25,11 @@ use std::sync::Arc;
 
 use super::fold::Fold;
 use super::lower::{Plan, lower, weight_var};
-use super::measure::{report, stage_events};
+use super::measure::{all_to_all_waits, report, stage_events};
 use super::mlp::{Microbatch, Mlp};
 use super::schedule::Schedule;
 use super::simulate::{Costs, Simulation};
+use super::stage_model::StageModel;
 use crate::device::DeviceList;
 use crate::program::{CompileOptions, HostData, Variables};
 use crate::sched::{Client, RunOptions};
@@ -59,6 +62,11 @@ pub struct RunReport {
     pub measured_bubble: f64,
     /// [`super::simulate_folded`] of the same schedule and fold under [`RunReport::measured`].
     pub simulated: Simulation,
+    /// Time the devices waited on all-to-alls (an MoE model's), summed over devices, and the
+    /// part of it in which the device computed nothing: the communication no compute hid
+    /// (0 and 0 for the MLP, which has none).
+    pub all_to_all_wait_ns: u64,
+    pub all_to_all_exposed_ns: u64,
 }
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
@@ -81,21 +89,49 @@ pub fn execute(
     fold: Fold,
 ) -> Result<RunReport> {
     let devices = devices.mesh_devices();
-    let plan = Plan::new(schedule, &devices, model, batch, lr, fold)?;
-    let lowered = lower(&plan)?;
+    let plan = Plan::new(schedule, &devices, 1, model, batch, lr, fold, false)?;
+    run(client, &plan)
+}
+
+/// Runs `plan` (any model, gangs of any size): the one way a pipelined step runs.
+pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<RunReport> {
+    let (schedule, model, devices) = (plan.schedule, plan.model, plan.devices);
+    let lowered = lower(plan)?;
     let mut variables = Variables::new();
-    for (l, w) in model.weights.iter().enumerate() {
-        // This rank's stages' weights (each copy's); other ranks upload theirs.
+    for l in 0..model.layers() {
+        let values = model.initial(l);
         for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
-            let t = devices[plan.dev(stage)]
-                .local()
-                .map(|d| Tensor::from_f32(d, &model.layer_shape(l), DType::F32, w))
-                .transpose()?;
-            variables.insert_shards(weight_var(l, copy), vec![t]);
+            // This rank's stages' weights (each copy's); other ranks upload theirs.
+            let gang = plan.gang(stage);
+            for (param, host) in model.params(l).iter().zip(&values) {
+                let mut shape = param.shape.clone();
+                let part = if param.experts {
+                    shape[0] /= gang.len();
+                    host.len() / gang.len()
+                } else {
+                    host.len()
+                };
+                let shards = gang
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &d)| {
+                        let data = if param.experts {
+                            &host[i * part..(i + 1) * part]
+                        } else {
+                            host
+                        };
+                        devices[d]
+                            .local()
+                            .map(|d| Tensor::from_f32(d, &shape, DType::F32, data))
+                            .transpose()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                variables.insert_shards(weight_var(l, param, copy), shards);
+            }
         }
     }
     let exec = Arc::new(lowered.program.compile_with(
-        &devices,
+        devices,
         CompileOptions {
             in_flight: 1,
             ..CompileOptions::default()
@@ -103,7 +139,7 @@ pub fn execute(
         &variables,
     )?);
     let mut args: Vec<HostData> = Vec::new();
-    for mb in batch {
+    for mb in plan.batch {
         args.push(mb.input.clone().into());
         args.push(mb.target.clone().into());
     }
@@ -116,6 +152,7 @@ pub fn execute(
         .iter()
         .map(|b| bytemuck::pod_collect_to_vec::<u8, f32>(b))
         .collect();
+    let waits = all_to_all_waits(&lowered.program, exec.id(), &events);
     let mut events = stage_events(&lowered, exec.id(), events);
     let job = client.job();
     if job.size() > 1 {
@@ -129,26 +166,28 @@ pub fn execute(
         events = job.all_gather(&events)?.into_iter().flatten().collect();
         events.sort_by_key(|e| (e.start_ns, e.end_ns));
     }
-    let layers = model.layers();
+    // Each parameter once: a replicated one comes back once per device of its gang.
     let copies = schedule.kind.parameter_copies();
-    let weights = results.get(..layers).unwrap_or_default().to_vec();
-    for copy in 1..copies {
-        let other = results
-            .get(copy * layers..(copy + 1) * layers)
-            .unwrap_or_default();
-        if other != weights.as_slice() {
+    let mut by_copy: Vec<Vec<Vec<f32>>> = vec![Vec::new(); copies];
+    for ((copy, _, param), got) in lowered.weights.iter().zip(&results) {
+        let len: usize = param.shape.iter().product();
+        by_copy[*copy].push(got.get(..len).unwrap_or(got).to_vec());
+    }
+    let weights = by_copy.first().cloned().unwrap_or_default();
+    for (copy, other) in by_copy.iter().enumerate().skip(1) {
+        if *other != weights {
             return Err(Error::InvalidArgument {
                 what: "pipeline run",
                 reason: format!("parameter copy {copy} differs from copy 0 after the update"),
             });
         }
     }
-    let mut losses = Vec::with_capacity(batch.len());
+    let mut losses = Vec::with_capacity(plan.batch.len());
     for (y, mb) in results
-        .get(copies * layers..)
+        .get(lowered.weights.len()..)
         .unwrap_or_default()
         .iter()
-        .zip(batch)
+        .zip(plan.batch)
     {
         let sum: f64 = y
             .iter()
@@ -157,5 +196,5 @@ pub fn execute(
             .sum();
         losses.push((sum / y.len().max(1) as f64) as f32);
     }
-    report(&plan, weights, losses, events)
+    report(plan, weights, losses, events, waits)
 }

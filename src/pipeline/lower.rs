@@ -1,87 +1,108 @@
 //! Lowering a [`Schedule`] to one [`Program`]: the checked inputs of a run ([`Plan`]), and the
-//! nodes each op becomes on its stage's device.
+//! nodes each op becomes on its stage's gang.
 //!
-//! Stage `s` runs on `devices[s]`, or with a [`Fold`] on `devices[fold(s)]` beside other stages,
-//! and holds the virtual stages its chunks map to
-//! ([`Schedule::virtual_stage`]); each virtual stage holds a contiguous block of the [`Mlp`]'s
-//! layers ([`Mlp::split`]), and with DualPipe's two parameter copies each block lives on two
-//! stages. The lowering walks the stages' op lists in a causal order (each stage's ops in its own
-//! order; a receive only after its send; with stages sharing a device, the order of the
-//! simulation at F = B = W, so a device takes its stages' ops as the simulator has it) and
-//! appends, for each op, nodes on its stage's device:
+//! Stage `s` runs on a gang of `gang` devices (one for the MLP; a stage's microbatch rows are
+//! split over its gang), gang `s` of `devices`, or with a [`Fold`] gang `fold(s)` beside other
+//! stages, and holds the virtual stages its chunks map to ([`Schedule::virtual_stage`]); each
+//! virtual stage holds a contiguous block of the model's layers ([`StageModel`]), and with
+//! DualPipe's two parameter copies each block lives on two stages. The lowering walks the stages'
+//! op lists in a causal order (each stage's ops in its own order; a receive only after its send;
+//! with stages sharing a device, the order of the simulation at F = B = W, so a device takes its
+//! stages' ops as the simulator has it) and appends, for each op, nodes on its stage's gang:
 //!
-//! - **F**: each layer's matmul and relu, keeping each layer's input for backward;
-//! - **B**: the input gradient, and the weight gradients too unless the schedule splits the
-//!   backward (then each layer's output gradient is kept for **W**);
+//! - **F**: each layer's forward ([`StageModel::forward`]), keeping what its backward needs;
+//! - **B**: each layer's backward, with the weight gradients too unless the schedule splits the
+//!   backward (then what they need is kept for **W**);
 //! - **W**: the weight gradients, accumulated in place;
 //! - a send is an [`Op::Send`](crate::program::Op::Send) node (the readback, right after the op
 //!   that made the tensor), a receive an [`Op::Recv`](crate::program::Op::Recv) node (the upload,
-//!   where the schedule receives), so every device runs its nodes in its stage's op order; a
-//!   hand-off between two chunks of one stage (one stage, or a V's turn), or between two stages
-//!   of one device, moves nothing.
+//!   where the schedule receives), shard for shard between gangs, so every device runs its nodes
+//!   in its stage's op order; a hand-off between two chunks of one stage (one stage, or a V's
+//!   turn), or between two stages of one device, moves nothing.
 //!
-//! After the op lists each stage applies `W −= lr · (Σ dW) / m` in place; with two parameter
-//! copies each copy first adds the other's gradient, so both take the same step. An F&B pair of
-//! the schedule runs here as its F and then its B (the simulator's overlap is a cost model).
+//! The program keeps its order (a device never runs a later op while an earlier one waits), but
+//! with `overlap`, an F&B pair of the schedule (an overlapped F and the B after it) forms one
+//! overlap group ([`ProgramBuilder::set_overlap_group`]): while the F waits for its all-to-all, its
+//! gang runs the B's nodes, as DualPipe overlaps one chunk's communication with the other's
+//! compute. Without it the pair runs as its F and then its B.
+//!
+//! After the op lists each stage applies `W −= lr · (Σ dW) / m` in place to every parameter; a
+//! replicated parameter's gradient is first all-reduced over its gang, and with two parameter
+//! copies each copy first adds the other's gradient, so both take the same step.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
 
 use super::fold::{Fold, op_name};
-use super::mlp::{Microbatch, Mlp};
+use super::mlp::Microbatch;
 use super::schedule::{OpKind, Schedule};
 use super::simulate::{Costs, simulate_folded};
+use super::stage_model::{Grads, Param, StageModel};
 use super::validate::validate;
 use crate::device::MeshDevice;
 use crate::kernels::TensorType;
-use crate::kernels::matmul::MatmulVariant;
-use crate::kernels::{Accumulate, ElementwiseOp, Kernel, Matmul, MseGrad, Sgd};
-use crate::program::{Program, ProgramBuilder, Value};
+use crate::kernels::{Accumulate, Kernel, MseGrad, Sgd};
+use crate::program::{DEFAULT_AXIS, Program, ProgramBuilder, Value};
 use crate::{Error, Result};
 
-/// The program variable of `layer`'s weights in parameter copy `copy` (DualPipe holds two).
-pub(super) fn weight_var(layer: usize, copy: usize) -> String {
-    if copy == 0 {
-        format!("weight {layer}")
-    } else {
-        format!("weight {layer} copy {copy}")
+/// The program variable of parameter `param` of `layer` in parameter copy `copy` (DualPipe
+/// holds two).
+pub(super) fn weight_var(layer: usize, param: &Param, copy: usize) -> String {
+    let mut name = format!("weight {layer}");
+    if !param.name.is_empty() {
+        name = format!("{name} {}", param.name);
     }
+    if copy > 0 {
+        name = format!("{name} copy {copy}");
+    }
+    name
 }
 
 /// Checked inputs of a run.
-pub(super) struct Plan<'a> {
+pub(super) struct Plan<'a, M: StageModel> {
     pub(super) schedule: &'a Schedule,
-    /// One per device the stages fold onto (one per stage unless folded).
+    /// `gang` per device the stages fold onto (per stage unless folded), gang-major.
     pub(super) devices: &'a [MeshDevice],
+    /// Devices per stage.
+    pub(super) gang: usize,
     pub(super) fold: Fold,
-    /// Each stage's index into `devices` (its program device).
+    /// Each stage's gang index (its gang is `devices[g · gang..(g + 1) · gang]`).
     pub(super) device_of: Vec<usize>,
-    pub(super) model: &'a Mlp,
+    pub(super) model: &'a M,
     pub(super) batch: &'a [Microbatch],
     pub(super) rows: Vec<usize>,
     /// Layers of each virtual stage.
     pub(super) split: Vec<Range<usize>>,
     pub(super) lr: f32,
+    /// Whether an F&B pair may overlap (see the module docs).
+    pub(super) overlap: bool,
 }
 
-impl<'a> Plan<'a> {
+impl<'a, M: StageModel> Plan<'a, M> {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         schedule: &'a Schedule,
         devices: &'a [MeshDevice],
-        model: &'a Mlp,
+        gang: usize,
+        model: &'a M,
         batch: &'a [Microbatch],
         lr: f32,
         fold: Fold,
+        overlap: bool,
     ) -> Result<Self> {
         const WHAT: &str = "pipeline run";
         validate(schedule)?;
         let bad = |reason: String| Error::InvalidArgument { what: WHAT, reason };
         let device_of = fold.devices_of(schedule.stages)?;
         let d = fold.device_count(schedule.stages);
-        if devices.len() != d {
+        if gang == 0 || devices.len() != d * gang {
+            let on = if gang == 1 {
+                format!("{d} devices")
+            } else {
+                format!("{d} gangs of {gang} devices")
+            };
             return Err(bad(format!(
-                "the schedule's {} stages run on {d} devices ({}) but {} were given",
+                "the schedule's {} stages run on {on} ({}) but {} were given",
                 schedule.stages,
                 fold.placement_name(),
                 devices.len()
@@ -104,10 +125,27 @@ impl<'a> Plan<'a> {
             .iter()
             .map(|mb| model.rows(mb))
             .collect::<Result<Vec<_>>>()?;
-        let split = model.split(schedule.virtual_stages())?;
+        if let Some(r) = rows.iter().find(|&&r| !r.is_multiple_of(gang)) {
+            return Err(bad(format!(
+                "a microbatch of {r} rows does not split evenly over a stage's {gang} devices"
+            )));
+        }
+        for l in 0..model.layers() {
+            for p in model.params(l).iter().filter(|p| p.experts) {
+                if p.shape.first().is_none_or(|&e| !e.is_multiple_of(gang)) {
+                    return Err(bad(format!(
+                        "layer {l}'s {} {:?} does not split over a stage's {gang} devices",
+                        p.name, p.shape
+                    )));
+                }
+            }
+        }
+        let split =
+            super::stage_model::split_layers(WHAT, model.layers(), schedule.virtual_stages())?;
         Ok(Plan {
             schedule,
             devices,
+            gang,
             fold,
             device_of,
             model,
@@ -115,6 +153,7 @@ impl<'a> Plan<'a> {
             rows,
             split,
             lr,
+            overlap,
         })
     }
 
@@ -122,9 +161,19 @@ impl<'a> Plan<'a> {
         self.schedule.virtual_stages() - 1
     }
 
-    /// Stage `stage`'s program device.
+    /// Stage `stage`'s gang index.
     pub(super) fn dev(&self, stage: usize) -> usize {
         self.device_of[stage]
+    }
+
+    /// The program devices of gang `g`.
+    pub(super) fn gang_of(&self, g: usize) -> Vec<usize> {
+        (g * self.gang..(g + 1) * self.gang).collect()
+    }
+
+    /// Stage `stage`'s program devices.
+    pub(super) fn gang(&self, stage: usize) -> Vec<usize> {
+        self.gang_of(self.dev(stage))
     }
 
     /// The stage holding each copy of `layer` (copy 0 first).
@@ -194,30 +243,31 @@ pub(super) enum Tag {
 /// The schedule as a program, and what each node is.
 pub(super) struct Lowered {
     pub(super) program: Program,
-    /// Each stage's program device (the plan's), for the trace.
+    /// Each stage's gang index (the plan's), for the trace.
     pub(super) device_of: Vec<usize>,
     /// `[node]`.
     pub(super) tags: Vec<Option<Tag>>,
+    /// Where each parameter's result is, in order: `(copy, layer, param)`.
+    pub(super) weights: Vec<(usize, usize, Param)>,
 }
 
-/// What F keeps for B (and B for W) of one (microbatch, chunk).
-#[derive(Default)]
-struct Saved {
-    /// The input of each of the chunk's layers.
-    inputs: Vec<Value>,
-    /// The model's output, on the last virtual stage.
+/// What F keeps for B of one (microbatch, chunk): each layer's saved values, and the model's
+/// output on the last virtual stage.
+struct Forwarded<S> {
+    layers: Vec<S>,
     output: Option<Value>,
-    /// Split backward: each layer's output gradient (pre-activation), for W.
-    dz: Vec<Option<Value>>,
 }
 
-struct Lowering<'p, 'a> {
-    plan: &'p Plan<'a>,
+/// (stage, microbatch, chunk).
+type OpKey = (usize, usize, usize);
+
+struct Lowering<'p, 'a, M: StageModel> {
+    plan: &'p Plan<'a, M>,
     b: ProgramBuilder,
     tags: Vec<Option<Tag>>,
-    /// `[copy][layer]`.
-    weights: Vec<Vec<Value>>,
-    grads: Vec<Vec<Option<Value>>>,
+    /// `[copy][layer][param]`.
+    weights: Vec<Vec<Vec<Value>>>,
+    grads: Vec<Vec<Option<Vec<Value>>>>,
     inputs: Vec<Value>,
     targets: Vec<Value>,
     /// Arrived inputs (activations) and output gradients, by (what, microbatch, chunk), per stage.
@@ -227,11 +277,14 @@ struct Lowering<'p, 'a> {
     /// Sent values waiting for their receive, by (what, microbatch, receiving virtual stage),
     /// with whether both stages share a device (then the value itself: nothing is sent).
     sent: HashMap<(Flowing, usize, usize), (Value, bool)>,
-    saved: HashMap<(usize, usize, usize), Saved>,
+    /// By (stage, microbatch, chunk).
+    forwarded: HashMap<OpKey, Forwarded<M::Saved>>,
+    /// A split backward's kept values per layer of the chunk, for W.
+    kept: HashMap<OpKey, Vec<Option<M::Kept>>>,
     outputs: Vec<Option<Value>>,
+    /// Per stage, the overlap group of an overlapped F whose B is still to come.
+    pairing: Vec<Option<u32>>,
 }
-
-const NAIVE: MatmulVariant = MatmulVariant::Naive;
 
 fn missing(stage: usize, what: &str, mb: usize, c: usize) -> Error {
     Error::InvalidArgument {
@@ -242,7 +295,7 @@ fn missing(stage: usize, what: &str, mb: usize, c: usize) -> Error {
     }
 }
 
-impl Lowering<'_, '_> {
+impl<M: StageModel> Lowering<'_, '_, M> {
     fn k(
         &mut self,
         stage: usize,
@@ -250,43 +303,24 @@ impl Lowering<'_, '_> {
         op: impl Kernel + 'static,
         inputs: &[Value],
     ) -> Value {
-        let [v] = self
-            .b
-            .kernel(name, &[self.plan.dev(stage)], Arc::new(op), inputs);
-        v
+        self.b.kernel1(name, &self.plan.gang(stage), op, inputs)
     }
 
-    fn matmul(
-        &mut self,
-        stage: usize,
-        name: &str,
-        a: Value,
-        b: Value,
-        ta: bool,
-        tb: bool,
-    ) -> Value {
-        let op = Matmul {
-            limits: None,
-            trans_a: ta,
-            trans_b: tb,
-            offsets: None,
-            variant: NAIVE,
-            f16_accumulate: false,
-        };
-        self.k(stage, name, op, &[a, b])
-    }
-
-    /// `grads[copy][layer] += hᵀ · dz` (the first contribution makes the accumulator).
-    fn weight_grad(&mut self, stage: usize, copy: usize, layer: usize, h: Value, dz: Value) {
-        let dw = self.matmul(stage, &format!("dW{layer}"), h, dz, true, false);
-        let next = match self.grads[copy][layer] {
-            None => dw,
-            Some(acc) => self.k(
-                stage,
-                &format!("accumulate dW{layer}"),
-                Accumulate,
-                &[acc, dw],
-            ),
+    /// `grads[copy][layer] += layer's gradients` (the first contribution makes the accumulator).
+    fn accumulate(&mut self, stage: usize, copy: usize, layer: usize, got: Vec<Value>) {
+        let next = match self.grads[copy][layer].take() {
+            None => got,
+            Some(acc) => {
+                let params = self.plan.model.params(layer);
+                acc.into_iter()
+                    .zip(got)
+                    .zip(&params)
+                    .map(|((acc, g), p)| {
+                        let name = format!("accumulate d{}{layer}", param_label(p));
+                        self.k(stage, &name, Accumulate, &[acc, g])
+                    })
+                    .collect()
+            }
         };
         self.grads[copy][layer] = Some(next);
     }
@@ -315,30 +349,23 @@ impl Lowering<'_, '_> {
 
     fn forward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let (vs, layers) = self.chunk_layers(s, c);
-        let last_layer = self.plan.model.layers() - 1;
         let w = self.plan.copy_of_chunk(c);
+        let gang = self.plan.gang(s);
         let mut h = if vs == 0 {
             self.inputs.get(mb).copied()
         } else {
             self.arrived.remove(&(s, Flowing::Activation, mb, c))
         }
         .ok_or_else(|| missing(s, "the input activation", mb, c))?;
-        let mut inputs = Vec::with_capacity(layers.len());
+        let mut saved = Vec::with_capacity(layers.len());
         for layer in layers {
-            inputs.push(h);
-            let z = self.matmul(
-                s,
-                &format!("F{layer}"),
-                h,
-                self.weights[w][layer],
-                false,
-                false,
-            );
-            h = if layer < last_layer {
-                self.b.relu(&format!("relu{layer}"), &[self.plan.dev(s)], z)
-            } else {
-                z
-            };
+            let weights = self.weights[w][layer].clone();
+            let (out, keep) = self
+                .plan
+                .model
+                .forward(&mut self.b, &gang, layer, &weights, h);
+            saved.push(keep);
+            h = out;
         }
         let output = if vs == self.plan.last_vs() {
             self.outputs[mb] = Some(h);
@@ -347,20 +374,24 @@ impl Lowering<'_, '_> {
             self.pass_on(s, Flowing::Activation, mb, c, h);
             None
         };
-        let dz = vec![None; inputs.len()];
-        self.saved.insert((s, mb, c), Saved { inputs, output, dz });
+        let f = Forwarded {
+            layers: saved,
+            output,
+        };
+        self.forwarded.insert((s, mb, c), f);
         Ok(())
     }
 
     fn backward(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let split = self.plan.schedule.split_backward;
         let copy = self.plan.copy_of_chunk(c);
+        let gang = self.plan.gang(s);
         let (vs, layers) = self.chunk_layers(s, c);
-        let mut saved = self
-            .saved
+        let saved = self
+            .forwarded
             .remove(&(s, mb, c))
             .ok_or_else(|| missing(s, "the forward's saved activations", mb, c))?;
-        let mut dz = if vs == self.plan.last_vs() {
+        let mut dy = if vs == self.plan.last_vs() {
             let y = saved
                 .output
                 .ok_or_else(|| missing(s, "the output", mb, c))?;
@@ -368,42 +399,31 @@ impl Lowering<'_, '_> {
                 .targets
                 .get(mb)
                 .ok_or_else(|| missing(s, "the target", mb, c))?;
-            self.k(s, "mse_grad", MseGrad, &[y, t])
+            Some(self.k(s, "mse_grad", MseGrad, &[y, t]))
         } else {
-            self.arrived
-                .remove(&(s, Flowing::Gradient, mb, c))
-                .ok_or_else(|| missing(s, "the output gradient", mb, c))?
+            self.arrived.remove(&(s, Flowing::Gradient, mb, c))
         };
-        for (j, layer) in layers.clone().enumerate().rev() {
-            let h = saved.inputs[j];
-            if split {
-                saved.dz[j] = Some(dz);
-            } else {
-                self.weight_grad(s, copy, layer, h, dz);
+        let mut kept: Vec<Option<M::Kept>> = Vec::new();
+        kept.resize_with(layers.len(), || None);
+        for (j, (layer, keep)) in layers.clone().zip(saved.layers).enumerate().rev() {
+            let g = dy.ok_or_else(|| missing(s, "the output gradient", mb, c))?;
+            let weights = self.weights[copy][layer].clone();
+            let (dx, grads) =
+                self.plan
+                    .model
+                    .backward(&mut self.b, &gang, layer, &weights, keep, g, split);
+            match grads {
+                Grads::Now(g) => self.accumulate(s, copy, layer, g),
+                Grads::Later(k) => kept[j] = Some(k),
             }
-            if layer > 0 {
-                let dh = self.matmul(
-                    s,
-                    &format!("dX{layer}"),
-                    dz,
-                    self.weights[copy][layer],
-                    false,
-                    true,
-                );
-                dz = self.k(
-                    s,
-                    &format!("relu_backward{layer}"),
-                    ElementwiseOp::ReluBackward,
-                    &[h, dh],
-                );
-            }
+            dy = dx;
         }
         if vs > 0 {
-            self.pass_on(s, Flowing::Gradient, mb, c, dz);
+            let dx = dy.ok_or_else(|| missing(s, "the input gradient", mb, c))?;
+            self.pass_on(s, Flowing::Gradient, mb, c, dx);
         }
         if split {
-            saved.output = None;
-            self.saved.insert((s, mb, c), saved);
+            self.kept.insert((s, mb, c), kept);
         }
         Ok(())
     }
@@ -411,13 +431,18 @@ impl Lowering<'_, '_> {
     fn weight_grads(&mut self, s: usize, mb: usize, c: usize) -> Result<()> {
         let (_, layers) = self.chunk_layers(s, c);
         let copy = self.plan.copy_of_chunk(c);
-        let saved = self
-            .saved
+        let gang = self.plan.gang(s);
+        let kept = self
+            .kept
             .remove(&(s, mb, c))
             .ok_or_else(|| missing(s, "the backward's saved gradients", mb, c))?;
-        for (j, layer) in layers.enumerate() {
-            let dz = saved.dz[j].ok_or_else(|| missing(s, "a layer's output gradient", mb, c))?;
-            self.weight_grad(s, copy, layer, saved.inputs[j], dz);
+        for (layer, keep) in layers.zip(kept) {
+            let keep = keep.ok_or_else(|| missing(s, "a layer's output gradient", mb, c))?;
+            let g = self
+                .plan
+                .model
+                .weight_grads(&mut self.b, &gang, layer, keep);
+            self.accumulate(s, copy, layer, g);
         }
         Ok(())
     }
@@ -473,8 +498,8 @@ impl Lowering<'_, '_> {
         let v = if local {
             sent
         } else {
-            let here = self.plan.dev(s);
-            self.b.recv(&format!("recv {}", what.name()), sent, &[here])
+            let here = self.plan.gang(s);
+            self.b.recv(&format!("recv {}", what.name()), sent, &here)
         };
         self.arrived.insert((s, what, mb, c), v);
         Ok(())
@@ -499,11 +524,26 @@ impl Lowering<'_, '_> {
         let compute = Tag::Compute { stage: s, name, mb };
         match op.kind {
             OpKind::Forward => {
-                self.forward(s, mb, c)?;
+                // An overlapped F and the B after it share an overlap group (module docs).
+                let group = if op.overlapped && plan.overlap {
+                    let g = self.b.overlap_group();
+                    self.pairing[s] = Some(g);
+                    g
+                } else {
+                    0
+                };
+                let outer = self.b.set_overlap_group(group);
+                let done = self.forward(s, mb, c);
+                self.b.set_overlap_group(outer);
+                done?;
                 self.tag_from(at, compute);
             }
             OpKind::Backward => {
-                self.backward(s, mb, c)?;
+                let group = self.pairing[s].take().unwrap_or(0);
+                let outer = self.b.set_overlap_group(group);
+                let done = self.backward(s, mb, c);
+                self.b.set_overlap_group(outer);
+                done?;
                 self.tag_from(at, compute);
             }
             OpKind::WeightGrad => {
@@ -544,43 +584,79 @@ impl Lowering<'_, '_> {
     }
 }
 
+/// How a parameter shows in node names: `W` for a layer's only one.
+fn param_label(p: &Param) -> &'static str {
+    if p.name.is_empty() { "W" } else { p.name }
+}
+
+/// Declares `param` of `layer` (copy `copy`) on `gang`: replicated, or its first axis split over
+/// the gang.
+fn declare(
+    b: &mut ProgramBuilder,
+    gang: &[usize],
+    layer: usize,
+    param: &Param,
+    copy: usize,
+) -> Value {
+    let name = weight_var(layer, param, copy);
+    if param.experts {
+        let mut shard = param.shape.clone();
+        shard[0] /= gang.len();
+        let mut dims: Vec<&[&str]> = vec![&[]; shard.len()];
+        dims[0] = &[DEFAULT_AXIS];
+        let split = b.spec(gang, &dims, &[]);
+        b.sharded_variable(&name, gang, TensorType::f32(&shard), split)
+    } else {
+        b.variable(&name, gang, TensorType::f32(&param.shape))
+    }
+}
+
 /// Lowers the plan's schedule to a program.
-pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
+pub(super) fn lower<M: StageModel>(plan: &Plan<'_, M>) -> Result<Lowered> {
     let schedule = plan.schedule;
+    let model = plan.model;
     let p = schedule.stages;
     let mut b = ProgramBuilder::new(format!("pipeline {}", schedule.kind));
-    // The schedule is the order: no device runs a later op while an earlier one waits.
+    // The schedule is the order: no device runs a later op while an earlier one waits (but
+    // within an overlapped F&B pair, with `overlap`).
     b.keep_order();
-    let widths = &plan.model.widths;
     let copies = schedule.kind.parameter_copies();
-    let mut weights: Vec<Vec<Value>> = vec![Vec::new(); copies];
-    for l in 0..plan.model.layers() {
+    let layers = model.layers();
+    let mut weights: Vec<Vec<Vec<Value>>> = vec![Vec::new(); copies];
+    for l in 0..layers {
         for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
-            let ty = TensorType::f32(&plan.model.layer_shape(l));
-            weights[copy].push(b.variable(&weight_var(l, copy), &[plan.dev(stage)], ty));
+            let gang = plan.gang(stage);
+            let w = model
+                .params(l)
+                .iter()
+                .map(|param| declare(&mut b, &gang, l, param, copy))
+                .collect();
+            weights[copy].push(w);
         }
     }
-    let out = widths[widths.len() - 1];
+    let (input, out) = (model.width(0), model.width(layers));
     let (mut inputs, mut targets) = (Vec::new(), Vec::new());
     for (mb, &rows) in plan.rows.iter().enumerate() {
-        let first = schedule.placement(mb, 0).0;
-        let last = schedule.placement(mb, plan.last_vs()).0;
-        inputs.push(b.typed_arg(&[plan.dev(first)], TensorType::f32(&[rows, widths[0]])));
-        targets.push(b.typed_arg(&[plan.dev(last)], TensorType::f32(&[rows, out])));
+        let first = plan.gang(schedule.placement(mb, 0).0);
+        let last = plan.gang(schedule.placement(mb, plan.last_vs()).0);
+        inputs.push(b.typed_arg(&first, TensorType::f32(&[rows / plan.gang, input])));
+        targets.push(b.typed_arg(&last, TensorType::f32(&[rows / plan.gang, out])));
     }
     let mut x = Lowering {
         plan,
         b,
         tags: Vec::new(),
-        grads: vec![vec![None; plan.model.layers()]; copies],
+        grads: vec![vec![None; layers]; copies],
         weights,
         inputs,
         targets,
         arrived: HashMap::new(),
         outgoing: HashMap::new(),
         sent: HashMap::new(),
-        saved: HashMap::new(),
+        forwarded: HashMap::new(),
+        kept: HashMap::new(),
         outputs: vec![None; plan.batch.len()],
+        pairing: vec![None; p],
     };
     if plan.fold.shares(p) {
         // Stages share devices, and a device runs its nodes in program order: issue the ops in
@@ -622,53 +698,71 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
     }
     // The SGD step per stage. With two parameter copies each copy's gradient first goes to the
     // other copy's stage (all sends before any sum: the sum accumulates in place), and each
-    // adds the other's, so both copies take the same step. Then the weights and outputs back.
+    // adds the other's, so both copies take the same step; a replicated parameter's partial
+    // gradients are then summed over the gang. Then the weights and outputs back.
     let scale = plan.lr / schedule.microbatches as f32;
-    let layers = plan.model.layers();
-    let mut received: HashMap<(usize, usize), Vec<(Value, bool)>> = HashMap::new();
+    let mut received: HashMap<(usize, usize, usize), Vec<(Value, bool)>> = HashMap::new();
     for from_copy in 0..copies {
         for l in 0..layers {
             let holders = plan.holders_of_layer(l);
-            let g = x.grads[from_copy][l]
+            let gs = x.grads[from_copy][l]
+                .clone()
                 .ok_or_else(|| missing(holders[from_copy], "the weight gradient", 0, 0))?;
             for (to_copy, &to) in holders.iter().enumerate().filter(|&(c, _)| c != from_copy) {
-                let at = x.b.node_count();
-                let local = plan.dev(to) == plan.dev(holders[from_copy]);
-                let got = if local {
-                    g
-                } else {
-                    let sent = x.b.send("send dW", g);
-                    x.b.recv("recv dW", sent, &[plan.dev(to)])
-                };
-                x.tag_from(at, Tag::Sgd { stage: to });
-                received.entry((to_copy, l)).or_default().push((got, local));
+                for (pi, g) in gs.iter().copied().enumerate() {
+                    let at = x.b.node_count();
+                    let local = plan.dev(to) == plan.dev(holders[from_copy]);
+                    let got = if local {
+                        g
+                    } else {
+                        let sent = x.b.send("send dW", g);
+                        x.b.recv("recv dW", sent, &plan.gang(to))
+                    };
+                    x.tag_from(at, Tag::Sgd { stage: to });
+                    received
+                        .entry((to_copy, l, pi))
+                        .or_default()
+                        .push((got, local));
+                }
             }
         }
     }
     let mut updated = Vec::with_capacity(copies * layers);
+    let mut results = Vec::new();
     for copy in 0..copies {
         for l in 0..layers {
             let s = plan.holders_of_layer(l)[copy];
-            let at = x.b.node_count();
-            let mut g = x.grads[copy][l].ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
-            for (got, local) in received.remove(&(copy, l)).unwrap_or_default() {
-                let name = format!("sum dW{l}");
-                g = if local {
-                    // The other copy's own gradient, which its sum updates in place: add out of
-                    // place, so neither sum reads the other's result.
-                    x.b.add(&name, &[plan.dev(s)], g, got)
-                } else {
-                    x.k(s, &name, Accumulate, &[g, got])
-                };
+            let gang = plan.gang(s);
+            let params = model.params(l);
+            let gs = x.grads[copy][l]
+                .clone()
+                .ok_or_else(|| missing(s, "the weight gradient", 0, 0))?;
+            for (pi, (mut g, param)) in gs.into_iter().zip(params).enumerate() {
+                let at = x.b.node_count();
+                let label = param_label(&param);
+                for (got, local) in received.remove(&(copy, l, pi)).unwrap_or_default() {
+                    let name = format!("sum d{label}{l}");
+                    g = if local {
+                        // The other copy's own gradient, which its sum updates in place: add
+                        // out of place, so neither sum reads the other's result.
+                        x.b.add(&name, &gang, g, got)
+                    } else {
+                        x.k(s, &name, Accumulate, &[g, got])
+                    };
+                }
+                if gang.len() > 1 && !param.experts {
+                    g = x.b.all_reduce(&format!("all-reduce d{label}{l}"), g);
+                }
+                let w = x.k(
+                    s,
+                    &format!("sgd {label}{l}"),
+                    Sgd { lr: scale },
+                    &[x.weights[copy][l][pi], g],
+                );
+                x.tag_from(at, Tag::Sgd { stage: s });
+                updated.push(w);
+                results.push((copy, l, param));
             }
-            let w = x.k(
-                s,
-                &format!("sgd{l}"),
-                Sgd { lr: scale },
-                &[x.weights[copy][l], g],
-            );
-            x.tag_from(at, Tag::Sgd { stage: s });
-            updated.push(w);
         }
     }
     for w in updated {
@@ -686,5 +780,6 @@ pub(super) fn lower(plan: &Plan<'_>) -> Result<Lowered> {
         program,
         device_of: plan.device_of.clone(),
         tags,
+        weights: results,
     })
 }

@@ -3,13 +3,17 @@
 //! measured op costs and bubble ([`crate::trace::pipeline_bubble`], the one bubble computation
 //! the CLI, the bench and the viewer share) beside the simulation under those costs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::execute::RunReport;
 use super::lower::{Lowered, Plan, Tag};
 use super::simulate::{Costs, simulate_folded};
+use super::stage_model::StageModel;
 use crate::Result;
-use crate::trace::{Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, pipeline_bubble};
+use crate::program::Program;
+use crate::trace::{
+    Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, exposed_wait_ns, pipeline_bubble,
+};
 
 /// The runtime's events of program `program` as the pipeline's view (see the module docs).
 pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
@@ -92,12 +96,41 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
     out
 }
 
+/// Time devices waited on the run's all-to-alls (MoE stages), summed over devices: `(waited,
+/// exposed)`, where exposed is the part in which the device computed nothing
+/// ([`crate::trace::exposed_wait_ns`]); the rest was hidden under other work (a paired B's).
+pub(super) fn all_to_all_waits(program: &Program, id: u64, raw: &[Event]) -> (u64, u64) {
+    let exchange = |e: &Event| {
+        e.node
+            .and_then(|n| program.nodes().get(n as usize))
+            .is_some_and(|n| n.name.contains("all-to-all"))
+    };
+    let mine: Vec<Event> = raw
+        .iter()
+        .filter(|e| e.program == Some(id))
+        .filter(|e| e.kind == EventKind::Kernel || (e.kind == EventKind::Wait && exchange(e)))
+        .cloned()
+        .collect();
+    let waited = mine
+        .iter()
+        .filter(|e| e.kind == EventKind::Wait)
+        .map(Event::duration_ns)
+        .sum();
+    let devices: BTreeSet<usize> = mine.iter().map(|e| e.device).collect();
+    let exposed = devices
+        .into_iter()
+        .map(|d| exposed_wait_ns(&mine, d, |_| true))
+        .sum();
+    (waited, exposed)
+}
+
 /// Measures the run from its pipeline events.
-pub(super) fn report(
-    plan: &Plan<'_>,
+pub(super) fn report<M: StageModel>(
+    plan: &Plan<'_, M>,
     weights: Vec<Vec<f32>>,
     losses: Vec<f32>,
     mut events: Vec<Event>,
+    (all_to_all_wait_ns, all_to_all_exposed_ns): (u64, u64),
 ) -> Result<RunReport> {
     let schedule = plan.schedule;
     events.sort_by_key(|e| (e.start_ns, e.end_ns));
@@ -115,11 +148,10 @@ pub(super) fn report(
         let out = e.flow.is_some_and(|f| f.role == FlowRole::Out);
         (n + u64::from(out), s + e.duration_ns())
     });
-    let widths = &plan.model.widths;
     let max_rows = plan.rows.iter().copied().max().unwrap_or(0);
     let activation_bytes = plan.split[..plan.split.len() - 1]
         .iter()
-        .map(|r| (max_rows * widths[r.end] * 4) as u64)
+        .map(|r| (max_rows * plan.model.width(r.end) * 4) as u64)
         .max()
         .unwrap_or(0);
     let measured = Costs {
@@ -142,19 +174,21 @@ pub(super) fn report(
         pipeline_bubble(&events).map_or((0, 0.0), |b| (b.makespan_ns, b.fraction));
     let simulated = simulate_folded(schedule, &measured, &[], plan.fold)?;
     let folded = plan.fold.shares(schedule.stages);
-    let device_names = plan
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(d, device)| {
+    let device_names = (0..plan.fold.device_count(schedule.stages))
+        .map(|d| {
+            let label = plan
+                .gang_of(d)
+                .iter()
+                .filter_map(|&i| plan.devices.get(i).map(|x| x.label()))
+                .collect::<Vec<_>>()
+                .join(" + ");
             if !folded {
-                return (d, format!("stage {d}: {}", device.label()));
+                return (d, format!("stage {d}: {label}"));
             }
             let held: Vec<String> = (0..schedule.stages)
                 .filter(|&s| plan.dev(s) == d)
                 .map(|s| s.to_string())
                 .collect();
-            let label = device.label();
             (
                 d,
                 format!("device {d} (stages {}): {label}", held.join(", ")),
@@ -170,5 +204,7 @@ pub(super) fn report(
         measured,
         measured_bubble,
         simulated,
+        all_to_all_wait_ns,
+        all_to_all_exposed_ns,
     })
 }

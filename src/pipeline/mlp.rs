@@ -124,26 +124,7 @@ impl Mlp {
     /// Layers of each of `virtual_stages` consecutive model slices: contiguous blocks, as even
     /// as possible (the first `layers % virtual_stages` slices get one more).
     pub fn split(&self, virtual_stages: usize) -> Result<Vec<Range<usize>>> {
-        let layers = self.layers();
-        if virtual_stages == 0 || layers < virtual_stages {
-            return Err(Error::InvalidArgument {
-                what: "MLP split",
-                reason: format!(
-                    "{layers} layers cannot fill {virtual_stages} virtual stages (stages × chunks): \
-                     every virtual stage needs at least one layer"
-                ),
-            });
-        }
-        let (base, extra) = (layers / virtual_stages, layers % virtual_stages);
-        let mut start = 0;
-        Ok((0..virtual_stages)
-            .map(|vs| {
-                let len = base + usize::from(vs < extra);
-                let range = start..start + len;
-                start += len;
-                range
-            })
-            .collect())
+        super::stage_model::split_layers("MLP split", self.layers(), virtual_stages)
     }
 
     /// Forward of one microbatch: the input of every layer, then the output `y`.

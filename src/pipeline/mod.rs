@@ -12,7 +12,9 @@
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
+//! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives, and the MLP's |
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
+//! | `moe_stack.rs` | [`MoeStack`]: residual MoE layers with each stage a gang of devices (experts and rows split over it), whose F&B pairs can hide their all-to-alls |
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
 //! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
 //!
@@ -48,9 +50,11 @@ mod link;
 mod lower;
 mod measure;
 mod mlp;
+mod moe_stack;
 mod orders;
 mod schedule;
 mod simulate;
+mod stage_model;
 mod textbook;
 mod validate;
 pub mod workload;
@@ -63,6 +67,7 @@ pub use figure::{Figure, FigureRow, Theme};
 pub use fold::Fold;
 pub use link::Link;
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
+pub use moe_stack::{MoeStack, MoeStackConfig};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
 pub use textbook::{Textbook, bubble_formula, percent, textbook};

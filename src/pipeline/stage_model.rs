@@ -1,0 +1,219 @@
+//! What a pipeline stage computes, as program nodes: [`StageModel`], the one interface the
+//! lowering ([`super::lower`]) drives, and its implementation for the MLP ([`Mlp`]); the MoE
+//! stack's is in [`super::moe_stack`].
+//!
+//! A model is a stack of layers with one activation between consecutive ones; each virtual stage
+//! holds a contiguous block of layers. A stage runs on a gang of devices with each microbatch's
+//! rows split over it (a gang of one for the MLP). A parameter is either replicated over the gang
+//! (then each device's gradient is a partial sum over its rows, all-reduced before the update)
+//! or split over the gang by its first axis (experts, whose gradients are whole where they live).
+
+use super::mlp::{Microbatch, Mlp};
+use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::{ElementwiseOp, Matmul};
+use crate::program::{ProgramBuilder, Value};
+use crate::{Error, Result};
+
+/// One parameter tensor of a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Param {
+    /// Appended to the layer's variable name; empty for a layer's only parameter.
+    pub name: &'static str,
+    /// The whole tensor's shape.
+    pub shape: Vec<usize>,
+    /// Split over the gang by the first axis (each device holds `shape[0] / gang` experts).
+    pub experts: bool,
+}
+
+/// A layer's weight gradients now, or what a later W needs to compute them (split backward).
+pub(super) enum Grads<K> {
+    Now(Vec<Value>),
+    Later(K),
+}
+
+/// A model a schedule trains, as nodes (see the module docs).
+pub(super) trait StageModel {
+    /// What a layer's forward keeps for its backward.
+    type Saved;
+    /// What a split backward keeps for the layer's W.
+    type Kept;
+
+    fn layers(&self) -> usize;
+    /// Values per row of the activation entering layer `l` (`layers()`: the output).
+    fn width(&self, l: usize) -> usize;
+    /// Checks the microbatch against the model and returns its row count.
+    fn rows(&self, mb: &Microbatch) -> Result<usize>;
+    /// The layer's parameters, in the order of [`Self::initial`] and of its gradients.
+    fn params(&self, layer: usize) -> Vec<Param>;
+    /// The layer's parameters' values before the step, whole.
+    fn initial(&self, layer: usize) -> Vec<&[f32]>;
+    /// The layer's output for its input `h`, on `gang`.
+    fn forward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        h: Value,
+    ) -> (Value, Self::Saved);
+    /// The gradient of the layer's input from its output's `dy` (`None` where nothing reads it:
+    /// the model's first layer), and its weight gradients now, or with `split` later.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        saved: Self::Saved,
+        dy: Value,
+        split: bool,
+    ) -> (Option<Value>, Grads<Self::Kept>);
+    /// The weight gradients a split backward deferred.
+    fn weight_grads(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        kept: Self::Kept,
+    ) -> Vec<Value>;
+}
+
+/// Layers of each of `virtual_stages` consecutive model slices of a `layers`-layer model:
+/// contiguous blocks, as even as possible (the first `layers % virtual_stages` get one more).
+pub(super) fn split_layers(
+    what: &'static str,
+    layers: usize,
+    virtual_stages: usize,
+) -> Result<Vec<std::ops::Range<usize>>> {
+    if virtual_stages == 0 || layers < virtual_stages {
+        return Err(Error::InvalidArgument {
+            what,
+            reason: format!(
+                "{layers} layers cannot fill {virtual_stages} virtual stages (stages × chunks): \
+                 every virtual stage needs at least one layer"
+            ),
+        });
+    }
+    let (base, extra) = (layers / virtual_stages, layers % virtual_stages);
+    let mut start = 0;
+    Ok((0..virtual_stages)
+        .map(|vs| {
+            let len = base + usize::from(vs < extra);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect())
+}
+
+/// The MLP's matmuls: the naive kernel, whose sums the host reference repeats.
+const NAIVE: MatmulVariant = MatmulVariant::Naive;
+
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    b: &mut ProgramBuilder,
+    gang: &[usize],
+    name: &str,
+    a: Value,
+    w: Value,
+    ta: bool,
+    tb: bool,
+) -> Value {
+    let op = Matmul {
+        limits: None,
+        trans_a: ta,
+        trans_b: tb,
+        offsets: None,
+        variant: NAIVE,
+        f16_accumulate: false,
+    };
+    b.kernel1(name, gang, op, &[a, w])
+}
+
+/// The MLP: `z = h · W` per layer, ReLU between layers. A layer's backward takes the gradient of
+/// its pre-activation `z` and returns its predecessor's (the ReLU's backward is folded in).
+impl StageModel for Mlp {
+    /// The layer's input.
+    type Saved = Value;
+    /// The layer's input and its output's gradient.
+    type Kept = (Value, Value);
+
+    fn layers(&self) -> usize {
+        Mlp::layers(self)
+    }
+
+    fn width(&self, l: usize) -> usize {
+        self.widths[l]
+    }
+
+    fn rows(&self, mb: &Microbatch) -> Result<usize> {
+        Mlp::rows(self, mb)
+    }
+
+    fn params(&self, layer: usize) -> Vec<Param> {
+        vec![Param {
+            name: "",
+            shape: self.layer_shape(layer).to_vec(),
+            experts: false,
+        }]
+    }
+
+    fn initial(&self, layer: usize) -> Vec<&[f32]> {
+        vec![&self.weights[layer]]
+    }
+
+    fn forward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        h: Value,
+    ) -> (Value, Value) {
+        let z = matmul(b, gang, &format!("F{layer}"), h, w[0], false, false);
+        let out = if layer + 1 < Mlp::layers(self) {
+            b.relu(&format!("relu{layer}"), gang, z)
+        } else {
+            z
+        };
+        (out, h)
+    }
+
+    fn backward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        h: Value,
+        dz: Value,
+        split: bool,
+    ) -> (Option<Value>, Grads<(Value, Value)>) {
+        let grads = if split {
+            Grads::Later((h, dz))
+        } else {
+            Grads::Now(self.weight_grads(b, gang, layer, (h, dz)))
+        };
+        let dx = (layer > 0).then(|| {
+            let dh = matmul(b, gang, &format!("dX{layer}"), dz, w[0], false, true);
+            b.kernel1(
+                &format!("relu_backward{layer}"),
+                gang,
+                ElementwiseOp::ReluBackward,
+                &[h, dh],
+            )
+        });
+        (dx, grads)
+    }
+
+    fn weight_grads(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        (h, dz): (Value, Value),
+    ) -> Vec<Value> {
+        vec![matmul(b, gang, &format!("dW{layer}"), h, dz, true, false)]
+    }
+}
