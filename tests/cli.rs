@@ -502,6 +502,29 @@ fn pipeline_run_trains_on_devices_and_matches_one_device(_: &Adapters) {
         .unwrap();
     let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(err < 1e-4, "{err_line}");
+    // The MoE stack on 2 stages of 2 devices, DualPipe's F&B pairs overlapped.
+    let moe = gangway(&[
+        "--virtual-devices",
+        "4",
+        "pipeline",
+        "--schedule",
+        "dualpipe",
+        "--stages",
+        "2",
+        "--microbatches",
+        "4",
+        "--run",
+        "--moe",
+    ]);
+    assert!(moe.contains("residual MoE layers"), "{moe}");
+    assert!(moe.contains("F&B pairs overlapped"), "{moe}");
+    assert!(moe.contains("hidden under compute"), "{moe}");
+    let err_line = moe
+        .lines()
+        .find(|l| l.starts_with("max |pipelined − one-stage| weight"))
+        .unwrap_or_else(|| panic!("{moe}"));
+    let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(err < 1e-4, "{err_line}");
 }
 
 fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters) {

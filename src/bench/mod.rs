@@ -2,7 +2,7 @@
 //!
 //! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop.
 //! - [`suite`]: the suites and their sizes; [`matmul`], [`attention`], [`memory`], [`dispatch`],
-//!   [`pipeline`], [`moe`], [`btm`] and [`scaleout`] plan their cases.
+//!   [`pipeline`] (with [`pipeline_moe`]), [`moe`], [`btm`] and [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
 //! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
 //! - [`peak`]: theoretical peaks and the roofline.
@@ -18,6 +18,7 @@ pub mod memory;
 pub mod moe;
 pub mod peak;
 pub mod pipeline;
+pub mod pipeline_moe;
 pub mod report;
 pub mod run;
 pub mod scaleout;

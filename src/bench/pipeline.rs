@@ -2,7 +2,8 @@
 //! ([`crate::pipeline::workload`]); step time, throughput, and the bubble measured from the trace
 //! beside the simulator's prediction from the same run's op times and the textbook formula. Two
 //! schedules also run with their stages folded round robin onto half the devices ([`Fold`]),
-//! each compared with itself at a device per stage.
+//! each compared with itself at a device per stage. Then the MoE cases
+//! ([`super::pipeline_moe`]): DualPipe(V) with F&B overlapped or not.
 
 use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
@@ -19,6 +20,8 @@ pub struct PipelineOptions {
     pub microbatches: Vec<usize>,
     /// Model chunks per device of the interleaved schedule.
     pub chunks: usize,
+    /// Microbatch counts of the MoE cases ([`super::pipeline_moe`]).
+    pub moe_microbatches: Vec<usize>,
 }
 
 impl PipelineOptions {
@@ -27,6 +30,7 @@ impl PipelineOptions {
             stages: 4,
             microbatches: vec![4, 8, 16],
             chunks: 2,
+            moe_microbatches: vec![4, 8],
         }
     }
 
@@ -35,6 +39,7 @@ impl PipelineOptions {
             stages: 2,
             microbatches: vec![4],
             chunks: 2,
+            moe_microbatches: vec![4],
         }
     }
 }
@@ -196,5 +201,10 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
             })));
         }
     }
+    out.extend(super::pipeline_moe::plan(
+        runtime,
+        devices,
+        &o.moe_microbatches,
+    )?);
     Ok(out)
 }

@@ -57,7 +57,9 @@ impl Suite {
             Suite::Dispatch => {
                 "Pathways' dispatch: chains, granularity, proportional shares, tracing cost"
             }
-            Suite::Pipeline => "one pipelined MLP training step per schedule; bubbles",
+            Suite::Pipeline => {
+                "one pipelined MLP training step per schedule; bubbles; MoE DualPipe(V) overlapped"
+            }
             Suite::Moe => "MoE LM training steps: vs dense, experts sweep, all-to-all share",
             Suite::Transformer => {
                 "Transformer training steps: MoE vs dense, one axis vs a data x expert mesh"

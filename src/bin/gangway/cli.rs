@@ -569,6 +569,15 @@ pub(crate) struct PipelineArgs {
     /// Run a pipelined MLP training step on the devices and measure the bubble.
     #[arg(long)]
     pub(crate) run: bool,
+    /// With --run: train a stack of residual MoE layers instead of the MLP, each stage on a pair
+    /// of devices (the stage's experts and each microbatch's rows split over the pair, so every
+    /// layer has an all-to-all), and report how long devices waited on the all-to-alls and how
+    /// much of that no compute hid. DualPipe(V)'s F&B pairs run overlapped (see --no-overlap).
+    #[arg(long, requires = "run", conflicts_with = "devices")]
+    pub(crate) moe: bool,
+    /// With --moe: run each F&B pair as its F and then its B, not overlapped.
+    #[arg(long, requires = "moe")]
+    pub(crate) no_overlap: bool,
     /// Cost-model times, in microseconds, of one microbatch through a device's whole model
     /// share: forward, backward (input grad), weight grad, comma separated. Schedules with
     /// several chunk ops per microbatch (interleaved, bfs: v; zb-v, dualpipev: 2) run each at

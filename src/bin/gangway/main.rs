@@ -623,22 +623,35 @@ fn pipeline_run(
     runtime: &Runtime,
     tracer: &Tracer,
 ) -> Result<Vec<(usize, String)>> {
-    use gangway::pipeline::timeline_named;
+    use gangway::pipeline::{bubble_formula, timeline_named};
     let fold = args.fold();
-    let (r, report) = gangway::pipeline::workload::run_case(
-        &runtime.client("pipeline", 1),
-        // Under mpirun the stages spread over the ranks' devices, rank by rank.
-        runtime.mesh(),
-        args.schedule,
-        args.stages,
-        args.microbatches,
-        args.chunks,
-        fold,
-    )?;
+    let client = runtime.client("pipeline", 1);
+    // Under mpirun the stages spread over the ranks' devices, rank by rank.
+    let devices = runtime.mesh();
+    let (report, max_error, what) = if args.moe {
+        pipeline_run_moe(args, &client, devices)?
+    } else {
+        let (r, report) = gangway::pipeline::workload::run_case(
+            &client,
+            devices,
+            args.schedule,
+            args.stages,
+            args.microbatches,
+            args.chunks,
+            fold,
+        )?;
+        let what = format!(
+            "one MLP training step ({} layers of {}, {} rows per microbatch)",
+            gangway::pipeline::workload::layers(args.stages, r.chunks),
+            gangway::pipeline::workload::WIDTH,
+            gangway::pipeline::workload::ROWS,
+        );
+        (report, r.max_weight_error, what)
+    };
     for e in &report.events {
         tracer.emit(e.clone());
     }
-    let chunks = r.chunks;
+    let chunks = args.schedule.chunks(args.chunks);
     let lanes = fold.device_count(args.stages);
     let (lane, on) = if fold.shares(args.stages) {
         (
@@ -649,17 +662,16 @@ fn pipeline_run(
                 fold.placement_name()
             ),
         )
+    } else if args.moe {
+        ("stage", format!("{} pairs of devices", args.stages))
     } else {
         ("stage", format!("{} devices", args.stages))
     };
     println!(
-        "{} on {on}, {} microbatches{}: one MLP training step ({} layers of {}, {} rows per microbatch)",
+        "{} on {on}, {} microbatches{}: {what}",
         args.schedule.name(),
         args.microbatches,
         chunks_suffix(chunks),
-        gangway::pipeline::workload::layers(args.stages, chunks),
-        gangway::pipeline::workload::WIDTH,
-        gangway::pipeline::workload::ROWS,
     );
     for (_, name) in &report.device_names {
         println!("  {name}");
@@ -684,33 +696,102 @@ fn pipeline_run(
     );
     println!("simulated with this run's op times:");
     print!("{}", report.simulated.timeline(args.width));
+    let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
     println!(
         "bubble: {:.1}% measured, {:.1}% simulated, {} textbook",
-        r.bubble_measured * 100.0,
-        r.bubble_simulated * 100.0,
-        percent(r.bubble_textbook)
+        report.measured_bubble * 100.0,
+        report.simulated.bubble_fraction * 100.0,
+        percent(textbook)
     );
     let c = &report.measured;
     println!(
         "step {:.2} ms; mean op µs F {:.0} B {:.0} W {:.0}, transfer {:.0}",
-        r.step_ms,
+        report.makespan_ns as f64 / 1e6,
         c.forward_ns as f64 / 1e3,
         c.backward_ns as f64 / 1e3,
         c.weight_grad_ns as f64 / 1e3,
         c.latency_ns as f64 / 1e3
     );
+    if args.moe {
+        let (waited, exposed) = (report.all_to_all_wait_ns, report.all_to_all_exposed_ns);
+        println!(
+            "all-to-all waits {:.2} ms over all devices, {:.2} ms of it with the device idle \
+             ({:.0}% hidden under compute)",
+            waited as f64 / 1e6,
+            exposed as f64 / 1e6,
+            100.0 * (1.0 - exposed as f64 / waited.max(1) as f64)
+        );
+    }
     println!(
         "peak activations per {lane}: {:?}",
         report.simulated.peak_activations
     );
-    println!(
-        "max |pipelined − single-device| weight: {:.1e}",
-        r.max_weight_error
-    );
-    if r.max_weight_error > 1e-3 {
-        bail!("the pipelined step differs from the single-device step");
+    let reference = if args.moe {
+        "one-stage"
+    } else {
+        "single-device"
+    };
+    println!("max |pipelined − {reference}| weight: {max_error:.1e}");
+    if max_error > 1e-3 {
+        bail!("the pipelined step differs from the {reference} step");
     }
     Ok(report.device_names)
+}
+
+/// `pipeline --run --moe`: the MoE stack's step on pairs of devices, its largest weight error
+/// against the same layers at one stage on the first pair, and what it trained.
+fn pipeline_run_moe(
+    args: &PipelineArgs,
+    client: &gangway::sched::Client,
+    devices: &[gangway::device::MeshDevice],
+) -> Result<(gangway::pipeline::RunReport, f32, String)> {
+    use gangway::pipeline::{MoeStack, MoeStackConfig, Schedule};
+    const LR: f32 = 0.01;
+    let chunks = args.schedule.chunks(args.chunks);
+    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
+    let stack = MoeStack::new(MoeStackConfig {
+        layers: schedule.virtual_stages().max(4),
+        model: 64,
+        hidden: 128,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.25,
+        gang: 2,
+        rows: 64,
+        seed: 21,
+    })?;
+    let batch = stack.batch(args.microbatches, 5);
+    let report = stack.step(client, &schedule, devices, &batch, LR, !args.no_overlap)?;
+    let reference = stack.reference_step(client, devices, &batch, LR)?;
+    let max_error = report
+        .weights
+        .iter()
+        .flatten()
+        .zip(reference.weights.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    let c = &stack.config;
+    let what = format!(
+        "one step of {} residual MoE layers (d {}, {} experts of {}, top-{}, {} rows per \
+         microbatch split over a stage's pair){}",
+        c.layers,
+        c.model,
+        c.experts,
+        c.hidden,
+        c.top_k,
+        c.rows,
+        if !matches!(
+            args.schedule,
+            ScheduleKind::DualPipe | ScheduleKind::DualPipeV
+        ) {
+            ""
+        } else if args.no_overlap {
+            ", F&B pairs not overlapped"
+        } else {
+            ", F&B pairs overlapped"
+        }
+    );
+    Ok((report, max_error, what))
 }
 
 /// `, V chunks per device` when a schedule has more than one.
