@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Adapters, case};
+use common::{Adapters, Need, case};
 use gangway::pipeline::{
     Fold, Microbatch, Mlp, MlpConfig, MoeStack, MoeStackConfig, Schedule, ScheduleKind,
     bubble_formula, execute, timeline,
@@ -20,6 +20,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: bad_inputs_are_clear_errors),
         case!(adapters: folded_stages_run_on_fewer_devices),
         case!(adapters: moe_stages_on_gangs_take_the_one_stage_step),
+        case!(adapters: dualpipe_runs_its_f_and_b_pairs_overlapped).needs(Need::ConcurrentDevices),
     ])
 }
 
@@ -410,4 +411,70 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     });
     let err = uneven.unwrap_err().to_string();
     assert!(err.contains("split evenly"), "{err}");
+}
+
+/// Nanoseconds in which a forward and a backward of one stage ran at once (the pipeline view's
+/// op spans, each over its stage's devices).
+fn forward_backward_overlap_ns(run: &gangway::pipeline::RunReport) -> u64 {
+    let ops: Vec<_> = run
+        .events
+        .iter()
+        .filter(|e| e.lane == Lane::Compute && (e.name.starts_with('F') || e.name.starts_with('B')))
+        .collect();
+    let mut total = 0;
+    for (i, a) in ops.iter().enumerate() {
+        for b in &ops[i + 1..] {
+            if a.device == b.device && a.name[..1] != b.name[..1] {
+                total += a
+                    .end_ns
+                    .min(b.end_ns)
+                    .saturating_sub(a.start_ns.max(b.start_ns));
+            }
+        }
+    }
+    total
+}
+
+/// DualPipe's F&B pairs on devices: with overlap, a stage's backward computes while the paired
+/// forward waits for its all-to-alls, so F and B spans of a stage overlap far more than when
+/// each pair runs as F then B (where only the two devices of a stage being out of step makes
+/// spans touch). Both take the one-stage step.
+fn dualpipe_runs_its_f_and_b_pairs_overlapped(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let runtime = Runtime::new(devices[..4].to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("dualpipe overlap test", 1);
+    let stack = MoeStack::new(MoeStackConfig {
+        layers: 4,
+        model: 32,
+        hidden: 64,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.25,
+        gang: 2,
+        rows: 32,
+        seed: 8,
+    })
+    .unwrap();
+    let batch = stack.batch(8, 3);
+    let want = stack
+        .reference_step(&client, &devices[..2], &batch, LR)
+        .unwrap();
+    let schedule = Schedule::new(ScheduleKind::DualPipe, 2, 8, 2).unwrap();
+    let mut overlap_ns = Vec::new();
+    for overlap in [false, true] {
+        let run = stack
+            .step(&client, &schedule, &devices[..4], &batch, LR, overlap)
+            .unwrap();
+        for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
+            common::assert_close(&format!("overlap={overlap} parameter {i}"), got, want, 1e-4);
+        }
+        overlap_ns.push(forward_backward_overlap_ns(&run));
+    }
+    println!("F-B overlap: {:?} ns (apart, paired)", overlap_ns);
+    assert!(
+        overlap_ns[1] > 2 * overlap_ns[0] + 1_000_000,
+        "F&B pairs overlapped {} ns, run apart {} ns",
+        overlap_ns[1],
+        overlap_ns[0]
+    );
 }

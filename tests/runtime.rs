@@ -586,8 +586,10 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
                 "in kept order the independent node waits its turn: {free:?} vs {received:?}"
             );
         } else {
+            // It started while the data was still on its way (on a loaded machine it may end
+            // after, sharing the cores with the slow node).
             assert!(
-                free.end_ns <= received.start_ns,
+                free.start_ns < received.start_ns,
                 "the independent node ran while device 0 waited: {free:?} vs {received:?}"
             );
         }

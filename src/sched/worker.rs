@@ -288,7 +288,10 @@ impl Worker {
         let mut i = 0;
         while i < active.len() {
             if i > 0 && !Self::may_run_ahead(&active[..i], &active[i]) {
-                break;
+                // It needs what an earlier task still reads or writes: it waits its turn, but
+                // later tasks that touch neither may still go.
+                i += 1;
+                continue;
             }
             let before = active[i].next;
             match self.step(&mut active[i]) {
