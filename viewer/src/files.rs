@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::background::{Job, spawn};
+use crate::background::{Job, drop_elsewhere, spawn};
 pub use gangway::trace::PipelineBubble;
 
 use crate::timeline::{self, CounterRow, TimelineData, TimelineState};
@@ -422,14 +422,6 @@ impl Default for FilesTab {
             dropped_pass: None,
         }
     }
-}
-
-/// Frees `value` on another thread: dropping a large trace takes milliseconds the UI can use.
-fn drop_elsewhere<T: Send + 'static>(value: T) {
-    // If no thread can start, dropping here is the fallback (the closure is dropped with it).
-    let _ = std::thread::Builder::new()
-        .name("gangway-viewer-drop".into())
-        .spawn(move || drop(value));
 }
 
 /// Why no native file dialog can open here, if that is known before trying. On Linux the dialog

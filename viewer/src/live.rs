@@ -4,15 +4,15 @@
 //! Fig. 4/7) over and over as one of its clients.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::trace::{Event, Tracer};
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
+
+use crate::background::{self, Job};
 
 /// Elements each chain kernel touches.
 const CHAIN_LEN: usize = 4096;
@@ -52,32 +52,28 @@ impl DeviceHub {
             state: state.clone(),
             runtime: runtime.clone(),
         };
-        let spawned = std::thread::Builder::new()
-            .name("gangway-discover".into())
-            .spawn(move || {
-                let found = DiscoveryOptions::from_env()
-                    .map(|mut o| {
-                        if let Some(n) = virtual_devices {
-                            o.virtual_devices = n.max(1);
-                        }
-                        o
-                    })
-                    .and_then(|o| discover(&o))
-                    .and_then(|devices| {
-                        let traced = RuntimeOptions {
-                            tracer: Tracer::new(),
-                            ..RuntimeOptions::default()
-                        };
-                        let started = Runtime::new(devices.clone(), traced)?;
-                        *runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
-                        Ok(devices)
-                    })
-                    .map_or_else(|e| Discovery::Unavailable(e.to_string()), Discovery::Found);
-                *state.lock().unwrap_or_else(PoisonError::into_inner) = found;
-                if let Some(ctx) = ctx {
-                    ctx.request_repaint();
-                }
-            });
+        // Its result is the hub's state: the job itself is not polled.
+        let spawned = background::spawn("gangway-discover", ctx, move || {
+            let found = DiscoveryOptions::from_env()
+                .map(|mut o| {
+                    if let Some(n) = virtual_devices {
+                        o.virtual_devices = n.max(1);
+                    }
+                    o
+                })
+                .and_then(|o| discover(&o))
+                .and_then(|devices| {
+                    let traced = RuntimeOptions {
+                        tracer: Tracer::new(),
+                        ..RuntimeOptions::default()
+                    };
+                    let started = Runtime::new(devices.clone(), traced)?;
+                    *runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
+                    Ok(devices)
+                })
+                .map_or_else(|e| Discovery::Unavailable(e.to_string()), Discovery::Found);
+            *state.lock().unwrap_or_else(PoisonError::into_inner) = found;
+        });
         if let Err(e) = spawned {
             hub.set(Discovery::Unavailable(format!(
                 "cannot start discovery: {e}"
@@ -188,14 +184,16 @@ pub fn run_chain(
 #[derive(Debug)]
 pub struct LiveRunner {
     pub tracer: Tracer,
-    errors: Receiver<String>,
+    /// The workload while it runs; its result is its error if it stopped on one.
+    job: Option<Job<Result<(), String>>>,
+    /// Why the workload could not start, until [`Self::error`] says it.
+    not_started: Option<String>,
     /// When set, the worker stops submitting (it keeps its runtime).
     pub hold: Arc<AtomicBool>,
     /// When the UI last took events (trace clock, ns). A window that is minimized or hidden
     /// draws no frames: the worker then holds rather than fill the event channel.
     last_poll_ns: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
-    worker: Option<JoinHandle<()>>,
     pub mode: DispatchMode,
 }
 
@@ -204,37 +202,31 @@ impl LiveRunner {
     /// runs with a short rest between, so a 2-core machine stays usable.
     pub fn start(runtime: Runtime, mode: DispatchMode, ctx: Option<egui::Context>) -> Self {
         let tracer = runtime.tracer().clone();
-        let (err_tx, errors) = channel();
         let hold = Arc::new(AtomicBool::new(false));
         let last_poll_ns = Arc::new(AtomicU64::new(tracer.now_ns()));
         let stop = Arc::new(AtomicBool::new(false));
-        let worker = {
+        let job = {
             let stop = stop.clone();
             let (hold, last_poll_ns) = (hold.clone(), last_poll_ns.clone());
             let held = move |now: u64| {
                 hold.load(Ordering::Relaxed)
                     || now.saturating_sub(last_poll_ns.load(Ordering::Relaxed)) > UNPOLLED_NS
             };
-            std::thread::Builder::new()
-                .name("gangway-live".into())
-                .spawn(move || work(&runtime, mode, &held, &stop, &err_tx, ctx))
+            background::spawn("gangway-live", None, move || {
+                work(&runtime, mode, &held, &stop, ctx)
+            })
         };
-        let (worker, errors) = match worker {
-            Ok(h) => (Some(h), errors),
-            Err(e) => {
-                // Reported through the same path as worker errors.
-                let (tx, rx) = channel();
-                let _ = tx.send(format!("cannot start the live workload: {e}"));
-                (None, rx)
-            }
+        let (job, not_started) = match job {
+            Ok(job) => (Some(job), None),
+            Err(e) => (None, Some(format!("cannot start the live workload: {e}"))),
         };
         Self {
             tracer,
-            errors,
+            job,
+            not_started,
             hold,
             last_poll_ns,
             stop,
-            worker,
             mode,
         }
     }
@@ -245,8 +237,15 @@ impl LiveRunner {
     }
 
     /// The worker's last error, if it stopped on one.
-    pub fn error(&self) -> Option<String> {
-        self.errors.try_iter().last()
+    pub fn error(&mut self) -> Option<String> {
+        if let Some(e) = self.not_started.take() {
+            return Some(e);
+        }
+        let ended = self.job.as_ref()?.poll("the live workload")?;
+        if let Some(mut job) = self.job.take() {
+            job.join();
+        }
+        ended.err()
     }
 
     /// Nanoseconds on the trace clock now.
@@ -258,8 +257,8 @@ impl LiveRunner {
 impl Drop for LiveRunner {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.worker.take() {
-            let _ = h.join();
+        if let Some(job) = &mut self.job {
+            job.join();
         }
     }
 }
@@ -269,9 +268,8 @@ fn work(
     mode: DispatchMode,
     held: &dyn Fn(u64) -> bool,
     stop: &AtomicBool,
-    errors: &Sender<String>,
     ctx: Option<egui::Context>,
-) {
+) -> Result<(), String> {
     let tracer = runtime.tracer();
     let result = (|| -> gangway::Result<()> {
         let exec = chain(runtime.devices(), 4)?;
@@ -291,7 +289,5 @@ fn work(
         }
         Ok(())
     })();
-    if let Err(e) = result {
-        let _ = errors.send(e.to_string());
-    }
+    result.map_err(|e| e.to_string())
 }

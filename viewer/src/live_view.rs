@@ -136,7 +136,7 @@ impl LiveView {
 
     /// Moves new events into the timeline and samples utilization. Call once per frame.
     pub fn poll(&mut self) {
-        if let Some(e) = self.runner.as_ref().and_then(LiveRunner::error) {
+        if let Some(e) = self.runner.as_mut().and_then(LiveRunner::error) {
             self.error = Some(e);
         }
         let Some((tracer, events)) = &self.stream else {

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
 
 use egui::{Button, RichText, Slider, Ui};
 use egui_plot::{
@@ -20,6 +19,7 @@ use gangway::moe::training_run::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::sched::Runtime;
 
+use crate::background::{self, Stream};
 use crate::live::{DeviceHub, Discovery};
 
 /// Expert counts offered.
@@ -155,13 +155,6 @@ pub fn start_blocker(s: &MoeSettings, discovery: &Discovery) -> Option<String> {
     s.config().validate().err().map(|e| e.to_string())
 }
 
-/// What the training thread sends.
-#[derive(Debug)]
-pub enum Message {
-    Progress(Box<Progress>),
-    Done(Box<Result<TrainReport, String>>),
-}
-
 /// Loads the bundled corpus and trains `settings` on `devices` of `runtime`, as one of its
 /// clients (blocking: call it off the UI thread), reporting every step through `progress`. Its
 /// kernels appear on the live timeline, as every run on the app's runtime does.
@@ -188,7 +181,7 @@ pub fn run_training(
 /// A run in progress.
 #[derive(Debug)]
 struct Running {
-    rx: Receiver<Message>,
+    stream: Stream<Progress, Result<TrainReport, String>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -251,27 +244,15 @@ impl MoePanel {
             ));
             return;
         };
-        let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
-        let spawned = std::thread::Builder::new()
-            .name("gangway-moe-train".into())
-            .spawn(move || {
-                let progress_tx = tx.clone();
-                let progress_ctx = ctx.clone();
-                let result = run_training(&runtime, &devices, settings, thread_stop, move |p| {
-                    let _ = progress_tx.send(Message::Progress(Box::new(p.clone())));
-                    if let Some(ctx) = &progress_ctx {
-                        ctx.request_repaint();
-                    }
-                });
-                let _ = tx.send(Message::Done(Box::new(result)));
-                if let Some(ctx) = ctx {
-                    ctx.request_repaint();
-                }
-            });
+        let spawned = background::spawn_stream("gangway-moe-train", ctx, move |sink| {
+            run_training(&runtime, &devices, settings, thread_stop, |p| {
+                sink.send(p.clone());
+            })
+        });
         match spawned {
-            Ok(_) => self.running = Some(Running { rx, stop }),
+            Ok(stream) => self.running = Some(Running { stream, stop }),
             Err(e) => self.error = Some(format!("cannot start training: {e}")),
         }
     }
@@ -281,29 +262,16 @@ impl MoePanel {
         let Some(running) = &self.running else {
             return false;
         };
-        let mut any = false;
-        let mut finished = None;
-        loop {
-            match running.rx.try_recv() {
-                Ok(Message::Progress(p)) => {
-                    any = true;
-                    self.tokens_per_s = p.tokens_per_s;
-                    if let Some(bpb) = p.valid_bpb {
-                        self.valid.push((p.stats.step, bpb));
-                    }
-                    self.history.push(p.stats);
-                }
-                Ok(Message::Done(result)) => {
-                    finished = Some(*result);
-                    break;
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    finished = Some(Err("training stopped without a result".to_string()));
-                    break;
-                }
+        let (progress, finished) = running.stream.poll("training");
+        let mut any = !progress.is_empty();
+        for p in progress {
+            self.tokens_per_s = p.tokens_per_s;
+            if let Some(bpb) = p.valid_bpb {
+                self.valid.push((p.stats.step, bpb));
             }
+            self.history.push(p.stats);
         }
+        let finished = finished.map(|r| r.and_then(|r| r));
         if let Some(result) = finished {
             any = true;
             self.running = None;
