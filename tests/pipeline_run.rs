@@ -1,6 +1,8 @@
 //! Real pipelined training runs: every schedule, on p = 2 and p = 4 virtual devices of an adapter,
 //! takes the same SGD step as one device accumulating gradients over the same microbatches; the
 //! bubble is measured from the trace and compared with the simulator fed the run's own op times.
+//! The MoE stack on 2 stages of 2 devices takes the step of one stage on one pair, and DualPipe's
+//! F&B pairs, overlapped, run their F and B at once.
 #![allow(clippy::unwrap_used)]
 
 mod common;
