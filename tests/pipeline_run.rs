@@ -359,7 +359,7 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
         .weights
         .iter()
         .flatten()
-        .zip(stack.weights.iter().flatten().flatten())
+        .zip(stack.weights().iter().flatten().flatten())
         .any(|(a, b)| a != b);
     assert!(moved, "the step changed the weights");
     let cases = [

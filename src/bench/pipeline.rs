@@ -159,13 +159,7 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
             let chunks = kind.chunks(o.chunks);
             let need = fold.device_count(o.stages);
             if devices.len() < need {
-                out.push(Planned::skip(
-                    name,
-                    format!(
-                        "needs {need} devices, the adapter has {} (raise --virtual-devices)",
-                        devices.len()
-                    ),
-                ));
+                out.push(Planned::too_few_devices(name, need, devices.len()));
                 continue;
             }
             if let Err(e) = Schedule::new(kind, o.stages, m, chunks) {

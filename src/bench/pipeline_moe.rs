@@ -1,5 +1,5 @@
 //! `gangway bench pipeline`'s MoE cases: DualPipe and DualPipeV training a stack of residual MoE
-//! layers ([`MoeStack`]) on 2 stages of 2 devices each, every layer with an all-to-all over its
+//! layers ([`crate::pipeline::MoeStack`], [`moe_config`]) on 2 stages of 2 devices each, every layer with an all-to-all over its
 //! stage's pair, each with its F&B pairs overlapped and compared with itself run as F then B.
 //! Whether the overlap hides the all-to-alls shows in the step time and in the all-to-all wait
 //! no compute covered (the `exposed` metrics), both measured from the trace. Every step is checked
@@ -8,71 +8,37 @@
 use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
 use super::suite::Planned;
-use crate::pipeline::{Microbatch, MoeStack, MoeStackConfig, RunReport, Schedule, ScheduleKind};
+use crate::pipeline::workload::{PreparedMoeCase, moe_config};
+use crate::pipeline::{RunReport, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 
-/// Stages, and devices per stage.
 const STAGES: usize = 2;
-const GANG: usize = 2;
-const LR: f32 = 0.01;
 /// Largest |pipelined − one-stage| weight a step may show.
 const MAX_WEIGHT_ERROR: f32 = 1e-3;
-
-fn config() -> MoeStackConfig {
-    MoeStackConfig {
-        layers: 4,
-        model: 64,
-        hidden: 128,
-        experts: 4,
-        top_k: 2,
-        capacity_factor: 1.25,
-        gang: GANG,
-        rows: 64,
-        seed: 21,
-    }
-}
 
 struct Step {
     client: Client,
     devices: Vec<Device>,
-    stack: MoeStack,
-    schedule: Schedule,
-    batch: Vec<Microbatch>,
-    /// The one-stage step's weights.
-    reference: Vec<Vec<f32>>,
+    case: PreparedMoeCase,
+    kind: ScheduleKind,
     overlap: bool,
     runs: Vec<RunReport>,
 }
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let r = self.stack.step(
-            &self.client,
-            &self.schedule,
-            &self.devices,
-            &self.batch,
-            LR,
-            self.overlap,
-        )?;
-        let error = r
-            .weights
-            .iter()
-            .flatten()
-            .zip(self.reference.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let (r, error) = self.case.run(&self.client, &self.devices, self.overlap)?;
         // NaN fails too.
         if error.is_nan() || error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
-                what: format!("pipelined MoE {} step", self.schedule.kind),
+                what: format!("pipelined MoE {} step", self.kind),
                 detail: format!("max |weight − one-stage step| = {error:e}"),
             });
         }
         self.runs.push(r);
         Ok(())
     }
-
     fn timed(&mut self) -> Option<Timed> {
         self.runs.last().map(|r| Timed {
             seconds: r.makespan_ns as f64 * 1e-9,
@@ -102,7 +68,8 @@ impl BlockingRun for Step {
             e.metrics.insert(name.into(), median(f));
         }
         e.note = format!(
-            "2 stages × 2 devices; F&B pairs {}",
+            "{STAGES} stages × {} devices; F&B pairs {}",
+            self.case.stack().config().gang,
             if self.overlap {
                 "overlapped"
             } else {
@@ -113,8 +80,8 @@ impl BlockingRun for Step {
     }
 }
 
-fn case_name(kind: ScheduleKind, microbatches: usize, overlap: bool) -> String {
-    let mut name = format!("moe {} p={STAGES}×{GANG} m={microbatches}", kind.name());
+fn case_name(kind: ScheduleKind, gang: usize, microbatches: usize, overlap: bool) -> String {
+    let mut name = format!("moe {} p={STAGES}×{gang} m={microbatches}", kind.name());
     if overlap {
         name += " overlapped";
     }
@@ -126,23 +93,25 @@ fn case_name(kind: ScheduleKind, microbatches: usize, overlap: bool) -> String {
 /// first kernel to last.
 pub fn plan(runtime: &Runtime, devices: &[Device], microbatches: &[usize]) -> Result<Vec<Planned>> {
     let client = runtime.client("bench pipeline moe", 1);
-    let need = STAGES * GANG;
-    let c = config();
+    // Devices per stage: the stack's, whatever its depth.
+    let gang = moe_config(2 * STAGES).gang;
+    let need = STAGES * gang;
     let mut out = Vec::new();
     for kind in [ScheduleKind::DualPipe, ScheduleKind::DualPipeV] {
         for &m in microbatches {
             for overlap in [false, true] {
-                let name = case_name(kind, m, overlap);
+                let name = case_name(kind, gang, m, overlap);
                 if devices.len() < need {
-                    out.push(Planned::skip(
-                        name,
-                        format!(
-                            "needs {need} devices, the adapter has {} (raise --virtual-devices)",
-                            devices.len()
-                        ),
-                    ));
+                    out.push(Planned::too_few_devices(name, need, devices.len()));
                     continue;
                 }
+                let c = match Schedule::new(kind, STAGES, m, kind.chunks(1)) {
+                    Ok(s) => moe_config(s.virtual_stages()),
+                    Err(e) => {
+                        out.push(Planned::skip(name, e.to_string()));
+                        continue;
+                    }
+                };
                 let samples = m * c.rows;
                 // Per token and layer: the router, and top-k experts' two matmuls.
                 let per_token = c.model * c.experts + c.top_k * 2 * c.model * c.hidden;
@@ -150,24 +119,17 @@ pub fn plan(runtime: &Runtime, devices: &[Device], microbatches: &[usize]) -> Re
                     .with_flops(6.0 * (per_token * c.layers * samples) as f64);
                 let (client, devices) = (client.clone(), devices[..need].to_vec());
                 let bench = Blocking::new(name, work, move || {
-                    let stack = MoeStack::new(config())?;
-                    let batch = stack.batch(m, 5);
-                    let reference = stack
-                        .reference_step(&client, &devices[..GANG], &batch, LR)?
-                        .weights;
                     Ok(Step {
-                        schedule: Schedule::new(kind, STAGES, m, kind.chunks(1))?,
+                        case: PreparedMoeCase::new(&client, &devices, kind, STAGES, m, 1)?,
                         client,
                         devices,
-                        stack,
-                        batch,
-                        reference,
+                        kind,
                         overlap,
                         runs: Vec::new(),
                     })
                 });
                 out.push(Planned::Run(Box::new(if overlap {
-                    bench.compared_to(case_name(kind, m, false))
+                    bench.compared_to(case_name(kind, gang, m, false))
                 } else {
                     bench
                 })));

@@ -146,6 +146,14 @@ impl Planned {
         Planned::Skip { case, reason }
     }
 
+    /// Skips `case`, which needs `need` devices of an adapter that has `has`.
+    pub fn too_few_devices(case: String, need: usize, has: usize) -> Self {
+        Self::skip(
+            case,
+            format!("needs {need} devices, the adapter has {has} (raise --virtual-devices)"),
+        )
+    }
+
     pub fn case(&self) -> String {
         match self {
             Planned::Run(b) => b.case(),

@@ -89,7 +89,7 @@ pub fn execute(
     fold: Fold,
 ) -> Result<RunReport> {
     let devices = devices.mesh_devices();
-    let plan = Plan::new(schedule, &devices, 1, model, batch, lr, fold, false)?;
+    let plan = Plan::new(schedule, &devices, model, batch, lr, fold, false)?;
     run(client, &plan)
 }
 
@@ -104,22 +104,12 @@ pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<
             // This rank's stages' weights (each copy's); other ranks upload theirs.
             let gang = plan.gang(stage);
             for (param, host) in model.params(l).iter().zip(&values) {
-                let mut shape = param.shape.clone();
-                let part = if param.experts {
-                    shape[0] /= gang.len();
-                    host.len() / gang.len()
-                } else {
-                    host.len()
-                };
+                let shape = param.shard_shape(gang.len());
                 let shards = gang
                     .iter()
                     .enumerate()
                     .map(|(i, &d)| {
-                        let data = if param.experts {
-                            &host[i * part..(i + 1) * part]
-                        } else {
-                            host
-                        };
+                        let data = param.shard(host, i, gang.len());
                         devices[d]
                             .local()
                             .map(|d| Tensor::from_f32(d, &shape, DType::F32, data))

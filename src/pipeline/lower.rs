@@ -63,7 +63,7 @@ pub(super) struct Plan<'a, M: StageModel> {
     pub(super) schedule: &'a Schedule,
     /// `gang` per device the stages fold onto (per stage unless folded), gang-major.
     pub(super) devices: &'a [MeshDevice],
-    /// Devices per stage.
+    /// Devices per stage ([`StageModel::gang`]).
     pub(super) gang: usize,
     pub(super) fold: Fold,
     /// Each stage's gang index (its gang is `devices[g · gang..(g + 1) · gang]`).
@@ -83,7 +83,6 @@ impl<'a, M: StageModel> Plan<'a, M> {
     pub(super) fn new(
         schedule: &'a Schedule,
         devices: &'a [MeshDevice],
-        gang: usize,
         model: &'a M,
         batch: &'a [Microbatch],
         lr: f32,
@@ -93,6 +92,7 @@ impl<'a, M: StageModel> Plan<'a, M> {
         const WHAT: &str = "pipeline run";
         validate(schedule)?;
         let bad = |reason: String| Error::InvalidArgument { what: WHAT, reason };
+        let gang = model.gang();
         let device_of = fold.devices_of(schedule.stages)?;
         let d = fold.device_count(schedule.stages);
         if gang == 0 || devices.len() != d * gang {
@@ -125,21 +125,6 @@ impl<'a, M: StageModel> Plan<'a, M> {
             .iter()
             .map(|mb| model.rows(mb))
             .collect::<Result<Vec<_>>>()?;
-        if let Some(r) = rows.iter().find(|&&r| !r.is_multiple_of(gang)) {
-            return Err(bad(format!(
-                "a microbatch of {r} rows does not split evenly over a stage's {gang} devices"
-            )));
-        }
-        for l in 0..model.layers() {
-            for p in model.params(l).iter().filter(|p| p.experts) {
-                if p.shape.first().is_none_or(|&e| !e.is_multiple_of(gang)) {
-                    return Err(bad(format!(
-                        "layer {l}'s {} {:?} does not split over a stage's {gang} devices",
-                        p.name, p.shape
-                    )));
-                }
-            }
-        }
         let split =
             super::stage_model::split_layers(WHAT, model.layers(), schedule.virtual_stages())?;
         Ok(Plan {
@@ -523,9 +508,11 @@ impl<M: StageModel> Lowering<'_, '_, M> {
         );
         let compute = Tag::Compute { stage: s, name, mb };
         match op.kind {
-            OpKind::Forward => {
+            OpKind::Forward | OpKind::Backward => {
                 // An overlapped F and the B after it share an overlap group (module docs).
-                let group = if op.overlapped && plan.overlap {
+                let group = if op.kind == OpKind::Backward {
+                    self.pairing[s].take().unwrap_or(0)
+                } else if op.overlapped && plan.overlap {
                     let g = self.b.overlap_group();
                     self.pairing[s] = Some(g);
                     g
@@ -533,15 +520,11 @@ impl<M: StageModel> Lowering<'_, '_, M> {
                     0
                 };
                 let outer = self.b.set_overlap_group(group);
-                let done = self.forward(s, mb, c);
-                self.b.set_overlap_group(outer);
-                done?;
-                self.tag_from(at, compute);
-            }
-            OpKind::Backward => {
-                let group = self.pairing[s].take().unwrap_or(0);
-                let outer = self.b.set_overlap_group(group);
-                let done = self.backward(s, mb, c);
+                let done = if op.kind == OpKind::Forward {
+                    self.forward(s, mb, c)
+                } else {
+                    self.backward(s, mb, c)
+                };
                 self.b.set_overlap_group(outer);
                 done?;
                 self.tag_from(at, compute);
@@ -599,15 +582,14 @@ fn declare(
     copy: usize,
 ) -> Value {
     let name = weight_var(layer, param, copy);
+    let ty = TensorType::f32(&param.shard_shape(gang.len()));
     if param.experts {
-        let mut shard = param.shape.clone();
-        shard[0] /= gang.len();
-        let mut dims: Vec<&[&str]> = vec![&[]; shard.len()];
+        let mut dims: Vec<&[&str]> = vec![&[]; ty.shape.len()];
         dims[0] = &[DEFAULT_AXIS];
         let split = b.spec(gang, &dims, &[]);
-        b.sharded_variable(&name, gang, TensorType::f32(&shard), split)
+        b.sharded_variable(&name, gang, ty, split)
     } else {
-        b.variable(&name, gang, TensorType::f32(&param.shape))
+        b.variable(&name, gang, ty)
     }
 }
 

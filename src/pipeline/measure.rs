@@ -1,7 +1,10 @@
 //! Measuring a pipelined run: the runtime's events turned into the pipeline's view (one
 //! compute event per op, sends and receives with their flows, waits), and the report's
 //! measured op costs and bubble ([`crate::trace::pipeline_bubble`], the one bubble computation
-//! the CLI, the bench and the viewer share) beside the simulation under those costs.
+//! the CLI, the bench and the viewer share) beside the simulation under those costs. Lanes are
+//! stages, or with a [`super::Fold`] the devices the stages share; an op's event spans its
+//! kernels on every device of its stage's gang. For MoE stages, the time devices waited on the
+//! all-to-alls and the part no compute hid ([`all_to_all_waits`], from the runtime's events).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -10,7 +13,7 @@ use super::lower::{Lowered, Plan, Tag};
 use super::simulate::{Costs, simulate_folded};
 use super::stage_model::StageModel;
 use crate::Result;
-use crate::program::Program;
+use crate::program::{Op, Program};
 use crate::trace::{
     Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, exposed_wait_ns, pipeline_bubble,
 };
@@ -103,7 +106,7 @@ pub(super) fn all_to_all_waits(program: &Program, id: u64, raw: &[Event]) -> (u6
     let exchange = |e: &Event| {
         e.node
             .and_then(|n| program.nodes().get(n as usize))
-            .is_some_and(|n| n.name.contains("all-to-all"))
+            .is_some_and(|n| matches!(n.op, Op::AllToAll(..)))
     };
     let mine: Vec<Event> = raw
         .iter()

@@ -49,9 +49,9 @@ pub struct MoeStackConfig {
 /// A stack of residual MoE layers and its weights (see the module docs).
 #[derive(Debug, Clone)]
 pub struct MoeStack {
-    pub config: MoeStackConfig,
-    /// Per layer: the router `[d, E]`, `W1 [E, d, d_ff]` and `W2 [E, d_ff, d]`.
-    pub weights: Vec<[Vec<f32>; 3]>,
+    /// Checked by [`MoeStack::new`]: the layer nodes are built for it, so it cannot change.
+    config: MoeStackConfig,
+    weights: Vec<[Vec<f32>; 3]>,
     ffn: MoeFfn,
 }
 
@@ -125,6 +125,15 @@ impl MoeStack {
         })
     }
 
+    pub fn config(&self) -> &MoeStackConfig {
+        &self.config
+    }
+
+    /// Per layer: the router `[d, E]`, `W1 [E, d, d_ff]` and `W2 [E, d_ff, d]`.
+    pub fn weights(&self) -> &[[Vec<f32>; 3]] {
+        &self.weights
+    }
+
     /// `microbatches` microbatches of random inputs and targets, drawn from `seed`.
     pub fn batch(&self, microbatches: usize, seed: u64) -> Vec<Microbatch> {
         let mut rng = Rng::new(seed);
@@ -167,7 +176,6 @@ impl MoeStack {
         let plan = Plan::new(
             schedule,
             devices,
-            self.config.gang,
             self,
             batch,
             lr,
@@ -204,6 +212,10 @@ impl StageModel for MoeStack {
 
     fn layers(&self) -> usize {
         self.config.layers
+    }
+
+    fn gang(&self) -> usize {
+        self.config.gang
     }
 
     fn width(&self, _: usize) -> usize {

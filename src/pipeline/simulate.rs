@@ -163,11 +163,7 @@ impl Simulation {
     /// [`ascii::timeline`].
     pub fn timeline(&self, width: usize) -> String {
         let window: Range<u64> = 0..self.makespan_ns;
-        let name = if self.devices < self.stages {
-            "device"
-        } else {
-            "stage"
-        };
+        let name = super::fold::lane_word(self.devices < self.stages);
         ascii::timeline_named(&self.events, self.devices, name, window, width)
     }
 }

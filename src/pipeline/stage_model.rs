@@ -25,6 +25,27 @@ pub(super) struct Param {
     pub experts: bool,
 }
 
+impl Param {
+    /// One device's tensor shape on a gang of `gang`.
+    pub fn shard_shape(&self, gang: usize) -> Vec<usize> {
+        let mut shape = self.shape.clone();
+        if self.experts {
+            shape[0] /= gang;
+        }
+        shape
+    }
+
+    /// Device `i`'s part of the whole value `host` on a gang of `gang`.
+    pub fn shard<'a>(&self, host: &'a [f32], i: usize, gang: usize) -> &'a [f32] {
+        if self.experts {
+            let part = host.len() / gang;
+            &host[i * part..(i + 1) * part]
+        } else {
+            host
+        }
+    }
+}
+
 /// A layer's weight gradients now, or what a later W needs to compute them (split backward).
 pub(super) enum Grads<K> {
     Now(Vec<Value>),
@@ -39,6 +60,9 @@ pub(super) trait StageModel {
     type Kept;
 
     fn layers(&self) -> usize;
+    /// Devices per stage. The model promises that its rows per microbatch and its parameters'
+    /// expert axes split evenly over them.
+    fn gang(&self) -> usize;
     /// Values per row of the activation entering layer `l` (`layers()`: the output).
     fn width(&self, l: usize) -> usize;
     /// Checks the microbatch against the model and returns its row count.
@@ -141,6 +165,10 @@ impl StageModel for Mlp {
 
     fn layers(&self) -> usize {
         Mlp::layers(self)
+    }
+
+    fn gang(&self) -> usize {
+        1
     }
 
     fn width(&self, l: usize) -> usize {

@@ -1,11 +1,15 @@
-//! The pipeline's training workload: the MLP it trains (one layer per virtual stage at least),
+//! The pipeline's training workloads: the MLP it trains (one layer per virtual stage at least),
 //! its batch, and one checked step of a schedule on devices ([`run_case`]) with what it
-//! measured ([`PipelineResult`]). `gangway pipeline --run`, `gangway bench pipeline` and the
-//! viewer's "Run on devices" all run this one.
+//! measured ([`PipelineResult`]); and the MoE stack on pairs of devices ([`PreparedMoeCase`]),
+//! checked against one stage. `gangway pipeline --run [--moe]`, `gangway bench pipeline` and the
+//! viewer's "Run on devices" all run these.
 
 use serde::Serialize;
 
-use super::{Fold, Microbatch, Mlp, MlpConfig, RunReport, Schedule, ScheduleKind, bubble_formula};
+use super::{
+    Fold, Microbatch, Mlp, MlpConfig, MoeStack, MoeStackConfig, RunReport, Schedule, ScheduleKind,
+    bubble_formula,
+};
 use super::{execute, validate};
 use crate::device::DeviceList;
 use crate::sched::Client;
@@ -129,13 +133,7 @@ impl PreparedCase {
             });
         }
         let report = execute(client, s, &devices[..d], &self.mlp, &self.data, LR, fold)?;
-        let max_weight_error = report
-            .weights
-            .iter()
-            .flatten()
-            .zip(self.reference.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let max_weight_error = max_difference(&report.weights, &self.reference);
         let step_s = report.makespan_ns as f64 / 1e9;
         Ok((
             PipelineResult {
@@ -177,4 +175,89 @@ pub fn run_case(
     fold: Fold,
 ) -> Result<(PipelineResult, RunReport)> {
     PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices, fold)
+}
+
+/// The largest |a − b| over two sets of weights (NaN when either has one).
+fn max_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, |m, d| {
+            if d.is_nan() || m.is_nan() {
+                f32::NAN
+            } else {
+                m.max(d)
+            }
+        })
+}
+
+/// The MoE stack the CLI and the bench train at `virtual_stages` (at least 4 layers, one per
+/// virtual stage): d = 64, 4 experts of 128, top-2, capacity factor 1.25, 64 rows per
+/// microbatch, each stage a pair of devices.
+pub fn moe_config(virtual_stages: usize) -> MoeStackConfig {
+    MoeStackConfig {
+        layers: virtual_stages.max(4),
+        model: 64,
+        hidden: 128,
+        experts: 4,
+        top_k: 2,
+        capacity_factor: 1.25,
+        gang: 2,
+        rows: 64,
+        seed: 21,
+    }
+}
+
+/// One schedule's MoE step, ready to run: the stack, the batch, and the weights of the same
+/// step at one stage on the first pair (computed on devices, once).
+#[derive(Debug)]
+pub struct PreparedMoeCase {
+    schedule: Schedule,
+    stack: MoeStack,
+    batch: Vec<Microbatch>,
+    reference: Vec<Vec<f32>>,
+}
+
+impl PreparedMoeCase {
+    /// Builds the schedule (with `chunks` per stage where the kind takes them) and the stack, and
+    /// runs the one-stage step on the first pair of `devices`, as a run of `client`.
+    pub fn new(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        kind: ScheduleKind,
+        stages: usize,
+        microbatches: usize,
+        chunks: usize,
+    ) -> Result<Self> {
+        let schedule = Schedule::new(kind, stages, microbatches, kind.chunks(chunks))?;
+        let stack = MoeStack::new(moe_config(schedule.virtual_stages()))?;
+        let batch = stack.batch(microbatches, 5);
+        let reference = stack.reference_step(client, devices, &batch, LR)?.weights;
+        Ok(Self {
+            schedule,
+            stack,
+            batch,
+            reference,
+        })
+    }
+
+    pub fn stack(&self) -> &MoeStack {
+        &self.stack
+    }
+
+    /// Runs the pipelined step (F&B pairs overlapped with `overlap`); its report and the largest
+    /// |weight − one-stage step's|.
+    pub fn run(
+        &self,
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        overlap: bool,
+    ) -> Result<(RunReport, f32)> {
+        let report = self
+            .stack
+            .step(client, &self.schedule, devices, &self.batch, LR, overlap)?;
+        let error = max_difference(&report.weights, &self.reference);
+        Ok((report, error))
+    }
 }

@@ -30,7 +30,7 @@ use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
-use gangway::pipeline::{ScheduleKind, percent};
+use gangway::pipeline::{ScheduleKind, lane_word, percent};
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::Tracer;
 use gangway::{Device, DiscoveryOptions, discover};
@@ -653,19 +653,17 @@ fn pipeline_run(
     }
     let chunks = args.schedule.chunks(args.chunks);
     let lanes = fold.device_count(args.stages);
-    let (lane, on) = if fold.shares(args.stages) {
-        (
-            "device",
-            format!(
-                "{} stages on {lanes} devices ({})",
-                args.stages,
-                fold.placement_name()
-            ),
+    let lane = lane_word(fold.shares(args.stages));
+    let on = if fold.shares(args.stages) {
+        format!(
+            "{} stages on {lanes} devices ({})",
+            args.stages,
+            fold.placement_name()
         )
     } else if args.moe {
-        ("stage", format!("{} pairs of devices", args.stages))
+        format!("{} pairs of devices", args.stages)
     } else {
-        ("stage", format!("{} devices", args.stages))
+        format!("{} devices", args.stages)
     };
     println!(
         "{} on {on}, {} microbatches{}: {what}",
@@ -745,32 +743,16 @@ fn pipeline_run_moe(
     client: &gangway::sched::Client,
     devices: &[gangway::device::MeshDevice],
 ) -> Result<(gangway::pipeline::RunReport, f32, String)> {
-    use gangway::pipeline::{MoeStack, MoeStackConfig, Schedule};
-    const LR: f32 = 0.01;
-    let chunks = args.schedule.chunks(args.chunks);
-    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
-    let stack = MoeStack::new(MoeStackConfig {
-        layers: schedule.virtual_stages().max(4),
-        model: 64,
-        hidden: 128,
-        experts: 4,
-        top_k: 2,
-        capacity_factor: 1.25,
-        gang: 2,
-        rows: 64,
-        seed: 21,
-    })?;
-    let batch = stack.batch(args.microbatches, 5);
-    let report = stack.step(client, &schedule, devices, &batch, LR, !args.no_overlap)?;
-    let reference = stack.reference_step(client, devices, &batch, LR)?;
-    let max_error = report
-        .weights
-        .iter()
-        .flatten()
-        .zip(reference.weights.iter().flatten())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    let c = &stack.config;
+    let case = gangway::pipeline::workload::PreparedMoeCase::new(
+        client,
+        devices,
+        args.schedule,
+        args.stages,
+        args.microbatches,
+        args.chunks,
+    )?;
+    let (report, max_error) = case.run(client, devices, !args.no_overlap)?;
+    let c = case.stack().config();
     let what = format!(
         "one step of {} residual MoE layers (d {}, {} experts of {}, top-{}, {} rows per \
          microbatch split over a stage's pair){}",
@@ -962,11 +944,7 @@ fn pipeline(
         percent(textbook),
     );
     println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
-    let per = if fold.shares(args.stages) {
-        "device"
-    } else {
-        "stage"
-    };
+    let per = lane_word(fold.shares(args.stages));
     println!(
         "peak activations per {per}: {:?} chunk activations ({} per microbatch through a stage)",
         sim.peak_activations, passes

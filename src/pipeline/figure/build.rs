@@ -1,6 +1,7 @@
 //! Laying a [`Figure`] out: rows, lanes, blocks, bubbles, labels, memory bars, the time axis
 //! and the legend, in pixels.
 
+use super::super::fold::lane_word;
 use super::super::schedule::OpKind;
 use super::layout::{Anchor, Layout, PlacedBlock, Shape, text_width};
 use super::style::{
@@ -466,11 +467,7 @@ impl<'a> Builder<'a> {
                 items.push((Swatch::Block(color, None), format!("chunk {c}{shade}")));
             }
         }
-        let per = if rows.iter().any(FigureRow::folded) {
-            "device"
-        } else {
-            "stage"
-        };
+        let per = lane_word(rows.iter().any(FigureRow::folded));
         items.push((
             Swatch::Memory,
             format!("peak activations per {per} (microbatches)"),

@@ -1,5 +1,5 @@
 //! The textbook pipeline figure, for slides and for the viewer: one row per schedule, one lane per
-//! stage, F/B/W blocks labelled with their microbatch, hatched bubbles, makespan and bubble beside
+//! stage (per device, its stages' blocks shaded apart, when stages fold onto fewer devices), F/B/W blocks labelled with their microbatch, hatched bubbles, makespan and bubble beside
 //! each row, peak activation memory per stage, a shared time axis and a legend.
 //!
 //! The figure is computed once as a renderer-independent [`Layout`] (rectangles, text and lines

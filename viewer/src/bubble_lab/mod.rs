@@ -20,7 +20,7 @@ use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::Device;
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
 use gangway::pipeline::workload::{PipelineResult, run_case};
-use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, bubble_formula, percent};
+use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, bubble_formula, lane_word, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
@@ -232,11 +232,7 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
         e.end_ns = e.end_ns.saturating_sub(t0);
         e
     }));
-    let lane = if shape.fold.shares(shape.stages) {
-        "device"
-    } else {
-        "stage"
-    };
+    let lane = lane_word(shape.fold.shares(shape.stages));
     data.device_prefix = Some(lane.into());
     data.device_names = report.device_names.into_iter().collect();
     Ok(DeviceRun {
@@ -431,11 +427,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
             .filter(|e| e.lane == Lane::Compute)
             .cloned(),
     );
-    let lane = if figure.rows[0].folded() {
-        "device"
-    } else {
-        "stage"
-    };
+    let lane = lane_word(figure.rows[0].folded());
     data.device_prefix = Some(lane.into());
     Ok(LabResult {
         textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
@@ -713,7 +705,7 @@ impl BubbleLab {
             }
         });
         ui.horizontal_wrapped(|ui| {
-            let per = if row.folded() { "device" } else { "stage" };
+            let per = lane_word(row.folded());
             ui.label(format!("peak activations per {per}: {}", row.peak_text()))
                 .on_hover_text(
                     "microbatches' worth of a stage's activations, as the bars show (a chunk of \
