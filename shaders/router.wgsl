@@ -75,54 +75,62 @@ fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
     routes[t * 2u + 1u] = Route(second, 0u, g2 * scale, 0u);
 }
 
-const WG: u32 = 256u;
-var<workgroup> scan: array<u32, 256>;
-var<workgroup> psum: array<f32, 256>;
+// Each invocation of an expert's workgroup owns a contiguous chunk of the tokens. It counts its
+// chunk's choices of the expert, reads how many the chunks before it hold, and numbers its own in
+// token order: the same slots as one serial pass, with two barriers per choice rank where a
+// Hillis-Steele scan of 256 flags took sixteen. Barriers are what a CPU driver (llvmpipe) pays
+// for, once per invocation batch, so the scan's were most of a small batch's routing time.
+const WG: u32 = 64u;
+var<workgroup> counts: array<u32, 128>; // [choice rank (k <= 2)][invocation]
+var<workgroup> psum: array<f32, 64>;
 
-@compute @workgroup_size(256, 1, 1)
+@compute @workgroup_size(64, 1, 1)
 fn positions(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let e = wid.x;
     let i = lid.x;
+    let chunk = (p.tokens + WG - 1u) / WG;
+    let lo = min(i * chunk, p.tokens);
+    let hi = min(lo + chunk, p.tokens);
     var base = 0u;
     var first_choices = 0u;
     for (var c = 0u; c < p.k; c++) {
-        for (var t0 = 0u; t0 < p.tokens; t0 += WG) {
-            let t = t0 + i;
-            var flag = 0u;
-            if (t < p.tokens && routes[t * p.k + c].expert == e) { flag = 1u; }
-            // Inclusive Hillis-Steele scan of the flags of this chunk.
-            scan[i] = flag;
-            workgroupBarrier();
-            for (var off = 1u; off < WG; off *= 2u) {
-                var v = scan[i];
-                if (i >= off) { v += scan[i - off]; }
-                workgroupBarrier();
-                scan[i] = v;
-                workgroupBarrier();
-            }
-            if (flag == 1u) {
-                let pos = base + scan[i] - 1u;
-                routes[t * p.k + c].position = pos;
-                routes[t * p.k + c].kept = select(0u, 1u, pos < p.capacity);
-            }
-            base += scan[WG - 1u];
-            workgroupBarrier();
+        var mine = 0u;
+        for (var t = lo; t < hi; t++) {
+            if (routes[t * p.k + c].expert == e) { mine++; }
         }
+        // Each rank has its own row of counts, so the next rank's writes need no barrier first.
+        counts[c * WG + i] = mine;
+        workgroupBarrier();
+        var before = 0u;
+        var total = 0u;
+        for (var j = 0u; j < WG; j++) {
+            let n = counts[c * WG + j];
+            if (j < i) { before += n; }
+            total += n;
+        }
+        var pos = base + before;
+        for (var t = lo; t < hi; t++) {
+            let r = t * p.k + c;
+            if (routes[r].expert == e) {
+                routes[r].position = pos;
+                routes[r].kept = select(0u, 1u, pos < p.capacity);
+                pos++;
+            }
+        }
+        base += total;
         if (c == 0u) { first_choices = base; }
     }
-    // P_i: every invocation sums a strided slice, then a tree reduction.
+    // P_i: each invocation sums its chunk in token order, then the first sums the chunks in order.
     var s = 0.0;
-    for (var t = i; t < p.tokens; t += WG) {
+    for (var t = lo; t < hi; t++) {
         s += probs[t * p.experts + e];
     }
     psum[i] = s;
     workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if (i < stride) { psum[i] += psum[i + stride]; }
-        workgroupBarrier();
-    }
     if (i == 0u) {
+        var sum = 0.0;
+        for (var j = 0u; j < WG; j++) { sum += psum[j]; }
         let n = f32(max(p.tokens, 1u));
-        stats[e] = ExpertStat(min(base, p.capacity), base, f32(first_choices) / n, psum[0] / n);
+        stats[e] = ExpertStat(min(base, p.capacity), base, f32(first_choices) / n, sum / n);
     }
 }
