@@ -66,9 +66,13 @@ pub fn embed_gather(contexts: &Tensor, table: &Tensor) -> Result<Tensor> {
     Ok(out)
 }
 
+/// `EG_IDS` of `shaders/embedding.wgsl`: the ids one workgroup of the gradient sums.
+const IDS_PER_WORKGROUP: usize = 8;
+
 /// Records `d_table[v, j] = Σ_{(t,c): contexts[t,c] = v} d_x[t, c·d_e + j]` into `d_table`
-/// (`[V, d_e]`, overwritten). One thread per table entry looping over every position: no float
-/// atomics needed, fine at byte-vocabulary sizes.
+/// (`[V, d_e]`, overwritten). Each output adds its positions in ascending order from zero, with
+/// one writer and no float atomics; a workgroup lists a block of ids' positions once, so the
+/// positions are scanned `V / 8` times, not `V` (the shader says how).
 pub fn encode_embed_grad(
     encoder: &mut impl Recorder,
     contexts: &Tensor,
@@ -94,7 +98,8 @@ pub fn encode_embed_grad(
         (4, d_x.buffer()),
         (5, d_table.buffer()),
     ];
-    // One invocation per id and 4 columns (the shader says why).
+    // One workgroup per block of `IDS_PER_WORKGROUP` ids (the shader says why): `grid_1d`
+    // counts workgroups of `WORKGROUP` threads, so ask for that many threads per block.
     encode(
         encoder,
         device,
@@ -102,7 +107,7 @@ pub fn encode_embed_grad(
         WHAT,
         &params,
         &bindings,
-        v * e.div_ceil(4),
+        v.div_ceil(IDS_PER_WORKGROUP) * crate::kernels::WORKGROUP,
     )
 }
 
@@ -217,5 +222,21 @@ impl Kernel for EmbedGrad {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         encode_embed_grad(rec, &x[0], &x[1], node::output(y, 0)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launcher's block of ids is the shader's: with a smaller one in the shader, the last
+    /// ids would go unsummed; with a larger one, workgroups would be launched for nothing.
+    #[test]
+    fn the_launcher_and_the_shader_agree_on_the_id_block() {
+        let line = format!("const EG_IDS: u32 = {IDS_PER_WORKGROUP}u;");
+        assert!(
+            EMBEDDING.source.contains(&line),
+            "embedding.wgsl lacks `{line}`"
+        );
     }
 }
