@@ -239,6 +239,7 @@ impl Shared {
                             roles: node_roles.clone(),
                             next: 0,
                             blocked: None,
+                            ahead: Default::default(),
                         },
                     ));
                 }

@@ -103,6 +103,23 @@ pub(crate) struct Task {
     pub next: usize,
     /// When the task first had to wait, and for what.
     pub blocked: Option<(Instant, String)>,
+    /// What the last check of whether it may run ahead of the earlier active tasks found.
+    pub ahead: Ahead,
+}
+
+/// Whether a task may run ahead of the earlier tasks of its worker's active list. The answer
+/// depends only on the two nodes of each pair, and the earlier tasks only ever leave the list
+/// (later ones join behind), so a task cleared once stays cleared, and one that must wait for an
+/// earlier task must wait for as long as that task is active: neither is checked again. With up
+/// to [`RUN_AHEAD`] active tasks, checking every pair on every turn took a device worker's host
+/// time on CPU-backed adapters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    #[default]
+    Unchecked,
+    Cleared,
+    /// Waits for the active task of this sequence number.
+    WaitsOn(u64),
 }
 
 enum Step {
@@ -234,19 +251,45 @@ impl Worker {
         Some(task)
     }
 
-    /// Whether `task` may run while the (unfinished, earlier) `ahead` tasks wait: the run lets
-    /// nodes run ahead (parallel dispatch, no kept order) and `task` touches no storage they
-    /// still read or write.
-    fn may_run_ahead(ahead: &[Task], task: &Task) -> bool {
+    /// The first of the (unfinished, earlier) `ahead` tasks that `task` may not run ahead of, by
+    /// sequence number; `None` when it may run while they all wait: the run lets nodes run ahead
+    /// (parallel dispatch, no kept order) and `task` touches no storage they still read or
+    /// write.
+    fn blocker(ahead: &[Task], task: &Task) -> Option<u64> {
         let run = &task.run;
         let access = &run.exec.access;
         let program = run.exec.program();
-        run.opts.mode == DispatchMode::Parallel
-            && ahead.iter().all(|t| {
-                Arc::ptr_eq(&t.run, run)
+        let parallel = run.opts.mode == DispatchMode::Parallel;
+        ahead
+            .iter()
+            .find(|t| {
+                !(parallel
+                    && Arc::ptr_eq(&t.run, run)
                     && program.may_pass(t.node, task.node)
-                    && !access[task.node].conflicts_with(&access[t.node])
+                    && !access[task.node].conflicts_with(&access[t.node]))
             })
+            .map(|t| t.seq)
+    }
+
+    /// Whether `active[i]` must wait for an earlier active task, checked at most once per
+    /// blocker (see [`Ahead`]).
+    fn waits(active: &mut [Task], i: usize) -> bool {
+        let (earlier, rest) = active.split_at_mut(i);
+        let task = &mut rest[0];
+        match task.ahead {
+            Ahead::Cleared => false,
+            Ahead::WaitsOn(seq) if earlier.iter().any(|t| t.seq == seq) => true,
+            _ => match Self::blocker(earlier, task) {
+                None => {
+                    task.ahead = Ahead::Cleared;
+                    false
+                }
+                Some(seq) => {
+                    task.ahead = Ahead::WaitsOn(seq);
+                    true
+                }
+            },
+        }
     }
 
     /// One turn of the loop: completions, then every active task as far as it can go, then
@@ -287,7 +330,7 @@ impl Worker {
         let mut progressed = false;
         let mut i = 0;
         while i < active.len() {
-            if i > 0 && !Self::may_run_ahead(&active[..i], &active[i]) {
+            if i > 0 && Self::waits(active, i) {
                 // It needs what an earlier task still reads or writes: it waits its turn, but
                 // later tasks that touch neither may still go.
                 i += 1;
