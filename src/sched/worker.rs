@@ -468,13 +468,19 @@ impl Worker {
             }
         }
         let run = task.run;
-        if run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let last = run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
             self.shared.run_finished(&run);
             run.signal();
         }
         run.progress();
         run.release_if_idle();
-        self.shared.wake.notify_all();
+        // Idle workers wait for data in a mailbox (see `drain_completions`), new tasks (their
+        // admission wakes them) or a failed run; a task's end is none of these unless it ends
+        // a run.
+        if last || run.failed() {
+            self.shared.wake.notify_all();
+        }
     }
 
     fn step(&mut self, task: &mut Task) -> Step {
@@ -724,7 +730,13 @@ impl Worker {
     }
 
     fn drain_completions(&mut self) {
+        // Other workers sleep in `idle` until what they wait for may be there: only a mapped
+        // read-back fills a mailbox, and a failed run lets them skip its tasks. Waking them for
+        // every kernel's completion too cost a 4-device step hundreds of futile thread switches
+        // on CPU-backed adapters.
+        let mut news = false;
         for c in self.inbox.take() {
+            news |= matches!(c, Completion::Mapped { .. });
             // Timestamp batches belong to the device, not to one run's slot.
             let (run, stamped) = match &c {
                 Completion::Mapped { run, .. } | Completion::WorkDone { run, .. } => {
@@ -749,10 +761,13 @@ impl Worker {
             if let Some(run) = run {
                 if let Err(e) = outcome {
                     run.fail(e);
+                    news = true;
                 }
                 run.callbacks.fetch_sub(1, Ordering::AcqRel);
                 run.release_if_idle();
             }
+        }
+        if news {
             self.shared.wake.notify_all();
         }
     }
