@@ -2,7 +2,8 @@
 //! host mailboxes are where a shard's bytes wait for the device that needs them; within a
 //! process the runtime fills them itself, and a transport fills them with the bytes of other
 //! ranks' shards ([`Message::Data`]). The gang order across ranks travels the same way
-//! ([`Message::Admit`], from rank 0's sequencer).
+//! ([`Message::Admit`], from rank 0's sequencer), and so does a run's failure on one rank
+//! ([`Message::Failed`]), which ends it on the others.
 //!
 //! Two transports implement it: [`super::loopback`] (ranks as threads of one process, for tests
 //! and for trying multi-rank programs without MPI) and, with the `mpi` feature, `super::mpi`
@@ -47,11 +48,15 @@ pub enum Message {
     Admit { run: RunKey },
     /// "Still here", for the watchdog.
     Heartbeat,
+    /// The sender's part of run `run` failed with the error `reason`: the run ends on every
+    /// rank, instead of waiting for data the sender will not send.
+    Failed { run: RunKey, reason: String },
 }
 
 const DATA: u8 = 1;
 const ADMIT: u8 = 2;
 const HEARTBEAT: u8 = 3;
+const FAILED: u8 = 4;
 /// Kind byte, client, seq, program, node, shard.
 const DATA_HEADER: usize = 1 + 8 + 8 + 8 + 4 + 4;
 
@@ -83,6 +88,13 @@ impl Message {
                 out
             }
             Message::Heartbeat => vec![HEARTBEAT],
+            Message::Failed { run, reason } => {
+                let mut out = vec![FAILED];
+                out.extend_from_slice(&run.client.to_le_bytes());
+                out.extend_from_slice(&run.seq.to_le_bytes());
+                out.extend_from_slice(reason.as_bytes());
+                out
+            }
         }
     }
 
@@ -118,6 +130,13 @@ impl Message {
                 },
             }),
             Some(&HEARTBEAT) if bytes.len() == 1 => Ok(Message::Heartbeat),
+            Some(&FAILED) if bytes.len() >= 17 => Ok(Message::Failed {
+                run: RunKey {
+                    client: u64_at(1)?,
+                    seq: u64_at(9)?,
+                },
+                reason: String::from_utf8_lossy(&bytes[17..]).into_owned(),
+            }),
             _ => Err(bad("unknown kind")),
         }
     }
@@ -230,10 +249,25 @@ mod tests {
             },
             Message::Admit { run },
             Message::Heartbeat,
+            Message::Failed {
+                run,
+                reason: "device 2: out of memory (ü)".into(),
+            },
+            Message::Failed {
+                run,
+                reason: String::new(),
+            },
         ] {
             assert_eq!(Message::decode(0, &m.encode()).unwrap(), m);
         }
-        for garbage in [&[][..], &[9], &[DATA, 1, 2], &[ADMIT; 5], &[HEARTBEAT, 0]] {
+        for garbage in [
+            &[][..],
+            &[9],
+            &[DATA, 1, 2],
+            &[ADMIT; 5],
+            &[HEARTBEAT, 0],
+            &[FAILED; 16],
+        ] {
             let e = Message::decode(3, garbage).unwrap_err().to_string();
             assert!(e.starts_with("rank 3: sent a malformed message"), "{e}");
         }

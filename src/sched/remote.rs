@@ -10,6 +10,10 @@
 //!   order, and their own runs (within the rank) freely in between. So every device of the job
 //!   runs the gangs spanning ranks in one order, and no round trip to rank 0 is needed for gangs
 //!   within a rank.
+//! - **Failures.** A run spanning ranks that fails on one rank tells the others
+//!   ([`Message::Failed`], sent by [`RunState::fail`]), and they fail it with that rank's error
+//!   (also when it comes before the run is submitted there). Without it, a rank whose part was
+//!   waiting for the failed rank's data waited out the device timeout.
 
 use super::run::RunState;
 use crate::collective::transport::{Message, RunKey, Transport};
@@ -26,6 +30,8 @@ struct State {
     runs: HashMap<RunKey, Weak<RunState>>,
     /// Data for runs not submitted here yet.
     early: HashMap<RunKey, Vec<Early>>,
+    /// Other ranks' errors for runs not submitted here yet: `(rank, error)`.
+    failed_early: HashMap<RunKey, (usize, String)>,
     /// Per client name: runs spanning ranks submitted so far.
     submitted: HashMap<u64, u64>,
     /// Rank 0's admissions not yet made here, in its order (on the other ranks).
@@ -43,7 +49,7 @@ pub(crate) struct Remote {
 
 /// What a rank must do with a message, once it is routed.
 pub(crate) enum Routed {
-    /// Data filled a run's mailbox: its devices may go on.
+    /// Data filled a run's mailbox, or another rank failed it: its devices may go on.
     Filled,
     /// Rank 0 admitted a run spanning ranks: admit it here when it is submitted.
     Ticket,
@@ -85,9 +91,19 @@ impl Remote {
     pub fn register(&self, key: RunKey, run: &Arc<RunState>) {
         let early = {
             let mut state = self.lock();
+            if let Some((rank, reason)) = state.failed_early.remove(&key) {
+                run.failed_elsewhere(failed_on(rank, &reason));
+            }
             state.since_sweep += 1;
             if state.since_sweep > 256 {
                 state.runs.retain(|_, r| r.strong_count() > 0);
+                // An error for a run submitted here before came after the run was swept.
+                let State {
+                    failed_early,
+                    submitted,
+                    ..
+                } = &mut *state;
+                failed_early.retain(|k, _| submitted.get(&k.client).is_none_or(|&n| k.seq >= n));
                 state.since_sweep = 0;
             }
             state.runs.insert(key, Arc::downgrade(run));
@@ -135,6 +151,26 @@ impl Remote {
                 self.lock().tickets.push_back(run);
                 Routed::Ticket
             }
+            Message::Failed { run, reason } => {
+                let target = {
+                    let mut state = self.lock();
+                    match state.runs.get(&run) {
+                        // Registered: failed now, or already finished here.
+                        Some(r) => r.upgrade(),
+                        None => {
+                            state.failed_early.insert(run, (from, reason.clone()));
+                            None
+                        }
+                    }
+                };
+                match target {
+                    Some(r) => {
+                        r.failed_elsewhere(failed_on(from, &reason));
+                        Routed::Filled
+                    }
+                    None => Routed::Nothing,
+                }
+            }
             Message::Admit { .. } | Message::Heartbeat => Routed::Nothing,
         }
     }
@@ -179,6 +215,14 @@ fn name_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// A run's error as the rank whose part failed told it.
+fn failed_on(rank: usize, reason: &str) -> crate::Error {
+    crate::Error::Job {
+        rank,
+        reason: format!("this run failed there: {reason}"),
+    }
 }
 
 /// Puts bytes another rank sent into `run`'s mailbox, or fails the run when they come from

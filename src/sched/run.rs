@@ -2,7 +2,7 @@
 //! pre-encoded command buffers, and the bookkeeping that says when it is done.
 
 use super::record::Recorded;
-use crate::collective::transport::RunKey;
+use crate::collective::transport::{Message, RunKey, Transport};
 use crate::program::{Executable, HostData, Op};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Error, Result};
@@ -187,6 +187,8 @@ pub(crate) struct RunState {
     pub workers: Vec<Option<usize>>,
     /// The job-wide key of a run spanning ranks.
     pub key: Option<RunKey>,
+    /// The job's transport, for a run spanning ranks: where its first error goes.
+    ranks: Option<Arc<dyn Transport>>,
     /// `[node]`: what each device does for the node, worked out once per run.
     pub roles: Vec<NodeRoles>,
     /// The logical devices that do something for the run, ascending.
@@ -211,6 +213,8 @@ pub(crate) struct RunEnv {
     pub client: usize,
     pub workers: Vec<Option<usize>>,
     pub key: Option<RunKey>,
+    /// The job's transport (runs spanning ranks only).
+    pub ranks: Option<Arc<dyn Transport>>,
     /// The runtime's tracer.
     pub tracer: Tracer,
     /// Whether the runtime times kernels with GPU timestamps when a run is traced.
@@ -230,6 +234,7 @@ impl RunState {
             client,
             workers,
             key,
+            ranks,
             tracer,
             gpu_timestamps,
         } = env;
@@ -292,6 +297,7 @@ impl RunState {
             tasks_left: AtomicUsize::new(0),
             callbacks: AtomicUsize::new(0),
             error: OnceLock::new(),
+            ranks,
             released: AtomicBool::new(false),
             admitted: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),
@@ -313,8 +319,30 @@ impl RunState {
         self.error.get().is_some()
     }
 
-    /// Records the first error; the run's other tasks are skipped and its client is told.
+    /// Records the first error; the run's other tasks are skipped and its client is told. A
+    /// run spanning ranks also tells the other ranks ([`Message::Failed`]): their part of it
+    /// ends now, instead of waiting out the device timeout for data this rank will not send.
     pub fn fail(&self, e: Error) {
+        if self.error.set(e).is_ok()
+            && let (Some(key), Some(ranks), Some(first)) = (self.key, &self.ranks, self.error.get())
+        {
+            let reason = first.to_string();
+            for to in (0..ranks.size()).filter(|&r| r != ranks.rank()) {
+                // A rank that cannot be reached is the watchdog's to find.
+                let _ = ranks.send(
+                    to,
+                    Message::Failed {
+                        run: key,
+                        reason: reason.clone(),
+                    },
+                );
+            }
+        }
+        self.signal();
+    }
+
+    /// Ends the run with another rank's error for it, which that rank told every rank.
+    pub fn failed_elsewhere(&self, e: Error) {
         let _ = self.error.set(e);
         self.signal();
     }

@@ -591,6 +591,11 @@ impl Client {
                 client: self.0.index,
                 workers,
                 key,
+                ranks: shared
+                    .remote
+                    .as_ref()
+                    .filter(|_| key.is_some())
+                    .map(|r| r.transport.clone()),
                 tracer: self.0.shared.opts.tracer.clone(),
                 gpu_timestamps: self.0.shared.gpu_timestamps.load(Ordering::Relaxed),
             },
