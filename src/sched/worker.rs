@@ -2,10 +2,11 @@
 //! submits their (pre-recorded or just-recorded) commands, waits for transfer futures, and turns
 //! GPU callbacks into ready outputs and trace events.
 //!
-//! A gang waiting on other devices (a receive, a collective's gather) does not hold the device:
-//! later gangs of the same run that touch no storage it still needs run meanwhile (see
-//! [`crate::program::access`]), so sends go out as early and receives wait as late as the
-//! dependencies allow. Nothing of another run goes ahead, and a program that keeps its order
+//! Under parallel dispatch, a gang waiting on other devices (a receive, a collective's gather)
+//! does not hold the device: later gangs of the same run that touch no storage it still needs
+//! run meanwhile (see [`crate::program::access`]), so sends go out as early and receives wait
+//! as late as the dependencies allow. Nothing of another run goes ahead, and a program that
+//! keeps its order
 //! ([`crate::program::ProgramBuilder::keep_order`]) runs strictly in sequence, except inside one
 //! of its overlap groups ([`crate::program::ProgramBuilder::set_overlap_group`]). Going ahead only
 //! ever makes a device's data available sooner, so the gang order's promise (no deadlock between
@@ -475,7 +476,7 @@ impl Worker {
         }
         run.progress();
         run.release_if_idle();
-        // Idle workers wait for data in a mailbox (see `drain_completions`), new tasks (their
+        // Idle workers wait for what `drain_completions` wakes them for, new tasks (their
         // admission wakes them) or a failed run; a task's end is none of these unless it ends
         // a run.
         if last || run.failed() {
@@ -730,13 +731,18 @@ impl Worker {
     }
 
     fn drain_completions(&mut self) {
-        // Other workers sleep in `idle` until what they wait for may be there: only a mapped
-        // read-back fills a mailbox, and a failed run lets them skip its tasks. Waking them for
-        // every kernel's completion too cost a 4-device step hundreds of futile thread switches
-        // on CPU-backed adapters.
+        // Other workers sleep in `idle` until what they wait for may be there: a mapped
+        // read-back fills a mailbox, a failed run lets them skip its tasks, and under sequential
+        // dispatch a node's completion lets the next node start on its device. Waking them for
+        // every kernel's completion of a parallel run too cost a 4-device step hundreds of
+        // futile thread switches on CPU-backed adapters.
         let mut news = false;
         for c in self.inbox.take() {
-            news |= matches!(c, Completion::Mapped { .. });
+            news |= match &c {
+                Completion::Mapped { .. } => true,
+                Completion::WorkDone { run, .. } => run.opts.mode == DispatchMode::Sequential,
+                Completion::Timestamps { .. } => false,
+            };
             // Timestamp batches belong to the device, not to one run's slot.
             let (run, stamped) = match &c {
                 Completion::Mapped { run, .. } | Completion::WorkDone { run, .. } => {
