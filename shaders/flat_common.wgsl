@@ -1,10 +1,14 @@
 // What the flat f32 kernels share (embedding, loss, optim, the backward of dispatch/combine and of
 // the router, the expert weight gradient): one parameter block, the routing's records, and a 2-D
 // grid of 256-thread workgroups (so that long arrays fit under the per-dimension workgroup limit)
-// folded back into one index. Put before each of those shaders' sources (WGSL has no includes).
+// folded back into one index (`embed_grad` alone runs 64-thread workgroups, one per block of ids,
+// over the same grid of workgroups). Put before each of those shaders' sources (WGSL has no
+// includes).
 //
-// Across these shaders every binding number has one meaning, so each entry point's auto layout
-// holds exactly the bindings it names. No float atomics: every output element has one writer.
+// Each entry point's auto layout holds exactly the bindings it names. The bindings declared here
+// mean the same in every shader; beyond them a number may mean different things in different
+// shaders (28: the loss's values, the expert gradient's limits), each compiled alone. No float
+// atomics: every output element has one writer.
 
 struct Params {
     rows: u32,      // tokens (T), or elements (adam), or rows of a row-wise op

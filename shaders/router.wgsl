@@ -77,9 +77,10 @@ fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // Each invocation of an expert's workgroup owns a contiguous chunk of the tokens. It counts its
 // chunk's choices of the expert, reads how many the chunks before it hold, and numbers its own in
-// token order: the same slots as one serial pass, with two barriers per choice rank where a
-// Hillis-Steele scan of 256 flags took sixteen. Barriers are what a CPU driver (llvmpipe) pays
-// for, once per invocation batch, so the scan's were most of a small batch's routing time.
+// token order: the same slots as one serial pass, with one barrier per choice rank (and one for
+// P_i) where a Hillis-Steele scan of 256 flags took eighteen per rank. Barriers are what a CPU
+// driver (llvmpipe) pays for, once per invocation batch, so the scan's were most of a small
+// batch's routing time.
 const WG: u32 = 64u;
 var<workgroup> counts: array<u32, 128>; // [choice rank (k <= 2)][invocation]
 var<workgroup> psum: array<f32, 64>;

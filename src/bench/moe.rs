@@ -33,9 +33,9 @@
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
 //!   runtime's trace: the sum of the durations of the transfer-lane events of the all-to-all
-//!   nodes (forward, reverse, backward, backward reverse; the all-reduce is reported
-//!   separately) on the device with the largest sum, divided by the step's wall time, medians
-//!   over the timed steps. These are host-staged copies (read back, then written to each
+//!   nodes (forward, reverse, backward, backward reverse, and the kept counts' exchange; the
+//!   all-reduce is reported separately) on the device with the largest sum, divided by the
+//!   step's wall time, medians over every step (below). These are host-staged copies (read back, then written to each
 //!   destination); virtual devices share one adapter, so their all-to-all is a copy within one
 //!   GPU's memory through the host. Device counts beyond those given are reported as skipped,
 //!   with the reason.
@@ -218,10 +218,10 @@ pub(super) struct TrainStep {
     all_reduce_shares: Vec<f64>,
     /// Per step: the largest share of the step a device sat idle waiting on a collective.
     exposed_shares: Vec<f64>,
-    /// Per step: the share of its wall time during which 2 or more devices were busy.
+    /// Per step: the share of its traced span during which 2 or more devices were busy.
     overlap_shares: Vec<f64>,
     /// GPU time per kernel (node name without its round and block), summed over devices and
-    /// steps, and the steps' wall time times the device count.
+    /// steps, and the steps' traced spans times the device count.
     kernel_ns: std::collections::BTreeMap<String, f64>,
     device_wall_ns: f64,
     /// For a case over several adapters: which devices, for the note.

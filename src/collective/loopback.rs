@@ -139,7 +139,7 @@ impl Transport for Loopback {
     fn all_gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
         let (round, changed) = &self.shared.round;
         let mut r = lock(round);
-        // Wait out a round this rank already brought to (the others are still taking it).
+        // Another caller of this rank's all-gather is in a round not yet complete: wait it out.
         while r.brought[self.rank].is_some() {
             r = changed.wait(r).unwrap_or_else(PoisonError::into_inner);
         }

@@ -2,7 +2,7 @@
 //! one parameter block, a launcher over a 2-D grid of [`super::WORKGROUP`]-thread workgroups, and
 //! the checks of shapes and routings. Those kernels: [`super::embedding`], [`super::loss`],
 //! [`super::optim`], [`super::expert_grad`], and the backwards of [`super::moe_dispatch`] and
-//! [`super::router`]. Across their shaders every binding number has one meaning.
+//! [`super::router`]. The bindings `flat_common.wgsl` declares mean the same in all of them.
 
 use super::Shader;
 use super::router::{ExpertStat, Route, Routing};

@@ -132,7 +132,8 @@ impl Shared {
         self.devices.iter().position(|d| d == device)
     }
 
-    /// A message from another rank: fills a run's mailbox, or queues rank 0's admission.
+    /// A message from another rank: fills a run's mailbox, fails a run it failed, or queues
+    /// rank 0's admission.
     fn receive(&self, from: usize, message: crate::collective::transport::Message) {
         let Some(remote) = &self.remote else { return };
         match remote.route(from, message) {
