@@ -496,12 +496,7 @@ fn pipeline_run_trains_on_devices_and_matches_one_device(_: &Adapters) {
     ]);
     assert!(out.contains("measured:") && out.contains("simulated with this run's op times:"));
     assert!(out.contains("% measured,"), "{out}");
-    let err_line = out
-        .lines()
-        .find(|l| l.starts_with("max |pipelined"))
-        .unwrap();
-    let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(err < 1e-4, "{err_line}");
+    matches_its_reference(&out, "single-device");
     // The MoE stack on 2 stages of 2 devices, DualPipe's F&B pairs overlapped.
     let moe = gangway(&[
         "--virtual-devices",
@@ -519,12 +514,40 @@ fn pipeline_run_trains_on_devices_and_matches_one_device(_: &Adapters) {
     assert!(moe.contains("residual MoE layers"), "{moe}");
     assert!(moe.contains("F&B pairs overlapped"), "{moe}");
     assert!(moe.contains("hidden under compute"), "{moe}");
-    let err_line = moe
+    matches_its_reference(&moe, "one-stage");
+    // Folded: 4 MoE stages on 2 pairs, round robin.
+    let folded = gangway(&[
+        "--virtual-devices",
+        "4",
+        "pipeline",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "4",
+        "--run",
+        "--moe",
+        "--devices",
+        "2",
+        "--fold",
+        "round-robin",
+    ]);
+    assert!(
+        folded.contains("4 stages on 2 pairs of devices (round robin)"),
+        "{folded}"
+    );
+    matches_its_reference(&folded, "one-stage");
+}
+
+/// `pipeline --run`'s output says its step's weights are within 1e-4 of the `reference` step's.
+fn matches_its_reference(out: &str, reference: &str) {
+    let line = out
         .lines()
-        .find(|l| l.starts_with("max |pipelined − one-stage| weight"))
-        .unwrap_or_else(|| panic!("{moe}"));
-    let err: f64 = err_line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(err < 1e-4, "{err_line}");
+        .find(|l| l.starts_with(&format!("max |pipelined − {reference}| weight")))
+        .unwrap_or_else(|| panic!("{out}"));
+    let err: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(err < 1e-4, "{line}");
 }
 
 fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters) {

@@ -375,13 +375,12 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     for (kind, overlap) in cases {
         let schedule = Schedule::new(kind, 2, 4, kind.chunks(2)).unwrap();
         let what = format!("{kind} overlap={overlap}");
-        let run = stack
-            .step(&client, &schedule, &devices[..4], &batch, LR, overlap)
-            .unwrap();
-        for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
-            common::assert_close(&format!("{what} parameter {i}"), got, want, 1e-4);
-        }
-        assert!((run.loss - want.loss).abs() <= 1e-4 * (1.0 + want.loss.abs()));
+        let on = Placed {
+            devices: &devices[..4],
+            fold: Fold::OnePerStage,
+            overlap,
+        };
+        let run = takes_the_step(&stack, &client, &schedule, on, &batch, &want, &what);
         every_op_ran(&run, &schedule, &what);
         assert!(
             run.all_to_all_exposed_ns <= run.all_to_all_wait_ns,
@@ -396,14 +395,67 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
             run.all_to_all_exposed_ns as f64 / 1e6
         );
     }
+    // More stages than gangs: 4 stages of one layer each on 2 pairs, as blocks (0, 1 | 2, 3)
+    // and round robin (0, 2 | 1, 3); a pair runs its stages' ops one at a time, and a hand-off
+    // between two stages of one pair moves nothing.
+    for fold in [Fold::Blocks { devices: 2 }, Fold::RoundRobin { devices: 2 }] {
+        for kind in [
+            ScheduleKind::GPipe,
+            ScheduleKind::OneFOneB,
+            ScheduleKind::ZbH1,
+        ] {
+            let schedule = Schedule::new(kind, 4, 4, 1).unwrap();
+            let what = format!("{kind} on 2 pairs, {}", fold.placement_name());
+            let on = Placed {
+                devices: &devices[..4],
+                fold,
+                overlap: false,
+            };
+            let run = takes_the_step(&stack, &client, &schedule, on, &batch, &want, &what);
+            every_op_ran(&run, &schedule, &what);
+        }
+    }
+    let schedule = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
+    let err = stack
+        .step(
+            &client,
+            &schedule,
+            &devices[..2],
+            &batch,
+            LR,
+            Fold::Blocks { devices: 2 },
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("2 gangs of 2 devices need 4, 2 found"),
+        "{err}"
+    );
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 2, 4, 1).unwrap();
-    let short = stack.step(&client, &schedule, &devices[..3], &batch, LR, false);
+    let short = stack.step(
+        &client,
+        &schedule,
+        &devices[..3],
+        &batch,
+        LR,
+        Fold::OnePerStage,
+        false,
+    );
     let err = short.unwrap_err().to_string();
     assert!(err.contains("need 4, 3 found"), "{err}");
     let mut bad = batch.clone();
     bad[1].target.pop();
     let err = stack
-        .step(&client, &schedule, &devices[..4], &bad, LR, false)
+        .step(
+            &client,
+            &schedule,
+            &devices[..4],
+            &bad,
+            LR,
+            Fold::OnePerStage,
+            false,
+        )
         .unwrap_err()
         .to_string();
     assert!(err.contains("MoE microbatch target"), "{err}");
@@ -413,6 +465,41 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     });
     let err = uneven.unwrap_err().to_string();
     assert!(err.contains("split evenly"), "{err}");
+}
+
+/// Where an MoE step runs: its devices, how its stages fold onto their pairs, and whether F&B
+/// pairs overlap.
+#[derive(Clone, Copy)]
+struct Placed<'a> {
+    devices: &'a [gangway::Device],
+    fold: Fold,
+    overlap: bool,
+}
+
+/// Runs the MoE stack's step of `schedule` as `on` says, and checks that its weights and loss
+/// are the one-stage step's (`want`) within 1e-4.
+fn takes_the_step(
+    stack: &MoeStack,
+    client: &gangway::sched::Client,
+    schedule: &Schedule,
+    on: Placed<'_>,
+    batch: &[Microbatch],
+    want: &gangway::pipeline::RunReport,
+    what: &str,
+) -> gangway::pipeline::RunReport {
+    let run = stack
+        .step(client, schedule, on.devices, batch, LR, on.fold, on.overlap)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
+        common::assert_close(&format!("{what} parameter {i}"), got, want, 1e-4);
+    }
+    assert!(
+        (run.loss - want.loss).abs() <= 1e-4 * (1.0 + want.loss.abs()),
+        "{what}: loss {} against {}",
+        run.loss,
+        want.loss
+    );
+    run
 }
 
 /// Nanoseconds in which a forward and a backward of one stage ran at once (the pipeline view's
@@ -464,12 +551,13 @@ fn dualpipe_runs_its_f_and_b_pairs_overlapped(adapters: &Adapters) {
     let schedule = Schedule::new(ScheduleKind::DualPipe, 2, 8, 2).unwrap();
     let mut overlap_ns = Vec::new();
     for overlap in [false, true] {
-        let run = stack
-            .step(&client, &schedule, &devices[..4], &batch, LR, overlap)
-            .unwrap();
-        for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
-            common::assert_close(&format!("overlap={overlap} parameter {i}"), got, want, 1e-4);
-        }
+        let on = Placed {
+            devices: &devices[..4],
+            fold: Fold::OnePerStage,
+            overlap,
+        };
+        let what = format!("overlap={overlap}");
+        let run = takes_the_step(&stack, &client, &schedule, on, &batch, &want, &what);
         overlap_ns.push(forward_backward_overlap_ns(&run));
     }
     println!("F-B overlap: {:?} ns (apart, paired)", overlap_ns);

@@ -9,7 +9,7 @@ use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
 use super::report::Timing;
 use super::suite::Planned;
 use crate::pipeline::workload::{PreparedMoeCase, moe_config};
-use crate::pipeline::{RunReport, Schedule, ScheduleKind};
+use crate::pipeline::{Fold, RunReport, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 
@@ -28,7 +28,9 @@ struct Step {
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, error) = self.case.run(&self.client, &self.devices, self.overlap)?;
+        let (r, error) =
+            self.case
+                .run(&self.client, &self.devices, Fold::OnePerStage, self.overlap)?;
         // NaN fails too.
         if error.is_nan() || error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {

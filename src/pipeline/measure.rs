@@ -192,9 +192,11 @@ pub(super) fn report<M: StageModel>(
                 .filter(|&s| plan.dev(s) == d)
                 .map(|s| s.to_string())
                 .collect();
+            // A folded lane is one device, or one gang of devices (MoE stages).
+            let unit = if plan.gang > 1 { "gang" } else { "device" };
             (
                 d,
-                format!("device {d} (stages {}): {label}", held.join(", ")),
+                format!("{unit} {d} (stages {}): {label}", held.join(", ")),
             )
         })
         .collect();

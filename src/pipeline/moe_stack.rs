@@ -147,9 +147,11 @@ impl MoeStack {
     }
 
     /// One pipelined training step of `schedule` over `batch` with learning rate `lr`, as one run
-    /// of `client`: stage `s` runs on `devices[s·g..(s + 1)·g]` (`g` = the config's gang). With
-    /// `overlap`, each F&B pair of the schedule runs overlapped (see [`super::lower`]); without,
-    /// as its F and then its B. The report's weights are per layer the router, `W1` and `W2`.
+    /// of `client`: stage `s` runs on gang `k = fold(s)`, `devices[k·g..(k + 1)·g]` (`g` = the
+    /// config's gang; one gang per stage with [`Fold::OnePerStage`], else several stages to a
+    /// gang, see [`super::fold`]). With `overlap`, each F&B pair of the schedule runs overlapped
+    /// (see [`super::lower`]); without, as its F and then its B. The report's weights are per layer the router, `W1` and `W2`.
+    #[allow(clippy::too_many_arguments)]
     pub fn step(
         &self,
         client: &Client,
@@ -157,15 +159,18 @@ impl MoeStack {
         devices: &(impl DeviceList + ?Sized),
         batch: &[Microbatch],
         lr: f32,
+        fold: Fold,
         overlap: bool,
     ) -> Result<RunReport> {
         let devices = devices.mesh_devices();
-        let want = schedule.stages * self.config.gang;
+        let gangs = fold.device_count(schedule.stages);
+        let want = gangs * self.config.gang;
         if devices.len() < want {
             return Err(Error::InvalidArgument {
                 what: "MoE pipeline step",
                 reason: format!(
-                    "{} stages of {} devices need {want}, {} found (try --virtual-devices)",
+                    "{} stages on {gangs} gangs of {} devices need {want}, {} found (try \
+                     --virtual-devices)",
                     schedule.stages,
                     self.config.gang,
                     devices.len()
@@ -173,15 +178,7 @@ impl MoeStack {
             });
         }
         let devices = &devices[..want];
-        let plan = Plan::new(
-            schedule,
-            devices,
-            self,
-            batch,
-            lr,
-            Fold::OnePerStage,
-            overlap,
-        )?;
+        let plan = Plan::new(schedule, devices, self, batch, lr, fold, overlap)?;
         run(client, &plan)
     }
 
@@ -194,7 +191,15 @@ impl MoeStack {
         lr: f32,
     ) -> Result<RunReport> {
         let schedule = Schedule::new(ScheduleKind::GPipe, 1, batch.len(), 1)?;
-        self.step(client, &schedule, devices, batch, lr, false)
+        self.step(
+            client,
+            &schedule,
+            devices,
+            batch,
+            lr,
+            Fold::OnePerStage,
+            false,
+        )
     }
 
     fn weights_of(w: &[Value]) -> MoeFfnWeights {

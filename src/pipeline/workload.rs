@@ -246,17 +246,24 @@ impl PreparedMoeCase {
         &self.stack
     }
 
-    /// Runs the pipelined step (F&B pairs overlapped with `overlap`); its report and the largest
-    /// |weight − one-stage step's|.
+    /// Runs the pipelined step (its stages on gangs as `fold` places them, F&B pairs overlapped
+    /// with `overlap`); its report and the largest |weight − one-stage step's|.
     pub fn run(
         &self,
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
+        fold: Fold,
         overlap: bool,
     ) -> Result<(RunReport, f32)> {
-        let report = self
-            .stack
-            .step(client, &self.schedule, devices, &self.batch, LR, overlap)?;
+        let report = self.stack.step(
+            client,
+            &self.schedule,
+            devices,
+            &self.batch,
+            LR,
+            fold,
+            overlap,
+        )?;
         let error = max_difference(&report.weights, &self.reference);
         Ok((report, error))
     }

@@ -573,7 +573,8 @@ pub(crate) struct PipelineArgs {
     /// of devices (the stage's experts and each microbatch's rows split over the pair, so every
     /// layer has an all-to-all), and report how long devices waited on the all-to-alls and how
     /// much of that no compute hid. DualPipe(V)'s F&B pairs run overlapped (see --no-overlap).
-    #[arg(long, requires = "run", conflicts_with = "devices")]
+    /// With --devices D, the stages fold onto D pairs.
+    #[arg(long, requires = "run")]
     pub(crate) moe: bool,
     /// With --moe: run each F&B pair as its F and then its B, not overlapped.
     #[arg(long, requires = "moe")]

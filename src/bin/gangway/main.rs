@@ -654,9 +654,14 @@ fn pipeline_run(
     let chunks = args.schedule.chunks(args.chunks);
     let lanes = fold.device_count(args.stages);
     let lane = lane_word(fold.shares(args.stages));
+    let units = if args.moe {
+        "pairs of devices"
+    } else {
+        "devices"
+    };
     let on = if fold.shares(args.stages) {
         format!(
-            "{} stages on {lanes} devices ({})",
+            "{} stages on {lanes} {units} ({})",
             args.stages,
             fold.placement_name()
         )
@@ -751,7 +756,7 @@ fn pipeline_run_moe(
         args.microbatches,
         args.chunks,
     )?;
-    let (report, max_error) = case.run(client, devices, !args.no_overlap)?;
+    let (report, max_error) = case.run(client, devices, args.fold(), !args.no_overlap)?;
     let c = case.stack().config();
     let what = format!(
         "one step of {} residual MoE layers (d {}, {} experts of {}, top-{}, {} rows per \
