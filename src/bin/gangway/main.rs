@@ -665,10 +665,8 @@ fn pipeline_run(
             args.stages,
             fold.placement_name()
         )
-    } else if args.moe {
-        format!("{} pairs of devices", args.stages)
     } else {
-        format!("{} devices", args.stages)
+        format!("{} {units}", args.stages)
     };
     println!(
         "{} on {on}, {} microbatches{}: {what}",
