@@ -241,7 +241,7 @@ fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
 }
 
 /// An imported trace, indexed for the timeline: gangway's by device and lane (a pipeline run's
-/// devices titled as stages, as in the lab), another tool's one row per thread under its
+/// lanes titled as the run names them, stages or folded devices or gangs, as in the lab), another tool's one row per thread under its
 /// process; counter tracks under theirs.
 fn opened_trace(trace: ChromeTrace) -> Loaded {
     let ChromeTrace {
@@ -260,7 +260,13 @@ fn opened_trace(trace: ChromeTrace) -> Loaded {
     let mut data = TimelineData::from_events(events);
     data.device_names = device_names.into_iter().collect();
     if bubble.is_some() {
-        data.device_prefix = Some("stage".into());
+        // Titled as the run names its lanes: stages, or folded, devices or gangs of them.
+        let word = data
+            .device_names
+            .values()
+            .next()
+            .map_or("stage", |name| gangway::pipeline::lane_word_of(name));
+        data.device_prefix = Some(word.into());
     }
     for (i, row) in rows.iter().enumerate() {
         data.row_titles.insert(i, row.thread_label());

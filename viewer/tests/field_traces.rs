@@ -357,6 +357,33 @@ fn projector_timelines_are_larger() {
     assert!(projector_w < screen_w, "{projector_w} vs {screen_w}");
 }
 
+/// A folded run's trace is titled as the run named its lanes: here gangs of devices (MoE stages
+/// folded onto pairs), not stages.
+#[test]
+fn folded_pipeline_traces_are_titled_by_their_lanes() {
+    use gangway::pipeline::{Costs, Fold, Schedule, ScheduleKind, simulate_folded};
+    let schedule = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
+    let costs = Costs::compute_only(1_000_000, 2_000_000, 0);
+    let sim = simulate_folded(&schedule, &costs, &[], Fold::RoundRobin { devices: 2 }).unwrap();
+    let names = [
+        (0, "gang 0 (stages 0, 2): #0 a + #1 b".to_string()),
+        (1, "gang 1 (stages 1, 3): #2 c + #3 d".to_string()),
+    ];
+    let json = gangway::trace::chrome::to_string(&sim.events, &names);
+    let Loaded::Trace(t) = open_bytes(json.as_bytes(), "folded.json").unwrap() else {
+        panic!("not a trace");
+    };
+    assert!(t.bubble.is_some());
+    let data = t.data.as_ref().clone();
+    let labels: Vec<String> = data.tracks().iter().map(|t| data.track_label(t)).collect();
+    assert!(
+        labels.contains(&"gang 0 compute".to_string())
+            && labels.contains(&"gang 1 compute".to_string())
+            && labels.iter().all(|l| l.starts_with("gang ")),
+        "{labels:?}"
+    );
+}
+
 /// Pipeline traces opened from Files are titled by stage and their blocks numbered by
 /// microbatch, as in the lab (the tryout saw "dev N" and no numbers).
 #[test]

@@ -30,7 +30,7 @@ use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
-use gangway::pipeline::{ScheduleKind, lane_word, percent};
+use gangway::pipeline::{ScheduleKind, lane_word, lane_word_of, percent};
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::Tracer;
 use gangway::{Device, DiscoveryOptions, discover};
@@ -653,7 +653,10 @@ fn pipeline_run(
     }
     let chunks = args.schedule.chunks(args.chunks);
     let lanes = fold.device_count(args.stages);
-    let lane = lane_word(fold.shares(args.stages));
+    let lane = report
+        .device_names
+        .first()
+        .map_or("stage", |(_, name)| lane_word_of(name));
     let units = if args.moe {
         "pairs of devices"
     } else {
