@@ -970,16 +970,18 @@ impl FilesTab {
                 }
                 ui.weak(t.phase_line());
                 if let Some(b) = &t.bubble {
+                    // Counted per lane: a stage, or folded, a device or a gang.
+                    let lane = t.data.device_prefix.as_deref().unwrap_or("stage");
                     ui.label(format!(
-                        "pipeline bubble: {:.1}% ({} stages, makespan {})",
+                        "pipeline bubble: {:.1}% ({} {lane}s, makespan {})",
                         b.fraction * 100.0,
                         b.stages,
                         timeline::format_ns(b.makespan_ns as f64)
                     ))
-                    .on_hover_text(
-                        "idle compute time / (stages × makespan): the F, B and W ops on each \
-                         device's compute lane, from the first op's start to the last one's end",
-                    );
+                    .on_hover_text(format!(
+                        "idle compute time / ({lane}s × makespan): the F, B and W ops on each \
+                         {lane}'s compute lane, from the first op's start to the last one's end"
+                    ));
                 }
                 if t.dialect == Dialect::Gangway {
                     timeline::legend(ui);
