@@ -1,6 +1,7 @@
 //! Writing files so that a crash, a kill or a full disk never leaves a half-written one behind:
 //! every file gangway writes for later reading (checkpoints, the autotune cache, bench reports)
-//! goes through [`write_atomic`].
+//! goes through [`write_atomic`], or [`write_new`] where an existing file must never be
+//! replaced (the viewer's saves, unless the user said to overwrite).
 
 use crate::{Error, Result};
 use std::io::Write;
@@ -23,6 +24,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
             source,
         });
     }
+    sync_dir(path).map_err(Error::io(path))
+}
+
+/// Writes `bytes` to `path` as [`write_atomic`] does, but only if nothing is there: the whole
+/// file is linked into place under its name (a hard link fails if the name exists), so an
+/// existing file is never replaced, not even by a race between a check and the write. An
+/// existing `path` is an [`Error::Io`] of kind `AlreadyExists`. Where the file system has no
+/// hard links, the name is checked and then renamed to (a race there can replace a file made
+/// in between).
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = partial_path(path);
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Err(e) = write_synced(&tmp, bytes) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
+    let placed = match std::fs::hard_link(&tmp, path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists && !path.exists() => {
+            std::fs::rename(&tmp, path)
+        }
+        linked => linked,
+    };
+    let _ = std::fs::remove_file(&tmp);
+    placed.map_err(io)?;
     sync_dir(path).map_err(Error::io(path))
 }
 
@@ -97,6 +125,26 @@ mod tests {
         assert_eq!(names, ["f.bin"]);
         check_writable(&path).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"new contents");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_new_never_replaces_a_file() {
+        let dir = temp_dir("new");
+        let path = dir.join("f.bin");
+        write_new(&path, b"first").unwrap();
+        let err = write_new(&path, b"second").unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::AlreadyExists),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.bin"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

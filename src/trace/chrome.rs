@@ -1,7 +1,8 @@
 //! Chrome trace-event JSON: export for Perfetto and `chrome://tracing`, a structure check, and
 //! import of gangway's traces and other tools' ([`ChromeTrace`]).
 //!
-//! Layout: one process per device (`pid` = device id), one thread per [`Lane`] (`tid` 1 host,
+//! Layout: `otherData.producer` is [`PRODUCER`], the marker the import tells gangway's traces
+//! by; one process per device (`pid` = device id), one thread per [`Lane`] (`tid` 1 host,
 //! 2 compute, 3 transfer). Slices on one thread never overlap, because both viewers mis-draw or
 //! drop overlapping complete events; overlapping events of one lane go to overflow threads
 //! (`tid` = lane tid + 10·k, named e.g. "compute (overlap 1)") so every time stays true.
@@ -16,7 +17,10 @@ mod imported;
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
 pub use import::{parse, parse_slice, read, text_of};
-pub use imported::{ChromeTrace, CounterTrack, Dialect, Id, ThreadRow, process_label};
+pub use imported::{
+    ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER, ThreadRow,
+    process_label,
+};
 
 use super::event::Lane;
 

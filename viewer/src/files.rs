@@ -1,14 +1,21 @@
 //! Opening and saving files: Chrome trace JSON, gzipped or not (gangway's own, and what
 //! PyTorch's, JAX's and Perfetto's tools write: see `gangway::trace::chrome::ChromeTrace`), and
 //! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
-//! never a panic. Saving an opened trace of another tool writes it in gangway's layout (one
-//! process per row).
+//! never a panic.
+//!
+//! Saving never destroys a file: "Save" writes to its own path field, which an open fills with
+//! a new name beside the opened file (`trace-copy.json`), and a path that exists is written
+//! only after the user confirms the overwrite. Saving the opened trace writes the bytes that
+//! were read, as they were (gzipped or not), so nothing of it (names, categories, args,
+//! counters, instants, flows, metadata) is lost; the live and bubble-lab timelines are written
+//! in gangway's layout ([`gangway::trace::chrome::to_string`]).
 //!
 //! No file I/O runs on the UI thread: reading, parsing and interpreting a file, serializing and
 //! writing a trace, and loading the report to compare with all run on a worker thread that hands
 //! its result back through a channel and asks for a repaint; every frame polls
 //! ([`FilesTab::poll`]) and, meanwhile, shows what is under way with a spinner. Saving goes
-//! through [`gangway::fsutil::write_atomic`], so a kill mid-save never leaves a torn file.
+//! through [`gangway::fsutil::write_new`] (or, confirmed, [`gangway::fsutil::write_atomic`]),
+//! so a kill mid-save never leaves a torn file.
 //!
 //! Files come from the path field, a native dialog (`rfd`; where none can open, the field stays
 //! and the UI says why), a drop onto the window ([`FilesTab::handle_dropped`]) or the recent
@@ -22,7 +29,7 @@ use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
 use gangway::trace::Event;
-use gangway::trace::chrome::{ChromeTrace, Dialect, Id, process_label};
+use gangway::trace::chrome::{ChromeTrace, Dialect, Id, InstantScope, process_label};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -30,7 +37,7 @@ use serde_json::Value;
 use crate::background::{Job, drop_elsewhere, spawn};
 pub use gangway::trace::PipelineBubble;
 
-use crate::timeline::{self, CounterRow, TimelineData, TimelineState};
+use crate::timeline::{self, CounterRow, InstantMark, TimelineData, TimelineState};
 
 /// How many recently opened files [`FilesTab::recent`] keeps.
 pub const RECENT_MAX: usize = 8;
@@ -55,6 +62,8 @@ pub struct OpenedTrace {
     /// [`gangway::trace::chrome::ChromeTrace`]).
     pub phases: Vec<(String, u64)>,
     pub not_drawn: Vec<(String, u64)>,
+    /// The file's bytes as read (gzipped or not): what saving the opened trace writes.
+    pub source: Arc<[u8]>,
 }
 
 impl OpenedTrace {
@@ -224,7 +233,10 @@ pub fn interpret(v: &Value) -> Result<Loaded, String> {
 /// [`interpret`] of a document of known kind.
 fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
     match kind {
-        Kind::Trace => gangway::trace::chrome::parse(v).map(opened_trace),
+        Kind::Trace => gangway::trace::chrome::parse(v).map(|t| {
+            let source: Arc<[u8]> = serde_json::to_vec(v).unwrap_or_default().into();
+            opened_trace(t, source)
+        }),
         Kind::Bench => Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r))),
         Kind::OldBench => Err(
             "a gangway bench result array from before schema version 1: \
@@ -241,12 +253,15 @@ fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
 }
 
 /// An imported trace, indexed for the timeline: gangway's by device and lane (a pipeline run's
-/// lanes titled as the run names them, stages or folded devices or gangs, as in the lab), another tool's one row per thread under its
-/// process; counter tracks under theirs.
-fn opened_trace(trace: ChromeTrace) -> Loaded {
+/// lanes titled as the run names them, stages or folded devices or gangs, as in the lab),
+/// another tool's one row per thread under its process, its slices coloured by name; counter
+/// tracks under theirs; instants on their rows; flows linked into arrows. `source`: the file's
+/// bytes, for saving.
+fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
     let ChromeTrace {
         dialect,
         events,
+        instants,
         device_names,
         rows,
         counters,
@@ -257,7 +272,22 @@ fn opened_trace(trace: ChromeTrace) -> Loaded {
         Dialect::Gangway => gangway::trace::pipeline_bubble(&events),
         Dialect::Foreign => None,
     };
-    let mut data = TimelineData::from_events(events);
+    let mut data = match dialect {
+        Dialect::Gangway => TimelineData::from_events(events),
+        Dialect::Foreign => TimelineData::from_events_by_name(events),
+    };
+    data.link_flows();
+    data.instants = instants
+        .into_iter()
+        .map(|i| InstantMark {
+            track: match i.scope {
+                InstantScope::Global => None,
+                _ => i.device.map(|d| (d, i.lane)),
+            },
+            ns: i.ns,
+            name: i.name,
+        })
+        .collect();
     data.device_names = device_names.into_iter().collect();
     if bubble.is_some() {
         // Titled as the run names its lanes: stages, or folded, devices or gangs of them.
@@ -288,11 +318,13 @@ fn opened_trace(trace: ChromeTrace) -> Loaded {
         dialect,
         phases,
         not_drawn,
+        source,
     }))
 }
 
 /// Parses and interprets a file's bytes (gzipped or not); `name` is what errors call the file.
 pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
+    let raw = bytes;
     let text = gangway::trace::chrome::text_of(bytes).map_err(|e| format!("{name}: {e}"))?;
     let bytes: &[u8] = &text;
     let not_json = |e: serde_json::Error| format!("{name} is not JSON: {e}");
@@ -300,7 +332,7 @@ pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
     let loaded = if kind == Kind::Trace {
         // Straight from the text: a `Value` of a large trace would take most of the time and
         // memory of the open.
-        gangway::trace::chrome::parse_slice(bytes).map(opened_trace)
+        gangway::trace::chrome::parse_slice(bytes).map(|t| opened_trace(t, Arc::from(raw)))
     } else {
         let v: Value = serde_json::from_slice(bytes).map_err(not_json)?;
         interpret_as(kind, &v)
@@ -314,12 +346,57 @@ pub fn open(path: &Path) -> Result<Loaded, String> {
     open_bytes(&bytes, &path.display().to_string())
 }
 
-/// Writes `events` as Chrome trace JSON, atomically: `path` ends up holding either its old
-/// contents or the whole new trace, whatever happens meanwhile. Blocking: the UI runs it on a
+/// Writes `events` as Chrome trace JSON (see [`write_file`]). Blocking: the UI runs it on a
 /// worker thread.
-pub fn save_trace(path: &Path, events: &[Event], names: &[(usize, String)]) -> Result<(), String> {
+pub fn save_trace(
+    path: &Path,
+    events: &[Event],
+    names: &[(usize, String)],
+    overwrite: bool,
+) -> Result<(), String> {
     let json = gangway::trace::chrome::to_string(events, names);
-    gangway::fsutil::write_atomic(path, json.as_bytes()).map_err(|e| format!("cannot write {e}"))
+    write_file(path, json.as_bytes(), overwrite)
+}
+
+/// Writes `bytes` to `path`, whole or not at all: [`gangway::fsutil::write_new`], which never
+/// replaces a file, unless `overwrite` (the user confirmed), then
+/// [`gangway::fsutil::write_atomic`]. Blocking.
+pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), String> {
+    let written = if overwrite {
+        gangway::fsutil::write_atomic(path, bytes)
+    } else {
+        gangway::fsutil::write_new(path, bytes)
+    };
+    written.map_err(|e| match &e {
+        gangway::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            format!("{} exists: not overwritten", path.display())
+        }
+        _ => format!("cannot write {e}"),
+    })
+}
+
+/// A name beside `opened` that no file has yet, to save a copy of it to: `trace-copy.json`,
+/// then `trace-copy-2.json`, ... (`.json.gz` kept whole).
+pub fn copy_name(opened: &Path) -> PathBuf {
+    let name = opened
+        .file_name()
+        .map_or_else(|| "trace.json".into(), |n| n.to_string_lossy().into_owned());
+    let split = match name.strip_suffix(".json.gz") {
+        Some(stem) => Some((stem, ".json.gz")),
+        None => name
+            .rfind('.')
+            .filter(|&at| at > 0)
+            .map(|at| name.split_at(at)),
+    };
+    let (stem, ext) = split.unwrap_or((name.as_str(), ""));
+    let named = |k: usize| match k {
+        1 => opened.with_file_name(format!("{stem}-copy{ext}")),
+        k => opened.with_file_name(format!("{stem}-copy-{k}{ext}")),
+    };
+    (1..10_000)
+        .map(named)
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| named(1))
 }
 
 /// Which timeline "Save" writes.
@@ -330,8 +407,13 @@ pub enum SaveWhat {
     Opened,
 }
 
-/// Collects a timeline's events and device names, to save them: on the worker.
-type Gather = Box<dyn FnOnce() -> (Vec<Event>, Vec<(usize, String)>) + Send>;
+/// What a save writes.
+enum Payload {
+    /// The opened file's bytes, as read.
+    Bytes(Arc<[u8]>),
+    /// A timeline's events and device names, in gangway's layout.
+    Events(Vec<Event>, Vec<(usize, String)>),
+}
 
 /// What a worker hands back.
 #[derive(Debug)]
@@ -399,6 +481,10 @@ pub struct FilesTab {
     pub recent: Vec<PathBuf>,
     work: Option<Work>,
     dialog: Option<Dialog>,
+    /// Where "Save" writes: a new name beside an opened file, or what the user typed or chose.
+    pub save_path: String,
+    /// A save to this path waits for the user to confirm overwriting what is there.
+    pub confirm_overwrite: Option<PathBuf>,
     /// A "Save as…" dialog chose a path: save there on the next frame that has the timelines.
     save_pending: bool,
     /// To ask for a repaint when a worker finishes (known from the first frame on).
@@ -423,6 +509,8 @@ impl Default for FilesTab {
             recent: Vec::new(),
             work: None,
             dialog: None,
+            save_path: "gangway-trace.json".into(),
+            confirm_overwrite: None,
             save_pending: false,
             ctx: None,
             dropped_pass: None,
@@ -654,7 +742,11 @@ impl FilesTab {
                     self.message = Some(Ok(format!("opened {}", l.summary())));
                     if let Some(p) = &path {
                         self.remember(p.clone());
+                        if l.trace().is_some() {
+                            self.save_path = copy_name(p).display().to_string();
+                        }
                     }
+                    self.confirm_overwrite = None;
                     self.loaded_from = path;
                     if let Some(old) = self.loaded.replace(l) {
                         drop_elsewhere(old);
@@ -683,7 +775,8 @@ impl FilesTab {
         }
         let current = match purpose {
             Purpose::Compare => &self.compare_path,
-            Purpose::Open | Purpose::SaveAs => &self.path,
+            Purpose::Open => &self.path,
+            Purpose::SaveAs => &self.save_path,
         };
         let current = PathBuf::from(current.trim());
         let dir = current
@@ -754,23 +847,31 @@ impl FilesTab {
             Purpose::Open => self.open(path),
             Purpose::Compare => self.compare_path = path.display().to_string(),
             Purpose::SaveAs => {
-                self.path = path.display().to_string();
+                self.save_path = path.display().to_string();
                 self.save_pending = true;
             }
         }
     }
 
-    /// Saves the chosen timeline to the path field, in the background.
-    fn save(&mut self, live: &TimelineData, lab: Option<&TimelineData>) {
-        let path = PathBuf::from(self.path.trim());
+    /// Saves the chosen timeline to the save path, in the background. A path that exists is
+    /// written only with `overwrite` (the user confirmed); otherwise the save waits for that
+    /// ([`FilesTab::confirm_overwrite`]).
+    pub fn save(&mut self, live: &TimelineData, lab: Option<&TimelineData>, overwrite: bool) {
+        let path = PathBuf::from(self.save_path.trim());
         let shown = path.display().to_string();
-        // The opened trace is shared with the worker; the others are copied (events only).
-        let job: Gather = match self.save_what {
+        if path.as_os_str().is_empty() {
+            self.message = Some(Err("nothing to save to: the save path is empty".into()));
+            return;
+        }
+        if !overwrite && path.exists() {
+            self.confirm_overwrite = Some(path);
+            return;
+        }
+        self.confirm_overwrite = None;
+        // The opened file's bytes are shared with the worker; the timelines are copied.
+        let payload = match self.save_what {
             SaveWhat::Opened => match self.loaded.as_ref().and_then(Loaded::trace) {
-                Some(t) => {
-                    let data = Arc::clone(&t.data);
-                    Box::new(move || (data.all_events().cloned().collect(), names_of(&data)))
-                }
+                Some(t) => Payload::Bytes(Arc::clone(&t.source)),
                 None => {
                     self.message = Some(Err("nothing to save: no trace is open".into()));
                     return;
@@ -783,11 +884,7 @@ impl FilesTab {
                     lab
                 };
                 match source.filter(|d| !d.is_empty()) {
-                    Some(d) => {
-                        let events: Vec<Event> = d.all_events().cloned().collect();
-                        let names = names_of(d);
-                        Box::new(move || (events, names))
-                    }
+                    Some(d) => Payload::Events(d.all_events().cloned().collect(), names_of(d)),
                     None => {
                         self.message = Some(Err("nothing to save: that timeline is empty".into()));
                         return;
@@ -796,11 +893,16 @@ impl FilesTab {
             }
         };
         self.start(format!("saving {shown}"), false, move || {
-            let (events, names) = job();
-            Done::Saved(
-                save_trace(&path, &events, &names)
+            Done::Saved(match payload {
+                Payload::Bytes(bytes) => write_file(&path, &bytes, overwrite).map(|()| {
+                    format!(
+                        "saved the opened trace as it was read ({} bytes) to {shown}",
+                        bytes.len()
+                    )
+                }),
+                Payload::Events(events, names) => save_trace(&path, &events, &names, overwrite)
                     .map(|()| format!("saved {} events to {shown}", events.len())),
-            )
+            })
         });
     }
 
@@ -819,15 +921,18 @@ impl FilesTab {
         self.ctx = Some(ui.ctx().clone());
         self.poll();
         if std::mem::take(&mut self.save_pending) {
-            self.save(live, lab);
+            self.save(live, lab, false);
         }
         let idle = self.work.is_none();
         let no_dialog = self.dialog.is_none();
         ui.horizontal(|ui| {
             ui.label("path:");
-            ui.add(egui::TextEdit::singleline(&mut self.path).desired_width(360.0))
+            let field = ui
+                .add(egui::TextEdit::singleline(&mut self.path).desired_width(360.0))
                 .labelled_by(ui.label("file path").id);
-            if ui.add_enabled(idle, egui::Button::new("Open")).clicked() {
+            // Enter in the field opens, as the button does.
+            let entered = field.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if ui.add_enabled(idle, egui::Button::new("Open")).clicked() || (entered && idle) {
                 self.open_path();
             }
             if ui
@@ -847,9 +952,15 @@ impl FilesTab {
                 SaveWhat::BubbleLab,
                 "bubble-lab timeline",
             );
-            ui.selectable_value(&mut self.save_what, SaveWhat::Opened, "opened trace");
+            ui.selectable_value(&mut self.save_what, SaveWhat::Opened, "opened trace")
+                .on_hover_text("the opened file's bytes, as they were read");
+        });
+        ui.horizontal(|ui| {
+            ui.label("save to:");
+            ui.add(egui::TextEdit::singleline(&mut self.save_path).desired_width(360.0))
+                .labelled_by(ui.label("save path").id);
             if ui.add_enabled(idle, egui::Button::new("Save")).clicked() {
-                self.save(live, lab);
+                self.save(live, lab, false);
             }
             if ui
                 .add_enabled(idle && no_dialog, egui::Button::new("Save as…"))
@@ -859,6 +970,22 @@ impl FilesTab {
                 self.browse(Purpose::SaveAs);
             }
         });
+        if let Some(target) = self.confirm_overwrite.clone() {
+            ui.horizontal(|ui| {
+                ui.colored_label(
+                    ui.visuals().warn_fg_color,
+                    format!("{} exists. Replace it?", target.display()),
+                );
+                if ui.button("Overwrite").clicked() {
+                    self.save_path = target.display().to_string();
+                    self.save(live, lab, true);
+                }
+                if ui.button("Cancel").clicked() {
+                    self.confirm_overwrite = None;
+                    self.message = Some(Ok(format!("not saved: {} kept", target.display())));
+                }
+            });
+        }
         self.status_ui(ui);
         ui.separator();
         self.content_ui(ui);
@@ -985,6 +1112,16 @@ impl FilesTab {
                 }
                 if t.dialect == Dialect::Gangway {
                     timeline::legend(ui);
+                }
+                if !t.data.flows.is_empty() {
+                    ui.checkbox(
+                        &mut timeline_state.show_flows,
+                        format!("flow arrows ({})", t.data.flows.len()),
+                    )
+                    .on_hover_text(
+                        "arrows from the end of each flow's sending slice to the start of the \
+                         slice that receives it, as Perfetto draws them",
+                    );
                 }
                 // The timeline scrolls its own rows under a fixed time axis.
                 timeline::timeline(ui, "file", &t.data, timeline_state);

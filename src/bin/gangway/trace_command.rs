@@ -51,7 +51,7 @@ fn text(s: &TraceSummary) -> String {
     };
     let _ = writeln!(
         out,
-        "{} trace ({}): {} trace events, {} slices over {}",
+        "{} trace ({}): {} trace events, {} slices and {} instants over {}",
         s.dialect,
         if s.dialect == "gangway" {
             "one process per device, one thread per lane"
@@ -60,6 +60,7 @@ fn text(s: &TraceSummary) -> String {
         },
         s.events,
         s.slices,
+        s.instants,
         ns(s.span_ns)
     );
     let _ = writeln!(out, "phases: {}", list(&s.phases));

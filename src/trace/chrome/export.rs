@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{FLOW_NAME, UTILIZATION_COUNTER, thread_id};
+use super::{FLOW_NAME, PRODUCER, UTILIZATION_COUNTER, thread_id};
 use crate::trace::event::{Event, FlowRole, Lane};
 use crate::trace::utilization::{BusyTime, span};
 
@@ -14,7 +14,9 @@ use crate::trace::utilization::{BusyTime, span};
 const COUNTER_BINS: u64 = 100;
 const MIN_BIN_NS: u64 = 1_000;
 
-/// The trace as `{"traceEvents": [...], "displayTimeUnit": "ms"}`; `ts`/`dur` in µs.
+/// The trace as `{"otherData": {"producer": "gangway", ...}, "traceEvents": [...],
+/// "displayTimeUnit": "ms"}`; `ts`/`dur` in µs. `otherData` is the marker the import reads
+/// gangway's meaning by (chrome://tracing shows it as the trace's metadata).
 ///
 /// `device_names` names processes (unnamed devices are "device N"); a named device with no
 /// events still gets its process. Flow events are written only for ids with exactly one `Out`
@@ -36,8 +38,16 @@ pub fn to_string(events: &[Event], device_names: &[(usize, String)]) -> String {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Trace<'a> {
+    other_data: OtherData,
     trace_events: Vec<Element<'a>>,
     display_time_unit: &'static str,
+}
+
+/// Who wrote the trace; [`PRODUCER`] makes it gangway's dialect.
+#[derive(Serialize)]
+struct OtherData {
+    producer: &'static str,
+    version: &'static str,
 }
 
 /// One trace event of the format.
@@ -174,6 +184,10 @@ impl<'a> Trace<'a> {
         out.extend(flows(events, &slots));
         out.extend(counters(events, &devices));
         Trace {
+            other_data: OtherData {
+                producer: PRODUCER,
+                version: env!("CARGO_PKG_VERSION"),
+            },
             trace_events: out,
             display_time_unit: "ms",
         }

@@ -4,10 +4,12 @@
 //!
 //! Phases: `X` slices, and `B`/`E` pairs matched per thread, become events; `s`/`t`/`f` flow
 //! points re-attach to the slice they bind to (`s` as the sending end, `t` and `f` as the
-//! receiving one; a slice keeps its first); `M` metadata names processes and threads and orders
-//! them; `C` counters become counter tracks. Every other phase (instants, async and object
-//! events, samples, ...) is counted in [`ChromeTrace::not_drawn`], never an error. `pid` and
-//! `tid` may be any JSON value (see [`Id`]).
+//! receiving one; a slice keeps its first); `i`/`I` instants are kept with their scope; `M`
+//! metadata names processes and threads and orders them; `C` counters become counter tracks.
+//! Every other phase (async and object events, samples, ...) is counted in
+//! [`ChromeTrace::not_drawn`], never an error. `pid` and `tid` may be any JSON value (see
+//! [`Id`]). The dialect is gangway's only when the top level's `otherData` carries gangway's
+//! marker ([`PRODUCER`](super::PRODUCER)), never guessed from ids or names.
 //!
 //! The JSON is read straight into what the import keeps, one trace event at a time: a
 //! `serde_json::Value` of a million-event trace is most of the time and memory an open would
@@ -26,7 +28,9 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::imported::{ChromeTrace, CounterTrack, Dialect, Id, ThreadRow};
+use super::imported::{
+    ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER, ThreadRow,
+};
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
 /// The trace in a file's bytes: gzip is unpacked first (by its magic number, whatever the
@@ -144,8 +148,12 @@ type Samples = Vec<(u64, f64)>;
 /// A trace's dialect, its rows (foreign) and its device names (gangway's).
 type Placement = (Dialect, Vec<ThreadRow>, Vec<(usize, String)>);
 
-/// A `B` waiting for its `E`: the event with its start, the end still to come.
-type Open = Event;
+/// A `B` waiting for its `E`: the event with its start, the end still to come, and where it
+/// began in the file (for nesting slices that start together).
+type Open = (Event, u64);
+
+/// An instant as read: its thread (a [`ThreadIx`]), time, name and scope.
+type RawInstant = (ThreadIx, u64, String, InstantScope);
 
 /// A phase's count, in a short list (a trace has a handful of phases).
 fn bump(counts: &mut Vec<(String, u64)>, what: &str) {
@@ -158,8 +166,7 @@ fn bump(counts: &mut Vec<(String, u64)>, what: &str) {
 /// What a phase that is not drawn is, for [`ChromeTrace::not_drawn`].
 fn not_drawn_name(ph: &str) -> Cow<'static, str> {
     Cow::Borrowed(match ph {
-        "i" | "I" => "instant (i/I)",
-        "s" | "t" | "f" => "flow (s/t/f): bound to slices, not drawn as arrows",
+        "i" | "I" => "instant (i/I) without a time",
         "b" | "e" | "n" => "async (b/e/n)",
         "S" | "T" | "p" | "F" => "legacy async (S/T/p/F)",
         "N" | "O" | "D" => "object (N/O/D)",
@@ -178,6 +185,14 @@ fn not_drawn_name(ph: &str) -> Cow<'static, str> {
 struct Import {
     /// Slices; `device` holds the [`ThreadIx`] until [`Import::finish`].
     events: Vec<Event>,
+    /// Where each slice (parallel to `events`) began in the file: the index of its `X`, or of
+    /// its `B`.
+    begun: Vec<u64>,
+    instants: Vec<RawInstant>,
+    /// Per thread, whether it has a thread-scoped instant (it then gets a row).
+    has_instants: Vec<bool>,
+    /// The top level's `otherData` named gangway as the producer.
+    marker: bool,
     threads: Threads,
     /// Per thread, indices into `events`, to bind flow points.
     slices_of: Vec<Vec<usize>>,
@@ -193,18 +208,8 @@ struct Import {
     counter_index: HashMap<(Id, String), usize>,
     phases: Vec<(String, u64)>,
     not_drawn: Vec<(String, u64)>,
-    /// Something in the trace is not as gangway writes it (see [`ChromeTrace`]).
-    foreign: bool,
     /// The first bad event's error: the rest of the list is then only read past.
     failed: Option<String>,
-}
-
-/// Whether a thread name is one gangway writes: a lane's, maybe with an overflow suffix.
-fn is_lane_name(name: &str) -> bool {
-    Lane::ALL.iter().any(|l| {
-        name.strip_prefix(l.name())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(" (overlap "))
-    })
 }
 
 impl Import {
@@ -235,34 +240,56 @@ impl Import {
             "X" => {
                 let start_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
                 let dur_ns = micros_to_ns(&ev.dur, "dur").map_err(|e| at(&e))?;
-                let thread = self.thread(&ev, true);
+                let thread = self.thread(&ev);
                 let event = slice(&ev, thread, start_ns, start_ns.saturating_add(dur_ns));
-                self.push_slice(thread, event);
+                self.push_slice(thread, event, i as u64);
             }
             "B" => {
                 let start_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
-                let thread = self.thread(&ev, true);
+                let thread = self.thread(&ev);
                 let open = slice(&ev, thread, start_ns, start_ns);
-                self.open.entry(thread).or_default().push(open);
+                self.open.entry(thread).or_default().push((open, i as u64));
             }
             "E" => {
                 let end_ns = micros_to_ns(&ev.ts, "ts").map_err(|e| at(&e))?;
-                let thread = self.thread(&ev, false);
+                let thread = self.thread(&ev);
                 match self.open.get_mut(&thread).and_then(Vec::pop) {
-                    Some(mut event) => {
+                    Some((mut event, begun)) => {
                         event.end_ns = end_ns.max(event.start_ns);
-                        self.push_slice(thread, event);
+                        self.push_slice(thread, event, begun);
                     }
                     None => bump(&mut self.not_drawn, "E without a B"),
                 }
             }
-            "s" | "t" | "f" => {
-                bump(&mut self.not_drawn, &not_drawn_name(ph));
-                let (Some(id), Ok(ts)) = (flow_id(&ev), micros_to_ns(&ev.ts, "ts")) else {
-                    // A flow point we cannot place only loses its arrow.
+            "i" | "I" => {
+                let Ok(ns) = micros_to_ns(&ev.ts, "ts") else {
+                    bump(&mut self.not_drawn, &not_drawn_name(ph));
                     return Ok(());
                 };
-                let thread = self.thread(&ev, false);
+                let scope = match ev.s.as_ref().and_then(Scalar::as_str) {
+                    Some("g") => InstantScope::Global,
+                    Some("p") => InstantScope::Process,
+                    _ => InstantScope::Thread,
+                };
+                let thread = self.thread(&ev);
+                if scope == InstantScope::Thread
+                    && let Some(has) = self.has_instants.get_mut(thread as usize)
+                {
+                    *has = true;
+                }
+                let name = match &ev.name {
+                    Some(Scalar::Str(name)) => name.to_string(),
+                    _ => String::new(),
+                };
+                self.instants.push((thread, ns, name, scope));
+            }
+            "s" | "t" | "f" => {
+                let (Some(id), Ok(ts)) = (flow_id(&ev), micros_to_ns(&ev.ts, "ts")) else {
+                    // A flow point we cannot place only loses its arrow.
+                    bump(&mut self.not_drawn, "flow point without an id or a time");
+                    return Ok(());
+                };
+                let thread = self.thread(&ev);
                 let role = if ph == "s" {
                     FlowRole::Out
                 } else {
@@ -277,33 +304,24 @@ impl Import {
         Ok(())
     }
 
-    /// The thread of `ev`; for a slice (`slice`), whether it is as gangway writes one (a
-    /// non-negative integer `pid`, a lane's `tid`, an [`EventKind`] or no `cat`) is noted.
-    fn thread(&mut self, ev: &Fields<'_>, slice: bool) -> ThreadIx {
-        if slice && !self.foreign {
-            let device = uint(&ev.pid).is_some_and(|p| usize::try_from(p).is_ok());
-            let lane = uint(&ev.tid).is_some_and(|t| (1..=3).contains(&(t % 10)));
-            let cat = match &ev.cat {
-                None => true,
-                Some(c) => c
-                    .as_str()
-                    .is_some_and(|c| EventKind::ALL.iter().any(|k| k.name() == c)),
-            };
-            self.foreign = !(device && lane && cat);
-        }
+    /// The thread of `ev`.
+    fn thread(&mut self, ev: &Fields<'_>) -> ThreadIx {
         let ix = self.threads.of(ev.pid.as_ref(), ev.tid.as_ref());
         let n = ix as usize + 1;
         if self.slices_of.len() < n {
             self.slices_of.resize_with(n, Vec::new);
+            self.has_instants.resize(n, false);
         }
         ix
     }
 
-    fn push_slice(&mut self, thread: ThreadIx, event: Event) {
+    /// Adds a slice that began at `begun` in the file.
+    fn push_slice(&mut self, thread: ThreadIx, event: Event, begun: u64) {
         if let Some(slices) = self.slices_of.get_mut(thread as usize) {
             slices.push(self.events.len());
         }
         self.events.push(event);
+        self.begun.push(begun);
     }
 
     /// `process_name`, `thread_name` and the sort indices; other metadata is only counted.
@@ -318,9 +336,6 @@ impl Import {
                 self.process_names.insert(pid(), name.to_string());
             }
             (Some("thread_name"), Some(name), _) => {
-                if !is_lane_name(name) {
-                    self.foreign = true;
-                }
                 self.thread_names.insert(thread(), name.to_string());
             }
             (Some("process_sort_index"), _, Some(k)) => {
@@ -388,17 +403,36 @@ impl Import {
         for _ in 0..unended {
             bump(&mut self.not_drawn, "B that never ended");
         }
-        bind_flows(&mut self.events, &mut self.slices_of, &self.flow_points);
+        let unbound = bind_flows(&mut self.events, &mut self.slices_of, &self.flow_points);
+        for _ in 0..unbound {
+            bump(
+                &mut self.not_drawn,
+                "flow point bound to no slice (or to one with a flow)",
+            );
+        }
         let keys = std::mem::take(&mut self.threads.keys);
-        let (dialect, rows, device_names) = if self.foreign {
-            self.rows_by_thread(&keys)
-        } else {
+        let (dialect, rows, device_names) = if self.marker {
             self.rows_by_device(&keys)
+        } else {
+            self.rows_by_thread(&keys)
         };
-        let mut events = self.events;
-        events.sort_by(|a, b| {
-            (a.start_ns, a.device, a.lane, a.end_ns).cmp(&(b.start_ns, b.device, b.lane, b.end_ns))
+        let instants = self.place_instants(dialect, &keys, &rows);
+        // Perfetto's nesting of slices that start together: the longer is the parent, and of
+        // equal ones the one begun first in the file.
+        let mut order: Vec<usize> = (0..self.events.len()).collect();
+        let (events, begun) = (&self.events, &self.begun);
+        order.sort_by_key(|&i| {
+            let e = &events[i];
+            (
+                e.start_ns,
+                e.device,
+                e.lane,
+                std::cmp::Reverse(e.clamped_end_ns()),
+                begun.get(i).copied().unwrap_or(0),
+            )
         });
+        let mut slots: Vec<Option<Event>> = self.events.drain(..).map(Some).collect();
+        let events: Vec<Event> = order.iter().filter_map(|&i| slots[i].take()).collect();
         let sort_of = |pid: &Id| self.process_sort.get(pid).copied().unwrap_or(0.0);
         let mut counters: Vec<CounterTrack> = self
             .counters
@@ -428,6 +462,7 @@ impl Import {
         Ok(ChromeTrace {
             dialect,
             events,
+            instants,
             device_names,
             rows,
             counters,
@@ -457,11 +492,69 @@ impl Import {
         (Dialect::Gangway, Vec::new(), names)
     }
 
-    /// A foreign trace: one row per thread with slices, ordered as Perfetto orders them (by
-    /// process sort index, pid, thread sort index, tid); each slice's device is its row.
+    /// Each instant on its row (see [`InstantEvent::device`]), by time.
+    fn place_instants(
+        &mut self,
+        dialect: Dialect,
+        keys: &[(Id, Id)],
+        rows: &[ThreadRow],
+    ) -> Vec<InstantEvent> {
+        let mut out: Vec<InstantEvent> = std::mem::take(&mut self.instants)
+            .into_iter()
+            .map(|(thread, ns, name, scope)| {
+                let key = keys.get(thread as usize);
+                let (device, lane) = match dialect {
+                    Dialect::Gangway => {
+                        let device = match key {
+                            Some((Id::Int(pid), _)) => usize::try_from(*pid).ok(),
+                            _ => None,
+                        };
+                        let lane = match key {
+                            Some((_, Id::Int(t))) => lane_of_tid(u64::try_from(*t).ok()),
+                            _ => None,
+                        };
+                        (device, lane.unwrap_or(Lane::Compute))
+                    }
+                    Dialect::Foreign => {
+                        let row = match scope {
+                            InstantScope::Global => None,
+                            InstantScope::Thread => key.and_then(|(pid, tid)| {
+                                rows.iter().position(|r| r.pid == *pid && r.tid == *tid)
+                            }),
+                            InstantScope::Process => {
+                                key.and_then(|(pid, _)| rows.iter().position(|r| r.pid == *pid))
+                            }
+                        };
+                        (row, Lane::Compute)
+                    }
+                };
+                let device = if scope == InstantScope::Global {
+                    None
+                } else {
+                    device
+                };
+                InstantEvent {
+                    device,
+                    lane,
+                    ns,
+                    name,
+                    scope,
+                }
+            })
+            .collect();
+        out.sort_by_key(|i| i.ns);
+        out
+    }
+
+    /// A foreign trace: one row per thread with slices or thread instants, ordered as Perfetto
+    /// orders them (by process sort index, pid, thread sort index, tid); each slice's device is
+    /// its row.
     fn rows_by_thread(&mut self, keys: &[(Id, Id)]) -> Placement {
         let mut threads: Vec<usize> = (0..keys.len())
-            .filter(|&t| self.slices_of.get(t).is_some_and(|s| !s.is_empty()))
+            .filter(|&t| {
+                self.slices_of.get(t).is_some_and(|s| !s.is_empty())
+                    || self.has_instants.get(t).copied().unwrap_or(false)
+            })
             .collect();
         let process_sort = |pid: &Id| self.process_sort.get(pid).copied().unwrap_or(0.0);
         let thread_sort = |key: &(Id, Id)| self.thread_sort.get(key).copied().unwrap_or(0.0);
@@ -527,11 +620,13 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 ///
 /// One sweep in time per thread, O(n log n): scanning the thread's slices for every point took
 /// 8 minutes (debug build) to open a 1M-event trace with 100k flow points.
+///
+/// Returns how many points bound to nothing (no slice covers them, or it already had a flow).
 fn bind_flows(
     events: &mut [Event],
     slices_of: &mut [Vec<usize>],
     flow_points: &[(ThreadIx, u64, Flow)],
-) {
+) -> usize {
     let mut points_of: HashMap<ThreadIx, Vec<usize>> = HashMap::new();
     for (p, (thread, ..)) in flow_points.iter().enumerate() {
         points_of.entry(*thread).or_default().push(p);
@@ -564,13 +659,14 @@ fn bind_flows(
             targets[p] = open.peek().map(|&(_, e)| e);
         }
     }
+    let mut unbound = 0;
     for ((_, _, flow), target) in flow_points.iter().zip(targets) {
-        if let Some(e) = target
-            && events[e].flow.is_none()
-        {
-            events[e].flow = Some(*flow);
+        match target {
+            Some(e) if events[e].flow.is_none() => events[e].flow = Some(*flow),
+            _ => unbound += 1,
         }
     }
+    unbound
 }
 
 /// One slice as an event on `thread` (its device until [`Import::finish`]), with the lane and
@@ -580,12 +676,7 @@ fn bind_flows(
 fn slice(ev: &Fields<'_>, thread: ThreadIx, start_ns: u64, end_ns: u64) -> Event {
     let cat = ev.cat.as_ref().and_then(Scalar::as_str).unwrap_or("");
     let kind = EventKind::ALL.into_iter().find(|k| k.name() == cat);
-    let lane = match uint(&ev.tid).map(|t| t % 10) {
-        Some(1) => Some(Lane::Host),
-        Some(2) => Some(Lane::Compute),
-        Some(3) => Some(Lane::Transfer),
-        _ => None,
-    };
+    let lane = lane_of_tid(uint(&ev.tid));
     let (lane, kind) = match (lane, kind) {
         (Some(lane), Some(kind)) => (lane, kind),
         (Some(lane), None) => (lane, kind_of_lane(lane)),
@@ -618,6 +709,17 @@ fn slice(ev: &Fields<'_>, thread: ThreadIx, start_ns: u64, end_ns: u64) -> Event
         end_ns,
         clock,
         flow: None,
+    }
+}
+
+/// The lane gangway's `tid` numbers ([`thread_id`](super::thread_id)): 1, 2, 3, and their
+/// overflow threads 11, 12, ...
+fn lane_of_tid(tid: Option<u64>) -> Option<Lane> {
+    match tid.map(|t| t % 10) {
+        Some(1) => Some(Lane::Host),
+        Some(2) => Some(Lane::Compute),
+        Some(3) => Some(Lane::Transfer),
+        _ => None,
     }
 }
 
@@ -670,6 +772,8 @@ struct Fields<'a> {
     dur: Option<Scalar<'a>>,
     id: Option<Scalar<'a>>,
     bind_id: Option<Scalar<'a>>,
+    /// An instant's scope.
+    s: Option<Scalar<'a>>,
     /// Empty unless `args` is an object.
     args: Args<'a>,
 }
@@ -687,6 +791,7 @@ enum Key {
     Id,
     #[serde(rename = "bind_id")]
     BindId,
+    S,
     Args,
     #[serde(other)]
     Other,
@@ -733,6 +838,8 @@ impl Args<'_> {
 enum TopKey {
     #[serde(rename = "traceEvents")]
     TraceEvents,
+    #[serde(rename = "otherData")]
+    OtherData,
     #[serde(other)]
     Other,
 }
@@ -914,8 +1021,16 @@ impl<'de> Shape<'de> for Top<'_> {
         while let Some(key) = map.next_key::<TopKey>()? {
             match key {
                 TopKey::TraceEvents => {
-                    *self.0 = Import::default();
+                    // The last list counts, as in a `Value`; the marker may come before it.
+                    let marker = self.0.marker;
+                    *self.0 = Import {
+                        marker,
+                        ..Import::default()
+                    };
                     found = map.next_value_seed(Read(List(&mut *self.0)))?;
+                }
+                TopKey::OtherData => {
+                    self.0.marker = map.next_value_seed(Read(Marker))?;
                 }
                 TopKey::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -923,6 +1038,28 @@ impl<'de> Shape<'de> for Top<'_> {
             }
         }
         Ok(found)
+    }
+}
+
+/// The value of `otherData`: whether it names gangway as the producer.
+struct Marker;
+
+impl<'de> Shape<'de> for Marker {
+    type Out = bool;
+
+    fn scalar(self, _: Scalar<'de>) -> bool {
+        false
+    }
+
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut marked = false;
+        while let Some(key) = map.next_key_seed(Read(AnyScalar))? {
+            let value: Scalar<'de> = map.next_value()?;
+            if key.as_str() == Some("producer") {
+                marked = value.as_str() == Some(PRODUCER);
+            }
+        }
+        Ok(marked)
     }
 }
 
@@ -965,6 +1102,7 @@ impl<'de> Shape<'de> for EventFields {
                 Key::Dur => &mut ev.dur,
                 Key::Id => &mut ev.id,
                 Key::BindId => &mut ev.bind_id,
+                Key::S => &mut ev.s,
                 Key::Args => {
                     ev.args = map.next_value_seed(Read(ArgFields))?;
                     continue;

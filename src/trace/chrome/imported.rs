@@ -1,21 +1,26 @@
-//! A Chrome trace as [`parse_slice`](super::parse_slice) reads it: its slices as [`Event`]s,
-//! what names its rows, its counter tracks, and a count of every phase it held.
+//! A Chrome trace as [`parse_slice`](super::parse_slice) reads it: its slices as [`Event`]s
+//! (flow points bound to them), its instants, what names its rows, its counter tracks, and a
+//! count of every phase it held.
 //!
-//! Two dialects. gangway's own traces (every slice's `cat` an [`EventKind`] name or none, an
-//! integer `pid`, lanes as [`thread_id`](super::thread_id) numbers them, thread names that are
-//! lane names) keep their meaning: `pid` is the device, `tid` the lane. Any other producer's
-//! trace (PyTorch's profiler, JAX's, Perfetto, chrome://tracing) is read the way Perfetto
-//! reads it: one row per thread that has slices, grouped by process, named from its
-//! `process_name` / `thread_name` metadata and ordered by the sort-index metadata, then by id.
-//! Each [`Event::device`] of such a trace is then the index of its row in
+//! Two dialects, told apart by gangway's own marker and nothing else: a trace whose top level
+//! has `"otherData": {"producer": "gangway", ...}` ([`PRODUCER`], which
+//! [`to_json`](super::to_json) writes) keeps gangway's meaning: `pid` is the device, `tid` the
+//! lane. Any other trace (PyTorch's profiler, JAX's, Perfetto, chrome://tracing, one written
+//! by hand, gangway's from before the marker) is read the way Perfetto reads it, however small
+//! its ids: one row per thread that has slices or thread instants, grouped by process, named
+//! from its `process_name` / `thread_name` metadata and ordered by the sort-index metadata,
+//! then by id. Each [`Event::device`] of such a trace is then the index of its row in
 //! [`ChromeTrace::rows`], its lane [`Lane::Compute`].
 //!
-//! [`EventKind`]: crate::trace::EventKind
 //! [`Lane::Compute`]: crate::trace::Lane::Compute
 
 use std::fmt;
 
-use crate::trace::event::Event;
+use crate::trace::event::{Event, Lane};
+
+/// The `producer` gangway writes in a trace's `otherData`: the one thing that makes a trace read
+/// as [`Dialect::Gangway`].
+pub const PRODUCER: &str = "gangway";
 
 /// Which producer's conventions a trace follows; see the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,15 +69,54 @@ impl ThreadRow {
     }
 
     /// The thread as Perfetto titles it: `MainThread (tid 4711)`, or `thread 4711` unnamed; a
-    /// name that already holds the id (PyTorch's `thread 4711 (python)`) as it is.
+    /// name that already holds the id as a word of its own (PyTorch's `thread 4711 (python)`)
+    /// as it is. `worker 12` on thread 1 is `worker 12 (tid 1)`: the 1 in 12 is not the id.
     pub fn thread_label(&self) -> String {
         let tid = self.tid.to_string();
         match &self.thread_name {
-            Some(name) if name.contains(&tid) => name.clone(),
+            Some(name) if holds_word(name, &tid) => name.clone(),
             Some(name) => format!("{name} (tid {tid})"),
             None => format!("thread {tid}"),
         }
     }
+}
+
+/// Whether `word` occurs in `text` with no letter or digit right before or after it.
+fn holds_word(text: &str, word: &str) -> bool {
+    if word.is_empty() {
+        return false;
+    }
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+    })
+}
+
+/// How far an instant reaches, by its `s` field: Perfetto draws a thread's on the thread's
+/// track, a process's on the process, a global one across everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstantScope {
+    /// `"s": "t"`, or no `s`.
+    Thread,
+    /// `"s": "p"`.
+    Process,
+    /// `"s": "g"`.
+    Global,
+}
+
+/// An instant (`i`, or the older `I`): a point in time with a name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstantEvent {
+    /// The row it is drawn on: a [`Dialect::Gangway`] trace's device, a foreign trace's index
+    /// into [`ChromeTrace::rows`] (a process instant: its process's first row); `None` for a
+    /// global instant, or a process instant whose process has no row.
+    pub device: Option<usize>,
+    /// The lane, in a gangway trace (as its `tid` says; [`Lane::Compute`] otherwise).
+    pub lane: Lane,
+    pub ns: u64,
+    pub name: String,
+    pub scope: InstantScope,
 }
 
 /// `name (pid N)`, or `process N` when the process has no name.
@@ -100,8 +144,12 @@ pub struct CounterTrack {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChromeTrace {
     pub dialect: Dialect,
-    /// Slices (`X`, and `B`/`E` pairs), sorted by start time, then device and lane.
+    /// Slices (`X`, and `B`/`E` pairs), sorted by start time, device and lane, then as Perfetto
+    /// nests slices that start together: the longer first (the parent), and of equal ones the
+    /// one begun first in the file (an `X`'s place, a `B`'s).
     pub events: Vec<Event>,
+    /// Instants, by time.
+    pub instants: Vec<InstantEvent>,
     /// [`Dialect::Gangway`]: each device's `process_name`. Empty for a foreign trace (its rows
     /// carry the names).
     pub device_names: Vec<(usize, String)>,
@@ -113,9 +161,9 @@ pub struct ChromeTrace {
     /// How many trace events had each phase (`"X"`, `"M"`, ...; `"(none)"` for an event
     /// without one), by phase.
     pub phases: Vec<(String, u64)>,
-    /// What was read but is not drawn as a slice or a counter, with how many: instants, flow
-    /// points (bound to their slices, not drawn as arrows), async and object events, `B`s that
-    /// never ended and `E`s with no `B`. Never an error.
+    /// What was read but is not drawn as a slice, an instant, a flow arrow or a counter, with
+    /// how many: async and object events, flow points bound to no slice (or to one that already
+    /// has a flow), `B`s that never ended and `E`s with no `B`. Never an error.
     pub not_drawn: Vec<(String, u64)>,
 }
 

@@ -115,11 +115,15 @@ pub struct Track {
     max_duration_ns: u64,
     /// Latest end of the events kept.
     max_end_ns: u64,
+    /// Bars coloured by event name ([`BarKind::Named`]), as Perfetto colours another tool's
+    /// slices, instead of by gangway's kinds.
+    by_name: bool,
 }
 
 impl Track {
-    fn new(device: usize, lane: Lane) -> Self {
+    fn new(device: usize, lane: Lane, by_name: bool) -> Self {
         Self {
+            by_name,
             device,
             lane,
             events: Vec::new(),
@@ -158,7 +162,7 @@ impl Track {
                 .events
                 .last()
                 .is_none_or(|last| last.start_ns <= e.start_ns);
-        self.kinds.push(BarKind::of(&e));
+        self.kinds.push(BarKind::for_event(&e, self.by_name));
         self.events.push(e);
         if in_order {
             self.index_event(self.events.len() - 1);
@@ -200,7 +204,12 @@ impl Track {
         }
         self.unsorted = false;
         self.events.sort_by_key(|e| e.start_ns);
-        self.kinds = self.events.iter().map(BarKind::of).collect();
+        let by_name = self.by_name;
+        self.kinds = self
+            .events
+            .iter()
+            .map(|e| BarKind::for_event(e, by_name))
+            .collect();
         self.rows.clear();
         self.row_last.clear();
         self.row_index.clear();
@@ -330,6 +339,39 @@ pub struct TimelineData {
     pub groups: BTreeMap<usize, String>,
     /// Counter tracks, drawn under their group's or device's rows.
     pub counters: Vec<CounterRow>,
+    /// Instants, drawn as markers on their rows (global ones across all rows).
+    pub instants: Vec<InstantMark>,
+    /// Flow arrows between slices (see [`TimelineData::link_flows`]).
+    pub flows: Vec<FlowLink>,
+    /// Bars coloured by name (set before events are added): see [`Track`].
+    by_name: bool,
+}
+
+/// An instant: a point in time on a row, or on every row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstantMark {
+    /// The track's device and lane; `None`: global, drawn across every row.
+    pub track: Option<(usize, Lane)>,
+    pub ns: u64,
+    pub name: String,
+}
+
+/// One end of a flow arrow: a slice's track, sub-row and time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowEnd {
+    pub device: usize,
+    pub lane: Lane,
+    pub sub_row: u32,
+    pub ns: u64,
+}
+
+/// A flow arrow, as Perfetto draws one: from the end of the sending slice to the start of the
+/// receiving one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowLink {
+    pub id: u64,
+    pub from: FlowEnd,
+    pub to: FlowEnd,
 }
 
 /// A counter track: values over time, drawn as a step plot.
@@ -395,6 +437,66 @@ impl TimelineData {
         data
     }
 
+    /// [`TimelineData::from_events`] with bars coloured by name ([`BarKind::Named`]): another
+    /// tool's slices, whose kinds mean nothing in gangway's legend.
+    pub fn from_events_by_name(events: impl IntoIterator<Item = Event>) -> Self {
+        let mut data = Self {
+            by_name: true,
+            ..Self::default()
+        };
+        data.extend(events);
+        data
+    }
+
+    /// Whether bars are coloured by name.
+    pub fn colored_by_name(&self) -> bool {
+        self.by_name
+    }
+
+    /// Finds the flow arrows of the events' [`Flow`](gangway::trace::Flow)s: per id, its points
+    /// in time order, each linked to the next (an `s`, its `t` steps, its `f`), from a sending
+    /// end. Ids with no sending end draw nothing. For a trace that is complete (an opened
+    /// file): O(events log events), once.
+    pub fn link_flows(&mut self) {
+        use gangway::trace::FlowRole;
+        let mut ends: BTreeMap<u64, Vec<(u64, FlowRole, FlowEnd, u64)>> = BTreeMap::new();
+        for t in &self.tracks {
+            for (e, &sub_row) in t.events.iter().zip(&t.rows) {
+                if let Some(flow) = e.flow {
+                    let end = FlowEnd {
+                        device: t.device,
+                        lane: t.lane,
+                        sub_row,
+                        ns: e.start_ns,
+                    };
+                    ends.entry(flow.id).or_default().push((
+                        e.start_ns,
+                        flow.role,
+                        end,
+                        e.clamped_end_ns(),
+                    ));
+                }
+            }
+        }
+        self.flows.clear();
+        for (id, mut points) in ends {
+            // The sending end first, then the receiving ones by time.
+            points.sort_by_key(|&(start, role, ..)| (role != FlowRole::Out, start));
+            if points.first().is_none_or(|p| p.1 != FlowRole::Out) {
+                continue;
+            }
+            for pair in points.windows(2) {
+                let (_, _, mut from, from_end) = pair[0];
+                from.ns = from_end;
+                self.flows.push(FlowLink {
+                    id,
+                    from,
+                    to: pair[1].2,
+                });
+            }
+        }
+    }
+
     /// Adds events: appended to their tracks in one pass; a track that got any out of start
     /// order is sorted and has its sub-rows reassigned once, at the end.
     pub fn extend(&mut self, events: impl IntoIterator<Item = Event>) {
@@ -430,7 +532,8 @@ impl TimelineData {
             .get(at)
             .is_none_or(|t| (t.device, t.lane) != key)
         {
-            self.tracks.insert(at, Track::new(e.device, e.lane));
+            self.tracks
+                .insert(at, Track::new(e.device, e.lane, self.by_name));
         }
         if let Some(track) = self.tracks.get_mut(at) {
             track.insert(e);
@@ -482,6 +585,8 @@ impl TimelineData {
     /// Device names and the label prefix stay.
     pub fn clear(&mut self) {
         self.tracks.clear();
+        self.instants.clear();
+        self.flows.clear();
         self.span = None;
         self.count = 0;
     }
@@ -528,6 +633,34 @@ pub enum BarKind {
     Transfer,
     HostEncode,
     Wait,
+    /// Another tool's slice, coloured by its name: one of [`NAME_COLORS`] by a hash of it.
+    Named(u8),
+}
+
+/// The colours slices are given by name (Material shades that white text reads on, as
+/// Perfetto's palette): a name keeps its colour from run to run and file to file.
+pub const NAME_COLORS: [egui::Color32; 14] = [
+    egui::Color32::from_rgb(0x1e, 0x88, 0xe5),
+    egui::Color32::from_rgb(0x43, 0xa0, 0x47),
+    egui::Color32::from_rgb(0xe5, 0x39, 0x35),
+    egui::Color32::from_rgb(0x8e, 0x24, 0xaa),
+    egui::Color32::from_rgb(0xf4, 0x51, 0x1e),
+    egui::Color32::from_rgb(0x00, 0x89, 0x7b),
+    egui::Color32::from_rgb(0x39, 0x49, 0xab),
+    egui::Color32::from_rgb(0xc0, 0xca, 0x33),
+    egui::Color32::from_rgb(0xd8, 0x1b, 0x60),
+    egui::Color32::from_rgb(0x00, 0xac, 0xc1),
+    egui::Color32::from_rgb(0x6d, 0x4c, 0x41),
+    egui::Color32::from_rgb(0x5e, 0x35, 0xb1),
+    egui::Color32::from_rgb(0xfb, 0x8c, 0x00),
+    egui::Color32::from_rgb(0x54, 0x6e, 0x7a),
+];
+
+/// A stable hash of a name (FNV-1a), for its colour.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Whether `hay` contains `needle`, ignoring ASCII case (no allocation).
@@ -548,6 +681,20 @@ impl BarKind {
         BarKind::HostEncode,
         BarKind::Wait,
     ];
+
+    /// [`BarKind::named`] by `e`'s name if `by_name`, else [`BarKind::of`].
+    pub fn for_event(e: &Event, by_name: bool) -> Self {
+        if by_name {
+            Self::named(&e.name)
+        } else {
+            Self::of(e)
+        }
+    }
+
+    /// The [`BarKind::Named`] of a name: the same name, the same colour.
+    pub fn named(name: &str) -> Self {
+        BarKind::Named((name_hash(name) % NAME_COLORS.len() as u64) as u8)
+    }
 
     /// Pipeline ops by [`PipelineOp::of_name`] (the one rule the bubble uses too), all-to-alls
     /// by name, everything else by kind.
@@ -582,6 +729,7 @@ impl BarKind {
             BarKind::Transfer => "transfer",
             BarKind::HostEncode => "host encode",
             BarKind::Wait => "wait",
+            BarKind::Named(_) => "slice",
         }
     }
 
@@ -598,6 +746,7 @@ impl BarKind {
             BarKind::Transfer => Color32::from_rgb(0, 150, 136),
             BarKind::HostEncode => Color32::from_rgb(230, 190, 40),
             BarKind::Wait => Color32::from_rgb(200, 80, 80),
+            BarKind::Named(k) => NAME_COLORS[usize::from(k) % NAME_COLORS.len()],
         }
     }
 }

@@ -2,7 +2,12 @@
 //! tracks for traces that have them, idle gaps shaded, and navigation as in Perfetto: W / S zoom
 //! and A / D pan while the pointer is over it, a plain wheel scrolls the rows (the axis stays),
 //! ctrl+wheel (or a pinch) zooms about the pointer, shift+wheel or a horizontal wheel pans; and
-//! as in puffin: drag pans, click a bar zooms to it, double-click refits.
+//! as in puffin: drag pans, click a bar zooms to it, double-click refits. Panning stops at the
+//! data's ends (a tenth of the view beyond them), so the trace cannot be lost off screen.
+//!
+//! As Perfetto draws a trace: counters as filled step plots, instants as markers on their row
+//! (global ones as a line across every row), flows as arrows from the end of the sending slice
+//! to the start of the receiving one ([`TimelineState::show_flows`] turns them off).
 //!
 //! Sizes follow the body text style, so the projector theme's large type makes larger rows and
 //! labels, and its light background gets stronger colours (see [`RowPalette`]).
@@ -63,6 +68,8 @@ pub struct TimelineState {
     pub fitted: Option<Fitted>,
     /// Points the rows are scrolled up by, when they are taller than the widget.
     pub scroll_y: f32,
+    /// Draw flow arrows (on by default).
+    pub show_flows: bool,
 }
 
 /// What a fitted view was fitted to (see [`TimelineState::fitted`]).
@@ -84,6 +91,7 @@ impl Default for TimelineState {
             axis: TimeAxis::FromStart,
             fitted: None,
             scroll_y: 0.0,
+            show_flows: true,
         }
     }
 }
@@ -416,6 +424,9 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     }
     if navigated {
         state.fitted = None;
+        if let Some(span) = &span {
+            clamp_to_span(&mut view, span, bar_w);
+        }
     }
     if state.follow_live
         && !state.is_fitted()
@@ -457,6 +468,24 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
             });
         }
     }
+}
+
+/// Keeps `view` on the data: it may show a tenth of its width beyond either end of `span`, no
+/// more (zoomed out past the whole span, the span stays in view).
+fn clamp_to_span(view: &mut TimeView, span: &Range<u64>, width: f32) {
+    let shown = view.ns_per_px * f64::from(width.max(1.0));
+    if !shown.is_finite() || !view.start_ns.is_finite() {
+        return;
+    }
+    let margin = shown * 0.1;
+    let (lo, hi) = (span.start as f64 - margin, span.end as f64 + margin - shown);
+    view.start_ns = if hi >= lo {
+        view.start_ns.clamp(lo, hi)
+    } else {
+        // Wider than the span and its margins: keep all of the span in view.
+        view.start_ns
+            .clamp(span.end as f64 + margin - shown, span.start as f64 - margin)
+    };
 }
 
 /// What one frame draws with.
@@ -537,6 +566,10 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
     }
 
     let band = span.map(|s| (texel_of(s.start as f64), texel_of(s.end as f64)));
+    // Counters are painted after the gutters, which would cover them.
+    let mut counters: Vec<(&CounterRow, f32, f32)> = Vec::new();
+    // Where each track's first sub-row is, for instants and flow arrows.
+    let mut track_tops: Vec<TrackTop> = Vec::new();
     let mut pixels: Vec<Color32> = Vec::new();
     let mut row_rects = Vec::new();
     let mut shapes = Vec::new();
@@ -578,9 +611,13 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
                     look,
                     text_color,
                 );
-                paint_counter(&bar_painter, c, &view, bar_rect, top, p.h, look, palette);
+                counters.push((c, top, p.h));
             }
             Item::Track(track) => {
+                track_tops.push(TrackTop {
+                    track: (track.device, track.lane),
+                    top,
+                });
                 let foreign = data.row_titles.contains_key(&track.device);
                 for sub in 0..track.row_count() {
                     let sub_top = top + sub as f32 * row_h;
@@ -650,6 +687,9 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
         }
         y = y.max(r.bottom());
     }
+    for (c, top, h) in counters {
+        paint_counter(&bar_painter, c, &view, bar_rect, top, h, look, palette);
+    }
     for &x in &grid_x {
         let x = bar_rect.left() + x as f32 * pt_per_texel;
         painter.line_segment(
@@ -691,6 +731,19 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
         }
     }
 
+    let overlay = Overlay {
+        painter: &bar_painter,
+        data,
+        view: &view,
+        bar_rect,
+        track_tops: &track_tops,
+        look,
+    };
+    overlay.instants();
+    if state.show_flows {
+        overlay.flows();
+    }
+
     if let Some(c) = state.cursor_ns {
         let x = bar_rect.left() + view.x_of(c as f64);
         if (bar_rect.left()..=bar_rect.right()).contains(&x) {
@@ -704,6 +757,153 @@ fn paint(ui: &Ui, id: &str, data: &TimelineData, state: &TimelineState, f: &Fram
         }
     }
 }
+
+/// The colour of instant markers and flow arrows: light on a dark theme, dark on a light one.
+fn mark_color(look: &Look) -> Color32 {
+    if look.light {
+        Color32::from_gray(20)
+    } else {
+        Color32::from_gray(235)
+    }
+}
+
+/// Where a track's first sub-row is drawn this frame.
+struct TrackTop {
+    track: (usize, gangway::trace::Lane),
+    top: f32,
+}
+
+/// What is drawn over the rows: instants and flow arrows.
+struct Overlay<'a> {
+    painter: &'a egui::Painter,
+    data: &'a TimelineData,
+    view: &'a TimeView,
+    bar_rect: Rect,
+    track_tops: &'a [TrackTop],
+    look: &'a Look,
+}
+
+impl Overlay<'_> {
+    /// The top of `track`'s first sub-row, if it is placed this frame.
+    fn top_of(&self, track: (usize, gangway::trace::Lane)) -> Option<f32> {
+        self.track_tops
+            .iter()
+            .find(|t| t.track == track)
+            .map(|t| t.top)
+    }
+
+    /// The time span of the bar area.
+    fn window(&self) -> (f64, f64) {
+        (self.view.ns_at(0.0), self.view.ns_at(self.bar_rect.width()))
+    }
+
+    /// Instants as Perfetto marks them: a small downward chevron at the top of their row at
+    /// their time (a global one: a thin line down every row, chevron on top). The instants in
+    /// view are found by binary search and visited once; of those within a pixel of each other
+    /// on one row, one is painted.
+    fn instants(&self) {
+        let (painter, data, view, bar_rect, look) =
+            (self.painter, self.data, self.view, self.bar_rect, self.look);
+        if data.instants.is_empty() {
+            return;
+        }
+        let color = mark_color(look);
+        let size = (look.row_h * 0.3).max(4.0);
+        let window = self.window();
+        let from = data.instants.partition_point(|i| (i.ns as f64) < window.0);
+        let mut last_x: Vec<(Option<(usize, gangway::trace::Lane)>, f32)> = Vec::new();
+        for i in data.instants.get(from..).unwrap_or_default() {
+            if i.ns as f64 > window.1 {
+                break;
+            }
+            let x = (bar_rect.left() + view.x_of(i.ns as f64)).round();
+            match last_x.iter_mut().find(|(t, _)| *t == i.track) {
+                Some((_, prev)) if (x - *prev).abs() < 1.0 => continue,
+                Some((_, prev)) => *prev = x,
+                None => last_x.push((i.track, x)),
+            }
+            let top = match i.track {
+                None => {
+                    painter.line_segment(
+                        [
+                            Pos2::new(x, bar_rect.top()),
+                            Pos2::new(x, bar_rect.bottom()),
+                        ],
+                        Stroke::new(1.0, color.gamma_multiply(0.6)),
+                    );
+                    bar_rect.top()
+                }
+                Some(track) => match self.top_of(track) {
+                    Some(top) => top + 1.0,
+                    None => continue,
+                },
+            };
+            painter.add(Shape::convex_polygon(
+                vec![
+                    Pos2::new(x - size, top),
+                    Pos2::new(x + size, top),
+                    Pos2::new(x, top + size * 1.4),
+                ],
+                color,
+                Stroke::new(1.0, Color32::BLACK),
+            ));
+        }
+    }
+
+    /// Flow arrows: a curve from the end of the sending slice to the start of the receiving
+    /// one, each end on its slice's sub-row, with a head at the receiving end. Arrows wholly
+    /// outside the view are skipped; at most [`MAX_ARROWS`] are drawn a frame.
+    fn flows(&self) {
+        let (painter, view, bar_rect, look) = (self.painter, self.view, self.bar_rect, self.look);
+        let color = mark_color(look);
+        let window = self.window();
+        let y_of = |end: &super::data::FlowEnd| {
+            self.top_of((end.device, end.lane))
+                .map(|top| top + (end.sub_row as f32 + 0.5) * look.row_h)
+        };
+        let mut drawn = 0;
+        for link in &self.data.flows {
+            let (a, b) = (link.from.ns as f64, link.to.ns as f64);
+            if a.max(b) < window.0 || a.min(b) > window.1 {
+                continue;
+            }
+            let (Some(y0), Some(y1)) = (y_of(&link.from), y_of(&link.to)) else {
+                continue;
+            };
+            let p0 = Pos2::new(bar_rect.left() + view.x_of(a), y0);
+            let p1 = Pos2::new(bar_rect.left() + view.x_of(b), y1);
+            let bend = ((p1.x - p0.x).abs() * 0.5).clamp(8.0, 60.0);
+            painter.add(egui::epaint::CubicBezierShape::from_points_stroke(
+                [
+                    p0,
+                    Pos2::new(p0.x + bend, p0.y),
+                    Pos2::new(p1.x - bend, p1.y),
+                    p1,
+                ],
+                false,
+                Color32::TRANSPARENT,
+                Stroke::new(1.5, color),
+            ));
+            let head = (look.row_h * 0.3).max(4.0);
+            painter.add(Shape::convex_polygon(
+                vec![
+                    p1,
+                    Pos2::new(p1.x - head, p1.y - head * 0.6),
+                    Pos2::new(p1.x - head, p1.y + head * 0.6),
+                ],
+                color,
+                Stroke::NONE,
+            ));
+            drawn += 1;
+            if drawn >= MAX_ARROWS {
+                break;
+            }
+        }
+    }
+}
+
+/// The most flow arrows one frame draws: beyond that they would hide the slices.
+const MAX_ARROWS: usize = 2_000;
 
 /// A row's title in the label column, clipped to it.
 #[allow(clippy::too_many_arguments)] // one row's place, text and look
@@ -755,7 +955,7 @@ fn paint_counter(
         0.0
     };
     let y_of = |v: f64| top + h - 3.0 - (v - lo) as f32 * scale;
-    let color = palette.bar(BarKind::Transfer);
+    let color = palette.bar(BarKind::named(&c.name));
     let width = bar_rect.width().max(1.0) as usize;
     let mut line: Vec<Pos2> = Vec::new();
     let mut fill = Mesh::default();

@@ -138,3 +138,27 @@ pub fn painted_texts(shapes: &[egui::epaint::ClippedShape]) -> Vec<String> {
     shapes.iter().for_each(|c| walk(&c.shape, &mut out));
     out
 }
+
+/// Every shape painted in a frame, nested ones flattened.
+pub fn painted_shapes(shapes: &[egui::epaint::ClippedShape]) -> Vec<egui::Shape> {
+    fn walk(shape: &egui::Shape, out: &mut Vec<egui::Shape>) {
+        match shape {
+            egui::Shape::Vec(v) => v.iter().for_each(|s| walk(s, out)),
+            other => out.push(other.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    shapes.iter().for_each(|c| walk(&c.shape, &mut out));
+    out
+}
+
+/// Where each painted text is: its text and its top-left corner.
+pub fn painted_text_positions(shapes: &[egui::epaint::ClippedShape]) -> Vec<(String, egui::Pos2)> {
+    painted_shapes(shapes)
+        .into_iter()
+        .filter_map(|s| match s {
+            egui::Shape::Text(t) => Some((t.galley.text().to_owned(), t.pos)),
+            _ => None,
+        })
+        .collect()
+}
