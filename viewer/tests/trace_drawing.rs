@@ -423,3 +423,74 @@ fn the_flow_toggle_is_on_the_files_tab() {
     h.run();
     assert!(!h.state().files.timeline.show_flows);
 }
+
+/// Enter in the path field opens the file, as the Open button does.
+#[test]
+fn enter_in_the_path_field_opens() {
+    let mut h = common::harness([1000.0, 600.0]);
+    h.run();
+    h.get_by_label("Files").click();
+    h.run();
+    h.state_mut().files.path = fixture("viztracer-counters.json").display().to_string();
+    h.run();
+    h.get_by_label("file path").focus();
+    h.run();
+    h.key_press(egui::Key::Enter);
+    h.step();
+    assert!(h.state_mut().files.wait_idle(Duration::from_secs(60)));
+    h.run();
+    assert!(
+        h.state().files.loaded.is_some(),
+        "{:?}",
+        h.state().files.message
+    );
+}
+
+/// Dragging far past either end of the trace stops with the data still in view: at most a
+/// tenth of the view beyond its ends.
+#[test]
+fn panning_stops_at_the_traces_ends() {
+    let data = loaded_data(
+        r#"[{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+            {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 900, "dur": 100}]"#,
+    );
+    let span = data.span().unwrap();
+    let mut h = render_harness([800.0, 200.0], data, TimelineState::default(), false);
+    h.run();
+    let y = 8.0 + 18.0 + 11.0;
+    let drag = |h: &mut Harness<'static, (TimelineData, TimelineState)>, from: f32, to: f32| {
+        h.hover_at(egui::pos2(from, y));
+        h.run();
+        h.drag_at(egui::pos2(from, y));
+        h.run();
+        h.hover_at(egui::pos2(to, y));
+        h.run();
+        h.drop_at(egui::pos2(to, y));
+        h.run();
+    };
+    let shown = |h: &Harness<'static, (TimelineData, TimelineState)>| {
+        let s = &h.state().1;
+        let v = s.view.unwrap();
+        (v.start_ns, v.ns_per_px * f64::from(s.last_width))
+    };
+    // Dragged right, far: the view starts at most a tenth of its width before the trace.
+    drag(&mut h, 160.0, 790.0);
+    drag(&mut h, 160.0, 790.0);
+    let (start, width) = shown(&h);
+    assert!(
+        start >= span.start as f64 - width * 0.1 - 1.0,
+        "view from {start} (width {width}) for a trace starting at {}",
+        span.start
+    );
+    // Dragged left, far: it ends at most a tenth of its width after the trace.
+    for _ in 0..3 {
+        drag(&mut h, 790.0, 160.0);
+    }
+    let (start, width) = shown(&h);
+    assert!(
+        start + width <= span.end as f64 + width * 0.1 + 1.0,
+        "view to {} for a trace ending at {}",
+        start + width,
+        span.end
+    );
+}
