@@ -3,8 +3,9 @@
 //! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
 //! never a panic.
 //!
-//! Saving never destroys a file: "Save" writes to its own path field, which an open fills with
-//! a new name beside the opened file (`trace-copy.json`), and a path that exists is written
+//! Saving never destroys a file: "Save" writes to its own path field, which opening a trace
+//! fills with a new name beside it (`trace-copy.json`, and "opened trace" chosen), and a path
+//! that exists is written
 //! only after the user confirms the overwrite. Saving the opened trace writes the bytes that
 //! were read, as they were (gzipped or not), so nothing of it (names, categories, args,
 //! counters, instants, flows, metadata) is lost; the live and bubble-lab timelines are written
@@ -745,6 +746,10 @@ impl FilesTab {
                         if l.trace().is_some() {
                             self.save_path = copy_name(p).display().to_string();
                         }
+                    }
+                    // What "Save" writes next: the trace just opened (to its new name).
+                    if l.trace().is_some() {
+                        self.save_what = SaveWhat::Opened;
                     }
                     self.confirm_overwrite = None;
                     self.loaded_from = path;

@@ -19,6 +19,13 @@ const CHAIN_LEN: usize = 4096;
 /// How long the worker runs without the UI taking its events before it holds.
 const UNPOLLED_NS: u64 = 1_000_000_000;
 
+/// The live tabs' frame budget: a batch of new events asks for a frame within this time, not at
+/// once, so frames come at most about this often (10 Hz) and only when events arrived. A frame
+/// of the whole window costs egui's software rendering tens of milliseconds on a machine
+/// without a GPU (see the README's viewer measurements): drawn as fast as events come, the Live
+/// tab took 92-98 % of a core to show devices 2-5 % busy.
+pub const REPAINT_EVERY: Duration = Duration::from_millis(100);
+
 /// Devices found at start-up, shared by everything that runs real work.
 #[derive(Debug, Clone)]
 pub enum Discovery {
@@ -283,7 +290,7 @@ fn work(
             // The subscriber has every event; the tracer's own copy would only grow.
             drop(tracer.take_events());
             if let Some(ctx) = &ctx {
-                ctx.request_repaint();
+                ctx.request_repaint_after(REPAINT_EVERY);
             }
             std::thread::sleep(Duration::from_millis(30));
         }

@@ -253,12 +253,10 @@ impl LiveView {
             ui.colored_label(ui.visuals().error_fg_color, format!("workload error: {e}"));
         }
         timeline::legend(ui);
+        // No frames of its own: the workload asks for one when events arrive, at most every
+        // `live::REPAINT_EVERY`.
         egui::ScrollArea::vertical().show(ui, |ui| {
             timeline::timeline(ui, "live", &self.data, &mut self.timeline);
         });
-        if self.runner.is_some() {
-            ui.ctx()
-                .request_repaint_after(std::time::Duration::from_millis(50));
-        }
     }
 }

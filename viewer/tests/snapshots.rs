@@ -172,3 +172,86 @@ fn readme_bench_screenshot() {
     h.run();
     save_screenshot(&mut h, "viewer-bench.png", [1280, 800]);
 }
+
+/// A hand trace of one training step: `step` (B/E) and its child `forward` begin together, as
+/// do the `X` slices `epoch` and `batch 0`, with a memory counter, a flow from the loader's
+/// thread and an instant: what the issue's tryout drew wrong.
+const HAND_TRACE: &str = r#"{"traceEvents": [
+    {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "trainer"}},
+    {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "main"}},
+    {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "loader"}},
+    {"ph": "B", "name": "step", "pid": 7, "tid": 1, "ts": 0},
+    {"ph": "B", "name": "forward", "pid": 7, "tid": 1, "ts": 0},
+    {"ph": "E", "pid": 7, "tid": 1, "ts": 400},
+    {"ph": "B", "name": "backward", "pid": 7, "tid": 1, "ts": 400},
+    {"ph": "E", "pid": 7, "tid": 1, "ts": 900},
+    {"ph": "E", "pid": 7, "tid": 1, "ts": 1000},
+    {"ph": "X", "name": "batch 0", "pid": 7, "tid": 2, "ts": 0, "dur": 300},
+    {"ph": "X", "name": "epoch", "pid": 7, "tid": 2, "ts": 0, "dur": 1000},
+    {"ph": "X", "name": "batch 1", "pid": 7, "tid": 2, "ts": 500, "dur": 300},
+    {"ph": "s", "id": 1, "name": "batch", "pid": 7, "tid": 2, "ts": 250},
+    {"ph": "f", "id": 1, "bp": "e", "name": "batch", "pid": 7, "tid": 1, "ts": 450},
+    {"ph": "i", "name": "checkpoint", "s": "t", "pid": 7, "tid": 1, "ts": 950},
+    {"ph": "C", "name": "memory", "pid": 7, "ts": 0, "args": {"MB": 100}},
+    {"ph": "C", "name": "memory", "pid": 7, "ts": 300, "args": {"MB": 450}},
+    {"ph": "C", "name": "memory", "pid": 7, "ts": 700, "args": {"MB": 250}},
+    {"ph": "C", "name": "memory", "pid": 7, "ts": 1000, "args": {"MB": 120}}
+]}"#;
+
+/// Screenshots of the Files tab on traces the issue found drawn wrong (issue 38): the hand
+/// trace above (nesting at equal times, counter, flow, instant), VizTracer's counters, and
+/// PyTorch's profiler trace with its flows, zoomed to its first step.
+#[test]
+fn readme_trace_drawing_screenshots() {
+    if !common::can_render("readme_trace_drawing_screenshots") {
+        return;
+    }
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces");
+    let hand = std::env::temp_dir().join(format!("gangway-hand-{}.json", std::process::id()));
+    std::fs::write(&hand, HAND_TRACE).unwrap();
+    let shots: [(&std::path::Path, &str, Option<(f64, f64)>); 3] = [
+        (&hand, "viewer-trace-hand.png", None),
+        (
+            &fixtures.join("viztracer-counters.json"),
+            "viewer-trace-viztracer.png",
+            None,
+        ),
+        (
+            &fixtures.join("pytorch-mlp.json"),
+            "viewer-trace-pytorch-flows.png",
+            // The first SGD step, where the flows run from the autograd engine's thread.
+            Some((0.47, 0.62)),
+        ),
+    ];
+    for (path, name, window) in shots {
+        let mut h = app_harness([1280.0, 720.0]);
+        h.get_by_label("Files").click();
+        h.run();
+        h.state_mut().files.path = path.display().to_string();
+        h.run();
+        h.get_by_label("Open").click();
+        h.step();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while h.state().files.is_busy() {
+            assert!(std::time::Instant::now() < deadline);
+            h.step();
+        }
+        h.run();
+        if let Some((from, to)) = window {
+            let tl = &mut h.state_mut().files.timeline;
+            let v = tl.view.unwrap();
+            let width = f64::from(tl.last_width);
+            let span = v.ns_per_px * width;
+            tl.view = Some(gangway_viewer::timeline::TimeView {
+                start_ns: v.start_ns + span * from,
+                ns_per_px: v.ns_per_px * (to - from),
+            });
+            h.run();
+        }
+        h.remove_cursor();
+        h.run();
+        save_screenshot(&mut h, name, [1280, 720]);
+    }
+    let _ = std::fs::remove_file(&hand);
+}

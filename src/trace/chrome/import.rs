@@ -613,9 +613,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Binds each flow point, in file order, to the latest slice of its thread that starts at or
-/// before it and still covers it (of slices starting together, the later in the file), if that
-/// slice has no flow yet. `slices_of` holds each thread's slices as indices into `events`,
+/// Binds each flow point, in file order, to the innermost slice of its thread that covers it
+/// (the latest to start; of slices starting together, the shorter, as they nest; of equal
+/// ones, the later in the file), if that slice has no flow yet. `slices_of` holds each thread's slices as indices into `events`,
 /// which is in file order.
 ///
 /// One sweep in time per thread, O(n log n): scanning the thread's slices for every point took
@@ -638,8 +638,8 @@ fn bind_flows(
         };
         slices.sort_by_key(|&e| events[e].start_ns);
         points.sort_by_key(|&p| flow_points[p].1);
-        // The slices started by the point's time, by (start, index in `events`): the latest
-        // start, then the later in the file, on top. One that ended before a point ended before
+        // The slices started by the point's time, by (start, shorter, index in `events`): the
+        // innermost on top. One that ended before a point ended before
         // every later point too, so it is dropped for good once it reaches the top.
         let mut open = BinaryHeap::new();
         let mut next = 0;
@@ -648,15 +648,16 @@ fn bind_flows(
             while let Some(&e) = slices.get(next)
                 && events[e].start_ns <= ts
             {
-                open.push((events[e].start_ns, e));
+                let end = std::cmp::Reverse(events[e].clamped_end_ns());
+                open.push((events[e].start_ns, end, e));
                 next += 1;
             }
-            while let Some(&(_, e)) = open.peek()
+            while let Some(&(_, _, e)) = open.peek()
                 && events[e].clamped_end_ns() < ts
             {
                 open.pop();
             }
-            targets[p] = open.peek().map(|&(_, e)| e);
+            targets[p] = open.peek().map(|&(_, _, e)| e);
         }
     }
     let mut unbound = 0;

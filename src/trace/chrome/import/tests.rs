@@ -387,6 +387,9 @@ fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
         // Two slices starting together: the later in the file is the one bound.
         x("first", 6.0, 2.0),
         x("second", 6.0, 2.0),
+        // Of two starting together, the shorter (the inner) binds, whatever the file order.
+        x("child", 30.0, 2.0),
+        x("parent", 30.0, 8.0),
         x("late", 20.0, 1.0),
         // Points in any order: `inner` covers 3; at 5 only `outer` still does.
         point("f", 2, 5.0),
@@ -399,6 +402,7 @@ fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
         json!({"ph": "s", "pid": 0, "tid": 2, "id": 6, "ts": 1.0}),
         // Ends count as covered: `late` ends at 21.
         point("f", 7, 21.0),
+        point("s", 8, 31.0),
     ]))
     .unwrap();
     let flows: Vec<_> = trace
@@ -414,6 +418,8 @@ fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
             ("first", None),
             ("second", Some((3, FlowRole::Out))),
             ("late", Some((7, FlowRole::In))),
+            ("parent", None),
+            ("child", Some((8, FlowRole::Out))),
         ]
     );
 }
