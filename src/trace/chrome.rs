@@ -18,8 +18,8 @@ pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
 pub use import::{parse, parse_slice, read, text_of};
 pub use imported::{
-    ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER, ThreadRow,
-    process_label,
+    BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER,
+    ThreadRow, process_label,
 };
 
 use super::event::Lane;

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
-use gangway::trace::Event;
 use gangway::trace::chrome::{ChromeTrace, Dialect, Id, InstantScope, process_label};
+use gangway::trace::{Event, Lane};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -38,7 +38,7 @@ use serde_json::Value;
 use crate::background::{Job, drop_elsewhere, spawn};
 pub use gangway::trace::PipelineBubble;
 
-use crate::timeline::{self, CounterRow, InstantMark, TimelineData, TimelineState};
+use crate::timeline::{self, CounterRow, FlowPoint, InstantMark, TimelineData, TimelineState};
 
 /// How many recently opened files [`FilesTab::recent`] keeps.
 pub const RECENT_MAX: usize = 8;
@@ -262,6 +262,7 @@ fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
     let ChromeTrace {
         dialect,
         events,
+        flows,
         instants,
         device_names,
         rows,
@@ -273,11 +274,30 @@ fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
         Dialect::Gangway => gangway::trace::pipeline_bubble(&events),
         Dialect::Foreign => None,
     };
+    // Each event's place in its track: the import sorted events by start, so a track keeps
+    // them in this order.
+    let mut next_in_track: std::collections::HashMap<(usize, Lane), usize> = Default::default();
+    let places: Vec<((usize, Lane), usize)> = events
+        .iter()
+        .map(|e| {
+            let track = (e.device, e.lane);
+            let n = next_in_track.entry(track).or_default();
+            *n += 1;
+            (track, *n - 1)
+        })
+        .collect();
     let mut data = match dialect {
         Dialect::Gangway => TimelineData::from_events(events),
         Dialect::Foreign => TimelineData::from_events_by_name(events),
     };
-    data.link_flows();
+    data.link_flows(flows.into_iter().filter_map(|b| {
+        let &(track, index) = places.get(b.event)?;
+        Some(FlowPoint {
+            track,
+            index,
+            flow: b.flow,
+        })
+    }));
     data.instants = instants
         .into_iter()
         .map(|i| InstantMark {

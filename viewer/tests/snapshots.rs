@@ -210,7 +210,9 @@ fn readme_trace_drawing_screenshots() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/traces");
     let hand = std::env::temp_dir().join(format!("gangway-hand-{}.json", std::process::id()));
     std::fs::write(&hand, HAND_TRACE).unwrap();
-    let shots: [(&std::path::Path, &str, Option<(f64, f64)>); 3] = [
+    // The file, the screenshot's name, and the share of the fitted view to zoom to.
+    type Shot<'a> = (&'a std::path::Path, &'a str, Option<(f64, f64)>);
+    let shots: [Shot<'_>; 3] = [
         (&hand, "viewer-trace-hand.png", None),
         (
             &fixtures.join("viztracer-counters.json"),

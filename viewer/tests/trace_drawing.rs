@@ -351,8 +351,8 @@ fn slices_that_start_together_nest_as_in_perfetto() {
     }
 }
 
-/// Flows are arrows (a curve from the sending slice's end to the receiving slice's start) that
-/// a checkbox turns off; instants are markers; slices are coloured by name, the same name the
+/// Flows are arrows (a curve from the sending slice's end to the receiving slice's start), a
+/// slice's second flow too, that a checkbox turns off; instants are markers; slices are coloured by name, the same name the
 /// same colour.
 #[test]
 fn flows_instants_and_name_colours_are_painted() {
@@ -360,15 +360,23 @@ fn flows_instants_and_name_colours_are_painted() {
         r#"[{"ph": "X", "name": "send", "pid": 1, "tid": 1, "ts": 0, "dur": 30},
             {"ph": "X", "name": "recv", "pid": 1, "tid": 2, "ts": 50, "dur": 30},
             {"ph": "X", "name": "send", "pid": 1, "tid": 2, "ts": 85, "dur": 10},
+            {"ph": "X", "name": "apply", "pid": 1, "tid": 1, "ts": 85, "dur": 10},
             {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10},
             {"ph": "f", "id": 1, "bp": "e", "pid": 1, "tid": 2, "ts": 50},
+            {"ph": "s", "id": 2, "pid": 1, "tid": 2, "ts": 60},
+            {"ph": "f", "id": 2, "bp": "e", "pid": 1, "tid": 1, "ts": 90},
             {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 40},
             {"ph": "i", "name": "everywhere", "s": "g", "pid": 1, "tid": 1, "ts": 60}]"#,
     );
-    assert_eq!(data.flows.len(), 1);
+    // `recv` receives one flow and sends another: both are arrows.
+    assert_eq!(data.flows.len(), 2);
     assert_eq!(
         data.flows[0].from.ns, 30_000,
         "from the sending slice's end"
+    );
+    assert_eq!(
+        (data.flows[1].from.ns, data.flows[1].to.ns),
+        (80_000, 85_000)
     );
     assert_eq!(data.flows[0].to.ns, 50_000);
     let mut h = render_harness([900.0, 200.0], data, TimelineState::default(), false);
@@ -380,13 +388,13 @@ fn flows_instants_and_name_colours_are_painted() {
             .filter(|s| matches!(s, Shape::CubicBezier(_)))
             .count()
     };
-    assert_eq!(curves(&shapes), 1);
+    assert_eq!(curves(&shapes), 2);
     // Instant chevrons: closed three-point paths (the flow's head is one too).
     let triangles = shapes
         .iter()
         .filter(|s| matches!(s, Shape::Path(p) if p.closed && p.points.len() == 3))
         .count();
-    assert_eq!(triangles, 3, "two instants and an arrow head");
+    assert_eq!(triangles, 4, "two instants and two arrow heads");
     // A global instant is a line down every row.
     assert!(
         shapes

@@ -29,7 +29,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::Value;
 
 use super::imported::{
-    ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER, ThreadRow,
+    BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER,
+    ThreadRow,
 };
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
@@ -403,12 +404,9 @@ impl Import {
         for _ in 0..unended {
             bump(&mut self.not_drawn, "B that never ended");
         }
-        let unbound = bind_flows(&mut self.events, &mut self.slices_of, &self.flow_points);
+        let (bound, unbound) = bind_flows(&mut self.events, &mut self.slices_of, &self.flow_points);
         for _ in 0..unbound {
-            bump(
-                &mut self.not_drawn,
-                "flow point bound to no slice (or to one with a flow)",
-            );
+            bump(&mut self.not_drawn, "flow point inside no slice");
         }
         let keys = std::mem::take(&mut self.threads.keys);
         let (dialect, rows, device_names) = if self.marker {
@@ -433,6 +431,17 @@ impl Import {
         });
         let mut slots: Vec<Option<Event>> = self.events.drain(..).map(Some).collect();
         let events: Vec<Event> = order.iter().filter_map(|&i| slots[i].take()).collect();
+        let mut moved_to = vec![0; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            moved_to[old] = new;
+        }
+        let flows = bound
+            .into_iter()
+            .map(|(old, flow)| BoundFlow {
+                event: moved_to[old],
+                flow,
+            })
+            .collect();
         let sort_of = |pid: &Id| self.process_sort.get(pid).copied().unwrap_or(0.0);
         let mut counters: Vec<CounterTrack> = self
             .counters
@@ -462,6 +471,7 @@ impl Import {
         Ok(ChromeTrace {
             dialect,
             events,
+            flows,
             instants,
             device_names,
             rows,
@@ -615,18 +625,19 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Binds each flow point, in file order, to the innermost slice of its thread that covers it
 /// (the latest to start; of slices starting together, the shorter, as they nest; of equal
-/// ones, the later in the file), if that slice has no flow yet. `slices_of` holds each thread's slices as indices into `events`,
-/// which is in file order.
+/// ones, the later in the file). A slice's first flow is also its [`Event::flow`]. `slices_of`
+/// holds each thread's slices as indices into `events`, which is in file order.
 ///
 /// One sweep in time per thread, O(n log n): scanning the thread's slices for every point took
 /// 8 minutes (debug build) to open a 1M-event trace with 100k flow points.
 ///
-/// Returns how many points bound to nothing (no slice covers them, or it already had a flow).
+/// Returns every binding, as (index into `events`, flow), in file order, and how many points
+/// no slice covers.
 fn bind_flows(
     events: &mut [Event],
     slices_of: &mut [Vec<usize>],
     flow_points: &[(ThreadIx, u64, Flow)],
-) -> usize {
+) -> (Vec<(usize, Flow)>, usize) {
     let mut points_of: HashMap<ThreadIx, Vec<usize>> = HashMap::new();
     for (p, (thread, ..)) in flow_points.iter().enumerate() {
         points_of.entry(*thread).or_default().push(p);
@@ -661,13 +672,17 @@ fn bind_flows(
         }
     }
     let mut unbound = 0;
+    let mut bound = Vec::with_capacity(flow_points.len());
     for ((_, _, flow), target) in flow_points.iter().zip(targets) {
         match target {
-            Some(e) if events[e].flow.is_none() => events[e].flow = Some(*flow),
-            _ => unbound += 1,
+            Some(e) => {
+                events[e].flow.get_or_insert(*flow);
+                bound.push((e, *flow));
+            }
+            None => unbound += 1,
         }
     }
-    unbound
+    (bound, unbound)
 }
 
 /// One slice as an event on `thread` (its device until [`Import::finish`]), with the lane and

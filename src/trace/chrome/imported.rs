@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use crate::trace::event::{Event, Lane};
+use crate::trace::event::{Event, Flow, Lane};
 
 /// The `producer` gangway writes in a trace's `otherData`: the one thing that makes a trace read
 /// as [`Dialect::Gangway`].
@@ -105,6 +105,15 @@ pub enum InstantScope {
     Global,
 }
 
+/// A flow point bound to a slice: a slice may send and receive several flows (a task that was
+/// posted and posts another), where [`Event::flow`] holds only its first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoundFlow {
+    /// Index into [`ChromeTrace::events`].
+    pub event: usize,
+    pub flow: Flow,
+}
+
 /// An instant (`i`, or the older `I`): a point in time with a name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstantEvent {
@@ -148,6 +157,9 @@ pub struct ChromeTrace {
     /// nests slices that start together: the longer first (the parent), and of equal ones the
     /// one begun first in the file (an `X`'s place, a `B`'s).
     pub events: Vec<Event>,
+    /// Every flow point bound to a slice, in file order (each slice's first is also its
+    /// [`Event::flow`]).
+    pub flows: Vec<BoundFlow>,
     /// Instants, by time.
     pub instants: Vec<InstantEvent>,
     /// [`Dialect::Gangway`]: each device's `process_name`. Empty for a foreign trace (its rows
@@ -162,8 +174,8 @@ pub struct ChromeTrace {
     /// without one), by phase.
     pub phases: Vec<(String, u64)>,
     /// What was read but is not drawn as a slice, an instant, a flow arrow or a counter, with
-    /// how many: async and object events, flow points bound to no slice (or to one that already
-    /// has a flow), `B`s that never ended and `E`s with no `B`. Never an error.
+    /// how many: async and object events, flow points inside no slice, `B`s that never ended
+    /// and `E`s with no `B`. Never an error.
     pub not_drawn: Vec<(String, u64)>,
 }
 

@@ -365,6 +365,16 @@ pub struct FlowEnd {
     pub ns: u64,
 }
 
+/// A flow point to link (see [`TimelineData::link_flows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowPoint {
+    /// The slice's track: device and lane.
+    pub track: (usize, Lane),
+    /// The slice's index among its track's events.
+    pub index: usize,
+    pub flow: gangway::trace::Flow,
+}
+
 /// A flow arrow, as Perfetto draws one: from the end of the sending slice to the start of the
 /// receiving one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -453,30 +463,40 @@ impl TimelineData {
         self.by_name
     }
 
-    /// Finds the flow arrows of the events' [`Flow`](gangway::trace::Flow)s: per id, its points
-    /// in time order, each linked to the next (an `s`, its `t` steps, its `f`), from a sending
-    /// end. Ids with no sending end draw nothing. For a trace that is complete (an opened
-    /// file): O(events log events), once.
-    pub fn link_flows(&mut self) {
+    /// Links flow points into arrows: per id, its points in time order, each linked to the
+    /// next (an `s`, its `t` steps, its `f`), from a sending end; ids with no sending end draw
+    /// nothing. Each point names its slice by track and index in the track's events, which is
+    /// the order events were added in when they came sorted by start (as an imported trace's
+    /// do). For a complete trace (an opened file): O(points log points), once.
+    pub fn link_flows(&mut self, points: impl IntoIterator<Item = FlowPoint>) {
         use gangway::trace::FlowRole;
         let mut ends: BTreeMap<u64, Vec<(u64, FlowRole, FlowEnd, u64)>> = BTreeMap::new();
-        for t in &self.tracks {
-            for (e, &sub_row) in t.events.iter().zip(&t.rows) {
-                if let Some(flow) = e.flow {
-                    let end = FlowEnd {
-                        device: t.device,
-                        lane: t.lane,
-                        sub_row,
-                        ns: e.start_ns,
-                    };
-                    ends.entry(flow.id).or_default().push((
-                        e.start_ns,
-                        flow.role,
-                        end,
-                        e.clamped_end_ns(),
-                    ));
-                }
-            }
+        for p in points {
+            let at = self
+                .tracks
+                .partition_point(|t| (t.device, t.lane) < p.track);
+            let Some(t) = self
+                .tracks
+                .get(at)
+                .filter(|t| (t.device, t.lane) == p.track)
+            else {
+                continue;
+            };
+            let (Some(e), Some(&sub_row)) = (t.events.get(p.index), t.rows.get(p.index)) else {
+                continue;
+            };
+            let end = FlowEnd {
+                device: t.device,
+                lane: t.lane,
+                sub_row,
+                ns: e.start_ns,
+            };
+            ends.entry(p.flow.id).or_default().push((
+                e.start_ns,
+                p.flow.role,
+                end,
+                e.clamped_end_ns(),
+            ));
         }
         self.flows.clear();
         for (id, mut points) in ends {

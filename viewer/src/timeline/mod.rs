@@ -7,8 +7,8 @@ pub mod raster;
 pub mod view;
 
 pub use data::{
-    BarKind, CounterRow, FlowEnd, FlowLink, InstantMark, NAME_COLORS, TimelineData, Track,
-    figure_color,
+    BarKind, CounterRow, FlowEnd, FlowLink, FlowPoint, InstantMark, NAME_COLORS, TimelineData,
+    Track, figure_color,
 };
 pub use draw::{Fitted, TimeAxis, TimelineState, legend, timeline, tooltip_at_pointer};
 pub use view::{TimeView, format_ns};

@@ -395,7 +395,8 @@ fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
         point("f", 2, 5.0),
         point("s", 1, 3.0),
         point("s", 3, 7.0),
-        // `second` has a flow already: this point binds to nothing, not to `first`.
+        // `second` has a flow already: this point binds to it as well (its second flow), not to
+        // `first`.
         point("f", 4, 7.0),
         // Covered by nothing; on a thread without slices.
         point("s", 5, 15.0),
@@ -421,6 +422,27 @@ fn flow_points_bind_to_the_latest_covering_slice_without_a_flow() {
             ("parent", None),
             ("child", Some((8, FlowRole::Out))),
         ]
+    );
+    // Every binding, in file order, with the slice it bound to: `second` has two.
+    let bound: Vec<(&str, u64)> = trace
+        .flows
+        .iter()
+        .map(|b| (trace.events[b.event].name.as_str(), b.flow.id))
+        .collect();
+    assert_eq!(
+        bound,
+        [
+            ("outer", 2),
+            ("inner", 1),
+            ("second", 3),
+            ("second", 4),
+            ("late", 7),
+            ("child", 8),
+        ]
+    );
+    assert_eq!(
+        trace.not_drawn,
+        [("flow point inside no slice".to_string(), 2)]
     );
 }
 
