@@ -1,8 +1,9 @@
 //! A `gangway bench --json` report: what ran where, a bar chart of each suite's derived figure
-//! per case and adapter (every case labelled), and the suite's table with each case's note and
-//! metrics as the CLI prints them; optionally beside a second report, compared: each case's
-//! ratio, verdict and note (as `gangway bench compare` prints it), and the cases found in one
-//! report only.
+//! per case and adapter (every case named under it, turned upright; a bar's hover names its
+//! case, adapter and value; the wheel scrolls the page, a double-click resets the view, a new
+//! report starts afresh), and the suite's table with each case's note and metrics as the CLI
+//! prints them; optionally beside a second report, compared: each case's ratio, verdict and
+//! note (as `gangway bench compare` prints it), and the cases found in one report only.
 
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
@@ -95,32 +96,29 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                     )
                 })
                 .collect();
-            BarChart::new(a.label(), bars)
+            // The hover names the bar: egui_plot's default says the value only.
+            let (adapter, unit) = (a.label(), unit.clone());
+            BarChart::new(a.label(), bars).element_formatter(Box::new(move |bar, _| {
+                format!("{}\n{adapter}\n{} {unit}", bar.name, number(bar.value))
+            }))
         })
         .collect();
     ui.label(format!("{suite}: {unit} per case (higher is better)"));
-    let labels: Vec<String> = cases.iter().map(|c| c.to_string()).collect();
-    Plot::new(format!("bench-{suite}"))
+    let plot = Plot::new(("bench", suite.as_str(), report_generation(ui, report)))
         .legend(Legend::default())
         .height(240.0)
-        .x_axis_label("case")
         .y_axis_label(unit)
         .include_y(0.0)
-        // A mark (and so a label) on every case, however egui_plot would space its grid.
+        // A grid line on every case; their names are drawn below the plot, turned upright,
+        // since egui_plot drops every horizontal label wider than a case's slot.
         .x_grid_spacer(case_marks)
-        .x_axis_formatter(move |mark, _| {
-            let i = mark.value.round();
-            if (mark.value - i).abs() < 1e-6 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .show(ui, |plot| {
-            for c in charts {
-                plot.bar_chart(c);
-            }
-        });
+        .x_axis_formatter(|_, _| String::new());
+    let shown = wheel_scrolls_the_page(plot).show(ui, |plot| {
+        for c in charts {
+            plot.bar_chart(c);
+        }
+    });
+    case_names(ui, &shown.transform, &cases);
     // A region of its own: a suite with many cases scrolls here, not the page.
     let height = (ui.ctx().content_rect().height() * 0.4).clamp(160.0, 480.0);
     egui::ScrollArea::both()
@@ -164,7 +162,9 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                                 "FAILED"
                             };
                             ui.colored_label(ui.visuals().warn_fg_color, status);
-                            for _ in 0..7 {
+                            // A dash under each column between the timing and the note, so
+                            // the reason lands in the note column.
+                            for _ in 0..SKIPPED_DASHES {
                                 ui.label("–");
                             }
                             ui.label(r.reason.clone().unwrap_or_default());
@@ -174,6 +174,89 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                 }
             });
         });
+}
+
+/// Columns of the suite's table between a skipped case's status (under "timing") and its reason
+/// (under "note"): the report's columns less the suite, case, adapter, timing and note.
+const SKIPPED_DASHES: usize = TABLE_COLUMNS.len() - 5;
+
+/// A plot that leaves the mouse wheel to the page around it: without this, the wheel over a
+/// chart panned its axes off the data (while the page scrolled too), and so did ctrl+wheel's
+/// zoom. Dragging still pans, a box drag still zooms, and a double-click brings the automatic
+/// bounds back.
+pub fn wheel_scrolls_the_page(plot: Plot<'_>) -> Plot<'_> {
+    plot.allow_scroll(false)
+        .allow_zoom(false)
+        .allow_double_click_reset(true)
+}
+
+/// How many different reports the chart has shown: a new report (a new allocation, even of the
+/// same file) salts the plot's id, so it starts with fresh bounds instead of the last report's
+/// pan and zoom.
+fn report_generation(ui: &Ui, report: &Report) -> u64 {
+    let key = std::ptr::from_ref(report) as usize;
+    let id = ui.make_persistent_id("bench-chart-report");
+    ui.data_mut(|d| {
+        let (last, generation) = d.get_temp::<(usize, u64)>(id).unwrap_or((key, 0));
+        let generation = if last == key {
+            generation
+        } else {
+            generation + 1
+        };
+        d.insert_temp(id, (key, generation));
+        generation
+    })
+}
+
+/// Longest case name drawn under the chart, in characters (the hover has the whole name).
+const CASE_NAME_CHARS: usize = 32;
+
+/// The case names under the chart, each turned upright under its case (reading upwards, ending
+/// at the axis), every k-th one where the cases are closer than a line of text.
+fn case_names(ui: &mut Ui, transform: &egui_plot::PlotTransform, cases: &[&str]) {
+    let font = TextStyle::Body.resolve(ui.style());
+    let color = ui.visuals().text_color();
+    let galleys: Vec<_> = cases
+        .iter()
+        .map(|c| {
+            let name = if c.chars().count() > CASE_NAME_CHARS {
+                let short: String = c.chars().take(CASE_NAME_CHARS - 1).collect();
+                format!("{}…", short.trim_end())
+            } else {
+                (*c).to_owned()
+            };
+            ui.painter().layout_no_wrap(name, font.clone(), color)
+        })
+        .collect();
+    let tall = galleys.iter().map(|g| g.size().x).fold(0.0, f32::max);
+    let line = galleys.iter().map(|g| g.size().y).fold(0.0, f32::max);
+    let frame = *transform.frame();
+    let (rect, _) =
+        ui.allocate_exact_size(Vec2::new(ui.available_width(), tall + 4.0), Sense::hover());
+    let spacing = transform.dpos_dvalue_x().abs() as f32;
+    let every = if spacing > 0.0 {
+        ((1.1 * line / spacing).ceil() as usize).max(1)
+    } else {
+        1
+    };
+    let painter = ui.painter_at(rect.with_min_x(frame.left()).with_max_x(frame.right()));
+    for (i, galley) in galleys.into_iter().enumerate().step_by(every) {
+        let x = transform.position_from_point_x(i as f64);
+        if x < frame.left() || x > frame.right() {
+            continue;
+        }
+        // Turned a quarter left about its top left corner: the text then runs up from
+        // `pos`, its lines stacked rightwards, so this centres it on the case and ends it at
+        // the top.
+        let pos = egui::pos2(
+            x - 0.5 * galley.size().y,
+            rect.top() + 2.0 + galley.size().x,
+        );
+        painter.add(
+            egui::epaint::TextShape::new(pos, galley, color)
+                .with_angle(-std::f32::consts::FRAC_PI_2),
+        );
+    }
 }
 
 /// Grid marks on every whole number in view (one per case of a bar chart), at most 200.

@@ -60,22 +60,35 @@ pub fn ui(ui: &mut Ui, hub: &DeviceHub, live: &LiveView) {
     if live.runner.is_none() {
         ui.weak("start the workload on the Live timeline tab to measure utilization");
     }
-    Plot::new("utilization")
+    let lines = before_now(&live.utilization)
+        .into_iter()
+        .map(|(device, points)| {
+            let label = infos
+                .iter()
+                .find(|i| i.id == device)
+                .map_or_else(|| format!("device {device}"), |i| i.label());
+            (label, points)
+        })
+        .collect();
+    utilization_plot(ui, lines);
+}
+
+/// The utilization plot: a line per device of `(seconds before now, busy / window)` points. The
+/// wheel scrolls the page, not the plot ([`crate::bench_view::wheel_scrolls_the_page`]), and a
+/// double-click brings back the bounds that follow the data.
+pub fn utilization_plot(ui: &mut Ui, lines: Vec<(String, Vec<[f64; 2]>)>) {
+    let plot = Plot::new("utilization")
         .legend(Legend::default())
         .height(ui.available_height().clamp(120.0, 400.0))
         .include_y(0.0)
         .include_y(1.0)
         .x_axis_label("seconds before now")
-        .y_axis_label("busy / window")
-        .show(ui, |plot| {
-            for (device, points) in before_now(&live.utilization) {
-                let label = infos
-                    .iter()
-                    .find(|i| i.id == device)
-                    .map_or_else(|| format!("device {device}"), |i| i.label());
-                plot.line(Line::new(label, PlotPoints::from(points)));
-            }
-        });
+        .y_axis_label("busy / window");
+    crate::bench_view::wheel_scrolls_the_page(plot).show(ui, |plot| {
+        for (label, points) in lines {
+            plot.line(Line::new(label, PlotPoints::from(points)));
+        }
+    });
 }
 
 /// Each device's `(seconds, utilization)` samples with time counted back from the newest

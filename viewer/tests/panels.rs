@@ -144,3 +144,299 @@ fn the_moe_note_does_not_move_the_plots() {
         "the note moved the plots: {same_plot:?} -> {changed_plot:?} (run line {run:?})"
     );
 }
+
+/// The numbers a frame painted that read as negative: on the bench chart, whose values are all
+/// positive, only a y axis panned off the data shows them.
+fn negative_numbers(h: &Harness<'static, gangway_viewer::ViewerApp>) -> Vec<String> {
+    common::painted_texts(&h.output().shapes)
+        .into_iter()
+        .filter(|t| t.trim().parse::<f64>().is_ok_and(|v| v < 0.0))
+        .collect()
+}
+
+/// A point inside the bench chart: below its title line, in the middle.
+fn in_the_chart(h: &Harness<'static, gangway_viewer::ViewerApp>) -> egui::Pos2 {
+    let title = h
+        .get_by_label_contains("per case (higher is better)")
+        .rect();
+    egui::pos2(700.0, title.bottom() + 100.0)
+}
+
+fn wheel(h: &mut Harness<'static, gangway_viewer::ViewerApp>, dy: f32) {
+    h.event(egui::Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Point,
+        delta: egui::vec2(0.0, dy),
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Wheel,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.run_ok();
+}
+
+/// Issue 38: the wheel over the bench chart panned its y axis off the data (−2…−10 GFLOP/s).
+/// It scrolls the page now, and the axis stays on the data.
+#[test]
+fn the_wheel_over_the_bench_chart_scrolls_the_page() {
+    let mut h = common::open_in_app(&dev_report(), [1400.0, 700.0]);
+    h.get_by_label("dispatch").click();
+    h.run();
+    assert!(
+        negative_numbers(&h).is_empty(),
+        "{:?}",
+        negative_numbers(&h)
+    );
+    let before = h
+        .get_by_label_contains("per case (higher is better)")
+        .rect();
+    h.hover_at(in_the_chart(&h));
+    h.run();
+    for _ in 0..5 {
+        wheel(&mut h, -40.0);
+    }
+    for _ in 0..30 {
+        h.run_ok();
+    }
+    let after = h
+        .get_by_label_contains("per case (higher is better)")
+        .rect();
+    assert!(
+        after.top() < before.top() - 50.0,
+        "the page did not scroll: {before:?} -> {after:?}"
+    );
+    assert!(
+        negative_numbers(&h).is_empty(),
+        "{:?}",
+        negative_numbers(&h)
+    );
+}
+
+/// Issue 38: a drag pans the chart, a double-click brings it back onto the data, and opening the
+/// report again shows it afresh (it kept the panned view).
+#[test]
+fn the_bench_chart_resets_on_double_click_and_for_a_new_report() {
+    let mut h = common::open_in_app(&dev_report(), [1400.0, 1000.0]);
+    h.get_by_label("dispatch").click();
+    h.run();
+    let drag_up = |h: &mut Harness<'static, gangway_viewer::ViewerApp>| {
+        let start = in_the_chart(h);
+        h.hover_at(start);
+        h.run_ok();
+        h.drag_at(start);
+        h.run_ok();
+        for k in 1..=6 {
+            h.hover_at(start - egui::vec2(0.0, 30.0 * k as f32));
+            h.run_ok();
+        }
+        h.drop_at(start - egui::vec2(0.0, 180.0));
+        h.run_ok();
+        h.run_ok();
+        assert!(!negative_numbers(h).is_empty(), "the drag did not pan");
+    };
+    drag_up(&mut h);
+    let at = in_the_chart(&h);
+    h.hover_at(at);
+    h.run_ok();
+    // The harness steps a quarter second a frame, and egui takes a press and a release one
+    // frame each: allow the two clicks the second that takes.
+    h.ctx
+        .options_mut(|o| o.input_options.max_double_click_delay = 2.0);
+    for _ in 0..2 {
+        for pressed in [true, false] {
+            h.event(egui::Event::PointerButton {
+                pos: at,
+                button: egui::PointerButton::Primary,
+                pressed,
+                modifiers: egui::Modifiers::NONE,
+            });
+            h.step();
+        }
+    }
+    h.run_ok();
+    assert!(
+        negative_numbers(&h).is_empty(),
+        "{:?}",
+        negative_numbers(&h)
+    );
+
+    drag_up(&mut h);
+    h.state_mut().files.path = dev_report().display().to_string();
+    h.run_ok();
+    h.get_by_label("Open").click();
+    h.step();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while h.state().files.is_busy() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the open never finished"
+        );
+        h.step();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    h.run_ok();
+    h.get_by_label("dispatch").click();
+    h.run_ok();
+    assert!(
+        negative_numbers(&h).is_empty(),
+        "{:?}",
+        negative_numbers(&h)
+    );
+}
+
+/// Issue 38: about 40 cases sat on an axis labelled only "case", and the hover gave the value
+/// only. Every case is named under the chart here (17 dispatch cases at 1400 px), and hovering a
+/// bar names its case, adapter and value with its unit.
+#[test]
+fn the_bench_chart_names_its_cases_on_the_axis_and_in_the_hover() {
+    let mut h = common::open_in_app(&dev_report(), [1400.0, 1000.0]);
+    h.get_by_label("dispatch").click();
+    h.run();
+    let report = gangway::bench::Report::from_value(
+        serde_json::from_str(&std::fs::read_to_string(dev_report()).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let mut cases: Vec<&str> = Vec::new();
+    for r in report.results.iter().filter(|r| r.suite == "dispatch") {
+        if !cases.contains(&r.case.as_str()) {
+            cases.push(&r.case);
+        }
+    }
+    assert_eq!(cases.len(), 17);
+    // The table below names the cases too: only the chart's names are turned upright.
+    let painted: Vec<String> = h
+        .output()
+        .shapes
+        .iter()
+        .filter_map(|c| match &c.shape {
+            egui::Shape::Text(t) if t.angle != 0.0 => Some(t.galley.text().to_owned()),
+            _ => None,
+        })
+        .collect();
+    // Whole, or abbreviated with "…" when long (the hover has the whole name).
+    for c in &cases {
+        assert!(
+            painted.iter().any(|t| t == c
+                || t.strip_suffix('…')
+                    .is_some_and(|a| a.len() >= 20 && c.starts_with(a))),
+            "{c} is not named under the chart"
+        );
+    }
+    // Hover a bar. The bars' x is not known to the test: sweep across the chart low down,
+    // where the pipeline suite's bars (all of a size) are, until a bar's hover text shows.
+    h.get_by_label("pipeline").click();
+    h.run();
+    let title = h
+        .get_by_label_contains("per case (higher is better)")
+        .rect();
+    let unit = report
+        .results
+        .iter()
+        .find(|r| r.suite == "pipeline")
+        .and_then(|r| r.figure.as_ref())
+        .unwrap()
+        .unit
+        .clone();
+    cases.clear();
+    for r in report.results.iter().filter(|r| r.suite == "pipeline") {
+        if !cases.contains(&r.case.as_str()) {
+            cases.push(&r.case);
+        }
+    }
+    let mut found = None;
+    'sweep: for y in [190.0, 160.0, 130.0] {
+        for x in (60..1380).step_by(6) {
+            h.hover_at(egui::pos2(x as f32, title.bottom() + y));
+            h.run_ok();
+            if let Some(t) = common::painted_texts(&h.output().shapes)
+                .into_iter()
+                .find(|t| t.contains('\n') && t.ends_with(&format!(" {unit}")))
+            {
+                found = Some(t);
+                break 'sweep;
+            }
+        }
+    }
+    let text = found.expect("no bar's hover text");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(cases.contains(&lines[0]), "{text}");
+    assert!(
+        report.adapters.iter().any(|a| a.label() == lines[1]),
+        "{text}"
+    );
+}
+
+/// Issue 38: a skipped row had one cell too many, so its reason sat right of the note column.
+#[test]
+fn a_skipped_case_s_reason_is_in_the_note_column() {
+    let mut h = common::open_in_app(&dev_report(), [1600.0, 1000.0]);
+    h.get_by_label("moe").click();
+    h.run();
+    let report = gangway::bench::Report::from_value(
+        serde_json::from_str(&std::fs::read_to_string(dev_report()).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let skipped = report
+        .results
+        .iter()
+        .find(|r| r.suite == "moe" && r.reason.is_some())
+        .unwrap();
+    let note = h.get_by_label("note").rect();
+    // Once per adapter.
+    let reasons: Vec<egui::Rect> = h
+        .query_all_by_label(skipped.reason.as_deref().unwrap())
+        .map(|n| n.rect())
+        .collect();
+    assert!(!reasons.is_empty());
+    for reason in reasons {
+        assert!(
+            (reason.left() - note.left()).abs() < 1.0,
+            "the reason at {reason:?}, the note column at {note:?}"
+        );
+    }
+}
+
+/// Issue 38: the Devices plot panned with the wheel too. It leaves the wheel to the page.
+#[test]
+fn the_wheel_over_the_utilization_plot_scrolls_the_page() {
+    let lines = vec![(
+        "device 0".to_string(),
+        (0..60)
+            .map(|i| [f64::from(i) - 59.0, 0.5])
+            .collect::<Vec<_>>(),
+    )];
+    let mut h = Harness::builder()
+        .with_size([800.0, 400.0])
+        .build_ui(move |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                ui.label("above the plot");
+                gangway_viewer::devices_panel::utilization_plot(ui, lines.clone());
+                ui.add_space(600.0);
+            });
+        });
+    h.run();
+    let before = h.get_by_label("above the plot").rect();
+    h.hover_at(egui::pos2(400.0, 150.0));
+    h.run();
+    for _ in 0..5 {
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -40.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+            modifiers: egui::Modifiers::NONE,
+        });
+        h.run_ok();
+    }
+    for _ in 0..30 {
+        h.run_ok();
+    }
+    let after = h.get_by_label("above the plot").rect();
+    assert!(after.top() < before.top() - 50.0, "{before:?} -> {after:?}");
+    // Busy fractions are within 0..1: a y axis number below 0 (a fraction: the x axis counts
+    // whole seconds back) means the wheel panned the plot.
+    let negative: Vec<String> = common::painted_texts(&h.output().shapes)
+        .into_iter()
+        .filter(|t| t.contains('.') && t.parse::<f64>().is_ok_and(|v| v < 0.0 && v > -1.0))
+        .collect();
+    assert!(negative.is_empty(), "{negative:?}");
+}
