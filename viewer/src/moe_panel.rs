@@ -100,6 +100,12 @@ impl MoeSettings {
         config.router().capacity(self.batch / devices) * devices * config.blocks
     }
 
+    /// The (token, choice) pairs a step routes: every token of the batch picks `top_k` experts
+    /// in each block. The capacity is built on an even share of these.
+    pub fn choices(&self) -> usize {
+        self.batch * self.top_k * self.config().blocks
+    }
+
     /// E.g. "8 experts, top-2, capacity 1.25, 1 device, 200 steps of 128 tokens".
     pub fn describe(&self) -> String {
         format!(
@@ -527,18 +533,25 @@ impl MoePanel {
         };
         let kept: usize = stats.tokens_per_expert.iter().sum();
         let experts = stats.tokens_per_expert.len().max(1);
+        // Both lines count (token, choice) pairs over the step, and "even share" is only ever
+        // the choices' (what the capacity is built on), never the kept ones': the kept mean is
+        // lower by the drops and is named as such.
+        let choices = ran.choices();
         ui.label(format!(
-            "tokens per expert at step {} ({kept} kept of {} choices; even share {:.0}; \
-             dropped {:.1}%; spread (cv) {:.2})",
+            "tokens per expert at step {} (kept {kept} of {choices} choices, {:.1} per expert on \
+             average; dropped {:.1}%; spread (cv) {:.2})",
             stats.step,
-            ran.batch * ran.top_k,
             kept as f64 / experts as f64,
             stats.dropped_fraction * 100.0,
             stats.expert_cv()
         ));
         let capacity = ran.expert_capacity();
         ui.label(format!(
-            "capacity: {capacity} per expert (dashed line; a choice past it is dropped)"
+            "capacity: {capacity} per expert = capacity factor {:.2} × an even share of the \
+             choices ({choices} / {experts} = {}), rounded up per routing group (dashed line; a \
+             choice past it is dropped)",
+            ran.capacity_factor,
+            trim(choices as f64 / experts as f64),
         ));
         let per_device = (ran.experts / ran.devices.max(1)).max(1);
         let bars: Vec<Bar> = stats
@@ -566,6 +579,13 @@ impl MoePanel {
                 );
             });
     }
+}
+
+/// `x` with at most one decimal and none when whole: "32", "25.6".
+fn trim(x: f64) -> String {
+    let s = format!("{x:.1}");
+    s.strip_suffix(".0")
+        .map_or_else(|| s.clone(), str::to_owned)
 }
 
 /// Validation scores as `[step, nats per byte]`, from bits per byte: the loss plot's unit.

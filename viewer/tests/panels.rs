@@ -440,3 +440,50 @@ fn the_wheel_over_the_utilization_plot_scrolls_the_page() {
         .collect();
     assert!(negative.is_empty(), "{negative:?}");
 }
+
+/// Issue 38: the caption's "even share 28" was kept / experts, while the capacity line beside it
+/// is built on choices / experts (32). Both now count choices: the even share is 256 / 8 = 32,
+/// the capacity 1.25 × 32 = 40, and the kept mean (28) is named a mean of the kept.
+#[test]
+fn the_moe_caption_states_its_shares_on_one_basis() {
+    use gangway::moe::trainer::StepStats;
+    use gangway_viewer::live::DeviceHub;
+    use gangway_viewer::moe_panel::{MoePanel, MoeSettings};
+    let ran = MoeSettings {
+        steps: 1,
+        ..MoeSettings::default()
+    };
+    assert_eq!(ran.choices(), 128 * 2);
+    let mut panel = MoePanel::default();
+    panel.settings = ran;
+    panel.ran = Some(ran);
+    panel.history = vec![StepStats {
+        step: 1,
+        loss: 5.0,
+        ce: 4.9,
+        aux: 0.08,
+        z: 0.02,
+        // 224 kept of 256 choices: 28 an expert.
+        tokens_per_expert: vec![28; 8],
+        dropped_fraction: 32.0 / 256.0,
+        blocks: Vec::new(),
+        seconds: 0.1,
+        trace: Vec::new(),
+    }];
+    let hub = DeviceHub::disabled("test");
+    let mut h = Harness::builder()
+        .with_size([1400.0, 1200.0])
+        .build_ui(move |ui| panel.ui(ui, &hub));
+    h.run();
+    h.get_by_label_contains(
+        "tokens per expert at step 1 (kept 224 of 256 choices, 28.0 per expert on average;",
+    );
+    h.get_by_label_contains(
+        "capacity: 40 per expert = capacity factor 1.25 × an even share of the choices (256 / 8 \
+         = 32)",
+    );
+    // "Even share" is said once, of the choices: never of the kept ones.
+    assert_eq!(h.query_all_by_label_contains("even share").count(), 1);
+    // The stated arithmetic holds: ceil(1.25 × 32) is the capacity drawn.
+    assert_eq!((1.25f64 * 32.0).ceil() as usize, ran.expert_capacity());
+}
