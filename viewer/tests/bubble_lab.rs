@@ -207,19 +207,23 @@ fn the_comparison_stacks_the_four_schedules_on_one_axis() {
     assert!(rect.width() < 1000.0 && rect.width() > 900.0, "{rect:?}");
 }
 
-/// Animation: space plays, ← / → step by compute op, ops not yet started are dimmed.
+/// Animation: space plays, ← / → step from one op start time to the next, ops not yet started
+/// are dimmed.
 #[test]
 fn the_animation_plays_and_steps_by_compute_op() {
     let mut h = common::harness([1200.0, 900.0]);
     let total = h.state().lab.player.total();
-    // 1F1B, p = 4, m = 8: 4 × 8 × (F + B); sends and receives are not steps.
-    assert_eq!(total, 64);
+    // 1F1B, p = 4, m = 8: 4 × 8 × (F + B) ops; sends and receives are not ops. Ops start at
+    // whole µs only (F = B = 1 µs), and at 30 different ones.
+    assert_eq!(h.state().lab.player.ops(), 64);
+    assert_eq!(total, 30);
     h.key_press(egui::Key::ArrowRight);
     h.run();
     h.key_press(egui::Key::ArrowRight);
     h.run();
     assert_eq!(h.state().lab.player.step(), 2);
-    h.get_by_label_contains("op 2/64 started by");
+    // At 1 µs, stage 0's second F and stage 1's first start together.
+    h.get_by_label_contains("3/64 ops started by 1.0 µs (step 2/30)");
     // Dimmed: the blocks' fills before and after the cursor differ.
     let dimmed = fills(&h);
     h.key_press(egui::Key::ArrowLeft);
@@ -463,4 +467,346 @@ fn stages_fold_onto_fewer_devices() {
     h.run();
     assert_eq!(h.state().lab.params.fold(), Fold::OnePerStage);
     h.get_by_label("makespan 33.0 µs");
+}
+
+/// Evaluates an arithmetic expression of numbers and `vars` with `+ - * /`, parentheses and
+/// implicit products (`2F`, `3m`, `(p - 1)(m + 3)`), as the lab's formula lines write them.
+fn eval(expr: &str, vars: &std::collections::HashMap<String, f64>) -> f64 {
+    #[derive(Debug, Clone, PartialEq)]
+    enum T {
+        Num(f64),
+        Name(String),
+        Op(char),
+    }
+    let mut tokens = Vec::new();
+    let chars: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() || c == '.' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+                i += 1;
+            }
+            let text: String = chars[start..i].iter().collect();
+            tokens.push(T::Num(text.parse().unwrap()));
+        } else if c.is_alphabetic() {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '&')
+            {
+                i += 1;
+            }
+            tokens.push(T::Name(chars[start..i].iter().collect()));
+        } else {
+            assert!("+-*/()".contains(c), "{c:?} in {expr:?}");
+            tokens.push(T::Op(c));
+            i += 1;
+        }
+    }
+    struct P<'a> {
+        t: Vec<T>,
+        at: usize,
+        vars: &'a std::collections::HashMap<String, f64>,
+    }
+    impl P<'_> {
+        fn peek(&self) -> Option<&T> {
+            self.t.get(self.at)
+        }
+        fn expr(&mut self) -> f64 {
+            let mut v = self.term();
+            while let Some(T::Op(c @ ('+' | '-'))) = self.peek().cloned() {
+                self.at += 1;
+                let r = self.term();
+                v = if c == '+' { v + r } else { v - r };
+            }
+            v
+        }
+        fn term(&mut self) -> f64 {
+            let mut v = self.factor();
+            loop {
+                match self.peek().cloned() {
+                    Some(T::Op(c @ ('*' | '/'))) => {
+                        self.at += 1;
+                        let r = self.factor();
+                        v = if c == '*' { v * r } else { v / r };
+                    }
+                    Some(T::Num(_) | T::Name(_) | T::Op('(')) => v *= self.factor(),
+                    _ => return v,
+                }
+            }
+        }
+        fn factor(&mut self) -> f64 {
+            let t = self.peek().cloned();
+            self.at += 1;
+            match t {
+                Some(T::Num(n)) => n,
+                Some(T::Name(n)) => *self.vars.get(&n).unwrap_or_else(|| panic!("{n}?")),
+                Some(T::Op('-')) => -self.factor(),
+                Some(T::Op('(')) => {
+                    let v = self.expr();
+                    assert_eq!(self.peek(), Some(&T::Op(')')));
+                    self.at += 1;
+                    v
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    let mut p = P {
+        t: tokens,
+        at: 0,
+        vars,
+    };
+    let v = p.expr();
+    assert_eq!(p.at, p.t.len(), "left over in {expr:?}");
+    v
+}
+
+/// Issue 38: DualPipe's line said "F&B = F + B", which makes its own bracket 0, not 2F. Every
+/// formula line's stated arithmetic is evaluated here, step by step, with its own definitions
+/// (F&B, B_full) at F = B = W = 1: each step equals the next, and the last is the library's
+/// textbook figure (the bubble fraction, or idle per stage in F).
+#[test]
+fn every_formula_line_states_arithmetic_that_holds() {
+    use gangway::pipeline::{Costs, textbook};
+    use gangway_viewer::bubble_lab::formula_text;
+    use std::collections::HashMap;
+    for (p, m, v) in [(4, 8, 2), (6, 12, 3), (8, 16, 2)] {
+        for kind in ScheduleKind::ALL {
+            if kind == ScheduleKind::ZbV {
+                continue; // no closed form: nothing to evaluate
+            }
+            let text = formula_text(kind, p, m, v);
+            let (main, defs) = text.split_once("; ").unwrap_or((&text, ""));
+            let main = main.trim_end_matches(" if F = B = W");
+            let mut vars: HashMap<String, f64> = [
+                ("p", p as f64),
+                ("m", m as f64),
+                ("v", v as f64),
+                ("F", 1.0),
+                ("B", 1.0),
+                ("W", 1.0),
+            ]
+            .into_iter()
+            .map(|(k, x)| (k.to_string(), x))
+            .collect();
+            for d in defs.split(", ") {
+                if let Some((name, e)) = d.split_once(" = ") {
+                    let e = e.split(" is ").next().unwrap();
+                    let x = eval(e, &vars);
+                    vars.insert(name.to_string(), x);
+                }
+            }
+            let mut parts = main.split(" = ");
+            let label = parts.next().unwrap();
+            let values: Vec<f64> = parts.map(|e| eval(e, &vars)).collect();
+            assert!(values.len() >= 3, "{text}");
+            for w in values.windows(2) {
+                assert!((w[0] - w[1]).abs() < 1e-9, "{text}: {values:?}");
+            }
+            let want = if label == "bubble" {
+                bubble_formula(kind, p, m, v).unwrap()
+            } else {
+                assert_eq!(label, "idle per stage", "{text}");
+                let t = textbook(kind, p, m, v, &Costs::compute_only(1000, 1000, 1000));
+                t.idle_per_stage_ns.unwrap() as f64 / 1000.0
+            };
+            assert!(
+                (values[0] - want).abs() < 1e-9,
+                "{text}: states {} where the library has {want}",
+                values[0]
+            );
+        }
+    }
+}
+
+/// Issue 38: stepping lit several ops at one press (ops that start together) and nothing at
+/// the next. Each press now moves to the next start time: it lights at least one more block,
+/// and the figure changes, every time, to the end.
+#[test]
+fn every_step_lights_something_new() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    let lit = |h: &egui_kittest::Harness<'static, gangway_viewer::ViewerApp>| {
+        let (layout, _) = h.state().lab.layout.as_ref().unwrap();
+        let t = h.state().lab.player.at_ns();
+        let n = layout
+            .blocks
+            .iter()
+            .filter(|b| t.is_none_or(|t| b.block.start_ns <= t))
+            .count();
+        let drawn: Vec<[u8; 4]> = layout
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Rect { fill, .. } => Some(fill.0),
+                _ => None,
+            })
+            .collect();
+        (n, drawn)
+    };
+    h.get_by_label("step >").click();
+    h.run();
+    let mut last = lit(&h);
+    assert_eq!(last.0, 1);
+    let total = h.state().lab.player.total();
+    for k in 2..=total {
+        h.get_by_label("step >").click();
+        h.run();
+        assert_eq!(h.state().lab.player.step(), k);
+        let now = lit(&h);
+        assert!(now.0 > last.0, "press {k} lit nothing new: {} ops", now.0);
+        assert_ne!(now.1, last.1, "press {k} changed nothing drawn");
+        last = now;
+    }
+    assert_eq!(last.0, h.state().lab.player.ops());
+}
+
+/// Issue 38: the transfer cost took whole µs only, so a transfer cheaper than a forward (1 µs)
+/// could not be shown. It takes tenths: 0.3 µs lengthens 1F1B's 33 µs, less than 1 µs does.
+#[test]
+fn a_transfer_can_cost_less_than_a_forward() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.get_by_label("makespan 33.0 µs");
+    let makespan = |h: &egui_kittest::Harness<'static, gangway_viewer::ViewerApp>| {
+        h.state().lab.result.as_ref().unwrap().row().sim.makespan_ns
+    };
+    common::set_slider(&mut h, "transfer cost", 0.3);
+    assert!((h.state().lab.params.latency - 0.3).abs() < 1e-9);
+    assert_eq!(h.state().lab.params.share_costs().latency_ns, 300);
+    let tenths = makespan(&h);
+    common::set_slider(&mut h, "transfer cost", 1.0);
+    let whole = makespan(&h);
+    assert!(
+        33_000 < tenths && tenths < whole,
+        "0.3 µs: {tenths} ns, 1 µs: {whole} ns"
+    );
+    h.get_by_label(&format!("makespan {:.1} µs", whole as f64 / 1e3));
+}
+
+/// Issue 38: folded, the legend said "chunk" for shades that are a device's stages.
+#[test]
+fn the_folded_legend_names_stages() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.get_by_label("fewer devices than stages").click();
+    h.run();
+    let (layout, _) = h.state().lab.layout.as_ref().unwrap();
+    let texts = texts_of(layout);
+    assert!(texts.contains(&"device's stage 1, darker"), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.starts_with("chunk")), "{texts:?}");
+}
+
+/// Issue 38: in the projector theme a single schedule at 1280 px was cut off on the right (its
+/// layout is wider than the window). It is drawn smaller to fit the width.
+#[test]
+fn a_projector_figure_fits_a_1280_px_window() {
+    let mut h = common::harness([1280.0, 800.0]);
+    h.key_press(egui::Key::P);
+    h.run();
+    assert!(h.state().settings.projector);
+    for kind in ["1F1B", "DualPipeV", "Interleaved 1F1B"] {
+        h.get_by_label(kind).click();
+        h.run();
+        let (layout, rect) = h.state().lab.layout.clone().unwrap();
+        let scale = h.state().lab.figure_scale;
+        assert!(rect.right() <= 1280.0, "{kind}: {rect:?}");
+        assert!(
+            (rect.width() - layout.width * scale).abs() < 0.5,
+            "{kind}: {rect:?} for {} at {scale}",
+            layout.width
+        );
+        assert!(scale <= 1.0 && scale > 0.5, "{kind}: {scale}");
+    }
+}
+
+/// Issue 38: Figure only did not rescale the figure. Its "fit" (on by default) scales the whole
+/// comparison into the window; off, it is drawn at its size and scrolls.
+#[test]
+fn figure_only_fits_the_figure_to_the_window() {
+    let mut h = common::harness([1280.0, 800.0]);
+    h.key_press(egui::Key::P);
+    h.run();
+    h.get_by_label("compare").click();
+    h.run();
+    h.get_by_label("figure only").click();
+    h.run();
+    assert!(h.state().lab.fit);
+    let (layout, rect) = h.state().lab.layout.clone().unwrap();
+    assert!(
+        layout.height > 800.0,
+        "the comparison should not fit unscaled"
+    );
+    assert!(
+        rect.bottom() <= 800.0 && rect.right() <= 1280.0,
+        "fit: {rect:?} in 1280 × 800"
+    );
+    assert!(h.state().lab.figure_scale < 1.0);
+    // Hovering a block still finds it at its scaled place.
+    let b = layout.blocks[layout.blocks.len() / 2];
+    let s = h.state().lab.figure_scale;
+    let pointer = rect.min + egui::vec2(b.x + b.w / 2.0, b.y + b.h / 2.0) * s;
+    h.hover_at(pointer);
+    h.run();
+    h.get_by_label_contains(&format!("on stage {}", b.block.stage));
+    h.get_by_label("fit").click();
+    h.run();
+    assert!(!h.state().lab.fit);
+    // Off: as in the lab, only as narrow as the window, and taller than it.
+    let (layout, rect) = h.state().lab.layout.clone().unwrap();
+    let s = h.state().lab.figure_scale;
+    assert!(rect.right() <= 1280.0 && rect.width() > 1200.0, "{rect:?}");
+    assert!((rect.height() - layout.height * s).abs() < 0.5, "{rect:?}");
+    assert!(rect.bottom() > 800.0, "{rect:?}");
+}
+
+/// Issue 38: in the comparison, ZB-V's and DualPipeV's half-width chunk blocks lost their
+/// microbatch numbers (on screen, in the SVG and in the PNG). Every block has its number now,
+/// smaller where it must be; the SVG export writes them all.
+#[test]
+fn the_comparison_numbers_half_width_blocks() {
+    let dir = std::env::temp_dir().join(format!("gangway-vnumbers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut h = common::harness([1280.0, 900.0]);
+    h.key_press(egui::Key::P);
+    h.run();
+    h.get_by_label("compare").click();
+    h.run();
+    for kind in ["ZB-V", "DualPipeV"] {
+        h.get_all_by_label(kind).last().unwrap().click();
+        h.run();
+    }
+    let (layout, _) = h.state().lab.layout.clone().unwrap();
+    let figure = h.state().lab.figure().unwrap();
+    let titles: Vec<&str> = figure.rows.iter().map(|r| r.title.as_str()).collect();
+    assert!(
+        titles.contains(&"ZB-V") && titles.contains(&"DualPipeV"),
+        "{titles:?}"
+    );
+    let unlabelled: Vec<_> = layout.blocks.iter().filter(|b| !b.labelled).collect();
+    assert!(unlabelled.is_empty(), "{} unlabelled", unlabelled.len());
+    let numbers = texts_of(&layout)
+        .iter()
+        .filter(|t| t.parse::<usize>().is_ok_and(|n| (1..=8).contains(&n)))
+        .count();
+    assert!(numbers >= layout.blocks.len(), "{numbers} numbers");
+    h.state_mut().lab.export_path = dir.join("v").display().to_string();
+    h.get_by_label("Export SVG").click();
+    h.step();
+    let t0 = std::time::Instant::now();
+    while h.state().lab.exporter.is_busy() && t0.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.step();
+    }
+    let svg = std::fs::read_to_string(dir.join("v.svg")).unwrap();
+    let layout_texts = texts_of(&layout).len();
+    assert_eq!(svg.matches("<text ").count(), layout_texts);
+    let _ = std::fs::remove_dir_all(&dir);
 }

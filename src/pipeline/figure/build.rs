@@ -288,10 +288,9 @@ impl<'a> Builder<'a> {
                 hatch: None,
             });
             let label = b.microbatch.map(|m| (m + 1).to_string());
-            let fits = label
-                .as_ref()
-                .is_some_and(|l| text_width(l, st.label, true) + 0.2 * st.label + st.stroke <= w);
-            if let Some(l) = label.filter(|_| fits) {
+            let size = label.as_ref().and_then(|l| label_size(l, w, st));
+            let fits = size.is_some();
+            if let (Some(l), Some(size)) = (label, size) {
                 let ink = st.on(base);
                 let color = if later {
                     st.dim(ink).mix(fill, 0.3)
@@ -302,7 +301,7 @@ impl<'a> Builder<'a> {
                     x0 + 0.5 * w,
                     yb + 0.5 * st.lane_h,
                     l,
-                    st.label,
+                    size,
                     color,
                     Anchor::Middle,
                 );
@@ -460,14 +459,22 @@ impl<'a> Builder<'a> {
             items.push((Swatch::Block(WEIGHT_GRAD, None), "weight grad W".into()));
         }
         items.push((Swatch::Idle, "idle: bubble".into()));
+        let folded = rows.iter().any(FigureRow::folded);
         if chunks > 1 {
+            // A folded lane shades the stages its device holds, counted on the device (its
+            // first stage is the lightest); with chunks, the chunks of those stages in order.
+            let what = match (folded, rows.iter().all(|r| r.schedule.chunks <= 1)) {
+                (false, _) => "chunk",
+                (true, true) => "device's stage",
+                (true, false) => "device's chunk",
+            };
             for c in 0..chunks.min(4) {
                 let color = block_color(OpKind::Forward, c, chunks);
                 let shade = if c == 0 { "" } else { ", darker" };
-                items.push((Swatch::Block(color, None), format!("chunk {c}{shade}")));
+                items.push((Swatch::Block(color, None), format!("{what} {c}{shade}")));
             }
         }
-        let per = lane_word(rows.iter().any(FigureRow::folded));
+        let per = lane_word(folded);
         items.push((
             Swatch::Memory,
             format!("peak activations per {per} (microbatches)"),
@@ -533,6 +540,20 @@ impl<'a> Builder<'a> {
         y + line
     }
 }
+
+/// The font size of a block's microbatch number in a block `w` wide: the style's label size
+/// where the number and its padding fit, else as large as fits down to 60% of it (the V and
+/// bidirectional schedules' chunk ops are half a stage's F wide in a comparison, too narrow for
+/// the full size), else `None`: not drawn.
+pub(super) fn label_size(label: &str, w: f32, st: Style) -> Option<f32> {
+    // The fit rule: bold text plus a fifth of the size either side, plus the stroke.
+    let per_px = text_width(label, 1.0, true) + 0.2;
+    let size = ((w - st.stroke) / per_px).min(st.label);
+    (size >= LABEL_SHRINK * st.label).then_some(size)
+}
+
+/// How small a microbatch number may shrink to fit its block, as a fraction of the label size.
+pub(super) const LABEL_SHRINK: f32 = 0.6;
 
 /// "F 100 µs · B+W 200 µs", from the first op of each kind (per chunk when v > 1).
 pub(super) fn op_costs(r: &FigureRow, unit: Unit) -> String {

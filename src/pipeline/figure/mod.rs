@@ -1,5 +1,5 @@
 //! The textbook pipeline figure, for slides and for the viewer: one row per schedule, one lane per
-//! stage (per device, its stages' blocks shaded apart, when stages fold onto fewer devices), F/B/W blocks labelled with their microbatch, hatched bubbles, makespan and bubble beside
+//! stage (per device, its stages' blocks shaded apart, when stages fold onto fewer devices), F/B/W blocks labelled with their microbatch (in a smaller font on a narrow block), hatched bubbles, makespan and bubble beside
 //! each row, peak activation memory per stage, a shared time axis and a legend.
 //!
 //! The figure is computed once as a renderer-independent [`Layout`] (rectangles, text and lines
@@ -400,7 +400,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::collections::HashMap;
 
-    use super::build::nice_step;
+    use super::build::{LABEL_SHRINK, nice_step};
     use super::layout::text_width;
     use super::style::{CURSOR, Style};
     use super::svg::{escape, num};
@@ -559,9 +559,11 @@ mod tests {
                         assert!(text_width(&label, inside[0].3, true) < p.w);
                     } else {
                         assert!(inside.is_empty(), "{p:?}: {inside:?}");
-                        // The layout's rule: the label and its padding would not fit.
+                        // The layout's rule: the label and its padding would not fit, even
+                        // shrunk as far as it may be.
                         let st = Style::of(theme);
-                        let need = text_width(&label, st.label, true) + 0.2 * st.label + st.stroke;
+                        let size = LABEL_SHRINK * st.label;
+                        let need = text_width(&label, size, true) + 0.2 * size + st.stroke;
                         assert!(need > p.w, "{p:?}");
                     }
                 }
@@ -575,11 +577,103 @@ mod tests {
                 }
             }
         }
-        // Too narrow for any number: blocks still drawn, none labelled.
-        let l = compare().layout(10.0, Theme::Screen, None);
+        // Too narrow for numbers, even shrunk (64 microbatches at the narrowest width): blocks
+        // still drawn, not labelled.
+        let many = Figure::compare(
+            &FOUR,
+            4,
+            64,
+            2,
+            &Costs::compute_only(100, 100, 100),
+            &[],
+            Fold::OnePerStage,
+        )
+        .unwrap();
+        let l = many.layout(10.0, Theme::Screen, None);
         let inter: Vec<_> = l.blocks.iter().filter(|p| p.row == 2).collect();
-        assert_eq!(inter.len(), 2 * 8 * 4 * 2);
+        assert_eq!(inter.len(), 2 * 64 * 4 * 2);
         assert!(inter.iter().any(|p| !p.labelled));
+    }
+
+    /// Issue 38: the V and bidirectional schedules' chunk ops are half a stage's F wide in a
+    /// comparison, and lost their microbatch numbers on a projector. They keep them now, in a
+    /// smaller font where the full size does not fit, and the SVG carries them.
+    #[test]
+    fn half_width_chunk_blocks_keep_their_numbers() {
+        let kinds = [
+            ScheduleKind::OneFOneB,
+            ScheduleKind::ZbV,
+            ScheduleKind::DualPipe,
+            ScheduleKind::DualPipeV,
+        ];
+        let fig = Figure::compare(
+            &kinds,
+            4,
+            8,
+            2,
+            &Costs::compute_only(1000, 1000, 1000),
+            &[],
+            Fold::OnePerStage,
+        )
+        .unwrap();
+        assert_eq!(fig.rows.len(), 4);
+        let st = Style::of(Theme::Projector);
+        for width in [1280.0, 1600.0] {
+            let l = fig.layout(width, Theme::Projector, None);
+            let all_texts: Vec<_> = texts(&l).collect();
+            let mut shrunk = 0;
+            for p in &l.blocks {
+                assert!(p.labelled, "{p:?} at {width} px");
+                let label = (p.block.microbatch.unwrap() + 1).to_string();
+                let inside: Vec<_> = all_texts
+                    .iter()
+                    .filter(|t| t.0 > p.x && t.0 < p.x + p.w && t.1 > p.y && t.1 < p.y + p.h)
+                    .collect();
+                assert_eq!(inside.len(), 1, "{p:?}");
+                let (text, size) = (inside[0].2, inside[0].3);
+                assert_eq!(text, label);
+                assert!(size >= LABEL_SHRINK * st.label && size <= st.label);
+                assert!(text_width(text, size, true) + 0.2 * size + st.stroke <= p.w + 1e-3);
+                shrunk += usize::from(size < st.label);
+            }
+            // At 1280 px (a projector's width) the half-width blocks need the smaller size.
+            assert!(
+                width > 1280.0 || shrunk > 0,
+                "no half-width block at {width} px needed a smaller number"
+            );
+            // The SVG (and the PNG drawn from it) writes every number.
+            let doc = svg(&l);
+            assert_eq!(doc.matches("<text ").count(), all_texts.len());
+        }
+    }
+
+    /// Issue 38: folded, the lanes' shades are the stages a device holds, and the legend says
+    /// so; unfolded, they are chunks.
+    #[test]
+    fn the_legend_names_stage_shades_as_stages_when_folded() {
+        let legend = |fold: Fold, kind: ScheduleKind| {
+            let fig =
+                Figure::single(kind, 4, 8, 2, &Costs::compute_only(1, 1, 1), &[], fold).unwrap();
+            let l = fig.layout(1400.0, Theme::Screen, None);
+            texts(&l)
+                .map(|t| t.2.to_owned())
+                .filter(|t| t.starts_with("chunk ") || t.starts_with("device's "))
+                .collect::<Vec<_>>()
+        };
+        let folded = legend(Fold::Blocks { devices: 2 }, ScheduleKind::OneFOneB);
+        assert!(!folded.iter().any(|t| t.starts_with("chunk")), "{folded:?}");
+        assert_eq!(
+            folded,
+            ["device's stage 0", "device's stage 1, darker"],
+            "{folded:?}"
+        );
+        let chunks = legend(Fold::OnePerStage, ScheduleKind::Interleaved);
+        assert!(chunks.iter().any(|t| t == "chunk 1, darker"), "{chunks:?}");
+        let both = legend(Fold::RoundRobin { devices: 2 }, ScheduleKind::Interleaved);
+        assert!(
+            both.iter().any(|t| t == "device's chunk 3, darker"),
+            "{both:?}"
+        );
     }
 
     /// Idle stretches, found independently by sweeping time unit by unit, are exactly the

@@ -2,7 +2,9 @@
 //! simulation (or any set of the nine schedules stacked on one time axis at the same total
 //! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, peak activations, and an animation that plays or steps
-//! op by op saying what each stage waits for; a slow stage makes the stages uneven. The figure
+//! from one op start time to the next saying what each stage waits for; a slow stage makes the
+//! stages uneven, and transfers cost tenths of a µs up. A figure wider than the window is drawn
+//! smaller; "figure only" shows it with the player alone, fitted to the window. The figure
 //! exports as SVG and as a PNG drawn off screen, whole, for slides. With fewer devices than
 //! stages, the stages fold onto them (blocks or round robin) and the figure has a lane per
 //! device. "Run on devices" trains one MLP step with the same
@@ -47,8 +49,9 @@ pub struct LabParams {
     pub forward: u64,
     pub backward: u64,
     pub weight_grad: u64,
-    /// Each transfer's cost between stages, in the same units (0: free, as the textbook).
-    pub latency: u64,
+    /// Each transfer's cost between stages, in the same units (0: free, as the textbook), in
+    /// tenths at the finest: a transfer can cost less than one forward.
+    pub latency: f64,
     /// Whether the stages wait for their sends (synchronous) instead of overlapping them.
     pub wait_for_sends: bool,
     /// The schedules the comparison stacks: bit `i` for `ScheduleKind::ALL[i]`.
@@ -108,7 +111,7 @@ impl LabParams {
     /// The cost model of one microbatch through a stage's whole share, link included.
     pub fn share_costs(&self) -> Costs {
         Costs {
-            latency_ns: self.latency * UNIT_NS,
+            latency_ns: (self.latency.max(0.0) * UNIT_NS as f64).round() as u64,
             blocking_sends: self.wait_for_sends,
             ..Costs::compute_only(
                 self.forward * UNIT_NS,
@@ -129,7 +132,7 @@ impl Default for LabParams {
             forward: 1,
             backward: 1,
             weight_grad: 1,
-            latency: 0,
+            latency: 0.0,
             wait_for_sends: false,
             compared: CLASSIC_FOUR,
             slow_stage: 1,
@@ -321,6 +324,12 @@ pub struct BubbleLab {
     pub export_path: String,
     /// Only the figure and the player, for a lecture hall (Esc or the button returns).
     pub figure_only: bool,
+    /// In figure only: scale the whole figure down into the window, its height too (it is laid
+    /// out for the window's width already), so none of it scrolls.
+    pub fit: bool,
+    /// The scale the figure was painted at last frame: below 1 where its layout is wider than
+    /// the window (a projector's type at 1280 px), or what `fit` chose.
+    pub figure_scale: f32,
     /// The run on devices in progress, and what it is for.
     pending: Option<(RunShape, Job<Result<DeviceRun, String>>)>,
     /// The last run on devices, with the shape it ran (not necessarily the controls' now).
@@ -339,6 +348,8 @@ impl Default for BubbleLab {
             exporter: Exporter::default(),
             export_path: "pipeline-figure.svg".into(),
             figure_only: false,
+            fit: true,
+            figure_scale: 1.0,
             pending: None,
             measured: None,
         };
@@ -367,23 +378,28 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             v * m + q
         ),
         ScheduleKind::ZbH1 => format!(
-            "bubble = (p - 1) / (3m + p - 1) if F = B = W = {q} / (3*{m} + {q}) = {q}/{}",
+            "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
             3 * m + q
         ),
         ScheduleKind::ZbV => format!(
             "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
              {q} half-stage F"
         ),
+        // DeepSeek's F&B + B - 3W with B the full backward, as the textbook module computes it:
+        // an F overlapped with a full backward is F + B + W (B: input gradient, W: weight
+        // gradient), so the bracket is 2F at F = B = W (with F&B = F + B it would be 0).
         ScheduleKind::DualPipe => {
             let h = (p / 2).saturating_sub(1);
             format!(
-                "idle per stage = (p/2 - 1)(F&B + B - 3W) = {h} * 2F = {} F if F = B = W, \
-                 F&B = F + B",
+                "idle per stage = (p/2 - 1)(F&B + B_full - 3W) = {h} * 2F = {}F if F = B = W; \
+                 F&B = F + B + W is an F overlapped with a full backward, B_full = B + W",
                 2 * h
             )
         }
         ScheduleKind::DualPipeV => format!(
-            "idle per stage = (p - 1)(F&B + B - 3W) = {q} * 2F = {} half-stage F if F = B = W",
+            "idle per stage = (p - 1)(F&B + B_full - 3W) = {q} * 2F = {}F if F = B = W; F is a \
+             half stage's forward, F&B = F + B + W is an F overlapped with a full backward, \
+             B_full = B + W",
             2 * q
         ),
     }
@@ -544,9 +560,13 @@ impl BubbleLab {
         self.poll();
         if self.figure_only {
             let esc = ui.input(|i| i.key_pressed(Key::Escape));
-            if ui.button("show the controls (Esc)").clicked() || esc {
-                self.figure_only = false;
-            }
+            ui.horizontal(|ui| {
+                if ui.button("show the controls (Esc)").clicked() || esc {
+                    self.figure_only = false;
+                }
+                ui.toggle_value(&mut self.fit, "fit")
+                    .on_hover_text("scale the whole figure into the window: nothing to scroll");
+            });
             self.recompute();
             self.player_ui(ui);
             self.figure_ui(ui, theme);
@@ -590,8 +610,15 @@ impl BubbleLab {
             );
         });
         ui.horizontal_wrapped(|ui| {
-            ui.add(Slider::new(&mut self.params.latency, 0..=10).text("transfer cost"))
-                .on_hover_text("each activation or gradient transfer between stages (1 = 1 µs)");
+            ui.add(
+                Slider::new(&mut self.params.latency, 0.0..=10.0)
+                    .step_by(0.1)
+                    .fixed_decimals(1)
+                    .text("transfer cost"),
+            )
+            .on_hover_text(
+                "each activation or gradient transfer between stages (1 = 1 µs, in steps of 0.1)",
+            );
             ui.checkbox(
                 &mut self.params.wait_for_sends,
                 "stages wait for their sends",
@@ -774,10 +801,39 @@ impl BubbleLab {
             return;
         };
         // Laid out for the width there is now: a resize or a zoom refits it.
-        let layout = figure.layout(ui.available_width(), theme, self.player.at_ns());
-        let (response, rect) = paint::figure(ui, &layout);
+        let width = ui.available_width();
+        let mut layout = figure.layout(width, theme, self.player.at_ns());
+        // A layout wider than the window (its columns and a projector's type need more than
+        // 1280 px for some shapes) is drawn smaller rather than cut off at the right. Fit goes
+        // further: the whole figure in what is left of the window, above the stages' lines.
+        let mut scale = (width / layout.width).min(1.0);
+        if self.figure_only && self.fit {
+            let status = match (self.view, self.player.at_ns()) {
+                (LabView::One, Some(_)) => figure
+                    .rows
+                    .first()
+                    .map_or(0.0, |r| r.schedule.stages as f32),
+                _ => 0.0,
+            };
+            let line =
+                ui.text_style_height(&egui::TextStyle::Monospace) + ui.spacing().item_spacing.y;
+            let height = ui.clip_rect().bottom() - ui.cursor().top() - status * line;
+            scale = (width / layout.width).min(height / layout.height);
+            if scale > 0.0 && scale < width / layout.width {
+                // Too tall: lay it out wider by as much as it shrinks, so it still spans the
+                // window (its time axis longer, its height about the same).
+                layout = figure.layout(width / scale, theme, self.player.at_ns());
+                scale = (width / layout.width).min(height / layout.height);
+            }
+        }
+        let scale = if scale.is_finite() && scale > 0.0 {
+            scale
+        } else {
+            1.0
+        };
+        let (response, rect) = paint::figure(ui, &layout, scale);
         if let Some(pos) = response.hover_pos()
-            && let Some(b) = paint::block_at(&layout, rect.min, pos)
+            && let Some(b) = paint::block_at(&layout, rect.min, scale, pos)
         {
             let row = figure.rows.get(b.row).map_or("", |r| r.title.as_str());
             let kind = match b.block.kind {
@@ -789,17 +845,22 @@ impl BubbleLab {
                 .block
                 .microbatch
                 .map_or_else(String::new, |m| format!(" of microbatch {}", m + 1));
+            // The lane: a stage, or a device when folded (its chunk then counts the device's).
+            let lane = figure
+                .rows
+                .get(b.row)
+                .map_or_else(String::new, |r| r.lane_name(b.block.stage));
             timeline::tooltip_at_pointer(&response, |ui| {
                 ui.label(format!(
-                    "{row}: {kind}{mb}, chunk {}, on stage {}, {} to {}",
+                    "{row}: {kind}{mb}, chunk {}, on {lane}, {} to {}",
                     b.block.chunk,
-                    b.block.stage,
                     format_ns(b.block.start_ns as f64),
                     format_ns(b.block.end_ns as f64)
                 ));
             });
         }
         self.layout = Some((layout, rect));
+        self.figure_scale = scale;
         if self.view == LabView::One
             && let Some(t) = self.player.at_ns()
             && let Ok(r) = &self.result
@@ -841,7 +902,10 @@ impl BubbleLab {
             }
             let mut step = self.player.step();
             if ui
-                .add(Slider::new(&mut step, 0..=total).text("ops started"))
+                .add(Slider::new(&mut step, 0..=total).text("step"))
+                .on_hover_text(
+                    "one step per time at which ops start (ops starting together are one)",
+                )
                 .changed()
             {
                 self.player.playing = false;
@@ -867,10 +931,18 @@ impl BubbleLab {
         }
         match (self.player.step(), self.player.at_ns()) {
             (0, _) | (_, None) => {
-                ui.weak("play, or step op by op (← / →): ops not yet started are dimmed");
+                ui.weak(
+                    "play, or step from one op start to the next (← / →): ops not yet started \
+                     are dimmed",
+                );
             }
             (k, Some(t)) => {
-                ui.label(format!("op {k}/{total} started by {}", format_ns(t as f64)));
+                ui.label(format!(
+                    "{}/{} ops started by {} (step {k}/{total})",
+                    self.player.started(),
+                    self.player.ops(),
+                    format_ns(t as f64)
+                ));
             }
         }
     }

@@ -1,19 +1,21 @@
 //! Paints a [`Layout`] of the library's pipeline figure with egui, following the layout's
 //! painting conventions (see `gangway::pipeline::figure`), so the lab shows exactly what the
-//! SVG export and `gangway pipeline --svg` write.
+//! SVG export and `gangway pipeline --svg` write, at a scale (to fit a window) or at its size.
 
 use egui::{Align2, CornerRadius, FontFamily, FontId, Pos2, Rect, Sense, Stroke, Ui, Vec2};
 use gangway::pipeline::figure::{Anchor, Layout, PlacedBlock, Shape, hatch_lines};
 
 use crate::timeline::figure_color as color;
 
-/// Allocates the layout's size and paints it; the response hovers over the figure and the
-/// rect is where it was painted (for the PNG export).
-pub fn figure(ui: &mut Ui, layout: &Layout) -> (egui::Response, Rect) {
-    let (rect, response) =
-        ui.allocate_exact_size(Vec2::new(layout.width, layout.height), Sense::hover());
+/// Allocates the layout's size times `scale` and paints it so; the response hovers over the
+/// figure and the rect is where it was painted (for the PNG export).
+pub fn figure(ui: &mut Ui, layout: &Layout, scale: f32) -> (egui::Response, Rect) {
+    let (rect, response) = ui.allocate_exact_size(
+        Vec2::new(layout.width, layout.height) * scale,
+        Sense::hover(),
+    );
     let painter = ui.painter_at(rect);
-    let at = |x: f32, y: f32| rect.min + Vec2::new(x, y);
+    let at = |x: f32, y: f32| rect.min + Vec2::new(x, y) * scale;
     painter.rect_filled(rect, CornerRadius::ZERO, color(layout.background));
     for shape in &layout.shapes {
         match shape {
@@ -26,10 +28,10 @@ pub fn figure(ui: &mut Ui, layout: &Layout) -> (egui::Response, Rect) {
                 stroke,
                 hatch,
             } => {
-                let r = Rect::from_min_size(at(*x, *y), Vec2::new(*w, *h));
+                let r = Rect::from_min_size(at(*x, *y), Vec2::new(*w, *h) * scale);
                 painter.rect_filled(r, CornerRadius::ZERO, color(*fill));
                 if let Some(c) = hatch {
-                    let s = Stroke::new(layout.hatch_width, color(*c));
+                    let s = Stroke::new(layout.hatch_width * scale, color(*c));
                     for [x0, y0, x1, y1] in hatch_lines(*x, *y, *w, *h, layout.hatch_spacing) {
                         painter.line_segment([at(x0, y0), at(x1, y1)], s);
                     }
@@ -38,7 +40,7 @@ pub fn figure(ui: &mut Ui, layout: &Layout) -> (egui::Response, Rect) {
                     painter.rect_stroke(
                         r,
                         CornerRadius::ZERO,
-                        Stroke::new(*width, color(*c)),
+                        Stroke::new(*width * scale, color(*c)),
                         egui::StrokeKind::Middle,
                     );
                 }
@@ -57,12 +59,13 @@ pub fn figure(ui: &mut Ui, layout: &Layout) -> (egui::Response, Rect) {
                     Anchor::Middle => Align2::CENTER_CENTER,
                     Anchor::End => Align2::RIGHT_CENTER,
                 };
-                let font = FontId::new(*size, FontFamily::Proportional);
+                let font = FontId::new(*size * scale, FontFamily::Proportional);
                 let pos = at(*x, *y);
                 painter.text(pos, align, text, font.clone(), color(*c));
                 if *bold {
                     // egui's default fonts have no bold face: draw twice, half a pixel apart.
-                    painter.text(pos + Vec2::new(0.5, 0.0), align, text, font, color(*c));
+                    let nudge = Vec2::new(0.5 * scale.max(0.5), 0.0);
+                    painter.text(pos + nudge, align, text, font, color(*c));
                 }
             }
             Shape::Line {
@@ -73,16 +76,20 @@ pub fn figure(ui: &mut Ui, layout: &Layout) -> (egui::Response, Rect) {
                 width,
                 color: c,
             } => {
-                painter.line_segment([at(*x0, *y0), at(*x1, *y1)], Stroke::new(*width, color(*c)));
+                painter.line_segment(
+                    [at(*x0, *y0), at(*x1, *y1)],
+                    Stroke::new(*width * scale, color(*c)),
+                );
             }
         }
     }
     (response, rect)
 }
 
-/// The block under `pos` (screen points), if any, for the tooltip.
-pub fn block_at(layout: &Layout, origin: Pos2, pos: Pos2) -> Option<&PlacedBlock> {
-    let p = pos - origin;
+/// The block under `pos` (screen points) of a figure painted at `origin` times `scale`, if any,
+/// for the tooltip.
+pub fn block_at(layout: &Layout, origin: Pos2, scale: f32, pos: Pos2) -> Option<&PlacedBlock> {
+    let p = (pos - origin) / scale.max(f32::MIN_POSITIVE);
     layout
         .blocks
         .iter()

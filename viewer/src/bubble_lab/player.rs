@@ -1,6 +1,8 @@
 //! The lab's animation: a position on the simulated time axis that plays at a chosen speed or
-//! steps from one compute op's start to the next (sends and receives take no time in the lab's
-//! cost model, so they are not steps). Pure state, unit-tested; the UI drives it.
+//! steps from one start time of compute ops to the next (sends and receives take no time in the
+//! lab's cost model, so they are not steps). Ops that start together are one step: the figure
+//! lights what has started by a time, so a step per op would light several ops at one press
+//! and none at the next. Pure state, unit-tested; the UI drives it.
 
 use gangway::pipeline::{OpKind, Schedule, Simulation};
 
@@ -11,12 +13,14 @@ pub struct Player {
     pub playing: bool,
     /// Simulated nanoseconds per real second while playing.
     pub speed_ns_per_s: f64,
-    /// Compute ops started (0: before the first; the figure is then shown whole).
+    /// Start times reached (0: before the first; the figure is then shown whole).
     step: usize,
     /// Simulated time shown; `None` with step 0.
     at_ns: Option<f64>,
     /// Start of every compute op, sorted.
     starts: Vec<u64>,
+    /// The distinct start times, sorted: the steps.
+    times: Vec<u64>,
     end_ns: u64,
 }
 
@@ -37,24 +41,40 @@ impl Player {
             }));
         }
         starts.sort_unstable();
+        let mut times = starts.clone();
+        times.dedup();
         Self {
             playing: false,
             speed_ns_per_s: 4_000.0,
             step: 0,
             at_ns: None,
             starts,
+            times,
             end_ns,
         }
     }
 
-    /// Compute ops in all.
+    /// Steps in all: the distinct start times of the compute ops.
     pub fn total(&self) -> usize {
+        self.times.len()
+    }
+
+    /// Start times reached.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// Compute ops in all.
+    pub fn ops(&self) -> usize {
         self.starts.len()
     }
 
-    /// Compute ops started.
-    pub fn step(&self) -> usize {
-        self.step
+    /// Compute ops started by the time shown (all of them before the animation starts).
+    pub fn started(&self) -> usize {
+        match self.at_ns {
+            None => self.ops(),
+            Some(t) => self.starts.partition_point(|&s| s as f64 <= t),
+        }
     }
 
     /// The simulated time shown, if the animation has started: ops starting after it are
@@ -63,16 +83,16 @@ impl Player {
         self.at_ns.map(|t| t.round().max(0.0) as u64)
     }
 
-    /// Goes to just after the `step`-th compute op started (0: before any, the whole figure).
+    /// Goes to the `step`-th distinct start time (0: before any, the whole figure).
     pub fn set_step(&mut self, step: usize) {
         self.step = step.min(self.total());
         self.at_ns = match self.step {
             0 => None,
-            k => self.starts.get(k - 1).map(|&t| t as f64),
+            k => self.times.get(k - 1).map(|&t| t as f64),
         };
     }
 
-    /// One compute op on (`forward`) or back, and pause.
+    /// To the next start time (`forward`) or the one before, and pause.
     pub fn step_by(&mut self, forward: bool) {
         self.playing = false;
         let k = if forward {
@@ -114,7 +134,7 @@ impl Player {
 
     fn sync_step(&mut self) {
         if let Some(t) = self.at_ns {
-            self.step = self.starts.partition_point(|&s| s as f64 <= t);
+            self.step = self.times.partition_point(|&s| s as f64 <= t);
         }
     }
 }
@@ -134,22 +154,43 @@ mod tests {
     fn steps_are_compute_ops_only() {
         let (s, sim) = one_f_one_b();
         let p = Player::new([(&s, &sim)]);
-        // 2 stages × 2 microbatches × (F + B); the sends and receives are not steps.
-        assert_eq!(p.total(), 8);
-        assert!(sim.order.len() > p.total());
+        // 2 stages × 2 microbatches × (F + B); the sends and receives are not ops.
+        assert_eq!(p.ops(), 8);
+        assert!(sim.order.len() > p.ops());
+        // F 0 at 0; F 1 on stage 0 and F 0 on stage 1 at 1000; then one start per 1000 ns.
+        let mut starts: Vec<u64> = sim
+            .order
+            .iter()
+            .filter(|o| s.ops[o.stage][o.index].kind.is_compute())
+            .map(|o| o.at_ns)
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        assert_eq!(p.total(), starts.len());
+        assert!(p.total() < p.ops());
     }
 
     #[test]
-    fn stepping_moves_to_each_op_start_and_back_to_the_whole_figure() {
+    fn stepping_moves_to_each_start_time_and_back_to_the_whole_figure() {
         let (s, sim) = one_f_one_b();
         let mut p = Player::new([(&s, &sim)]);
-        assert_eq!(p.at_ns(), None);
+        assert_eq!((p.at_ns(), p.started()), (None, 8));
         p.step_by(true);
-        assert_eq!((p.step(), p.at_ns()), (1, Some(0)));
+        assert_eq!((p.step(), p.at_ns(), p.started()), (1, Some(0), 1));
         p.step_by(true);
-        assert_eq!(p.step(), 2);
-        // Stage 0's second F and stage 1's first both start when stage 0's first F ends.
-        assert_eq!(p.at_ns(), Some(1000));
+        // Stage 0's second F and stage 1's first both start when stage 0's first F ends: one
+        // step lights both.
+        assert_eq!((p.step(), p.at_ns(), p.started()), (2, Some(1000), 3));
+        // Every press moves on in time and starts something more.
+        let mut last = (p.at_ns(), p.started());
+        while p.step() < p.total() {
+            p.step_by(true);
+            let now = (p.at_ns(), p.started());
+            assert!(now.0 > last.0 && now.1 > last.1, "{last:?} -> {now:?}");
+            last = now;
+        }
+        assert_eq!(p.started(), p.ops());
+        p.set_step(2);
         p.step_by(false);
         p.step_by(false);
         assert_eq!((p.step(), p.at_ns()), (0, None));
@@ -165,8 +206,8 @@ mod tests {
         p.toggle_play();
         assert!(p.advance(1.5));
         assert_eq!(p.at_ns(), Some(1500));
-        // F of stage 0 mb 0 (0), F of stage 0 mb 1 (1000), F of stage 1 mb 0 (1000).
-        assert_eq!(p.step(), 3);
+        // F of stage 0 mb 0 (0), F of stage 0 mb 1 and of stage 1 mb 0 (both at 1000).
+        assert_eq!((p.step(), p.started()), (2, 3));
         assert!(!p.advance(1e6));
         assert_eq!(p.at_ns(), Some(sim.makespan_ns));
         assert_eq!(p.step(), p.total());
