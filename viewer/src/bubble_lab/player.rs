@@ -92,6 +92,18 @@ impl Player {
         };
     }
 
+    /// Goes to the time the `op`-th compute op (counting from 1, in start order) starts, with
+    /// the step there: what the figure showed at step `op` when steps were ops (0: before any).
+    pub fn go_to_op(&mut self, op: usize) {
+        match op
+            .checked_sub(1)
+            .and_then(|i| self.starts.get(i.min(self.ops().saturating_sub(1))))
+        {
+            None => self.set_step(0),
+            Some(&t) => self.set_step(self.times.partition_point(|&s| s <= t)),
+        }
+    }
+
     /// To the next start time (`forward`) or the one before, and pause.
     pub fn step_by(&mut self, forward: bool) {
         self.playing = false;
@@ -196,6 +208,21 @@ mod tests {
         assert_eq!((p.step(), p.at_ns()), (0, None));
         p.set_step(100);
         assert_eq!(p.step(), p.total());
+    }
+
+    #[test]
+    fn going_to_an_op_shows_its_start_time() {
+        let (s, sim) = one_f_one_b();
+        let mut p = Player::new([(&s, &sim)]);
+        // The 2nd and 3rd ops start together, at 1000: both lead to the same step.
+        p.go_to_op(3);
+        assert_eq!((p.step(), p.at_ns(), p.started()), (2, Some(1000), 3));
+        p.go_to_op(2);
+        assert_eq!((p.step(), p.at_ns()), (2, Some(1000)));
+        p.go_to_op(0);
+        assert_eq!((p.step(), p.at_ns()), (0, None));
+        p.go_to_op(1000);
+        assert_eq!((p.step(), p.started()), (p.total(), p.ops()));
     }
 
     #[test]
