@@ -810,3 +810,37 @@ fn the_comparison_numbers_half_width_blocks() {
     assert_eq!(svg.matches("<text ").count(), layout_texts);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The lecture view of issue 38, rendered: the projector theme at 1280 × 800, the comparison
+/// with ZB-V and DualPipeV (their half-width blocks numbered), in figure only with fit on.
+#[test]
+fn snapshot_bubble_lab_projector_fit() {
+    if !common::can_render("snapshot_bubble_lab_projector_fit") {
+        return;
+    }
+    let mut h = egui_kittest::Harness::builder()
+        .with_size([1280.0, 800.0])
+        .wgpu()
+        .build_ui_state(
+            |ui, app: &mut gangway_viewer::ViewerApp| app.show(ui),
+            common::app(),
+        );
+    h.key_press(egui::Key::P);
+    h.run();
+    h.get_by_label("compare").click();
+    h.run();
+    for kind in ["ZB-V", "DualPipeV"] {
+        h.get_all_by_label(kind).last().unwrap().click();
+        h.run();
+    }
+    h.get_by_label("figure only").click();
+    h.run();
+    h.remove_cursor();
+    h.run();
+    h.snapshot_options(
+        "bubble_lab_projector_fit",
+        &egui_kittest::SnapshotOptions::new()
+            .threshold(1.0)
+            .max_failed_pixels(60),
+    );
+}
