@@ -104,7 +104,7 @@ fn readme_screenshot() {
     let mut h = app_harness([1280.0, 800.0]);
     h.get_by_label("1F1B").click();
     h.run();
-    h.state_mut().lab.player.set_step(19);
+    h.state_mut().lab.player.go_to_op(19);
     h.run();
     h.remove_cursor();
     h.run();
@@ -124,7 +124,7 @@ fn readme_projector_comparison_screenshot() {
     h.get_by_label("compare").click();
     h.run();
     assert!(h.state().settings.projector);
-    h.state_mut().lab.player.set_step(130);
+    h.state_mut().lab.player.go_to_op(130);
     h.run();
     h.remove_cursor();
     h.run();
