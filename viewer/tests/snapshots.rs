@@ -257,3 +257,20 @@ fn readme_trace_drawing_screenshots() {
     }
     let _ = std::fs::remove_file(&hand);
 }
+
+/// Issue 38's projector case: Interleaved 1F1B in the projector theme at 1280 × 800, which was
+/// cut off on the right; now drawn smaller to fit the window.
+#[test]
+fn readme_projector_interleaved_screenshot() {
+    if !common::can_render("readme_projector_interleaved_screenshot") {
+        return;
+    }
+    let mut h = app_harness([1280.0, 800.0]);
+    h.key_press(egui::Key::P);
+    h.run();
+    h.get_by_label("Interleaved 1F1B").click();
+    h.run();
+    h.remove_cursor();
+    h.run();
+    save_screenshot(&mut h, "viewer-lab-projector-interleaved.png", [1280, 800]);
+}
