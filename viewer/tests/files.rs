@@ -103,9 +103,15 @@ fn save_the_lab_timeline_then_open_it() {
     std::fs::write(&path, "old contents").unwrap();
     let mut h = files_tab([1100.0, 700.0]);
     h.state_mut().files.path = path.display().to_string();
+    h.state_mut().files.save_path = path.display().to_string();
     h.get_by_label("bubble-lab timeline").click();
     h.run();
     h.get_by_label("Save").click();
+    h.step();
+    settle(&mut h);
+    // The file exists: replaced only once the user says so.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "old contents");
+    h.get_by_label("Overwrite").click();
     h.step();
     settle(&mut h);
     // 1F1B p = 4, m = 8: 64 compute events.
@@ -127,9 +133,12 @@ fn save_the_lab_timeline_then_open_it() {
     // nothing behind.
     let blocked = dir.join("blocked");
     std::fs::create_dir_all(blocked.join("x")).unwrap();
-    h.state_mut().files.path = blocked.display().to_string();
+    h.state_mut().files.save_path = blocked.display().to_string();
     h.run();
     h.get_by_label("Save").click();
+    h.step();
+    settle(&mut h);
+    h.get_by_label("Overwrite").click();
     h.step();
     settle(&mut h);
     h.get_by_label_contains("error: cannot write");
@@ -241,14 +250,24 @@ fn bytes_are_told_apart_as_their_value_is() {
         assert_eq!(told(&from_bytes), told(&from_value), "{text}");
         summaries.push(told(&from_bytes));
     }
-    assert_eq!(summaries[0], "Chrome trace: 1 events");
-    assert_eq!(summaries[1], "Chrome trace: 2 events");
-    assert_eq!(summaries[2], "Chrome trace: 1 events");
+    // No gangway marker: anyone's trace, a row per thread.
+    assert_eq!(
+        summaries[0],
+        "Chrome trace: 1 slices on 1 threads, 0 counter tracks"
+    );
+    assert_eq!(
+        summaries[1],
+        "Chrome trace: 2 slices on 1 threads, 0 counter tracks"
+    );
+    assert_eq!(
+        summaries[2],
+        "Chrome trace: 1 slices on 1 threads, 0 counter tracks"
+    );
     for (i, want) in [
         (3, "\"traceEvents\" array"),
         (4, "before schema version 1"),
         // An empty array is an empty trace (issue 25: it read as an old bench result array).
-        (5, "Chrome trace: 0 events"),
+        (5, "Chrome trace: 0 slices on 0 threads"),
         (6, "nor a gangway bench report"),
         (7, "nor a gangway bench report"),
     ] {
