@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The Transformer of `gangway train lm`, rebuilt in NumPy from the README's description alone,
-on weights `gangway export` wrote: a check that the file and the description are enough to get
-gangway's logits elsewhere.
+"""The Transformer of `gangway train lm`, rebuilt in NumPy from the description alone (the
+book's Transformer guide, docs/src/guide/transformer.md), on weights `gangway export` wrote:
+a check that the file and the description are enough to get gangway's logits elsewhere.
 
     python3 scripts/transformer_numpy.py model.safetensors --prompt "The " --max-bytes 40
 

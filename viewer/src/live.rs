@@ -23,8 +23,8 @@ const UNPOLLED_NS: u64 = 1_000_000_000;
 /// once, so frames come at most 4 times a second (as often as utilization is sampled) and only
 /// when events arrived; input (a pan, a hover) still draws at once. A frame of the whole window
 /// costs egui's software rendering about 40 ms at 1280 × 800 on a machine without a GPU (the
-/// README's viewer measurements): drawn as fast as events came, the Live tab took 92-98 % of a
-/// core to show devices 2-5 % busy; at 10 Hz it took 44 %.
+/// book's viewer guide, docs/src/guide/viewer.md): drawn as fast as events came, the Live tab
+/// took 92-98 % of a core to show devices 2-5 % busy; at 10 Hz it took 44 %.
 pub const REPAINT_EVERY: Duration = Duration::from_millis(250);
 
 /// Devices found at start-up, shared by everything that runs real work.

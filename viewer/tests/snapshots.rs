@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! Small rendered snapshots (wgpu renderer; lavapipe in CI), compared with tolerant thresholds,
-//! and the README screenshot. Skipped with a message when no adapter can render.
+//! and the README's and the book's screenshots. Skipped with a message when no adapter can render.
 
 mod common;
 
@@ -111,7 +111,7 @@ fn readme_screenshot() {
     save_screenshot(&mut h, "viewer.png", [1280, 800]);
 }
 
-/// The README's lecture screenshot: the four schedules stacked on one time axis, in the
+/// The viewer guide's lecture screenshot: the four schedules stacked on one time axis, in the
 /// projector theme, animated to the middle of the step.
 #[test]
 fn readme_projector_comparison_screenshot() {
@@ -146,7 +146,7 @@ fn save_screenshot(h: &mut Harness<'static, ViewerApp>, name: &str, size: [u32; 
     eprintln!("wrote {}", path.display());
 }
 
-/// The README's second screenshot: the development machine's bench report, matmul suite.
+/// The viewer guide's bench screenshot: the development machine's bench report, matmul suite.
 #[test]
 fn readme_bench_screenshot() {
     if !common::can_render("readme_bench_screenshot") {

@@ -97,7 +97,8 @@ pub(crate) enum Command {
     /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights).
     Generate(GenerateArgs),
     /// Write a Transformer's weights alone as safetensors (names, shapes and config documented in
-    /// the README), for PyTorch, JAX or Hugging Face tools.
+    /// the book's Transformer guide, docs/src/guide/transformer.md), for PyTorch, JAX or Hugging
+    /// Face tools.
     Export(ExportArgs),
     /// Read Transformer weights in safetensors (gangway's, or written elsewhere with --config),
     /// check them, and write them as a gangway weights file.
@@ -413,7 +414,7 @@ pub(crate) struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct ImportArgs {
-    /// Weights in safetensors, named and shaped as the README documents.
+    /// Weights in safetensors, named and shaped as the book's Transformer guide documents.
     #[arg(long)]
     pub(crate) weights: PathBuf,
     /// The model's configuration as JSON (the `gangway.config` metadata's form), for files
