@@ -706,7 +706,7 @@ fn measure_open_frame_gaps_30mb() {
         start.elapsed()
     );
     // Saving it again, in the background.
-    h.state_mut().files.path = temp_dir()
+    h.state_mut().files.save_path = temp_dir()
         .join("measure-30mb-saved.json")
         .display()
         .to_string();
