@@ -3,7 +3,8 @@
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
 //! - [`Mesh`], [`NamedSharding`]: devices in named-axis grids, and how values lie over them.
 //! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
-//!   (three variants + autotuner), MoE router, dispatch/combine, the training kernels.
+//!   (five variants and an autotuner), attention, MoE router, dispatch/combine, the training
+//!   kernels.
 //! - [`collective`]: the transports between a job's processes (in-process ranks, MPI).
 //! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
 //!   that gang-schedules them.

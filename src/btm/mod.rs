@@ -9,7 +9,9 @@
 //! 3. *Merge*: the domain-posterior ensemble ([`ensemble`]) or parameter averaging ([`average`]);
 //!    either can seed a new branch for a new domain.
 //!
-//! Every phase trains through [`crate::moe::training_run::train`]: there is one trainer.
+//! This module's phases train the MoE LM through [`crate::moe::training_run::train`]; the
+//! Transformer's expert LMs have their own comparison, [`crate::transformer::btm`], on the
+//! Transformer's trainer (two trainers: issue 39 makes them one).
 
 pub mod ensemble;
 pub mod experiment;

@@ -4,8 +4,11 @@
 //! mesh (`step_program`, run by [`trainer`]).
 //!
 //! Files are safetensors ([`checkpoint`]); [`training_run`] trains on a corpus and generates
-//! text; [`compare`] and [`btm`] are the seeds' two comparisons on it. **Partial** (issue 23):
-//! f16 attention and dropless routing are not built yet.
+//! text; [`compare`] and [`btm`] are the seeds' two comparisons on it. The step runs in f32:
+//! the attention kernel's f16 storage ([`crate::kernels::attention`], on devices with
+//! `shader-f16`) is built and tested but not chosen here. The expert layer may be dropless (a
+//! capacity factor of E/K, so every expert's slots hold its whole group: `--capacity-factor
+//! dropless`).
 //!
 //! # The model
 //!
