@@ -14,7 +14,7 @@
 
 use crate::collective::transport::Transport;
 use crate::device::{MeshDevice, RemoteDevice};
-use crate::trace::{Event, ns_since_epoch};
+use crate::trace::{Event, Track, ns_since_epoch};
 use crate::{Device, DeviceInfo, Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -51,7 +51,7 @@ struct RankDevices {
 }
 
 /// A whole job's trace: every rank's events, and a name per (rank, device) process.
-pub type JobTrace = (Vec<Event>, Vec<(usize, String)>);
+pub type JobTrace = (Vec<Event>, Vec<Track>);
 
 /// One rank's trace clock against rank 0's.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -244,16 +244,16 @@ impl Job {
 
     /// One trace of the whole job on rank 0 (`None` on the others): every rank's `events`, its
     /// devices renumbered rank by rank (rank r's device i after every device of ranks before r)
-    /// so that each (rank, device) is one process of the Chrome trace, named after `names`
-    /// (`(device, name)`, each rank's own), and every time moved onto rank 0's clock by
+    /// so that each (rank, device) is one process of the Chrome trace, its [`Track`] `tracks`'
+    /// (each rank's own, with its rank set when there are several), and every time moved onto rank 0's clock by
     /// `offsets` ([`Self::clock_offsets`], taken on every rank alike). A collective.
     pub fn gather_trace(
         &self,
         events: Vec<Event>,
-        names: &[(usize, String)],
+        tracks: &[Track],
         offsets: &[ClockOffset],
     ) -> Result<Option<JobTrace>> {
-        let mine = (events, names.to_vec());
+        let mine = (events, tracks.to_vec());
         let Some(all) = self.gather(&mine)? else {
             return Ok(None);
         };
@@ -264,7 +264,7 @@ impl Job {
             let at = |t: u64| (i128::from(t) + i128::from(shift)).max(0) as u64;
             let devices = rank_names
                 .iter()
-                .map(|(d, _)| d + 1)
+                .map(|t| t.id + 1)
                 .chain(rank_events.iter().map(|e| e.device + 1))
                 .max()
                 .unwrap_or(0);
@@ -278,11 +278,13 @@ impl Job {
             } else {
                 String::new()
             };
-            named.extend(
-                rank_names
-                    .into_iter()
-                    .map(|(d, name)| (base + d, format!("{prefix}{name}"))),
-            );
+            let several = self.size() > 1;
+            named.extend(rank_names.into_iter().map(|mut t| {
+                t.id += base;
+                t.label = format!("{prefix}{}", t.label);
+                t.rank = several.then_some(rank);
+                t
+            }));
             base += devices;
         }
         events.sort_by_key(|e| (e.start_ns, e.end_ns));

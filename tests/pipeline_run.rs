@@ -135,7 +135,7 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
                 "{what}: {kernels} kernels, {compute} ops"
             );
 
-            let json = chrome::to_json(&run.events, &run.device_names);
+            let json = chrome::to_json(&run.events, &run.tracks);
             let summary = chrome::check(&json).unwrap_or_else(|e| panic!("{what}: {e}"));
             let transfers = run
                 .events
@@ -280,9 +280,26 @@ fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
         for (layer, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
             common::assert_close(&format!("{what} layer {layer}"), got, want, 1e-4);
         }
-        assert_eq!(run.device_names.len(), d, "{what}");
+        assert_eq!(run.tracks.len(), d, "{what}");
+        // Each lane is a device holding its stages, as a type; the label is for people.
+        assert_eq!(
+            run.tracks[0].kind,
+            gangway::trace::TrackKind::Device,
+            "{what}"
+        );
+        assert_eq!(
+            run.tracks[0].stages,
+            fold.devices_of(p)
+                .unwrap()
+                .iter()
+                .enumerate()
+                .filter(|&(_, &dev)| dev == 0)
+                .map(|(s, _)| s)
+                .collect::<Vec<_>>(),
+            "{what}"
+        );
         assert!(
-            run.device_names[0].1.starts_with("device 0 (stages "),
+            run.tracks[0].label.starts_with("device 0 (stages "),
             "{what}"
         );
         assert!(run.events.iter().all(|e| e.device < d), "{what}");

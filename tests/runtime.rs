@@ -320,8 +320,11 @@ fn traces_export_to_valid_chrome_json(adapters: &Adapters) {
             .iter()
             .all(|e| e.microbatch == Some(7) && e.program == Some(exec.id()))
     );
-    let names: Vec<(usize, String)> = devices.iter().map(|d| (d.id(), d.label())).collect();
-    let json = chrome::to_json(&recorded, &names);
+    let tracks: Vec<gangway::trace::Track> = devices
+        .iter()
+        .map(|d| gangway::trace::Track::device(d.id(), d.label()))
+        .collect();
+    let json = chrome::to_json(&recorded, &tracks);
     let summary = chrome::check(&json).unwrap();
     assert!(summary.flow_pairs >= 6, "{summary:?}");
     assert!(

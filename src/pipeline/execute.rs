@@ -12,8 +12,8 @@
 //! **Trace.** The runtime traces every kernel (GPU-timestamped where the adapter can) and
 //! transfer; the report turns them into the pipeline's view, with the *stage index* as `device`
 //! (not [`crate::Device::id`]; with a [`Fold`], the index of the stage's device among the run's),
-//! so [`super::timeline`] and the simulator's events line up ([`RunReport::device_names`] names
-//! each lane's process after its device). An op is one compute-lane kernel event named `F`, `B`,
+//! so [`super::timeline`] and the simulator's events line up ([`RunReport::tracks`] says what
+//! each lane is: a stage, or folded, a device or a gang with its stages). An op is one compute-lane kernel event named `F`, `B`,
 //! `W` (with `.c<k>` when its device holds more than one chunk, as the simulator names them)
 //! spanning its kernels, with its microbatch. A send is a transfer-lane
 //! event (the readback, from when the op that made its tensor ended) carrying the flow's `Out`
@@ -34,6 +34,7 @@ use crate::device::DeviceList;
 use crate::program::{CompileOptions, HostData, Variables};
 use crate::sched::{Client, RunOptions};
 use crate::trace::Event;
+use crate::trace::Track;
 use crate::{DType, Error, Result, Tensor};
 
 /// What one pipelined training step did and how long it took.
@@ -46,9 +47,10 @@ pub struct RunReport {
     /// Every event of the run, by start time; `device` is the stage index, or its device's when
     /// folded (see the module docs).
     pub events: Vec<Event>,
-    /// `(stage, "stage s: <device label>")` (folded: `(d, "device d (stages …): <label>")`),
-    /// for [`crate::trace::chrome::to_json`].
-    pub device_names: Vec<(usize, String)>,
+    /// What each lane is: a stage (`stage s: <device label>`), or folded, a device or a gang of
+    /// devices with the stages it holds (`device d (stages …): <label>`), for
+    /// [`crate::trace::chrome::to_json`].
+    pub tracks: Vec<Track>,
     /// From the first F/B/W start to the last F/B/W end, over all stages.
     pub makespan_ns: u64,
     /// Mean measured F, B and W per op (per chunk); without split backward, `backward_ns` is the

@@ -33,25 +33,6 @@ pub fn lane_word(folded: bool) -> &'static str {
     if folded { "device" } else { "stage" }
 }
 
-/// The lane word a pipeline run's device name ([`super::RunReport::device_names`]) starts
-/// with: `"stage"` (`stage s: …`), or folded `"device"` (`device d (stages …): …`) or, for
-/// stages on gangs of devices, `"gang"`. What a reader of a run's trace titles its lanes by.
-pub fn lane_word_of(device_name: &str) -> &'static str {
-    // Folded names say which stages the lane holds; a bare "device 3" (a trace's default
-    // name) does not make a run folded.
-    let folded = |w: &str| {
-        device_name
-            .strip_prefix(w)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|rest| rest.split_once(' '))
-            .is_some_and(|(n, rest)| n.parse::<usize>().is_ok() && rest.starts_with("(stages "))
-    };
-    ["device", "gang"]
-        .into_iter()
-        .find(|w| folded(w))
-        .unwrap_or("stage")
-}
-
 impl Fold {
     /// Parses the CLI's `--fold`: `blocks` or `round-robin`, onto `devices` devices.
     pub fn parse(placement: &str, devices: usize) -> Result<Fold, ScheduleError> {
@@ -140,20 +121,6 @@ pub(super) fn op_name(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_lane_word_is_read_off_the_name_a_run_gave_its_lane() {
-        assert_eq!(lane_word_of("stage 2: #2 llvmpipe"), "stage");
-        assert_eq!(
-            lane_word_of("device 0 (stages 0, 1): #0 llvmpipe"),
-            "device"
-        );
-        assert_eq!(lane_word_of("gang 1 (stages 1, 3): #2 a + #3 b"), "gang");
-        // A word that only begins like one, or another tool's name, is a stage's.
-        assert_eq!(lane_word_of("devices: #0"), "stage");
-        assert_eq!(lane_word_of("device 3"), "stage");
-        assert_eq!(lane_word_of("python3 (pid 12)"), "stage");
-    }
 
     #[test]
     fn placements_put_stages_where_their_names_say() {

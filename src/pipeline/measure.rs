@@ -15,7 +15,8 @@ use super::stage_model::StageModel;
 use crate::Result;
 use crate::program::{Op, Program};
 use crate::trace::{
-    Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, exposed_wait_ns, pipeline_bubble,
+    Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, Track, TrackKind, exposed_wait_ns,
+    pipeline_bubble,
 };
 
 /// The runtime's events of program `program` as the pipeline's view (see the module docs).
@@ -177,7 +178,7 @@ pub(super) fn report<M: StageModel>(
         pipeline_bubble(&events).map_or((0, 0.0), |b| (b.makespan_ns, b.fraction));
     let simulated = simulate_folded(schedule, &measured, &[], plan.fold)?;
     let folded = plan.fold.shares(schedule.stages);
-    let device_names = (0..plan.fold.device_count(schedule.stages))
+    let tracks = (0..plan.fold.device_count(schedule.stages))
         .map(|d| {
             let label = plan
                 .gang_of(d)
@@ -186,25 +187,25 @@ pub(super) fn report<M: StageModel>(
                 .collect::<Vec<_>>()
                 .join(" + ");
             if !folded {
-                return (d, format!("stage {d}: {label}"));
+                return Track::holding(d, TrackKind::Stage, vec![d], format!("stage {d}: {label}"));
             }
-            let held: Vec<String> = (0..schedule.stages)
-                .filter(|&s| plan.dev(s) == d)
-                .map(|s| s.to_string())
-                .collect();
+            let held: Vec<usize> = (0..schedule.stages).filter(|&s| plan.dev(s) == d).collect();
             // A folded lane is one device, or one gang of devices (MoE stages).
-            let unit = if plan.gang > 1 { "gang" } else { "device" };
-            (
-                d,
-                format!("{unit} {d} (stages {}): {label}", held.join(", ")),
-            )
+            let kind = if plan.gang > 1 {
+                TrackKind::Gang
+            } else {
+                TrackKind::Device
+            };
+            let list: Vec<String> = held.iter().map(usize::to_string).collect();
+            let label = format!("{} {d} (stages {}): {label}", kind.word(), list.join(", "));
+            Track::holding(d, kind, held, label)
         })
         .collect();
     Ok(RunReport {
         weights,
         loss: loss as f32,
         events,
-        device_names,
+        tracks,
         makespan_ns,
         measured,
         measured_bubble,

@@ -64,7 +64,7 @@ pub use engine::OpAt;
 pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
-pub use fold::{Fold, lane_word, lane_word_of};
+pub use fold::{Fold, lane_word};
 pub use link::Link;
 pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
 pub use moe_stack::{MoeStack, MoeStackConfig};

@@ -4,8 +4,8 @@
 //! viewer and the tests share one model. A [`Tracer`] records and streams events; it is off by
 //! default and then costs a branch per call. [`mod@utilization`] measures device busy time and
 //! [`chrome`] exports traces for Perfetto / `chrome://tracing`, checks their structure and reads
-//! them back (other tools' traces too). [`summary`] sums a read trace up, and [`bubble`]
-//! measures a pipeline trace's bubble.
+//! them back (other tools' traces too). [`summary`] sums a read trace up, [`bubble`]
+//! measures a pipeline trace's bubble, and [`track`] says what each lane of a trace is.
 
 pub mod bubble;
 pub mod chrome;
@@ -13,12 +13,14 @@ pub mod event;
 pub mod meta;
 pub mod summary;
 pub mod tracer;
+pub mod track;
 pub mod utilization;
 
 pub use bubble::{PipelineBubble, PipelineOp, pipeline_bubble};
 pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch};
+pub use track::{Track, TrackKind};
 pub use utilization::{
     BusyTime, exposed_wait_ns, overlap_ns, span, utilization, utilization_series,
 };

@@ -323,10 +323,10 @@ impl TraceSummary {
 
 fn device_name(trace: &ChromeTrace, device: usize) -> Option<String> {
     trace
-        .device_names
+        .tracks
         .iter()
-        .find(|(d, _)| *d == device)
-        .map(|(_, n)| n.clone())
+        .find(|t| t.id == device)
+        .map(|t| t.label.clone())
 }
 
 #[cfg(test)]
@@ -405,7 +405,11 @@ mod tests {
             k(1, "B0", 200, 260),
             EventMeta::host_encode(1).event("encode".into(), 0, 400),
         ];
-        let trace = parse(&to_json(&events, &[(0, "gpu A".into())])).unwrap();
+        let trace = parse(&to_json(
+            &events,
+            &[crate::trace::Track::device(0, "gpu A")],
+        ))
+        .unwrap();
         let s = TraceSummary::of(&trace, 10);
         assert_eq!(s.dialect, "gangway");
         let d: Vec<(usize, u64, u64, u64, u64, u64)> = s

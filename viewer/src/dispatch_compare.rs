@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use egui::Ui;
 use gangway::sched::{DispatchMode, Runtime};
+use gangway::trace::Track;
 
 use crate::background::{self, Job};
 use crate::live::{DeviceHub, chain, chain_client, run_chain};
@@ -42,9 +43,9 @@ fn run_mode(runtime: &Runtime, mode: DispatchMode) -> Result<ModeRun, String> {
     let events = run_chain(&client, &exec, mode, RUNS, true).map_err(|e| e.to_string())?;
     let wall_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let mut data = TimelineData::from_events(events);
-    data.device_names = devices
+    data.lanes = devices
         .iter()
-        .map(|d| (d.id(), d.info().name.clone()))
+        .map(|d| (d.id(), Track::device(d.id(), d.info().name.clone())))
         .collect();
     Ok(ModeRun {
         mode,

@@ -30,7 +30,7 @@ use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
 use gangway::trace::chrome::{ChromeTrace, Dialect, Id, InstantScope, process_label};
-use gangway::trace::{Event, Lane};
+use gangway::trace::{Event, Lane, Track};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -264,7 +264,7 @@ fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
         events,
         flows,
         instants,
-        device_names,
+        tracks,
         rows,
         counters,
         phases,
@@ -309,16 +309,11 @@ fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
             name: i.name,
         })
         .collect();
-    data.device_names = device_names.into_iter().collect();
     if bubble.is_some() {
-        // Titled as the run names its lanes: stages, or folded, devices or gangs of them.
-        let word = data
-            .device_names
-            .values()
-            .next()
-            .map_or("stage", |name| gangway::pipeline::lane_word_of(name));
-        data.device_prefix = Some(word.into());
+        // Titled as the run's tracks say its lanes are: stages, or folded, devices or gangs.
+        data.device_prefix = Some(gangway::trace::track::kind_of(&tracks).word().into());
     }
+    data.lanes = tracks.into_iter().map(|t| (t.id, t)).collect();
     for (i, row) in rows.iter().enumerate() {
         data.row_titles.insert(i, row.thread_label());
         data.groups.insert(i, row.process_label());
@@ -372,10 +367,10 @@ pub fn open(path: &Path) -> Result<Loaded, String> {
 pub fn save_trace(
     path: &Path,
     events: &[Event],
-    names: &[(usize, String)],
+    tracks: &[Track],
     overwrite: bool,
 ) -> Result<(), String> {
-    let json = gangway::trace::chrome::to_string(events, names);
+    let json = gangway::trace::chrome::to_string(events, tracks);
     write_file(path, json.as_bytes(), overwrite)
 }
 
@@ -433,7 +428,7 @@ enum Payload {
     /// The opened file's bytes, as read.
     Bytes(Arc<[u8]>),
     /// A timeline's events and device names, in gangway's layout.
-    Events(Vec<Event>, Vec<(usize, String)>),
+    Events(Vec<Event>, Vec<Track>),
 }
 
 /// What a worker hands back.
@@ -909,7 +904,7 @@ impl FilesTab {
                     lab
                 };
                 match source.filter(|d| !d.is_empty()) {
-                    Some(d) => Payload::Events(d.all_events().cloned().collect(), names_of(d)),
+                    Some(d) => Payload::Events(d.all_events().cloned().collect(), tracks_of(d)),
                     None => {
                         self.message = Some(Err("nothing to save: that timeline is empty".into()));
                         return;
@@ -925,7 +920,7 @@ impl FilesTab {
                         bytes.len()
                     )
                 }),
-                Payload::Events(events, names) => save_trace(&path, &events, &names, overwrite)
+                Payload::Events(events, tracks) => save_trace(&path, &events, &tracks, overwrite)
                     .map(|()| format!("saved {} events to {shown}", events.len())),
             })
         });
@@ -1211,12 +1206,9 @@ impl FilesTab {
     }
 }
 
-/// The device names of `data`, as the exporter takes them.
-fn names_of(data: &TimelineData) -> Vec<(usize, String)> {
-    data.device_names
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect()
+/// What the lanes of `data` are, as the exporter takes them.
+fn tracks_of(data: &TimelineData) -> Vec<Track> {
+    data.lanes.values().cloned().collect()
 }
 
 /// Compares the report at `old` with `new`.

@@ -357,19 +357,21 @@ fn projector_timelines_are_larger() {
     assert!(projector_w < screen_w, "{projector_w} vs {screen_w}");
 }
 
-/// A folded run's trace is titled as the run named its lanes: here gangs of devices (MoE stages
-/// folded onto pairs), not stages.
+/// A folded run's trace is titled by what its lanes are ([`gangway::trace::Track`]'s kind):
+/// here gangs of devices (MoE stages folded onto pairs), not stages, whatever the labels say.
 #[test]
 fn folded_pipeline_traces_are_titled_by_their_lanes() {
     use gangway::pipeline::{Costs, Fold, Schedule, ScheduleKind, simulate_folded};
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
     let costs = Costs::compute_only(1_000_000, 2_000_000, 0);
     let sim = simulate_folded(&schedule, &costs, &[], Fold::RoundRobin { devices: 2 }).unwrap();
-    let names = [
-        (0, "gang 0 (stages 0, 2): #0 a + #1 b".to_string()),
-        (1, "gang 1 (stages 1, 3): #2 c + #3 d".to_string()),
+    use gangway::trace::{Track, TrackKind};
+    // Labels that name no kind: the title comes from the tracks' kind alone.
+    let tracks = [
+        Track::holding(0, TrackKind::Gang, vec![0, 2], "#0 a + #1 b"),
+        Track::holding(1, TrackKind::Gang, vec![1, 3], "#2 c + #3 d"),
     ];
-    let json = gangway::trace::chrome::to_string(&sim.events, &names);
+    let json = gangway::trace::chrome::to_string(&sim.events, &tracks);
     let Loaded::Trace(t) = open_bytes(json.as_bytes(), "folded.json").unwrap() else {
         panic!("not a trace");
     };
@@ -384,15 +386,19 @@ fn folded_pipeline_traces_are_titled_by_their_lanes() {
     );
 }
 
-/// Pipeline traces opened from Files are titled by stage and their blocks numbered by
-/// microbatch, as in the lab (the tryout saw "dev N" and no numbers).
+/// Pipeline traces opened from Files are titled by stage (their tracks say so) and their blocks
+/// numbered by microbatch, as in the lab (the tryout saw "dev N" and no numbers).
 #[test]
 fn pipeline_traces_read_like_the_lab() {
     use gangway::pipeline::{Costs, Schedule, ScheduleKind, simulate};
+    use gangway::trace::{Track, TrackKind};
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 2, 2, 1).unwrap();
     let costs = Costs::compute_only(1_000_000, 2_000_000, 0);
     let sim = simulate(&schedule, &costs).unwrap();
-    let json = gangway::trace::chrome::to_string(&sim.events, &[]);
+    let tracks: Vec<Track> = (0..2)
+        .map(|s| Track::holding(s, TrackKind::Stage, vec![s], format!("stage {s}")))
+        .collect();
+    let json = gangway::trace::chrome::to_string(&sim.events, &tracks);
     let Loaded::Trace(t) = open_bytes(json.as_bytes(), "p.json").unwrap() else {
         panic!("not a trace");
     };

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use gangway::pipeline::{Costs, Schedule, ScheduleKind, Simulation, simulate};
-use gangway::trace::{Clock, Event, EventKind, Lane};
+use gangway::trace::{Clock, Event, EventKind, Lane, Track, TrackKind};
 use gangway_viewer::files::{Loaded, RECENT_MAX, interpret, pipeline_bubble};
 use gangway_viewer::{Tab, ViewerApp};
 use serde_json::json;
@@ -407,8 +407,10 @@ fn pipeline_trace(p: usize, m: usize) -> (String, Simulation) {
         ..Costs::compute_only(1_000, 2_000, 0)
     };
     let sim = simulate(&schedule, &costs).unwrap();
-    let names: Vec<(usize, String)> = (0..p).map(|s| (s, format!("stage {s}"))).collect();
-    (gangway::trace::chrome::to_string(&sim.events, &names), sim)
+    let tracks: Vec<Track> = (0..p)
+        .map(|s| Track::holding(s, TrackKind::Stage, vec![s], format!("stage {s}")))
+        .collect();
+    (gangway::trace::chrome::to_string(&sim.events, &tracks), sim)
 }
 
 #[test]

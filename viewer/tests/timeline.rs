@@ -746,7 +746,10 @@ fn a_million_event_trace_file_opens_fast() {
     }
     assert_eq!(events.iter().filter(|e| e.flow.is_some()).count(), 100_000);
     let t0 = Instant::now();
-    let json = gangway::trace::chrome::to_string(&events, &[(3, "gpu three".into())]);
+    let json = gangway::trace::chrome::to_string(
+        &events,
+        &[gangway::trace::Track::device(3, "gpu three")],
+    );
     println!(
         "1M-event trace: written in {:.1} s, {:.0} MB",
         t0.elapsed().as_secs_f64(),
@@ -766,11 +769,11 @@ fn a_million_event_trace_file_opens_fast() {
     let data = &trace.data;
     assert_eq!(data.len(), 1_000_000);
     assert_eq!(
-        data.device_names.get(&3).map(String::as_str),
+        data.lanes.get(&3).map(|t| t.label.as_str()),
         Some("gpu three")
     );
     assert_eq!(
-        data.device_names.get(&0).map(String::as_str),
+        data.lanes.get(&0).map(|t| t.label.as_str()),
         Some("device 0")
     );
     // Every track as written, in order: names, times, microbatches, clocks and flows.

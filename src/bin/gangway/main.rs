@@ -30,9 +30,9 @@ use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
 use gangway::moe_layer::{MoeLayerConfig, run_expert_parallel};
-use gangway::pipeline::{ScheduleKind, lane_word, lane_word_of, percent};
+use gangway::pipeline::{ScheduleKind, lane_word, percent};
 use gangway::sched::{Runtime, RuntimeOptions};
-use gangway::trace::Tracer;
+use gangway::trace::{Tracer, Track, TrackKind};
 use gangway::{Device, DiscoveryOptions, discover};
 
 mod bench_command;
@@ -182,10 +182,13 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
     } else {
         Tracer::off()
     };
-    let mut names: Vec<(usize, String)> = Vec::new();
+    let mut names: Vec<Track> = Vec::new();
     let mut discover = || -> Result<Vec<Device>> {
         let found = cli.devices.discover()?;
-        names = found.iter().map(|d| (d.id(), d.label())).collect();
+        names = found
+            .iter()
+            .map(|d| Track::device(d.id(), d.label()))
+            .collect();
         Ok(found)
     };
     // The commands that run work: the process's one runtime over every device found (and the
@@ -214,7 +217,10 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             None => {
                 let split = if args.quick { 2 } else { 4 };
                 let found = cli.devices.discover_split(split)?;
-                names = found.iter().map(|d| (d.id(), d.label())).collect();
+                names = found
+                    .iter()
+                    .map(|d| Track::device(d.id(), d.label()))
+                    .collect();
                 // The cases trace the runs they measure themselves (into `--trace`, if given).
                 let runtime = process_runtime(&found, &Tracer::off(), job)?;
                 bench_suites(&runtime, &found, args, &tracer)?
@@ -618,11 +624,7 @@ fn eval_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
 
 /// Runs one pipelined training step on the runtime's devices and prints measured beside
 /// simulated; the step's events, in the pipeline's view, go to `tracer`.
-fn pipeline_run(
-    args: &PipelineArgs,
-    runtime: &Runtime,
-    tracer: &Tracer,
-) -> Result<Vec<(usize, String)>> {
+fn pipeline_run(args: &PipelineArgs, runtime: &Runtime, tracer: &Tracer) -> Result<Vec<Track>> {
     use gangway::pipeline::{bubble_formula, timeline_named};
     let fold = args.fold();
     let client = runtime.client("pipeline", 1);
@@ -653,10 +655,7 @@ fn pipeline_run(
     }
     let chunks = args.schedule.chunks(args.chunks);
     let lanes = fold.device_count(args.stages);
-    let lane = report
-        .device_names
-        .first()
-        .map_or("stage", |(_, name)| lane_word_of(name));
+    let lane = gangway::trace::track::kind_of(&report.tracks).word();
     let units = if args.moe {
         "pairs of devices"
     } else {
@@ -677,8 +676,8 @@ fn pipeline_run(
         args.microbatches,
         chunks_suffix(chunks),
     );
-    for (_, name) in &report.device_names {
-        println!("  {name}");
+    for track in &report.tracks {
+        println!("  {}", track.label);
     }
     let start = report
         .events
@@ -739,7 +738,7 @@ fn pipeline_run(
     if max_error > 1e-3 {
         bail!("the pipelined step differs from the {reference} step");
     }
-    Ok(report.device_names)
+    Ok(report.tracks)
 }
 
 /// `pipeline --run --moe`: the MoE stack's step on pairs of devices, its largest weight error
@@ -854,13 +853,9 @@ fn describe_link(c: &gangway::pipeline::Costs, link: Option<gangway::pipeline::L
     out
 }
 
-/// Simulates (or, given a runtime, runs) one schedule, or compares several; returns the trace's
-/// process names (one per stage).
-fn pipeline(
-    args: &PipelineArgs,
-    runtime: Option<&Runtime>,
-    tracer: &Tracer,
-) -> Result<Vec<(usize, String)>> {
+/// Simulates (or, given a runtime, runs) one schedule, or compares several; returns what the
+/// trace's lanes are (a stage each, or folded, a device each with its stages).
+fn pipeline(args: &PipelineArgs, runtime: Option<&Runtime>, tracer: &Tracer) -> Result<Vec<Track>> {
     use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_folded};
     if let Some(runtime) = runtime {
         return pipeline_run(args, runtime, tracer);
@@ -880,14 +875,17 @@ fn pipeline(
         gangway::fsutil::check_writable(path).context("cannot write the SVG figure")?;
     }
     let fold = args.fold();
-    fold.devices_of(args.stages)?;
+    let device_of = fold.devices_of(args.stages)?;
     let names = if fold.shares(args.stages) {
         (0..fold.device_count(args.stages))
-            .map(|d| (d, format!("device {d}")))
+            .map(|d| {
+                let held = (0..args.stages).filter(|&s| device_of[s] == d).collect();
+                Track::holding(d, TrackKind::Device, held, format!("device {d}"))
+            })
             .collect()
     } else {
         (0..args.stages)
-            .map(|s| (s, format!("stage {s}")))
+            .map(|s| Track::holding(s, TrackKind::Stage, vec![s], format!("stage {s}")))
             .collect()
     };
     if args.compare {

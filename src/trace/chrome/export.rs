@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{FLOW_NAME, PRODUCER, UTILIZATION_COUNTER, thread_id};
 use crate::trace::event::{Event, FlowRole, Lane};
+use crate::trace::track::{Track, TrackKind};
 use crate::trace::utilization::{BusyTime, span};
 
 /// Counter bins over the whole trace, and the shortest a bin may be.
@@ -18,20 +19,21 @@ const MIN_BIN_NS: u64 = 1_000;
 /// "displayTimeUnit": "ms"}`; `ts`/`dur` in µs. `otherData` is the marker the import reads
 /// gangway's meaning by (chrome://tracing shows it as the trace's metadata).
 ///
-/// `device_names` names processes (unnamed devices are "device N"); a named device with no
-/// events still gets its process. Flow events are written only for ids with exactly one `Out`
+/// `tracks` say what each process is ([`Track`]: its name, and its kind and stages in the
+/// metadata's `track` arg); a device without one is "device N", and a track with no events
+/// still gets its process. Flow events are written only for ids with exactly one `Out`
 /// and one `In` event (a trace cut mid-transfer loses the arrow, not its validity); each sits
 /// 1 ns inside its slice when the slice is long enough, so a viewer cannot bind it to a
 /// neighbouring slice that ends exactly where this one starts.
-pub fn to_json(events: &[Event], device_names: &[(usize, String)]) -> Value {
+pub fn to_json(events: &[Event], tracks: &[Track]) -> Value {
     // Plain structs of numbers and strings always serialize.
-    serde_json::to_value(Trace::of(events, device_names)).unwrap_or(Value::Null)
+    serde_json::to_value(Trace::of(events, tracks)).unwrap_or(Value::Null)
 }
 
 /// [`to_json`] as compact JSON text, written straight from the events: a `Value` of a
 /// million-event trace took most of the 7-13 s a save of one took (release build).
-pub fn to_string(events: &[Event], device_names: &[(usize, String)]) -> String {
-    serde_json::to_string(&Trace::of(events, device_names)).unwrap_or_default()
+pub fn to_string(events: &[Event], tracks: &[Track]) -> String {
+    serde_json::to_string(&Trace::of(events, tracks)).unwrap_or_default()
 }
 
 /// The whole document, borrowing the events' names.
@@ -95,8 +97,19 @@ enum Element<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum MetadataArgs {
+    Process { name: String, track: TrackArgs },
     Name { name: String },
     SortIndex { sort_index: u64 },
+}
+
+/// A process's [`Track`] beside its name: what it is, as the import reads it back.
+#[derive(Serialize)]
+struct TrackArgs {
+    kind: TrackKind,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stages: Vec<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rank: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -117,22 +130,30 @@ struct CounterArgs {
 }
 
 impl<'a> Trace<'a> {
-    fn of(events: &'a [Event], device_names: &[(usize, String)]) -> Self {
+    fn of(events: &'a [Event], tracks: &[Track]) -> Self {
         let slots = assign_slots(events);
         let mut out = Vec::new();
         let mut devices: BTreeSet<usize> = events.iter().map(|e| e.device).collect();
-        devices.extend(device_names.iter().map(|(d, _)| *d));
+        devices.extend(tracks.iter().map(|t| t.id));
 
         for &device in &devices {
-            let name = device_names
+            let track = tracks
                 .iter()
-                .find(|(d, _)| *d == device)
-                .map_or_else(|| format!("device {device}"), |(_, n)| n.clone());
+                .find(|t| t.id == device)
+                .cloned()
+                .unwrap_or_else(|| Track::unnamed(device));
             out.push(metadata(
                 device,
                 None,
                 "process_name",
-                MetadataArgs::Name { name },
+                MetadataArgs::Process {
+                    name: track.label,
+                    track: TrackArgs {
+                        kind: track.kind,
+                        stages: track.stages,
+                        rank: track.rank,
+                    },
+                },
             ));
             out.push(metadata(
                 device,

@@ -33,6 +33,7 @@ use super::imported::{
     ThreadRow,
 };
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+use crate::trace::track::{Track, TrackKind};
 
 /// The trace in a file's bytes: gzip is unpacked first (by its magic number, whatever the
 /// file is called), and a top-level array the producer did not close (Chrome's JSON Array
@@ -147,7 +148,7 @@ fn is_id(id: &Id, v: Option<&Scalar<'_>>) -> bool {
 type Samples = Vec<(u64, f64)>;
 
 /// A trace's dialect, its rows (foreign) and its device names (gangway's).
-type Placement = (Dialect, Vec<ThreadRow>, Vec<(usize, String)>);
+type Placement = (Dialect, Vec<ThreadRow>, Vec<Track>);
 
 /// A `B` waiting for its `E`: the event with its start, the end still to come, and where it
 /// began in the file (for nesting slices that start together).
@@ -201,6 +202,8 @@ struct Import {
     open: HashMap<ThreadIx, Vec<Open>>,
     flow_points: Vec<(ThreadIx, u64, Flow)>,
     process_names: HashMap<Id, String>,
+    /// The [`Track`] args of gangway's `process_name` metadata.
+    process_tracks: HashMap<Id, TrackMeta>,
     thread_names: HashMap<(Id, Id), String>,
     process_sort: HashMap<Id, f64>,
     thread_sort: HashMap<(Id, Id), f64>,
@@ -335,6 +338,9 @@ impl Import {
         match (what, name, sort) {
             (Some("process_name"), Some(name), _) => {
                 self.process_names.insert(pid(), name.to_string());
+                if let Some(track) = &ev.args.track {
+                    self.process_tracks.insert(pid(), track.clone());
+                }
             }
             (Some("thread_name"), Some(name), _) => {
                 self.thread_names.insert(thread(), name.to_string());
@@ -409,7 +415,7 @@ impl Import {
             bump(&mut self.not_drawn, "flow point inside no slice");
         }
         let keys = std::mem::take(&mut self.threads.keys);
-        let (dialect, rows, device_names) = if self.marker {
+        let (dialect, rows, tracks) = if self.marker {
             self.rows_by_device(&keys)
         } else {
             self.rows_by_thread(&keys)
@@ -473,7 +479,7 @@ impl Import {
             events,
             flows,
             instants,
-            device_names,
+            tracks,
             rows,
             counters,
             phases,
@@ -490,16 +496,24 @@ impl Import {
         for e in &mut self.events {
             e.device = device_of(e.device);
         }
-        let mut names: Vec<(usize, String)> = self
+        let mut tracks: Vec<Track> = self
             .process_names
             .iter()
-            .filter_map(|(pid, name)| match pid {
-                Id::Int(p) => usize::try_from(*p).ok().map(|p| (p, name.clone())),
-                Id::Text(_) => None,
+            .filter_map(|(pid, name)| {
+                let Id::Int(p) = pid else { return None };
+                let id = usize::try_from(*p).ok()?;
+                let meta = self.process_tracks.get(pid);
+                Some(Track {
+                    id,
+                    kind: meta.and_then(|m| m.kind).unwrap_or(TrackKind::Device),
+                    stages: meta.map(|m| m.stages.clone()).unwrap_or_default(),
+                    rank: meta.and_then(|m| m.rank),
+                    label: name.clone(),
+                })
             })
             .collect();
-        names.sort();
-        (Dialect::Gangway, Vec::new(), names)
+        tracks.sort_by_key(|t| t.id);
+        (Dialect::Gangway, Vec::new(), tracks)
     }
 
     /// Each instant on its row (see [`InstantEvent::device`]), by time.
@@ -813,8 +827,17 @@ enum Key {
     Other,
 }
 
-/// The `args` the import reads: of slices, the name and sort index of metadata, and every
-/// other number (a counter's series).
+/// A process's `track` arg, as far as it could be read: what is missing or malformed is left
+/// out (the kind then defaults to a device).
+#[derive(Debug, Clone, Default)]
+struct TrackMeta {
+    kind: Option<TrackKind>,
+    stages: Vec<usize>,
+    rank: Option<usize>,
+}
+
+/// The `args` the import reads: of slices, the name and sort index of metadata (and gangway's
+/// `track` of a process), and every other number (a counter's series).
 #[derive(Default)]
 struct Args<'a> {
     program: Option<Scalar<'a>>,
@@ -822,6 +845,8 @@ struct Args<'a> {
     microbatch: Option<Scalar<'a>>,
     clock: Option<Scalar<'a>>,
     name: Option<Scalar<'a>>,
+    /// gangway's [`Track`] of a process, beside its name.
+    track: Option<TrackMeta>,
     /// The numbers under other keys, each key once (the last, as in a `Value`). Allocated only
     /// when there is one: gangway's slices have none.
     others: Vec<(Cow<'a, str>, f64)>,
@@ -1057,6 +1082,59 @@ impl<'de> Shape<'de> for Top<'_> {
     }
 }
 
+/// A `track` arg: its kind, stages and rank, when it is an object.
+struct TrackFields;
+
+impl<'de> Shape<'de> for TrackFields {
+    type Out = Option<TrackMeta>;
+
+    fn scalar(self, _: Scalar<'de>) -> Option<TrackMeta> {
+        None
+    }
+
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Out, A::Error> {
+        let mut meta = TrackMeta::default();
+        while let Some(key) = map.next_key_seed(Read(AnyScalar))? {
+            match key.as_str() {
+                Some("kind") => {
+                    let kind: Scalar<'de> = map.next_value()?;
+                    meta.kind = kind.as_str().and_then(TrackKind::of_word);
+                }
+                Some("stages") => meta.stages = map.next_value_seed(Read(Indices))?,
+                Some("rank") => {
+                    let rank: Scalar<'de> = map.next_value()?;
+                    meta.rank = rank.as_u64().and_then(|r| usize::try_from(r).ok());
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(meta))
+    }
+}
+
+/// A list of non-negative integers (anything else in it is left out).
+struct Indices;
+
+impl<'de> Shape<'de> for Indices {
+    type Out = Vec<usize>;
+
+    fn scalar(self, _: Scalar<'de>) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn array<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<usize>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Read(AnyScalar))? {
+            if let Some(i) = v.as_u64().and_then(|i| usize::try_from(i).ok()) {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The value of `otherData`: whether it names gangway as the producer.
 struct Marker;
 
@@ -1157,6 +1235,10 @@ impl<'de> Shape<'de> for ArgFields {
                 "microbatch" => &mut args.microbatch,
                 "clock" => &mut args.clock,
                 "name" => &mut args.name,
+                "track" => {
+                    args.track = map.next_value_seed(Read(TrackFields))?;
+                    continue;
+                }
                 _ => {
                     let value: Scalar<'de> = map.next_value()?;
                     args.others.retain(|(k, _)| *k != key);

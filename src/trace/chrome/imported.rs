@@ -17,6 +17,7 @@
 use std::fmt;
 
 use crate::trace::event::{Event, Flow, Lane};
+use crate::trace::track::Track;
 
 /// The `producer` gangway writes in a trace's `otherData`: the one thing that makes a trace read
 /// as [`Dialect::Gangway`].
@@ -162,9 +163,9 @@ pub struct ChromeTrace {
     pub flows: Vec<BoundFlow>,
     /// Instants, by time.
     pub instants: Vec<InstantEvent>,
-    /// [`Dialect::Gangway`]: each device's `process_name`. Empty for a foreign trace (its rows
-    /// carry the names).
-    pub device_names: Vec<(usize, String)>,
+    /// [`Dialect::Gangway`]: what each named device's lane is (its name, and the [`Track`] it
+    /// was written with), by id. Empty for a foreign trace (its rows carry the names).
+    pub tracks: Vec<Track>,
     /// [`Dialect::Foreign`]: the rows, in display order; an event's `device` indexes this.
     /// Empty for a gangway trace.
     pub rows: Vec<ThreadRow>,

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use crate::trace::track::Track;
 use serde_json::{Value, json};
 
 use super::*;
@@ -50,7 +51,7 @@ fn find<'a>(trace: &'a Value, ph: &str, name: &str) -> &'a Value {
 
 #[test]
 fn export_passes_check_with_overflow_thread_and_flow() {
-    let trace = to_json(&sample(), &[(0, "gpu A".into())]);
+    let trace = to_json(&sample(), &[Track::device(0, "gpu A")]);
     let summary = check(&trace).unwrap();
     // Device 0: host, compute, compute overflow, transfer; device 1: host, transfer.
     assert_eq!(
@@ -135,7 +136,7 @@ fn unpaired_flow_is_left_out_and_empty_trace_is_valid() {
     assert_eq!(check(&trace).unwrap().flow_pairs, 0);
     assert!(of_phase(&trace, "s").is_empty());
 
-    let empty = to_json(&[], &[(3, "idle".into())]);
+    let empty = to_json(&[], &[Track::device(3, "idle")]);
     let summary = check(&empty).unwrap();
     assert_eq!(
         (summary.processes, summary.threads, summary.complete),

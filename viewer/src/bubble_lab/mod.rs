@@ -237,7 +237,7 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
     }));
     let lane = lane_word(shape.fold.shares(shape.stages));
     data.device_prefix = Some(lane.into());
-    data.device_names = report.device_names.into_iter().collect();
+    data.lanes = report.tracks.into_iter().map(|t| (t.id, t)).collect();
     Ok(DeviceRun {
         result,
         measured: report.measured,

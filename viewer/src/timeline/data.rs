@@ -327,7 +327,9 @@ impl Track {
 pub struct TimelineData {
     /// Sorted by (device, lane).
     tracks: Vec<Track>,
-    pub device_names: BTreeMap<usize, String>,
+    /// What each device's lane is ([`gangway::trace::Track`]: its label, kind and stages), by
+    /// device.
+    pub lanes: BTreeMap<usize, gangway::trace::Track>,
     span: Option<Range<u64>>,
     count: usize,
     /// Per track label override (e.g. "stage 2"), by device.

@@ -1022,9 +1022,9 @@ fn event_tooltip(ui: &mut Ui, data: &TimelineData, e: &Event, origin: Option<(f6
             ui.label(title);
         }
         None => {
-            let name = data.device_names.get(&e.device).map_or_else(
+            let name = data.lanes.get(&e.device).map_or_else(
                 || format!("{}", e.device),
-                |n| format!("{} ({n})", e.device),
+                |t| format!("{} ({})", e.device, t.label),
             );
             ui.label(format!(
                 "{} on {} lane",

@@ -3,6 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::trace::chrome::to_json;
 use crate::trace::meta::EventMeta;
+use crate::trace::track::{Track, TrackKind};
 
 /// In the import's order: by start, device and lane, the longer first.
 fn sorted(mut events: Vec<Event>) -> Vec<Event> {
@@ -49,16 +50,16 @@ fn export_then_parse_round_trips_events() {
         EventMeta::wait(1).event("wait".into(), 0, 7_500),
         EventMeta::kernel(2).event("big".into(), 1_234_567_891, 2_345_678_912),
     ];
-    let names = vec![(0, "gpu A".to_string())];
-    let back = parse(&to_json(&events, &names)).unwrap();
+    let tracks = vec![Track::device(0, "gpu A")];
+    let back = parse(&to_json(&events, &tracks)).unwrap();
     assert_eq!(back.dialect, Dialect::Gangway);
     assert_eq!(back.events, sorted(events));
     assert_eq!(
-        back.device_names,
+        back.tracks,
         [
-            (0, "gpu A".to_string()),
-            (1, "device 1".to_string()),
-            (2, "device 2".to_string())
+            Track::device(0, "gpu A"),
+            Track::unnamed(1),
+            Track::unnamed(2)
         ]
     );
     assert!(back.rows.is_empty());
@@ -171,6 +172,53 @@ fn any_pid_and_tid_is_a_row_named_from_metadata() {
     assert_eq!(trace.event_count(), 10);
 }
 
+/// What each lane is travels as a type in the process metadata's args and comes back: a stage,
+/// a device or a gang holding folded stages, a rank's device; a reader never parses the label.
+#[test]
+fn tracks_round_trip_through_the_process_metadata() {
+    let tracks = vec![
+        Track::holding(0, TrackKind::Stage, vec![0], "stage 0: a"),
+        Track::holding(
+            1,
+            TrackKind::Device,
+            vec![1, 3],
+            "device 1 (stages 1, 3): b",
+        ),
+        Track::holding(2, TrackKind::Gang, vec![2], "gang 2: c + d"),
+        Track {
+            rank: Some(1),
+            ..Track::device(3, "rank 1: e")
+        },
+    ];
+    let events = [EventMeta::kernel(0).event("F".into(), 0, 5)];
+    let back = parse(&to_json(&events, &tracks)).unwrap();
+    assert_eq!(back.tracks, tracks);
+    // A label that reads like another kind means nothing: the kind is the arg's.
+    let renamed = vec![Track::holding(
+        0,
+        TrackKind::Stage,
+        vec![0],
+        "device 0 (stages 0, 1)",
+    )];
+    let back = parse(&to_json(&events, &renamed)).unwrap();
+    assert_eq!(back.tracks[0].kind, TrackKind::Stage);
+    // A malformed track arg is read leniently: what is there, the kind a device's.
+    let back = both(
+        r#"{"otherData": {"producer": "gangway"}, "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 0,
+             "args": {"name": "x", "track": {"kind": "planet", "stages": [1, "two", 3]}}},
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "y", "track": 7}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        back.tracks,
+        [
+            Track::holding(0, TrackKind::Device, vec![1, 3], "x"),
+            Track::device(1, "y")
+        ]
+    );
+}
+
 /// gangway's meaning comes from its marker alone: chrome://tracing-style traces with small ids
 /// and no metadata (pid 1, tid 1 and 2, `cat`s gangway also writes) are read as anyone's.
 #[test]
@@ -183,7 +231,7 @@ fn the_dialect_is_told_by_the_marker_never_by_small_ids() {
     assert_eq!(plain.dialect, Dialect::Foreign);
     let rows: Vec<String> = plain.rows.iter().map(ThreadRow::thread_label).collect();
     assert_eq!(rows, ["thread 1", "thread 2"]);
-    assert!(plain.device_names.is_empty());
+    assert!(plain.tracks.is_empty());
     // The same events under gangway's marker: pid 1 is device 1, tid 1 its host lane.
     let marked = parse(&json!({
         "otherData": {"producer": "gangway", "version": "0.1.0"},
@@ -491,10 +539,10 @@ fn text_and_value_are_read_alike() {
             .flow(9, FlowRole::In)
             .event("recv".into(), 3_000, 4_500),
     ];
-    let text = to_json(&events, &[(1, "gpu \"B\"".into())]).to_string();
+    let text = to_json(&events, &[Track::device(1, "gpu \"B\"")]).to_string();
     let back = both(&text).unwrap();
     assert_eq!(back.events, sorted(events));
-    assert_eq!(back.device_names[1], (1, "gpu \"B\"".to_string()));
+    assert_eq!(back.tracks[1], Track::device(1, "gpu \"B\""));
 
     for text in [
         // Escaped keys and names, numbers of every JSON kind, fields of unexpected types.
