@@ -150,8 +150,6 @@ impl Error {
         }
     }
 
-    /// A copy to hand to another waiter (a run's error reaches its client and its other tasks).
-    /// Variants holding non-clonable sources keep their message.
     /// The error for a caught panic in `what`, with the panic's message when it has one.
     pub fn panicked(what: impl Into<String>, payload: &(dyn std::any::Any + Send)) -> Error {
         let message = payload
@@ -165,6 +163,8 @@ impl Error {
         }
     }
 
+    /// A copy to hand to another waiter (a run's error reaches its client and its other tasks).
+    /// Variants holding non-clonable sources keep their message.
     pub fn clone_for_report(&self) -> Error {
         match self {
             Error::NoAdapter { backends } => Error::NoAdapter {

@@ -48,7 +48,6 @@ pub(crate) fn expect_type(what: &'static str, t: &TensorType, want: &TensorType)
     Ok(())
 }
 
-/// Output `i` of a node being prepared.
 /// Checks that `t` is on `device`, has `dtype` and the given shape (a launcher's inputs and
 /// outputs).
 pub(crate) fn expect(

@@ -34,7 +34,9 @@ impl DispatchMode {
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
     pub mode: DispatchMode,
-    /// Put on every trace event of the run (pipeline schedules use it).
+    /// Put on every trace event of the run: a caller's tag for a run that is one microbatch's
+    /// work. (The pipeline executor runs a whole step as one program and numbers its ops'
+    /// events itself.)
     pub microbatch: Option<u32>,
     /// Keep this run's trace events (kernels GPU-timestamped where the adapter can) for
     /// [`RunHandle::wait_traced`](super::RunHandle::wait_traced), whether or not the runtime's own
