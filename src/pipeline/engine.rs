@@ -470,6 +470,7 @@ impl Engine<'_> {
                     id: flow,
                     role: FlowRole::Out,
                 }),
+                op: None,
             });
             self.run.order.push(OpAt {
                 stage,
@@ -623,6 +624,7 @@ impl Engine<'_> {
                     id,
                     role: FlowRole::In,
                 }),
+                op: op.kind.pipeline_op(),
             });
             self.run.order.push(OpAt {
                 stage,

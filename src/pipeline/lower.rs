@@ -43,6 +43,7 @@ use crate::device::MeshDevice;
 use crate::kernels::TensorType;
 use crate::kernels::{Accumulate, Kernel, MseGrad, Sgd};
 use crate::program::{DEFAULT_AXIS, Program, ProgramBuilder, Value};
+use crate::trace::PipelineOp;
 use crate::{Error, Result};
 
 /// The program variable of parameter `param` of `layer` in parameter copy `copy` (DualPipe
@@ -209,6 +210,7 @@ pub(super) enum Tag {
         stage: usize,
         name: String,
         mb: usize,
+        op: Option<PipelineOp>,
     },
     Send {
         stage: usize,
@@ -506,7 +508,12 @@ impl<M: StageModel> Lowering<'_, '_, M> {
             s,
             c,
         );
-        let compute = Tag::Compute { stage: s, name, mb };
+        let compute = Tag::Compute {
+            stage: s,
+            name,
+            mb,
+            op: op.kind.pipeline_op(),
+        };
         match op.kind {
             OpKind::Forward | OpKind::Backward => {
                 // An overlapped F and the B after it share an overlap group (module docs).

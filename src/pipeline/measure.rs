@@ -23,7 +23,9 @@ use crate::trace::{
 pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
     let lane = |stage: usize| lowered.device_of.get(stage).copied().unwrap_or(stage);
     // One compute event per op (and per stage's update), spanning its kernels.
-    let mut spans: HashMap<(usize, String, Option<usize>), (u64, u64)> = HashMap::new();
+    // Per (lane, op name, microbatch): the span of its kernels, and the op it is.
+    type Span = (u64, u64, Option<PipelineOp>);
+    let mut spans: HashMap<(usize, String, Option<usize>), Span> = HashMap::new();
     let mut out = Vec::new();
     for e in raw {
         if e.program != Some(program) {
@@ -37,17 +39,26 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
             continue;
         };
         match (tag, e.kind) {
-            (Tag::Compute { stage, name, mb }, EventKind::Kernel) => {
+            (
+                Tag::Compute {
+                    stage,
+                    name,
+                    mb,
+                    op,
+                },
+                EventKind::Kernel,
+            ) => {
                 let span = spans
                     .entry((lane(*stage), name.clone(), Some(*mb)))
-                    .or_insert((u64::MAX, 0));
-                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+                    .or_insert((u64::MAX, 0, *op));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns), *op);
             }
             (Tag::Sgd { stage }, EventKind::Kernel) => {
-                let span = spans
-                    .entry((lane(*stage), "sgd".into(), None))
-                    .or_insert((u64::MAX, 0));
-                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns));
+                let span =
+                    spans
+                        .entry((lane(*stage), "sgd".into(), None))
+                        .or_insert((u64::MAX, 0, None));
+                *span = (span.0.min(e.start_ns), span.1.max(e.end_ns), None);
             }
             (
                 Tag::Send { stage, what, mb } | Tag::Recv { stage, what, mb },
@@ -73,10 +84,13 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
         }
     }
     let mut compute = Vec::new();
-    for ((stage, name, mb), (start, end)) in spans {
+    for ((stage, name, mb), (start, end, op)) in spans {
         let mut meta = EventMeta::kernel(stage);
         if let Some(mb) = mb {
             meta = meta.microbatch(mb as u32);
+        }
+        if let Some(op) = op {
+            meta = meta.op(op);
         }
         compute.push(meta.event(name, start, end));
     }

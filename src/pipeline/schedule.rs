@@ -230,6 +230,17 @@ impl OpKind {
         }
     }
 
+    /// The trace's [`PipelineOp`] of a compute op; `None` for transfers.
+    pub fn pipeline_op(self) -> Option<crate::trace::PipelineOp> {
+        use crate::trace::PipelineOp;
+        match self {
+            OpKind::Forward => Some(PipelineOp::Forward),
+            OpKind::Backward => Some(PipelineOp::Backward),
+            OpKind::WeightGrad => Some(PipelineOp::WeightGrad),
+            _ => None,
+        }
+    }
+
     /// Whether this op runs on the compute queue (F, B or W) rather than moving data.
     pub fn is_compute(self) -> bool {
         self.letter().is_some()

@@ -3,12 +3,13 @@
 //! `pipeline::RunReport::measured_bubble`, measured from any trace that holds pipeline ops. The
 //! viewer's Files tab and `gangway trace` both use this one.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::event::{Event, EventKind, Lane};
 
-/// Which pipeline op a kernel's name says it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// Which pipeline op an event is, as its producer (the simulator, the pipeline executor) said
+/// in [`Event::op`]; its name is for people and is never read for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum PipelineOp {
     Forward,
     Backward,
@@ -16,26 +17,30 @@ pub enum PipelineOp {
 }
 
 impl PipelineOp {
-    /// Pipeline ops are named `F`, `B`, `W`, optionally followed by a microbatch, `.c<chunk>` or
-    /// ` mb`: "F3", "B.c1" count, "Fused" does not.
-    pub fn of_name(name: &str) -> Option<Self> {
-        let mut chars = name.chars();
-        let first = chars.next()?;
-        if chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
-            return None;
-        }
-        match first {
-            'F' => Some(PipelineOp::Forward),
-            'B' => Some(PipelineOp::Backward),
-            'W' => Some(PipelineOp::WeightGrad),
-            _ => None,
+    pub const ALL: [PipelineOp; 3] = [
+        PipelineOp::Forward,
+        PipelineOp::Backward,
+        PipelineOp::WeightGrad,
+    ];
+
+    /// `F`, `B` or `W`: the letter on the timelines, and the Chrome trace's `op` arg.
+    pub const fn letter(self) -> &'static str {
+        match self {
+            PipelineOp::Forward => "F",
+            PipelineOp::Backward => "B",
+            PipelineOp::WeightGrad => "W",
         }
     }
 
-    /// The op an event is: a kernel on a compute lane with an op's name.
+    /// The op a [`PipelineOp::letter`] stands for.
+    pub fn of_letter(letter: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.letter() == letter)
+    }
+
+    /// The op an event is: a kernel on a compute lane whose [`Event::op`] is set.
     pub fn of(e: &Event) -> Option<Self> {
         if e.kind == EventKind::Kernel && e.lane == Lane::Compute {
-            Self::of_name(&e.name)
+            e.op
         } else {
             None
         }
@@ -59,7 +64,7 @@ pub struct PipelineBubble {
 /// The bubble of a pipeline run's trace, or `None` when the trace does not look like one.
 ///
 /// A pipeline run is what gangway's pipeline executor and simulator trace: kernels on each
-/// device's compute lane named `F`, `B` and `W` ([`PipelineOp::of`]), both forwards and
+/// device's compute lane marked as `F`, `B` and `W` ops ([`PipelineOp::of`]), both forwards and
 /// backwards present. Only those ops count as busy: other kernels, transfers and host work are
 /// not pipeline compute.
 pub fn pipeline_bubble<'a>(events: impl IntoIterator<Item = &'a Event>) -> Option<PipelineBubble> {
@@ -136,27 +141,36 @@ mod tests {
     use crate::trace::EventMeta;
 
     #[test]
-    fn op_names_are_told_from_other_kernels() {
-        for (name, op) in [
-            ("F", Some(PipelineOp::Forward)),
-            ("F3", Some(PipelineOp::Forward)),
-            ("B.c1", Some(PipelineOp::Backward)),
-            ("W 2", Some(PipelineOp::WeightGrad)),
-            ("Fused", None),
-            ("matmul", None),
-            ("", None),
-        ] {
-            assert_eq!(PipelineOp::of_name(name), op, "{name}");
+    fn ops_are_what_their_events_say_never_their_names() {
+        for op in PipelineOp::ALL {
+            assert_eq!(PipelineOp::of_letter(op.letter()), Some(op));
         }
+        assert_eq!(PipelineOp::of_letter("Fused"), None);
+        // A kernel named like an op is not one; a marked one is, whatever its name.
+        let named = EventMeta::kernel(0).event("F3".into(), 0, 1);
+        assert_eq!(PipelineOp::of(&named), None);
+        let marked = EventMeta::kernel(0)
+            .op(PipelineOp::Backward)
+            .event("matmul".into(), 0, 1);
+        assert_eq!(PipelineOp::of(&marked), Some(PipelineOp::Backward));
         // Only kernels on a compute lane are ops.
-        let host = EventMeta::host_encode(0).event("F".into(), 0, 1);
+        let host = EventMeta::host_encode(0)
+            .op(PipelineOp::Forward)
+            .event("F".into(), 0, 1);
         assert_eq!(PipelineOp::of(&host), None);
     }
 
     #[test]
     fn bubble_is_idle_compute_over_stages_times_makespan() {
-        let k =
-            |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
+        // The op is the name's first letter here, as the simulator names its ops.
+        let k = |d: usize, name: &str, s: u64, e: u64| {
+            let meta = EventMeta::kernel(d);
+            let meta = match PipelineOp::of_letter(&name[..1]) {
+                Some(op) => meta.op(op),
+                None => meta,
+            };
+            meta.event(name.into(), s, e)
+        };
         // Stage 0 busy 0..40 (F0 and an overlapping F1 count once), stage 1 busy 10..30 and
         // 30..50; makespan 0..50.
         let events = [

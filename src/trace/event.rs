@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bubble::PipelineOp;
+
 /// What an event spent its time on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventKind {
@@ -71,6 +73,9 @@ pub struct Event {
     pub end_ns: u64,
     pub clock: Clock,
     pub flow: Option<Flow>,
+    /// The pipeline op this event is, where a pipeline's simulator or executor made it.
+    #[serde(default)]
+    pub op: Option<PipelineOp>,
 }
 
 impl EventKind {

@@ -1,6 +1,7 @@
 //! Everything about an event except its name and times, so call sites can build it once and
 //! hand it to [`Tracer::record`](super::Tracer::record) without allocating when tracing is off.
 
+use super::bubble::PipelineOp;
 use super::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
 /// An event template: device, lane, kind, ids, clock and flow.
@@ -16,6 +17,7 @@ pub struct EventMeta {
     pub microbatch: Option<u32>,
     pub clock: Clock,
     pub flow: Option<Flow>,
+    pub op: Option<PipelineOp>,
 }
 
 impl EventMeta {
@@ -30,6 +32,7 @@ impl EventMeta {
             microbatch: None,
             clock: Clock::Host,
             flow: None,
+            op: None,
         }
     }
 
@@ -73,6 +76,12 @@ impl EventMeta {
         self
     }
 
+    /// Marks this event as the pipeline op `op`.
+    pub const fn op(mut self, op: PipelineOp) -> Self {
+        self.op = Some(op);
+        self
+    }
+
     /// Marks this event as one end of the cross-device flow `id`.
     pub const fn flow(mut self, id: u64, role: FlowRole) -> Self {
         self.flow = Some(Flow { id, role });
@@ -93,6 +102,7 @@ impl EventMeta {
             end_ns,
             clock: self.clock,
             flow: self.flow,
+            op: self.op,
         }
     }
 }
@@ -108,6 +118,7 @@ impl From<&Event> for EventMeta {
             microbatch: e.microbatch,
             clock: e.clock,
             flow: e.flow,
+            op: e.op,
         }
     }
 }

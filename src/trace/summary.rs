@@ -390,19 +390,21 @@ mod tests {
 
     #[test]
     fn a_gangway_trace_sums_kernels_against_transfers_and_its_bubble() {
-        let k =
-            |d: usize, name: &str, s: u64, e: u64| EventMeta::kernel(d).event(name.into(), s, e);
+        use crate::trace::PipelineOp::{Backward, Forward};
+        let k = |d: usize, op, name: &str, s: u64, e: u64| {
+            EventMeta::kernel(d).op(op).event(name.into(), s, e)
+        };
         let events = vec![
-            k(0, "F0", 0, 100),
-            k(0, "B0", 200, 300),
+            k(0, Forward, "F0", 0, 100),
+            k(0, Backward, "B0", 200, 300),
             EventMeta::transfer(0)
                 .flow(1, FlowRole::Out)
                 .event("send".into(), 100, 150),
             EventMeta::transfer(1)
                 .flow(1, FlowRole::In)
                 .event("recv".into(), 120, 160),
-            k(1, "F0", 160, 200),
-            k(1, "B0", 200, 260),
+            k(1, Forward, "F0", 160, 200),
+            k(1, Backward, "B0", 200, 260),
             EventMeta::host_encode(1).event("encode".into(), 0, 400),
         ];
         let trace = parse(&to_json(

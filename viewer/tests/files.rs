@@ -438,7 +438,7 @@ fn a_pipeline_trace_shows_its_bubble() {
     let from_data = pipeline_bubble(&t.data).unwrap();
     assert_eq!(&from_data, b);
 
-    // A trace of other kernels has no pipeline bubble.
+    // A trace of other kernels has no pipeline bubble, whatever their names: "F" and "B" too.
     let kernel = |device: usize, name: &str, start_ns: u64| Event {
         device,
         lane: Lane::Compute,
@@ -451,18 +451,21 @@ fn a_pipeline_trace_shows_its_bubble() {
         end_ns: start_ns + 500,
         clock: Clock::Host,
         flow: None,
+        op: None,
     };
     let events = vec![
         kernel(0, "matmul", 0),
         kernel(1, "Fused add", 100),
         kernel(0, "Blit", 900),
+        kernel(0, "F", 1_500),
+        kernel(1, "B", 2_000),
     ];
     let path = temp(
         "kernels.json",
         &gangway::trace::chrome::to_string(&events, &[]),
     );
     let h = open_in_ui(&path);
-    h.get_by_label("opened Chrome trace: 3 events");
+    h.get_by_label("opened Chrome trace: 5 events");
     assert_eq!(h.query_all_by_label_contains("pipeline bubble").count(), 0);
 }
 

@@ -63,17 +63,22 @@ fn snapshot_timeline_kinds_and_idle() {
     if !common::can_render("snapshot_timeline_kinds_and_idle") {
         return;
     }
+    use gangway::trace::PipelineOp::{Backward, Forward, WeightGrad};
     let mut events = Vec::new();
-    for (i, name) in ["F0", "B0", "W0", "stage 1", "all_to_all"]
-        .iter()
-        .enumerate()
+    for (i, (name, op)) in [
+        ("F0", Some(Forward)),
+        ("B0", Some(Backward)),
+        ("W0", Some(WeightGrad)),
+        ("stage 1", None),
+        ("all_to_all", None),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let t = i as u64 * 3_000;
-        events.push(
-            EventMeta::kernel(0)
-                .microbatch(0)
-                .event((*name).into(), t, t + 2_000),
-        );
+        let meta = EventMeta::kernel(0).microbatch(0);
+        let meta = op.map_or(meta, |op| meta.op(op));
+        events.push(meta.event(name.into(), t, t + 2_000));
     }
     events.push(EventMeta::host_encode(0).event("encode".into(), 0, 1_000));
     events.push(EventMeta::wait(0).event("wait".into(), 1_000, 6_000));

@@ -85,14 +85,18 @@ fn tracks_stay_sorted_and_visible_finds_overlaps() {
     assert_eq!(names, ["long"]);
 }
 
+/// Pipeline ops are coloured by the op their events carry, never by their names.
 #[test]
-fn kinds_come_from_names() {
+fn kinds_come_from_ops() {
+    use gangway::trace::PipelineOp::{Backward, Forward, WeightGrad};
+    let op = |op, n: &str| BarKind::of(&EventMeta::kernel(0).op(op).event(n.into(), 0, 1));
+    assert_eq!(op(Forward, "F3"), BarKind::Forward);
+    assert_eq!(op(Backward, "B.c1"), BarKind::Backward);
+    assert_eq!(op(WeightGrad, "anything"), BarKind::WeightGrad);
+    // Named like ops, but nothing says they are.
     let k = |n: &str| BarKind::of(&kernel(0, n, 0, 1));
-    assert_eq!(k("F"), BarKind::Forward);
-    assert_eq!(k("F3"), BarKind::Forward);
-    assert_eq!(k("B.c1"), BarKind::Backward);
-    assert_eq!(k("W"), BarKind::WeightGrad);
-    assert_eq!(k("Fused"), BarKind::Kernel);
+    assert_eq!(k("F"), BarKind::Kernel);
+    assert_eq!(k("B.c1"), BarKind::Kernel);
     assert_eq!(k("moe all_to_all"), BarKind::AllToAll);
     assert_eq!(
         BarKind::of(&EventMeta::transfer(0).event("x".into(), 0, 1)),
@@ -498,9 +502,11 @@ fn relative_axis_counts_back_to_now() {
 #[test]
 fn zoomed_out_density_is_painted_by_busy_fraction() {
     // 1 µs kernels every 5 µs for 50 ms: 10k events across ~640 px.
-    let data = TimelineData::from_events(
-        (0..10_000u64).map(|i| kernel(0, "F1", i * 5_000, i * 5_000 + 1_000)),
-    );
+    let data = TimelineData::from_events((0..10_000u64).map(|i| {
+        EventMeta::kernel(0)
+            .op(gangway::trace::PipelineOp::Forward)
+            .event("F1".into(), i * 5_000, i * 5_000 + 1_000)
+    }));
     let render = common::can_render("zoomed_out_density_is_painted_by_busy_fraction");
     let mut builder = Harness::builder()
         .with_size([800.0, 120.0])

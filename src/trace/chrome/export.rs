@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{FLOW_NAME, PRODUCER, UTILIZATION_COUNTER, thread_id};
+use crate::trace::bubble::PipelineOp;
 use crate::trace::event::{Event, FlowRole, Lane};
 use crate::trace::track::{Track, TrackKind};
 use crate::trace::utilization::{BusyTime, span};
@@ -121,6 +122,9 @@ struct SliceArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     microbatch: Option<u32>,
     clock: &'static str,
+    /// The pipeline op (`F`, `B`, `W`) the event is: the import reads it back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    op: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -291,6 +295,7 @@ fn complete(e: &Event, slot: usize) -> Element<'_> {
             node: e.node,
             microbatch: e.microbatch,
             clock: e.clock.name(),
+            op: e.op.map(PipelineOp::letter),
         },
     }
 }

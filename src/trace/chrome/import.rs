@@ -32,6 +32,7 @@ use super::imported::{
     BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER,
     ThreadRow,
 };
+use crate::trace::bubble::PipelineOp;
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 use crate::trace::track::{Track, TrackKind};
 
@@ -739,6 +740,11 @@ fn slice(ev: &Fields<'_>, thread: ThreadIx, start_ns: u64, end_ns: u64) -> Event
         end_ns,
         clock,
         flow: None,
+        op: args
+            .op
+            .as_ref()
+            .and_then(Scalar::as_str)
+            .and_then(PipelineOp::of_letter),
     }
 }
 
@@ -845,6 +851,8 @@ struct Args<'a> {
     microbatch: Option<Scalar<'a>>,
     clock: Option<Scalar<'a>>,
     name: Option<Scalar<'a>>,
+    /// gangway's pipeline op of a slice (`F`, `B`, `W`).
+    op: Option<Scalar<'a>>,
     /// gangway's [`Track`] of a process, beside its name.
     track: Option<TrackMeta>,
     /// The numbers under other keys, each key once (the last, as in a `Value`). Allocated only
@@ -861,6 +869,7 @@ impl Args<'_> {
             ("microbatch", &self.microbatch),
             ("clock", &self.clock),
             ("name", &self.name),
+            ("op", &self.op),
         ];
         known
             .into_iter()
@@ -1235,6 +1244,7 @@ impl<'de> Shape<'de> for ArgFields {
                 "microbatch" => &mut args.microbatch,
                 "clock" => &mut args.clock,
                 "name" => &mut args.name,
+                "op" => &mut args.op,
                 "track" => {
                     args.track = map.next_value_seed(Read(TrackFields))?;
                     continue;

@@ -633,12 +633,12 @@ impl TimelineData {
     /// "B5.c1" for "B.c1" of microbatch 5), as the lab numbers its blocks; any other event's
     /// name, and an op already named with its number ("F0"), as it is.
     pub fn bar_label<'a>(&self, e: &'a Event) -> std::borrow::Cow<'a, str> {
-        if let (Some(_), Some(mb)) = (PipelineOp::of(e), e.microbatch) {
-            // An op's name starts with its ASCII letter.
-            let (letter, rest) = e.name.split_at(1);
-            if rest.is_empty() || rest.starts_with('.') {
-                return format!("{letter}{mb}{rest}").into();
-            }
+        if let (Some(op), Some(mb)) = (PipelineOp::of(e), e.microbatch)
+            && let Some(rest) = e.name.strip_prefix(op.letter())
+            && (rest.is_empty() || rest.starts_with('.'))
+        {
+            // The op's letter, its microbatch, and the chunk its name shows.
+            return format!("{}{mb}{rest}", op.letter()).into();
         }
         e.name.as_str().into()
     }
@@ -718,8 +718,8 @@ impl BarKind {
         BarKind::Named((name_hash(name) % NAME_COLORS.len() as u64) as u8)
     }
 
-    /// Pipeline ops by [`PipelineOp::of_name`] (the one rule the bubble uses too), all-to-alls
-    /// by name, everything else by kind.
+    /// Pipeline ops by their [`PipelineOp`] (what the bubble counts too), all-to-alls by name,
+    /// everything else by kind.
     pub fn of(e: &Event) -> Self {
         match e.kind {
             EventKind::Transfer => BarKind::Transfer,
@@ -731,7 +731,7 @@ impl BarKind {
                 {
                     return BarKind::AllToAll;
                 }
-                match PipelineOp::of_name(&e.name) {
+                match PipelineOp::of(e) {
                     Some(PipelineOp::Forward) => BarKind::Forward,
                     Some(PipelineOp::Backward) => BarKind::Backward,
                     Some(PipelineOp::WeightGrad) => BarKind::WeightGrad,
@@ -974,8 +974,11 @@ mod tests {
     use super::*;
     use gangway::trace::EventMeta;
 
+    /// A kernel; one named just `F`, `B` or `W` is marked as that pipeline op.
     fn kernel(device: usize, name: &str, start: u64, end: u64) -> Event {
-        EventMeta::kernel(device).event(name.into(), start, end)
+        let meta = EventMeta::kernel(device);
+        let meta = PipelineOp::of_letter(name).map_or(meta, |op| meta.op(op));
+        meta.event(name.into(), start, end)
     }
 
     /// Every sub-row holds an event, rows agree with the row index, and rows never overlap.
