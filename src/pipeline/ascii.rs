@@ -14,7 +14,7 @@ const LETTERS: [char; 3] = ['F', 'B', 'W'];
 /// length, so unit costs give the textbook picture; otherwise the window is split evenly into
 /// `width` columns. A column shows whichever of F, B, W or idle covers most of its slice (ties
 /// go to the op, so short ops stay visible). Only pipeline ops are drawn: compute-lane kernels
-/// named `F`, `B` or `W` ([`PipelineOp::of`]).
+/// marked as `F`, `B` or `W` ([`PipelineOp::of`]).
 pub fn timeline(events: &[Event], stages: usize, window: Range<u64>, width: usize) -> String {
     timeline_named(events, stages, "stage", window, width)
 }

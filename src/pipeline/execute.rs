@@ -13,7 +13,8 @@
 //! transfer; the report turns them into the pipeline's view, with the *stage index* as `device`
 //! (not [`crate::Device::id`]; with a [`Fold`], the index of the stage's device among the run's),
 //! so [`super::timeline`] and the simulator's events line up ([`RunReport::tracks`] says what
-//! each lane is: a stage, or folded, a device or a gang with its stages). An op is one compute-lane kernel event named `F`, `B`,
+//! each lane is: a stage, or folded, a device or a gang with its stages). An op is one
+//! compute-lane kernel event marked with its [`crate::trace::PipelineOp`] and named `F`, `B`,
 //! `W` (with `.c<k>` when its device holds more than one chunk, as the simulator names them)
 //! spanning its kernels, with its microbatch. A send is a transfer-lane
 //! event (the readback, from when the op that made its tensor ended) carrying the flow's `Out`

@@ -118,9 +118,10 @@ pub struct Simulation {
     /// Devices the stages ran on: `stages` unless [`simulate_folded`] folded them.
     pub devices: usize,
     /// `device` is the stage's device (the stage itself unless folded). Compute ops on
-    /// [`crate::trace::Lane::Compute`] as kernels named `F`, `B`, `W` (with `.c<k>` when the
-    /// device holds more than one model chunk: the schedule's chunk `k` for one stage per
-    /// device); sends between devices on the sender's transfer lane named `act` or `grad` (a
+    /// [`crate::trace::Lane::Compute`] as kernels marked with their
+    /// [`Event::op`](crate::trace::Event::op) and named `F`, `B`, `W` for people (with `.c<k>`
+    /// when the device holds more than one model chunk: the schedule's chunk `k` for one stage
+    /// per device); sends between devices on the sender's transfer lane named `act` or `grad` (a
     /// hand-off within a device has no event). Each send's flow (Out) points at the compute op
     /// that consumes it (In).
     pub events: Vec<Event>,
