@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(trace) = parsed else {
         return;
     };
-    let out = chrome::to_json(&trace.events, &trace.device_names);
+    let out = chrome::to_json(&trace.events, &trace.tracks);
     if let Err(e) = chrome::check(&out) {
         panic!("an imported trace exports to an invalid one: {e}");
     }
