@@ -1,5 +1,8 @@
 //! gangway: Pathways-style sharded ML work on every GPU a machine has, through portable WebGPU.
 //!
+//! - Foundations every layer uses and that use nothing above them: [`DType`] ([`dtype`]),
+//!   [`table`] (Markdown tables), [`fsutil`] (crash-safe writes); and [`Error`], which still
+//!   wraps the pipeline's `ScheduleError` (a layering debt issue 39 names).
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
 //! - [`Mesh`], [`NamedSharding`]: devices in named-axis grids, and how values lie over them.
 //! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
@@ -9,14 +12,16 @@
 //! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
 //!   that gang-schedules them.
 //! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
-//! - [`moe`], [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads; [`bench`] and [`plan`]: measuring them, and
-//!   predicting them at scale; [`trace`]: what happened, when.
+//! - [`moe`], [`transformer`], [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads;
+//!   [`bench`] and [`plan`]: measuring them, and predicting them at scale; [`trace`]: what
+//!   happened, when.
 
 pub mod bench;
 pub mod btm;
 pub mod collective;
 pub mod data;
 pub mod device;
+pub mod dtype;
 mod error;
 pub mod fsutil;
 pub mod job;
@@ -30,14 +35,16 @@ pub mod plan;
 pub mod program;
 mod rng;
 pub mod sched;
+pub mod table;
 pub mod tensor;
 pub mod trace;
 pub mod transformer;
 
 pub use device::{Device, DeviceInfo, DeviceList, DiscoveryOptions, MeshDevice, discover};
+pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::Job;
 pub use mesh::Mesh;
 pub use named_sharding::{GangAxes, NamedSharding};
 pub use rng::Rng;
-pub use tensor::{DType, Tensor};
+pub use tensor::Tensor;

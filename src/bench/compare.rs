@@ -217,7 +217,7 @@ impl Comparison {
                 ]
             })
             .collect();
-        let mut out = super::markdown_table(
+        let mut out = crate::table::markdown_table(
             &[
                 "suite",
                 "case",

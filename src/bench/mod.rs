@@ -30,16 +30,3 @@ pub use harness::{Benchmark, Sampling, Work, WorkUnit};
 pub use report::Report;
 pub use run::{BenchOptions, select_adapters};
 pub use suite::{Suite, SuiteOptions};
-
-/// Renders rows of cells as a Markdown table.
-pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        header.join(" | "),
-        " --- |".repeat(header.len())
-    );
-    for row in rows {
-        out.push_str(&format!("| {} |\n", row.join(" | ")));
-    }
-    out
-}

@@ -471,7 +471,7 @@ impl Report {
                 row
             })
             .collect();
-        super::markdown_table(&TABLE_COLUMNS, &rows)
+        crate::table::markdown_table(&TABLE_COLUMNS, &rows)
     }
 }
 

@@ -233,7 +233,7 @@ pub fn table(scores: &[DomainScores]) -> String {
             ]
         })
         .collect();
-    crate::bench::markdown_table(
+    crate::table::markdown_table(
         &[
             "domain (valid bits/byte)",
             "dense, same steps",

@@ -1068,7 +1068,7 @@ fn print_comparison(
         .collect();
     print!(
         "{}",
-        gangway::bench::markdown_table(
+        gangway::table::markdown_table(
             &[
                 "schedule",
                 "makespan",
@@ -1182,7 +1182,7 @@ fn devices(local: &[Device], job: &Job, json: bool) -> Result<()> {
         .collect();
     print!(
         "{}",
-        bench::markdown_table(
+        gangway::table::markdown_table(
             &[
                 "id",
                 "adapter/virtual",

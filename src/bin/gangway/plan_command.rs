@@ -200,7 +200,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
     }
     print!(
         "{}",
-        gangway::bench::markdown_table(
+        gangway::table::markdown_table(
             &[
                 "link",
                 "compute",
@@ -247,7 +247,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
             }
             print!(
                 "{}",
-                gangway::bench::markdown_table(
+                gangway::table::markdown_table(
                     &[
                         "link",
                         "transfer",
