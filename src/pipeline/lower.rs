@@ -34,9 +34,9 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use super::fold::{Fold, op_name};
-use super::mlp::Microbatch;
 use super::schedule::{OpKind, Schedule};
 use super::simulate::{Costs, simulate_folded};
+use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};
 use super::validate::validate;
 use crate::device::MeshDevice;

@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 
+use super::stage_model::Microbatch;
 use crate::{Error, Result, Rng};
 
 /// Layer widths and the seed of the initial weights.
@@ -17,13 +18,6 @@ pub struct MlpConfig {
     /// Layer `i` maps `widths[i]` to `widths[i + 1]`: at least two widths, none zero.
     pub widths: Vec<usize>,
     pub seed: u64,
-}
-
-/// One microbatch: `rows × widths[0]` inputs and `rows × widths.last()` targets, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Microbatch {
-    pub input: Vec<f32>,
-    pub target: Vec<f32>,
 }
 
 /// An MLP's widths and weights (`weights[i]` is layer `i`, `[widths[i], widths[i + 1]]`).

@@ -12,7 +12,7 @@
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
-//! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives, and the MLP's |
+//! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives, and the MLP's; the `Microbatch` every stage model trains on |
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
 //! | `moe_stack.rs` | [`MoeStack`]: residual MoE layers with each stage a gang of devices (experts and rows split over it), whose F&B pairs can hide their all-to-alls |
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
@@ -66,9 +66,10 @@ pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
 pub use fold::{Fold, lane_word};
 pub use link::Link;
-pub use mlp::{Microbatch, Mlp, MlpConfig, StepResult};
+pub use mlp::{Mlp, MlpConfig, StepResult};
 pub use moe_stack::{MoeStack, MoeStackConfig};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
+pub use stage_model::Microbatch;
 pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};

@@ -14,8 +14,8 @@
 
 use super::execute::{RunReport, run};
 use super::lower::Plan;
-use super::mlp::Microbatch;
 use super::schedule::Schedule;
+use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};
 use super::{Fold, ScheduleKind};
 use crate::device::DeviceList;

@@ -8,11 +8,19 @@
 //! (then each device's gradient is a partial sum over its rows, all-reduced before the update)
 //! or split over the gang by its first axis (experts, whose gradients are whole where they live).
 
-use super::mlp::{Microbatch, Mlp};
+use super::mlp::Mlp;
 use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::{ElementwiseOp, Matmul};
 use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result};
+
+/// One microbatch, what every stage model trains on: `rows × widths[0]` inputs and
+/// `rows × widths.last()` targets, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Microbatch {
+    pub input: Vec<f32>,
+    pub target: Vec<f32>,
+}
 
 /// One parameter tensor of a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
