@@ -233,18 +233,7 @@ fn readme_trace_drawing_screenshots() {
     ];
     for (path, name, window) in shots {
         let mut h = app_harness([1280.0, 720.0]);
-        h.get_by_label("Files").click();
-        h.run();
-        h.state_mut().files.path = path.display().to_string();
-        h.run();
-        h.get_by_label("Open").click();
-        h.step();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while h.state().files.is_busy() {
-            assert!(std::time::Instant::now() < deadline);
-            h.step();
-        }
-        h.run();
+        common::open_in(&mut h, path);
         if let Some((from, to)) = window {
             let tl = &mut h.state_mut().files.timeline;
             let v = tl.view.unwrap();

@@ -108,6 +108,13 @@ pub fn start_live(h: &mut Harness<'static, ViewerApp>) {
 pub fn open_in_app(path: &std::path::Path, size: [f32; 2]) -> Harness<'static, ViewerApp> {
     let mut h = harness(size);
     h.run();
+    open_in(&mut h, path);
+    h
+}
+
+/// Opens `path` in the app `h` as a user does: the Files tab, the path field and Open, waited
+/// for.
+pub fn open_in(h: &mut Harness<'static, ViewerApp>, path: &std::path::Path) {
     h.get_by_label("Files").click();
     h.run();
     h.state_mut().files.path = path.display().to_string();
@@ -122,7 +129,6 @@ pub fn open_in_app(path: &std::path::Path, size: [f32; 2]) -> Harness<'static, V
     }
     h.run();
     assert_eq!(h.state().tab, gangway_viewer::Tab::Files);
-    h
 }
 
 /// Every text painted in a frame's shapes.
