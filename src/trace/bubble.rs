@@ -1,5 +1,8 @@
-//! The pipeline bubble of a trace: idle compute time over `stages × makespan`, the figure the
-//! simulator reports as `pipeline::Simulation::bubble_fraction` and a real run as
+//! Pipeline ops in a trace, and its bubble. [`PipelineOp`] is what an event says it is
+//! ([`Event::op`], set by the simulator and the pipeline executor, carried in a Chrome trace as
+//! the slice's `op` arg); a kernel's name is never read for it. The bubble is idle compute time
+//! over `stages × makespan`, the figure the simulator reports as
+//! `pipeline::Simulation::bubble_fraction` and a real run as
 //! `pipeline::RunReport::measured_bubble`, measured from any trace that holds pipeline ops. The
 //! viewer's Files tab and `gangway trace` both use this one.
 

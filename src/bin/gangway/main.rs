@@ -1,6 +1,8 @@
-//! The `gangway` command line: dispatch, the process's one runtime, and the bodies of the commands
-//! without a module of their own, with what they share (device selection, corpus loading, the
-//! training summary, file writes). Under `mpirun` (built with the `mpi` feature) every rank runs
+//! The `gangway` command line: dispatch, the process's one runtime, the trace written for
+//! `--trace` (its lanes' [`Track`]s gathered over ranks), and the bodies of the commands without
+//! a module of their own (`devices`, `demo`, training and BTM), with what they share (device
+//! selection, corpus loading, the training summary, file writes). `pipeline`, `bench`, `plan`,
+//! `trace` and the language-model commands have modules of their own. Under `mpirun` (built with the `mpi` feature) every rank runs
 //! the same command over the job's global mesh; rank 0 alone prints and writes files.
 
 use std::sync::atomic::{AtomicBool, Ordering};

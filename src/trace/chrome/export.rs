@@ -1,4 +1,8 @@
-//! Events to Chrome trace-event JSON.
+//! Events to Chrome trace-event JSON, in gangway's layout (see the parent module): the
+//! `otherData` marker, a process per lane named and typed by its [`Track`] (the `track` arg),
+//! threads per lane with overflow threads for overlapping slices, each slice's ids and pipeline
+//! op in its args, flow points for complete transfer pairs, and a utilization counter per
+//! device.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};

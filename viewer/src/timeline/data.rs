@@ -12,6 +12,12 @@
 //! *and* end order) with running sums of busy time and of kind changes. A frame then costs
 //! O(pixels × log events) however many events are in view: [`Track::bars`] finds the events
 //! that start in one pixel column by binary search and sums their busy time by subtraction.
+//!
+//! Bars are coloured by gangway's kinds ([`BarKind::of`]: pipeline ops by their
+//! [`PipelineOp`], never by name), or, for another tool's trace, by a hash of the slice's name
+//! as Perfetto colours them ([`BarKind::Named`]). Beside the tracks: counter tracks, instants
+//! ([`InstantMark`]), flow arrows ([`FlowLink`], linked once from an opened trace's bound flow
+//! points) and what each device's lane is ([`TimelineData::lanes`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;

@@ -1,3 +1,8 @@
+//! The import's tests: gangway's traces round-trip through the exporter (marker, tracks, ops,
+//! flows, counters); any other producer's read as Perfetto reads them (rows per thread, nesting at
+//! equal times, instants by scope, flows bound to the innermost slice, counters per series); bad
+//! input is an error naming the event; the text and its `Value` read alike.
+
 use serde_json::json;
 
 use super::*;
