@@ -12,7 +12,9 @@
 //! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
 //!   that gang-schedules them.
 //! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
-//! - [`moe`], [`transformer`], [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads;
+//! - [`train`]: the one [`train::Trainer`] of every [`train::StepModel`], its step builder,
+//!   splits and checkpoints.
+//! - [`moe`], [`transformer`], [`mlp_lm`] (the smallest model), [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads;
 //!   [`bench`] and [`plan`]: measuring them, and predicting them at scale; [`trace`]: what
 //!   happened, when.
 
@@ -27,6 +29,7 @@ pub mod fsutil;
 pub mod job;
 pub mod kernels;
 mod mesh;
+pub mod mlp_lm;
 pub mod moe;
 pub mod moe_layer;
 pub mod named_sharding;
@@ -38,6 +41,7 @@ pub mod sched;
 pub mod table;
 pub mod tensor;
 pub mod trace;
+pub mod train;
 pub mod transformer;
 
 pub use device::{Device, DeviceInfo, DeviceList, DiscoveryOptions, MeshDevice, discover};

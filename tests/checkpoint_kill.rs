@@ -11,7 +11,8 @@ mod common;
 
 use common::{Adapters, Span, case};
 use gangway::Rng;
-use gangway::moe::TrainerCheckpoint;
+use gangway::moe::MoeLmConfig;
+use gangway::train::Checkpoint;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,8 +138,8 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
     finish(&dir, &dir.join("warm-up.ckpt"), STEPS, false);
     let straight_path = dir.join("straight.ckpt");
     let (want, first_checkpoint, run_time) = timed(&dir, &straight_path);
-    let straight = TrainerCheckpoint::load(&straight_path).unwrap();
-    assert_eq!(straight.step, STEPS);
+    let straight = Checkpoint::<MoeLmConfig>::load(&straight_path).unwrap();
+    assert_eq!(straight.step(), STEPS);
 
     let mut rng = Rng::new(0x6b11);
     let (mut resumed, mut fresh, mut done) = (0, 0, 0);
@@ -166,21 +167,21 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
         child.wait().unwrap();
 
         let got = if ckpt.exists() {
-            let c = TrainerCheckpoint::load(&ckpt).unwrap_or_else(|e| {
+            let c = Checkpoint::<MoeLmConfig>::load(&ckpt).unwrap_or_else(|e| {
                 panic!("kill {kill} after {at:?} left an unreadable checkpoint: {e}")
             });
             assert!(
-                c.step >= 1 && c.step <= STEPS,
+                c.step() >= 1 && c.step() <= STEPS,
                 "kill {kill}: step {}",
-                c.step
+                c.step()
             );
-            if c.step == STEPS {
+            if c.step() == STEPS {
                 done += 1;
                 assert_eq!(c, straight, "kill {kill}: the finished checkpoint");
                 continue;
             }
             resumed += 1;
-            finish(&dir, &ckpt, STEPS - c.step, true)
+            finish(&dir, &ckpt, STEPS - c.step(), true)
         } else {
             // Killed before the first checkpoint: start again.
             fresh += 1;
@@ -190,7 +191,7 @@ fn a_run_killed_at_any_moment_resumes_to_the_same_result(_: &Adapters) {
             got, want,
             "kill {kill} after {at:?}: final loss and validation bpb"
         );
-        let end = TrainerCheckpoint::load(&ckpt).unwrap();
+        let end = Checkpoint::<MoeLmConfig>::load(&ckpt).unwrap();
         assert_eq!(end, straight, "kill {kill} after {at:?}: final checkpoint");
     }
     // Temporary files of saves a kill interrupted (the checkpoint beside each stayed whole).

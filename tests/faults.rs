@@ -92,7 +92,8 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
 ) {
     use gangway::data::{Corpus, Document};
     use gangway::moe::training_run::{TrainOptions, train};
-    use gangway::moe::{MoeLmConfig, MoeLmParams, TrainerCheckpoint};
+    use gangway::moe::{MoeLmConfig, MoeLmParams};
+    use gangway::train::Checkpoint;
 
     let devices = fresh_devices(adapters, 4);
     let cfg = MoeLmConfig {
@@ -141,8 +142,8 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     assert!(matches!(err, Error::DeviceLost { .. }), "{line}");
     assert!(line.contains(&doomed.label()), "{line}");
     assert!(!line.contains('\n'), "{line}");
-    let saved = TrainerCheckpoint::load(&path).unwrap();
-    assert_eq!(saved.step, 2);
+    let saved = Checkpoint::<MoeLmConfig>::load(&path).unwrap();
+    assert_eq!(saved.step(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -9,12 +9,11 @@ mod common;
 use common::moe::{batch, config};
 use common::{Adapters, Span, case};
 use gangway::kernels::optim::AdamConfig;
-use gangway::moe::trainer::{GroupSplit, coefficient_of_variation};
 use gangway::moe::{
-    Adam, GpuTrainer, MoeLmConfig, MoeLmParams, TrainerCheckpoint, forward_grouped,
-    loss_and_grads_grouped,
+    Adam, MoeLmConfig, MoeLmParams, MoeTrainer, forward_grouped, loss_and_grads_grouped,
 };
 use gangway::trace::EventKind;
+use gangway::train::{Checkpoint, GroupSplit, coefficient_of_variation};
 use gangway::{Device, Rng};
 use std::time::Instant;
 
@@ -52,8 +51,7 @@ fn one_device_matches_the_reference(device: &Device) {
     let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
     for groups in [1, 2] {
         let trainer =
-            GpuTrainer::with_groups(&client, std::slice::from_ref(device), &params, adam, groups)
-                .unwrap();
+            MoeTrainer::new(&client, std::slice::from_ref(device), &params, adam, groups).unwrap();
         let (want_fwd, want) = loss_and_grads_grouped(&params, &ctx, &tgt, groups).unwrap();
         let got = trainer.grads(&ctx, &tgt).unwrap();
         for (spec, (g, w)) in cfg
@@ -70,7 +68,7 @@ fn one_device_matches_the_reference(device: &Device) {
 
     // Three Adam steps: the same losses, stats and parameters as the reference's.
     let mut trainer =
-        GpuTrainer::new(&client, std::slice::from_ref(device), &params, adam).unwrap();
+        MoeTrainer::new(&client, std::slice::from_ref(device), &params, adam, 1).unwrap();
     let mut ref_params = params.clone();
     let mut ref_adam = Adam::new(&params, adam).unwrap();
     for step in 1..=3u32 {
@@ -126,8 +124,8 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(mesh, "test");
-    let mut one = GpuTrainer::with_groups(&client, &mesh[..1], &params, adam, 4).unwrap();
-    let mut four = GpuTrainer::new(&client, mesh, &params, adam).unwrap();
+    let mut one = MoeTrainer::new(&client, &mesh[..1], &params, adam, 4).unwrap();
+    let mut four = MoeTrainer::new(&client, mesh, &params, adam, mesh.len()).unwrap();
     assert_eq!(four.groups(), 4);
     four.set_trace(true);
     let mut events = Vec::new();
@@ -222,7 +220,7 @@ fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
     meshes.push((virt[..2].to_vec(), 2));
     for (mesh, groups) in meshes {
         let want = forward_grouped(&params, &ctx, &tgt, groups).unwrap();
-        let mut trainer = GpuTrainer::with_groups(&client, &mesh, &params, adam, groups).unwrap();
+        let mut trainer = MoeTrainer::new(&client, &mesh, &params, adam, groups).unwrap();
         let got = trainer.step(&ctx, &tgt).unwrap();
         let b0 = &got.blocks[0];
         assert!(
@@ -261,16 +259,16 @@ fn bad_inputs_are_errors(device: &Device) {
     // Experts not divisible by the devices, groups not by the devices, no devices, bad Adam.
     let (_runtime, client) = common::runtime_client(one, "test");
     let three = vec![device.clone(), device.clone(), device.clone()];
-    assert!(GpuTrainer::new(&client, &three, &params, adam).is_err());
-    assert!(GpuTrainer::with_groups(&client, &three[..2], &params, adam, 3).is_err());
-    assert!(GpuTrainer::with_groups(&client, one, &params, adam, 0).is_err());
-    assert!(GpuTrainer::new(&client, &Vec::<Device>::new(), &params, adam).is_err());
-    assert!(GpuTrainer::new(&client, one, &params, AdamConfig::new(f32::NAN)).is_err());
+    assert!(MoeTrainer::new(&client, &three, &params, adam, three.len()).is_err());
+    assert!(MoeTrainer::new(&client, &three[..2], &params, adam, 3).is_err());
+    assert!(MoeTrainer::new(&client, one, &params, adam, 0).is_err());
+    assert!(MoeTrainer::new(&client, &Vec::<Device>::new(), &params, adam, 0).is_err());
+    assert!(MoeTrainer::new(&client, one, &params, AdamConfig::new(f32::NAN), one.len()).is_err());
     let mut broken = params.clone();
     broken.tensors[1].pop();
-    assert!(GpuTrainer::new(&client, one, &broken, adam).is_err());
+    assert!(MoeTrainer::new(&client, one, &broken, adam, one.len()).is_err());
 
-    let mut trainer = GpuTrainer::with_groups(&client, one, &params, adam, 4).unwrap();
+    let mut trainer = MoeTrainer::new(&client, one, &params, adam, 4).unwrap();
     let mut rng = Rng::new(5);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let mut bad_ctx = ctx.clone();
@@ -305,8 +303,8 @@ fn eight_devices_follow_one_device_with_eight_groups(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(&devices[..8], "test");
-    let mut one = GpuTrainer::with_groups(&client, &devices[..1], &params, adam, 8).unwrap();
-    let mut eight = GpuTrainer::new(&client, &devices[..8], &params, adam).unwrap();
+    let mut one = MoeTrainer::new(&client, &devices[..1], &params, adam, 8).unwrap();
+    let mut eight = MoeTrainer::new(&client, &devices[..8], &params, adam, 8).unwrap();
     let mut rng = Rng::new(6);
     for _ in 0..3 {
         let (ctx, tgt) = batch(&cfg, 64, &mut rng);
@@ -339,29 +337,30 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     let batches: Vec<_> = (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect();
 
     let (_runtime, client) = common::runtime_client(after, "test");
-    let mut straight = GpuTrainer::with_groups(&client, before, &params, adam, 4).unwrap();
+    let mut straight = MoeTrainer::new(&client, before, &params, adam, 4).unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| straight.step(c, t).unwrap().loss)
         .collect();
     let want_params = straight.params().unwrap();
 
-    let mut first = GpuTrainer::with_groups(&client, before, &params, adam, 4).unwrap();
+    let mut first = MoeTrainer::new(&client, before, &params, adam, 4).unwrap();
     for (c, t) in &batches[..3] {
         first.step(c, t).unwrap();
     }
     let ckpt = first.checkpoint().unwrap();
-    assert_eq!((ckpt.step, ckpt.groups, ckpt.adam), (3, 4, adam));
-    assert!(ckpt.v.tensors.iter().flatten().any(|&x| x > 0.0));
+    let state = ckpt.train.as_ref().unwrap();
+    assert_eq!((state.step, state.groups, state.adam), (3, 4, adam));
+    assert!(state.v.tensors.iter().flatten().any(|&x| x > 0.0));
     let dir = common::scratch_path("ckpt", &devices[0]);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.gwckpt");
     ckpt.save(&path).unwrap();
-    let loaded = TrainerCheckpoint::load(&path).unwrap();
+    let loaded = Checkpoint::<MoeLmConfig>::load(&path).unwrap();
     assert_eq!(loaded, ckpt);
 
     for (mesh, exact) in [(before, true), (after, before.len() == after.len())] {
-        let mut resumed = GpuTrainer::resume(&client, mesh, &loaded).unwrap();
+        let mut resumed = MoeTrainer::resume(&client, mesh, &loaded, 1).unwrap();
         assert_eq!((resumed.steps(), resumed.groups()), (3, 4));
         for (i, (c, t)) in batches[3..].iter().enumerate() {
             let got = resumed.step(c, t).unwrap();
@@ -418,23 +417,25 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
         bytes[..bytes.len() / 2].to_vec(),
         bytes[..10].to_vec(),
         Vec::new(),
-        params.to_bytes().unwrap(),
     ];
     for (i, case) in cases.iter().enumerate() {
         assert!(
-            TrainerCheckpoint::from_bytes(case).is_err(),
+            Checkpoint::<MoeLmConfig>::from_bytes(case).is_err(),
             "damaged case {i}"
         );
     }
     let corrupt = dir.join("corrupt.gwckpt");
     std::fs::write(&corrupt, &bytes[..bytes.len() - 7]).unwrap();
-    assert!(TrainerCheckpoint::load(&corrupt).is_err());
-    assert!(TrainerCheckpoint::load(&dir.join("missing.gwckpt")).is_err());
+    assert!(Checkpoint::<MoeLmConfig>::load(&corrupt).is_err());
+    assert!(Checkpoint::<MoeLmConfig>::load(&dir.join("missing.gwckpt")).is_err());
     let three = vec![before[0].clone(); 3];
-    assert!(GpuTrainer::resume(&client, &three, &loaded).is_err());
+    assert!(MoeTrainer::resume(&client, &three, &loaded, 1).is_err());
+    // Weights alone hold nothing to resume.
+    let weights = Checkpoint::<MoeLmConfig>::from_bytes(&params.to_bytes().unwrap()).unwrap();
+    assert!(MoeTrainer::resume(&client, before, &weights, 1).is_err());
     let mut mismatched = loaded.clone();
-    mismatched.m.tensors[0].pop();
-    assert!(GpuTrainer::resume(&client, before, &mismatched).is_err());
+    mismatched.train.as_mut().unwrap().m.tensors[0].pop();
+    assert!(MoeTrainer::resume(&client, before, &mismatched, 1).is_err());
     assert!(mismatched.to_bytes().is_err());
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(
@@ -468,8 +469,8 @@ fn an_uneven_split_follows_one_device(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(pair, "test");
-    let mut one = GpuTrainer::with_groups(&client, &pair[..1], &params, adam, 8).unwrap();
-    let mut two = GpuTrainer::with_groups(&client, pair, &params, adam, 8).unwrap();
+    let mut one = MoeTrainer::new(&client, &pair[..1], &params, adam, 8).unwrap();
+    let mut two = MoeTrainer::new(&client, pair, &params, adam, 8).unwrap();
     assert!(two.split().is_even());
     let mut rng = Rng::new(9);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);

@@ -14,7 +14,7 @@ use common::programs::{
 };
 use common::{Adapters, case};
 use gangway::kernels::optim::AdamConfig;
-use gangway::moe::{GpuTrainer, MoeLmParams};
+use gangway::moe::{MoeLmParams, MoeTrainer};
 use gangway::program::{CompileOptions, ProgramBuilder};
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::{Device, Job, MeshDevice, Rng};
@@ -155,7 +155,7 @@ fn moe_training_over_two_ranks_follows_one_process(adapters: &Adapters) {
         (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect()
     };
     let (_runtime, client) = common::runtime_client(devices, "one process");
-    let mut one = GpuTrainer::new(&client, devices, &params, adam).unwrap();
+    let mut one = MoeTrainer::new(&client, devices, &params, adam, devices.len()).unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| one.step(c, t).unwrap().loss)
@@ -163,7 +163,8 @@ fn moe_training_over_two_ranks_follows_one_process(adapters: &Adapters) {
     let want_params = one.params().unwrap();
     let per_rank = spmd(devices, 2, |_, runtime| {
         let client = runtime.client("trainer", 1);
-        let mut trainer = GpuTrainer::new(&client, runtime.mesh(), &params, adam).unwrap();
+        let mut trainer =
+            MoeTrainer::new(&client, runtime.mesh(), &params, adam, runtime.mesh().len()).unwrap();
         assert_eq!(trainer.devices().len(), 4);
         let losses: Vec<f64> = batches
             .iter()

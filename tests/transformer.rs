@@ -10,12 +10,11 @@ mod common;
 use common::{Adapters, case};
 use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
-use gangway::moe::trainer::GroupSplit;
+use gangway::train::{GroupSplit, TrainState};
 use gangway::transformer::reference::{ReferenceForward, forward, logits};
 use gangway::transformer::training_run::{LmOptions, generate, train};
 use gangway::transformer::{
-    TrainState, TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
-    VOCAB,
+    TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer, VOCAB,
 };
 use gangway::{Device, Rng};
 
@@ -490,9 +489,9 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
     let half = train(&mut first, &text, &opts(2), &mut |_, _| {}).unwrap();
     let saved = TransformerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.train.as_ref().unwrap().step, 2);
-    let mut resumed = TransformerTrainer::resume(&client, mesh, &saved).unwrap();
+    let mut resumed = TransformerTrainer::resume(&client, mesh, &saved, 1).unwrap();
     // Onto a mesh whose rows hold one device each: data 2 × expert 1.
-    let on_grid = TransformerTrainer::resume_with_mesh(&client, mesh, &saved, 2).unwrap();
+    let on_grid = TransformerTrainer::resume(&client, mesh, &saved, 2).unwrap();
     assert_eq!(on_grid.steps(), 2);
     let (x, y) = batch(&cfg, 4, &mut Rng::new(1));
     assert_eq!(

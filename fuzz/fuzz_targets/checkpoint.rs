@@ -1,10 +1,12 @@
-//! Trainer checkpoints (`gangway train moe --resume`) and ELM parameter files (`gangway eval btm`):
-//! any bytes are an error or a checkpoint that survives a round trip, never a panic, hang or
+//! The MoE LM's files of the formats before safetensors (`GWMOETR` trainer checkpoints and
+//! `GWMOELM` ELM parameter files, which still load: `gangway::moe::legacy`): any bytes are an
+//! error or a checkpoint that survives a round trip (saved as safetensors), never a panic, hang or
 //! oversized allocation. The CRC-32 trailer would stop almost every mutation at the door, so each
 //! input is also tried re-sealed with a valid trailer, to reach the parser behind it.
 #![no_main]
 
-use gangway::moe::{MoeLmParams, TrainerCheckpoint};
+use gangway::moe::{MoeLmConfig, MoeLmParams};
+use gangway::train::Checkpoint;
 use libfuzzer_sys::fuzz_target;
 
 /// `data` with its last 4 bytes replaced by the CRC-32 of everything after the 8-byte magic.
@@ -17,9 +19,9 @@ fn resealed(data: &[u8]) -> Option<Vec<u8>> {
 
 fuzz_target!(|data: &[u8]| {
     for bytes in std::iter::once(data.to_vec()).chain(resealed(data)) {
-        if let Ok(c) = TrainerCheckpoint::from_bytes(&bytes) {
+        if let Ok(c) = Checkpoint::<MoeLmConfig>::from_bytes(&bytes) {
             let again = c.to_bytes().expect("a loaded checkpoint saves");
-            assert_eq!(TrainerCheckpoint::from_bytes(&again).expect("reloads"), c);
+            assert_eq!(Checkpoint::<MoeLmConfig>::from_bytes(&again).expect("reloads"), c);
         }
         if let Ok(p) = MoeLmParams::from_bytes(&bytes) {
             let again = p.to_bytes().expect("loaded parameters save");

@@ -28,7 +28,7 @@
 //!   also takes 2 devices of the next adapter chosen (a skip row says why when there is none),
 //!   and two more rows route the same batch in 16 groups over those devices: dealt evenly, then
 //!   balanced by each device's speed as measured on the first batch
-//!   ([`crate::moe::trainer::GroupSplit`]; the note gives the speeds, the split chosen and the
+//!   ([`crate::train::GroupSplit`]; the note gives the speeds, the split chosen and the
 //!   timings it was chosen by).
 //! - **`all-to-all`**: the share of a step spent in the expert all-to-alls at 1, 2, 4, 8 devices
 //!   (one routing group per device, `E` = the largest device count measured). Measured from the
@@ -50,7 +50,7 @@ use super::suite::Planned;
 use crate::data::{Batches, Corpus};
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;
-use crate::moe::{GpuTrainer, MoeLmConfig, MoeLmParams};
+use crate::moe::{MoeLmConfig, MoeLmParams, MoeTrainer};
 use crate::sched::Runtime;
 use crate::trace::{self, BusyTime, EventKind, Lane};
 use crate::{Device, Error, Result, Rng};
@@ -206,7 +206,7 @@ const BATCHES: usize = 8;
 /// One model's training steps on some devices.
 pub(super) struct TrainStep {
     config: MoeLmConfig,
-    trainer: GpuTrainer,
+    trainer: MoeTrainer,
     data: Data,
     /// Ids of the devices trained on (trace events name devices by id).
     devices: Vec<usize>,
@@ -372,7 +372,7 @@ pub(super) fn train_case<D: DeviceList + ?Sized>(
 pub(super) struct Deal {
     pub groups_per_device: usize,
     /// By the devices' speeds, measured on the first batch before timing, if that runs faster
-    /// ([`GpuTrainer::balance`]); else evenly.
+    /// ([`MoeTrainer::balance`]); else evenly.
     pub measured: bool,
 }
 
@@ -409,8 +409,7 @@ fn dealt_case<D: DeviceList + ?Sized>(
     Blocking::new(name, work, move || {
         let init = MoeLmParams::init(cfg)?;
         let groups = deal.groups_per_device * devices.len();
-        let mut trainer =
-            GpuTrainer::with_groups(&client, &devices, &init, AdamConfig::new(1e-3), groups)?;
+        let mut trainer = MoeTrainer::new(&client, &devices, &init, AdamConfig::new(1e-3), groups)?;
         trainer.set_trace(traced);
         let data = Data::new(cfg.context, tokens, BATCHES, seed);
         let mut across = across;

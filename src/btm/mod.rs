@@ -24,7 +24,7 @@ use crate::data::Corpus;
 use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
-use crate::moe::{GpuTrainer, MoeLmParams};
+use crate::moe::{MoeLmParams, MoeTrainer};
 use crate::sched::{Client, Runtime};
 use crate::{Device, Error, Result};
 use std::path::{Path, PathBuf};
@@ -151,7 +151,7 @@ pub fn window_nats(
     batch: usize,
 ) -> Result<Vec<f64>> {
     crate::data::check_batch("window_nats", params.config.context, batch)?;
-    let trainer = GpuTrainer::with_groups(
+    let trainer = MoeTrainer::new(
         client,
         std::slice::from_ref(device),
         params,

@@ -47,13 +47,7 @@ use crate::kernels::{
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
 
-/// Every matmul of the step runs the vec4 kernels, forward (`A·B`) and backward (`A·Bᵀ`, `Aᵀ·B`),
-/// or their subgroup twins where the adapter has them and the autotuner measures them faster
-/// (the same sums: [`MatmulVariant::same_sums`]), or the tiled kernel where a shape's N or K is
-/// not a multiple of 4. No choice changes a sum's order with M, and the expert weight gradient
-/// sums its slot blocks one at a time, so D devices compute the bits 1 device computes over D
-/// groups.
-pub(crate) const MATMUL: MatmulVariant = MatmulVariant::Vec4;
+pub(crate) use crate::train::step_program::MATMUL;
 
 /// The experts' hidden activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -35,29 +35,39 @@
 //! data-parallel run on `D` devices (group per device) the same math as one device.
 //!
 //! Parameters, their order, names and initialisation are in [`params`]; the reference in
-//! [`mod@reference`]; Adam in [`adam`]; the GPU trainer (expert- and data-parallel over devices) in
-//! [`trainer`], a run of it on a corpus in [`training_run`].
+//! [`mod@reference`]; Adam in [`adam`]. The config is a [`StepModel`]: the one GPU trainer,
+//! [`crate::train::Trainer`], trains it expert- and data-parallel over devices (its step program
+//! is `step_program.rs`); a run of it on a corpus is [`training_run`]. Files of the formats
+//! before safetensors load through [`legacy`].
 
 pub mod adam;
 pub mod exchange;
 pub mod ffn_program;
+pub mod legacy;
 pub mod params;
 pub mod reference;
+mod step_program;
 #[cfg(test)]
 mod tests;
-pub mod trainer;
 pub mod training_run;
 
+pub use crate::train::ParamSpec;
 pub use adam::Adam;
-pub use params::{MoeLmParams, ParamSpec};
 pub use reference::{
     BlockCache, Forward, GroupedForward, LossParts, RoutingStats, backward, backward_grouped,
     forward, forward_grouped, loss_and_grads, loss_and_grads_grouped,
 };
-pub use trainer::{GpuTrainer, PendingStep, StepStats, TrainerCheckpoint};
+
+/// The MoE LM's parameters (gradients and Adam's moments are the same type).
+pub type MoeLmParams = crate::train::Params<MoeLmConfig>;
+/// The MoE LM's trainer.
+pub type MoeTrainer = crate::train::Trainer<MoeLmConfig>;
 
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
+use crate::program::Program;
+use crate::train::step_program::Mode;
+use crate::train::{Checkpoint, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -187,3 +197,81 @@ impl MoeLmConfig {
 
 /// The most blocks a config may have.
 pub const MAX_BLOCKS: usize = 1024;
+
+/// A token is one row: its context window (`C` byte ids) and the byte after it.
+impl StepModel for MoeLmConfig {
+    const NAME: &'static str = "moe-lm";
+
+    fn validate(&self) -> Result<()> {
+        MoeLmConfig::validate(self)
+    }
+
+    fn param_specs(&self) -> Vec<ParamSpec> {
+        MoeLmConfig::param_specs(self)
+    }
+
+    fn init(&self) -> Result<Vec<Vec<f32>>> {
+        Ok(self.init_tensors())
+    }
+
+    fn expert_tensors(&self) -> Vec<bool> {
+        MoeLmConfig::expert_tensors(self)
+    }
+
+    fn experts(&self) -> usize {
+        self.experts
+    }
+
+    fn expert_layers(&self) -> usize {
+        self.blocks
+    }
+
+    fn router(&self) -> RouterConfig {
+        MoeLmConfig::router(self)
+    }
+
+    fn router_loss(&self) -> RouterLoss {
+        MoeLmConfig::router_loss(self)
+    }
+
+    fn unit_rows(&self) -> usize {
+        1
+    }
+
+    fn row_inputs(&self) -> usize {
+        self.context
+    }
+
+    fn check_batch(&self, contexts: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
+        const WHAT: &str = "moe lm batch";
+        let t = targets.len();
+        let c = self.context;
+        if t == 0 || contexts.len() != t * c {
+            return Err(Error::ShapeMismatch {
+                what: WHAT,
+                expected: format!("T >= 1 targets and T × {c} context bytes"),
+                got: format!("{t} targets, {} context bytes", contexts.len()),
+            });
+        }
+        if let Some(bad) = contexts
+            .iter()
+            .chain(targets)
+            .find(|&&v| v as usize >= VOCAB)
+        {
+            return Err(Error::InvalidArgument {
+                what: WHAT,
+                reason: format!("byte id {bad} is not below {VOCAB}"),
+            });
+        }
+        reference::group_size(t, groups)?;
+        Ok(t)
+    }
+
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
+        step_program::build(shape, mode)
+    }
+
+    fn read_legacy(bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
+        legacy::read(bytes)
+    }
+}

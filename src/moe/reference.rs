@@ -9,6 +9,7 @@ use crate::kernels::elementwise::{self, ElementwiseOp};
 use crate::kernels::matmul::{self, MatmulShape};
 use crate::kernels::moe_dispatch::{self, reference_combine, reference_dispatch};
 use crate::kernels::optim::accumulate_reference;
+pub use crate::kernels::router::RoutingStats;
 use crate::kernels::router::{self, ReferenceRouting, load_balancing_loss};
 use crate::kernels::{embedding, expert_grad, loss};
 use crate::{DType, Error, Result};
@@ -23,23 +24,6 @@ pub struct LossParts {
     /// `Σ_l z_loss · mean_t logsumexp(r[t])²`.
     pub z: f64,
     pub total: f64,
-}
-
-/// What one block's router did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RoutingStats {
-    /// Capacity of each expert (per routing group).
-    pub capacity: usize,
-    /// Kept (token, choice) pairs per expert.
-    pub tokens_per_expert: Vec<usize>,
-    /// Dropped (token, choice) pairs.
-    pub dropped: usize,
-    /// Dropped choices over all `T · K` choices.
-    pub dropped_fraction: f64,
-    /// This block's load-balancing loss.
-    pub aux_loss: f32,
-    /// This block's z-loss.
-    pub z_loss: f32,
 }
 
 /// One block's activations (row-major, `T` tokens).

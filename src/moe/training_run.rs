@@ -5,12 +5,12 @@
 //! Branch-Train-Merge both train through [`train`], as runs of a client of the caller's runtime
 //! over its devices (a job's mesh under `mpirun`).
 
-use super::trainer::{Balance, GpuTrainer, GroupSplit, PendingStep, StepStats, TrainerCheckpoint};
-use super::{MoeLmConfig, MoeLmParams};
+use super::{MoeLmConfig, MoeLmParams, MoeTrainer};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::{Client, DispatchMode};
+use crate::train::{Balance, Checkpoint, GroupSplit, PendingStep, StepStats};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -156,7 +156,7 @@ fn mean(xs: &[f64]) -> f64 {
 
 /// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
 /// in batches of `batch` (windows that do not fill a last batch are left out).
-pub fn evaluate(trainer: &GpuTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
+pub fn evaluate(trainer: &MoeTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
     let context = trainer.config().context;
     crate::data::check_batch("evaluate", context, batch)?;
     let total = valid.window_count(context);
@@ -205,7 +205,7 @@ pub fn resume(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
-    checkpoint: &TrainerCheckpoint,
+    checkpoint: &Checkpoint<MoeLmConfig>,
     opts: &TrainOptions,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport> {
@@ -221,7 +221,7 @@ pub fn resume(
 
 enum Start<'a> {
     Fresh(&'a MoeLmParams),
-    Resume(&'a TrainerCheckpoint),
+    Resume(&'a Checkpoint<MoeLmConfig>),
 }
 
 fn run(
@@ -255,7 +255,7 @@ fn run(
 /// A training run taken one step at a time: [`train`] drives one; Branch-Train-Merge drives one
 /// per branch on a shared runtime, submitting every branch's step before finishing any.
 pub struct TrainingRun {
-    trainer: GpuTrainer,
+    trainer: MoeTrainer,
     opts: TrainOptions,
     valid: Corpus,
     unigram_bpb: f64,
@@ -294,7 +294,13 @@ impl TrainingRun {
     ) -> Result<Self> {
         let (start, resumed_from, prior_steps) = match start {
             Start::Fresh(p) => (p, None, 0),
-            Start::Resume(c) => (&c.params, Some(c), c.step),
+            Start::Resume(c) => {
+                let t = c.train.as_ref().ok_or_else(|| Error::InvalidArgument {
+                    what: "train",
+                    reason: "the file holds weights only, no optimizer state to resume".into(),
+                })?;
+                (&c.params, Some((c, t.groups)), t.step)
+            }
         };
         let config: MoeLmConfig = start.config;
         let devices = devices.mesh_devices();
@@ -312,15 +318,15 @@ impl TrainingRun {
         let unigram_bpb = unigram_bits_per_byte(&split.train, &split.valid)?;
         let adam = AdamConfig::new(opts.lr);
         let mut trainer = match (resumed_from, opts.groups) {
-            (Some(c), Some(g)) if g != c.groups => {
+            (Some((_, groups)), Some(g)) if g != groups => {
                 return Err(Error::InvalidArgument {
                     what: "train",
-                    reason: format!("the checkpoint routes in {} groups, not {g}", c.groups),
+                    reason: format!("the checkpoint routes in {groups} groups, not {g}"),
                 });
             }
-            (Some(c), _) => GpuTrainer::resume(client, &devices, c)?,
-            (None, Some(g)) => GpuTrainer::with_groups(client, &devices, start, adam, g)?,
-            (None, None) => GpuTrainer::new(client, &devices, start, adam)?,
+            (Some((c, _)), _) => MoeTrainer::resume(client, &devices, c, 1)?,
+            (None, Some(g)) => MoeTrainer::new(client, &devices, start, adam, g)?,
+            (None, None) => MoeTrainer::new(client, &devices, start, adam, devices.len())?,
         };
         trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;

@@ -1,9 +1,10 @@
 //! A decoder-only, byte-level Transformer whose FFNs are, every `moe_every`-th layer, the
 //! Switch/GShard expert layer: its definition, parameters ([`params`]), a plain-Rust reference of
 //! its forward ([`mod@reference`]) and its training step as one compiled program on the runtime's
-//! mesh (`step_program`, run by [`trainer`]).
+//! mesh (`step_program`): the config is a [`StepModel`], trained by the one
+//! [`crate::train::Trainer`].
 //!
-//! Files are safetensors ([`checkpoint`]); [`training_run`] trains on a corpus and generates
+//! Files are safetensors ([`crate::train::Checkpoint`]); [`training_run`] trains on a corpus and generates
 //! text; [`compare`] and [`btm`] are the seeds' two comparisons on it. The step runs in f32:
 //! the attention kernel's f16 storage ([`crate::kernels::attention`], on devices with
 //! `shader-f16`) is built and tested but not chosen here. The expert layer may be dropless (a
@@ -48,24 +49,30 @@
 //! **Routing groups** (GShard): a batch is routed as `G` groups of `B/G` whole sequences; a
 //! device of a `D`-device gang holds `G/D` groups and runs one per round, so `D` devices compute
 //! what one device computes with the same `G`. The gang is one axis (groups and experts), or a
-//! `{data, expert}` mesh ([`TransformerTrainer::with_mesh`]) whose rows each hold every expert.
+//! `{data, expert}` mesh ([`crate::train::Trainer::with_mesh`]) whose rows each hold every expert.
 
 pub mod btm;
-pub mod checkpoint;
 pub mod compare;
 pub mod params;
 pub mod reference;
 mod step_program;
-pub mod trainer;
 pub mod training_run;
 
-pub use checkpoint::{TrainState, TransformerCheckpoint};
-pub use params::{FfnIndex, LayerIndex, TransformerParams};
-pub use trainer::{TransformerStats, TransformerTrainer};
+pub use params::{FfnIndex, LayerIndex};
+
+/// The Transformer's parameters (gradients and Adam's moments are the same type).
+pub type TransformerParams = crate::train::Params<TransformerConfig>;
+/// The Transformer's files: weights, or a training checkpoint.
+pub type TransformerCheckpoint = crate::train::Checkpoint<TransformerConfig>;
+/// The Transformer's trainer.
+pub type TransformerTrainer = crate::train::Trainer<TransformerConfig>;
 
 use crate::kernels::attention::MAX_HEAD_DIM;
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
+use crate::program::{HostData, Program};
+use crate::train::step_program::Mode;
+use crate::train::{ParamSpec, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -250,5 +257,65 @@ impl TransformerConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// A batch unit is one sequence of `T` token rows; each row's input is its byte.
+impl StepModel for TransformerConfig {
+    const NAME: &'static str = "transformer";
+
+    fn validate(&self) -> Result<()> {
+        TransformerConfig::validate(self)
+    }
+
+    fn param_specs(&self) -> Vec<ParamSpec> {
+        TransformerConfig::param_specs(self)
+    }
+
+    fn init(&self) -> Result<Vec<Vec<f32>>> {
+        Ok(self.init_tensors())
+    }
+
+    fn expert_tensors(&self) -> Vec<bool> {
+        TransformerConfig::expert_tensors(self)
+    }
+
+    fn experts(&self) -> usize {
+        self.experts
+    }
+
+    fn expert_layers(&self) -> usize {
+        self.moe_layers()
+    }
+
+    fn router(&self) -> RouterConfig {
+        TransformerConfig::router(self)
+    }
+
+    fn router_loss(&self) -> RouterLoss {
+        TransformerConfig::router_loss(self)
+    }
+
+    fn unit_rows(&self) -> usize {
+        self.context
+    }
+
+    fn row_inputs(&self) -> usize {
+        1
+    }
+
+    fn check_batch(&self, tokens: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
+        reference::check_batch(self, tokens, targets, groups)
+    }
+
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
+        step_program::build(shape, mode)
+    }
+
+    /// Every device's rows' positions in their sequences.
+    fn leading_args(&self, devices: usize, rows: usize) -> Vec<HostData> {
+        let t = self.context;
+        let positions: Vec<u32> = (0..devices * rows).map(|i| (i % t) as u32).collect();
+        vec![positions.into()]
     }
 }

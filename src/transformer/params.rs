@@ -27,8 +27,8 @@
 //! a device holding experts `a..b` holds rows `a..b` of the first axis.
 
 use super::{TransformerConfig, VOCAB};
-use crate::moe::ParamSpec;
-use crate::{Error, Result, Rng};
+use crate::Rng;
+use crate::train::ParamSpec;
 
 /// GPT-2's initialisation scale.
 const SIGMA: f32 = 0.02;
@@ -179,23 +179,11 @@ impl TransformerConfig {
         }
         out
     }
-}
 
-/// Values of every parameter tensor, in [`TransformerConfig::param_specs`] order. Gradients and
-/// Adam's moments use the same type.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TransformerParams {
-    pub config: TransformerConfig,
-    pub tensors: Vec<Vec<f32>>,
-}
-
-impl TransformerParams {
-    /// Draws every tensor from `Rng::new(config.seed)`, in order (see the module docs).
-    pub fn init(config: TransformerConfig) -> Result<Self> {
-        config.validate()?;
-        let mut rng = Rng::new(config.seed);
-        let tensors = config
-            .layout()
+    /// Draws every tensor from `Rng::new(seed)`, in order (see the module docs).
+    pub(crate) fn init_tensors(&self) -> Vec<Vec<f32>> {
+        let mut rng = Rng::new(self.seed);
+        self.layout()
             .iter()
             .map(|(s, init)| match *init {
                 Init::Uniform(std) => {
@@ -205,48 +193,6 @@ impl TransformerParams {
                 Init::Ones => vec![1.0; s.len()],
                 Init::Zeros => vec![0.0; s.len()],
             })
-            .collect();
-        Ok(Self { config, tensors })
-    }
-
-    /// All zeros (gradient accumulators, Adam moments).
-    pub fn zeros(config: TransformerConfig) -> Result<Self> {
-        config.validate()?;
-        let tensors = config
-            .param_specs()
-            .iter()
-            .map(|s| vec![0.0; s.len()])
-            .collect();
-        Ok(Self { config, tensors })
-    }
-
-    /// Parameters in all.
-    pub fn count(&self) -> usize {
-        self.tensors.iter().map(Vec::len).sum()
-    }
-
-    /// Errors unless the config is valid and every tensor has its spec's length.
-    pub fn check(&self) -> Result<()> {
-        self.config.validate()?;
-        let specs = self.config.param_specs();
-        if specs.len() != self.tensors.len() {
-            return Err(Error::InvalidArgument {
-                what: "transformer params",
-                reason: format!(
-                    "{} tensors for a config of {}",
-                    self.tensors.len(),
-                    specs.len()
-                ),
-            });
-        }
-        for (s, t) in specs.iter().zip(&self.tensors) {
-            if s.len() != t.len() {
-                return Err(Error::InvalidArgument {
-                    what: "transformer params",
-                    reason: format!("{} has {} values, its shape {:?}", s.name, t.len(), s.shape),
-                });
-            }
-        }
-        Ok(())
+            .collect()
     }
 }

@@ -1,5 +1,5 @@
 //! The Transformer's step as one compiled [`Program`] over a gang of `D` devices: per round, every
-//! device's routing group through the model ([`super`] documents it) and back, then the window
+//! device's routing group through the model ([`super`] documents it) and back, then every
 //! model's step end ([`StepEnd`]: the all-reduce of the replicated gradients, started in the last
 //! round before the embeddings' gradients for all but theirs, then `1/G` and Adam). Expert
 //! layers are [`MoeFfn`] nodes with GELU experts, expert-parallel over the gang's one axis as in
@@ -12,8 +12,9 @@
 //! one device computes over the same `G` groups; with a data axis the expert gradients' replicas
 //! add in another order (f32 rounding).
 //!
-//! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
-//! its token side is idle shards of their nodes, while its experts serve every round.
+//! With an uneven [`crate::train::GroupSplit`] a device runs only the rounds it holds groups
+//! for: in the others its token side is idle shards of their nodes, while its experts serve every
+//! round.
 //!
 //! Where an expert layer's backward comes next (after the head, when the last layer is one;
 //! after a layer's attention, when the layer below is one), the backward puts those linear layers'
@@ -22,70 +23,18 @@
 //! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
 
 use super::{FfnIndex, TransformerConfig, VOCAB};
+use crate::Result;
 use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
-    Accumulate, Attention, AttentionBackward, CrossEntropy, EmbedGather, EmbedGrad, LayerNorm,
-    LayerNormBackward, Pack, RowLogsumexp, TensorType,
+    Accumulate, Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward,
+    TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
-use crate::moe::trainer::GroupSplit;
-use crate::moe::trainer::step_program::{
-    Builder, DATA_AXIS, EXPERT_AXIS, Mode, StepEnd, declare_params,
-};
-use crate::program::{Program, ProgramBuilder, Value};
-use crate::{DType, Result};
+use crate::program::{Program, Value};
+use crate::train::StepShape;
+use crate::train::step_program::{Builder, Mode};
 use std::sync::Arc;
-
-/// The shapes a step program is built for.
-#[derive(Debug, Clone)]
-pub(super) struct StepShape {
-    pub config: TransformerConfig,
-    pub adam: AdamConfig,
-    pub devices: usize,
-    /// The data axis's size: the gang is a `{data, expert}` mesh of `data × devices/data`
-    /// (row-major) when it is above 1, else one axis of experts.
-    pub data: usize,
-    /// The routing groups per device.
-    pub split: GroupSplit,
-    /// Sequences per routing group.
-    pub group_seqs: usize,
-}
-
-impl StepShape {
-    /// Devices along the expert axis, and the axis the expert all-to-all runs over.
-    pub fn expert_mesh(&self) -> (usize, Option<&'static str>) {
-        let along = self.devices / self.data.max(1);
-        (along, (self.data > 1).then_some(EXPERT_AXIS))
-    }
-
-    pub fn rounds(&self) -> usize {
-        self.split.rounds()
-    }
-
-    /// Token rows of one group.
-    pub fn rows(&self) -> usize {
-        self.group_seqs * self.config.context
-    }
-
-    /// Per-device shape of every parameter: expert tensors hold `E/D` experts.
-    pub fn shard_shapes(&self) -> Vec<Vec<usize>> {
-        let expert = self.config.expert_tensors();
-        self.config
-            .param_specs()
-            .into_iter()
-            .zip(expert)
-            .map(|(spec, is_expert)| {
-                let mut shape = spec.shape;
-                if is_expert {
-                    shape[0] = self.config.experts / self.expert_mesh().0;
-                }
-                shape
-            })
-            .collect()
-    }
-}
 
 /// What one layer's backward needs.
 struct LayerAct {
@@ -108,7 +57,7 @@ enum FfnAct {
     Moe(MoeFfnSaved),
 }
 
-impl Builder<'_, StepShape> {
+impl Builder<'_, StepShape<TransformerConfig>> {
     fn norm(&mut self, name: &str, x: Value, [g, b]: [usize; 2]) -> (Value, Value) {
         let eps = self.shape.config.eps;
         let (gamma, beta) = (self.params[g], self.params[b]);
@@ -164,59 +113,17 @@ impl Builder<'_, StepShape> {
 /// Builds the step program for `shape` in `mode`. Arguments: the positions (u32 `[rows, 1]`
 /// per device, `t mod T`), then per round the token ids (u32 `[rows, 1]`) and targets (u32
 /// `[rows]`); then for training the step's Adam bias corrections (f32 `[2]` per device).
-pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
+pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<Program> {
     let cfg = shape.config;
-    let gang: Vec<usize> = (0..shape.devices).collect();
-    let name = match mode {
-        Mode::Train => "transformer train step",
-        Mode::Grads => "transformer gradients",
-        Mode::Forward => "transformer forward",
-        Mode::Read(_) => "transformer read variables",
-    };
     let expert = cfg.expert_tensors();
-    let shapes = shape.shard_shapes();
-    let mut x = Builder {
-        b: ProgramBuilder::new(name),
-        shape,
-        gang: gang.clone(),
-        params: Vec::new(),
-        grads: vec![None; expert.len()],
-        later: Vec::new(),
-    };
-    // With one axis it carries both the token groups and the experts, as in the MoE trainer;
-    // with two, experts split along `expert` and repeat along `data` (GShard, DeepSpeed-MoE).
-    let data_axis = (shape.data > 1).then_some(DATA_AXIS);
-    match data_axis {
-        Some(data) => {
-            let along = shape.expert_mesh().0;
-            x.b.mesh(&gang, &[(data, shape.data), (EXPERT_AXIS, along)])
-        }
-        None => x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]),
-    };
-    let kind = match mode {
-        Mode::Read(kind) => kind,
-        _ => crate::moe::trainer::step_program::Kind::Param,
-    };
-    x.params = declare_params(&mut x.b, &gang, &shapes, &expert, kind);
+    let mut x = Builder::begin("transformer", shape, mode);
     if let Mode::Read(_) = mode {
-        for &v in &x.params.clone() {
-            x.b.result(v);
-        }
-        return x.b.build();
+        return x.read_back();
     }
+    let gang = x.gang.clone();
     let n = shape.rows();
     let positions = x.b.typed_arg(&gang, TensorType::u32(&[n, 1]));
-    let inputs: Vec<(Value, Value)> = (0..shape.rounds())
-        .map(|_| {
-            let ids = x.b.typed_arg(&gang, TensorType::u32(&[n, 1]));
-            let tgt = x.b.typed_arg(&gang, TensorType::u32(&[n]));
-            (ids, tgt)
-        })
-        .collect();
-    let bias = (mode == Mode::Train).then(|| {
-        let every = x.b.spec(&gang, &[&[]], &[]);
-        x.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
-    });
+    let (inputs, bias) = x.batch_args(mode, TensorType::u32(&[n, 1]), TensorType::u32(&[n]));
     let (heads, causal, scale, seq) = x.attention();
     let [gf, bf] = cfg.final_norm_index();
     let head = cfg.head_index();
@@ -291,30 +198,15 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         let last = h;
         let (z, ln_f) = x.norm(&at("ln_f"), last, [gf, bf]);
         let logits = x.mm(&at("head"), z, x.params[head], false, cfg.tied);
-        let [row_loss, d_logits] = x.b.kernel(
-            &at("cross-entropy"),
-            &gang,
-            Arc::new(CrossEntropy),
-            &[logits, tgt],
-        );
-        match mode {
-            Mode::Forward => {
-                x.b.result(row_loss);
-                continue;
-            }
-            Mode::Train => {
-                let mut pack = vec![row_loss];
-                for (l, a) in acts.iter().enumerate() {
-                    if let FfnAct::Moe(s) = &a.ffn {
-                        let name = format!("r{r} l{l} logsumexp");
-                        let lse = x.k(&name, RowLogsumexp, &[s.logits]);
-                        pack.extend([s.routing[2], lse]);
-                    }
-                }
-                let stats = x.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
-                x.b.result(stats);
-            }
-            Mode::Grads | Mode::Read(_) => {}
+        let routers: Vec<_> = (acts.iter().enumerate())
+            .filter_map(|(l, a)| match &a.ffn {
+                FfnAct::Moe(s) => Some((format!("r{r} l{l} logsumexp"), s.logits, s.routing[2])),
+                FfnAct::Dense { .. } => None,
+            })
+            .collect();
+        let d_logits = x.loss(&at, mode, logits, tgt, &routers);
+        if mode == Mode::Forward {
+            continue;
         }
         // ---- backward
         let dz = if cfg.tied {
@@ -425,22 +317,5 @@ pub(super) fn build(shape: &StepShape, mode: Mode) -> Result<Program> {
         );
         x.grad(1, &at("accumulate position embedding grad"), g_pos);
     }
-    x.b.set_active(None);
-    if mode == Mode::Forward {
-        return x.b.build();
-    }
-    let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
-    let end = StepEnd {
-        gang: &gang,
-        params: &x.params,
-        expert: &expert,
-        shapes: &shapes,
-        names: &names,
-        groups: shape.split.groups(),
-        adam: shape.adam,
-        bias,
-        data_axis,
-    };
-    end.finish(&mut x.b, &x.grads, mode, early)?;
-    x.b.build()
+    x.end(mode, bias, early)
 }

@@ -8,9 +8,9 @@
 //! once, with as much context as its position in its sequence gives it.
 
 use super::TransformerCheckpoint;
-use super::trainer::{TransformerStats, TransformerTrainer};
+use super::TransformerTrainer;
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
-use crate::moe::trainer::{Balance, GroupSplit};
+use crate::train::{Balance, GroupSplit, StepStats};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -139,7 +139,7 @@ pub fn train(
     trainer: &mut TransformerTrainer,
     corpus: &Corpus,
     opts: &LmOptions,
-    on_step: &mut dyn FnMut(&TransformerStats, Option<f64>),
+    on_step: &mut dyn FnMut(&StepStats, Option<f64>),
 ) -> Result<LmReport> {
     let cfg = *trainer.config();
     let t = cfg.context;
@@ -197,7 +197,7 @@ pub fn train(
     let start = Instant::now();
     let mut report = LmReport {
         config: cfg,
-        devices: trainer.devices(),
+        devices: trainer.devices().len(),
         parameters: cfg.param_specs().iter().map(|s| s.len()).sum(),
         steps: 0,
         last_step: trainer.steps(),

@@ -14,10 +14,10 @@ use egui_plot::{
 };
 use gangway::Device;
 use gangway::data::Corpus;
-use gangway::moe::trainer::StepStats;
 use gangway::moe::training_run::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::sched::Runtime;
+use gangway::train::StepStats;
 
 use crate::background::{self, Stream};
 use crate::live::{DeviceHub, Discovery};

@@ -95,7 +95,7 @@ fn the_moe_capacity_line_is_the_router_s_capacity() {
 /// now shares the run's line; and the capacity is said beside the expert bars.
 #[test]
 fn the_moe_note_does_not_move_the_plots() {
-    use gangway::moe::trainer::StepStats;
+    use gangway::train::StepStats;
     use gangway_viewer::live::DeviceHub;
     use gangway_viewer::moe_panel::{MoePanel, MoeSettings};
     let ran = MoeSettings {
@@ -446,7 +446,7 @@ fn the_wheel_over_the_utilization_plot_scrolls_the_page() {
 /// the capacity 1.25 × 32 = 40, and the kept mean (28) is named a mean of the kept.
 #[test]
 fn the_moe_caption_states_its_shares_on_one_basis() {
-    use gangway::moe::trainer::StepStats;
+    use gangway::train::StepStats;
     use gangway_viewer::live::DeviceHub;
     use gangway_viewer::moe_panel::{MoePanel, MoeSettings};
     let ran = MoeSettings {

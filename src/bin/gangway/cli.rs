@@ -337,7 +337,7 @@ pub(crate) struct TrainLmArgs {
     /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
     /// groups, and so the losses, are those of an even split.
     #[arg(long, default_value = "even")]
-    pub(crate) balance: gangway::moe::trainer::Balance,
+    pub(crate) balance: gangway::train::Balance,
     #[arg(long, default_value_t = 200)]
     pub(crate) steps: u32,
     /// Sequences per step over all devices.
@@ -532,7 +532,7 @@ pub(crate) struct TrainMoeArgs {
     /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
     /// groups, and so the losses, are those of an even split.
     #[arg(long, default_value = "even")]
-    pub(crate) balance: gangway::moe::trainer::Balance,
+    pub(crate) balance: gangway::train::Balance,
 }
 
 /// `--dispatch`'s values.

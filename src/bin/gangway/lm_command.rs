@@ -58,7 +58,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let mut trainer = match &args.resume {
         Some(path) => {
             let checkpoint = TransformerCheckpoint::load(path)?;
-            let t = TransformerTrainer::resume_with_mesh(&client, devices, &checkpoint, args.data)?;
+            let t = TransformerTrainer::resume(&client, devices, &checkpoint, args.data)?;
             eprintln!("resuming after step {}", t.steps());
             t
         }

@@ -313,13 +313,14 @@ fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Run
 fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     // Under mpirun: every rank's devices, rank by rank.
     use gangway::moe::training_run::{TrainOptions, resume, train};
-    use gangway::moe::{MoeLmParams, TrainerCheckpoint};
+    use gangway::moe::{MoeLmConfig, MoeLmParams};
+    use gangway::train::Checkpoint;
     let devices = &first_devices(runtime, args.devices)?[..];
     let corpus = corpus_of(&args.corpus)?;
     let checkpoint = args
         .resume
         .as_deref()
-        .map(TrainerCheckpoint::load)
+        .map(Checkpoint::<MoeLmConfig>::load)
         .transpose()?;
     let start = match &checkpoint {
         Some(c) => c.params.clone(),
@@ -370,7 +371,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     let client = runtime.client("train moe", 1);
     let report = match &checkpoint {
         Some(c) => {
-            eprintln!("resuming after step {}", c.step);
+            eprintln!("resuming after step {}", c.step());
             resume(&client, devices, &corpus, c, &opts, show)?
         }
         None => train(&client, devices, &corpus, &start, &opts, show)?,

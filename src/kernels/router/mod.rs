@@ -366,6 +366,23 @@ pub fn load_balancing_loss(stats: &[ExpertStat], alpha: f32) -> f32 {
 }
 
 /// Words of one [`Route`] and of one [`ExpertStat`].
+/// What one expert layer's router did over a batch's routing groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingStats {
+    /// Capacity of each expert (per routing group).
+    pub capacity: usize,
+    /// Kept (token, choice) pairs per expert.
+    pub tokens_per_expert: Vec<usize>,
+    /// Dropped (token, choice) pairs.
+    pub dropped: usize,
+    /// Dropped choices over all `T · K` choices.
+    pub dropped_fraction: f64,
+    /// This block's load-balancing loss.
+    pub aux_loss: f32,
+    /// This block's z-loss.
+    pub z_loss: f32,
+}
+
 pub const ROUTE_WORDS: usize = std::mem::size_of::<Route>() / 4;
 pub const STAT_WORDS: usize = std::mem::size_of::<ExpertStat>() / 4;
 

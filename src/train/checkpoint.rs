@@ -1,12 +1,15 @@
-//! The Transformer's files, in the [safetensors](https://github.com/huggingface/safetensors)
-//! format, so that PyTorch, JAX and Hugging Face tools load the weights as they are (Python's
-//! `safetensors`; `scripts/transformer_numpy.py` loads them with its NumPy loader):
+//! Every model's files, weights and training checkpoints alike, in the
+//! [safetensors](https://github.com/huggingface/safetensors) format, so that PyTorch, JAX and
+//! Hugging Face tools load the weights as they are (Python's `safetensors`;
+//! `scripts/transformer_numpy.py` loads the Transformer's with its NumPy loader):
 //!
-//! - every parameter under its name ([`super::params`] lists names, shapes and order), f32,
+//! - every parameter under its name ([`super::StepModel::param_specs`]: names, shapes and order), f32,
 //!   little-endian, row-major, in its shape: `[in, out]` for the matrices a row multiplies from
 //!   the right (PyTorch's `nn.Linear.weight` is the transpose), experts stacked on the first axis;
 //! - a training checkpoint adds Adam's moments as `optim.m.<name>` and `optim.v.<name>`;
-//! - metadata (strings): `format` = `pt`; `gangway.config`, the [`TransformerConfig`] as JSON;
+//! - metadata (strings): `format` = `pt`; `gangway.model`, the model's [`StepModel::NAME`]
+//!   (a file without it is the Transformer's, as before the models shared one format);
+//!   `gangway.config`, the model's config as JSON;
 //!   `gangway.kind`, `weights` or `checkpoint`; for a checkpoint `gangway.step`, `gangway.groups`
 //!   and `gangway.adam` (JSON); and `gangway.crc32`, the CRC-32 of every tensor's bytes in name
 //!   order, since safetensors itself has no checksum.
@@ -16,16 +19,18 @@
 //! [`Error::InvalidArgument`] naming what is wrong, never a panic. Saving replaces the file
 //! atomically ([`crate::fsutil::write_atomic`]): a run killed mid-save leaves the old file or the
 //! new one, whole.
+//!
+//! A model may also read files of its own older formats ([`StepModel::read_legacy`]: the MoE LM's
+//! `GWMOELM` and `GWMOETR` files load as they are, and are saved as safetensors from then on).
 
-use super::{TransformerConfig, TransformerParams};
+use super::{Params, StepModel};
 use crate::kernels::optim::{self, AdamConfig};
-use crate::moe::params::naming;
 use crate::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::HashMap;
 use std::path::Path;
 
-const WHAT: &str = "transformer file";
+const WHAT: &str = "model file";
 const M_PREFIX: &str = "optim.m.";
 const V_PREFIX: &str = "optim.v.";
 
@@ -35,10 +40,10 @@ fn bad(reason: String) -> Error {
 
 /// Where a resumed run continues from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrainState {
+pub struct TrainState<M> {
     /// Adam's moments, laid out as the parameters.
-    pub m: TransformerParams,
-    pub v: TransformerParams,
+    pub m: Params<M>,
+    pub v: Params<M>,
     /// Steps taken.
     pub step: u32,
     pub adam: AdamConfig,
@@ -47,18 +52,31 @@ pub struct TrainState {
 
 /// Weights, and for a training checkpoint the optimizer's state.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TransformerCheckpoint {
-    pub params: TransformerParams,
-    pub train: Option<TrainState>,
+pub struct Checkpoint<M> {
+    pub params: Params<M>,
+    pub train: Option<TrainState<M>>,
 }
 
-impl TransformerCheckpoint {
-    pub fn config(&self) -> &TransformerConfig {
+impl<M: StepModel> Checkpoint<M> {
+    /// Weights alone, no optimizer state.
+    pub fn weights_of(params: Params<M>) -> Self {
+        Self {
+            params,
+            train: None,
+        }
+    }
+
+    /// Steps taken (0 for weights alone).
+    pub fn step(&self) -> u32 {
+        self.train.as_ref().map_or(0, |t| t.step)
+    }
+
+    pub fn config(&self) -> &M {
         &self.params.config
     }
 
     /// Every tensor under its file name, in the order the CRC-32 covers them (by name).
-    fn named(&self) -> Vec<(String, &TransformerParams, usize)> {
+    fn named(&self) -> Vec<(String, &Params<M>, usize)> {
         let specs = self.params.config.param_specs();
         let mut out = Vec::new();
         let mut sets = vec![("", &self.params)];
@@ -121,6 +139,7 @@ impl TransformerCheckpoint {
         }
         let mut meta = HashMap::from([
             ("format".to_string(), "pt".to_string()),
+            ("gangway.model".into(), M::NAME.to_string()),
             ("gangway.config".into(), to_json(&self.params.config)?),
             ("gangway.crc32".into(), crc.finalize().to_string()),
         ]);
@@ -140,13 +159,16 @@ impl TransformerCheckpoint {
 
     /// Parses a file's bytes, checking everything (module docs).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        if let Some(legacy) = M::read_legacy(bytes) {
+            return legacy;
+        }
         Self::from_bytes_with(bytes, None)
     }
 
     /// [`Self::from_bytes`] for weights written elsewhere (PyTorch's `save_file` keeps metadata
     /// only when asked): `config` stands in for a missing or different `gangway.config`, a
     /// missing `gangway.kind` means weights, and a missing CRC-32 is not checked.
-    pub fn from_bytes_with(bytes: &[u8], config: Option<TransformerConfig>) -> Result<Self> {
+    pub fn from_bytes_with(bytes: &[u8], config: Option<M>) -> Result<Self> {
         let file = SafeTensors::deserialize(bytes)
             .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?;
         let (_, header) = SafeTensors::read_metadata(bytes)
@@ -157,7 +179,17 @@ impl TransformerCheckpoint {
                 .ok_or_else(|| bad(format!("no {key:?} in its metadata (not a gangway file?)")))
         };
         let foreign = config.is_some();
-        let config: TransformerConfig = match config {
+        // Files written before the models shared this format are the Transformer's.
+        let model = meta
+            .get("gangway.model")
+            .map_or("transformer", String::as_str);
+        if !foreign && model != M::NAME {
+            return Err(bad(format!(
+                "the file holds a {model} model, not a {}",
+                M::NAME
+            )));
+        }
+        let config: M = match config {
             Some(c) => c,
             None => serde_json::from_str(get("gangway.config")?)
                 .map_err(|e| bad(format!("gangway.config: {e}")))?,
@@ -213,7 +245,7 @@ impl TransformerCheckpoint {
                 }
                 tensors.push(bytemuck::pod_collect_to_vec::<u8, f32>(view.data()));
             }
-            sets.push(TransformerParams { config, tensors });
+            sets.push(Params { config, tensors });
         }
         let mut sets = sets.into_iter();
         let params = sets.next().ok_or_else(|| bad("no parameters".into()))?;
@@ -262,11 +294,12 @@ impl TransformerCheckpoint {
 
     /// Reads and checks a file; errors name it.
     pub fn load(path: &Path) -> Result<Self> {
-        Self::load_with(path, None)
+        let bytes = std::fs::read(path).map_err(Error::io(path))?;
+        Self::from_bytes(&bytes).map_err(|e| naming(path, e))
     }
 
     /// [`Self::load`] through [`Self::from_bytes_with`].
-    pub fn load_with(path: &Path, config: Option<TransformerConfig>) -> Result<Self> {
+    pub fn load_with(path: &Path, config: Option<M>) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(Error::io(path))?;
         Self::from_bytes_with(&bytes, config).map_err(|e| naming(path, e))
     }
@@ -277,6 +310,39 @@ impl TransformerCheckpoint {
             params: self.params.clone(),
             train: None,
         }
+    }
+}
+
+impl<M: StepModel> Params<M> {
+    /// The weights alone as a file's bytes ([`Checkpoint::weights_of`]).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        Checkpoint::weights_of(self.clone()).to_bytes()
+    }
+
+    /// Weights from a file's bytes: a weights file, or a training checkpoint's parameters.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Ok(Checkpoint::<M>::from_bytes(bytes)?.params)
+    }
+
+    /// Writes the weights alone ([`Checkpoint::weights_of`]) atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        Checkpoint::weights_of(self.clone()).save(path)
+    }
+
+    /// Reads weights: a weights file, or a training checkpoint's parameters.
+    pub fn load(path: &Path) -> Result<Self> {
+        Ok(Checkpoint::<M>::load(path)?.params)
+    }
+}
+
+/// Puts the file's name into a format error, so a message says which file is damaged.
+pub(crate) fn naming(path: &Path, e: Error) -> Error {
+    match e {
+        Error::InvalidArgument { what, reason } => Error::InvalidArgument {
+            what,
+            reason: format!("{}: {reason}", path.display()),
+        },
+        other => other,
     }
 }
 

@@ -1,49 +1,42 @@
-//! The MoE LM's training step as one compiled [`Program`]: every round's forward, the all-to-alls
-//! there and back, the backward, the all-reduce of the replicated parameters' gradients and Adam,
-//! as kernel, collective and in-place update nodes over the mesh's gang. The runtime runs it with
-//! parallel asynchronous dispatch; the trainer only submits batches and reads back statistics.
-//!
-//! Expert parallelism is capacity-padded: each device sends every other device its
-//! `[E/D · capacity, d]` block of slots, kept or not (empty slots are zero rows, which contribute
-//! exact zeros to every sum), so every shape is static and the grouped matmuls run over fixed
-//! groups of `D · capacity` rows per local expert ([`super::super::exchange`], shared with the
-//! demo layer). D devices compute the bits one device computes with D groups: every matmul sums in
-//! an order independent of M, and the expert weight gradient sums one slot block at a time.
-//!
-//! With an uneven [`GroupSplit`] a device runs only the rounds it holds groups for: in the others
-//! its token side is idle shards of their nodes (`ProgramBuilder::only_where`), while its experts
-//! serve every round and its accumulators of expert gradients take every round's part.
+//! The pieces every model's step program over a gang is built from: the step's modes and its
+//! shape ([`StepShape`]), the variables' names, `Builder` (kernels, matmuls, gradient
+//! accumulation, a linear layer's backward whose weight gradient may wait for the next send),
+//! `declare_params` (parameters and moments as variables, expert tensors split over the expert
+//! axis) and `StepEnd` (the all-reduces of the replicated gradients, started early as a bucket
+//! or at the end, `1/G` and Adam, the same for every model).
 //!
 //! Node order hides communication: a device runs later nodes while one waits on other devices,
-//! up to the first that needs the awaited data. So the backward puts each linear layer's weight
-//! gradient after the next expert layer's send ([`Builder::linear_backward_put_off`]), the expert
-//! layer orders its own backward the same way ([`MoeFfn::backward_rest`]), the replicated
-//! gradients that are final before the stem's and the embedding's backward start their
-//! all-reduce there (a bucket, as DDP's: [`StepEnd::start_reduce`]), and the step's end applies
-//! Adam to the expert tensors while the rest of the dense sums travel ([`StepEnd::finish`]).
-//! None of this changes a bit: the same products, each added to its accumulator in the same order.
+//! up to the first that needs the awaited data. So a model's backward puts a linear layer's
+//! weight gradient after the next expert layer's send ([`Builder::linear_backward_put_off`]), the
+//! replicated gradients that are final before the embeddings' backward start their all-reduce
+//! there ([`Builder::reduce_final_grads`], a bucket as DDP's), and the step's end applies Adam to
+//! the expert tensors while the rest of the dense sums travel ([`StepEnd::finish`]). None of this
+//! changes a bit: the same products, each added to its accumulator in the same order.
 //!
-//! The expert layer's nodes are [`super::super::ffn_program`]'s. The pieces any model's step
-//! program over a gang needs are here and shared with the Transformer's: `Builder` (kernels,
-//! matmuls, gradient accumulation, a linear layer's backward), `declare_params`, `StepEnd` (the
-//! all-reduces, `1/G` and Adam), the axis names and the step modes.
+//! The models' own steps: [`crate::moe`]'s (`moe/step_program.rs`) and
+//! [`crate::transformer`]'s (`transformer/step_program.rs`).
 
-use super::super::ffn_program::{ExpertActivation, MATMUL, MoeFfn, MoeFfnSaved, MoeFfnWeights};
-use super::super::params::{BlockIndex, EMBED, W_IN};
-use super::super::{MoeLmConfig, VOCAB};
-use super::split::GroupSplit;
+use super::{GroupSplit, StepModel};
+use crate::kernels::matmul::MatmulVariant;
 use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
-    Accumulate, Adam, CrossEntropy, ElementwiseOp, EmbedGather, EmbedGrad, Kernel, Matmul, Pack,
-    RowLogsumexp, TensorType, Unpack,
+    Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, RowLogsumexp, TensorType, Unpack,
 };
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
 
+/// Every matmul of the step runs the vec4 kernels, forward (`A·B`) and backward (`A·Bᵀ`, `Aᵀ·B`),
+/// or their subgroup twins where the adapter has them and the autotuner measures them faster
+/// (the same sums: [`MatmulVariant::same_sums`]), or the tiled kernel where a shape's N or K is
+/// not a multiple of 4. No choice changes a sum's order with M, and the expert weight gradient
+/// sums its slot blocks one at a time, so D devices compute the bits 1 device computes over D
+/// groups.
+pub(crate) const MATMUL: MatmulVariant = MatmulVariant::Vec4;
+
 /// What a compiled step computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Mode {
+pub enum Mode {
     /// Forward, backward, all-reduce and Adam; results: per round, the statistics pack.
     Train,
     /// Forward and backward, no update; result: every final gradient, packed.
@@ -57,7 +50,7 @@ pub(crate) enum Mode {
 
 /// The variables kept per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
+pub enum Kind {
     Param,
     /// Adam's first moment.
     M,
@@ -75,20 +68,55 @@ impl Kind {
     }
 }
 
-/// The shapes a step program is built for.
+/// The shapes a step program is built for: the model, Adam, the gang as a `{data, expert}` mesh
+/// and how the routing groups are dealt.
 #[derive(Debug, Clone)]
-pub(super) struct StepShape {
-    pub config: MoeLmConfig,
+pub struct StepShape<M> {
+    pub config: M,
     pub adam: AdamConfig,
-    /// The routing groups per device (the gang is one device per count).
+    pub devices: usize,
+    /// The data axis's size: the gang is a `{data, expert}` mesh of `data × devices/data`
+    /// (row-major) when it is above 1, else one axis of experts.
+    pub data: usize,
+    /// The routing groups per device.
     pub split: GroupSplit,
-    /// Tokens per routing group.
-    pub group_tokens: usize,
+    /// Batch units per routing group.
+    pub group_units: usize,
 }
 
-impl StepShape {
-    pub fn devices(&self) -> usize {
-        self.split.devices()
+impl<M: StepModel> StepShape<M> {
+    /// Devices along the expert axis, and the axis the expert all-to-all runs over (`None`: the
+    /// gang's one axis).
+    pub fn expert_mesh(&self) -> (usize, Option<&'static str>) {
+        let along = self.devices / self.data.max(1);
+        (along, (self.data > 1).then_some(EXPERT_AXIS))
+    }
+
+    pub fn rounds(&self) -> usize {
+        self.split.rounds()
+    }
+
+    /// Token rows of one group.
+    pub fn rows(&self) -> usize {
+        self.group_units * self.config.unit_rows()
+    }
+
+    /// Per-device shape of every parameter: expert tensors hold `E / (devices along the expert
+    /// axis)` experts.
+    pub fn shard_shapes(&self) -> Vec<Vec<usize>> {
+        let along = self.expert_mesh().0.max(1);
+        self.config
+            .param_specs()
+            .into_iter()
+            .zip(self.config.expert_tensors())
+            .map(|(spec, is_expert)| {
+                let mut shape = spec.shape;
+                if is_expert {
+                    shape[0] = self.config.experts() / along;
+                }
+                shape
+            })
+            .collect()
     }
 }
 
@@ -106,29 +134,6 @@ pub(crate) fn m_var(p: usize) -> String {
 }
 pub(crate) fn v_var(p: usize) -> String {
     format!("adam v {p}")
-}
-
-/// Per-device shape of every parameter: expert tensors hold `E/D` experts.
-pub(super) fn shard_shapes(cfg: &MoeLmConfig, expert: &[bool], devices: usize) -> Vec<Vec<usize>> {
-    cfg.param_specs()
-        .iter()
-        .zip(expert)
-        .map(|(spec, &is_expert)| {
-            let mut shape = spec.shape.clone();
-            if is_expert {
-                shape[0] = cfg.experts / devices;
-            }
-            shape
-        })
-        .collect()
-}
-
-/// Saved activations of one block on every device.
-struct BlockAct {
-    input: Value,
-    dense: Value,
-    /// The expert layer's, whose input is the block's `mid`.
-    moe: MoeFfnSaved,
 }
 
 /// A step program under construction over one gang, for a model whose step shape is `S`: the
@@ -155,6 +160,108 @@ pub(crate) struct LaterGrad {
     dy: Value,
 }
 
+impl<'a, M: StepModel> Builder<'a, StepShape<M>> {
+    /// A step program of `mode` for `shape`, named `<model> <what the mode does>`: the gang laid
+    /// out as the shape's mesh (one expert axis, or `{data, expert}` when `data` > 1: experts
+    /// split along `expert`, repeated along `data`), and every parameter's variable declared (of
+    /// the kind a [`Mode::Read`] reads).
+    pub fn begin(model: &str, shape: &'a StepShape<M>, mode: Mode) -> Self {
+        let what = match mode {
+            Mode::Train => "train step",
+            Mode::Grads => "gradients",
+            Mode::Forward => "forward",
+            Mode::Read(_) => "read variables",
+        };
+        let gang: Vec<usize> = (0..shape.devices).collect();
+        let expert = shape.config.expert_tensors();
+        let mut x = Builder {
+            b: ProgramBuilder::new(format!("{model} {what}")),
+            shape,
+            gang: gang.clone(),
+            params: Vec::new(),
+            grads: vec![None; expert.len()],
+            later: Vec::new(),
+        };
+        match shape.data {
+            0 | 1 => x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]),
+            data => {
+                let along = shape.expert_mesh().0;
+                x.b.mesh(&gang, &[(DATA_AXIS, data), (EXPERT_AXIS, along)])
+            }
+        };
+        let kind = match mode {
+            Mode::Read(kind) => kind,
+            _ => Kind::Param,
+        };
+        x.params = declare_params(&mut x.b, &gang, &shape.shard_shapes(), &expert, kind);
+        x
+    }
+
+    /// The whole program of a [`Mode::Read`]: every declared variable as a result.
+    pub fn read_back(mut self) -> Result<Program> {
+        for v in self.params.clone() {
+            self.b.result(v);
+        }
+        self.b.build()
+    }
+
+    /// Every round's batch arguments (`input` and `target` per device), then for training the
+    /// step's Adam bias corrections (f32 `[2]` per device).
+    pub fn batch_args(
+        &mut self,
+        mode: Mode,
+        input: TensorType,
+        target: TensorType,
+    ) -> (Vec<(Value, Value)>, Option<Value>) {
+        let gang = self.gang.clone();
+        let rounds = (0..self.shape.rounds())
+            .map(|_| {
+                let i = self.b.typed_arg(&gang, input.clone());
+                let t = self.b.typed_arg(&gang, target.clone());
+                (i, t)
+            })
+            .collect();
+        let bias = (mode == Mode::Train).then(|| {
+            let every = self.b.spec(&gang, &[&[]], &[]);
+            self.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
+        });
+        (rounds, bias)
+    }
+
+    /// The program, once every round is in: for a forward pass as it is, else with the step
+    /// end every model shares ([`StepEnd`]; `early`: a bucket of replicated gradients whose
+    /// all-reduce already started).
+    pub fn end(
+        mut self,
+        mode: Mode,
+        bias: Option<Value>,
+        early: Option<Reducing>,
+    ) -> Result<Program> {
+        self.b.set_active(None);
+        if mode == Mode::Forward {
+            return self.b.build();
+        }
+        let shape = self.shape;
+        let cfg = shape.config;
+        let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
+        let expert = cfg.expert_tensors();
+        let shapes = shape.shard_shapes();
+        let end = StepEnd {
+            gang: &self.gang,
+            params: &self.params,
+            expert: &expert,
+            shapes: &shapes,
+            names: &names,
+            groups: shape.split.groups(),
+            adam: shape.adam,
+            bias,
+            data_axis: (shape.data > 1).then_some(DATA_AXIS),
+        };
+        end.finish(&mut self.b, &self.grads, mode, early)?;
+        self.b.build()
+    }
+}
+
 impl<S> Builder<'_, S> {
     pub fn k(&mut self, name: &str, op: impl Kernel + 'static, inputs: &[Value]) -> Value {
         // A put-off weight gradient must read its inputs before a kernel updates them in place.
@@ -167,6 +274,40 @@ impl<S> Builder<'_, S> {
             .b
             .kernel(name, &self.gang.clone(), Arc::new(op), inputs);
         v
+    }
+
+    /// A round's loss: the cross-entropy of `logits` against `targets` (node `at("cross-entropy")`);
+    /// returns the logits' gradient. Its results: a forward pass's row losses, or a training
+    /// step's statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then
+    /// per expert layer its router's expert statistics and the row logsumexps of its router
+    /// logits (`routers`: each layer's logsumexp node name, router logits and statistics).
+    pub fn loss(
+        &mut self,
+        at: &dyn Fn(&str) -> String,
+        mode: Mode,
+        logits: Value,
+        targets: Value,
+        routers: &[(String, Value, Value)],
+    ) -> Value {
+        let gang = self.gang.clone();
+        let ce = Arc::new(CrossEntropy);
+        let [row_loss, d_logits] =
+            self.b
+                .kernel(&at("cross-entropy"), &gang, ce, &[logits, targets]);
+        match mode {
+            Mode::Forward => self.b.result(row_loss),
+            Mode::Train => {
+                let mut pack = vec![row_loss];
+                for (name, logits, stats) in routers {
+                    let lse = self.k(name, RowLogsumexp, &[*logits]);
+                    pack.extend([*stats, lse]);
+                }
+                let stats = self.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
+                self.b.result(stats);
+            }
+            Mode::Grads | Mode::Read(_) => {}
+        }
+        d_logits
     }
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
@@ -295,195 +436,6 @@ impl<S> Builder<'_, S> {
             self.grad(g.p, accumulate, v);
         }
     }
-}
-
-impl Builder<'_, StepShape> {
-    /// Every block's expert layer (ReLU experts).
-    fn ffn(&self) -> MoeFfn {
-        let (cfg, s) = (&self.shape.config, self.shape);
-        let (router, loss) = (cfg.router(), cfg.router_loss());
-        MoeFfn::new(
-            router,
-            loss,
-            (s.devices(), None),
-            s.group_tokens,
-            cfg.model,
-            ExpertActivation::Relu,
-        )
-    }
-
-    fn moe_weights(&self, ix: &BlockIndex) -> MoeFfnWeights {
-        MoeFfnWeights {
-            router: self.params[ix.router],
-            w1: self.params[ix.w1],
-            w2: self.params[ix.w2],
-        }
-    }
-}
-
-/// Builds the step program for `shape` in `mode`. Arguments, per round: contexts (u32
-/// `[group tokens, context]` per device), targets (u32 `[group tokens]`); then for training the
-/// step's Adam bias corrections (f32 `[2]` per device).
-pub(super) fn build(shape: &StepShape, expert: &[bool], mode: Mode) -> Result<Program> {
-    let cfg = shape.config;
-    let gang: Vec<usize> = (0..shape.devices()).collect();
-    let name = match mode {
-        Mode::Train => "moe train step",
-        Mode::Grads => "moe gradients",
-        Mode::Forward => "moe forward",
-        Mode::Read(_) => "moe read variables",
-    };
-    let mut x = Builder {
-        b: ProgramBuilder::new(name),
-        shape,
-        gang: gang.clone(),
-        params: Vec::new(),
-        grads: vec![None; expert.len()],
-        later: Vec::new(),
-    };
-    // One axis carries both the token groups and the experts (GShard): device i routes group i
-    // and holds experts [i·E/D, (i+1)·E/D).
-    x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices())]);
-    let shapes = shard_shapes(&cfg, expert, shape.devices());
-    let kind = match mode {
-        Mode::Read(kind) => kind,
-        _ => Kind::Param,
-    };
-    x.params = declare_params(&mut x.b, &gang, &shapes, expert, kind);
-    if let Mode::Read(_) = mode {
-        for &v in &x.params.clone() {
-            x.b.result(v);
-        }
-        return x.b.build();
-    }
-    let (tg, c) = (shape.group_tokens, cfg.context);
-    let w_out = cfg.w_out_index();
-    let inputs: Vec<(Value, Value)> = (0..shape.split.rounds())
-        .map(|_| {
-            let ctx = x.b.typed_arg(&gang, TensorType::u32(&[tg, c]));
-            let tgt = x.b.typed_arg(&gang, TensorType::u32(&[tg]));
-            (ctx, tgt)
-        })
-        .collect();
-    let bias = (mode == Mode::Train).then(|| {
-        let every = x.b.spec(&gang, &[&[]], &[]);
-        x.b.sharded_arg(&gang, TensorType::f32(&[2]), every)
-    });
-    let mut early = None;
-    for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
-        let at = |what: &str| format!("r{r} {what}");
-        // The token side of a round runs on the devices holding a group in it (all of them with
-        // an even split); the expert layers serve every device.
-        x.b.set_active(shape.split.active(r));
-        // ---- forward
-        let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
-        let pre = x.mm(&at("stem matmul"), emb, x.params[W_IN], false, false);
-        let stem = x.relu(&at("stem relu"), pre);
-        let mut h = stem;
-        let mut acts = Vec::with_capacity(cfg.blocks);
-        for l in 0..cfg.blocks {
-            let ix = cfg.block_index(l);
-            let at = |what: &str| format!("r{r} b{l} {what}");
-            let input = h;
-            let pre = x.mm(&at("dense matmul"), h, x.params[ix.dense], false, false);
-            let dense = x.relu(&at("dense relu"), pre);
-            let mid = x.add(&at("residual"), h, dense);
-            let ffn = x.ffn();
-            let weights = x.moe_weights(&ix);
-            let gang = x.gang.clone();
-            let (combined, moe) = ffn.forward(&mut x.b, &gang, &at, mid, &weights);
-            h = x.add(&at("combine residual"), mid, combined);
-            acts.push(BlockAct { input, dense, moe });
-        }
-        let last = h;
-        let logits = x.mm(&at("output matmul"), last, x.params[w_out], false, false);
-        let [row_loss, d_logits] = x.b.kernel(
-            &at("cross-entropy"),
-            &gang,
-            Arc::new(CrossEntropy),
-            &[logits, tgt],
-        );
-        match mode {
-            Mode::Forward => {
-                x.b.result(row_loss);
-                continue;
-            }
-            Mode::Train => {
-                let mut pack = vec![row_loss];
-                for (l, a) in acts.iter().enumerate() {
-                    let lse = x.k(
-                        &format!("r{r} b{l} logsumexp"),
-                        RowLogsumexp,
-                        &[a.moe.logits],
-                    );
-                    pack.extend([a.moe.routing[2], lse]);
-                }
-                let stats = x.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
-                x.b.result(stats);
-            }
-            Mode::Grads | Mode::Read(_) => {}
-        }
-        // ---- backward
-        // Each layer's weight gradient waits until the next expert layer's slots are sent
-        // (linear_backward_put_off), so devices compute it while they travel.
-        let mut dh = x.linear_backward_put_off(true, &at, "output", w_out, last, d_logits);
-        for l in (0..cfg.blocks).rev() {
-            let ix = cfg.block_index(l);
-            let at = |what: &str| format!("r{r} b{l} {what}");
-            let a = &acts[l];
-            let (input, dense, moe) = (a.input, a.dense, a.moe);
-            let ffn = x.ffn();
-            let weights = x.moe_weights(&ix);
-            let gang = x.gang.clone();
-            let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
-            x.weight_grads_now();
-            let (d_mid, g) =
-                ffn.backward_rest(&mut x.b, &gang, &at, &moe, &weights, dh, sent, Some(dh));
-            // Every device computed its experts' gradients this round.
-            let token_side = x.b.set_active(None);
-            x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
-            x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
-            x.b.set_active(token_side);
-            x.grad(ix.router, &at("accumulate router grad"), g.router);
-            let d_pre = x.k(
-                &at("dense relu backward"),
-                ElementwiseOp::ReluBackward,
-                &[dense, d_mid],
-            );
-            let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
-            dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
-        }
-        if r + 1 == inputs.len() {
-            // Every replicated gradient but the stem's and the embedding's is final here.
-            early = x.reduce_final_grads(mode, expert, &[W_IN, EMBED])?;
-        }
-        let d_pre = x.k(
-            &at("stem relu backward"),
-            ElementwiseOp::ReluBackward,
-            &[stem, dh],
-        );
-        let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
-        let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
-        x.grad(EMBED, &at("accumulate embed grad"), ge);
-    }
-    x.b.set_active(None);
-    if mode == Mode::Forward {
-        return x.b.build();
-    }
-    let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
-    let step = StepEnd {
-        gang: &gang,
-        params: &x.params,
-        expert,
-        shapes: &shapes,
-        names: &names,
-        groups: shape.split.groups(),
-        adam: shape.adam,
-        bias,
-        data_axis: None,
-    };
-    step.finish(&mut x.b, &x.grads, mode, early)?;
-    x.b.build()
 }
 
 /// Every parameter's variable of `kind` on `gang`: expert tensors split by their first axis over

@@ -1,0 +1,176 @@
+//! The MoE LM's training step as one compiled [`Program`]: every round's forward, the all-to-alls
+//! there and back, the backward, the all-reduce of the replicated parameters' gradients and Adam,
+//! as kernel, collective and in-place update nodes over the gang, built with
+//! [`crate::train::step_program`]'s builder. The runtime runs it with parallel asynchronous
+//! dispatch; the trainer only submits batches and reads back statistics.
+//!
+//! Expert parallelism is capacity-padded: each device sends every other device its
+//! `[E/D · capacity, d]` block of slots, kept or not (empty slots are zero rows, which contribute
+//! exact zeros to every sum), so every shape is static and the grouped matmuls run over fixed
+//! groups of `D · capacity` rows per local expert ([`super::exchange`], shared with the demo
+//! layer). D devices compute the bits one device computes with D groups: every matmul sums in an
+//! order independent of M, and the expert weight gradient sums one slot block at a time. The
+//! gang is one axis (GShard): device `i` routes its groups and holds experts
+//! `[i·E/D, (i+1)·E/D)`; the Transformer's step adds a data axis.
+//!
+//! With an uneven [`crate::train::GroupSplit`] a device runs only the rounds it holds groups for:
+//! in the others its token side is idle shards of their nodes (`ProgramBuilder::only_where`),
+//! while its experts serve every round and its accumulators of expert gradients take every
+//! round's part.
+//!
+//! The backward puts each linear layer's weight gradient after the next expert layer's send, the
+//! expert layer orders its own backward the same way ([`MoeFfn::backward_rest`]), and the
+//! replicated gradients final before the stem's and the embedding's backward start their
+//! all-reduce there.
+
+use super::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use super::params::{BlockIndex, EMBED, W_IN};
+use super::{MoeLmConfig, VOCAB};
+use crate::Result;
+use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, TensorType};
+use crate::program::{Program, Value};
+use crate::train::StepShape;
+use crate::train::step_program::{Builder, Mode};
+
+/// Saved activations of one block on every device.
+struct BlockAct {
+    input: Value,
+    dense: Value,
+    /// The expert layer's, whose input is the block's `mid`.
+    moe: MoeFfnSaved,
+}
+
+impl Builder<'_, StepShape<MoeLmConfig>> {
+    /// Every block's expert layer (ReLU experts).
+    fn ffn(&self) -> MoeFfn {
+        let (cfg, s) = (&self.shape.config, self.shape);
+        let (router, loss) = (cfg.router(), cfg.router_loss());
+        MoeFfn::new(
+            router,
+            loss,
+            (s.devices, None),
+            s.group_units,
+            cfg.model,
+            ExpertActivation::Relu,
+        )
+    }
+
+    fn moe_weights(&self, ix: &BlockIndex) -> MoeFfnWeights {
+        MoeFfnWeights {
+            router: self.params[ix.router],
+            w1: self.params[ix.w1],
+            w2: self.params[ix.w2],
+        }
+    }
+}
+
+/// Builds the step program for `shape` in `mode`. Arguments, per round: contexts (u32
+/// `[group tokens, context]` per device), targets (u32 `[group tokens]`); then for training the
+/// step's Adam bias corrections (f32 `[2]` per device).
+pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Program> {
+    let cfg = shape.config;
+    if shape.data != 1 || shape.split.devices() != shape.devices {
+        return Err(crate::Error::InvalidArgument {
+            what: "moe lm step",
+            reason: format!(
+                "the MoE LM's step runs on one axis of devices (data = 1), not {} rows",
+                shape.data
+            ),
+        });
+    }
+    let expert = &cfg.expert_tensors()[..];
+    let mut x = Builder::begin("moe", shape, mode);
+    if let Mode::Read(_) = mode {
+        return x.read_back();
+    }
+    let _gang = x.gang.clone();
+    let (tg, c) = (shape.group_units, cfg.context);
+    let w_out = cfg.w_out_index();
+    let input = TensorType::u32(&[tg, c]);
+    let (inputs, bias) = x.batch_args(mode, input, TensorType::u32(&[tg]));
+    let mut early = None;
+    for (r, &(ctx, tgt)) in inputs.iter().enumerate() {
+        let at = |what: &str| format!("r{r} {what}");
+        // The token side of a round runs on the devices holding a group in it (all of them with
+        // an even split); the expert layers serve every device.
+        x.b.set_active(shape.split.active(r));
+        // ---- forward
+        let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
+        let pre = x.mm(&at("stem matmul"), emb, x.params[W_IN], false, false);
+        let stem = x.relu(&at("stem relu"), pre);
+        let mut h = stem;
+        let mut acts = Vec::with_capacity(cfg.blocks);
+        for l in 0..cfg.blocks {
+            let ix = cfg.block_index(l);
+            let at = |what: &str| format!("r{r} b{l} {what}");
+            let input = h;
+            let pre = x.mm(&at("dense matmul"), h, x.params[ix.dense], false, false);
+            let dense = x.relu(&at("dense relu"), pre);
+            let mid = x.add(&at("residual"), h, dense);
+            let ffn = x.ffn();
+            let weights = x.moe_weights(&ix);
+            let gang = x.gang.clone();
+            let (combined, moe) = ffn.forward(&mut x.b, &gang, &at, mid, &weights);
+            h = x.add(&at("combine residual"), mid, combined);
+            acts.push(BlockAct { input, dense, moe });
+        }
+        let last = h;
+        let logits = x.mm(&at("output matmul"), last, x.params[w_out], false, false);
+        let routers: Vec<_> = (acts.iter().enumerate())
+            .map(|(l, a)| {
+                (
+                    format!("r{r} b{l} logsumexp"),
+                    a.moe.logits,
+                    a.moe.routing[2],
+                )
+            })
+            .collect();
+        let d_logits = x.loss(&at, mode, logits, tgt, &routers);
+        if mode == Mode::Forward {
+            continue;
+        }
+        // ---- backward
+        // Each layer's weight gradient waits until the next expert layer's slots are sent
+        // (linear_backward_put_off), so devices compute it while they travel.
+        let mut dh = x.linear_backward_put_off(true, &at, "output", w_out, last, d_logits);
+        for l in (0..cfg.blocks).rev() {
+            let ix = cfg.block_index(l);
+            let at = |what: &str| format!("r{r} b{l} {what}");
+            let a = &acts[l];
+            let (input, dense, moe) = (a.input, a.dense, a.moe);
+            let ffn = x.ffn();
+            let weights = x.moe_weights(&ix);
+            let gang = x.gang.clone();
+            let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
+            x.weight_grads_now();
+            let (d_mid, g) =
+                ffn.backward_rest(&mut x.b, &gang, &at, &moe, &weights, dh, sent, Some(dh));
+            // Every device computed its experts' gradients this round.
+            let token_side = x.b.set_active(None);
+            x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
+            x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
+            x.b.set_active(token_side);
+            x.grad(ix.router, &at("accumulate router grad"), g.router);
+            let d_pre = x.k(
+                &at("dense relu backward"),
+                ElementwiseOp::ReluBackward,
+                &[dense, d_mid],
+            );
+            let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
+            dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
+        }
+        if r + 1 == inputs.len() {
+            // Every replicated gradient but the stem's and the embedding's is final here.
+            early = x.reduce_final_grads(mode, expert, &[W_IN, EMBED])?;
+        }
+        let d_pre = x.k(
+            &at("stem relu backward"),
+            ElementwiseOp::ReluBackward,
+            &[stem, dh],
+        );
+        let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
+        let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
+        x.grad(EMBED, &at("accumulate embed grad"), ge);
+    }
+    x.end(mode, bias, early)
+}

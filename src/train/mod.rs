@@ -1,0 +1,105 @@
+//! Training on a gang of devices, for every model: one [`Trainer`] generic over a
+//! [`StepModel`].
+//!
+//! A model supplies what is its own: its parameters' names and shapes and how they start, which
+//! of them are expert tensors (split over the devices by their first axis, the rest replicated),
+//! how a batch is checked and laid out for the devices, and its step as one compiled program
+//! (built with [`step_program`]'s builder, whose step end is the same for every model). The
+//! trainer owns the rest: the parameters and Adam's moments as program variables on the devices
+//! (`layout`), the compiled programs per mode, batch and split, how the routing groups are dealt
+//! to the devices ([`GroupSplit`], measured or given), submitting steps and reading their
+//! statistics back ([`StepStats`]), and checkpoints in one format, safetensors ([`Checkpoint`]).
+//! The MoE LM ([`crate::moe`]) and the Transformer ([`crate::transformer`]) are the models
+//! here; a new model is a `StepModel` and nothing else.
+//!
+//! Batches are *units* the model names (the MoE LM's are tokens with their context windows, the
+//! Transformer's whole sequences), each of a fixed number of token rows; a batch of `U` units is
+//! `G` routing groups of `U / G` consecutive units, and device `i` runs its groups one per
+//! round.
+
+pub mod checkpoint;
+pub(crate) mod layout;
+mod params;
+mod split;
+mod stats;
+pub mod step_program;
+mod trainer;
+
+pub use checkpoint::{Checkpoint, TrainState};
+pub use params::{ParamSpec, Params};
+pub use split::{Balance, Balanced, GroupSplit};
+pub use stats::{StepStats, coefficient_of_variation};
+pub use step_program::StepShape;
+pub use trainer::{PendingStep, Trainer};
+
+use crate::Result;
+use crate::kernels::router::{RouterConfig, RouterLoss};
+use crate::program::Program;
+use step_program::Mode;
+
+/// A model the [`Trainer`] trains: implemented by its config type, whose values name one model's
+/// sizes.
+pub trait StepModel:
+    Copy
+    + std::fmt::Debug
+    + PartialEq
+    + Send
+    + Sync
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + 'static
+{
+    /// What files and errors call the model (`moe-lm`, `transformer`).
+    const NAME: &'static str;
+
+    /// Errors unless the sizes make a model.
+    fn validate(&self) -> Result<()>;
+
+    /// Every parameter tensor, in order.
+    fn param_specs(&self) -> Vec<ParamSpec>;
+
+    /// Every parameter's first values, in [`Self::param_specs`] order (drawn from the config's
+    /// own seed).
+    fn init(&self) -> Result<Vec<Vec<f32>>>;
+
+    /// Per parameter: whether it is an expert tensor, split over the expert axis by its first
+    /// axis (which counts [`Self::experts`]).
+    fn expert_tensors(&self) -> Vec<bool>;
+
+    /// Experts per expert layer.
+    fn experts(&self) -> usize;
+
+    /// Expert layers (0: a dense model).
+    fn expert_layers(&self) -> usize;
+
+    /// The router and its losses' weights, shared by every expert layer.
+    fn router(&self) -> RouterConfig;
+    fn router_loss(&self) -> RouterLoss;
+
+    /// Token rows of one batch unit.
+    fn unit_rows(&self) -> usize;
+
+    /// Input words of one token row (the MoE LM's context window; 1 for a token).
+    fn row_inputs(&self) -> usize;
+
+    /// Checks a batch (`inputs`: `row_inputs` words per row, `targets`: one per row) for
+    /// `groups` routing groups; returns its units.
+    fn check_batch(&self, inputs: &[u32], targets: &[u32], groups: usize) -> Result<usize>;
+
+    /// The step program of `mode` for `shape`. Its arguments: [`Self::leading_args`]' values,
+    /// then per round the devices' inputs and targets, then for training the step's Adam bias
+    /// corrections (f32 `[2]` per device).
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program>;
+
+    /// Arguments every step program of this model takes before the rounds' batches, for
+    /// `devices` devices of `rows` token rows each (the Transformer's positions).
+    fn leading_args(&self, _devices: usize, _rows: usize) -> Vec<crate::program::HostData> {
+        Vec::new()
+    }
+
+    /// Reads `bytes` when they are a file of one of the model's own older formats (`None`: they
+    /// are not, and [`Checkpoint::from_bytes`] reads them as safetensors).
+    fn read_legacy(_bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
+        None
+    }
+}

@@ -1,0 +1,606 @@
+//! The one trainer: a [`StepModel`]'s parameters and Adam state as program variables on a gang of
+//! devices, data- and expert-parallel, and one compiled step program per mode, batch and split,
+//! submitted through the caller's client of the process's gang-scheduling
+//! [`Runtime`](crate::sched::Runtime). The host only submits batches and reads back small
+//! statistics; every kernel is a trace event of the runtime.
+//!
+//! - **Routing groups** (GShard): a batch of `U` units is `G` consecutive groups of `U / G`, each
+//!   routed on its own. `G` is a multiple of the device count `D`; by default device `i` holds
+//!   groups `i·G/D .. (i+1)·G/D` (its data shard) and runs one per *round*, so the all-to-alls
+//!   of a round see one group per device, and any `D` dividing `G` and `E` gives the loss curve
+//!   of one device with the same `G`.
+//! - **Uneven devices** ([`GroupSplit`], [`Trainer::set_split`], [`Trainer::balance`]): device
+//!   `i` may hold any `n_i ≥ 1` consecutive groups instead, say more on a fast adapter than on a
+//!   slow one. A step then runs `max n_i` rounds; in a round where a device has no group its
+//!   token-side kernels are idle shards of their nodes, while its experts serve the others. The
+//!   groups and the losses are those of the even split; the gradients' sums add the groups in
+//!   another order.
+//! - **The mesh**: the devices as one axis (experts split over all of them), or as a
+//!   `{data, expert}` mesh ([`Trainer::with_mesh`]): each of `data` rows holds every expert once,
+//!   the all-to-alls run within rows, and the expert gradients are all-reduced over `data`
+//!   (GShard, DeepSpeed-MoE), for the models whose step supports it.
+//! - **Dense parameters** are replicated: each device accumulates the gradients of its groups;
+//!   after the last round they are all-reduced (summed in device order on every device), so every
+//!   replica gets the same sum and the same Adam update. Every gradient is scaled by `1/G` once,
+//!   after the sums.
+
+use super::layout::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
+use super::step_program::{Kind, Mode};
+use super::{
+    Balanced, Checkpoint, GroupSplit, Params, StepModel, StepShape, StepStats, TrainState,
+};
+use crate::device::{DeviceList, MeshDevice};
+use crate::kernels::optim::{self, AdamConfig};
+use crate::kernels::router::RoutingStats;
+use crate::program::Variables;
+use crate::program::{CompileOptions, Executable, HostData, Op};
+use crate::sched::{Client, DispatchMode, RunHandle, RunOptions};
+use crate::trace::{EventMeta, ns_since_epoch};
+use crate::{Error, Result};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+/// A step submitted to the runtime and not yet finished ([`Trainer::submit_step`]).
+#[derive(Debug)]
+pub struct PendingStep {
+    handle: RunHandle,
+    started: Instant,
+    units: usize,
+    rows: usize,
+    step: u32,
+}
+
+/// The trainer of model `M`.
+pub struct Trainer<M: StepModel> {
+    config: M,
+    adam: AdamConfig,
+    step: u32,
+    groups: usize,
+    /// How the groups are dealt to the devices (even unless [`Trainer::set_split`] said
+    /// otherwise).
+    split: GroupSplit,
+    devices: Vec<MeshDevice>,
+    /// The data axis of the `{data, expert}` mesh (1: one axis).
+    data: usize,
+    /// Per parameter: whether it is an expert tensor (split over the expert axis).
+    expert: Vec<bool>,
+    variables: Variables,
+    client: Client,
+    dispatch: DispatchMode,
+    /// Keep each step's trace events in its [`StepStats`].
+    trace: bool,
+    /// Compiled programs by mode, batch units and split.
+    programs: Mutex<HashMap<(Mode, usize, GroupSplit), Arc<Executable>>>,
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidArgument {
+        what: "trainer",
+        reason,
+    }
+}
+
+impl<M: StepModel> Trainer<M> {
+    /// A trainer over `devices` (devices of `client`'s runtime, one axis) routing each batch in
+    /// `groups` groups, a multiple of the device count; the experts must split evenly over the
+    /// devices. Steps run as runs of `client`, so other clients of the runtime (another trainer,
+    /// a live view) share the devices in gang order.
+    pub fn new(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        params: &Params<M>,
+        adam: AdamConfig,
+        groups: usize,
+    ) -> Result<Self> {
+        Self::build(client, devices, params, None, adam, (groups, 1))
+    }
+
+    /// [`Self::new`] over a `{data: data, expert: D/data}` mesh of the devices (row-major): each
+    /// data row holds every expert once, the expert all-to-alls run within rows, and the expert
+    /// gradients are all-reduced over `data`. `data` = 1 is [`Self::new`].
+    pub fn with_mesh(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        params: &Params<M>,
+        adam: AdamConfig,
+        groups: usize,
+        data: usize,
+    ) -> Result<Self> {
+        Self::build(client, devices, params, None, adam, (groups, data))
+    }
+
+    /// A trainer continuing from `checkpoint`'s parameters and Adam state on any devices that
+    /// divide its groups and experts, as a mesh with `data` rows (1: one axis; a checkpoint does
+    /// not remember how its devices were laid out, only the groups): the next step is its step +
+    /// 1, and the steps are those of a run that never stopped.
+    pub fn resume(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        checkpoint: &Checkpoint<M>,
+        data: usize,
+    ) -> Result<Self> {
+        checkpoint.check()?;
+        let Some(train) = &checkpoint.train else {
+            return Err(invalid(
+                "the file holds weights only, no optimizer state to resume".into(),
+            ));
+        };
+        Self::build(
+            client,
+            devices,
+            &checkpoint.params,
+            Some(train),
+            train.adam,
+            (train.groups, data),
+        )
+    }
+
+    /// Downloads the parameters and Adam's state (expert tensors gathered from their devices):
+    /// what [`Self::resume`] needs.
+    pub fn checkpoint(&self) -> Result<Checkpoint<M>> {
+        let out = Checkpoint {
+            params: self.download(Kind::Param)?,
+            train: Some(TrainState {
+                m: self.download(Kind::M)?,
+                v: self.download(Kind::V)?,
+                step: self.step,
+                adam: self.adam,
+                groups: self.groups,
+            }),
+        };
+        out.check()?;
+        Ok(out)
+    }
+
+    fn build(
+        client: &Client,
+        devices: &(impl DeviceList + ?Sized),
+        params: &Params<M>,
+        train: Option<&TrainState<M>>,
+        adam: AdamConfig,
+        (groups, data): (usize, usize),
+    ) -> Result<Self> {
+        params.check()?;
+        let cfg = params.config;
+        let devices = devices.mesh_devices();
+        let n = devices.len();
+        if data == 0 || !n.is_multiple_of(data) {
+            return Err(invalid(format!(
+                "a data axis of {data} does not divide {n} devices"
+            )));
+        }
+        check_gang(M::NAME, client, &devices, groups)?;
+        let along = n / data;
+        if cfg.expert_layers() > 0 && !cfg.experts().is_multiple_of(along) {
+            return Err(invalid(format!(
+                "{} experts cannot be split evenly over the {along} devices of a data row",
+                cfg.experts()
+            )));
+        }
+        // Checks the Adam settings now rather than at the first step.
+        optim::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
+        let expert = cfg.expert_tensors();
+        let split = GroupSplit::even(groups, n)?;
+        let shapes = Self::shape_of(cfg, adam, n, data, split.clone(), 0).shard_shapes();
+        let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
+        let layout = ShardLayout {
+            devices: &devices,
+            expert_devices: along,
+            shapes: &shapes,
+            expert: &expert,
+            names: &names,
+        };
+        let moments = train.map(|t| (&t.m.tensors[..], &t.v.tensors[..]));
+        let variables = layout.variables(&params.tensors, moments)?;
+        Ok(Self {
+            config: cfg,
+            adam,
+            step: train.map_or(0, |t| t.step),
+            groups,
+            split,
+            devices,
+            data,
+            expert,
+            variables,
+            client: client.clone(),
+            dispatch: DispatchMode::Parallel,
+            trace: false,
+            programs: Mutex::default(),
+        })
+    }
+
+    fn shape_of(
+        config: M,
+        adam: AdamConfig,
+        devices: usize,
+        data: usize,
+        split: GroupSplit,
+        group_units: usize,
+    ) -> StepShape<M> {
+        StepShape {
+            config,
+            adam,
+            devices,
+            data,
+            split,
+            group_units,
+        }
+    }
+
+    pub fn config(&self) -> &M {
+        &self.config
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u32 {
+        self.step
+    }
+
+    /// Routing groups per batch.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// The data axis of the mesh (1: one axis).
+    pub fn data(&self) -> usize {
+        self.data
+    }
+
+    /// The devices the trainer is spread over (in a job of several ranks, some are other
+    /// ranks').
+    pub fn devices(&self) -> &[MeshDevice] {
+        &self.devices
+    }
+
+    /// The client the steps run as.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// How the routing groups are dealt to the devices.
+    pub fn split(&self) -> &GroupSplit {
+        &self.split
+    }
+
+    /// Deals the routing groups to the devices as `split` says from the next step on (see
+    /// [`GroupSplit`]): the same groups and losses, with the token side's work where the devices'
+    /// speeds put it.
+    pub fn set_split(&mut self, split: GroupSplit) -> Result<()> {
+        split.check_fits(self.groups, self.devices.len())?;
+        self.split = split;
+        Ok(())
+    }
+
+    /// Deals the groups by the devices' speeds, if that runs faster: measures each device's
+    /// speed on a batch (traced gradient passes with an even split, no update: its busy time),
+    /// then times gradient passes with the even split and with the split those speeds ask for,
+    /// and keeps the faster ([`GroupSplit::choose`]). Every device must be this process's
+    /// (another rank's device leaves no events here).
+    pub fn balance(&mut self, inputs: &[u32], targets: &[u32]) -> Result<Balanced> {
+        let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
+            self.submit(Mode::Grads, inputs, targets, None, split, traced)
+        })?;
+        self.set_split(balanced.split.clone())?;
+        Ok(balanced)
+    }
+
+    /// How the runtime dispatches each step (parallel by default).
+    pub fn set_dispatch(&mut self, mode: DispatchMode) {
+        self.dispatch = mode;
+    }
+
+    /// Keep every step's trace events (kernels GPU-timestamped where the adapter can) in its
+    /// [`StepStats::trace`]. Whether or not it is on, steps also go to the runtime's own tracer
+    /// when that is on, with a statistics event per device and step.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
+    }
+
+    /// The names of the compiled programs' kernel nodes that run transposed matmuls (`xᵀ·dy`,
+    /// `dy·wᵀ`, expert weight gradients): benches name them, since on some adapters transposed
+    /// operands cannot use the fastest matmul kernel.
+    pub fn transposed_kernels(&self) -> BTreeSet<String> {
+        let programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
+        programs
+            .values()
+            .flat_map(|exec| exec.program().nodes())
+            .filter(|n| matches!(&n.op, Op::Kernel(k) if k.0.transposed()))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// Token rows of one routing group of a batch of `units`.
+    fn group_rows(&self, units: usize) -> usize {
+        units / self.groups * self.config.unit_rows()
+    }
+
+    /// The program of `mode` for batches of `units` dealt as `split`, compiled on first use.
+    fn program(&self, mode: Mode, units: usize, split: &GroupSplit) -> Result<Arc<Executable>> {
+        let mut programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (mode, units, split.clone());
+        if let Some(p) = programs.get(&key) {
+            return Ok(p.clone());
+        }
+        let shape = Self::shape_of(
+            self.config,
+            self.adam,
+            self.devices.len(),
+            self.data,
+            split.clone(),
+            units / self.groups,
+        );
+        let program = M::build_step(&shape, mode)?;
+        // Two training steps may be in flight (the next one submitted while this one runs).
+        let opts = CompileOptions {
+            in_flight: if mode == Mode::Train { 2 } else { 1 },
+            ..CompileOptions::default()
+        };
+        let exec = Arc::new(program.compile_with(&self.devices, opts, &self.variables)?);
+        programs.insert(key, exec.clone());
+        Ok(exec)
+    }
+
+    /// Runs `mode` on a batch: the results' bytes.
+    fn run(
+        &self,
+        mode: Mode,
+        inputs: &[u32],
+        targets: &[u32],
+        bias: Option<(f32, f32)>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let trace = self.trace && mode == Mode::Train;
+        self.submit(mode, inputs, targets, bias, &self.split, trace)?
+            .wait_bytes()
+    }
+
+    /// Submits `mode` on a batch, dealt as `split`, to the runtime.
+    fn submit(
+        &self,
+        mode: Mode,
+        inputs: &[u32],
+        targets: &[u32],
+        bias: Option<(f32, f32)>,
+        split: &GroupSplit,
+        trace: bool,
+    ) -> Result<RunHandle> {
+        let units = self.config.check_batch(inputs, targets, self.groups)?;
+        let exec = self.program(mode, units, split)?;
+        let d = self.devices.len();
+        let rows = self.group_rows(units);
+        let words = self.config.row_inputs();
+        let mut args: Vec<HostData> = self.config.leading_args(d, rows);
+        for r in 0..split.rounds() {
+            // A device idle in this round gets zeros, which nothing reads.
+            let deal = |x: &[u32], per_row: usize| -> Vec<u32> {
+                let n = rows * per_row;
+                let mut out = vec![0u32; d * n];
+                for i in 0..d {
+                    if let Some(g) = split.group(i, r) {
+                        out[i * n..(i + 1) * n].copy_from_slice(&x[g * n..(g + 1) * n]);
+                    }
+                }
+                out
+            };
+            args.push(deal(inputs, words).into());
+            args.push(deal(targets, 1).into());
+        }
+        if let Some((b1, b2)) = bias {
+            args.push([b1, b2].repeat(d).into());
+        }
+        let opts = RunOptions {
+            mode: self.dispatch,
+            microbatch: None,
+            trace,
+        };
+        self.client.submit(&exec, args, opts)
+    }
+
+    /// One training step on a batch (`inputs`: [`StepModel::row_inputs`] words per token row,
+    /// `targets`: one per row).
+    pub fn step(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
+        let pending = self.submit_step(inputs, targets)?;
+        self.finish_step(pending)
+    }
+
+    /// Submits a training step and returns at once: several trainers sharing a runtime submit
+    /// their steps, then finish them, and the gang scheduler interleaves their work. The step
+    /// counts as taken from here on.
+    pub fn submit_step(&mut self, inputs: &[u32], targets: &[u32]) -> Result<PendingStep> {
+        let started = Instant::now();
+        let units = self.config.check_batch(inputs, targets, self.groups)?;
+        let step = self.step + 1;
+        let bias = Some(self.adam.bias(step));
+        let handle = self.submit(Mode::Train, inputs, targets, bias, &self.split, self.trace)?;
+        self.step = step;
+        Ok(PendingStep {
+            handle,
+            started,
+            units,
+            rows: targets.len(),
+            step,
+        })
+    }
+
+    /// Waits for a submitted step; its statistics.
+    pub fn finish_step(&mut self, pending: PendingStep) -> Result<StepStats> {
+        let PendingStep {
+            handle,
+            started,
+            units,
+            rows,
+            step,
+        } = pending;
+        let (results, mut trace) = handle.wait_traced()?;
+        let cfg = self.config;
+        let router = cfg.router();
+        let loss = cfg.router_loss();
+        let group_rows = self.group_rows(units);
+        let layers = cfg.expert_layers();
+        let layout = StatsLayout {
+            rows: group_rows,
+            layers,
+            router,
+            aux_alpha: loss.alpha,
+            z_loss: loss.z_loss,
+        };
+        let sums = layout.sums(&results, &self.split)?;
+        let g = self.groups as f64;
+        let (ce, aux, z) = (sums.ce_sum / rows as f64, sums.aux_sum / g, sums.z_sum / g);
+        let blocks: Vec<RoutingStats> = (0..layers)
+            .map(|l| RoutingStats {
+                capacity: router.capacity(group_rows),
+                tokens_per_expert: sums.kept[l].clone(),
+                dropped: sums.dropped[l],
+                dropped_fraction: sums.dropped[l] as f64 / (rows * router.k) as f64,
+                aux_loss: (sums.block_aux[l] / g) as f32,
+                z_loss: (sums.block_z[l] / g) as f32,
+            })
+            .collect();
+        let choices = rows * router.k * layers;
+        let dropped: usize = sums.dropped.iter().sum();
+        let tokens_per_expert = if layers == 0 {
+            Vec::new()
+        } else {
+            (0..router.experts)
+                .map(|e| sums.kept.iter().map(|k| k[e]).sum())
+                .collect()
+        };
+        let stats = StepStats {
+            step,
+            loss: ce + aux + z,
+            ce,
+            aux,
+            z,
+            tokens_per_expert,
+            dropped_fraction: if choices == 0 {
+                0.0
+            } else {
+                dropped as f64 / choices as f64
+            },
+            blocks,
+            seconds: started.elapsed().as_secs_f64(),
+            trace: Vec::new(),
+        };
+        let process = self.client.tracer();
+        if process.is_on() || self.trace {
+            let (begin, now) = (ns_since_epoch(started), ns_since_epoch(Instant::now()));
+            let name = format!(
+                "step {step}: loss {:.5} ce {:.5} aux {:.5} z {:.5} dropped {:.4} tokens/expert {:?} \
+                 (cv {:.3})",
+                stats.loss,
+                stats.ce,
+                stats.aux,
+                stats.z,
+                stats.dropped_fraction,
+                stats.tokens_per_expert,
+                stats.expert_cv()
+            );
+            for device in self.devices.iter().filter_map(MeshDevice::local) {
+                let e = EventMeta::host_encode(device.id()).event(name.clone(), begin, now);
+                process.emit_with(|| e.clone());
+                if self.trace {
+                    trace.push(e);
+                }
+            }
+        }
+        Ok(StepStats { trace, ..stats })
+    }
+
+    /// Mean cross-entropy (nats) of the current parameters on a batch, forward only (routed in
+    /// the trainer's groups, as in training).
+    pub fn eval(&self, inputs: &[u32], targets: &[u32]) -> Result<f64> {
+        let nats = self.token_nats(inputs, targets)?;
+        Ok(nats.iter().sum::<f64>() / nats.len().max(1) as f64)
+    }
+
+    /// Cross-entropy (nats) of every token row of a batch, in batch order, forward only (routed
+    /// in the trainer's groups, as in training): what Branch-Train-Merge's ensemble weighs.
+    pub fn token_nats(&self, inputs: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
+        let results = self.run(Mode::Forward, inputs, targets, None)?;
+        let units = self.config.check_batch(inputs, targets, self.groups)?;
+        let n = self.group_rows(units);
+        let mut out = vec![0.0f64; targets.len()];
+        for (round, bytes) in results.iter().enumerate() {
+            let rows: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
+            for (i, device) in rows.chunks(n.max(1)).enumerate() {
+                let Some(g) = self.split.group(i, round) else {
+                    continue;
+                };
+                for (k, &v) in device.iter().enumerate() {
+                    if let Some(o) = out.get_mut(g * n + k) {
+                        *o = f64::from(v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]
+    /// would apply), downloaded; no update.
+    pub fn grads(&self, inputs: &[u32], targets: &[u32]) -> Result<Params<M>> {
+        let results = self.run(Mode::Grads, inputs, targets, None)?;
+        let shapes = self.shard_shapes();
+        let along = self.devices.len() / self.data;
+        let tensors = unpack_grads(&results, &shapes, &self.expert, along)?;
+        let out = Params {
+            config: self.config,
+            tensors,
+        };
+        out.check()?;
+        Ok(out)
+    }
+
+    /// Downloads the parameters (expert tensors gathered from their devices).
+    pub fn params(&self) -> Result<Params<M>> {
+        self.download(Kind::Param)
+    }
+
+    fn shard_shapes(&self) -> Vec<Vec<usize>> {
+        let n = self.devices.len();
+        Self::shape_of(self.config, self.adam, n, self.data, self.split.clone(), 0).shard_shapes()
+    }
+
+    /// Variable `kind` of every parameter, gathered: replicated ones from device 0, expert ones
+    /// from the devices of the first data row in order. Read back by a program (results reach
+    /// every rank, so this works the same when some of the devices are other ranks').
+    fn download(&self, kind: Kind) -> Result<Params<M>> {
+        let exec = self.program(Mode::Read(kind), 0, &self.split)?;
+        let opts = RunOptions {
+            mode: self.dispatch,
+            ..RunOptions::default()
+        };
+        let results = self.client.run(&exec, Vec::<Vec<f32>>::new(), opts)?;
+        let n = self.devices.len();
+        let out = Params {
+            config: self.config,
+            tensors: gather_read(results, &self.expert, n, n / self.data),
+        };
+        out.check()?;
+        Ok(out)
+    }
+}
+
+impl<M: StepModel> std::fmt::Debug for Trainer<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("model", &M::NAME)
+            .field("config", &self.config)
+            .field("adam", &self.adam)
+            .field("step", &self.step)
+            .field("groups", &self.groups)
+            .field("data", &self.data)
+            .field("split", &self.split.to_string())
+            .field(
+                "devices",
+                &self
+                    .devices
+                    .iter()
+                    .map(MeshDevice::label)
+                    .collect::<Vec<_>>(),
+            )
+            .field("tracing", &self.trace)
+            .finish()
+    }
+}
