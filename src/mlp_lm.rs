@@ -131,6 +131,10 @@ impl StepModel for MlpLmConfig {
         1
     }
 
+    fn window(&self) -> usize {
+        self.context
+    }
+
     fn row_inputs(&self) -> usize {
         self.context
     }

@@ -8,10 +8,10 @@ use common::{Adapters, case};
 use gangway::btm::experiment::{BtmModels, BtmOptions, evaluate};
 use gangway::btm::{EnsembleOptions, average, branch};
 use gangway::data::Corpus;
-use gangway::moe::training_run::{TrainOptions, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::sched::{Runtime, RuntimeOptions};
 use gangway::trace::{EventKind, Tracer};
+use gangway::train::{TrainOptions, train};
 
 fn tiny() -> MoeLmConfig {
     MoeLmConfig {
@@ -30,7 +30,7 @@ fn opts(steps: u32) -> TrainOptions {
     TrainOptions {
         steps,
         batch: 32,
-        eval_windows: 64,
+        eval_units: 64,
         ..TrainOptions::default()
     }
 }
@@ -122,6 +122,7 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
         train: opts(0),
         eval_windows_per_doc: 4,
         ensemble: EnsembleOptions::default(),
+        split_seed: 7,
     };
     let scores = evaluate(&client, &devices[0], &all, &models, &eval_opts).unwrap();
     assert_eq!(scores.len(), 2);

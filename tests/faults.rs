@@ -91,9 +91,9 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     adapters: &Adapters,
 ) {
     use gangway::data::{Corpus, Document};
-    use gangway::moe::training_run::{TrainOptions, train};
     use gangway::moe::{MoeLmConfig, MoeLmParams};
     use gangway::train::Checkpoint;
+    use gangway::train::{TrainOptions, train};
 
     let devices = fresh_devices(adapters, 4);
     let cfg = MoeLmConfig {
@@ -118,7 +118,7 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     let train_opts = TrainOptions {
         steps: 6,
         batch: 32,
-        eval_windows: 32,
+        eval_units: 32,
         checkpoint: Some(path.clone()),
         checkpoint_every: 1,
         ..TrainOptions::default()

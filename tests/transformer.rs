@@ -11,8 +11,9 @@ use common::{Adapters, case};
 use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::train::{GroupSplit, TrainState};
+use gangway::train::{TrainOptions, resume, train};
+use gangway::transformer::generate::generate;
 use gangway::transformer::reference::{ReferenceForward, forward, logits};
-use gangway::transformer::training_run::{LmOptions, generate, train};
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer, VOCAB,
 };
@@ -474,22 +475,22 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
     let adam = AdamConfig::new(0.01);
     let text = corpus();
     let path = common::scratch_path("transformer-resume.safetensors", device);
-    let opts = |steps| LmOptions {
+    let opts = |steps| TrainOptions {
         steps,
         batch: 4,
-        eval_sequences: 8,
+        lr: adam.lr,
+        eval_units: 8,
+        groups: Some(2),
         checkpoint: Some(path.clone()),
         checkpoint_every: 100,
-        ..LmOptions::default()
+        ..TrainOptions::default()
     };
     let one = std::slice::from_ref(device);
-    let mut straight = TransformerTrainer::new(&client, one, &p, adam, 2).unwrap();
-    let whole = train(&mut straight, &text, &opts(4), &mut |_, _| {}).unwrap();
-    let mut first = TransformerTrainer::new(&client, one, &p, adam, 2).unwrap();
-    let half = train(&mut first, &text, &opts(2), &mut |_, _| {}).unwrap();
+    let whole = train(&client, one, &text, &p, &opts(4), |_| {}).unwrap();
+    let half = train(&client, one, &text, &p, &opts(2), |_| {}).unwrap();
     let saved = TransformerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.train.as_ref().unwrap().step, 2);
-    let mut resumed = TransformerTrainer::resume(&client, mesh, &saved, 1).unwrap();
+    let resumed = TransformerTrainer::resume(&client, mesh, &saved, 1).unwrap();
     // Onto a mesh whose rows hold one device each: data 2 × expert 1.
     let on_grid = TransformerTrainer::resume(&client, mesh, &saved, 2).unwrap();
     assert_eq!(on_grid.steps(), 2);
@@ -500,7 +501,7 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
         "the same weights score the same on either layout"
     );
     assert_eq!(resumed.steps(), 2);
-    let rest = train(&mut resumed, &text, &opts(2), &mut |_, _| {}).unwrap();
+    let rest = resume(&client, mesh, &text, &saved, &opts(2), |_| {}).unwrap();
     let joined: Vec<f64> = half.losses.iter().chain(&rest.losses).copied().collect();
     assert_eq!(
         whole.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
@@ -509,7 +510,7 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
         whole.losses
     );
     assert_eq!(rest.last_step, 4);
-    assert_eq!(straight.params().unwrap(), resumed.params().unwrap());
+    assert_eq!(whole.params, rest.params);
     assert!(whole.valid_bpb.is_finite() && whole.unigram_bpb.is_finite());
     let _ = std::fs::remove_file(&path);
 }
@@ -666,11 +667,11 @@ fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
         },
         capacities: vec![1.0, 2.0],
         seeds: 2,
-        run: LmOptions {
+        run: TrainOptions {
             steps: 2,
             batch: 4,
-            eval_sequences: 8,
-            ..LmOptions::default()
+            eval_units: 8,
+            ..TrainOptions::default()
         },
         lr: 0.01,
     };
@@ -734,10 +735,11 @@ fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
 }
 
 fn btm_with_transformer_elms_scores_every_domain(adapters: &Adapters) {
-    use gangway::transformer::btm::{LmBtmOptions, run};
+    use gangway::btm::EnsembleOptions;
+    use gangway::btm::experiment::{BtmOptions, evaluate, train_all};
     let mesh = adapters.mesh(2);
     let mesh = &mesh[..2];
-    let (runtime, _client) = common::runtime_client(mesh, "test");
+    let (runtime, client) = common::runtime_client(mesh, "test");
     // Two domains that differ: words, and digits.
     let mut rng = Rng::new(3);
     let mut docs = corpus().documents().to_vec();
@@ -746,43 +748,51 @@ fn btm_with_transformer_elms_scores_every_domain(adapters: &Adapters) {
         docs.push(Document::new("digits", name, digits));
     }
     let text = Corpus::from_documents(docs);
-    let opts = LmBtmOptions {
-        config: TransformerConfig {
-            context: 12,
-            moe_every: 0,
-            ..tiny(false, 1)
-        },
+    let config = TransformerConfig {
+        context: 12,
+        moe_every: 0,
+        ..tiny(false, 1)
+    };
+    let opts = BtmOptions {
         seed_steps: 2,
         branch_steps: 3,
-        run: LmOptions {
+        train: TrainOptions {
             batch: 2,
-            eval_sequences: 4,
-            ..LmOptions::default()
+            eval_units: 4,
+            ..TrainOptions::default()
         },
-        eval_sequences_per_doc: 3,
-        ..LmBtmOptions::standard()
+        eval_windows_per_doc: 3,
+        ensemble: EnsembleOptions::default(),
+        split_seed: 7,
     };
-    let mut phases = Vec::new();
-    let table = run(&runtime, mesh, &text, &opts, &mut |p, i| {
-        phases.push(format!("{p} {i}"))
+    let dir = common::scratch_path("transformer-btm", &mesh[0]);
+    let phases = std::sync::Mutex::new(Vec::new());
+    let init = TransformerParams::init(config).unwrap();
+    let models = train_all(&runtime, mesh, &text, &init, &opts, &dir, |p, i, _| {
+        phases.lock().unwrap().push(format!("{p} {i}"))
     })
     .unwrap();
-    assert_eq!(table.dense_steps, 2 + 2 * 3);
-    let domains: Vec<&str> = table.rows.iter().map(|r| r.domain.as_str()).collect();
-    assert_eq!(domains, ["toy", "digits"], "in the corpus's order");
-    for r in &table.rows {
-        for v in [r.dense, r.own_elm, r.ensemble, r.random_ensemble] {
+    let scores = evaluate(&client, &mesh[0], &text, &models, &opts).unwrap();
+    let mut domains: Vec<&str> = scores.iter().map(|r| r.domain.as_str()).collect();
+    domains.sort_unstable();
+    assert_eq!(domains, ["digits", "toy"]);
+    for r in &scores {
+        for v in [
+            r.dense,
+            r.own_elm,
+            r.ensemble,
+            r.averaged,
+            r.random_split_ensemble,
+        ] {
             assert!(v.is_finite() && v > 0.0, "{r:?}");
         }
-        // Two documents of up to 3 sequences of 12 each (the validation parts are short).
-        assert!(r.tokens > 0 && r.tokens <= 2 * 3 * 12, "{r:?}");
+        // Two documents of up to 3 sequences each (the validation parts are short).
+        assert!(r.windows > 0 && r.windows <= 2 * 3, "{r:?}");
     }
-    assert!(
-        phases.contains(&"random branch 1".to_string()),
-        "{phases:?}"
-    );
-    eprintln!("{}", table.markdown());
+    let phases = phases.into_inner().unwrap();
+    assert!(phases.contains(&"random 1".to_string()), "{phases:?}");
     // One domain is no comparison.
     let one = Corpus::from_documents(corpus().documents().to_vec());
-    assert!(run(&runtime, mesh, &one, &opts, &mut |_, _| {}).is_err());
+    assert!(train_all(&runtime, mesh, &one, &init, &opts, &dir, |_, _, _| {}).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,9 +8,9 @@ use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
 use super::suite::Planned;
 use crate::btm::branch;
 use crate::data::Corpus;
-use crate::moe::training_run::TrainOptions;
 use crate::moe::{MoeLmConfig, MoeLmParams};
 use crate::sched::Runtime;
+use crate::train::TrainOptions;
 use crate::{Device, Error, Result};
 
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &BtmBenchOptions) -> Resul
                         steps,
                         batch,
                         // One batch: the evaluation is not what is measured.
-                        eval_windows: batch,
+                        eval_units: batch,
                         ..TrainOptions::default()
                     },
                 })

@@ -11,7 +11,7 @@ use super::suite::Planned;
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;
 use crate::sched::Runtime;
-use crate::transformer::training_run::shifted_targets;
+use crate::transformer::generate::shifted_targets;
 use crate::transformer::{TransformerConfig, TransformerParams, TransformerTrainer};
 use crate::{Device, Result};
 

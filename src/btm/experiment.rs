@@ -7,9 +7,8 @@ use super::{
 };
 use crate::data::{Corpus, bits_per_byte};
 use crate::device::DeviceList;
-use crate::moe::MoeLmParams;
-use crate::moe::training_run::{TrainOptions, train};
 use crate::sched::{Client, Runtime};
+use crate::train::{Params, StepModel, TrainOptions, train};
 use crate::{Device, Error, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -21,18 +20,20 @@ pub struct BtmOptions {
     pub branch_steps: u32,
     /// Everything else (batch, learning rate, validation split) for every phase.
     pub train: TrainOptions,
-    /// Validation windows scored per document (consecutive, from its start).
+    /// Validation windows scored per document, from its start ([`validation_windows`]).
     pub eval_windows_per_doc: usize,
     pub ensemble: EnsembleOptions,
+    /// Seeds the random split of the documents.
+    pub split_seed: u64,
 }
 
 /// Every model of one BTM comparison.
 #[derive(Debug, Clone)]
-pub struct BtmModels {
-    pub seed: MoeLmParams,
-    pub elms: Vec<Elm>,
-    pub random_elms: Vec<Elm>,
-    pub dense: MoeLmParams,
+pub struct BtmModels<M: StepModel> {
+    pub seed: Params<M>,
+    pub elms: Vec<Elm<M>>,
+    pub random_elms: Vec<Elm<M>>,
+    pub dense: Params<M>,
     /// Wall time of the domain branch phase.
     pub branch_seconds: f64,
 }
@@ -54,15 +55,15 @@ fn with_steps(opts: &TrainOptions, steps: u32) -> TrainOptions {
 /// `runtime`'s mesh; saves them under `dir`. In a job of several ranks every rank calls it: the
 /// seed and the dense model train on the first device (its rank computes, the others get the
 /// results), each rank trains the ELMs of its own devices, and rank 0 saves.
-pub fn train_all(
+pub fn train_all<M: StepModel>(
     runtime: &Runtime,
     devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
-    init: &MoeLmParams,
+    init: &Params<M>,
     opts: &BtmOptions,
     dir: &Path,
     progress: impl Fn(&str, usize, u32) + Sync,
-) -> Result<BtmModels> {
+) -> Result<BtmModels<M>> {
     let devices = devices.mesh_devices();
     let first = devices.first().ok_or_else(|| Error::InvalidArgument {
         what: "BTM",
@@ -70,6 +71,12 @@ pub fn train_all(
     })?;
     let domains = domains_of(corpus);
     let k = domains.len();
+    if k < 2 {
+        return Err(Error::InvalidArgument {
+            what: "BTM",
+            reason: format!("needs at least 2 domains, the corpus has {k}"),
+        });
+    }
     let one = std::slice::from_ref(first);
     let client = runtime.client("btm seed and dense", 1);
     let seed = train(
@@ -88,7 +95,7 @@ pub fn train_all(
     })?;
     let branch_seconds = start.elapsed().as_secs_f64();
     let random: Vec<(String, Corpus)> = corpus
-        .random_split(k, 7)?
+        .random_split(k, opts.split_seed)?
         .into_iter()
         .enumerate()
         .map(|(i, c)| (format!("random{i}"), c))
@@ -122,12 +129,12 @@ pub fn train_all(
 }
 
 /// Loads what [`train_all`] saved: the ELMs of `domain_names` and `k` random-split ELMs.
-pub fn load_all(dir: &Path, domain_names: &[String]) -> Result<BtmModels> {
-    let load = |name: &str| MoeLmParams::load(&dir.join(name));
-    let elm = |domain: String| -> Result<Elm> {
-        let params = MoeLmParams::load(&super::elm_path(dir, &domain))?;
+pub fn load_all<M: StepModel>(dir: &Path, domain_names: &[String]) -> Result<BtmModels<M>> {
+    let load = |name: &str| Params::<M>::load(&dir.join(name));
+    let elm = |domain: String| -> Result<Elm<M>> {
+        let params = Params::<M>::load(&super::elm_path(dir, &domain))?;
         Ok(Elm {
-            report: crate::moe::training_run::TrainReport::loaded(&params),
+            report: crate::train::TrainReport::loaded(&params),
             domain,
             params,
         })
@@ -151,6 +158,7 @@ pub fn load_all(dir: &Path, domain_names: &[String]) -> Result<BtmModels> {
 #[derive(Debug, Clone, Serialize)]
 pub struct DomainScores {
     pub domain: String,
+    /// Validation windows scored (each of the model's unit rows).
     pub windows: usize,
     pub dense: f64,
     /// The ELM trained on this domain, alone.
@@ -164,11 +172,11 @@ pub struct DomainScores {
 }
 
 /// Scores every model on each domain's validation split, on `device` (one of `client`'s runtime).
-pub fn evaluate(
+pub fn evaluate<M: StepModel>(
     client: &Client,
     device: &Device,
     corpus: &Corpus,
-    models: &BtmModels,
+    models: &BtmModels<M>,
     opts: &BtmOptions,
 ) -> Result<Vec<DomainScores>> {
     let cfg = models.seed.config;
@@ -181,8 +189,14 @@ pub fn evaluate(
     let mut out = Vec::new();
     for (name, domain) in domains_of(corpus) {
         let valid = domain.split(opts.train.valid_fraction)?.valid;
-        let (windows, docs) = validation_windows(&valid, cfg.context, opts.eval_windows_per_doc)?;
-        let nats = |p: &MoeLmParams| window_nats(client, device, p, &windows, batch);
+        let (windows, docs) = validation_windows(&valid, &cfg, opts.eval_windows_per_doc)?;
+        // The ensemble weighs token rows: each window's document, once per row.
+        let rows = cfg.unit_rows();
+        let docs: Vec<usize> = docs
+            .iter()
+            .flat_map(|&d| std::iter::repeat_n(d, rows))
+            .collect();
+        let nats = |p: &Params<M>| window_nats(client, device, p, &windows, batch);
         let elm_nats = models
             .elms
             .iter()

@@ -1,11 +1,12 @@
 //! Parameter averaging: one model from several ELMs (Branch-Train-Merge's cheap merge, and the
 //! start of a new branch).
 
-use crate::moe::{MoeLmConfig, MoeLmParams};
+use crate::train::{Params, StepModel};
 use crate::{Error, Result};
 
-/// The weighted average of `models` (weights normalised to sum 1; `None` = uniform).
-pub fn average(models: &[&MoeLmParams], weights: Option<&[f64]>) -> Result<MoeLmParams> {
+/// The weighted average of `models` (weights normalised to sum 1; `None` = uniform): the first
+/// model's config with the weighted mean of every tensor.
+pub fn average<M: StepModel>(models: &[&Params<M>], weights: Option<&[f64]>) -> Result<Params<M>> {
     const WHAT: &str = "parameter averaging";
     let Some(first) = models.first() else {
         return Err(Error::InvalidArgument {
@@ -13,16 +14,16 @@ pub fn average(models: &[&MoeLmParams], weights: Option<&[f64]>) -> Result<MoeLm
             reason: "no models".into(),
         });
     };
-    // The seed is where the models started, not part of their shape.
-    let shape = |m: &MoeLmParams| MoeLmConfig {
-        seed: 0,
-        ..m.config
-    };
-    if models.iter().any(|m| shape(m) != shape(first)) {
+    // The seed is where the models started, not part of their shape: their tensors' names and
+    // shapes are.
+    if models.iter().any(|m| m.specs() != first.specs()) {
         return Err(Error::InvalidArgument {
             what: WHAT,
-            reason: "the models have different configurations".into(),
+            reason: "the models have different parameter shapes".into(),
         });
+    }
+    for m in models {
+        m.check()?;
     }
     let uniform = vec![1.0; models.len()];
     let weights = weights.unwrap_or(&uniform);
@@ -58,6 +59,7 @@ pub fn average(models: &[&MoeLmParams], weights: Option<&[f64]>) -> Result<MoeLm
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::moe::{MoeLmConfig, MoeLmParams};
 
     fn model(seed: u64) -> MoeLmParams {
         MoeLmParams::init(MoeLmConfig {
@@ -90,7 +92,7 @@ mod tests {
             ..MoeLmConfig::default()
         })
         .unwrap();
-        assert!(average(&[], None).is_err());
+        assert!(average::<MoeLmConfig>(&[], None).is_err());
         assert!(average(&[&a, &other], None).is_err());
         assert!(average(&[&a, &a], Some(&[1.0])).is_err());
         assert!(average(&[&a, &a], Some(&[0.0, 0.0])).is_err());

@@ -9,9 +9,9 @@
 //! 3. *Merge*: the domain-posterior ensemble ([`ensemble`]) or parameter averaging ([`average`]);
 //!    either can seed a new branch for a new domain.
 //!
-//! This module's phases train the MoE LM through [`crate::moe::training_run::train`]; the
-//! Transformer's expert LMs have their own comparison, [`crate::transformer::btm`], on the
-//! Transformer's trainer (two trainers: issue 39 makes them one).
+//! Every phase is generic over the model ([`StepModel`]): the MoE LM (`gangway train btm`) and
+//! the dense Transformer (`gangway eval btm --arch transformer`) run the same code, trained
+//! through [`crate::train::train`] and scored through the one trainer's token losses.
 
 pub mod ensemble;
 pub mod experiment;
@@ -23,9 +23,8 @@ pub use merge::average;
 use crate::data::Corpus;
 use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
-use crate::moe::training_run::{TrainOptions, TrainReport, TrainingRun};
-use crate::moe::{MoeLmParams, MoeTrainer};
 use crate::sched::{Client, Runtime};
+use crate::train::{Params, StepModel, TrainOptions, TrainReport, Trainer, TrainingRun};
 use crate::{Device, Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -34,10 +33,10 @@ pub type Window = (Vec<u32>, u32);
 
 /// One expert LM: its domain, parameters and how its branch training went.
 #[derive(Debug, Clone)]
-pub struct Elm {
+pub struct Elm<M: StepModel> {
     pub domain: String,
-    pub params: MoeLmParams,
-    pub report: TrainReport,
+    pub params: Params<M>,
+    pub report: TrainReport<M>,
 }
 
 /// Trains one ELM per `(domain, corpus)` from `seed`, concurrently: ELM i on `devices[i % n]`.
@@ -48,14 +47,14 @@ pub struct Elm {
 ///
 /// In a job of several ranks each rank trains the ELMs of its own devices, with no traffic at all
 /// while they train, and the trained ELMs are then shared so every rank returns all of them.
-pub fn branch(
+pub fn branch<M: StepModel>(
     runtime: &Runtime,
     devices: &(impl DeviceList + ?Sized),
     domains: &[(String, Corpus)],
-    seed: &MoeLmParams,
+    seed: &Params<M>,
     opts: &TrainOptions,
     progress: impl Fn(usize, u32) + Sync,
-) -> Result<Vec<Elm>> {
+) -> Result<Vec<Elm<M>>> {
     let devices = devices.mesh_devices();
     if devices.is_empty() || domains.is_empty() {
         return Err(Error::InvalidArgument {
@@ -102,7 +101,7 @@ pub fn branch(
         })
         .collect::<Result<Vec<_>>>()?;
     // Every rank's ELMs, in domain order.
-    let mut all: Vec<SharedElm> = runtime
+    let mut all: Vec<SharedElm<M>> = runtime
         .job()
         .all_gather(&mine)?
         .into_iter()
@@ -111,7 +110,7 @@ pub fn branch(
     all.sort_by_key(|e| e.index);
     all.into_iter()
         .map(|e| {
-            let params = MoeLmParams::from_bytes(&e.params)?;
+            let params = Params::<M>::from_bytes(&e.params)?;
             let domain = domains
                 .get(e.index)
                 .map(|(d, _)| d.clone())
@@ -133,59 +132,63 @@ pub fn branch(
 
 /// A trained ELM as the ranks of a job share it.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct SharedElm {
+#[serde(bound = "M: StepModel")]
+struct SharedElm<M> {
     index: usize,
-    /// [`MoeLmParams::to_bytes`].
+    /// [`Params::to_bytes`].
     params: Vec<u8>,
-    report: TrainReport,
+    report: TrainReport<M>,
 }
 
-/// Per-window nats of `params` on `windows` (each `(context bytes, target)`), on `device` (one of
-/// `client`'s runtime), in batches of `batch` (the last batch is padded by repeating its final
-/// window; the padding's scores are dropped).
-pub fn window_nats(
+/// The nats of every token row of `windows` (each a window of the model's [`StepModel::window`]
+/// bytes and the byte after it, made a batch unit by [`StepModel::batch_from`]: its
+/// [`StepModel::unit_rows`] rows), scored by `params` on `device` (one of `client`'s runtime) in
+/// batches of `batch` units. The last batch is padded by repeating its final window, so one
+/// program serves every batch; the padding's scores are dropped.
+pub fn window_nats<M: StepModel>(
     client: &Client,
     device: &Device,
-    params: &MoeLmParams,
+    params: &Params<M>,
     windows: &[Window],
     batch: usize,
 ) -> Result<Vec<f64>> {
-    crate::data::check_batch("window_nats", params.config.context, batch)?;
-    let trainer = MoeTrainer::new(
-        client,
-        std::slice::from_ref(device),
-        params,
-        AdamConfig::new(1e-3),
-        1,
-    )?;
-    let mut out = Vec::with_capacity(windows.len());
+    let cfg = params.config;
+    crate::data::check_batch("window_nats", cfg.window(), batch)?;
+    let one = std::slice::from_ref(device);
+    let trainer = Trainer::new(client, one, params, AdamConfig::new(1e-3), 1)?;
+    let rows = cfg.unit_rows();
+    let mut out = Vec::with_capacity(windows.len() * rows);
     for chunk in windows.chunks(batch.max(1)) {
-        let mut ctx = Vec::with_capacity(batch * params.config.context);
-        let mut tgt = Vec::with_capacity(batch);
+        let mut ctx = Vec::with_capacity(batch * cfg.window());
+        let mut next = Vec::with_capacity(batch);
         for i in 0..batch {
             let (c, t) = &chunk[i.min(chunk.len() - 1)];
             ctx.extend_from_slice(c);
-            tgt.push(*t);
+            next.push(*t);
         }
-        let nats = trainer.token_nats(&ctx, &tgt)?;
-        out.extend_from_slice(&nats[..chunk.len()]);
+        let (inputs, targets) = cfg.batch_from(ctx, next);
+        let nats = trainer.token_nats(&inputs, &targets)?;
+        out.extend_from_slice(&nats[..chunk.len() * rows]);
     }
     Ok(out)
 }
 
-/// The validation windows of `valid`, at most `per_doc` consecutive ones from the start of each
-/// document, with the index of the document each comes from.
-pub fn validation_windows(
+/// The validation windows of `valid` for `config`: per document at most `per_doc` windows of
+/// [`StepModel::window`] bytes from its start, [`StepModel::unit_rows`] apart (consecutive
+/// windows for a model whose unit is one row, whole sequences one after another for the
+/// Transformer), with the index of the document each comes from.
+pub fn validation_windows<M: StepModel>(
     valid: &Corpus,
-    context: usize,
+    config: &M,
     per_doc: usize,
 ) -> Result<(Vec<Window>, Vec<usize>)> {
+    let (window, stride) = (config.window(), config.unit_rows());
     let mut windows = Vec::new();
     let mut docs = Vec::new();
     for (i, doc) in valid.documents().iter().enumerate() {
         let one = Corpus::from_documents(vec![doc.clone()]);
-        let Ok(iter) = one.windows(context, 1) else {
-            continue; // shorter than the context
+        let Ok(iter) = one.windows(window, stride) else {
+            continue; // shorter than the window
         };
         for w in iter.take(per_doc) {
             windows.push(w);
@@ -195,7 +198,7 @@ pub fn validation_windows(
     if windows.is_empty() {
         return Err(Error::InvalidArgument {
             what: "BTM evaluation",
-            reason: format!("no validation document is longer than {context} bytes"),
+            reason: format!("no validation document is longer than {window} bytes"),
         });
     }
     Ok((windows, docs))
@@ -215,7 +218,7 @@ fn elm_domain(file_name: &str) -> Option<&str> {
 }
 
 /// Saves every ELM as [`elm_path`].
-pub fn save_elms(dir: &Path, elms: &[Elm]) -> Result<Vec<PathBuf>> {
+pub fn save_elms<M: StepModel>(dir: &Path, elms: &[Elm<M>]) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     elms.iter()
         .map(|e| {
@@ -227,13 +230,13 @@ pub fn save_elms(dir: &Path, elms: &[Elm]) -> Result<Vec<PathBuf>> {
 }
 
 /// Every domain ELM saved in `dir` (random-split ELMs, `elm-random…`, left out), by domain name.
-pub fn load_domain_elms(dir: &Path) -> Result<Vec<(String, MoeLmParams)>> {
+pub fn load_domain_elms<M: StepModel>(dir: &Path) -> Result<Vec<(String, Params<M>)>> {
     let mut elms = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
         let name = entry.map_err(Error::io(dir))?.file_name();
         let name = name.to_string_lossy();
         if let Some(domain) = elm_domain(&name).filter(|d| !d.starts_with("random")) {
-            elms.push((domain.to_string(), MoeLmParams::load(&dir.join(&*name))?));
+            elms.push((domain.to_string(), Params::load(&dir.join(&*name))?));
         }
     }
     elms.sort_by(|a, b| a.0.cmp(&b.0));

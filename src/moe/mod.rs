@@ -37,7 +37,7 @@
 //! Parameters, their order, names and initialisation are in [`params`]; the reference in
 //! [`mod@reference`]; Adam in [`adam`]. The config is a [`StepModel`]: the one GPU trainer,
 //! [`crate::train::Trainer`], trains it expert- and data-parallel over devices (its step program
-//! is `step_program.rs`); a run of it on a corpus is [`training_run`]. Files of the formats
+//! is `step_program.rs`); a run of it on a corpus is [`crate::train::train`]. Files of the formats
 //! before safetensors load through [`legacy`].
 
 pub mod adam;
@@ -49,7 +49,6 @@ pub mod reference;
 mod step_program;
 #[cfg(test)]
 mod tests;
-pub mod training_run;
 
 pub use crate::train::ParamSpec;
 pub use adam::Adam;
@@ -236,6 +235,10 @@ impl StepModel for MoeLmConfig {
 
     fn unit_rows(&self) -> usize {
         1
+    }
+
+    fn window(&self) -> usize {
+        self.context
     }
 
     fn row_inputs(&self) -> usize {

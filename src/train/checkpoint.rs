@@ -30,7 +30,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::HashMap;
 use std::path::Path;
 
-const WHAT: &str = "model file";
+const WHAT: &str = "checkpoint file";
 const M_PREFIX: &str = "optim.m.";
 const V_PREFIX: &str = "optim.v.";
 

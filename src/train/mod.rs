@@ -20,6 +20,7 @@
 pub mod checkpoint;
 pub(crate) mod layout;
 mod params;
+pub mod run;
 mod split;
 mod stats;
 pub mod step_program;
@@ -27,12 +28,14 @@ mod trainer;
 
 pub use checkpoint::{Checkpoint, TrainState};
 pub use params::{ParamSpec, Params};
+pub use run::{Progress, TrainOptions, TrainReport, TrainingRun, evaluate, resume, train};
 pub use split::{Balance, Balanced, GroupSplit};
 pub use stats::{StepStats, coefficient_of_variation};
 pub use step_program::StepShape;
 pub use trainer::{PendingStep, Trainer};
 
 use crate::Result;
+use crate::data::Corpus;
 use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::program::Program;
 use step_program::Mode;
@@ -41,6 +44,7 @@ use step_program::Mode;
 /// sizes.
 pub trait StepModel:
     Copy
+    + Default
     + std::fmt::Debug
     + PartialEq
     + Send
@@ -81,6 +85,26 @@ pub trait StepModel:
 
     /// Input words of one token row (the MoE LM's context window; 1 for a token).
     fn row_inputs(&self) -> usize;
+
+    /// Bytes of context each batch unit draws from a corpus: a unit is a window of this many
+    /// bytes and the byte after it ([`crate::data::Batches`]).
+    fn window(&self) -> usize;
+
+    /// A batch's inputs and targets from its units' windows (`window()` bytes each, one after
+    /// another) and the byte after each. By default a window is one token row that predicts the
+    /// byte after it.
+    fn batch_from(&self, windows: Vec<u32>, next: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+        (windows, next)
+    }
+
+    /// The windows (with the byte after each) an evaluation scores on `valid`: about `n`,
+    /// spread over it. By default windows `W/n` apart among the `W` windows of stride 1, so that
+    /// every part of every document is seen.
+    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<Vec<(Vec<u32>, u32)>> {
+        let w = self.window();
+        let stride = (valid.window_count(w) / n.max(1)).max(1);
+        Ok(valid.windows(w, stride)?.collect())
+    }
 
     /// Checks a batch (`inputs`: `row_inputs` words per row, `targets`: one per row) for
     /// `groups` routing groups; returns its units.

@@ -6,12 +6,12 @@
 //! byte, tokens per second and the dropped fraction of routing choices; the table gives each
 //! model's mean ± sample standard deviation over the seeds.
 
-use super::training_run::{LmOptions, train};
-use super::{TransformerConfig, TransformerParams, TransformerTrainer};
+use super::{TransformerConfig, TransformerParams};
 use crate::data::Corpus;
 use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::Client;
+use crate::train::{TrainOptions, train};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +24,7 @@ pub struct CompareOptions {
     pub capacities: Vec<f32>,
     /// Seeds per model (each seeds the parameters and the batches).
     pub seeds: u64,
-    pub run: LmOptions,
+    pub run: TrainOptions,
     pub lr: f32,
 }
 
@@ -42,11 +42,11 @@ impl CompareOptions {
             },
             capacities: vec![1.0, 1.25, 2.0, 4.0],
             seeds: 3,
-            run: LmOptions {
+            run: TrainOptions {
                 steps: 300,
                 batch: 8,
-                eval_sequences: 128,
-                ..LmOptions::default()
+                eval_units: 128,
+                ..TrainOptions::default()
             },
             lr: 3e-3,
         }
@@ -178,13 +178,14 @@ pub fn moe_vs_dense(
             let cfg = TransformerConfig { seed, ..*cfg };
             let params = TransformerParams::init(cfg)?;
             let adam = AdamConfig::new(opts.lr);
-            let mut trainer = TransformerTrainer::new(client, devices, &params, adam, groups)?;
-            let run = LmOptions {
+            let run = TrainOptions {
                 data_seed: seed + 1,
                 checkpoint: None,
+                lr: adam.lr,
+                groups: Some(groups),
                 ..opts.run.clone()
             };
-            let report = train(&mut trainer, corpus, &run, &mut |_, _| {})?;
+            let report = train(client, devices, corpus, &params, &run, |_| {})?;
             unigram_bpb = report.unigram_bpb;
             let d = &report.dropped_fractions;
             dropped.push(d.iter().sum::<f64>() / d.len().max(1) as f64);

@@ -4,8 +4,10 @@
 //! mesh (`step_program`): the config is a [`StepModel`], trained by the one
 //! [`crate::train::Trainer`].
 //!
-//! Files are safetensors ([`crate::train::Checkpoint`]); [`training_run`] trains on a corpus and generates
-//! text; [`compare`] and [`btm`] are the seeds' two comparisons on it. The step runs in f32:
+//! Files are safetensors ([`crate::train::Checkpoint`]); it trains on a corpus through
+//! [`crate::train::train`]; [`generate`] samples text from it; [`compare`] (Switch vs T5) and
+//! Branch-Train-Merge ([`crate::btm`], generic over the model) are the seeds' two comparisons on
+//! it. The step runs in f32:
 //! the attention kernel's f16 storage ([`crate::kernels::attention`], on devices with
 //! `shader-f16`) is built and tested but not chosen here. The expert layer may be dropless (a
 //! capacity factor of E/K, so every expert's slots hold its whole group: `--capacity-factor
@@ -51,12 +53,11 @@
 //! what one device computes with the same `G`. The gang is one axis (groups and experts), or a
 //! `{data, expert}` mesh ([`crate::train::Trainer::with_mesh`]) whose rows each hold every expert.
 
-pub mod btm;
 pub mod compare;
+pub mod generate;
 pub mod params;
 pub mod reference;
 mod step_program;
-pub mod training_run;
 
 pub use params::{FfnIndex, LayerIndex};
 
@@ -67,6 +68,7 @@ pub type TransformerCheckpoint = crate::train::Checkpoint<TransformerConfig>;
 /// The Transformer's trainer.
 pub type TransformerTrainer = crate::train::Trainer<TransformerConfig>;
 
+use crate::data::Corpus;
 use crate::kernels::attention::MAX_HEAD_DIM;
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
@@ -302,6 +304,27 @@ impl StepModel for TransformerConfig {
 
     fn row_inputs(&self) -> usize {
         1
+    }
+
+    fn window(&self) -> usize {
+        self.context
+    }
+
+    /// A sequence is a window; its targets are the window shifted by one, then the byte after
+    /// it.
+    fn batch_from(&self, windows: Vec<u32>, next: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+        let targets = generate::shifted_targets(&windows, &next, self.context);
+        (windows, targets)
+    }
+
+    /// Sequences of `T` bytes, `T` apart (at most `n`, spread evenly), so every validation byte
+    /// after the first of each document is scored once, with as much context as its position in
+    /// its sequence gives it.
+    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<Vec<(Vec<u32>, u32)>> {
+        let t = self.context;
+        let all: Vec<(Vec<u32>, u32)> = valid.windows(t, t)?.collect();
+        let step = (all.len() / n.max(1)).max(1);
+        Ok(all.into_iter().step_by(step).take(n).collect())
     }
 
     fn check_batch(&self, tokens: &[u32], targets: &[u32], groups: usize) -> Result<usize> {

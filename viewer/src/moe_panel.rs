@@ -14,10 +14,10 @@ use egui_plot::{
 };
 use gangway::Device;
 use gangway::data::Corpus;
-use gangway::moe::training_run::{Progress, TrainOptions, TrainReport, train};
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::sched::Runtime;
 use gangway::train::StepStats;
+use gangway::train::{Progress, TrainOptions, TrainReport, train};
 
 use crate::background::{self, Stream};
 use crate::live::{DeviceHub, Discovery};
@@ -83,7 +83,7 @@ impl MoeSettings {
             steps: self.steps,
             batch: self.batch,
             lr: 3e-3,
-            eval_windows: EVAL_WINDOWS,
+            eval_units: EVAL_WINDOWS,
             eval_every: self.eval_every,
             data_seed: 1,
             stop: Some(stop),
@@ -170,7 +170,7 @@ pub fn run_training(
     settings: MoeSettings,
     stop: Arc<AtomicBool>,
     progress: impl FnMut(&Progress),
-) -> Result<TrainReport, String> {
+) -> Result<TrainReport<MoeLmConfig>, String> {
     let corpus = Corpus::bundled_all().map_err(|e| format!("cannot load the corpus: {e}"))?;
     let start = MoeLmParams::init(settings.config()).map_err(|e| e.to_string())?;
     train(
@@ -187,7 +187,7 @@ pub fn run_training(
 /// A run in progress.
 #[derive(Debug)]
 struct Running {
-    stream: Stream<Progress, Result<TrainReport, String>>,
+    stream: Stream<Progress, Result<TrainReport<MoeLmConfig>, String>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -203,7 +203,7 @@ pub struct MoePanel {
     /// Validation bits per byte at the steps that evaluated.
     pub valid: Vec<(u32, f64)>,
     pub tokens_per_s: f64,
-    pub report: Option<TrainReport>,
+    pub report: Option<TrainReport<MoeLmConfig>>,
     pub error: Option<String>,
     /// The step whose tokens per expert are drawn; `None`: the latest.
     pub shown_step: Option<usize>,

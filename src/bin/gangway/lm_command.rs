@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use gangway::data::{Corpus, Document, bits_per_byte};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
-use gangway::transformer::training_run::{LmOptions, evaluate, generate, train};
+use gangway::train::{Progress, TrainOptions, evaluate, resume, train};
+use gangway::transformer::generate::generate;
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
 };
@@ -55,25 +56,23 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let devices = &first_devices(runtime, args.devices)?[..];
     let corpus = corpus_of(&args.corpus)?;
     let client = runtime.client("train lm", 1);
-    let mut trainer = match &args.resume {
+    let (start, checkpoint) = match &args.resume {
         Some(path) => {
             let checkpoint = TransformerCheckpoint::load(path)?;
-            let t = TransformerTrainer::resume(&client, devices, &checkpoint, args.data)?;
-            eprintln!("resuming after step {}", t.steps());
-            t
+            eprintln!("resuming after step {}", checkpoint.step());
+            (checkpoint.params.clone(), Some(checkpoint))
         }
-        None => {
-            let params = TransformerParams::init(args.model.config()?)?;
-            let groups = args.groups.unwrap_or(devices.len());
-            let adam = AdamConfig::new(args.lr);
-            TransformerTrainer::with_mesh(&client, devices, &params, adam, groups, args.data)?
-        }
+        None => (TransformerParams::init(args.model.config()?)?, None),
     };
-    let c = *trainer.config();
+    let c = start.config;
+    let groups = match checkpoint.as_ref().and_then(|k| k.train.as_ref()) {
+        Some(t) => t.groups,
+        None => args.groups.unwrap_or(devices.len()),
+    };
     eprintln!(
         "Transformer: {} parameters, {} layers of width {} ({} heads, context {}), {} expert \
          layers of {} experts (top-{}) over {} devices, {} routing groups; {} KiB of text in {:?}",
-        c.param_specs().iter().map(|s| s.len()).sum::<usize>(),
+        start.count(),
         c.layers,
         c.model,
         c.heads,
@@ -82,42 +81,45 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         c.experts,
         c.top_k,
         devices.len(),
-        trainer.groups(),
+        groups,
         corpus.len_bytes() >> 10,
         corpus.domains()
     );
-    let opts = LmOptions {
+    let opts = TrainOptions {
         steps: args.steps,
         batch: args.batch,
+        lr: args.lr,
         eval_every: args.eval_every,
-        eval_sequences: args.eval_sequences,
+        eval_units: args.eval_sequences,
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         data_seed: c.seed.wrapping_add(1),
         balance: args.balance.clone(),
-        ..LmOptions::default()
+        groups: Some(groups),
+        data: args.data,
+        ..TrainOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));
-    let start = std::time::Instant::now();
-    let tokens_per_step = (args.batch * c.context) as f64;
-    let mut done = 0u64;
-    let report = train(&mut trainer, &corpus, &opts, &mut |stats, valid| {
-        done += 1;
-        pb.set_position(done);
+    let show = |p: &Progress| {
+        pb.set_position(u64::from(p.step));
         pb.set_message(format!(
             "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
-            stats.step,
-            stats.loss,
-            done as f64 * tokens_per_step / start.elapsed().as_secs_f64().max(1e-9),
-            stats.dropped_fraction * 100.0,
+            p.stats.step,
+            p.stats.loss,
+            p.tokens_per_s,
+            p.stats.dropped_fraction * 100.0,
         ));
-        if let Some(b) = valid {
+        if let Some(b) = p.valid_bpb {
             progress::line(
                 &pb,
-                format!("step {}: valid {b:.3} bits per byte", stats.step),
+                format!("step {}: valid {b:.3} bits per byte", p.stats.step),
             );
         }
-    })?;
+    };
+    let report = match &checkpoint {
+        Some(k) => resume(&client, devices, &corpus, k, &opts, show)?,
+        None => train(&client, devices, &corpus, &start, &opts, show)?,
+    };
     pb.finish();
     let first = report.ces.first().copied().unwrap_or(f64::NAN);
     let last = report.ces.last().copied().unwrap_or(f64::NAN);
@@ -259,7 +261,7 @@ pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<(
             .map(|&c| crate::cli::capacity_factor(c, args.experts, args.top_k))
             .collect(),
         seeds: args.seeds,
-        run: LmOptions {
+        run: TrainOptions {
             steps: args.steps,
             batch: args.batch,
             ..standard.run
@@ -280,25 +282,32 @@ pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<(
     Ok(())
 }
 
+/// Branch-Train-Merge with dense Transformer ELMs, the paper's comparison at small scale in one
+/// run: the same experiment as `train btm` (`gangway::btm::experiment`), trained and then scored.
 pub(crate) fn btm_lm(runtime: &Runtime, args: &EvalBtmArgs) -> Result<()> {
-    use gangway::transformer::btm::{LmBtmOptions, run};
+    use gangway::btm::EnsembleOptions;
+    use gangway::btm::experiment::{BtmOptions, train_all};
     let b = &args.btm;
     let devices = &first_devices(runtime, b.devices)?[..];
     let corpus = corpus_of(&b.domains)?;
-    let standard = LmBtmOptions::standard();
-    let opts = LmBtmOptions {
+    // The paper's ELMs are dense.
+    let config = TransformerConfig {
+        moe_every: 0,
+        seed: b.model.seed,
+        ..TransformerConfig::small()
+    };
+    let opts = BtmOptions {
         seed_steps: b.seed_steps,
         branch_steps: b.branch_steps,
-        run: LmOptions {
+        train: TrainOptions {
             batch: args.sequences,
-            ..standard.run.clone()
+            lr: b.lr,
+            eval_units: 32,
+            ..TrainOptions::default()
         },
-        lr: b.lr,
-        config: TransformerConfig {
-            seed: b.model.seed,
-            ..standard.config
-        },
-        ..standard
+        eval_windows_per_doc: 16,
+        ensemble: EnsembleOptions::default(),
+        split_seed: 7,
     };
     eprintln!(
         "BTM with Transformer ELMs over {:?}: seed {} steps, {} per branch, {} sequences of {} \
@@ -306,14 +315,23 @@ pub(crate) fn btm_lm(runtime: &Runtime, args: &EvalBtmArgs) -> Result<()> {
         corpus.domains(),
         opts.seed_steps,
         opts.branch_steps,
-        opts.run.batch,
-        opts.config.context,
+        opts.train.batch,
+        config.context,
         devices.len()
     );
-    let table = run(runtime, devices, &corpus, &opts, &mut |phase, i| {
-        eprintln!("{phase} {i}");
-    })?;
-    print!("{}", table.markdown());
-    write_json(b.json.as_deref(), &table)?;
-    Ok(())
+    let init = TransformerParams::init(config)?;
+    let models = train_all(
+        runtime,
+        devices,
+        &corpus,
+        &init,
+        &opts,
+        &b.checkpoint_dir,
+        |phase, i, step| {
+            if step == 1 {
+                eprintln!("{phase} {i}");
+            }
+        },
+    )?;
+    crate::print_btm_eval(runtime, &corpus, &models, &opts, b.json.as_deref())
 }

@@ -312,9 +312,9 @@ fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Run
 
 fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     // Under mpirun: every rank's devices, rank by rank.
-    use gangway::moe::training_run::{TrainOptions, resume, train};
     use gangway::moe::{MoeLmConfig, MoeLmParams};
     use gangway::train::Checkpoint;
+    use gangway::train::{TrainOptions, resume, train};
     let devices = &first_devices(runtime, args.devices)?[..];
     let corpus = corpus_of(&args.corpus)?;
     let checkpoint = args
@@ -351,7 +351,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         ..TrainOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));
-    let show = |p: &gangway::moe::training_run::Progress| {
+    let show = |p: &gangway::train::Progress| {
         pb.set_position(u64::from(p.step));
         pb.set_message(format!(
             "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%  expert spread (cv) {:.2}",
@@ -377,8 +377,8 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         None => train(&client, devices, &corpus, &start, &opts, show)?,
     };
     pb.finish();
-    let first = report.losses.first().copied().unwrap_or(f64::NAN);
-    let last = report.losses.last().copied().unwrap_or(f64::NAN);
+    let first = report.ces.first().copied().unwrap_or(f64::NAN);
+    let last = report.ces.last().copied().unwrap_or(f64::NAN);
     println!(
         "{} steps, {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
         report.steps, report.tokens, report.seconds, report.tokens_per_s, report.devices
@@ -456,7 +456,7 @@ fn btm_setup<D: Clone>(
     gangway::btm::experiment::BtmOptions,
 )> {
     use gangway::btm::{EnsembleOptions, experiment::BtmOptions};
-    use gangway::moe::training_run::TrainOptions;
+    use gangway::train::TrainOptions;
     if args.devices == 0 || args.devices > devices.len() {
         bail!(
             "--devices {} but {} devices were found (try --virtual-devices)",
@@ -476,15 +476,16 @@ fn btm_setup<D: Clone>(
         },
         eval_windows_per_doc: args.eval_windows,
         ensemble: EnsembleOptions::default(),
+        split_seed: 7,
     };
     Ok((devices[..args.devices].to_vec(), corpus, opts))
 }
 
 /// Scores every model on the runtime's first device, prints the table and writes `json`.
-fn print_btm_eval(
+pub(crate) fn print_btm_eval<M: gangway::train::StepModel>(
     runtime: &Runtime,
     corpus: &gangway::data::Corpus,
-    models: &gangway::btm::experiment::BtmModels,
+    models: &gangway::btm::experiment::BtmModels<M>,
     opts: &gangway::btm::experiment::BtmOptions,
     json: Option<&std::path::Path>,
 ) -> Result<()> {
@@ -570,9 +571,9 @@ fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
     let devices = runtime.mesh();
     use gangway::btm::{average, branch, load_domain_elms, save_elms};
     use gangway::data::Corpus;
-    use gangway::moe::training_run::TrainOptions;
+    use gangway::train::TrainOptions;
     let device = devices.first().context("no device")?;
-    let elms = load_domain_elms(&args.checkpoint_dir)
+    let elms = load_domain_elms::<gangway::moe::MoeLmConfig>(&args.checkpoint_dir)
         .with_context(|| format!("reading {}", args.checkpoint_dir.display()))?;
     if elms.is_empty() {
         bail!(
@@ -622,7 +623,7 @@ fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
 fn eval_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
     use gangway::btm::experiment::load_all;
     let (_, corpus, opts) = btm_setup(runtime.devices(), args)?;
-    let models = load_all(&args.checkpoint_dir, &corpus.domains())?;
+    let models = load_all::<gangway::moe::MoeLmConfig>(&args.checkpoint_dir, &corpus.domains())?;
     print_btm_eval(runtime, &corpus, &models, &opts, args.json.as_deref())
 }
 

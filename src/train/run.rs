@@ -1,16 +1,20 @@
-//! A training run of the MoE LM on a corpus: batches, steps on the GPU trainer (its routing
-//! groups dealt to the devices evenly, as given, or by their speeds measured on a copy of the
-//! first batch: [`TrainOptions::balance`]), validation in bits per byte against the unigram
-//! baseline, periodic checkpoints. `gangway train moe` and
-//! Branch-Train-Merge both train through [`train`], as runs of a client of the caller's runtime
-//! over its devices (a job's mesh under `mpirun`).
+//! A training run of any [`StepModel`] on a corpus: batches, steps on the [`Trainer`] (its
+//! routing groups dealt to the devices evenly, as given, or by their speeds measured on a copy
+//! of the next batch: [`TrainOptions::balance`]), validation in bits per byte against the unigram
+//! baseline, periodic checkpoints. `gangway train moe`, `gangway train lm` and
+//! Branch-Train-Merge all train through [`train`] and [`resume`], as runs of a client of the
+//! caller's runtime over its devices (a job's mesh under `mpirun`).
+//!
+//! A batch is `batch` units drawn as context windows of [`StepModel::window`] bytes with the
+//! byte after each ([`crate::data::Batches`]), which the model turns into its inputs and
+//! targets ([`StepModel::batch_from`]). Step `n + 1` goes to the runtime before step `n` is
+//! finished, unless step `n` evaluates or checkpoints.
 
-use super::{MoeLmConfig, MoeLmParams, MoeTrainer};
+use super::{Balance, Checkpoint, GroupSplit, Params, PendingStep, StepModel, StepStats, Trainer};
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
 use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::{Client, DispatchMode};
-use crate::train::{Balance, Checkpoint, GroupSplit, PendingStep, StepStats};
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,13 +25,15 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
     pub steps: u32,
-    /// Tokens (windows) per step over all devices; a multiple of the device count.
+    /// Batch units (the model's: windows, sequences) per step over all devices; a multiple of
+    /// the routing groups.
     pub batch: usize,
     pub lr: f32,
     /// Fraction of every document held out for validation.
     pub valid_fraction: f64,
-    /// Validation windows scored at the end (and at each evaluation), spread evenly.
-    pub eval_windows: usize,
+    /// Validation units scored at the end (and at each evaluation), spread evenly
+    /// ([`StepModel::eval_windows`]).
+    pub eval_units: usize,
     /// Evaluate every this many steps (0: only at the end).
     pub eval_every: u32,
     /// Save a resumable checkpoint (parameters and Adam's state) here every `checkpoint_every`
@@ -45,6 +51,9 @@ pub struct TrainOptions {
     pub groups: Option<usize>,
     /// How the groups are dealt to the devices.
     pub balance: Balance,
+    /// The devices as a `{data, expert}` mesh of this many rows ([`Trainer::with_mesh`]; 1: one
+    /// axis).
+    pub data: usize,
 }
 
 impl Default for TrainOptions {
@@ -54,7 +63,7 @@ impl Default for TrainOptions {
             batch: 128,
             lr: 3e-3,
             valid_fraction: 0.1,
-            eval_windows: 4096,
+            eval_units: 4096,
             eval_every: 0,
             checkpoint: None,
             checkpoint_every: 100,
@@ -63,6 +72,7 @@ impl Default for TrainOptions {
             dispatch: DispatchMode::Parallel,
             groups: None,
             balance: Balance::Even,
+            data: 1,
         }
     }
 }
@@ -83,14 +93,23 @@ pub struct Progress {
 
 /// The outcome of a run.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct TrainReport {
+#[serde(bound = "M: StepModel")]
+pub struct TrainReport<M> {
+    pub config: M,
     pub devices: usize,
+    pub parameters: usize,
+    /// Steps this run took, and the step the model is at (resumes included).
     pub steps: u32,
+    #[serde(default)]
+    pub last_step: u32,
     pub tokens: u64,
     pub seconds: f64,
     pub tokens_per_s: f64,
-    /// Cross-entropy (nats) of every step's batch.
+    /// Every step's loss (`ce + aux + z`).
     pub losses: Vec<f64>,
+    /// Every step's cross-entropy (nats).
+    #[serde(default)]
+    pub ces: Vec<f64>,
     pub mean_dropped_fraction: f64,
     /// Every step's dropped fraction of the router's choices.
     #[serde(default)]
@@ -101,10 +120,13 @@ pub struct TrainReport {
     /// The mean of [`Self::expert_cvs`].
     #[serde(default)]
     pub mean_expert_cv: f64,
+    /// `(step, validation bits per byte)` at every evaluation.
+    #[serde(default)]
+    pub valid: Vec<(u32, f64)>,
+    /// The last evaluation's bits per byte.
     pub valid_bpb: f64,
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
-    pub parameters: usize,
     /// Routing groups per device, in device order (`6,2`).
     #[serde(default)]
     pub split: String,
@@ -118,28 +140,32 @@ pub struct TrainReport {
     /// What balancing measured and chose, in words (empty unless `Balance::Measured`).
     #[serde(default)]
     pub balancing: String,
-    /// The trained parameters (not in the JSON: [`MoeLmParams::save`] writes them).
+    /// The trained parameters (not in the JSON: [`Params::save`] writes them).
     #[serde(skip)]
-    pub params: MoeLmParams,
+    pub params: Params<M>,
 }
 
-impl TrainReport {
-    /// A report for parameters loaded from a checkpoint (no training happened in this process).
-    pub fn loaded(params: &MoeLmParams) -> Self {
+impl<M: StepModel> TrainReport<M> {
+    /// A report for parameters loaded from a file (no training happened in this process).
+    pub fn loaded(params: &Params<M>) -> Self {
         Self {
+            config: params.config,
             devices: 0,
+            parameters: params.count(),
             steps: 0,
+            last_step: 0,
             tokens: 0,
             seconds: 0.0,
             tokens_per_s: 0.0,
             losses: Vec::new(),
+            ces: Vec::new(),
             mean_dropped_fraction: 0.0,
             dropped_fractions: Vec::new(),
             expert_cvs: Vec::new(),
             mean_expert_cv: 0.0,
+            valid: Vec::new(),
             valid_bpb: f64::NAN,
             unigram_bpb: f64::NAN,
-            parameters: params.count(),
             split: String::new(),
             calibration_seconds: 0.0,
             speeds: Vec::new(),
@@ -154,61 +180,66 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// Mean validation cross-entropy in bits per byte over `windows` windows spread over `valid`,
-/// in batches of `batch` (windows that do not fill a last batch are left out).
-pub fn evaluate(trainer: &MoeTrainer, valid: &Corpus, windows: usize, batch: usize) -> Result<f64> {
-    let context = trainer.config().context;
-    crate::data::check_batch("evaluate", context, batch)?;
-    let total = valid.window_count(context);
-    let stride = (total / windows.max(1)).max(1);
-    let mut ctx = Vec::with_capacity(batch * context);
-    let mut tgt = Vec::with_capacity(batch);
-    let (mut nats, mut scored) = (0.0, 0usize);
-    for (inputs, target) in valid.windows(context, stride)? {
-        ctx.extend_from_slice(&inputs);
-        tgt.push(target);
-        if tgt.len() == batch {
-            nats += trainer.eval(&ctx, &tgt)? * batch as f64;
-            scored += batch;
-            ctx.clear();
-            tgt.clear();
-        }
-    }
-    if scored == 0 {
+/// Mean validation cross-entropy in bits per byte of the model's evaluation windows over
+/// `valid` ([`StepModel::eval_windows`], about `units` of them), in batches of `batch` units (at
+/// most: a multiple of the trainer's groups that the windows fill; windows that do not fill a
+/// last batch are left out).
+pub fn evaluate<M: StepModel>(
+    trainer: &Trainer<M>,
+    valid: &Corpus,
+    units: usize,
+    batch: usize,
+) -> Result<f64> {
+    let cfg = *trainer.config();
+    crate::data::check_batch("evaluate", cfg.window(), batch)?;
+    let picked = cfg.eval_windows(valid, units)?;
+    let groups = trainer.groups();
+    let batch = batch.min(picked.len() / groups * groups);
+    if batch == 0 {
         return Err(Error::InvalidArgument {
             what: "evaluate",
             reason: format!(
-                "{} of the validation split's {total} windows of {context} bytes were to be scored, fewer than one batch of {batch}",
-                windows.min(total)
+                "{} validation windows of {} bytes cannot fill one batch of {groups} routing groups",
+                picked.len(),
+                cfg.window()
             ),
         });
     }
-    Ok(bits_per_byte(nats / scored as f64))
+    let (mut nats, mut count) = (0.0, 0usize);
+    for chunk in picked.chunks_exact(batch) {
+        let windows: Vec<u32> = chunk.iter().flat_map(|(w, _)| w.iter().copied()).collect();
+        let next: Vec<u32> = chunk.iter().map(|(_, y)| *y).collect();
+        let (inputs, targets) = cfg.batch_from(windows, next);
+        let got = trainer.token_nats(&inputs, &targets)?;
+        nats += got.iter().sum::<f64>();
+        count += got.len();
+    }
+    Ok(bits_per_byte(nats / count.max(1) as f64))
 }
 
 /// Trains fresh `start` parameters on `corpus` over `devices`, as runs of `client` (the devices
 /// must be its runtime's). Its steps go to the runtime's tracer when that is on.
-pub fn train(
+pub fn train<M: StepModel>(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
-    start: &MoeLmParams,
+    start: &Params<M>,
     opts: &TrainOptions,
     progress: impl FnMut(&Progress),
-) -> Result<TrainReport> {
+) -> Result<TrainReport<M>> {
     run(client, devices, corpus, Start::Fresh(start), opts, progress)
 }
 
 /// Continues a run saved by [`train`] (parameters, Adam's moments and the step count) for
 /// `opts.steps` more steps; the batches continue where the saved run's stopped.
-pub fn resume(
+pub fn resume<M: StepModel>(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
-    checkpoint: &Checkpoint<MoeLmConfig>,
+    checkpoint: &Checkpoint<M>,
     opts: &TrainOptions,
     progress: impl FnMut(&Progress),
-) -> Result<TrainReport> {
+) -> Result<TrainReport<M>> {
     run(
         client,
         devices,
@@ -219,19 +250,19 @@ pub fn resume(
     )
 }
 
-enum Start<'a> {
-    Fresh(&'a MoeLmParams),
-    Resume(&'a Checkpoint<MoeLmConfig>),
+enum Start<'a, M> {
+    Fresh(&'a Params<M>),
+    Resume(&'a Checkpoint<M>),
 }
 
-fn run(
+fn run<M: StepModel>(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
     corpus: &Corpus,
-    start: Start<'_>,
+    start: Start<'_, M>,
     opts: &TrainOptions,
     mut progress: impl FnMut(&Progress),
-) -> Result<TrainReport> {
+) -> Result<TrainReport<M>> {
     let mut run = TrainingRun::new(client, devices, corpus, start, opts)?;
     let mut pending = run.submit()?;
     while let Some(step) = pending {
@@ -254,16 +285,18 @@ fn run(
 
 /// A training run taken one step at a time: [`train`] drives one; Branch-Train-Merge drives one
 /// per branch on a shared runtime, submitting every branch's step before finishing any.
-pub struct TrainingRun {
-    trainer: MoeTrainer,
+pub struct TrainingRun<M: StepModel> {
+    trainer: Trainer<M>,
     opts: TrainOptions,
     valid: Corpus,
     unigram_bpb: f64,
     batches: Batches<'static>,
     began: Instant,
     losses: Vec<f64>,
+    ces: Vec<f64>,
     dropped: Vec<f64>,
     expert_cvs: Vec<f64>,
+    valid_bpbs: Vec<(u32, f64)>,
     /// Steps finished by this run.
     done: u32,
     /// The trainer's step count when the run began (a resumed run continues it).
@@ -274,7 +307,7 @@ pub struct TrainingRun {
     balancing: String,
 }
 
-impl std::fmt::Debug for TrainingRun {
+impl<M: StepModel> std::fmt::Debug for TrainingRun<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TrainingRun")
             .field("trainer", &self.trainer)
@@ -284,12 +317,12 @@ impl std::fmt::Debug for TrainingRun {
     }
 }
 
-impl TrainingRun {
+impl<M: StepModel> TrainingRun<M> {
     fn new(
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
         corpus: &Corpus,
-        start: Start<'_>,
+        start: Start<'_, M>,
         opts: &TrainOptions,
     ) -> Result<Self> {
         let (start, resumed_from, prior_steps) = match start {
@@ -302,15 +335,18 @@ impl TrainingRun {
                 (&c.params, Some((c, t.groups)), t.step)
             }
         };
-        let config: MoeLmConfig = start.config;
+        let config: M = start.config;
         let devices = devices.mesh_devices();
-        if opts.batch == 0 || !opts.batch.is_multiple_of(devices.len().max(1)) {
+        let groups = match resumed_from {
+            Some((_, groups)) => groups,
+            None => opts.groups.unwrap_or(devices.len()),
+        };
+        if opts.batch == 0 || groups == 0 || !opts.batch.is_multiple_of(groups) {
             return Err(Error::InvalidArgument {
                 what: "train",
                 reason: format!(
-                    "a batch of {} tokens cannot be split over {} devices",
-                    opts.batch,
-                    devices.len()
+                    "a batch of {} units cannot be split into {groups} routing groups",
+                    opts.batch
                 ),
             });
         }
@@ -324,12 +360,16 @@ impl TrainingRun {
                     reason: format!("the checkpoint routes in {groups} groups, not {g}"),
                 });
             }
-            (Some((c, _)), _) => MoeTrainer::resume(client, &devices, c, 1)?,
-            (None, Some(g)) => MoeTrainer::new(client, &devices, start, adam, g)?,
-            (None, None) => MoeTrainer::new(client, &devices, start, adam, devices.len())?,
+            (Some((c, _)), _) => Trainer::resume(client, &devices, c, opts.data)?,
+            (None, _) => Trainer::with_mesh(client, &devices, start, adam, groups, opts.data)?,
         };
         trainer.set_dispatch(opts.dispatch);
-        let mut batches = Batches::owned(split.train, config.context, opts.batch, opts.data_seed)?;
+        let mut batches = Batches::owned(split.train, config.window(), opts.batch, opts.data_seed)?;
+        // The saved run drew its steps' batches: draw past them so the data continues, not
+        // repeats.
+        for _ in 0..prior_steps {
+            batches.next();
+        }
         let calibration = Instant::now();
         let mut speeds = Vec::new();
         let mut balancing = String::new();
@@ -339,15 +379,17 @@ impl TrainingRun {
                 trainer.set_split(GroupSplit::from_counts(counts.clone())?)?
             }
             Balance::Measured => {
-                // On a copy of the first batch: the run's batches stay those of an even run.
-                let (ctx, tgt) = batches
-                    .clone()
-                    .next()
-                    .ok_or_else(|| Error::InvalidArgument {
-                        what: "train",
-                        reason: "no training batch to measure the devices' speeds on".into(),
-                    })?;
-                let balanced = trainer.balance(&ctx, &tgt)?;
+                // On a copy of the next batch: the run's batches stay those of an even run.
+                let (windows, next) =
+                    batches
+                        .clone()
+                        .next()
+                        .ok_or_else(|| Error::InvalidArgument {
+                            what: "train",
+                            reason: "no training batch to measure the devices' speeds on".into(),
+                        })?;
+                let (inputs, targets) = config.batch_from(windows, next);
+                let balanced = trainer.balance(&inputs, &targets)?;
                 speeds = GroupSplit::relative(&balanced.speeds);
                 balancing = balanced.to_string();
             }
@@ -357,10 +399,6 @@ impl TrainingRun {
         } else {
             calibration.elapsed().as_secs_f64()
         };
-        // The saved run drew `done` batches: draw past them so the data continues, not repeats.
-        for _ in 0..prior_steps {
-            batches.next();
-        }
         Ok(Self {
             first_step: trainer.steps(),
             trainer,
@@ -370,8 +408,10 @@ impl TrainingRun {
             batches,
             began: Instant::now(),
             losses: Vec::new(),
+            ces: Vec::new(),
             dropped: Vec::new(),
             expert_cvs: Vec::new(),
+            valid_bpbs: Vec::new(),
             done: 0,
             parameters: start.count(),
             calibration_seconds,
@@ -385,7 +425,7 @@ impl TrainingRun {
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
         corpus: &Corpus,
-        start: &MoeLmParams,
+        start: &Params<M>,
         opts: &TrainOptions,
     ) -> Result<Self> {
         Self::new(client, devices, corpus, Start::Fresh(start), opts)
@@ -403,11 +443,12 @@ impl TrainingRun {
         if stopped || taken >= self.opts.steps {
             return Ok(None);
         }
-        let (ctx, tgt) = self.batches.next().ok_or_else(|| Error::InvalidArgument {
+        let (windows, next) = self.batches.next().ok_or_else(|| Error::InvalidArgument {
             what: "train",
             reason: "the batches ran out".into(),
         })?;
-        self.trainer.submit_step(&ctx, &tgt).map(Some)
+        let (inputs, targets) = self.trainer.config().batch_from(windows, next);
+        self.trainer.submit_step(&inputs, &targets).map(Some)
     }
 
     /// Whether the step after the one in flight may be submitted before that one is finished:
@@ -430,16 +471,14 @@ impl TrainingRun {
         let opts = &self.opts;
         let stats = self.trainer.finish_step(pending)?;
         let step = self.done + 1;
-        self.losses.push(stats.ce);
+        self.losses.push(stats.loss);
+        self.ces.push(stats.ce);
         self.dropped.push(stats.dropped_fraction);
         self.expert_cvs.push(stats.expert_cv());
         let valid_bpb = if opts.eval_every > 0 && step.is_multiple_of(opts.eval_every) {
-            Some(evaluate(
-                &self.trainer,
-                &self.valid,
-                opts.eval_windows,
-                opts.batch,
-            )?)
+            let bpb = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+            self.valid_bpbs.push((stats.step, bpb));
+            Some(bpb)
         } else {
             None
         };
@@ -453,7 +492,7 @@ impl TrainingRun {
                 checkpoint.save(path)?;
             }
         }
-        let tokens = u64::from(step) * opts.batch as u64;
+        let tokens = u64::from(step) * self.batch_rows();
         progress(&Progress {
             stats,
             step,
@@ -466,10 +505,19 @@ impl TrainingRun {
     }
 
     /// The final evaluation, checkpoint and report.
-    pub fn report(self) -> Result<TrainReport> {
+    /// Token rows a step trains on.
+    fn batch_rows(&self) -> u64 {
+        (self.opts.batch * self.trainer.config().unit_rows()) as u64
+    }
+
+    pub fn report(mut self) -> Result<TrainReport<M>> {
         let opts = &self.opts;
         let seconds = self.began.elapsed().as_secs_f64();
-        let valid_bpb = evaluate(&self.trainer, &self.valid, opts.eval_windows, opts.batch)?;
+        let valid_bpb = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+        let last_step = self.trainer.steps();
+        if self.valid_bpbs.last().map(|v| v.0) != Some(last_step) {
+            self.valid_bpbs.push((last_step, valid_bpb));
+        }
         let params = self.trainer.params()?;
         if let Some(path) = &opts.checkpoint {
             let checkpoint = self.trainer.checkpoint()?;
@@ -478,10 +526,12 @@ impl TrainingRun {
             }
         }
         let done = self.done;
-        let tokens = u64::from(done) * opts.batch as u64;
+        let tokens = u64::from(done) * self.batch_rows();
         Ok(TrainReport {
+            config: *self.trainer.config(),
             devices: self.trainer.devices().len(),
             steps: done,
+            last_step,
             tokens,
             seconds,
             tokens_per_s: tokens as f64 / seconds.max(1e-9),
@@ -490,6 +540,8 @@ impl TrainingRun {
             dropped_fractions: self.dropped,
             expert_cvs: self.expert_cvs,
             losses: self.losses,
+            ces: self.ces,
+            valid: self.valid_bpbs,
             valid_bpb,
             unigram_bpb: self.unigram_bpb,
             parameters: self.parameters,
