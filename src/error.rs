@@ -108,7 +108,7 @@ pub enum Error {
     BenchReport { path: PathBuf, reason: String },
 
     #[error("mesh: {0}")]
-    Mesh(String),
+    Mesh(#[from] crate::mesh::MeshError),
 
     #[error("timed out after {waited_ms} ms waiting for {what}")]
     Timeout { what: String, waited_ms: u64 },

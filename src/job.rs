@@ -14,6 +14,7 @@
 
 use crate::collective::transport::Transport;
 use crate::device::{MeshDevice, RemoteDevice};
+use crate::mesh::Mesh;
 use crate::trace::{Event, Track, ns_since_epoch};
 use crate::{Device, DeviceInfo, Error, Result};
 use serde::de::DeserializeOwned;
@@ -145,9 +146,9 @@ impl Job {
         }
     }
 
-    /// The job's mesh: every rank's `local` devices in rank order, this rank's as
-    /// [`MeshDevice::Local`]. Every rank calls it (a collective).
-    pub fn mesh(&self, local: &[Device]) -> Result<Vec<MeshDevice>> {
+    /// The job's mesh, one axis ([`crate::mesh::LINE_AXIS`]): every rank's `local` devices in
+    /// rank order, this rank's as [`MeshDevice::Local`]. Every rank calls it (a collective).
+    pub fn mesh(&self, local: &[Device]) -> Result<Mesh> {
         let mine = RankDevices {
             host: self.host(),
             devices: local.iter().map(|d| d.info().clone()).collect(),
@@ -168,7 +169,7 @@ impl Job {
                 })));
             }
         }
-        Ok(mesh)
+        Ok(Mesh::line(&mesh, crate::mesh::LINE_AXIS))
     }
 
     /// Every rank's `value`, in rank order (a collective: every rank calls it, between runs).

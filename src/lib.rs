@@ -4,7 +4,9 @@
 //!   [`table`] (Markdown tables), [`fsutil`] (crash-safe writes); and [`Error`], which still
 //!   wraps the pipeline's `ScheduleError` (a layering debt issue 39 names).
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
-//! - [`Mesh`], [`NamedSharding`]: devices in named-axis grids, and how values lie over them.
+//! - [`mesh`]: the one [`Mesh`] (devices plus named axes; the job's global mesh and its local
+//!   view are the same type, a gang is a sub-mesh) and its shape [`MeshShape`];
+//!   [`NamedSharding`]: how values lie over a mesh.
 //! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
 //!   (five variants and an autotuner), attention, MoE router, dispatch/combine, the training
 //!   kernels.
@@ -13,8 +15,9 @@
 //!   that gang-schedules them.
 //! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
 //! - [`train`]: the one [`train::Trainer`] of every [`train::StepModel`], its step builder,
-//!   splits and checkpoints.
-//! - [`moe`], [`transformer`], [`mlp_lm`] (the smallest model), [`pipeline`], [`btm`], [`moe_layer`] (the demo): the workloads;
+//!   splits, checkpoints and training loop.
+//! - The models, each a `StepModel`: [`moe`] (the MoE LM), [`transformer`], [`mlp_lm`] (the
+//!   smallest). The workloads: [`pipeline`], [`btm`] (over any model), [`moe_layer`] (the demo);
 //!   [`bench`] and [`plan`]: measuring them, and predicting them at scale; [`trace`]: what
 //!   happened, when.
 
@@ -28,7 +31,7 @@ mod error;
 pub mod fsutil;
 pub mod job;
 pub mod kernels;
-mod mesh;
+pub mod mesh;
 pub mod mlp_lm;
 pub mod moe;
 pub mod moe_layer;
@@ -48,7 +51,7 @@ pub use device::{Device, DeviceInfo, DeviceList, DiscoveryOptions, MeshDevice, d
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::Job;
-pub use mesh::Mesh;
-pub use named_sharding::{GangAxes, NamedSharding};
+pub use mesh::{Mesh, MeshError, MeshShape};
+pub use named_sharding::NamedSharding;
 pub use rng::Rng;
 pub use tensor::Tensor;

@@ -1,92 +1,265 @@
-//! Meshes: devices arranged in an n-d grid with named axes (`data`, `expert`, `stage`, ...).
+//! The one mesh, after JAX's `Mesh(devices, axis_names)`: devices in an n-d, row-major grid with
+//! named axes (`data`, `expert`, `stage`, ...). The same type is the job's global mesh (every
+//! rank's devices: [`crate::Runtime::mesh`], [`crate::Job::mesh`]) and a local view of it
+//! ([`Mesh::local`]); a gang is a sub-mesh ([`Mesh::sub`]); its shape ([`MeshShape`]) is what a
+//! program's gang is laid out as and what a [`crate::NamedSharding`] names axes of. A mesh is a
+//! [`DeviceList`], so every workload that takes devices takes one, and the trainer reads its
+//! `{data, expert}` axes. Errors are [`MeshError`]s.
 
-use crate::named_sharding::GangAxes;
+use crate::device::{DeviceList, MeshDevice};
 use crate::{Device, Error, Result};
+use std::fmt;
 
-/// An n-d, row-major grid of devices with named axes.
-#[derive(Debug, Clone)]
-pub struct Mesh {
-    devices: Vec<Device>,
-    axes: GangAxes,
+/// The axis of a mesh laid out as one line when nobody named its axes (a runtime's devices, a
+/// job's, a program's gang).
+pub const LINE_AXIS: &str = "d";
+
+/// What is wrong with a mesh, its shape, or a question asked of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MeshError {
+    #[error("axes {axes} hold {holds} devices, the mesh has {devices}")]
+    Size {
+        axes: String,
+        holds: usize,
+        devices: usize,
+    },
+    #[error("{names} axis names for a {dims}-d shape")]
+    Names { names: usize, dims: usize },
+    #[error("a mesh needs at least one axis")]
+    NoAxes,
+    #[error("axis {0:?} has size 0")]
+    ZeroAxis(String),
+    #[error("axis {0:?} appears twice")]
+    RepeatedAxis(String),
+    #[error("no axis {axis:?} in {shape}")]
+    NoAxis { axis: String, shape: String },
+    #[error("coordinates {coords:?} are outside a mesh of shape {shape:?}")]
+    Coords {
+        coords: Vec<usize>,
+        shape: Vec<usize>,
+    },
+    #[error("cannot read axes from {text:?}: {reason} (write them as `data=2,expert=2`)")]
+    Parse { text: String, reason: String },
 }
 
-impl Mesh {
-    /// Arranges `devices` row-major over `axes`; the axis sizes must multiply to the device count.
-    pub fn new(devices: Vec<Device>, axes: &[(&str, usize)]) -> Result<Self> {
-        let axes = GangAxes::new(axes, devices.len()).map_err(Error::Mesh)?;
-        Ok(Self { devices, axes })
+/// A mesh's named axes, row-major: device `i` sits at the coordinates of `i` in this grid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MeshShape(Vec<(String, usize)>);
+
+impl MeshShape {
+    /// Axes whose sizes must multiply to the device count, named once each.
+    pub fn new(axes: &[(&str, usize)], devices: usize) -> std::result::Result<Self, MeshError> {
+        if axes.is_empty() {
+            return Err(MeshError::NoAxes);
+        }
+        for (i, (name, size)) in axes.iter().enumerate() {
+            if *size == 0 {
+                return Err(MeshError::ZeroAxis(name.to_string()));
+            }
+            if axes[..i].iter().any(|(n, _)| n == name) {
+                return Err(MeshError::RepeatedAxis(name.to_string()));
+            }
+        }
+        let holds: usize = axes.iter().map(|(_, n)| n).product();
+        if holds != devices {
+            return Err(MeshError::Size {
+                axes: format!("{axes:?}"),
+                holds,
+                devices,
+            });
+        }
+        Ok(Self(
+            axes.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+        ))
     }
 
-    /// The mesh's named axes, as a program's gang over these devices has them.
-    pub fn gang_axes(&self) -> &GangAxes {
-        &self.axes
+    /// One axis named `name` over all `devices`.
+    pub fn line(name: &str, devices: usize) -> Self {
+        Self(vec![(name.to_string(), devices)])
     }
 
-    /// A 1-d mesh over all of `devices`.
-    pub fn line(devices: Vec<Device>, axis: &str) -> Result<Self> {
-        let n = devices.len();
-        Self::new(devices, &[(axis, n)])
+    /// Axes written as `name=size,name=size` (`data=2,expert=2`), as the command line takes them.
+    pub fn parse_axes(text: &str) -> std::result::Result<Vec<(String, usize)>, MeshError> {
+        let fail = |reason: String| MeshError::Parse {
+            text: text.to_string(),
+            reason,
+        };
+        text.split(',')
+            .map(|part| {
+                let (name, size) = part
+                    .split_once('=')
+                    .ok_or_else(|| fail(format!("{part:?} has no `=`")))?;
+                let name = name.trim();
+                if name.is_empty() {
+                    return Err(fail(format!("{part:?} names no axis")));
+                }
+                let size = size
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|e| fail(format!("{part:?}: {e}")))?;
+                Ok((name.to_string(), size))
+            })
+            .collect()
     }
 
-    pub fn devices(&self) -> &[Device] {
-        &self.devices
+    pub fn axes(&self) -> &[(String, usize)] {
+        &self.0
     }
 
-    pub fn shape(&self) -> Vec<usize> {
-        self.axes.axes().iter().map(|(_, s)| *s).collect()
+    pub fn devices(&self) -> usize {
+        self.0.iter().map(|(_, s)| s).product()
     }
 
-    pub fn axis_names(&self) -> Vec<&str> {
-        self.axes.axes().iter().map(|(n, _)| n.as_str()).collect()
+    pub fn size(&self, axis: &str) -> Option<usize> {
+        self.0.iter().find(|(n, _)| n == axis).map(|(_, s)| *s)
     }
 
-    /// Position of `axis` among the mesh's axes.
-    pub fn axis(&self, axis: &str) -> Result<usize> {
-        self.axes
-            .axes()
+    /// Position of `axis` among the axes.
+    pub fn position(&self, axis: &str) -> std::result::Result<usize, MeshError> {
+        self.0
             .iter()
             .position(|(n, _)| n == axis)
-            .ok_or_else(|| Error::Mesh(format!("no axis {axis:?} in {:?}", self.axis_names())))
+            .ok_or_else(|| MeshError::NoAxis {
+                axis: axis.to_string(),
+                shape: self.to_string(),
+            })
     }
 
-    pub fn axis_size(&self, axis: &str) -> Result<usize> {
-        Ok(self.axes.axes()[self.axis(axis)?].1)
+    /// Devices whose coordinates differ only along `axis` form one group of a collective over
+    /// it: `(group size, stride between members)` in device order.
+    pub fn group(&self, axis: &str) -> std::result::Result<(usize, usize), MeshError> {
+        let at = self.position(axis)?;
+        let stride = self.0[at + 1..].iter().map(|(_, s)| s).product();
+        Ok((self.0[at].1, stride))
     }
 
     /// Coordinates of the device at row-major index `linear`.
     pub fn coords(&self, mut linear: usize) -> Vec<usize> {
-        let mut coords = vec![0; self.axes.axes().len()];
-        for (i, (_, size)) in self.axes.axes().iter().enumerate().rev() {
+        let mut coords = vec![0; self.0.len()];
+        for (i, (_, size)) in self.0.iter().enumerate().rev() {
             coords[i] = linear % size;
             linear /= size;
         }
         coords
     }
+}
+
+impl fmt::Display for MeshShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let axes: Vec<String> = self.0.iter().map(|(n, s)| format!("{n}={s}")).collect();
+        write!(f, "{{{}}}", axes.join(", "))
+    }
+}
+
+/// Devices in an n-d, row-major grid with named axes; some may be other ranks' (a job's global
+/// mesh). It reads as the slice of its devices in row-major order.
+#[derive(Debug, Clone)]
+pub struct Mesh {
+    devices: Vec<MeshDevice>,
+    shape: MeshShape,
+}
+
+impl Mesh {
+    /// Arranges `devices` row-major over `axes`; the axis sizes must multiply to the device
+    /// count.
+    pub fn new(devices: &(impl DeviceList + ?Sized), axes: &[(&str, usize)]) -> Result<Self> {
+        let devices = devices.mesh_devices();
+        let shape = MeshShape::new(axes, devices.len())?;
+        Ok(Self { devices, shape })
+    }
+
+    /// A 1-d mesh over all of `devices`.
+    pub fn line(devices: &(impl DeviceList + ?Sized), axis: &str) -> Self {
+        let devices = devices.mesh_devices();
+        let shape = MeshShape::line(axis, devices.len());
+        Self { devices, shape }
+    }
+
+    /// The same devices over other axes.
+    pub fn reshape(&self, axes: &[(&str, usize)]) -> Result<Self> {
+        Self::new(&self.devices, axes)
+    }
+
+    pub fn devices(&self) -> &[MeshDevice] {
+        &self.devices
+    }
+
+    /// The mesh's named axes, as a program's gang over these devices has them.
+    pub fn shape(&self) -> &MeshShape {
+        &self.shape
+    }
+
+    /// The axis sizes, in order.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.shape.axes().iter().map(|(_, s)| *s).collect()
+    }
+
+    pub fn axis_names(&self) -> Vec<&str> {
+        self.shape.axes().iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Position of `axis` among the mesh's axes.
+    pub fn axis(&self, axis: &str) -> Result<usize> {
+        Ok(self.shape.position(axis)?)
+    }
+
+    pub fn axis_size(&self, axis: &str) -> Result<usize> {
+        Ok(self.shape.axes()[self.axis(axis)?].1)
+    }
+
+    /// Coordinates of the device at row-major index `linear`.
+    pub fn coords(&self, linear: usize) -> Vec<usize> {
+        self.shape.coords(linear)
+    }
 
     /// The device at `coords`.
-    pub fn device(&self, coords: &[usize]) -> Result<&Device> {
-        if coords.len() != self.axes.axes().len()
-            || coords
-                .iter()
-                .zip(self.axes.axes())
-                .any(|(c, (_, s))| c >= s)
-        {
-            return Err(Error::Mesh(format!(
-                "coordinates {coords:?} are outside mesh {:?}",
-                self.shape()
-            )));
+    pub fn device(&self, coords: &[usize]) -> Result<&MeshDevice> {
+        let axes = self.shape.axes();
+        if coords.len() != axes.len() || coords.iter().zip(axes).any(|(c, (_, s))| c >= s) {
+            return Err(Error::Mesh(MeshError::Coords {
+                coords: coords.to_vec(),
+                shape: self.sizes(),
+            }));
         }
         let linear = coords
             .iter()
-            .zip(self.axes.axes())
+            .zip(axes)
             .fold(0, |acc, (c, (_, s))| acc * s + c);
         Ok(&self.devices[linear])
     }
 
-    /// Every 1-d group along `axis`: the devices that differ only in that coordinate, in order.
-    pub fn groups(&self, axis: &str) -> Result<Vec<Vec<Device>>> {
+    /// The sub-mesh at index `i` of `axis`: the devices whose coordinate along `axis` is `i`, over
+    /// the other axes (a 1-d mesh of one device when `axis` was the only one). One data row of a
+    /// `{data, expert}` mesh is `sub("data", i)`: a gang that holds every expert once.
+    pub fn sub(&self, axis: &str, i: usize) -> Result<Mesh> {
         let a = self.axis(axis)?;
-        let mut groups: Vec<Vec<Device>> = Vec::new();
+        let size = self.shape.axes()[a].1;
+        if i >= size {
+            let mut coords = vec![0; self.shape.axes().len()];
+            coords[a] = i;
+            return Err(Error::Mesh(MeshError::Coords {
+                coords,
+                shape: self.sizes(),
+            }));
+        }
+        let devices: Vec<MeshDevice> = (self.devices.iter().enumerate())
+            .filter(|(k, _)| self.coords(*k)[a] == i)
+            .map(|(_, d)| d.clone())
+            .collect();
+        let rest: Vec<(&str, usize)> = (self.shape.axes().iter().enumerate())
+            .filter(|(k, _)| *k != a)
+            .map(|(_, (n, s))| (n.as_str(), *s))
+            .collect();
+        if rest.is_empty() {
+            return Ok(Self::line(&devices, axis));
+        }
+        Self::new(&devices, &rest)
+    }
+
+    /// Every 1-d group along `axis`: the devices that differ only in that coordinate, in order.
+    pub fn groups(&self, axis: &str) -> Result<Vec<Vec<MeshDevice>>> {
+        let a = self.axis(axis)?;
+        let mut groups: Vec<Vec<MeshDevice>> = Vec::new();
         let mut keys: Vec<Vec<usize>> = Vec::new();
         for (i, device) in self.devices.iter().enumerate() {
             let mut key = self.coords(i);
@@ -100,5 +273,72 @@ impl Mesh {
             }
         }
         Ok(groups)
+    }
+
+    /// The local view: this process's devices, in mesh order (all of them outside a job of
+    /// several ranks).
+    pub fn local(&self) -> Vec<Device> {
+        self.devices
+            .iter()
+            .filter_map(MeshDevice::local)
+            .cloned()
+            .collect()
+    }
+}
+
+impl std::ops::Deref for Mesh {
+    type Target = [MeshDevice];
+
+    fn deref(&self) -> &[MeshDevice] {
+        &self.devices
+    }
+}
+
+impl DeviceList for Mesh {
+    fn mesh_devices(&self) -> Vec<MeshDevice> {
+        self.devices.clone()
+    }
+
+    fn mesh_axes(&self) -> Vec<(String, usize)> {
+        self.shape.axes().to_vec()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_refuse_what_they_cannot_hold() {
+        let axes = MeshShape::parse_axes("data=2, expert=3").unwrap();
+        assert_eq!(axes, [("data".to_string(), 2), ("expert".to_string(), 3)]);
+        for bad in ["data", "data=x", "=2", "data=2,"] {
+            assert!(matches!(
+                MeshShape::parse_axes(bad),
+                Err(MeshError::Parse { .. })
+            ));
+        }
+        let shape = MeshShape::new(&[("data", 2), ("expert", 3)], 6).unwrap();
+        assert_eq!(shape.to_string(), "{data=2, expert=3}");
+        assert_eq!(shape.coords(4), [1, 1]);
+        assert_eq!(shape.group("data").unwrap(), (2, 3));
+        assert!(matches!(
+            MeshShape::new(&[("a", 2)], 3),
+            Err(MeshError::Size { holds: 2, .. })
+        ));
+        assert_eq!(MeshShape::new(&[], 0), Err(MeshError::NoAxes));
+        assert!(matches!(
+            MeshShape::new(&[("a", 0)], 0),
+            Err(MeshError::ZeroAxis(_))
+        ));
+        assert!(matches!(
+            MeshShape::new(&[("a", 1), ("a", 1)], 1),
+            Err(MeshError::RepeatedAxis(_))
+        ));
+        assert!(matches!(
+            shape.group("stage"),
+            Err(MeshError::NoAxis { .. })
+        ));
     }
 }

@@ -1,5 +1,5 @@
 //! How a program value lies over its gang, after JAX's `NamedSharding`: the gang is a mesh with
-//! named axes, and for every dimension of the value the spec names the mesh axes that split it.
+//! named axes ([`MeshShape`]), and for every dimension of the value the spec names the mesh axes that split it.
 //! Axes that split no dimension either hold copies (replicated) or, after a local reduction such
 //! as a weight gradient, partial sums that an all-reduce over those axes completes (GSPMD's
 //! "partial" sharding, which `NamedSharding` leaves implicit).
@@ -7,77 +7,15 @@
 //! Axes of size 1 are dropped from specs and partial sets, so a one-device gang is trivially
 //! consistent and `split over an axis of 1` equals `replicated`.
 
+use crate::mesh::MeshShape;
 use std::fmt;
-
-/// A gang's named axes, row-major: shard `i` sits at the coordinates of `i` in this grid.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct GangAxes(Vec<(String, usize)>);
-
-impl GangAxes {
-    /// Axes whose sizes must multiply to the gang's device count, named once each.
-    pub fn new(axes: &[(&str, usize)], devices: usize) -> Result<Self, String> {
-        let product: usize = axes.iter().map(|(_, n)| n).product();
-        if axes.is_empty() || product != devices {
-            return Err(format!(
-                "axes {axes:?} hold {product} devices, the gang has {devices}"
-            ));
-        }
-        for (i, (name, size)) in axes.iter().enumerate() {
-            if *size == 0 {
-                return Err(format!("axis {name:?} has size 0"));
-            }
-            if axes[..i].iter().any(|(n, _)| n == name) {
-                return Err(format!("axis {name:?} appears twice"));
-            }
-        }
-        Ok(Self(
-            axes.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
-        ))
-    }
-
-    /// One axis named `name` over all `devices`.
-    pub fn line(name: &str, devices: usize) -> Self {
-        Self(vec![(name.to_string(), devices)])
-    }
-
-    pub fn axes(&self) -> &[(String, usize)] {
-        &self.0
-    }
-
-    pub fn devices(&self) -> usize {
-        self.0.iter().map(|(_, s)| s).product()
-    }
-
-    pub fn size(&self, axis: &str) -> Option<usize> {
-        self.0.iter().find(|(n, _)| n == axis).map(|(_, s)| *s)
-    }
-
-    /// Shards whose coordinates differ only along `axis` form one group of a collective over it:
-    /// `(group size, stride between members)` in shard order.
-    pub fn group(&self, axis: &str) -> Result<(usize, usize), String> {
-        let at = self
-            .0
-            .iter()
-            .position(|(n, _)| n == axis)
-            .ok_or_else(|| format!("no axis {axis:?} in {self}"))?;
-        let stride = self.0[at + 1..].iter().map(|(_, s)| s).product();
-        Ok((self.0[at].1, stride))
-    }
-}
-
-impl fmt::Display for GangAxes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let axes: Vec<String> = self.0.iter().map(|(n, s)| format!("{n}={s}")).collect();
-        write!(f, "{{{}}}", axes.join(", "))
-    }
-}
 
 /// A value's layout over its gang: which axes split which dimension, and over which axes the
 /// shards are partial sums. Shard shapes are what the program's types hold; the global shape
 /// multiplies each split dimension by its axes' sizes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NamedSharding {
-    mesh: GangAxes,
+    mesh: MeshShape,
     /// Per dimension of the value, the axes splitting it, major first.
     dims: Vec<Vec<String>>,
     partial: Vec<String>,
@@ -86,7 +24,7 @@ pub struct NamedSharding {
 impl NamedSharding {
     /// `dims[d]` names the axes splitting dimension `d` (a value of `dims.len()` dimensions);
     /// `partial` the axes over which shards are partial sums. Every axis is used at most once.
-    pub fn new(mesh: &GangAxes, dims: &[&[&str]], partial: &[&str]) -> Result<Self, String> {
+    pub fn new(mesh: &MeshShape, dims: &[&[&str]], partial: &[&str]) -> Result<Self, String> {
         let mut used: Vec<&str> = Vec::new();
         for axis in dims.iter().flat_map(|d| d.iter()).chain(partial) {
             if mesh.size(axis).is_none() {
@@ -111,7 +49,7 @@ impl NamedSharding {
     }
 
     /// Every shard holds the whole value.
-    pub fn replicated(mesh: &GangAxes, rank: usize) -> Self {
+    pub fn replicated(mesh: &MeshShape, rank: usize) -> Self {
         Self {
             mesh: mesh.clone(),
             dims: vec![Vec::new(); rank],
@@ -120,7 +58,7 @@ impl NamedSharding {
     }
 
     /// Dimension 0 split over every axis, major first: shard-major host data is the global array.
-    pub fn rows(mesh: &GangAxes, rank: usize) -> Self {
+    pub fn rows(mesh: &MeshShape, rank: usize) -> Self {
         let mut s = Self::replicated(mesh, rank);
         let Some(rows) = s.dims.first_mut() else {
             return s;
@@ -134,7 +72,7 @@ impl NamedSharding {
         s
     }
 
-    pub fn mesh(&self) -> &GangAxes {
+    pub fn mesh(&self) -> &MeshShape {
         &self.mesh
     }
 
@@ -215,7 +153,7 @@ impl NamedSharding {
     }
 
     /// The same layout on a gang with the same axes (a transfer's destination).
-    pub fn on(&self, mesh: &GangAxes) -> Result<Self, String> {
+    pub fn on(&self, mesh: &MeshShape) -> Result<Self, String> {
         if *mesh != self.mesh {
             return Err(format!(
                 "a value laid over {} cannot move to a gang with axes {mesh}",
@@ -253,7 +191,7 @@ mod tests {
 
     #[test]
     fn global_shapes_and_groups_of_a_2d_mesh() {
-        let mesh = GangAxes::new(&[("data", 2), ("expert", 3)], 6).unwrap();
+        let mesh = MeshShape::new(&[("data", 2), ("expert", 3)], 6).unwrap();
         let s = NamedSharding::new(&mesh, &[&["expert"], &[], &["data"]], &[]).unwrap();
         assert_eq!(s.global_shape(&[4, 5, 7]), [12, 5, 14]);
         assert_eq!(s.to_string(), "P(expert, -, data) over {data=2, expert=3}");
@@ -269,7 +207,7 @@ mod tests {
 
     #[test]
     fn partial_sums_until_reduced() {
-        let mesh = GangAxes::new(&[("data", 2), ("expert", 2)], 4).unwrap();
+        let mesh = MeshShape::new(&[("data", 2), ("expert", 2)], 4).unwrap();
         let g = NamedSharding::replicated(&mesh, 2).with_partial(&["data".into()]);
         assert!(!g.is_replicated());
         assert_eq!(
@@ -281,7 +219,7 @@ mod tests {
 
     #[test]
     fn unit_axes_vanish_and_bad_specs_are_errors() {
-        let one = GangAxes::line("d", 1);
+        let one = MeshShape::line("d", 1);
         assert!(
             NamedSharding::new(&one, &[&["d"]], &[])
                 .unwrap()
@@ -292,12 +230,12 @@ mod tests {
                 .unwrap()
                 .is_replicated()
         );
-        let mesh = GangAxes::new(&[("a", 2), ("b", 2)], 4).unwrap();
+        let mesh = MeshShape::new(&[("a", 2), ("b", 2)], 4).unwrap();
         assert!(NamedSharding::new(&mesh, &[&["a"], &["a"]], &[]).is_err());
         assert!(NamedSharding::new(&mesh, &[&["c"]], &[]).is_err());
-        assert!(GangAxes::new(&[("a", 2), ("b", 2)], 3).is_err());
-        assert!(GangAxes::new(&[("a", 2), ("a", 2)], 4).is_err());
-        let other = GangAxes::line("x", 4);
+        assert!(MeshShape::new(&[("a", 2), ("b", 2)], 3).is_err());
+        assert!(MeshShape::new(&[("a", 2), ("a", 2)], 4).is_err());
+        let other = MeshShape::line("x", 4);
         assert!(NamedSharding::rows(&mesh, 1).on(&other).is_err());
     }
 }

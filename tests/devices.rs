@@ -8,7 +8,7 @@ use common::{Adapters, case};
 use gangway::device::{parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::{self, Autotuner, Clock};
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
-use gangway::{DType, Device, Error, Mesh};
+use gangway::{DType, Device, Error, Mesh, MeshError};
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
@@ -64,7 +64,7 @@ fn bad_settings_are_typed_errors() {
 /// Four virtual devices of the adapter.
 fn mesh_groups_follow_named_axes(adapters: &Adapters) {
     let devs = adapters.mesh(4);
-    let mesh = Mesh::new(devs[..4].to_vec(), &[("data", 2), ("expert", 2)]).unwrap();
+    let mesh = Mesh::new(&devs[..4], &[("data", 2), ("expert", 2)]).unwrap();
     let experts = mesh.groups("expert").unwrap();
     assert_eq!(experts, vec![devs[0..2].to_vec(), devs[2..4].to_vec()]);
     let data = mesh.groups("data").unwrap();
@@ -76,8 +76,24 @@ fn mesh_groups_follow_named_axes(adapters: &Adapters) {
         ]
     );
     assert_eq!(mesh.device(&[1, 0]).unwrap(), &devs[2]);
-    assert!(matches!(mesh.axis("stage"), Err(Error::Mesh(_))));
-    assert!(Mesh::new(devs[..3].to_vec(), &[("data", 2), ("expert", 2)]).is_err());
+    assert!(matches!(
+        mesh.axis("stage"),
+        Err(Error::Mesh(MeshError::NoAxis { .. }))
+    ));
+    assert!(matches!(
+        Mesh::new(&devs[..3], &[("data", 2), ("expert", 2)]),
+        Err(Error::Mesh(MeshError::Size { holds: 4, .. }))
+    ));
+    // A data row is a gang over the expert axis; an expert column one over the data axis.
+    let row = mesh.sub("data", 1).unwrap();
+    assert_eq!(row.axis_names(), ["expert"]);
+    assert_eq!(row.devices(), &devs[2..4]);
+    let column = mesh.sub("expert", 0).unwrap();
+    assert_eq!(column.devices(), [devs[0].clone(), devs[2].clone()]);
+    assert!(mesh.sub("data", 2).is_err());
+    assert_eq!(mesh.local(), devs[..4].to_vec());
+    let line = mesh.reshape(&[("d", 4)]).unwrap();
+    assert_eq!(line.sub("d", 3).unwrap().devices(), &devs[3..4]);
 }
 
 fn autotuner_measures_once_and_reuses_its_cache(device: &Device) {

@@ -133,7 +133,7 @@ fn it_trains_on_two_devices_as_on_one_and_resumes(adapters: &Adapters) {
     }
     let bytes = first_half.checkpoint().unwrap().to_bytes().unwrap();
     let loaded = Checkpoint::<MlpLmConfig>::from_bytes(&bytes).unwrap();
-    let mut resumed = Trainer::resume(&client, pair, &loaded, 1).unwrap();
+    let mut resumed = Trainer::resume(&client, pair, &loaded).unwrap();
     for (i, (c, t)) in batches[6..].iter().enumerate() {
         assert_eq!(
             resumed.step(c, t).unwrap().loss,

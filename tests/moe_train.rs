@@ -14,13 +14,14 @@ use gangway::moe::{
 };
 use gangway::trace::EventKind;
 use gangway::train::{Checkpoint, GroupSplit, coefficient_of_variation};
-use gangway::{Device, Rng};
+use gangway::{Device, Mesh, Rng};
 use std::time::Instant;
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(device: one_device_matches_the_reference),
         case!(adapters: four_devices_follow_one_device_with_four_groups),
+        case!(adapters: a_data_by_expert_mesh_follows_one_device),
         case!(adapters: capacity_drops_match_the_reference_router),
         case!(device: bad_inputs_are_errors),
         case!(adapters: eight_devices_follow_one_device_with_eight_groups),
@@ -114,6 +115,48 @@ fn one_device_matches_the_reference(device: &Device) {
         "one device vs reference: {:.2}s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A `{data: 2, expert: 2}` mesh of four virtual devices against one device with the same four
+/// groups: the same routing and losses within rounding (the expert gradients' two replicas add in
+/// another order), and parameters that stay together; axes the trainer does not know are refused.
+fn a_data_by_expert_mesh_follows_one_device(adapters: &Adapters) {
+    let devices = adapters.mesh(4);
+    let cfg = config();
+    let params = MoeLmParams::init(cfg).unwrap();
+    let adam = AdamConfig::new(0.01);
+    let (_runtime, client) = common::runtime_client(&devices[..4], "test");
+    let grid = Mesh::new(&devices[..4], &[("data", 2), ("expert", 2)]).unwrap();
+    let mut one = MoeTrainer::new(&client, &devices[..1], &params, adam, 4).unwrap();
+    let mut two_by_two = MoeTrainer::new(&client, &grid, &params, adam, 4).unwrap();
+    let mut rng = Rng::new(5);
+    for _ in 0..6 {
+        let (ctx, tgt) = batch(&cfg, 64, &mut rng);
+        let (a, b) = (
+            one.step(&ctx, &tgt).unwrap(),
+            two_by_two.step(&ctx, &tgt).unwrap(),
+        );
+        let rel = (a.loss - b.loss).abs() / a.loss;
+        assert!(rel < 1e-5, "step {}: {} vs {}", a.step, a.loss, b.loss);
+        assert_eq!(a.tokens_per_expert, b.tokens_per_expert, "step {}", a.step);
+    }
+    let (p1, p4) = (one.params().unwrap(), two_by_two.params().unwrap());
+    for (spec, (a, b)) in cfg
+        .param_specs()
+        .iter()
+        .zip(p1.tensors.iter().zip(&p4.tensors))
+    {
+        let err = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(err < 1e-3 * adam.lr, "{}: max |Δ| {err}", spec.name);
+    }
+    let stages = Mesh::new(&devices[..4], &[("stage", 4)]).unwrap();
+    assert!(
+        MoeTrainer::new(&client, &stages, &params, adam, 4).is_ok(),
+        "one axis, any name"
+    );
+    let odd = Mesh::new(&devices[..4], &[("expert", 2), ("data", 2)]).unwrap();
+    let e = MoeTrainer::new(&client, &odd, &params, adam, 4).unwrap_err();
+    assert!(e.to_string().contains("data, expert"), "{e}");
 }
 
 /// Four virtual devices of the adapter.
@@ -360,7 +403,7 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert_eq!(loaded, ckpt);
 
     for (mesh, exact) in [(before, true), (after, before.len() == after.len())] {
-        let mut resumed = MoeTrainer::resume(&client, mesh, &loaded, 1).unwrap();
+        let mut resumed = MoeTrainer::resume(&client, mesh, &loaded).unwrap();
         assert_eq!((resumed.steps(), resumed.groups()), (3, 4));
         for (i, (c, t)) in batches[3..].iter().enumerate() {
             let got = resumed.step(c, t).unwrap();
@@ -429,13 +472,13 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert!(Checkpoint::<MoeLmConfig>::load(&corrupt).is_err());
     assert!(Checkpoint::<MoeLmConfig>::load(&dir.join("missing.gwckpt")).is_err());
     let three = vec![before[0].clone(); 3];
-    assert!(MoeTrainer::resume(&client, &three, &loaded, 1).is_err());
+    assert!(MoeTrainer::resume(&client, &three, &loaded).is_err());
     // Weights alone hold nothing to resume.
     let weights = Checkpoint::<MoeLmConfig>::from_bytes(&params.to_bytes().unwrap()).unwrap();
-    assert!(MoeTrainer::resume(&client, before, &weights, 1).is_err());
+    assert!(MoeTrainer::resume(&client, before, &weights).is_err());
     let mut mismatched = loaded.clone();
     mismatched.train.as_mut().unwrap().m.tensors[0].pop();
-    assert!(MoeTrainer::resume(&client, before, &mismatched, 1).is_err());
+    assert!(MoeTrainer::resume(&client, before, &mismatched).is_err());
     assert!(mismatched.to_bytes().is_err());
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(

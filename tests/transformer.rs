@@ -17,7 +17,7 @@ use gangway::transformer::reference::{ReferenceForward, forward, logits};
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer, VOCAB,
 };
-use gangway::{Device, Rng};
+use gangway::{Device, Mesh, Rng};
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
@@ -265,7 +265,8 @@ fn data_by_expert_meshes_follow_one_device(adapters: &Adapters) {
         .collect();
     let want_params = one.params().unwrap();
     for data in [2, 4] {
-        let mut t = TransformerTrainer::with_mesh(&client, mesh, &p, adam, 4, data).unwrap();
+        let grid = Mesh::new(mesh, &[("data", data), ("expert", 4 / data)]).unwrap();
+        let mut t = TransformerTrainer::new(&client, &grid, &p, adam, 4).unwrap();
         for ((x, y), w) in batches.iter().zip(&want) {
             let got = t.step(x, y).unwrap();
             let rel = (got.loss - w.loss).abs() / w.loss;
@@ -293,10 +294,15 @@ fn data_by_expert_meshes_follow_one_device(adapters: &Adapters) {
         }
         eprintln!("data {data} × expert {}: follows one device", 4 / data);
     }
-    // Experts that a data row cannot split, and a data axis that does not divide the devices.
+    // Experts that a data row cannot split, a data axis that does not divide the devices, and
+    // axes a trainer does not know.
     let odd = TransformerParams::init(TransformerConfig { experts: 3, ..cfg }).unwrap();
-    assert!(TransformerTrainer::with_mesh(&client, mesh, &odd, adam, 4, 2).is_err());
-    assert!(TransformerTrainer::with_mesh(&client, mesh, &p, adam, 4, 3).is_err());
+    let grid = Mesh::new(mesh, &[("data", 2), ("expert", 2)]).unwrap();
+    assert!(TransformerTrainer::new(&client, &grid, &odd, adam, 4).is_err());
+    assert!(Mesh::new(mesh, &[("data", 3), ("expert", 1)]).is_err());
+    let stages = Mesh::new(mesh, &[("stage", 2), ("expert", 2)]).unwrap();
+    let e = TransformerTrainer::new(&client, &stages, &p, adam, 4).unwrap_err();
+    assert!(e.to_string().contains("stage"), "{e}");
 }
 
 /// Routing groups dealt unevenly (more to some devices than others, `GroupSplit`), on one axis
@@ -317,8 +323,8 @@ fn uneven_splits_follow_one_device(adapters: &Adapters) {
         let mut rng = Rng::new(13);
         let batches: Vec<_> = (0..4).map(|_| batch(&cfg, 8, &mut rng)).collect();
         let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, groups).unwrap();
-        let mut t =
-            TransformerTrainer::with_mesh(&client, &mesh[..n], &p, adam, groups, data).unwrap();
+        let grid = Mesh::new(&mesh[..n], &[("data", data), ("expert", n / data)]).unwrap();
+        let mut t = TransformerTrainer::new(&client, &grid, &p, adam, groups).unwrap();
         let balanced = t.balance(&batches[0].0, &batches[0].1).unwrap();
         assert_eq!(balanced.split.groups(), groups, "{balanced}");
         t.set_split(GroupSplit::from_counts(counts.clone()).unwrap())
@@ -490,9 +496,10 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
     let half = train(&client, one, &text, &p, &opts(2), |_| {}).unwrap();
     let saved = TransformerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.train.as_ref().unwrap().step, 2);
-    let resumed = TransformerTrainer::resume(&client, mesh, &saved, 1).unwrap();
+    let resumed = TransformerTrainer::resume(&client, mesh, &saved).unwrap();
     // Onto a mesh whose rows hold one device each: data 2 × expert 1.
-    let on_grid = TransformerTrainer::resume(&client, mesh, &saved, 2).unwrap();
+    let grid = Mesh::new(mesh, &[("data", 2), ("expert", 1)]).unwrap();
+    let on_grid = TransformerTrainer::resume(&client, &grid, &saved).unwrap();
     assert_eq!(on_grid.steps(), 2);
     let (x, y) = batch(&cfg, 4, &mut Rng::new(1));
     assert_eq!(

@@ -8,9 +8,11 @@
 use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
 use super::moe::Data;
 use super::suite::Planned;
+use crate::Mesh;
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;
 use crate::sched::Runtime;
+use crate::train::step_program::{DATA_AXIS, EXPERT_AXIS};
 use crate::transformer::generate::shifted_targets;
 use crate::transformer::{TransformerConfig, TransformerParams, TransformerTrainer};
 use crate::{Device, Result};
@@ -103,8 +105,9 @@ fn case(
         let params = TransformerParams::init(cfg)?;
         let groups = devices.len();
         let adam = AdamConfig::new(1e-3);
-        let trainer =
-            TransformerTrainer::with_mesh(&client, &devices, &params, adam, groups, data)?;
+        let along = devices.len() / data.max(1);
+        let mesh = Mesh::new(&devices, &[(DATA_AXIS, data), (EXPERT_AXIS, along)])?;
+        let trainer = TransformerTrainer::new(&client, &mesh, &params, adam, groups)?;
         Ok(LmSteps {
             trainer,
             data: Data::new(cfg.context, batch, BATCHES, seed),

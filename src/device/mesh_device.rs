@@ -34,6 +34,13 @@ impl PartialEq for MeshDevice {
     }
 }
 
+/// A mesh device is a device when it is that device of this process.
+impl PartialEq<Device> for MeshDevice {
+    fn eq(&self, other: &Device) -> bool {
+        self.local() == Some(other)
+    }
+}
+
 impl From<Device> for MeshDevice {
     fn from(d: Device) -> Self {
         Self::Local(d)
@@ -87,6 +94,12 @@ impl MeshDevice {
 /// job's mesh (where some are other ranks').
 pub trait DeviceList {
     fn mesh_devices(&self) -> Vec<MeshDevice>;
+
+    /// The named axes the devices are laid out on, row-major (`crate::Mesh`'s); none for a plain
+    /// list, which workloads lay out as one axis.
+    fn mesh_axes(&self) -> Vec<(String, usize)> {
+        Vec::new()
+    }
 }
 
 impl DeviceList for [Device] {

@@ -204,10 +204,10 @@ fn strs(axes: &[String]) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::named_sharding::GangAxes;
+    use crate::mesh::MeshShape;
 
-    fn mesh() -> GangAxes {
-        GangAxes::new(&[("data", 2), ("expert", 2)], 4).unwrap()
+    fn mesh() -> MeshShape {
+        MeshShape::new(&[("data", 2), ("expert", 2)], 4).unwrap()
     }
 
     fn laid(dims: &[&[&str]], partial: &[&str]) -> NamedSharding {
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(g.dims()[0], ["expert"]);
         assert_eq!(g.partial(), ["data"]);
         // With one device along the expert axis the rows do not name it: whole groups.
-        let one = GangAxes::new(&[("data", 4), ("expert", 1)], 4).unwrap();
+        let one = MeshShape::new(&[("data", 4), ("expert", 1)], 4).unwrap();
         let rows = NamedSharding::new(&one, &[&["data"], &[]], &[]).unwrap();
         let [g] = &grouped_sums(&[rows.clone(), rows], "expert").unwrap()[..] else {
             panic!("one output");

@@ -10,8 +10,10 @@
 //! groups of `D · capacity` rows per local expert ([`super::exchange`], shared with the demo
 //! layer). D devices compute the bits one device computes with D groups: every matmul sums in an
 //! order independent of M, and the expert weight gradient sums one slot block at a time. The
-//! gang is one axis (GShard): device `i` routes its groups and holds experts
-//! `[i·E/D, (i+1)·E/D)`; the Transformer's step adds a data axis.
+//! gang is one axis (GShard: device `i` routes its groups and holds experts `[i·E/D, (i+1)·E/D)`),
+//! or a `{data, expert}` mesh whose rows each hold every expert once: the all-to-alls run within
+//! rows and the expert gradients are all-reduced over `data` (their replicas add in another
+//! order: f32 rounding).
 //!
 //! With an uneven [`crate::train::GroupSplit`] a device runs only the rounds it holds groups for:
 //! in the others its token side is idle shards of their nodes (`ProgramBuilder::only_where`),
@@ -48,7 +50,7 @@ impl Builder<'_, StepShape<MoeLmConfig>> {
         MoeFfn::new(
             router,
             loss,
-            (s.devices, None),
+            s.expert_mesh(),
             s.group_units,
             cfg.model,
             ExpertActivation::Relu,
@@ -69,15 +71,6 @@ impl Builder<'_, StepShape<MoeLmConfig>> {
 /// step's Adam bias corrections (f32 `[2]` per device).
 pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Program> {
     let cfg = shape.config;
-    if shape.data != 1 || shape.split.devices() != shape.devices {
-        return Err(crate::Error::InvalidArgument {
-            what: "moe lm step",
-            reason: format!(
-                "the MoE LM's step runs on one axis of devices (data = 1), not {} rows",
-                shape.data
-            ),
-        });
-    }
     let expert = &cfg.expert_tensors()[..];
     let mut x = Builder::begin("moe", shape, mode);
     if let Mode::Read(_) = mode {

@@ -126,7 +126,7 @@ impl PreparedCase {
             return Err(Error::InvalidArgument {
                 what: "pipeline run",
                 reason: format!(
-                    "{} stages on {d} devices need {d}, {} found (try --virtual-devices)",
+                    "{} stages on {d} devices need {d}, {} found (split each adapter into more virtual devices: `DiscoveryOptions::virtual_devices`, $GANGWAY_VIRTUAL_DEVICES)",
                     s.stages,
                     devices.len()
                 ),

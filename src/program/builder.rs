@@ -22,7 +22,8 @@
 use super::ir::{Collective, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
-use crate::named_sharding::{GangAxes, NamedSharding};
+use crate::mesh::MeshShape;
+use crate::named_sharding::NamedSharding;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 pub struct ProgramBuilder {
     program: Program,
     /// Named axes declared for gangs; any other gang is one axis, [`DEFAULT_AXIS`].
-    meshes: Vec<(Vec<usize>, GangAxes)>,
+    meshes: Vec<(Vec<usize>, MeshShape)>,
     /// The shards kernel nodes added now run on ([`Self::only_where`]); `None`: every shard.
     active: Option<Vec<bool>>,
     /// Values a kernel updated in place, by that node's name: their storage holds the update, so
@@ -45,7 +46,7 @@ pub struct ProgramBuilder {
 }
 
 /// The axis of a gang whose axes were not declared with [`ProgramBuilder::mesh`].
-pub const DEFAULT_AXIS: &str = "d";
+pub const DEFAULT_AXIS: &str = crate::mesh::LINE_AXIS;
 
 impl ProgramBuilder {
     pub fn new(name: impl Into<String>) -> Self {
@@ -241,14 +242,14 @@ impl ProgramBuilder {
     pub fn sharding(&self, x: Value) -> NamedSharding {
         self.info(x)
             .map(|i| i.sharding.clone())
-            .unwrap_or_else(|| NamedSharding::replicated(&GangAxes::line(DEFAULT_AXIS, 1), 1))
+            .unwrap_or_else(|| NamedSharding::replicated(&MeshShape::line(DEFAULT_AXIS, 1), 1))
     }
 
     /// Names the axes of `gang` (sizes multiplying to its device count, row-major: device `i`
     /// of the gang sits at the coordinates of `i`), before any value lives on it. Collectives can
     /// then run over one axis, and shardings name them.
-    pub fn mesh(&mut self, gang: &[usize], axes: &[(&str, usize)]) -> GangAxes {
-        let declared = match GangAxes::new(axes, gang.len()) {
+    pub fn mesh(&mut self, gang: &[usize], axes: &[(&str, usize)]) -> MeshShape {
+        let declared = match MeshShape::new(axes, gang.len()) {
             Ok(a) => a,
             Err(e) => {
                 self.fail(format!("gang {gang:?}: {e}"));
@@ -270,12 +271,12 @@ impl ProgramBuilder {
     }
 
     /// The axes of `gang`: declared with [`Self::mesh`], or one axis [`DEFAULT_AXIS`].
-    pub fn axes_of(&self, gang: &[usize]) -> GangAxes {
+    pub fn axes_of(&self, gang: &[usize]) -> MeshShape {
         self.meshes
             .iter()
             .find(|(g, _)| g == gang)
             .map(|(_, a)| a.clone())
-            .unwrap_or_else(|| GangAxes::line(DEFAULT_AXIS, gang.len()))
+            .unwrap_or_else(|| MeshShape::line(DEFAULT_AXIS, gang.len()))
     }
 
     /// A sharding on `gang`'s axes (see [`NamedSharding::new`]); a bad spec is a build error.

@@ -2,7 +2,7 @@
 //! physical devices for it. Slices may overlap; the devices are then time-multiplexed by the gang
 //! scheduler. Dropping a slice returns its devices.
 
-use crate::{Device, Error, Mesh, Result};
+use crate::{Device, Error, Mesh, MeshError, Result};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What a client asks for.
@@ -95,18 +95,17 @@ impl ResourceManager {
             SliceRequest::Devices(_) => None,
             SliceRequest::Mesh { shape, axes } => {
                 if axes.len() != shape.len() {
-                    return Err(Error::Mesh(format!(
-                        "{} axis names for a {}-d shape",
-                        axes.len(),
-                        shape.len()
-                    )));
+                    return Err(Error::Mesh(MeshError::Names {
+                        names: axes.len(),
+                        dims: shape.len(),
+                    }));
                 }
                 let named: Vec<(&str, usize)> = axes
                     .iter()
                     .map(String::as_str)
                     .zip(shape.iter().copied())
                     .collect();
-                Some(Mesh::new(devices.clone(), &named)?)
+                Some(Mesh::new(&devices, &named)?)
             }
         };
         for &d in &physical {

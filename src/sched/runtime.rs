@@ -15,6 +15,7 @@ use super::worker::{self, Inbox, Task};
 use crate::collective::transport::RunKey;
 use crate::device::MeshDevice;
 use crate::job::Job;
+use crate::mesh::{LINE_AXIS, Mesh};
 use crate::program::{Executable, HostData};
 use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
@@ -102,7 +103,7 @@ pub(crate) struct SchedState {
 pub(crate) struct Shared {
     pub devices: Vec<Device>,
     /// The job's mesh: every rank's devices, this process's as they are in `devices`.
-    pub mesh: Vec<MeshDevice>,
+    pub mesh: Mesh,
     /// The link to the job's other ranks, when there are any.
     pub remote: Option<Remote>,
     pub inboxes: Vec<Arc<Inbox>>,
@@ -327,7 +328,7 @@ impl Runtime {
         let mesh = if opts.job.size() > 1 {
             opts.job.mesh(&devices)?
         } else {
-            devices.iter().map(MeshDevice::from).collect()
+            Mesh::line(&devices[..], LINE_AXIS)
         };
         let remote = opts.job.transport().map(|t| Remote::new(t.clone()));
         let shared = Arc::new(Shared {
@@ -372,9 +373,10 @@ impl Runtime {
         Ok(Self(Arc::new(Owner { shared, workers })))
     }
 
-    /// The job's mesh: every rank's devices in rank order (this process's as in
-    /// [`Self::devices`]); just this process's devices when it is alone.
-    pub fn mesh(&self) -> &[MeshDevice] {
+    /// The job's mesh, one axis ([`crate::mesh::LINE_AXIS`]): every rank's devices in rank order
+    /// (this process's as in [`Self::devices`]); just this process's devices when it is alone.
+    /// [`Mesh::local`] is this process's view, and [`Mesh::reshape`] lays it out on other axes.
+    pub fn mesh(&self) -> &Mesh {
         &self.0.shared.mesh
     }
 
@@ -519,7 +521,7 @@ impl Client {
     }
 
     /// The job's mesh ([`Runtime::mesh`]).
-    pub fn mesh(&self) -> &[MeshDevice] {
+    pub fn mesh(&self) -> &Mesh {
         &self.0.shared.mesh
     }
 

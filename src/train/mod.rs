@@ -3,14 +3,16 @@
 //!
 //! A model supplies what is its own: its parameters' names and shapes and how they start, which
 //! of them are expert tensors (split over the devices by their first axis, the rest replicated),
-//! how a batch is checked and laid out for the devices, and its step as one compiled program
-//! (built with [`step_program`]'s builder, whose step end is the same for every model). The
-//! trainer owns the rest: the parameters and Adam's moments as program variables on the devices
-//! (`layout`), the compiled programs per mode, batch and split, how the routing groups are dealt
-//! to the devices ([`GroupSplit`], measured or given), submitting steps and reading their
-//! statistics back ([`StepStats`]), and checkpoints in one format, safetensors ([`Checkpoint`]).
-//! The MoE LM ([`crate::moe`]) and the Transformer ([`crate::transformer`]) are the models
-//! here; a new model is a `StepModel` and nothing else.
+//! how a batch unit is drawn from a corpus, checked and laid out for the devices, and its step as
+//! one compiled program (built with [`step_program`]'s builder, whose step end is the same for
+//! every model). The trainer owns the rest: the devices as a list or a [`crate::Mesh`]
+//! (`{data, expert}`), the parameters and Adam's moments as program variables on them (`layout`),
+//! the compiled programs per mode, batch and split, how the routing groups are dealt to the
+//! devices ([`GroupSplit`], measured or given), submitting steps and reading their statistics
+//! back ([`StepStats`]), checkpoints in one format, safetensors ([`Checkpoint`]), and the training
+//! loop ([`run`]: [`train`], [`resume`], [`evaluate`]). The MoE LM ([`crate::moe`]), the
+//! Transformer ([`crate::transformer`]) and the MLP LM ([`crate::mlp_lm`]) are the models here; a
+//! new model is a `StepModel` and nothing else.
 //!
 //! Batches are *units* the model names (the MoE LM's are tokens with their context windows, the
 //! Transformer's whole sequences), each of a fixed number of token rows; a batch of `U` units is

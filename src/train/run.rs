@@ -51,9 +51,6 @@ pub struct TrainOptions {
     pub groups: Option<usize>,
     /// How the groups are dealt to the devices.
     pub balance: Balance,
-    /// The devices as a `{data, expert}` mesh of this many rows ([`Trainer::with_mesh`]; 1: one
-    /// axis).
-    pub data: usize,
 }
 
 impl Default for TrainOptions {
@@ -72,7 +69,6 @@ impl Default for TrainOptions {
             dispatch: DispatchMode::Parallel,
             groups: None,
             balance: Balance::Even,
-            data: 1,
         }
     }
 }
@@ -336,6 +332,7 @@ impl<M: StepModel> TrainingRun<M> {
             }
         };
         let config: M = start.config;
+        let mesh = devices;
         let devices = devices.mesh_devices();
         let groups = match resumed_from {
             Some((_, groups)) => groups,
@@ -360,8 +357,8 @@ impl<M: StepModel> TrainingRun<M> {
                     reason: format!("the checkpoint routes in {groups} groups, not {g}"),
                 });
             }
-            (Some((c, _)), _) => Trainer::resume(client, &devices, c, opts.data)?,
-            (None, _) => Trainer::with_mesh(client, &devices, start, adam, groups, opts.data)?,
+            (Some((c, _)), _) => Trainer::resume(client, mesh, c)?,
+            (None, _) => Trainer::new(client, mesh, start, adam, groups)?,
         };
         trainer.set_dispatch(opts.dispatch);
         let mut batches = Batches::owned(split.train, config.window(), opts.batch, opts.data_seed)?;

@@ -15,17 +15,18 @@
 //!   token-side kernels are idle shards of their nodes, while its experts serve the others. The
 //!   groups and the losses are those of the even split; the gradients' sums add the groups in
 //!   another order.
-//! - **The mesh**: the devices as one axis (experts split over all of them), or as a
-//!   `{data, expert}` mesh ([`Trainer::with_mesh`]): each of `data` rows holds every expert once,
-//!   the all-to-alls run within rows, and the expert gradients are all-reduced over `data`
-//!   (GShard, DeepSpeed-MoE), for the models whose step supports it.
+//! - **The mesh**: the devices as one axis (a device list, or a 1-d [`crate::Mesh`]: experts
+//!   split over all of them), or a [`crate::Mesh`] with axes `{data, expert}`: each of `data`
+//!   rows (`mesh.sub("data", i)`) holds every expert once, the all-to-alls run within rows, and
+//!   the expert gradients are all-reduced over `data` (GShard, DeepSpeed-MoE), for the models
+//!   whose step supports it.
 //! - **Dense parameters** are replicated: each device accumulates the gradients of its groups;
 //!   after the last round they are all-reduced (summed in device order on every device), so every
 //!   replica gets the same sum and the same Adam update. Every gradient is scaled by `1/G` once,
 //!   after the sums.
 
 use super::layout::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
-use super::step_program::{Kind, Mode};
+use super::step_program::{DATA_AXIS, EXPERT_AXIS, Kind, Mode};
 use super::{
     Balanced, Checkpoint, GroupSplit, Params, StepModel, StepShape, StepStats, TrainState,
 };
@@ -74,6 +75,18 @@ pub struct Trainer<M: StepModel> {
     programs: Mutex<HashMap<(Mode, usize, GroupSplit), Arc<Executable>>>,
 }
 
+/// The data axis's size of a trainer's mesh: 1 for a list or a 1-d mesh, `A` for
+/// `{data: A, expert: B}`; any other layout is refused by name.
+fn data_rows(axes: &[(String, usize)]) -> Result<usize> {
+    match axes {
+        [] | [_] => Ok(1),
+        [(data, a), (expert, _)] if data == DATA_AXIS && expert == EXPERT_AXIS => Ok(*a),
+        other => Err(invalid(format!(
+            "a trainer's mesh is one axis or {{{DATA_AXIS}, {EXPERT_AXIS}}}, not {other:?}"
+        ))),
+    }
+}
+
 fn invalid(reason: String) -> Error {
     Error::InvalidArgument {
         what: "trainer",
@@ -82,10 +95,11 @@ fn invalid(reason: String) -> Error {
 }
 
 impl<M: StepModel> Trainer<M> {
-    /// A trainer over `devices` (devices of `client`'s runtime, one axis) routing each batch in
-    /// `groups` groups, a multiple of the device count; the experts must split evenly over the
-    /// devices. Steps run as runs of `client`, so other clients of the runtime (another trainer,
-    /// a live view) share the devices in gang order.
+    /// A trainer over `devices` (devices of `client`'s runtime: a list, laid out as one axis,
+    /// or a [`crate::Mesh`] with axes `{data, expert}`, row-major) routing each batch in `groups`
+    /// groups, a multiple of the device count; the experts must split evenly over a data row.
+    /// Steps run as runs of `client`, so other clients of the runtime (another trainer, a live
+    /// view) share the devices in gang order.
     pub fn new(
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
@@ -93,32 +107,17 @@ impl<M: StepModel> Trainer<M> {
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(client, devices, params, None, adam, (groups, 1))
+        Self::build(client, devices, params, None, adam, groups)
     }
 
-    /// [`Self::new`] over a `{data: data, expert: D/data}` mesh of the devices (row-major): each
-    /// data row holds every expert once, the expert all-to-alls run within rows, and the expert
-    /// gradients are all-reduced over `data`. `data` = 1 is [`Self::new`].
-    pub fn with_mesh(
-        client: &Client,
-        devices: &(impl DeviceList + ?Sized),
-        params: &Params<M>,
-        adam: AdamConfig,
-        groups: usize,
-        data: usize,
-    ) -> Result<Self> {
-        Self::build(client, devices, params, None, adam, (groups, data))
-    }
-
-    /// A trainer continuing from `checkpoint`'s parameters and Adam state on any devices that
-    /// divide its groups and experts, as a mesh with `data` rows (1: one axis; a checkpoint does
-    /// not remember how its devices were laid out, only the groups): the next step is its step +
-    /// 1, and the steps are those of a run that never stopped.
+    /// A trainer continuing from `checkpoint`'s parameters and Adam state on any devices (a
+    /// list or a mesh, as [`Self::new`] takes) that divide its groups and experts (a checkpoint
+    /// does not remember how its devices were laid out, only the groups): the next step is its
+    /// step + 1, and the steps are those of a run that never stopped.
     pub fn resume(
         client: &Client,
         devices: &(impl DeviceList + ?Sized),
         checkpoint: &Checkpoint<M>,
-        data: usize,
     ) -> Result<Self> {
         checkpoint.check()?;
         let Some(train) = &checkpoint.train else {
@@ -132,7 +131,7 @@ impl<M: StepModel> Trainer<M> {
             &checkpoint.params,
             Some(train),
             train.adam,
-            (train.groups, data),
+            train.groups,
         )
     }
 
@@ -159,17 +158,13 @@ impl<M: StepModel> Trainer<M> {
         params: &Params<M>,
         train: Option<&TrainState<M>>,
         adam: AdamConfig,
-        (groups, data): (usize, usize),
+        groups: usize,
     ) -> Result<Self> {
         params.check()?;
         let cfg = params.config;
+        let data = data_rows(&devices.mesh_axes())?;
         let devices = devices.mesh_devices();
         let n = devices.len();
-        if data == 0 || !n.is_multiple_of(data) {
-            return Err(invalid(format!(
-                "a data axis of {data} does not divide {n} devices"
-            )));
-        }
         check_gang(M::NAME, client, &devices, groups)?;
         let along = n / data;
         if cfg.expert_layers() > 0 && !cfg.experts().is_multiple_of(along) {

@@ -329,10 +329,11 @@ pub(crate) struct TrainLmArgs {
     /// Routing groups per batch [default: one per device].
     #[arg(long)]
     pub(crate) groups: Option<usize>,
-    /// The devices as a {data: A, expert: N/A} mesh: each of A rows holds every expert once, the
-    /// all-to-alls run within rows and expert gradients are all-reduced over data (1: one axis).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) data: usize,
+    /// The devices as a mesh of named axes, row-major: `data=A,expert=B` makes A rows that each
+    /// hold every expert once (the all-to-alls run within rows, expert gradients are all-reduced
+    /// over data) [default: one axis]
+    #[arg(long, value_name = "AXES")]
+    pub(crate) mesh: Option<String>,
     /// How the groups are dealt to the devices: `even`, `measured` (by each device's speed,
     /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
     /// groups, and so the losses, are those of an even split.
@@ -528,6 +529,11 @@ pub(crate) struct TrainMoeArgs {
     /// Routing groups per batch [default: one per device, or the checkpoint's].
     #[arg(long)]
     pub(crate) groups: Option<usize>,
+    /// The devices as a mesh of named axes, row-major: `data=A,expert=B` makes A rows that each
+    /// hold every expert once (the all-to-alls run within rows, expert gradients are all-reduced
+    /// over data) [default: one axis]
+    #[arg(long, value_name = "AXES")]
+    pub(crate) mesh: Option<String>,
     /// How the groups are dealt to the devices: `even`, `measured` (by each device's speed,
     /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
     /// groups, and so the losses, are those of an even split.

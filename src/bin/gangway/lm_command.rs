@@ -53,7 +53,7 @@ impl TransformerArgs {
 }
 
 pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
-    let devices = &first_devices(runtime, args.devices)?[..];
+    let devices = &crate::mesh_of(runtime, args.devices, args.mesh.as_deref())?;
     let corpus = corpus_of(&args.corpus)?;
     let client = runtime.client("train lm", 1);
     let (start, checkpoint) = match &args.resume {
@@ -96,7 +96,6 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         data_seed: c.seed.wrapping_add(1),
         balance: args.balance.clone(),
         groups: Some(groups),
-        data: args.data,
         ..TrainOptions::default()
     };
     let pb = progress::bar(u64::from(args.steps));

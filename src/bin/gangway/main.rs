@@ -315,7 +315,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     use gangway::moe::{MoeLmConfig, MoeLmParams};
     use gangway::train::Checkpoint;
     use gangway::train::{TrainOptions, resume, train};
-    let devices = &first_devices(runtime, args.devices)?[..];
+    let devices = &mesh_of(runtime, args.devices, args.mesh.as_deref())?;
     let corpus = corpus_of(&args.corpus)?;
     let checkpoint = args
         .resume
@@ -436,6 +436,17 @@ pub(crate) fn first_devices(runtime: &Runtime, n: usize) -> Result<Vec<gangway::
         );
     }
     Ok(devices[..n].to_vec())
+}
+
+/// The first `n` devices laid out as `--mesh` says (`data=2,expert=2`), or as one axis.
+pub(crate) fn mesh_of(runtime: &Runtime, n: usize, axes: Option<&str>) -> Result<gangway::Mesh> {
+    let devices = first_devices(runtime, n)?;
+    let Some(text) = axes else {
+        return Ok(gangway::Mesh::line(&devices, gangway::mesh::LINE_AXIS));
+    };
+    let axes = gangway::MeshShape::parse_axes(text)?;
+    let named: Vec<(&str, usize)> = axes.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+    Ok(gangway::Mesh::new(&devices, &named)?)
 }
 
 /// The text in `paths`, or the bundled corpora (every domain) when there are none.
