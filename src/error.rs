@@ -1,4 +1,8 @@
 //! The one error type of the library. Every fallible public function returns [`Result`].
+//!
+//! This file imports no feature module: the errors of a part with many of its own (the pipeline
+//! schedules' [`ScheduleError`], a mesh's [`MeshError`]) are typed enums wrapped by
+//! one variant each, and those defined here are plain data (names, numbers, text), in sections.
 
 use std::path::PathBuf;
 
@@ -8,7 +12,8 @@ pub enum Error {
     #[error(
         "no GPU adapter found on backends [{backends}]. On headless Linux install Mesa's software \
          drivers (`apt-get install -y mesa-vulkan-drivers libegl1 libgl1-mesa-dri`); elsewhere install \
-         your GPU's Vulkan/Metal/DX12 driver, or widen the search with --backends / WGPU_BACKEND"
+         your GPU's Vulkan/Metal/DX12 driver, or widen the search (DiscoveryOptions::backends, \
+         $WGPU_BACKEND)"
     )]
     NoAdapter { backends: String },
 
@@ -108,7 +113,7 @@ pub enum Error {
     BenchReport { path: PathBuf, reason: String },
 
     #[error("mesh: {0}")]
-    Mesh(#[from] crate::mesh::MeshError),
+    Mesh(#[from] MeshError),
 
     #[error("timed out after {waited_ms} ms waiting for {what}")]
     Timeout { what: String, waited_ms: u64 },
@@ -135,7 +140,7 @@ pub enum Error {
     Job { rank: usize, reason: String },
 
     #[error("pipeline schedule: {0}")]
-    Schedule(#[from] crate::pipeline::ScheduleError),
+    Schedule(#[from] ScheduleError),
 }
 
 /// `Result` with gangway's [`Error`].
@@ -226,4 +231,124 @@ impl Error {
             },
         }
     }
+}
+
+// ---- Pipeline schedules: building, checking, simulating and lowering them.
+
+/// Everything that can go wrong when building, checking or simulating a pipeline schedule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("unknown schedule {name:?}: expected one of {expected}")]
+    UnknownKind { name: String, expected: String },
+
+    #[error("a pipeline needs at least one {what}, got 0")]
+    Zero { what: &'static str },
+
+    #[error(
+        "{kind} puts one model chunk on each stage, got {chunks}; only interleaved and bfs take \
+         a chunk count"
+    )]
+    ChunksNeedInterleaved { kind: &'static str, chunks: usize },
+
+    #[error(
+        "{kind} needs at least 2 model chunks per stage, got {chunks}; with one chunk use 1f1b \
+         (or gpipe)"
+    )]
+    TooFewChunks { kind: &'static str, chunks: usize },
+
+    #[error(
+        "interleaved 1F1B needs at least as many microbatches ({microbatches}) as stages \
+         ({stages}), as Megatron requires"
+    )]
+    MicrobatchesBelowStages { microbatches: usize, stages: usize },
+
+    #[error("{kind} cannot take this shape: {reason}")]
+    Shape { kind: &'static str, reason: String },
+
+    #[error(
+        "{stages} stages x {microbatches} microbatches x {chunks} chunks is about {ops} ops, \
+         more than the {max} this tool will build"
+    )]
+    TooLarge {
+        stages: usize,
+        microbatches: usize,
+        chunks: usize,
+        ops: u128,
+        max: u64,
+    },
+
+    #[error("the schedule has op lists for {got} stages but declares {stages}")]
+    StageCount { stages: usize, got: usize },
+
+    #[error("stage {stage}, op #{index} ({op}): {reason}")]
+    BadOp {
+        stage: usize,
+        index: usize,
+        op: String,
+        reason: String,
+    },
+
+    #[error("stage {stage}, op #{index}: {op} runs a second time")]
+    Duplicate {
+        stage: usize,
+        index: usize,
+        op: String,
+    },
+
+    #[error("stage {stage}, op #{index}: {op} runs before {needs}")]
+    OutOfOrder {
+        stage: usize,
+        index: usize,
+        op: String,
+        needs: String,
+    },
+
+    #[error("{op} never runs on stage {stage}")]
+    Missing { stage: usize, op: String },
+
+    #[error("stage {stage} sends {what} that stage {peer} never receives")]
+    Unreceived {
+        stage: usize,
+        peer: usize,
+        what: String,
+    },
+
+    #[error("the schedule deadlocks: {}", stuck.join("; "))]
+    Deadlock { stuck: Vec<String> },
+
+    #[error("invalid costs: {reason}")]
+    InvalidCosts { reason: String },
+
+    #[error("cannot fold the stages onto devices: {reason}")]
+    InvalidFold { reason: String },
+}
+
+// ---- Meshes: their shapes, and questions asked of them.
+
+/// What is wrong with a mesh, its shape, or a question asked of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MeshError {
+    #[error("axes {axes} hold {holds} devices, the mesh has {devices}")]
+    Size {
+        axes: String,
+        holds: usize,
+        devices: usize,
+    },
+    #[error("{names} axis names for a {dims}-d shape")]
+    Names { names: usize, dims: usize },
+    #[error("a mesh needs at least one axis")]
+    NoAxes,
+    #[error("axis {0:?} has size 0")]
+    ZeroAxis(String),
+    #[error("axis {0:?} appears twice")]
+    RepeatedAxis(String),
+    #[error("no axis {axis:?} in {shape}")]
+    NoAxis { axis: String, shape: String },
+    #[error("coordinates {coords:?} are outside a mesh of shape {shape:?}")]
+    Coords {
+        coords: Vec<usize>,
+        shape: Vec<usize>,
+    },
+    #[error("cannot read axes from {text:?}: {reason} (write them as `data=2,expert=2`)")]
+    Parse { text: String, reason: String },
 }

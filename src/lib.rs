@@ -1,8 +1,8 @@
 //! gangway: Pathways-style sharded ML work on every GPU a machine has, through portable WebGPU.
 //!
 //! - Foundations every layer uses and that use nothing above them: [`DType`] ([`dtype`]),
-//!   [`table`] (Markdown tables), [`fsutil`] (crash-safe writes); and [`Error`], which still
-//!   wraps the pipeline's `ScheduleError` (a layering debt issue 39 names).
+//!   [`table`] (Markdown tables), [`fsutil`] (crash-safe writes); and [`Error`], whose file
+//!   imports no feature module (the schedules' and meshes' own error enums are defined there).
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
 //! - [`mesh`]: the one [`Mesh`] (devices plus named axes; the job's global mesh and its local
 //!   view are the same type, a gang is a sub-mesh) and its shape [`MeshShape`];

@@ -7,40 +7,13 @@
 //! `{data, expert}` axes. Errors are [`MeshError`]s.
 
 use crate::device::{DeviceList, MeshDevice};
+pub use crate::error::MeshError;
 use crate::{Device, Error, Result};
 use std::fmt;
 
 /// The axis of a mesh laid out as one line when nobody named its axes (a runtime's devices, a
 /// job's, a program's gang).
 pub const LINE_AXIS: &str = "d";
-
-/// What is wrong with a mesh, its shape, or a question asked of it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MeshError {
-    #[error("axes {axes} hold {holds} devices, the mesh has {devices}")]
-    Size {
-        axes: String,
-        holds: usize,
-        devices: usize,
-    },
-    #[error("{names} axis names for a {dims}-d shape")]
-    Names { names: usize, dims: usize },
-    #[error("a mesh needs at least one axis")]
-    NoAxes,
-    #[error("axis {0:?} has size 0")]
-    ZeroAxis(String),
-    #[error("axis {0:?} appears twice")]
-    RepeatedAxis(String),
-    #[error("no axis {axis:?} in {shape}")]
-    NoAxis { axis: String, shape: String },
-    #[error("coordinates {coords:?} are outside a mesh of shape {shape:?}")]
-    Coords {
-        coords: Vec<usize>,
-        shape: Vec<usize>,
-    },
-    #[error("cannot read axes from {text:?}: {reason} (write them as `data=2,expert=2`)")]
-    Parse { text: String, reason: String },
-}
 
 /// A mesh's named axes, row-major: device `i` sits at the coordinates of `i` in this grid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -17,9 +17,9 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::trace::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
-use super::error::ScheduleError;
 use super::fold::op_name;
 use super::schedule::{Layout, Op, OpKind, Schedule};
+use crate::error::ScheduleError;
 
 /// Durations of each op kind in nanoseconds.
 #[derive(Debug, Clone, Copy, Default)]

@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use super::error::ScheduleError;
+use crate::error::ScheduleError;
 
 /// Where a schedule's stages run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

@@ -42,7 +42,6 @@
 
 mod ascii;
 mod engine;
-mod error;
 mod execute;
 pub mod figure;
 mod fold;
@@ -59,9 +58,9 @@ mod textbook;
 mod validate;
 pub mod workload;
 
+pub use crate::error::ScheduleError;
 pub use ascii::{timeline, timeline_named};
 pub use engine::OpAt;
-pub use error::ScheduleError;
 pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
 pub use fold::{Fold, lane_word};

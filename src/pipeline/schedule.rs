@@ -6,8 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::error::ScheduleError;
 use super::orders;
+use crate::error::ScheduleError;
 
 /// The most ops (compute and transfer, all stages) [`Schedule::new`] will build, so a typo in a
 /// size is an error instead of gigabytes of ops.
@@ -191,7 +191,10 @@ impl FromStr for ScheduleKind {
         ScheduleKind::ALL
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| ScheduleError::UnknownKind { name: s.to_owned() })
+            .ok_or_else(|| ScheduleError::UnknownKind {
+                name: s.to_owned(),
+                expected: ScheduleKind::names(),
+            })
     }
 }
 

@@ -12,9 +12,9 @@ use crate::trace::Event;
 
 use super::ascii;
 use super::engine::{self, OpAt, Timing};
-use super::error::ScheduleError;
 use super::fold::Fold;
 use super::schedule::Schedule;
+use crate::error::ScheduleError;
 
 /// Durations of one op on one model chunk, and the link between two stages.
 #[derive(Debug, Clone, Copy, PartialEq)]

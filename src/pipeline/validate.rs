@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::engine::{self, Timing};
-use super::error::ScheduleError;
 use super::schedule::Schedule;
+use crate::error::ScheduleError;
 
 /// What validation learned about a schedule that is correct.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

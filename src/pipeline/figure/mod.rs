@@ -24,10 +24,10 @@
 
 use crate::trace::PipelineOp;
 
-use super::error::ScheduleError;
 use super::fold::Fold;
 use super::schedule::{OpKind, Schedule, ScheduleKind};
 use super::simulate::{Costs, Simulation, simulate_folded};
+use crate::error::ScheduleError;
 
 mod build;
 mod layout;
