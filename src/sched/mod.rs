@@ -1,6 +1,7 @@
 //! Running programs, Pathways-style: a resource manager lends slices of devices, one gang
 //! scheduler orders every sharded computation, and per-device workers dispatch sequentially or with
-//! parallel asynchronous dispatch.
+//! parallel asynchronous dispatch. `state.rs` holds what the runtime and the workers share (and
+//! admission); `runtime.rs` the handles clients hold; `worker.rs` a device's loop.
 
 mod clients;
 mod clock;
@@ -10,11 +11,11 @@ mod remote;
 mod resources;
 mod run;
 mod runtime;
+mod state;
 mod timestamps;
 mod worker;
 
 pub use resources::{ResourceManager, Slice, SliceRequest};
 pub use run::{DispatchMode, RunOptions};
-pub use runtime::{
-    Client, ClientStats, GANG_ORDER_KEEP, GangRecord, Policy, RunHandle, Runtime, RuntimeOptions,
-};
+pub use runtime::{Client, ClientStats, Policy, RunHandle, Runtime, RuntimeOptions};
+pub use state::{GANG_ORDER_KEEP, GangRecord};

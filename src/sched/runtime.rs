@@ -9,10 +9,10 @@
 
 use super::clients::ClientTable;
 use super::record::record;
-use super::remote::{Remote, Routed};
+use super::remote::Remote;
 use super::run::{Role, RunEnv, RunOptions, RunState};
-use super::worker::{self, Inbox, Task};
-use crate::collective::transport::RunKey;
+use super::state::{GangRecord, SchedState, Shared};
+use super::worker::{self, Inbox};
 use crate::device::MeshDevice;
 use crate::job::Job;
 use crate::mesh::{LINE_AXIS, Mesh};
@@ -21,7 +21,7 @@ use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
@@ -60,204 +60,6 @@ impl Default for RuntimeOptions {
             tracer: Tracer::off(),
             gpu_timestamps: std::env::var("GANGWAY_GPU_TIMESTAMPS").map_or(true, |v| v != "off"),
             job: Job::single(),
-        }
-    }
-}
-
-/// Gangs each device remembers for [`Runtime::gang_order`]. Every gang added 40 bytes for
-/// good: the viewer's live workload grew by about 14 MB a minute.
-pub const GANG_ORDER_KEEP: usize = 1 << 16;
-
-/// One gang as one device saw it: the device ran node `node` of run `run` in this position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct GangRecord {
-    pub seq: u64,
-    pub run: u64,
-    pub program: u64,
-    pub node: usize,
-    /// The client's slot: a slot is reused once its client is gone.
-    pub client: usize,
-    /// For a run spanning ranks, its job-wide key: the same run on every rank.
-    pub key: Option<RunKey>,
-}
-
-#[derive(Debug)]
-pub(crate) struct SchedState {
-    /// Admission's policy and window: from [`RuntimeOptions`], changed by
-    /// [`Runtime::set_admission`].
-    policy: Policy,
-    max_in_flight: usize,
-    next_seq: u64,
-    arrivals: u64,
-    /// Virtual time of proportional shares: the pass of the last admitted client.
-    vtime: f64,
-    in_flight: usize,
-    clients: ClientTable,
-    pub queues: Vec<VecDeque<Task>>,
-    pub order: Vec<Vec<GangRecord>>,
-    pub shutdown: bool,
-    paused: bool,
-}
-
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub devices: Vec<Device>,
-    /// The job's mesh: every rank's devices, this process's as they are in `devices`.
-    pub mesh: Mesh,
-    /// The link to the job's other ranks, when there are any.
-    pub remote: Option<Remote>,
-    pub inboxes: Vec<Arc<Inbox>>,
-    pub wake: Condvar,
-    /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
-    pub injected_panics: Vec<Mutex<Option<String>>>,
-    state: Mutex<SchedState>,
-    opts: RuntimeOptions,
-    /// Whether traced kernels are timed with GPU timestamps ([`Runtime::set_gpu_timestamps`]).
-    gpu_timestamps: AtomicBool,
-}
-
-impl Shared {
-    pub fn lock(&self) -> MutexGuard<'_, SchedState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A run's last device task finished: it leaves the in-flight window and others may enter.
-    pub fn run_finished(&self, run: &RunState) {
-        let mut state = self.lock();
-        state.in_flight = state.in_flight.saturating_sub(1);
-        state.clients.finished(run.client, !run.failed());
-        self.admit(&mut state);
-    }
-
-    fn worker_of(&self, device: &Device) -> Option<usize> {
-        self.devices.iter().position(|d| d == device)
-    }
-
-    /// A message from another rank: fills a run's mailbox, fails a run it failed, or queues
-    /// rank 0's admission.
-    fn receive(&self, from: usize, message: crate::collective::transport::Message) {
-        let Some(remote) = &self.remote else { return };
-        match remote.route(from, message) {
-            Routed::Filled => {}
-            Routed::Ticket => self.admit(&mut self.lock()),
-            Routed::Nothing => return,
-        }
-        self.wake.notify_all();
-    }
-
-    /// Admits runs while the window has room: assigns sequence numbers and queues device tasks.
-    /// In a job of several ranks, rank 0 admits runs spanning ranks by its policy and announces
-    /// each; the other ranks admit those in its order, at once (rank 0's window bounds them), and
-    /// their own runs by their policy.
-    fn admit(&self, state: &mut SchedState) {
-        let follower = self.remote.as_ref().filter(|r| !r.is_root());
-        loop {
-            if state.paused {
-                return;
-            }
-            let ticketed = follower.and_then(|remote| {
-                let key = remote.front_ticket()?;
-                state.clients.iter().find_map(|(i, c)| {
-                    c.pending
-                        .front()
-                        .is_some_and(|(_, r)| r.key == Some(key))
-                        .then_some((remote, i))
-                })
-            });
-            if let Some((remote, ci)) = ticketed {
-                remote.pop_ticket();
-                self.admit_client(state, ci);
-                continue;
-            }
-            if state.in_flight >= state.max_in_flight.max(1) {
-                return;
-            }
-            // Runs spanning ranks wait for rank 0's word on the other ranks.
-            let eligible = |run: &Arc<RunState>| follower.is_none() || run.key.is_none();
-            let pick = match state.policy {
-                Policy::Fifo => state
-                    .clients
-                    .iter()
-                    .filter_map(|(i, c)| c.pending.front().map(|(a, r)| (*a, i, r)))
-                    .filter(|(_, _, r)| eligible(r))
-                    .map(|(a, i, _)| (a, i))
-                    .min()
-                    .map(|(_, i)| i),
-                Policy::Proportional => state
-                    .clients
-                    .iter()
-                    .filter_map(|(i, c)| c.pending.front().map(|(a, r)| (c.pass, *a, i, r)))
-                    .filter(|(_, _, _, r)| eligible(r))
-                    .min_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)))
-                    .map(|(_, _, i, _)| i),
-            };
-            let Some(ci) = pick else { return };
-            self.admit_client(state, ci);
-        }
-    }
-
-    /// Admits the front run of client `ci`: sequence numbers for its nodes, and its tasks on the
-    /// queues of this process's devices.
-    fn admit_client(&self, state: &mut SchedState, ci: usize) {
-        {
-            let Some(client) = state.clients.get_mut(ci) else {
-                return;
-            };
-            let Some((_, run)) = client.pending.pop_front() else {
-                return;
-            };
-            client.admitted += 1;
-            client.running += 1;
-            let pass = client.pass;
-            client.pass += 1.0 / f64::from(client.share.max(1));
-            state.vtime = pass;
-            state.in_flight += 1;
-            if let (Some(remote), Some(key)) = (&self.remote, run.key)
-                && remote.is_root()
-                && let Err(e) = remote.announce(key)
-            {
-                run.fail(e);
-            }
-            // Waiting for admission is not a stall: the no-progress clock starts now.
-            run.progress();
-            run.admitted.store(true, Ordering::Release);
-            let mut tasks = Vec::new();
-            for (node, per_device) in run.roles.iter().enumerate() {
-                if per_device.is_empty() {
-                    continue;
-                }
-                let seq = state.next_seq;
-                state.next_seq += 1;
-                for (logical, node_roles) in per_device {
-                    let Some(worker) = run.workers[*logical] else {
-                        continue;
-                    };
-                    tasks.push((
-                        worker,
-                        Task {
-                            seq,
-                            run: run.clone(),
-                            node,
-                            roles: node_roles.clone(),
-                            next: 0,
-                            blocked: None,
-                            ahead: Default::default(),
-                        },
-                    ));
-                }
-            }
-            run.tasks_left.store(tasks.len(), Ordering::Release);
-            if tasks.is_empty() {
-                // Nothing for this process's devices (another rank's run, or an empty program).
-                state.in_flight -= 1;
-                state.clients.finished(run.client, !run.failed());
-                run.signal();
-                run.release_if_idle();
-            }
-            for (w, task) in tasks {
-                state.queues[w].push_back(task);
-            }
-            self.wake.notify_all();
         }
     }
 }

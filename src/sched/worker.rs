@@ -16,7 +16,7 @@ use super::clock::GpuClock;
 use super::record::{Recorded, record};
 use super::reduce;
 use super::run::{DispatchMode, Role, RunState};
-use super::runtime::{GANG_ORDER_KEEP, GangRecord, Shared};
+use super::state::{GANG_ORDER_KEEP, GangRecord, Shared};
 use super::timestamps::{BATCH, TimestampRing, contiguous};
 use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
