@@ -10,10 +10,10 @@
 //! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
 //!   (five variants and an autotuner), attention, MoE router, dispatch/combine, the training
 //!   kernels.
-//! - [`collective`]: the transports between a job's processes (in-process ranks, MPI).
 //! - [`program`], [`sched`]: programs (sharded dataflow graphs) and the one runtime per process
 //!   that gang-schedules them.
-//! - [`job`]: the processes (ranks) one program runs on, and the job's global mesh.
+//! - [`job`]: the processes (ranks) one program runs on, the job's global mesh, and the transports
+//!   between them (in-process ranks, MPI).
 //! - [`train`]: the one [`train::Trainer`] of every [`train::StepModel`], its step builder,
 //!   splits, checkpoints and training loop.
 //! - The models, each a `StepModel`: [`moe`] (the MoE LM), [`transformer`], [`mlp_lm`] (the
@@ -23,7 +23,6 @@
 
 pub mod bench;
 pub mod btm;
-pub mod collective;
 pub mod data;
 pub mod device;
 pub mod dtype;

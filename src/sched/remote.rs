@@ -16,7 +16,7 @@
 //!   waiting for the failed rank's data waited out the device timeout.
 
 use super::run::RunState;
-use crate::collective::transport::{Message, RunKey, Transport};
+use crate::job::transport::{Message, RunKey, Transport};
 use crate::program::{Executable, Op};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};

@@ -2,7 +2,7 @@
 //! pre-encoded command buffers, and the bookkeeping that says when it is done.
 
 use super::record::Recorded;
-use crate::collective::transport::{Message, RunKey, Transport};
+use crate::job::transport::{Message, RunKey, Transport};
 use crate::program::{Executable, HostData, Op};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Error, Result};

@@ -10,7 +10,7 @@ use super::run::RunState;
 use super::runtime::{Policy, RuntimeOptions};
 use super::worker::{Inbox, Task};
 use crate::Device;
-use crate::collective::transport::RunKey;
+use crate::job::transport::RunKey;
 use crate::mesh::Mesh;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,7 +87,7 @@ impl Shared {
 
     /// A message from another rank: fills a run's mailbox, fails a run it failed, or queues
     /// rank 0's admission.
-    pub(super) fn receive(&self, from: usize, message: crate::collective::transport::Message) {
+    pub(super) fn receive(&self, from: usize, message: crate::job::transport::Message) {
         let Some(remote) = &self.remote else { return };
         match remote.route(from, message) {
             Routed::Filled => {}

@@ -6,13 +6,21 @@
 //! ranks are threads of one process, joined in memory, for tests and for trying multi-rank
 //! programs without MPI. A runtime over a job ([`crate::sched::RuntimeOptions::job`]) runs
 //! programs over the whole mesh: each rank runs its own devices' part, and the data between ranks
-//! goes over the job's transport.
+//! goes over the job's transport: [`transport`] is the seam (the mailbox messages and the
+//! [`transport::Transport`] trait), [`loopback`] carries them between ranks in one process, and
+//! `mpi` (with the `mpi` feature) with OpenMPI across processes and hosts. Within a process,
+//! programs move data with the runtime's transfer and collective nodes (`Op::Transfer`,
+//! `Op::AllToAll`, `Op::AllReduce`), staged through the host mailbox.
 //!
 //! Programs over several ranks are SPMD, as in JAX's multi-controller model: every rank builds the
 //! same programs and submits the same runs spanning ranks in the same order, each client of a
 //! unique name.
 
-use crate::collective::transport::Transport;
+pub mod loopback;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod transport;
+
 use crate::device::{MeshDevice, RemoteDevice};
 use crate::mesh::Mesh;
 use crate::trace::{Event, Track, ns_since_epoch};
@@ -21,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Instant;
+use transport::Transport;
 
 /// The environment variables a launcher sets in every rank (OpenMPI, PMIx, PMI/Slurm).
 const LAUNCHER_ENV: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"];
@@ -84,7 +93,7 @@ impl Job {
                 reason: "a job needs at least one rank".into(),
             });
         }
-        Ok(crate::collective::loopback::transports(n)?
+        Ok(crate::job::loopback::transports(n)?
             .into_iter()
             .map(|t| Job(Some(t)))
             .collect())
@@ -103,7 +112,7 @@ impl Job {
         }
         #[cfg(feature = "mpi")]
         {
-            Ok(Self(Some(crate::collective::mpi::Mpi::start()?)))
+            Ok(Self(Some(crate::job::mpi::Mpi::start()?)))
         }
         #[cfg(not(feature = "mpi"))]
         {

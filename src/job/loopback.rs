@@ -178,7 +178,7 @@ impl Transport for Loopback {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::collective::transport::RunKey;
+    use crate::job::transport::RunKey;
     use std::sync::mpsc::channel;
 
     #[test]
