@@ -51,7 +51,8 @@
 //! **Routing groups** (GShard): a batch is routed as `G` groups of `B/G` whole sequences; a
 //! device of a `D`-device gang holds `G/D` groups and runs one per round, so `D` devices compute
 //! what one device computes with the same `G`. The gang is one axis (groups and experts), or a
-//! `{data, expert}` mesh ([`crate::train::Trainer::with_mesh`]) whose rows each hold every expert.
+//! `{data, expert}` [`crate::Mesh`] (given to [`crate::train::Trainer::new`]) whose rows each hold
+//! every expert.
 
 pub mod compare;
 pub mod generate;
