@@ -109,6 +109,7 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
                 &batch,
                 LR,
                 Fold::OnePerStage,
+                false,
             )
             .unwrap();
             let took = started.elapsed();
@@ -185,7 +186,7 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
     let (_runtime, client) = common::runtime_client(&devices[..2], "test");
     let s = Schedule::new(ScheduleKind::OneFOneB, 2, M, 1).unwrap();
     let folded = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch], f: Fold| {
-        execute(&client, s, d, m, b, LR, f).unwrap_err()
+        execute(&client, s, d, m, b, LR, f, false).unwrap_err()
     };
     let err = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch]| {
         folded(s, d, m, b, Fold::OnePerStage)
@@ -244,6 +245,7 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
         &tb,
         LR,
         Fold::OnePerStage,
+        false,
     )
     .unwrap();
     assert!(run.events.iter().any(|e| e.flow.is_some()));
@@ -272,7 +274,17 @@ fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
         let want = mlp.reference_step(&batch, LR).unwrap();
         let schedule = Schedule::new(kind, p, m, v).unwrap();
         let d = fold.device_count(p);
-        let run = execute(&client, &schedule, &devices[..d], &mlp, &batch, LR, fold).unwrap();
+        let run = execute(
+            &client,
+            &schedule,
+            &devices[..d],
+            &mlp,
+            &batch,
+            LR,
+            fold,
+            false,
+        )
+        .unwrap();
         let what = format!(
             "{kind} p={p} m={m} v={v} on {d} ({})",
             fold.placement_name()
@@ -433,48 +445,52 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
         }
     }
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 4, 4, 1).unwrap();
-    let err = stack
-        .step(
-            &client,
-            &schedule,
-            &devices[..2],
-            &batch,
-            LR,
-            Fold::Blocks { devices: 2 },
-            false,
-        )
-        .unwrap_err()
-        .to_string();
+    let err = execute(
+        &client,
+        &schedule,
+        &devices[..2],
+        &stack,
+        &batch,
+        LR,
+        Fold::Blocks { devices: 2 },
+        false,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
-        err.contains("2 gangs of 2 devices need 4, 2 found"),
+        err.contains("2 gangs of 2 devices (blocks) but 2 were given"),
         "{err}"
     );
     let schedule = Schedule::new(ScheduleKind::OneFOneB, 2, 4, 1).unwrap();
-    let short = stack.step(
+    let short = execute(
         &client,
         &schedule,
         &devices[..3],
+        &stack,
         &batch,
         LR,
         Fold::OnePerStage,
         false,
     );
     let err = short.unwrap_err().to_string();
-    assert!(err.contains("need 4, 3 found"), "{err}");
+    assert!(
+        err.contains("2 gangs of 2 devices (one per stage) but 3 were given"),
+        "{err}"
+    );
     let mut bad = batch.clone();
     bad[1].target.pop();
-    let err = stack
-        .step(
-            &client,
-            &schedule,
-            &devices[..4],
-            &bad,
-            LR,
-            Fold::OnePerStage,
-            false,
-        )
-        .unwrap_err()
-        .to_string();
+    let err = execute(
+        &client,
+        &schedule,
+        &devices[..4],
+        &stack,
+        &bad,
+        LR,
+        Fold::OnePerStage,
+        false,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("MoE microbatch target"), "{err}");
     let uneven = MoeStack::new(MoeStackConfig {
         experts: 3,
@@ -504,9 +520,10 @@ fn takes_the_step(
     want: &gangway::pipeline::RunReport,
     what: &str,
 ) -> gangway::pipeline::RunReport {
-    let run = stack
-        .step(client, schedule, on.devices, batch, LR, on.fold, on.overlap)
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let run = execute(
+        client, schedule, on.devices, stack, batch, LR, on.fold, on.overlap,
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
     for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
         common::assert_close(&format!("{what} parameter {i}"), got, want, 1e-4);
     }

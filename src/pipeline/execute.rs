@@ -1,8 +1,8 @@
 //! Real pipelined training runs: a [`Schedule`] lowered to one [`Program`](crate::program::Program)
 //! ([`super::lower`]) and run by the gang-scheduling runtime, as one run of the caller's
 //! [`Client`], like every other workload; the run is then measured ([`super::measure`]). One
-//! [`run`] serves every model: the MLP ([`execute`]) and the MoE stack
-//! ([`super::MoeStack::step`], with a gang of devices per stage).
+//! [`execute`] serves every [`StageModel`]: the MLP (a device per stage) and the MoE stack (a
+//! gang of devices per stage, whose F&B pairs may run overlapped).
 //!
 //! Weights are program variables; after the step they are read back: one pipelined step of the
 //! MLP equals [`Mlp::reference_step`] over the same microbatches. Dispatch is parallel: every command
@@ -27,7 +27,6 @@ use std::sync::Arc;
 use super::fold::Fold;
 use super::lower::{Plan, lower, weight_var};
 use super::measure::{all_to_all_waits, report, stage_events};
-use super::mlp::Mlp;
 use super::schedule::Schedule;
 use super::simulate::{Costs, Simulation};
 use super::stage_model::Microbatch;
@@ -74,26 +73,33 @@ pub struct RunReport {
 }
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
-/// microbatch) with learning rate `lr`, as one run of `client`: `devices[s]` (a device of the
-/// client's runtime's mesh) runs stage `s` (with all its chunks), or with stages folded onto
-/// fewer devices ([`Fold`]), `devices[fold(s)]` runs it beside its other stages. The report holds the run's
-/// events in the pipeline's view; the runtime's own tracer, when on, also gets them as they
+/// microbatch) with learning rate `lr`, as one run of `client`: stage `s` runs on gang
+/// `k = fold(s)`, `devices[k·g..(k + 1)·g]` (`g` = [`StageModel::gang`]: one device per stage for
+/// the MLP; with [`Fold::OnePerStage`] one gang per stage, else several stages to a gang, see
+/// [`super::fold`]), all its chunks there; devices beyond those are left out. With `overlap`, each F&B pair of the schedule runs
+/// overlapped (see [`super::lower`]); without, as its F and then its B. The report holds the
+/// run's events in the pipeline's view; the runtime's own tracer, when on, also gets them as they
 /// happen, in the runtime's view (device ids).
 ///
 /// In a job of several ranks the stages may be on different ranks: every rank calls this with
 /// the same arguments, each runs its stages, and every rank's report has every stage's events
 /// (gathered, on rank 0's clock).
-pub fn execute(
+#[allow(clippy::too_many_arguments)]
+pub fn execute<M: StageModel>(
     client: &Client,
     schedule: &Schedule,
     devices: &(impl DeviceList + ?Sized),
-    model: &Mlp,
+    model: &M,
     batch: &[Microbatch],
     lr: f32,
     fold: Fold,
+    overlap: bool,
 ) -> Result<RunReport> {
     let devices = devices.mesh_devices();
-    let plan = Plan::new(schedule, &devices, model, batch, lr, fold, false)?;
+    // The first devices the placement needs; too few is the plan's error, naming the placement.
+    let want = fold.device_count(schedule.stages) * model.gang();
+    let devices = &devices[..want.min(devices.len())];
+    let plan = Plan::new(schedule, devices, model, batch, lr, fold, overlap)?;
     run(client, &plan)
 }
 

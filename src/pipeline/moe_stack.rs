@@ -3,7 +3,7 @@
 //! every pipeline stage is a gang of devices: the stage's experts are split over its gang (expert
 //! parallelism inside a stage) and each microbatch's rows too, one routing group per device. So
 //! every layer's forward and backward carry an all-to-all over the stage's gang, which is what
-//! DualPipe's F&B pairs hide: with overlap on ([`MoeStack::step`]), a device whose forward waits
+//! DualPipe's F&B pairs hide: with overlap on ([`super::execute`]'s `overlap`), a device whose forward waits
 //! for its all-to-all runs the paired backward meanwhile.
 //!
 //! The router and the experts are those of the MoE trainers (the same nodes), so a pipelined
@@ -12,8 +12,7 @@
 //! microbatches are added in another order). The router's parameter is replicated over a gang;
 //! its per-device gradients are summed over the gang before the update.
 
-use super::execute::{RunReport, run};
-use super::lower::Plan;
+use super::execute::RunReport;
 use super::schedule::Schedule;
 use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};
@@ -146,42 +145,6 @@ impl MoeStack {
             .collect()
     }
 
-    /// One pipelined training step of `schedule` over `batch` with learning rate `lr`, as one run
-    /// of `client`: stage `s` runs on gang `k = fold(s)`, `devices[k·g..(k + 1)·g]` (`g` = the
-    /// config's gang; one gang per stage with [`Fold::OnePerStage`], else several stages to a
-    /// gang, see [`super::fold`]). With `overlap`, each F&B pair of the schedule runs overlapped
-    /// (see [`super::lower`]); without, as its F and then its B. The report's weights are per layer the router, `W1` and `W2`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn step(
-        &self,
-        client: &Client,
-        schedule: &Schedule,
-        devices: &(impl DeviceList + ?Sized),
-        batch: &[Microbatch],
-        lr: f32,
-        fold: Fold,
-        overlap: bool,
-    ) -> Result<RunReport> {
-        let devices = devices.mesh_devices();
-        let gangs = fold.device_count(schedule.stages);
-        let want = gangs * self.config.gang;
-        if devices.len() < want {
-            return Err(Error::InvalidArgument {
-                what: "MoE pipeline step",
-                reason: format!(
-                    "{} stages on {gangs} gangs of {} devices need {want}, {} found (try \
-                     --virtual-devices)",
-                    schedule.stages,
-                    self.config.gang,
-                    devices.len()
-                ),
-            });
-        }
-        let devices = &devices[..want];
-        let plan = Plan::new(schedule, devices, self, batch, lr, fold, overlap)?;
-        run(client, &plan)
-    }
-
     /// The same step at one stage on the first gang: what every pipelined step must equal.
     pub fn reference_step(
         &self,
@@ -191,10 +154,11 @@ impl MoeStack {
         lr: f32,
     ) -> Result<RunReport> {
         let schedule = Schedule::new(ScheduleKind::GPipe, 1, batch.len(), 1)?;
-        self.step(
+        super::execute(
             client,
             &schedule,
             devices,
+            self,
             batch,
             lr,
             Fold::OnePerStage,

@@ -24,7 +24,7 @@ pub struct Microbatch {
 
 /// One parameter tensor of a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Param {
+pub struct Param {
     /// Appended to the layer's variable name; empty for a layer's only parameter.
     pub name: &'static str,
     /// The whole tensor's shape.
@@ -55,13 +55,16 @@ impl Param {
 }
 
 /// A layer's weight gradients now, or what a later W needs to compute them (split backward).
-pub(super) enum Grads<K> {
+#[derive(Debug)]
+pub enum Grads<K> {
     Now(Vec<Value>),
     Later(K),
 }
 
-/// A model a schedule trains, as nodes (see the module docs).
-pub(super) trait StageModel {
+/// A model a schedule trains, as nodes (see the module docs): [`super::execute`] runs any of
+/// them. Public so that `execute` can name it, but sealed: this module is private, so models are
+/// the crate's own (the MLP, the MoE stack).
+pub trait StageModel {
     /// What a layer's forward keeps for its backward.
     type Saved;
     /// What a split backward keeps for the layer's W.

@@ -132,7 +132,16 @@ impl PreparedCase {
                 ),
             });
         }
-        let report = execute(client, s, &devices[..d], &self.mlp, &self.data, LR, fold)?;
+        let report = execute(
+            client,
+            s,
+            &devices[..d],
+            &self.mlp,
+            &self.data,
+            LR,
+            fold,
+            false,
+        )?;
         let max_weight_error = max_difference(&report.weights, &self.reference);
         let step_s = report.makespan_ns as f64 / 1e9;
         Ok((
@@ -255,10 +264,11 @@ impl PreparedMoeCase {
         fold: Fold,
         overlap: bool,
     ) -> Result<(RunReport, f32)> {
-        let report = self.stack.step(
+        let report = execute(
             client,
             &self.schedule,
             devices,
+            &self.stack,
             &self.batch,
             LR,
             fold,
