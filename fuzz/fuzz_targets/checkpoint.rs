@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
     for bytes in std::iter::once(data.to_vec()).chain(resealed(data)) {
         if let Ok(c) = Checkpoint::<MoeLmConfig>::from_bytes(&bytes) {
             let again = c.to_bytes().expect("a loaded checkpoint saves");
-            assert_eq!(Checkpoint::<MoeLmConfig>::from_bytes(&again).expect("reloads"), c);
+            assert_eq!(
+                Checkpoint::<MoeLmConfig>::from_bytes(&again).expect("reloads"),
+                c
+            );
         }
         if let Ok(p) = MoeLmParams::from_bytes(&bytes) {
             let again = p.to_bytes().expect("loaded parameters save");
