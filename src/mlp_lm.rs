@@ -140,31 +140,7 @@ impl StepModel for MlpLmConfig {
     }
 
     fn check_batch(&self, contexts: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
-        let t = targets.len();
-        if t == 0 || contexts.len() != t * self.context {
-            return Err(Error::ShapeMismatch {
-                what: "mlp lm batch",
-                expected: format!("T >= 1 targets and T × {} context bytes", self.context),
-                got: format!("{t} targets, {} context bytes", contexts.len()),
-            });
-        }
-        let bad = contexts
-            .iter()
-            .chain(targets)
-            .find(|&&v| v as usize >= VOCAB);
-        if let Some(bad) = bad {
-            return Err(Error::InvalidArgument {
-                what: "mlp lm batch",
-                reason: format!("byte id {bad} is not below {VOCAB}"),
-            });
-        }
-        if groups == 0 || !t.is_multiple_of(groups) {
-            return Err(Error::InvalidArgument {
-                what: "mlp lm batch",
-                reason: format!("{t} tokens cannot be split into {groups} groups"),
-            });
-        }
-        Ok(t)
+        crate::train::check_window_batch("mlp lm batch", self.context, contexts, targets, groups)
     }
 
     fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {

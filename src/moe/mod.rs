@@ -246,28 +246,7 @@ impl StepModel for MoeLmConfig {
     }
 
     fn check_batch(&self, contexts: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
-        const WHAT: &str = "moe lm batch";
-        let t = targets.len();
-        let c = self.context;
-        if t == 0 || contexts.len() != t * c {
-            return Err(Error::ShapeMismatch {
-                what: WHAT,
-                expected: format!("T >= 1 targets and T × {c} context bytes"),
-                got: format!("{t} targets, {} context bytes", contexts.len()),
-            });
-        }
-        if let Some(bad) = contexts
-            .iter()
-            .chain(targets)
-            .find(|&&v| v as usize >= VOCAB)
-        {
-            return Err(Error::InvalidArgument {
-                what: WHAT,
-                reason: format!("byte id {bad} is not below {VOCAB}"),
-            });
-        }
-        reference::group_size(t, groups)?;
-        Ok(t)
+        crate::train::check_window_batch("moe lm batch", self.context, contexts, targets, groups)
     }
 
     fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {

@@ -1,4 +1,6 @@
-//! The gang scheduler (Pathways §4.4) and the runtime around it.
+//! The runtime (one per process) and the handles its users hold: [`Runtime`], [`Client`],
+//! [`RunHandle`]. It owns the devices' workers and the gang scheduler (Pathways §4.4), whose
+//! shared state and admission live in `state.rs`.
 //!
 //! Clients submit runs of compiled programs. Admission picks the next run (FIFO, or by
 //! proportional shares) and, under one lock, gives each of its nodes a global sequence number and

@@ -129,3 +129,37 @@ pub trait StepModel:
         None
     }
 }
+
+/// The batch check of a model whose batch unit is one token row predicting the byte after a
+/// window of `context` byte ids (the MoE LM, the MLP LM): `T ≥ 1` targets, `T × context` ids,
+/// every id a byte, and `T` split evenly into `groups` routing groups. Returns `T`.
+pub fn check_window_batch(
+    what: &'static str,
+    context: usize,
+    contexts: &[u32],
+    targets: &[u32],
+    groups: usize,
+) -> Result<usize> {
+    let t = targets.len();
+    if t == 0 || contexts.len() != t * context {
+        return Err(crate::Error::ShapeMismatch {
+            what,
+            expected: format!("T >= 1 targets and T × {context} context bytes"),
+            got: format!("{t} targets, {} context bytes", contexts.len()),
+        });
+    }
+    let invalid = |reason: String| crate::Error::InvalidArgument { what, reason };
+    if let Some(bad) = contexts
+        .iter()
+        .chain(targets)
+        .find(|&&v| v > u32::from(u8::MAX))
+    {
+        return Err(invalid(format!("byte id {bad} is not below 256")));
+    }
+    if groups == 0 || !t.is_multiple_of(groups) {
+        return Err(invalid(format!(
+            "{t} tokens cannot be split into {groups} equal routing groups"
+        )));
+    }
+    Ok(t)
+}

@@ -275,6 +275,7 @@ impl<M: StepModel> Trainer<M> {
     pub fn balance(&mut self, inputs: &[u32], targets: &[u32]) -> Result<Balanced> {
         let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
             self.submit(Mode::Grads, inputs, targets, None, split, traced)
+                .map(|(handle, _)| handle)
         })?;
         self.set_split(balanced.split.clone())?;
         Ok(balanced)
@@ -336,20 +337,21 @@ impl<M: StepModel> Trainer<M> {
         Ok(exec)
     }
 
-    /// Runs `mode` on a batch: the results' bytes.
+    /// Runs `mode` on a batch: the results' bytes and the batch's units.
     fn run(
         &self,
         mode: Mode,
         inputs: &[u32],
         targets: &[u32],
         bias: Option<(f32, f32)>,
-    ) -> Result<Vec<Vec<u8>>> {
+    ) -> Result<(Vec<Vec<u8>>, usize)> {
         let trace = self.trace && mode == Mode::Train;
-        self.submit(mode, inputs, targets, bias, &self.split, trace)?
-            .wait_bytes()
+        let (handle, units) = self.submit(mode, inputs, targets, bias, &self.split, trace)?;
+        Ok((handle.wait_bytes()?, units))
     }
 
-    /// Submits `mode` on a batch, dealt as `split`, to the runtime.
+    /// Checks a batch and submits `mode` on it, dealt as `split`, to the runtime; returns the
+    /// run and the batch's units.
     fn submit(
         &self,
         mode: Mode,
@@ -358,7 +360,7 @@ impl<M: StepModel> Trainer<M> {
         bias: Option<(f32, f32)>,
         split: &GroupSplit,
         trace: bool,
-    ) -> Result<RunHandle> {
+    ) -> Result<(RunHandle, usize)> {
         let units = self.config.check_batch(inputs, targets, self.groups)?;
         let exec = self.program(mode, units, split)?;
         let d = self.devices.len();
@@ -388,7 +390,7 @@ impl<M: StepModel> Trainer<M> {
             microbatch: None,
             trace,
         };
-        self.client.submit(&exec, args, opts)
+        Ok((self.client.submit(&exec, args, opts)?, units))
     }
 
     /// One training step on a batch (`inputs`: [`StepModel::row_inputs`] words per token row,
@@ -403,10 +405,10 @@ impl<M: StepModel> Trainer<M> {
     /// counts as taken from here on.
     pub fn submit_step(&mut self, inputs: &[u32], targets: &[u32]) -> Result<PendingStep> {
         let started = Instant::now();
-        let units = self.config.check_batch(inputs, targets, self.groups)?;
         let step = self.step + 1;
         let bias = Some(self.adam.bias(step));
-        let handle = self.submit(Mode::Train, inputs, targets, bias, &self.split, self.trace)?;
+        let (handle, units) =
+            self.submit(Mode::Train, inputs, targets, bias, &self.split, self.trace)?;
         self.step = step;
         Ok(PendingStep {
             handle,
@@ -512,8 +514,7 @@ impl<M: StepModel> Trainer<M> {
     /// Cross-entropy (nats) of every token row of a batch, in batch order, forward only (routed
     /// in the trainer's groups, as in training): what Branch-Train-Merge's ensemble weighs.
     pub fn token_nats(&self, inputs: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
-        let results = self.run(Mode::Forward, inputs, targets, None)?;
-        let units = self.config.check_batch(inputs, targets, self.groups)?;
+        let (results, units) = self.run(Mode::Forward, inputs, targets, None)?;
         let n = self.group_rows(units);
         let mut out = vec![0.0f64; targets.len()];
         for (round, bytes) in results.iter().enumerate() {
@@ -535,7 +536,7 @@ impl<M: StepModel> Trainer<M> {
     /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]
     /// would apply), downloaded; no update.
     pub fn grads(&self, inputs: &[u32], targets: &[u32]) -> Result<Params<M>> {
-        let results = self.run(Mode::Grads, inputs, targets, None)?;
+        let (results, _) = self.run(Mode::Grads, inputs, targets, None)?;
         let shapes = self.shard_shapes();
         let along = self.devices.len() / self.data;
         let tensors = unpack_grads(&results, &shapes, &self.expert, along)?;

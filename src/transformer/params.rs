@@ -1,4 +1,6 @@
-//! The Transformer's parameters: a flat, ordered list of named tensors and their initialisation.
+//! The Transformer's parameters: a flat, ordered list of named tensors and their initialisation
+//! (`init_tensors`, what its [`crate::train::StepModel::init`] draws; the values are a
+//! [`super::TransformerParams`]).
 //!
 //! Order (also the initialisation order), `L` layers:
 //!
@@ -21,10 +23,11 @@
 //! | `ln_f.weight`, `ln_f.bias` | `[d]`         | 1, 0                          |
 //! | `head` (untied only)     | `[d, 256]`      | σ                             |
 //!
-//! `d_e` is the experts' width ([`TransformerConfig::expert_width`]). `σ = 0.02` as in GPT-2, with the residual projections scaled by `1/√(2L)`; a value with
-//! standard deviation `s` is `Rng::new(seed).symmetric() · s·√3` (uniform), drawn in this order.
-//! Experts are stacked (`w1[e]` is one `[d, d_ff]` matrix), the layout the grouped matmul takes;
-//! a device holding experts `a..b` holds rows `a..b` of the first axis.
+//! `d_e` is the experts' width ([`TransformerConfig::expert_width`]). `σ = 0.02` as in GPT-2,
+//! with the residual projections scaled by `1/√(2L)`; a value with standard deviation `s` is
+//! `Rng::new(seed).symmetric() · s·√3` (uniform), drawn in this order. Experts are stacked
+//! (`w1[e]` is one `[d, d_ff]` matrix), the layout the grouped matmul takes; a device holding
+//! experts `a..b` holds rows `a..b` of the first axis.
 
 use super::{TransformerConfig, VOCAB};
 use crate::Rng;

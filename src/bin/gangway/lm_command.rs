@@ -1,4 +1,6 @@
-//! The Transformer's commands: `train lm`, `eval lm`, `generate`, `export` and `import`.
+//! The Transformer's commands: `train lm` (through `gangway::train`, on the devices `--mesh`
+//! lays out), `eval lm`, `generate`, `export` and `import`, and its two comparisons: `eval
+//! moe-vs-dense`, and `eval btm --arch transformer` (the generic `gangway::btm::experiment`).
 
 use crate::cli::{
     ArchArg, EvalBtmArgs, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs,
