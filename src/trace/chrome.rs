@@ -16,7 +16,7 @@ mod imported;
 
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
-pub use import::{parse, parse_slice, read, text_of};
+pub use import::{Document, parse, parse_slice, read, sniff, sniff_value, text_of};
 pub use imported::{
     BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER,
     ThreadRow, process_label,

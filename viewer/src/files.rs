@@ -29,10 +29,8 @@ use std::time::{Duration, Instant};
 use egui::Ui;
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
-use gangway::trace::chrome::{ChromeTrace, Dialect, Id, InstantScope, process_label};
+use gangway::trace::chrome::{ChromeTrace, Dialect, Document, Id, InstantScope, process_label};
 use gangway::trace::{Event, Lane, Track};
-use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::background::{Job, drop_elsewhere, spawn};
@@ -121,133 +119,28 @@ pub fn pipeline_bubble(data: &TimelineData) -> Option<PipelineBubble> {
     gangway::trace::pipeline_bubble(data.all_events())
 }
 
-/// What a JSON document is, as [`kind_of`] tells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Trace,
-    Bench,
-    /// An array of bench results from before the schema.
-    OldBench,
-    /// An array of something else.
-    OtherArray,
-    Unknown,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier)]
-enum TopKey {
-    #[serde(rename = "traceEvents")]
-    TraceEvents,
-    #[serde(rename = "schema")]
-    Schema,
-    #[serde(other)]
-    Other,
-}
-
-/// Reads a document only as far as it takes to tell its [`Kind`]: a Chrome trace is an object
-/// with a `traceEvents` key or an array that is empty or whose first element has a `ph`, a bench
-/// report an object with a `schema`, an old bench result array one whose first element has a
-/// bench result's `suite`, `case` or `adapter`.
-///
-/// A trace is told at its `traceEvents` key or first element, so a large one is not read twice
-/// (the rest is the import's to check). Serde stops a visit early only with an error, so the
-/// visit records what it told and then fails, and what it told wins.
-fn kind_of<'de, D: Deserializer<'de>>(de: D) -> Result<Kind, D::Error> {
-    let mut told = None;
-    let read = de.deserialize_any(Sniff(&mut told));
-    told.map_or(read, Ok)
-}
-
-struct Sniff<'a>(&'a mut Option<Kind>);
-
-impl Sniff<'_> {
-    fn tell<E: de::Error>(self, kind: Kind) -> Result<Kind, E> {
-        *self.0 = Some(kind);
-        Err(E::custom("told"))
-    }
-}
-
-impl<'de> Visitor<'de> for Sniff<'_> {
-    type Value = Kind;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON document")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
-        let mut schema = false;
-        while let Some(key) = map.next_key::<TopKey>()? {
-            match key {
-                TopKey::TraceEvents => return self.tell(Kind::Trace),
-                TopKey::Schema => schema = true,
-                TopKey::Other => {}
-            }
-            map.next_value::<IgnoredAny>()?;
-        }
-        Ok(if schema { Kind::Bench } else { Kind::Unknown })
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-        // One element: small in a trace, as in a result list.
-        let first: Option<Value> = seq.next_element()?;
-        let has = |key: &str| first.as_ref().is_some_and(|f| f.get(key).is_some());
-        if first.is_none() || has("ph") {
-            self.tell(Kind::Trace)
-        } else if has("suite") || has("case") || has("adapter") {
-            self.tell(Kind::OldBench)
-        } else {
-            self.tell(Kind::OtherArray)
-        }
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
-        Ok(Kind::Unknown)
-    }
-}
-
 /// Recognises and parses a JSON document.
 pub fn interpret(v: &Value) -> Result<Loaded, String> {
-    let kind = kind_of(v).map_err(|e| e.to_string())?;
-    interpret_as(kind, v)
+    interpret_as(gangway::trace::chrome::sniff_value(v), v)
 }
 
 /// [`interpret`] of a document of known kind.
-fn interpret_as(kind: Kind, v: &Value) -> Result<Loaded, String> {
+fn interpret_as(kind: Document, v: &Value) -> Result<Loaded, String> {
     match kind {
-        Kind::Trace => gangway::trace::chrome::parse(v).map(|t| {
+        Document::Trace => gangway::trace::chrome::parse(v).map(|t| {
             let source: Arc<[u8]> = serde_json::to_vec(v).unwrap_or_default().into();
             opened_trace(t, source)
         }),
-        Kind::Bench => Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r))),
-        Kind::OldBench => Err(
+        Document::BenchReport => Report::from_value(v.clone()).map(|r| Loaded::Bench(Box::new(r))),
+        Document::OldBenchResults => Err(
             "a gangway bench result array from before schema version 1: \
              rerun gangway bench --json"
                 .into(),
         ),
-        Kind::OtherArray => Err("a JSON array, but not of Chrome trace events (its first \
+        Document::OtherArray => Err("a JSON array, but not of Chrome trace events (its first \
              element has no \"ph\") nor of gangway bench results"
             .into()),
-        Kind::Unknown => {
+        Document::Unknown => {
             Err("not a Chrome trace (no \"traceEvents\") nor a gangway bench report".into())
         }
     }
@@ -344,8 +237,9 @@ pub fn open_bytes(bytes: &[u8], name: &str) -> Result<Loaded, String> {
     let text = gangway::trace::chrome::text_of(bytes).map_err(|e| format!("{name}: {e}"))?;
     let bytes: &[u8] = &text;
     let not_json = |e: serde_json::Error| format!("{name} is not JSON: {e}");
-    let kind = kind_of(&mut serde_json::Deserializer::from_slice(bytes)).map_err(not_json)?;
-    let loaded = if kind == Kind::Trace {
+    let kind =
+        gangway::trace::chrome::sniff(bytes).map_err(|e| format!("{name} is not JSON: {e}"))?;
+    let loaded = if kind == Document::Trace {
         // Straight from the text: a `Value` of a large trace would take most of the time and
         // memory of the open.
         gangway::trace::chrome::parse_slice(bytes).map(|t| opened_trace(t, Arc::from(raw)))

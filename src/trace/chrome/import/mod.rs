@@ -21,12 +21,15 @@
 //!
 //! Three parts: the event semantics here (threads, slices, nesting, counters, instants,
 //! metadata, the dialect), the binding of flow points to slices (`flows.rs`), and the lenient
-//! reader (`reader.rs`); `text.rs` turns a file's bytes into JSON text.
+//! reader (`reader.rs`); `text.rs` turns a file's bytes into JSON text, and `sniff.rs` tells what a
+//! document is (a trace, a bench report, ...) before it is read whole.
 
 mod flows;
 mod reader;
+mod sniff;
 mod text;
 
+pub use sniff::{Document, sniff, sniff_value};
 pub use text::text_of;
 
 use std::borrow::Cow;
