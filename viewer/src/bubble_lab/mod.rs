@@ -11,27 +11,33 @@
 //! schedule on the first `p` devices (the fold's `d`), in the background, and shows the measured timeline under
 //! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
 //! times) and the textbook's.
+//!
+//! Here: the inputs and the UI. The simulation and the formulas are in `simulate.rs`, the run on
+//! devices in `device_run.rs`, the animation in `player.rs`, painting in `paint.rs` and SVG and
+//! PNG export in `export.rs`.
 
+mod device_run;
 mod export;
 mod paint;
 mod player;
+mod simulate;
 
 use std::path::PathBuf;
 
 use egui::{Button, Key, RichText, Slider, Ui};
-use gangway::Device;
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
-use gangway::pipeline::workload::{PipelineResult, run_case};
-use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, bubble_formula, lane_word, percent};
+use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, lane_word, percent};
 use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
+pub use device_run::{DeviceRun, RunShape, run_blocker, run_on_devices};
 pub use export::{Exporter, PNG_SCALE, png_of_svg};
 pub use player::Player;
+pub use simulate::{LabResult, compute, formula_text, label};
 
 use crate::background::{self, Job};
-use crate::live::{DeviceHub, Discovery};
-use crate::timeline::{self, TimelineData, TimelineState, format_ns};
+use crate::live::DeviceHub;
+use crate::timeline::{self, format_ns};
 
 /// One cost unit of the sliders, in simulated nanoseconds.
 const UNIT_NS: u64 = 1_000;
@@ -151,153 +157,6 @@ impl LabParams {
     }
 }
 
-/// The shape a run on devices is for (costs come from the devices, not the sliders).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunShape {
-    pub kind: ScheduleKind,
-    pub stages: usize,
-    pub microbatches: usize,
-    /// Effective chunks: `v` for interleaved, 1 for the rest.
-    pub chunks: usize,
-    /// Where the stages run.
-    pub fold: Fold,
-}
-
-impl RunShape {
-    pub fn of(p: &LabParams) -> Self {
-        Self {
-            kind: p.kind,
-            stages: p.stages,
-            microbatches: p.microbatches,
-            chunks: p.effective_chunks(),
-            fold: p.fold(),
-        }
-    }
-
-    /// Devices the run takes.
-    pub fn devices(&self) -> usize {
-        self.fold.device_count(self.stages)
-    }
-
-    /// E.g. "1F1B, p = 2, m = 4" (", v = 2" for interleaved; ", on 2 devices (blocks)" when
-    /// folded).
-    pub fn describe(&self) -> String {
-        let mut s = format!(
-            "{}, p = {}, m = {}",
-            label(self.kind),
-            self.stages,
-            self.microbatches
-        );
-        if self.kind.takes_chunks() {
-            s.push_str(&format!(", v = {}", self.chunks));
-        }
-        if self.fold.shares(self.stages) {
-            let d = self.devices();
-            let devices = if d == 1 { "device" } else { "devices" };
-            s.push_str(&format!(
-                ", on {d} {devices} ({})",
-                self.fold.placement_name()
-            ));
-        }
-        s
-    }
-}
-
-/// One pipelined training step measured on devices.
-#[derive(Debug)]
-pub struct DeviceRun {
-    pub result: PipelineResult,
-    /// Mean measured op and transfer times (what the simulation was fed).
-    pub measured: Costs,
-    /// Every event of the run, a lane per device (one per stage unless folded), shifted to start
-    /// at 0.
-    pub data: TimelineData,
-    pub timeline: TimelineState,
-}
-
-/// Runs `shape` on the first `shape.devices()` devices of `runtime`, as one of its clients, and
-/// checks it against a single-device step (blocking: call it off the UI thread).
-pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, String> {
-    let (result, report) = run_case(
-        &runtime.client("viewer: bubble lab", 1),
-        runtime.devices(),
-        shape.kind,
-        shape.stages,
-        shape.microbatches,
-        shape.chunks,
-        shape.fold,
-    )
-    .map_err(|e| e.to_string())?;
-    // Start at 0, as the simulated timeline does, so the two read on the same axis.
-    let t0 = report.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
-    let mut data = TimelineData::from_events(report.events.into_iter().map(|mut e| {
-        e.start_ns = e.start_ns.saturating_sub(t0);
-        e.end_ns = e.end_ns.saturating_sub(t0);
-        e
-    }));
-    let lane = lane_word(shape.fold.shares(shape.stages));
-    data.device_prefix = Some(lane.into());
-    data.lanes = report.tracks.into_iter().map(|t| (t.id, t)).collect();
-    Ok(DeviceRun {
-        result,
-        measured: report.measured,
-        data,
-        timeline: TimelineState::default(),
-    })
-}
-
-/// Why "Run on devices" cannot run `shape` with what discovery found, if it cannot.
-pub fn run_blocker(shape: &RunShape, discovery: &Discovery) -> Option<String> {
-    match discovery {
-        Discovery::Pending => Some("looking for adapters...".into()),
-        Discovery::Unavailable(why) => Some(format!("real runs are off: {why}")),
-        Discovery::Found(devices) => {
-            (devices.len() < shape.devices()).then(|| needs_devices(shape, devices))
-        }
-    }
-}
-
-/// "needs d devices, n found", with the `--virtual-devices` that would make enough.
-fn needs_devices(shape: &RunShape, devices: &[Device]) -> String {
-    let mut adapters: Vec<usize> = devices.iter().map(|d| d.info().adapter).collect();
-    adapters.sort_unstable();
-    adapters.dedup();
-    let need = shape.devices();
-    let per_adapter = need.div_ceil(adapters.len().max(1));
-    let what = if shape.fold.shares(shape.stages) {
-        format!("{need} devices (the stages' fold)")
-    } else {
-        format!("{need} devices (one per stage)")
-    };
-    format!(
-        "needs {what}, {} found: start the viewer with --virtual-devices {per_adapter} (or \
-         GANGWAY_VIRTUAL_DEVICES={per_adapter}) to split each adapter into {per_adapter} \
-         devices, fold the stages onto fewer devices, or lower p",
-        devices.len()
-    )
-}
-
-/// The result of one simulation, kept until the inputs change.
-#[derive(Debug, Clone)]
-pub struct LabResult {
-    /// The textbook bubble at F = B = W; `None` where there is no closed form (ZB-V).
-    pub textbook: Option<f64>,
-    /// The simulation as trace events (the Files tab saves it).
-    pub data: TimelineData,
-    /// The textbook figure of this schedule.
-    pub figure: Figure,
-    /// The compared schedules at this p, m and v and the same total cost, on one time axis.
-    pub comparison: Result<Figure, String>,
-}
-
-impl LabResult {
-    /// The schedule, its simulation and its peak activations: the figure's one row.
-    pub fn row(&self) -> &FigureRow {
-        // `compute` only makes results whose figure has its one row.
-        &self.figure.rows[0]
-    }
-}
-
 /// What the lab's figure shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LabView {
@@ -356,101 +215,6 @@ impl Default for BubbleLab {
         lab.recompute();
         lab
     }
-}
-
-/// Human name of a schedule, as on the buttons.
-pub fn label(kind: ScheduleKind) -> &'static str {
-    kind.title()
-}
-
-/// The textbook formula with this shape's numbers in it.
-pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String {
-    let q = p.saturating_sub(1);
-    match kind {
-        ScheduleKind::GPipe | ScheduleKind::OneFOneB | ScheduleKind::Eager1F1B => {
-            format!(
-                "bubble = (p - 1) / (m + p - 1) = {q} / ({m} + {q}) = {q}/{}",
-                m + q
-            )
-        }
-        ScheduleKind::Interleaved | ScheduleKind::LoopedBfs => format!(
-            "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}",
-            v * m + q
-        ),
-        ScheduleKind::ZbH1 => format!(
-            "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
-            3 * m + q
-        ),
-        ScheduleKind::ZbV => format!(
-            "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
-             {q} half-stage F"
-        ),
-        // DeepSeek's F&B + B - 3W with B the full backward, as the textbook module computes it:
-        // an F overlapped with a full backward is F + B + W (B: input gradient, W: weight
-        // gradient), so the bracket is 2F at F = B = W (with F&B = F + B it would be 0).
-        ScheduleKind::DualPipe => {
-            let h = (p / 2).saturating_sub(1);
-            format!(
-                "idle per stage = (p/2 - 1)(F&B + B_full - 3W) = {h} * 2F = {}F if F = B = W; \
-                 F&B = F + B + W is an F overlapped with a full backward, B_full = B + W",
-                2 * h
-            )
-        }
-        ScheduleKind::DualPipeV => format!(
-            "idle per stage = (p - 1)(F&B + B_full - 3W) = {q} * 2F = {}F if F = B = W; F is a \
-             half stage's forward, F&B = F + B + W is an F overlapped with a full backward, \
-             B_full = B + W",
-            2 * q
-        ),
-    }
-}
-
-/// Runs the schedule and simulation for `p`.
-pub fn compute(p: &LabParams) -> Result<LabResult, String> {
-    let v = p.effective_chunks();
-    let figure = Figure::single(
-        p.kind,
-        p.stages,
-        p.microbatches,
-        v,
-        &p.share_costs().per_chunk(p.kind.passes(v)),
-        &p.stage_scale(),
-        p.fold(),
-    )
-    .map_err(|e| e.to_string())?;
-    if figure.rows.len() != 1 {
-        return Err(format!(
-            "a figure of one schedule has {} rows",
-            figure.rows.len()
-        ));
-    }
-    let comparison = Figure::compare(
-        &p.compared_kinds(),
-        p.stages,
-        p.microbatches,
-        p.chunks.max(2),
-        &p.share_costs(),
-        &p.stage_scale(),
-        p.fold(),
-    )
-    .map_err(|e| e.to_string());
-    // Transfers are free here (zero-length): show compute lanes only.
-    let mut data = TimelineData::from_events(
-        figure.rows[0]
-            .sim
-            .events
-            .iter()
-            .filter(|e| e.lane == Lane::Compute)
-            .cloned(),
-    );
-    let lane = lane_word(figure.rows[0].folded());
-    data.device_prefix = Some(lane.into());
-    Ok(LabResult {
-        textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
-        data,
-        figure,
-        comparison,
-    })
 }
 
 impl BubbleLab {

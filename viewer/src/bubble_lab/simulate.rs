@@ -1,0 +1,125 @@
+//! The lab's simulation: the schedule's figure, the compared schedules on one time axis, and the
+//! textbook formula with the shape's numbers in it.
+
+use gangway::pipeline::figure::{Figure, FigureRow};
+use gangway::pipeline::{ScheduleKind, bubble_formula, lane_word};
+use gangway::trace::Lane;
+
+use super::LabParams;
+use crate::timeline::TimelineData;
+
+/// The result of one simulation, kept until the inputs change.
+#[derive(Debug, Clone)]
+pub struct LabResult {
+    /// The textbook bubble at F = B = W; `None` where there is no closed form (ZB-V).
+    pub textbook: Option<f64>,
+    /// The simulation as trace events (the Files tab saves it).
+    pub data: TimelineData,
+    /// The textbook figure of this schedule.
+    pub figure: Figure,
+    /// The compared schedules at this p, m and v and the same total cost, on one time axis.
+    pub comparison: Result<Figure, String>,
+}
+
+impl LabResult {
+    /// The schedule, its simulation and its peak activations: the figure's one row.
+    pub fn row(&self) -> &FigureRow {
+        // `compute` only makes results whose figure has its one row.
+        &self.figure.rows[0]
+    }
+}
+
+/// Human name of a schedule, as on the buttons.
+pub fn label(kind: ScheduleKind) -> &'static str {
+    kind.title()
+}
+
+/// The textbook formula with this shape's numbers in it.
+pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String {
+    let q = p.saturating_sub(1);
+    match kind {
+        ScheduleKind::GPipe | ScheduleKind::OneFOneB | ScheduleKind::Eager1F1B => {
+            format!(
+                "bubble = (p - 1) / (m + p - 1) = {q} / ({m} + {q}) = {q}/{}",
+                m + q
+            )
+        }
+        ScheduleKind::Interleaved | ScheduleKind::LoopedBfs => format!(
+            "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}",
+            v * m + q
+        ),
+        ScheduleKind::ZbH1 => format!(
+            "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
+            3 * m + q
+        ),
+        ScheduleKind::ZbV => format!(
+            "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
+             {q} half-stage F"
+        ),
+        // DeepSeek's F&B + B - 3W with B the full backward, as the textbook module computes it:
+        // an F overlapped with a full backward is F + B + W (B: input gradient, W: weight
+        // gradient), so the bracket is 2F at F = B = W (with F&B = F + B it would be 0).
+        ScheduleKind::DualPipe => {
+            let h = (p / 2).saturating_sub(1);
+            format!(
+                "idle per stage = (p/2 - 1)(F&B + B_full - 3W) = {h} * 2F = {}F if F = B = W; \
+                 F&B = F + B + W is an F overlapped with a full backward, B_full = B + W",
+                2 * h
+            )
+        }
+        ScheduleKind::DualPipeV => format!(
+            "idle per stage = (p - 1)(F&B + B_full - 3W) = {q} * 2F = {}F if F = B = W; F is a \
+             half stage's forward, F&B = F + B + W is an F overlapped with a full backward, \
+             B_full = B + W",
+            2 * q
+        ),
+    }
+}
+
+/// Runs the schedule and simulation for `p`.
+pub fn compute(p: &LabParams) -> Result<LabResult, String> {
+    let v = p.effective_chunks();
+    let figure = Figure::single(
+        p.kind,
+        p.stages,
+        p.microbatches,
+        v,
+        &p.share_costs().per_chunk(p.kind.passes(v)),
+        &p.stage_scale(),
+        p.fold(),
+    )
+    .map_err(|e| e.to_string())?;
+    if figure.rows.len() != 1 {
+        return Err(format!(
+            "a figure of one schedule has {} rows",
+            figure.rows.len()
+        ));
+    }
+    let comparison = Figure::compare(
+        &p.compared_kinds(),
+        p.stages,
+        p.microbatches,
+        p.chunks.max(2),
+        &p.share_costs(),
+        &p.stage_scale(),
+        p.fold(),
+    )
+    .map_err(|e| e.to_string());
+    // Transfers are free here (zero-length): show compute lanes only.
+    let mut data = TimelineData::from_events(
+        figure.rows[0]
+            .sim
+            .events
+            .iter()
+            .filter(|e| e.lane == Lane::Compute)
+            .cloned(),
+    );
+    let lane = lane_word(figure.rows[0].folded());
+    data.device_prefix = Some(lane.into());
+    Ok(LabResult {
+        textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
+        data,
+        figure,
+        comparison,
+    })
+}
