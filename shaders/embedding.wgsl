@@ -1,6 +1,14 @@
 // The byte embedding of context windows and its gradient (src/kernels/embedding.rs). Follows
 // flat_common.wgsl.
 
+struct Params {
+    rows: u32,    // T, context windows
+    context: u32, // C, ids per window
+    cols: u32,    // d_e, embedding width
+    vocab: u32,   // V, rows of the table
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ctx: array<u32>;
 @group(0) @binding(2) var<storage, read> table: array<f32>;
 @group(0) @binding(3) var<storage, read_write> embedded: array<f32>;
@@ -15,7 +23,7 @@ fn embed_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     if (i >= p.rows * p.context * p.cols) { return; }
     let id = ctx[i / p.cols];
     var v = 0.0;
-    if (id < p.experts) { v = table[id * p.cols + i % p.cols]; }
+    if (id < p.vocab) { v = table[id * p.cols + i % p.cols]; }
     embedded[i] = v;
 }
 
@@ -44,13 +52,13 @@ fn embed_grad(
     @builtin(local_invocation_index) i: u32,
 ) {
     let v0 = (wid.x + wid.y * groups.x) * EG_IDS;
-    if (v0 >= p.experts) { return; }
+    if (v0 >= p.vocab) { return; }
     let n = p.rows * p.context;
     let cols = p.cols;
     let outputs = EG_IDS * cols;
     for (var o = i; o < outputs; o += EG_WG) {
         let v = v0 + o / cols;
-        if (v < p.experts) { d_table[v * cols + o % cols] = 0.0; }
+        if (v < p.vocab) { d_table[v * cols + o % cols] = 0.0; }
     }
     for (var t0 = 0u; t0 < n; t0 += EG_TILE) {
         let len = min(EG_TILE, n - t0);
@@ -83,7 +91,7 @@ fn embed_grad(
         for (var o = i; o < outputs; o += EG_WG) {
             let v = v0 + o / cols;
             let j = o % cols;
-            if (v < p.experts) {
+            if (v < p.vocab) {
                 var acc = d_table[v * cols + j];
                 for (var s = 0u; s < total; s++) {
                     let q = eg_list[s];

@@ -1,12 +1,24 @@
 // Per-expert weight gradients over the grouped matmul's row groups (src/kernels/expert_grad.rs).
 // Follows flat_common.wgsl.
 
+struct Params {
+    rows: u32,         // rows of A and B
+    inner: u32,        // K of the per-group A^T B (columns of A)
+    cols: u32,         // N, columns of B
+    groups: u32,       // G
+    block: u32,        // rows per summed block (0: a group at once)
+    limit_stride: u32, // words between live-row counts (0: no counts)
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(20) var<storage, read> wa: array<f32>;
 @group(0) @binding(21) var<storage, read> wb: array<f32>;
 @group(0) @binding(22) var<storage, read_write> wc: array<f32>;
 @group(0) @binding(27) var<storage, read> offsets: array<u32>;
-// Live rows per block (with p.k, their stride, above 0): block j (rows j * capacity ..) has
-// limits[j * p.k] rows that may be nonzero; the rest are zero rows and are skipped, which adds
+// Live rows per block (with p.limit_stride, their stride, above 0): block j (rows j * p.block ..) has
+// limits[j * p.limit_stride] rows that may be nonzero; the rest are zero rows and are skipped, which adds
 // nothing and so changes no bit. Bound to the offsets when there are none (never read then).
 @group(0) @binding(28) var<storage, read> limits: array<u32>;
 
@@ -23,7 +35,7 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     let tiles_a = (p.inner + 7u) / 8u;
     let tiles_b = (p.cols + 7u) / 8u;
     let per = tiles_a * tiles_b;
-    if (i >= p.experts * per) { return; }
+    if (i >= p.groups * per) { return; }
     let g = i / per;
     let a0 = ((i % per) / tiles_b) * 8u;
     let b0 = (i % tiles_b) * 8u;
@@ -33,19 +45,19 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     let ja = vec4<u32>(min(a0 + 4u, la), min(a0 + 5u, la), min(a0 + 6u, la), min(a0 + 7u, la));
     let ib = vec4<u32>(b0, min(b0 + 1u, lb), min(b0 + 2u, lb), min(b0 + 3u, lb));
     let jb = vec4<u32>(min(b0 + 4u, lb), min(b0 + 5u, lb), min(b0 + 6u, lb), min(b0 + 7u, lb));
-    // Rows are summed in blocks of `capacity` (0: the whole group as one block), each block's
+    // Rows are summed in blocks of `block` rows (0: the whole group as one block), each block's
     // partial sum then added in order: a group made of D devices' slot blocks sums exactly as
     // one device summing each block in its own step and accumulating the steps.
     let start = offsets[g];
     let end = min(offsets[g + 1u], p.rows);
-    let block = max(select(end - start, p.capacity, p.capacity > 0u), 1u);
+    let block = max(select(end - start, p.block, p.block > 0u), 1u);
     // acc[j] and acc[j + 8]: output row a0 + j, columns b0..b0+3 and b0+4..b0+7.
     var acc = array<vec4<f32>, 16>();
     for (var r0 = start; r0 < end; r0 += block) {
         var part = array<vec4<f32>, 16>();
         var stop = min(r0 + block, end);
-        if (p.k != 0u) {
-            stop = min(stop, r0 + limits[(r0 / block) * p.k]);
+        if (p.limit_stride != 0u) {
+            stop = min(stop, r0 + limits[(r0 / block) * p.limit_stride]);
         }
         for (var r = r0; r < stop; r++) {
             let ra = r * p.inner;

@@ -2,6 +2,14 @@
 // z-loss needs, and the mean squared error's gradient. Follows flat_common.wgsl (which declares
 // `logits` and `row_max`).
 
+struct Params {
+    rows: u32,  // rows of logits (cross_entropy, row_logsumexp), or values (mse_grad)
+    cols: u32,  // row width
+    alpha: f32, // gradient scale: 1/T (cross_entropy), 2/n (mse_grad)
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(7) var<storage, read> targets: array<u32>;
 @group(0) @binding(8) var<storage, read_write> row_out: array<f32>;
 @group(0) @binding(9) var<storage, read_write> d_logits: array<f32>;
@@ -24,7 +32,7 @@ fn cross_entropy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
         for (var j = 0u; j < p.cols; j++) { d_logits[base + j] = 0.0; }
         return;
     }
-    let m = row_max(t);
+    let m = row_max(t, p.cols);
     var s = 0.0;
     for (var j = 0u; j < p.cols; j++) { s += exp(logits[base + j] - m); }
     row_out[t] = m + log(s) - logits[base + y];
@@ -39,7 +47,7 @@ fn cross_entropy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
 fn row_logsumexp(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let t = index(gid, groups);
     if (t >= p.rows) { return; }
-    let m = row_max(t);
+    let m = row_max(t, p.cols);
     var s = 0.0;
     for (var j = 0u; j < p.cols; j++) { s += exp(logits[t * p.cols + j] - m); }
     row_out[t] = m + log(s);

@@ -2,6 +2,14 @@
 // gradient, the slots' gradient, and the tokens' gradient from the slots'. Follows
 // flat_common.wgsl.
 
+struct Params {
+    tokens: u32,   // T
+    cols: u32,     // d, row width
+    k: u32,        // choices per token
+    capacity: u32, // slots per expert
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(10) var<storage, read> routes: array<Route>;
 @group(0) @binding(11) var<storage, read> dy: array<f32>;
 @group(0) @binding(12) var<storage, read> slots: array<f32>;
@@ -18,7 +26,7 @@ fn slot_row(r: Route) -> u32 {
 @compute @workgroup_size(256)
 fn gate_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let tc = index(gid, groups);
-    if (tc >= p.rows * p.k) { return; }
+    if (tc >= p.tokens * p.k) { return; }
     let r = routes[tc];
     var acc = 0.0;
     if (r.kept != 0u) {
@@ -34,7 +42,7 @@ fn gate_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 @compute @workgroup_size(256)
 fn combine_backward_slots(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = index(gid, groups);
-    if (i >= p.rows * p.k * p.cols) { return; }
+    if (i >= p.tokens * p.k * p.cols) { return; }
     let tc = i / p.cols;
     let j = i % p.cols;
     let r = routes[tc];
@@ -47,7 +55,7 @@ fn combine_backward_slots(@builtin(global_invocation_id) gid: vec3<u32>, @builti
 @compute @workgroup_size(256)
 fn dispatch_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = index(gid, groups);
-    if (i >= p.rows * p.cols) { return; }
+    if (i >= p.tokens * p.cols) { return; }
     let t = i / p.cols;
     let j = i % p.cols;
     var acc = 0.0;

@@ -2,6 +2,18 @@
 // the gates, the load-balancing aux loss and the z-loss. Follows flat_common.wgsl (which declares
 // `logits` and `row_max`).
 
+struct Params {
+    tokens: u32,    // T
+    experts: u32,   // E, the logits' row width
+    k: u32,         // choices per token
+    normalize: u32, // 1 when top-2 gates were renormalised
+    alpha: f32,     // load-balancing loss weight
+    z_loss: f32,    // z-loss weight
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(10) var<storage, read> routes: array<Route>;
 @group(0) @binding(17) var<storage, read> d_gate_in: array<f32>;
 @group(0) @binding(18) var<storage, read> stats: array<ExpertStat>;
@@ -15,14 +27,14 @@
 @compute @workgroup_size(256)
 fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let t = index(gid, groups);
-    if (t >= p.rows) { return; }
-    let base = t * p.cols;
-    let m = row_max(t);
+    if (t >= p.tokens) { return; }
+    let base = t * p.experts;
+    let m = row_max(t, p.experts);
     var s = 0.0;
-    for (var j = 0u; j < p.cols; j++) { s += exp(logits[base + j] - m); }
+    for (var j = 0u; j < p.experts; j++) { s += exp(logits[base + j] - m); }
     let lse = m + log(s);
-    let n = f32(p.rows);
-    let aux = p.alpha * f32(p.cols) / n;
+    let n = f32(p.tokens);
+    let aux = p.alpha * f32(p.experts) / n;
 
     // dp at the chosen experts from the gates.
     let r1 = routes[t * p.k];
@@ -50,14 +62,14 @@ fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     }
 
     var dot = 0.0;
-    for (var j = 0u; j < p.cols; j++) {
+    for (var j = 0u; j < p.experts; j++) {
         var dp = aux * stats[j].fraction;
         if (j == e1) { dp += c1; }
         if (p.k == 2u && j == e2) { dp += c2; }
         dot += exp(logits[base + j] - m) / s * dp;
     }
     let z = 2.0 * p.z_loss * lse / n;
-    for (var j = 0u; j < p.cols; j++) {
+    for (var j = 0u; j < p.experts; j++) {
         var dp = aux * stats[j].fraction;
         if (j == e1) { dp += c1; }
         if (p.k == 2u && j == e2) { dp += c2; }

@@ -7,7 +7,7 @@
 //! reverse all-to-all brings the results back and combine weights them by the gates. The result
 //! is checked against a plain-Rust computation of the same layer.
 
-use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::router::{self, ExpertStat, RouterConfig};
 use crate::kernels::{Combine, Dispatch, Matmul, Router, TensorType};
 use crate::moe::exchange::ExpertExchange;
@@ -90,7 +90,7 @@ pub fn run_expert_parallel(
         trans_a: false,
         trans_b: false,
         offsets,
-        variant: MatmulVariant::Vec4,
+        choice: VariantChoice::SameSums(MatmulVariant::Vec4),
         f16_accumulate: false,
     };
     let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);

@@ -8,14 +8,42 @@ mod common;
 
 use common::{Adapters, Need, case};
 use gangway::kernels::attention::{
-    AttentionShape, attention, attention_backward, attention_backward_reference,
-    attention_reference, default_scale, encode_attention,
+    AttentionShape, attention_backward_reference, attention_reference, default_scale,
 };
-use gangway::kernels::{AttentionNaive, eager};
+use gangway::kernels::{Attention, AttentionNaive, eager};
 use gangway::program::{CompileOptions, ProgramBuilder};
 use gangway::sched::RunOptions;
 use gangway::{DType, Device, Error, Rng, Tensor};
 use std::sync::Arc;
+
+/// Attention of `[B, T, H·Dh]` values with `heads` heads and the default scale, run now:
+/// `(out, lse)`.
+fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    causal: bool,
+) -> gangway::Result<(Tensor, Tensor)> {
+    let s = AttentionShape::of("attention", q.shape(), heads)?;
+    let [out, lse] = eager::run_n(&Attention::new(heads, s.head_dim, causal), &[q, k, v])?;
+    Ok((out, lse))
+}
+
+/// The gradients of [`attention`] given its outputs and `d_out`.
+struct Grads {
+    dq: Tensor,
+    dk: Tensor,
+    dv: Tensor,
+}
+
+/// [`Grads`] of `(q, k, v, out, lse, d_out)`, run now.
+fn attention_backward(inputs: [&Tensor; 6], heads: usize, causal: bool) -> gangway::Result<Grads> {
+    let s = AttentionShape::of("attention_backward", inputs[0].shape(), heads)?;
+    let backward = Attention::new(heads, s.head_dim, causal).backward();
+    let [dq, dk, dv] = eager::run_n(&backward, &inputs)?;
+    Ok(Grads { dq, dk, dv })
+}
 
 fn main() -> std::process::ExitCode {
     common::run(vec![
@@ -301,20 +329,12 @@ fn bad_inputs_are_errors(adapters: &Adapters) {
         attention(&q, &q, &elsewhere, 2, true),
         Err(Error::DeviceMismatch { .. })
     ));
-    // A gradient written over an input; a non-finite scale.
-    let (out, lse) = attention(&q, &q, &q, 2, true).unwrap();
-    let d = t(&[1, 4, 8]);
-    let mut enc = device.encoder("bad");
-    let r = gangway::kernels::attention::encode_attention_backward(
-        &mut enc,
-        [&q, &q, &q, &out, &lse, &d],
-        [&d, &t(&[1, 4, 8]), &t(&[1, 4, 8])],
-        2,
-        true,
-        0.5,
-    );
-    assert!(matches!(r, Err(Error::InvalidArgument { .. })));
-    let r = encode_attention(&mut enc, &q, &q, &q, &out, &lse, 2, true, f32::NAN, false);
+    // A non-finite scale.
+    let nan = Attention {
+        scale: f32::NAN,
+        ..Attention::new(2, 4, true)
+    };
+    let r = eager::run(&nan, &[&q, &q, &q]);
     assert!(matches!(r, Err(Error::InvalidArgument { .. })));
 }
 

@@ -6,8 +6,15 @@
 mod common;
 
 use common::case;
-use gangway::kernels::elementwise::{ElementwiseOp, reference, run};
+use gangway::kernels::eager;
+use gangway::kernels::elementwise::{ElementwiseOp, reference};
 use gangway::{DType, Device, Rng, Tensor};
+
+/// `op` of `x` (and `z`), run now.
+fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> gangway::Result<Tensor> {
+    let inputs: Vec<&Tensor> = std::iter::once(x).chain(z).collect();
+    eager::run_one(&op, &inputs)
+}
 
 fn main() -> std::process::ExitCode {
     common::run(vec![

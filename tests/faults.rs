@@ -9,7 +9,8 @@ mod common;
 use common::programs::chain_program;
 use common::{Adapters, case};
 
-use gangway::kernels::matmul::{MatmulOptions, matmul};
+use gangway::kernels::matmul::VariantChoice;
+use gangway::kernels::{Matmul, eager};
 use gangway::program::{CompileOptions, Executable};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{DType, Device, DiscoveryOptions, Error, Tensor};
@@ -184,13 +185,16 @@ fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
     // It stays lost: waiting for the queued work, a kernel, and the next upload say so too.
     for err in [
         device.wait().unwrap_err(),
-        matmul(
-            &x,
-            &x,
-            MatmulOptions {
+        eager::run(
+            &Matmul {
+                trans_a: false,
                 trans_b: true,
-                ..MatmulOptions::default()
+                offsets: None,
+                limits: None,
+                choice: VariantChoice::Auto,
+                f16_accumulate: false,
             },
+            &[&x, &x],
         )
         .unwrap_err(),
         Tensor::from_f32(&device, &[4], DType::F32, &[1.0; 4])

@@ -8,10 +8,41 @@ mod common;
 use common::{Need, assert_close, case};
 use gangway::kernels::eager;
 use gangway::kernels::matmul::{
-    self, Matmul, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, grouped_matmul,
+    self, Matmul, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice,
 };
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
+
+/// Rows `offsets[g]..offsets[g+1]` of `op(a)` times `op(b[g])`, run now through the kernel type.
+fn grouped_matmul(
+    a: &Tensor,
+    b: &Tensor,
+    offsets: &[u32],
+    options: MatmulOptions,
+) -> gangway::Result<Tensor> {
+    let kernel = Matmul {
+        trans_a: options.trans_a,
+        trans_b: options.trans_b,
+        offsets: Some(offsets.to_vec()),
+        limits: None,
+        choice: options.variant,
+        f16_accumulate: options.f16_accumulate,
+    };
+    eager::run_one(&kernel, &[a, b])
+}
+
+/// `op(a) · op(b)`, run now through the kernel type.
+fn plain_matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> gangway::Result<Tensor> {
+    let kernel = Matmul {
+        trans_a: options.trans_a,
+        trans_b: options.trans_b,
+        offsets: None,
+        limits: None,
+        choice: options.variant,
+        f16_accumulate: options.f16_accumulate,
+    };
+    eager::run_one(&kernel, &[a, b])
+}
 
 fn check(
     device: &Device,
@@ -279,7 +310,7 @@ fn f16_sums_match_the_reference_and_round_where_f32_sums_do_not(device: &Device)
                 variant: VariantChoice::Fixed(variant),
                 f16_accumulate,
             };
-            matmul::matmul(&a, &b, options).unwrap().to_f32().unwrap()
+            plain_matmul(&a, &b, options).unwrap().to_f32().unwrap()
         };
         let (f32_sums, f16_sums) = (run(false), run(true));
         assert!(f32_sums.iter().all(|&v| v == k as f32), "{f32_sums:?}");
@@ -295,7 +326,7 @@ fn f16_sums_match_the_reference_and_round_where_f32_sums_do_not(device: &Device)
         f16_accumulate: true,
         ..MatmulOptions::default()
     };
-    let err = matmul::matmul(&a, &a, options).unwrap_err().to_string();
+    let err = plain_matmul(&a, &a, options).unwrap_err().to_string();
     assert!(err.contains("f16 accumulation needs f16 operands"), "{err}");
 }
 
@@ -339,11 +370,11 @@ fn larger_than_one_tile_in_every_dimension(device: &Device) {
 fn bad_shapes_are_typed_errors(device: &Device) {
     let a = Tensor::zeros(device, &[4, 5], DType::F32).unwrap();
     let b = Tensor::zeros(device, &[6, 3], DType::F32).unwrap();
-    let err = matmul::matmul(&a, &b, MatmulOptions::default()).unwrap_err();
+    let err = plain_matmul(&a, &b, MatmulOptions::default()).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
 
     let b = Tensor::zeros(device, &[5, 3], DType::F32).unwrap();
-    let err = matmul::matmul(
+    let err = plain_matmul(
         &a,
         &b,
         MatmulOptions {
@@ -362,7 +393,7 @@ fn bad_shapes_are_typed_errors(device: &Device) {
     // shape is refused; with them, Aᵀ·Bᵀ is.
     let a = Tensor::zeros(device, &[8, 4], DType::F32).unwrap();
     let b = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
-    let err = matmul::matmul(
+    let err = plain_matmul(
         &a,
         &b,
         MatmulOptions {
@@ -509,7 +540,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                     trans_b,
                     offsets: Some(offsets.clone()),
                     limits,
-                    variant,
+                    choice: VariantChoice::Fixed(variant),
                     f16_accumulate: false,
                 };
                 let what = format!(

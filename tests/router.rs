@@ -5,8 +5,10 @@
 mod common;
 
 use common::{assert_close, case};
-use gangway::kernels::moe_dispatch::{combine, dispatch, reference_combine, reference_dispatch};
-use gangway::kernels::router::{self, RouterConfig, load_balancing_loss, route};
+use gangway::kernels::eager;
+use gangway::kernels::moe_dispatch::{reference_combine, reference_dispatch};
+use gangway::kernels::router::{self, ExpertStat, Route, RouterConfig, load_balancing_loss};
+use gangway::kernels::{Combine, Dispatch, Router};
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
 
@@ -40,11 +42,13 @@ fn check_routing(
 ) -> usize {
     let want = router::reference(logits, tokens, cfg).unwrap();
     let t = Tensor::from_f32(device, &[tokens, cfg.experts], DType::F32, logits).unwrap();
-    let got = route(&t, cfg).unwrap();
+    let [probs, routes, stats] = eager::run_n(&Router(cfg), &[&t]).unwrap();
     let label = format!("{cfg:?} T={tokens} on {}", device.label());
-    assert_eq!(got.capacity, want.capacity, "{label}: capacity");
-    assert_close(&label, &got.probs.to_f32().unwrap(), &want.probs, 1e-5);
-    let routes = got.read_routes().unwrap();
+    assert_eq!(cfg.capacity(tokens), want.capacity, "{label}: capacity");
+    assert_close(&label, &probs.to_f32().unwrap(), &want.probs, 1e-5);
+    let routing = [&probs, &routes, &stats];
+    let routes = Route::from_words(&routes.to_u32().unwrap());
+    assert_eq!(routes.len(), tokens * cfg.k, "{label}: routes");
     for (i, (g, w)) in routes.iter().zip(&want.routes).enumerate() {
         assert_eq!(
             (g.expert, g.position, g.kept),
@@ -53,7 +57,8 @@ fn check_routing(
         );
         assert!((g.gate - w.gate).abs() < 1e-5, "{label}: gate {i}");
     }
-    let stats = got.read_stats().unwrap();
+    let stats = ExpertStat::from_words(&stats.to_u32().unwrap());
+    assert_eq!(stats.len(), cfg.experts, "{label}: stats");
     for (e, (g, w)) in stats.iter().zip(&want.stats).enumerate() {
         assert_eq!(
             (g.kept, g.demand),
@@ -70,7 +75,8 @@ fn check_routing(
     let mut rng = Rng::new(tokens as u64);
     let x_host = rng.vec(tokens * d);
     let x = Tensor::from_f32(device, &[tokens, d], DType::F32, &x_host).unwrap();
-    let dispatched = dispatch(&x, &got).unwrap();
+    let [probs, routes, stats] = routing;
+    let dispatched = eager::run_one(&Dispatch(cfg), &[&x, probs, routes, stats]).unwrap();
     let want_dispatched =
         reference_dispatch(&x_host, &want.routes, cfg.k, cfg.experts, want.capacity, d);
     assert_eq!(
@@ -78,7 +84,7 @@ fn check_routing(
         want_dispatched,
         "{label}: dispatch"
     );
-    let combined = combine(&dispatched, &got).unwrap();
+    let combined = eager::run_one(&Combine(cfg), &[&dispatched, probs, routes, stats]).unwrap();
     let want_combined = reference_combine(
         &want_dispatched,
         &want.routes,
@@ -138,7 +144,7 @@ fn bad_router_input_is_a_typed_error(device: &Device) {
         (config(4, 1, 0.0), "capacity factor 0"),
         (config(5, 1, 1.0), "logits are not [tokens, 5]"),
     ] {
-        let err = route(&logits, cfg).unwrap_err();
+        let err = eager::run(&Router(cfg), &[&logits]).unwrap_err();
         assert!(
             matches!(
                 err,

@@ -9,8 +9,8 @@
 use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
 use super::traced::TracedProgram;
-use crate::kernels::attention::{AttentionShape, attention, default_scale};
-use crate::kernels::{Attention, AttentionBackward, AttentionNaive, Kernel, TensorType};
+use crate::kernels::attention::AttentionShape;
+use crate::kernels::{Attention, AttentionNaive, Kernel, TensorType, eager};
 use crate::program::{ProgramBuilder, Variables};
 use crate::sched::Runtime;
 use crate::{DType, Device, Result, Rng, Tensor};
@@ -125,12 +125,7 @@ pub fn plan(runtime: &Runtime, device: &Device, o: &AttentionOptions) -> Vec<Pla
 
 impl AttentionBench {
     fn forward(&self) -> Attention {
-        Attention {
-            heads: self.shape.heads,
-            causal: true,
-            scale: default_scale(self.shape.head_dim),
-            seq: None,
-        }
+        Attention::new(self.shape.heads, self.shape.head_dim, true)
     }
 }
 
@@ -171,16 +166,10 @@ impl Benchmark for AttentionBench {
             Pass::Forward => (Arc::new(self.forward()), "attention"),
             Pass::Naive => (Arc::new(AttentionNaive(self.forward())), "attention_naive"),
             Pass::Backward => {
-                let (out, lse) = attention(&q, &k, &v, s.heads, true)?;
-                inputs.extend([("out", out), ("lse", lse), ("d_out", random()?)]);
                 let f = self.forward();
-                let backward = AttentionBackward {
-                    heads: f.heads,
-                    causal: f.causal,
-                    scale: f.scale,
-                    seq: None,
-                };
-                (Arc::new(backward), "attention_backward")
+                let [out, lse] = eager::run_n(&f, &[&q, &k, &v])?;
+                inputs.extend([("out", out), ("lse", lse), ("d_out", random()?)]);
+                (Arc::new(f.backward()), "attention_backward")
             }
         };
         let mut p = ProgramBuilder::new(self.case());

@@ -10,7 +10,7 @@ use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
 use super::suite::Planned;
 use super::traced::TracedProgram;
 use crate::kernels::autotune::Operands;
-use crate::kernels::matmul::{MatmulShape, MatmulVariant};
+use crate::kernels::matmul::{MatmulShape, MatmulVariant, VariantChoice};
 use crate::kernels::{Matmul, TensorType};
 use crate::program::{ProgramBuilder, Variables};
 use crate::sched::Runtime;
@@ -255,7 +255,7 @@ impl Benchmark for MatmulBench {
             trans_a: s.trans_a,
             trans_b: s.trans_b,
             offsets: (s.groups > 1).then(|| self.offsets.clone()),
-            variant: self.variant,
+            choice: VariantChoice::Fixed(self.variant),
             f16_accumulate: self.shape.f16_accumulate,
         });
         let [c] = p.kernel("matmul", &[0], kernel, &[a, b]);

@@ -654,7 +654,8 @@ pub fn timestamp_pass(
 
 /// Where kernels record their commands: a live [`wgpu::CommandEncoder`], or a
 /// [`crate::kernels::Prepared`] that keeps them (bind groups and all) to be replayed by every run of
-/// a compiled program. Kernel modules write one `encode_*` against this trait and serve both.
+/// a compiled program. Each kernel's launcher records against this trait, so one launcher serves
+/// both.
 pub trait Recorder {
     /// One compute dispatch; `buffers` are what `bind_group` binds (kept alive by recorders that
     /// replay).

@@ -18,12 +18,12 @@
 //! gradients in the inputs' type): f16 narrows storage only, every sum, the softmax statistics
 //! and the logsumexp stay f32.
 //!
-//! Each has a blocking form ([`attention`], [`attention_backward`], through [`super::eager`]) and
-//! a plain-Rust reference computed in f64 ([`attention_reference`],
-//! [`attention_backward_reference`]).
+//! [`super::eager`] runs them now ([`Attention::new`] takes the default scale, and
+//! [`Attention::backward`] gives the matching backward); the plain-Rust references are computed in
+//! f64 ([`attention_reference`], [`attention_backward_reference`]).
 
-use super::node::expect;
-use super::{Kernel, Prepared, TensorType, eager, node};
+use super::check::{self, expect, to_u32};
+use super::{Kernel, Prepared, TensorType};
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::{DType, Error, Result, Tensor};
@@ -67,20 +67,20 @@ impl AttentionShape {
     /// The shape of `[B, T, H·Dh]` queries with `heads` heads, or why it is not one.
     pub fn of(what: &'static str, q: &[usize], heads: usize) -> Result<Self> {
         let &[batch, seq, width] = q else {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 what,
                 format!("queries must be [batch, seq, heads·head_dim], got {q:?}"),
             ));
         };
         if heads == 0 || width % heads != 0 {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 what,
                 format!("width {width} is not a multiple of {heads} heads"),
             ));
         }
         let head_dim = width / heads;
         if head_dim == 0 || head_dim > MAX_HEAD_DIM {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 what,
                 format!("head dimension {head_dim} is outside 1..={MAX_HEAD_DIM}"),
             ));
@@ -131,23 +131,17 @@ pub fn default_scale(head_dim: usize) -> f32 {
 }
 
 fn params(what: &'static str, s: &AttentionShape, causal: bool, scale: f32) -> Result<Params> {
-    let u = |v: usize| {
-        u32::try_from(v).map_err(|_| Error::InvalidArgument {
-            what,
-            reason: format!("{v} does not fit in u32"),
-        })
-    };
     if !scale.is_finite() {
-        return Err(node::invalid(
+        return Err(check::invalid(
             what,
             format!("scale must be finite, got {scale}"),
         ));
     }
     Ok(Params {
-        batch: u(s.batch)?,
-        seq: u(s.seq)?,
-        heads: u(s.heads)?,
-        head_dim: u(s.head_dim)?,
+        batch: to_u32(what, s.batch)?,
+        seq: to_u32(what, s.seq)?,
+        heads: to_u32(what, s.heads)?,
+        head_dim: to_u32(what, s.head_dim)?,
         causal: u32::from(causal),
         _pad0: 0,
         scale,
@@ -160,7 +154,7 @@ fn params(what: &'static str, s: &AttentionShape, causal: bool, scale: f32) -> R
 fn elem(what: &'static str, q: &Tensor) -> Result<DType> {
     let dtype = q.dtype();
     if dtype == DType::U32 {
-        return Err(node::invalid(
+        return Err(check::invalid(
             what,
             "takes f32 or f16 values, not u32".into(),
         ));
@@ -171,13 +165,12 @@ fn elem(what: &'static str, q: &Tensor) -> Result<DType> {
 
 /// One workgroup per `rows` rows of one (batch, head) pair.
 fn row_grid(s: &AttentionShape, rows: usize) -> Result<[u32; 3]> {
-    let dim = |v: usize| {
-        u32::try_from(v).map_err(|_| Error::InvalidArgument {
-            what: "attention grid",
-            reason: format!("grid dimension {v} exceeds u32"),
-        })
-    };
-    Ok([dim(s.seq.div_ceil(rows))?, dim(s.batch * s.heads)?, 1])
+    const WHAT: &str = "attention grid";
+    Ok([
+        to_u32(WHAT, s.seq.div_ceil(rows))?,
+        to_u32(WHAT, s.batch * s.heads)?,
+        1,
+    ])
 }
 
 /// The shader's specialisation: vec4s per head row, and rows per tile (as many as fill the
@@ -208,7 +201,7 @@ fn qkv_shape(
 /// Records the tiled forward (or, with `naive`, the baseline) into caller-allocated `out`
 /// `[B, T, H·Dh]` and `lse` `[B, T, H]`.
 #[allow(clippy::too_many_arguments)]
-pub fn encode_attention(
+fn encode_attention(
     encoder: &mut impl Recorder,
     q: &Tensor,
     k: &Tensor,
@@ -252,19 +245,11 @@ pub fn encode_attention(
     )
 }
 
-/// Gradients of [`attention_backward`].
-#[derive(Debug)]
-pub struct AttentionGrads {
-    pub dq: Tensor,
-    pub dk: Tensor,
-    pub dv: Tensor,
-}
-
 /// Records the backward into caller-allocated `dq`, `dk`, `dv` (shaped like `q`), given the
 /// forward's `out` and `lse` and the output's gradient `d_out`. Three dispatches: each query
 /// row's `(lse, Σ dO·O)` into a scratch buffer, then `dQ`, then `dK` and `dV`.
 #[allow(clippy::too_many_arguments)]
-pub fn encode_attention_backward(
+fn encode_attention_backward(
     encoder: &mut impl Recorder,
     [q, k, v, out, lse, d_out]: [&Tensor; 6],
     grads: [&Tensor; 3],
@@ -291,7 +276,7 @@ pub fn encode_attention_backward(
         || dq.buffer() == dv.buffer()
         || dk.buffer() == dv.buffer()
     {
-        return Err(node::invalid(
+        return Err(check::invalid(
             WHAT,
             "the gradients must be distinct buffers, apart from the inputs".into(),
         ));
@@ -350,43 +335,6 @@ pub fn encode_attention_backward(
         ],
         row_grid(&s, BLOCK_ROWS)?,
     )
-}
-
-/// Causal (or not) attention of `[B, T, H·Dh]` queries, keys and values with `heads` heads and
-/// the default scale: `(out, lse)`. Blocks.
-pub fn attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    heads: usize,
-    causal: bool,
-) -> Result<(Tensor, Tensor)> {
-    let s = AttentionShape::of("attention", q.shape(), heads)?;
-    let kernel = Attention {
-        heads,
-        causal,
-        scale: default_scale(s.head_dim),
-        seq: None,
-    };
-    let [out, lse] = eager::run_n(&kernel, &[q, k, v])?;
-    Ok((out, lse))
-}
-
-/// The gradients of [`attention`] (default scale) given its outputs and `d_out`. Blocks.
-pub fn attention_backward(
-    inputs: [&Tensor; 6],
-    heads: usize,
-    causal: bool,
-) -> Result<AttentionGrads> {
-    let s = AttentionShape::of("attention_backward", inputs[0].shape(), heads)?;
-    let kernel = AttentionBackward {
-        heads,
-        causal,
-        scale: default_scale(s.head_dim),
-        seq: None,
-    };
-    let [dq, dk, dv] = eager::run_n(&kernel, &inputs)?;
-    Ok(AttentionGrads { dq, dk, dv })
 }
 
 /// Checks the reference's slices against `s`.
@@ -516,11 +464,11 @@ fn forward_types(
     inputs: &[TensorType],
     heads: usize,
 ) -> Result<AttentionShape> {
-    node::arity(what, inputs, 3)?;
+    check::arity(what, inputs, 3)?;
     let s = AttentionShape::of(what, &inputs[0].shape, heads)?;
     let dtype = inputs[0].dtype;
     if dtype == DType::U32 {
-        return Err(node::invalid(
+        return Err(check::invalid(
             what,
             "takes f32 or f16 values, not u32".into(),
         ));
@@ -545,7 +493,7 @@ fn as_sequences(
                 shape: vec![rows / t, t, width],
                 ..ty.clone()
             }),
-            _ => Err(node::invalid(
+            _ => Err(check::invalid(
                 what,
                 format!(
                     "with seq = {t}, inputs must be [batch·{t}, width], got {:?}",
@@ -582,7 +530,7 @@ fn viewed(what: &'static str, seq: Option<usize>, tensors: &[Tensor]) -> Result<
         .iter()
         .map(|x| match x.shape() {
             &[rows, width] if t > 0 && rows % t == 0 => x.view(&[rows / t, t, width]),
-            other => Err(node::invalid(
+            other => Err(check::invalid(
                 what,
                 format!("with seq = {t}, tensors must be [batch·{t}, width], got {other:?}"),
             )),
@@ -594,7 +542,7 @@ fn viewed(what: &'static str, seq: Option<usize>, tensors: &[Tensor]) -> Result<
 fn expect_types(what: &'static str, inputs: &[TensorType], want: &TensorType) -> Result<()> {
     inputs
         .iter()
-        .try_for_each(|t| node::expect_type(what, t, want))
+        .try_for_each(|t| check::expect_type(what, t, want))
 }
 
 /// `(q, k, v) [B, T, H·Dh] → (out [B, T, H·Dh], lse [B, T, H])`, tiled, as a program node.
@@ -608,6 +556,29 @@ pub struct Attention {
     pub causal: bool,
     pub scale: f32,
     pub seq: Option<usize>,
+}
+
+impl Attention {
+    /// `heads` heads of width `head_dim` over `[B, T, H·Dh]` values, with the default scale
+    /// `1/√Dh`.
+    pub fn new(heads: usize, head_dim: usize, causal: bool) -> Self {
+        Self {
+            heads,
+            causal,
+            scale: default_scale(head_dim),
+            seq: None,
+        }
+    }
+
+    /// The backward of this forward.
+    pub fn backward(&self) -> AttentionBackward {
+        AttentionBackward {
+            heads: self.heads,
+            causal: self.causal,
+            scale: self.scale,
+            seq: self.seq,
+        }
+    }
 }
 
 impl Kernel for Attention {
@@ -628,7 +599,7 @@ impl Kernel for Attention {
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let x = viewed(self.kind(), self.seq, x)?;
         let y = viewed(self.kind(), self.seq, y)?;
-        let (out, lse) = (node::output(&y, 0)?, node::output(&y, 1)?);
+        let (out, lse) = (check::output(&y, 0)?, check::output(&y, 1)?);
         encode_attention(
             rec,
             &x[0],
@@ -658,7 +629,7 @@ impl Kernel for AttentionNaive {
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let x = viewed(self.kind(), self.0.seq, x)?;
         let y = viewed(self.kind(), self.0.seq, y)?;
-        let (a, out, lse) = (&self.0, node::output(&y, 0)?, node::output(&y, 1)?);
+        let (a, out, lse) = (&self.0, check::output(&y, 0)?, check::output(&y, 1)?);
         encode_attention(
             rec, &x[0], &x[1], &x[2], out, lse, a.heads, a.causal, a.scale, true,
         )
@@ -679,7 +650,7 @@ impl Kernel for AttentionBackward {
         "attention_backward"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 6)?;
+        check::arity(self.kind(), inputs, 6)?;
         let inputs = as_sequences(self.kind(), self.seq, inputs)?;
         let s = forward_types(self.kind(), &inputs[..3], self.heads)?;
         let rows = TensorType::new(inputs[0].dtype, &s.rows());
@@ -694,7 +665,7 @@ impl Kernel for AttentionBackward {
         let y = viewed(self.kind(), self.seq, y)?;
         let y = &y[..];
         let [q, k, v, out, lse, d_out] = &x[..] else {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 format!("takes 6 inputs, got {}", x.len()),
             ));
@@ -703,9 +674,9 @@ impl Kernel for AttentionBackward {
             rec,
             [q, k, v, out, lse, d_out],
             [
-                node::output(y, 0)?,
-                node::output(y, 1)?,
-                node::output(y, 2)?,
+                check::output(y, 0)?,
+                check::output(y, 1)?,
+                check::output(y, 2)?,
             ],
             self.heads,
             self.causal,

@@ -1,9 +1,10 @@
 //! Elementwise kernels (`shaders/elementwise.wgsl`): affine (optionally applied `repeat` times in one
 //! dispatch, a fused chain), relu and GELU with their backwards, add, and a row sum. An
 //! [`ElementwiseOp`] is itself the [`Kernel`] a program node holds (`ProgramBuilder::relu`, `add`,
-//! `affine`, or `kernel` with any op); [`run`] runs one eagerly and [`reference`] is its plain Rust.
+//! `affine`, or `kernel` with any op); [`crate::kernels::eager`] runs one now, and [`reference`] is
+//! its plain Rust.
 
-use super::{Kernel, Prepared, PreparedDispatch, TensorType, grid_1d, node};
+use super::{Kernel, Prepared, TensorType, check, grid_1d};
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::named_sharding::NamedSharding;
@@ -84,15 +85,16 @@ struct Params {
     _pad2: [f32; 2],
 }
 
-/// Builds the pipeline, parameters and bind group of `op` writing `len` values to `y`, once.
-pub fn prepare(
+/// Records `op` writing `len` values to `y`.
+fn encode(
+    encoder: &mut impl Recorder,
     device: &Device,
     op: ElementwiseOp,
     x: &wgpu::Buffer,
     z: Option<&wgpu::Buffer>,
     y: &wgpu::Buffer,
     len: usize,
-) -> Result<PreparedDispatch> {
+) -> Result<()> {
     let what = "elementwise";
     let need = |b: &wgpu::Buffer, n: usize, name: &str| {
         if b.size() < (n * 4) as u64 {
@@ -140,10 +142,7 @@ pub fn prepare(
     let params = device.uniform_buffer(
         "elementwise params",
         &Params {
-            len: u32::try_from(len).map_err(|_| Error::InvalidArgument {
-                what,
-                reason: format!("{len} elements exceed u32"),
-            })?,
+            len: check::to_u32(what, len)?,
             repeat,
             rows,
             _pad: 0,
@@ -155,67 +154,8 @@ pub fn prepare(
     let pipeline = ELEMENTWISE.pipeline(device, DType::F32, op.entry())?;
     let mut bindings = vec![(0, &params), (1, x), (2, y)];
     bindings.extend(z.map(|z| (3, z)));
-    let bind_group = device.bind_group(op.entry(), &pipeline, &bindings);
-    Ok(PreparedDispatch {
-        label: op.entry(),
-        pipeline,
-        bind_group,
-        grid: grid_1d(device, "elementwise", len)?,
-        _params: Some(params),
-    })
-}
-
-/// Runs `op` on `x` (and `z`) and returns `y` (shaped like `x`; flat for a row sum), blocking
-/// until done.
-pub fn run(op: ElementwiseOp, x: &Tensor, z: Option<&Tensor>) -> Result<Tensor> {
-    let what = "elementwise";
-    let device = x.device();
-    x.expect_dtype(what, DType::F32)?;
-    let len = match op {
-        ElementwiseOp::SumRows { rows } if rows > 0 => {
-            if !x.len().is_multiple_of(rows as usize) {
-                return Err(Error::ShapeMismatch {
-                    what,
-                    expected: format!("a multiple of {rows} values"),
-                    got: format!("{}", x.len()),
-                });
-            }
-            x.len() / rows as usize
-        }
-        ElementwiseOp::SumRows { .. } => {
-            return Err(Error::InvalidArgument {
-                what,
-                reason: "sum_rows needs at least one row".into(),
-            });
-        }
-        _ => x.len(),
-    };
-    if let Some(z) = z {
-        z.expect_device(what, device)?;
-        z.expect_shape("elementwise z", x.shape())?;
-    }
-    // Shaped like `x`, except a row sum, which is flat.
-    let shape = match op {
-        ElementwiseOp::SumRows { .. } => vec![len],
-        _ => x.shape().to_vec(),
-    };
-    let y = Tensor::zeros(device, &shape, DType::F32)?;
-    if len == 0 {
-        return Ok(y);
-    }
-    let prepared = prepare(
-        device,
-        op,
-        x.buffer(),
-        z.map(Tensor::buffer),
-        y.buffer(),
-        len,
-    )?;
-    super::eager::submit_and_wait(device, what, |encoder| {
-        prepared.encode(encoder, None);
-        Ok(())
-    })?;
-    Ok(y)
+    let grid = grid_1d(device, "elementwise", len)?;
+    device.encode_dispatch(encoder, op.entry(), &pipeline, &bindings, grid)
 }
 
 /// The plain-Rust reference.
@@ -273,24 +213,26 @@ impl Kernel for ElementwiseOp {
     /// f32 inputs of one length; the output keeps the first input's shape (a row sum is flat).
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.entry();
-        node::arity(what, inputs, self.inputs())?;
+        check::arity(what, inputs, self.inputs())?;
         if let Some(t) = inputs.iter().find(|t| t.dtype != DType::F32) {
-            return Err(node::invalid(
+            return Err(Error::DTypeMismatch {
                 what,
-                format!("elementwise kernels take f32 values, got {t}"),
-            ));
+                expected: DType::F32,
+                got: t.dtype,
+            });
         }
         let len = inputs[0].len();
         if let Some(t) = inputs.iter().find(|t| t.len() != len) {
-            return Err(node::invalid(
+            return Err(Error::ShapeMismatch {
                 what,
-                format!("inputs of different lengths: {} and {t}", inputs[0]),
-            ));
+                expected: format!("{len} values, as {}", inputs[0]),
+                got: format!("{t}"),
+            });
         }
         Ok(vec![match *self {
             Self::SumRows { rows } => {
                 if rows == 0 || !len.is_multiple_of(rows as usize) {
-                    return Err(node::invalid(what, format!("{len} values in {rows} rows")));
+                    return Err(check::invalid(what, format!("{len} values in {rows} rows")));
                 }
                 TensorType::f32(&[len / rows as usize])
             }
@@ -326,24 +268,15 @@ impl Kernel for ElementwiseOp {
     }
 
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let out = node::output(y, 0)?;
-        let PreparedDispatch {
-            label,
-            pipeline,
-            bind_group,
-            grid,
-            _params: params,
-        } = prepare(
+        let out = check::output(y, 0)?;
+        encode(
+            rec,
             out.device(),
             *self,
             x[0].buffer(),
             x.get(1).map(Tensor::buffer),
             out.buffer(),
             out.len(),
-        )?;
-        // The uniform the bind group points at stays alive with the recorded dispatch.
-        let keep: Vec<(u32, &wgpu::Buffer)> = params.iter().map(|b| (0, b)).collect();
-        rec.dispatch(label, &pipeline, bind_group, &keep, grid);
-        Ok(())
+        )
     }
 }

@@ -1,25 +1,45 @@
-//! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): an `encode_*`
-//! form and a blocking form of each, `*_reference`s in plain Rust, and the [`EmbedGather`] and
-//! [`EmbedGrad`] kernel types for program nodes.
+//! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): the
+//! [`EmbedGather`] and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as
+//! program nodes), and `*_reference`s in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
-use crate::kernels::node::{self, expect};
+use crate::kernels::check::{self, dims2, expect, invalid, to_u32};
 use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
+/// `Params` of `embedding.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    context: u32,
+    cols: u32,
+    vocab: u32,
+}
+
+impl Params {
+    fn new(what: &'static str, [t, c, e, v]: [usize; 4]) -> Result<Self> {
+        Ok(Self {
+            rows: to_u32(what, t)?,
+            context: to_u32(what, c)?,
+            cols: to_u32(what, e)?,
+            vocab: to_u32(what, v)?,
+        })
+    }
+}
+
 pub const EMBEDDING: Shader = Shader {
     name: "embedding",
     source: include_str!("../../shaders/embedding.wgsl"),
-    common: crate::kernels::flat::FLAT_COMMON,
+    common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
 
 /// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
 /// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).
-pub fn encode_embed_gather(
+fn encode_embed_gather(
     encoder: &mut impl Recorder,
     contexts: &Tensor,
     table: &Tensor,
@@ -32,38 +52,13 @@ pub fn encode_embed_gather(
     expect(WHAT, contexts, device, DType::U32, &[t, c])?;
     expect(WHAT, table, device, DType::F32, &[v, e])?;
     expect(WHAT, out, device, DType::F32, &[t, c * e])?;
-    let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, e)?,
-        context: to_u32(WHAT, c)?,
-        experts: to_u32(WHAT, v)?,
-        ..Params::zeroed()
-    };
+    let params = Params::new(WHAT, [t, c, e, v])?;
     let bindings = [
         (1, contexts.buffer()),
         (2, table.buffer()),
         (3, out.buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &EMBEDDING,
-        WHAT,
-        &params,
-        &bindings,
-        t * c * e,
-    )
-}
-
-/// The embeddings of `contexts` (u32 `[T, C]`) from `table` (`[V, d_e]`): `[T, C·d_e]`. Blocks.
-pub fn embed_gather(contexts: &Tensor, table: &Tensor) -> Result<Tensor> {
-    let (t, c) = dims2("embed_gather", contexts)?;
-    let (_, e) = dims2("embed_gather", table)?;
-    let out = Tensor::zeros(table.device(), &[t, c * e], DType::F32)?;
-    run(table.device(), "embed_gather", |enc| {
-        encode_embed_gather(enc, contexts, table, &out)
-    })?;
-    Ok(out)
+    EMBEDDING.encode_threads(encoder, device, WHAT, &params, &bindings, t * c * e)
 }
 
 /// `EG_IDS` of `shaders/embedding.wgsl`: the ids one workgroup of the gradient sums.
@@ -73,7 +68,7 @@ const IDS_PER_WORKGROUP: usize = 8;
 /// (`[V, d_e]`, overwritten). Each output adds its positions in ascending order from zero, with
 /// one writer and no float atomics; a workgroup lists a block of ids' positions once, so the
 /// positions are scanned `V / 8` times, not `V` (the shader says how).
-pub fn encode_embed_grad(
+fn encode_embed_grad(
     encoder: &mut impl Recorder,
     contexts: &Tensor,
     d_x: &Tensor,
@@ -86,13 +81,7 @@ pub fn encode_embed_grad(
     expect(WHAT, contexts, device, DType::U32, &[t, c])?;
     expect(WHAT, d_x, device, DType::F32, &[t, c * e])?;
     expect(WHAT, d_table, device, DType::F32, &[v, e])?;
-    let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, e)?,
-        context: to_u32(WHAT, c)?,
-        experts: to_u32(WHAT, v)?,
-        ..Params::zeroed()
-    };
+    let params = Params::new(WHAT, [t, c, e, v])?;
     let bindings = [
         (1, contexts.buffer()),
         (4, d_x.buffer()),
@@ -100,10 +89,9 @@ pub fn encode_embed_grad(
     ];
     // One workgroup per block of `IDS_PER_WORKGROUP` ids (the shader says why): `grid_1d`
     // counts workgroups of `WORKGROUP` threads, so ask for that many threads per block.
-    encode(
+    EMBEDDING.encode_threads(
         encoder,
         device,
-        &EMBEDDING,
         WHAT,
         &params,
         &bindings,
@@ -111,34 +99,17 @@ pub fn encode_embed_grad(
     )
 }
 
-/// The gradient of a `[vocab, d_e]` table from the gradient of [`embed_gather`]'s output. Blocks.
-pub fn embed_grad(contexts: &Tensor, d_x: &Tensor, vocab: usize) -> Result<Tensor> {
-    let (_, c) = dims2("embed_grad", contexts)?;
-    let (_, width) = dims2("embed_grad", d_x)?;
-    if c == 0 || !width.is_multiple_of(c) {
-        return Err(bad(
-            "embed_grad",
-            format!("d_x width {width} is not a multiple of the context {c}"),
-        ));
-    }
-    let out = Tensor::zeros(d_x.device(), &[vocab, width / c], DType::F32)?;
-    run(d_x.device(), "embed_grad", |enc| {
-        encode_embed_grad(enc, contexts, d_x, &out)
-    })?;
-    Ok(out)
-}
-
 pub(crate) fn check_ids(what: &'static str, ids: &[u32], bound: usize) -> Result<()> {
     match ids.iter().find(|&&i| i as usize >= bound) {
-        Some(i) => Err(bad(what, format!("id {i} is not below {bound}"))),
+        Some(i) => Err(invalid(what, format!("id {i} is not below {bound}"))),
         None => Ok(()),
     }
 }
 
-/// Reference of [`embed_gather`]: `contexts` flat `[T·C]`, `table` flat `[V, embed]`.
+/// Reference of [`EmbedGather`]: `contexts` flat `[T·C]`, `table` flat `[V, embed]`.
 pub fn embed_gather_reference(contexts: &[u32], table: &[f32], embed: usize) -> Result<Vec<f32>> {
     if embed == 0 || !table.len().is_multiple_of(embed) {
-        return Err(bad(
+        return Err(invalid(
             "embed_gather_reference",
             format!("table of {} values is not [V, {embed}]", table.len()),
         ));
@@ -151,7 +122,7 @@ pub fn embed_gather_reference(contexts: &[u32], table: &[f32], embed: usize) -> 
         .collect())
 }
 
-/// Reference of [`embed_grad`]: `[vocab, embed]`.
+/// Reference of [`EmbedGrad`]: `[vocab, embed]`.
 pub fn embed_grad_reference(
     contexts: &[u32],
     d_x: &[f32],
@@ -185,13 +156,13 @@ impl Kernel for EmbedGather {
         "embed_gather"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 2)?;
-        let (t, c) = node::rows_cols(self.kind(), &inputs[0])?;
-        let (_, e) = node::rows_cols(self.kind(), &inputs[1])?;
+        check::arity(self.kind(), inputs, 2)?;
+        let (t, c) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (_, e) = check::rows_cols(self.kind(), &inputs[1])?;
         Ok(vec![TensorType::f32(&[t, c * e])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        encode_embed_gather(rec, &x[0], &x[1], node::output(y, 0)?)
+        encode_embed_gather(rec, &x[0], &x[1], check::output(y, 0)?)
     }
 }
 
@@ -206,11 +177,11 @@ impl Kernel for EmbedGrad {
         "embed_grad"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 2)?;
-        let (_, c) = node::rows_cols(self.kind(), &inputs[0])?;
-        let (_, w) = node::rows_cols(self.kind(), &inputs[1])?;
+        check::arity(self.kind(), inputs, 2)?;
+        let (_, c) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (_, w) = check::rows_cols(self.kind(), &inputs[1])?;
         if c == 0 || !w.is_multiple_of(c) {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 format!("width {w} for context {c}"),
             ));
@@ -221,7 +192,7 @@ impl Kernel for EmbedGrad {
         sharding_rules::embed_grad(inputs, outputs)
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        encode_embed_grad(rec, &x[0], &x[1], node::output(y, 0)?)
+        encode_embed_grad(rec, &x[0], &x[1], check::output(y, 0)?)
     }
 }
 

@@ -3,17 +3,29 @@
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::flat::{Params, bad, dims2, encode, run, to_u32};
+use crate::kernels::check::{self, dims2, expect, invalid, to_u32};
 use crate::kernels::matmul::{self, Limits, MatmulShape};
-use crate::kernels::node::{self, expect};
 use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
+/// `Params` of `expert_grad.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    inner: u32,
+    cols: u32,
+    groups: u32,
+    block: u32,
+    limit_stride: u32,
+    _pad: [u32; 2],
+}
+
 pub const EXPERT_GRAD: Shader = Shader {
     name: "expert_grad",
     source: include_str!("../../shaders/expert_grad.wgsl"),
-    common: crate::kernels::flat::FLAT_COMMON,
+    common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
 
@@ -31,7 +43,7 @@ pub const EXPERT_GRAD: Shader = Shader {
 /// With `limits`, block `j` (rows `j·block ..`, so offsets must be multiples of `block`) has
 /// `limits.counts[j · stride]` live rows and the rest are zero rows of both `a` and `b` (empty
 /// expert slots): they are skipped, which changes no bit of the sums.
-pub fn encode_expert_weight_grad(
+fn encode_expert_weight_grad(
     encoder: &mut impl Recorder,
     a: &Tensor,
     b: &Tensor,
@@ -60,7 +72,7 @@ pub fn encode_expert_weight_grad(
     expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
     if let Some(l) = limits {
         if block == 0 {
-            return Err(bad(
+            return Err(invalid(
                 WHAT,
                 "live-row counts are per block of at least 1 row".into(),
             ));
@@ -69,12 +81,12 @@ pub fn encode_expert_weight_grad(
     }
     let params = Params {
         rows: to_u32(WHAT, rows)?,
-        cols: to_u32(WHAT, n)?,
-        experts: to_u32(WHAT, groups)?,
         inner: to_u32(WHAT, inner)?,
-        capacity: to_u32(WHAT, block)?,
-        k: to_u32(WHAT, limits.map_or(0, |l| l.stride))?,
-        ..Params::zeroed()
+        cols: to_u32(WHAT, n)?,
+        groups: to_u32(WHAT, groups)?,
+        block: to_u32(WHAT, block)?,
+        limit_stride: to_u32(WHAT, limits.map_or(0, |l| l.stride))?,
+        _pad: [0; 2],
     };
     to_u32(WHAT, groups * inner * n)?;
     // One invocation per 8 × 8 block of a group's outputs (the shader says why).
@@ -86,38 +98,10 @@ pub fn encode_expert_weight_grad(
         (27, offsets.buffer()),
         (28, limits.map_or(offsets, |l| l.counts).buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &EXPERT_GRAD,
-        WHAT,
-        &params,
-        &bindings,
-        invocations,
-    )
+    EXPERT_GRAD.encode_threads(encoder, device, WHAT, &params, &bindings, invocations)
 }
 
-/// `[G, inner, N]` per-group `aᵀ·b` over the row groups of host `offsets` (`G + 1` values,
-/// non-decreasing, the last at most the rows of `a`), summed `block` rows at a time (see
-/// [`encode_expert_weight_grad`]). Blocks.
-pub fn expert_weight_grad(a: &Tensor, b: &Tensor, offsets: &[u32], block: usize) -> Result<Tensor> {
-    let (rows, inner) = dims2("expert_weight_grad", a)?;
-    let (_, n) = dims2("expert_weight_grad", b)?;
-    let groups = offsets.len().saturating_sub(1);
-    if groups == 0 {
-        return Err(bad("expert_weight_grad", "need at least one group".into()));
-    }
-    matmul::check_offsets(offsets, groups, rows)?;
-    let device = a.device();
-    let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
-    let out = Tensor::zeros(device, &[groups, inner, n], DType::F32)?;
-    run(device, "expert_weight_grad", |enc| {
-        encode_expert_weight_grad(enc, a, b, &offsets_t, block, None, &out)
-    })?;
-    Ok(out)
-}
-
-/// Reference of [`expert_weight_grad`]: the matmul reference (`trans_a`) on each row group.
+/// Reference of [`ExpertWeightGrad`]: the matmul reference (`trans_a`) on each row group.
 /// Offsets must be valid (see [`matmul::check_offsets`]).
 pub fn expert_weight_grad_reference(
     a: &[f32],
@@ -144,14 +128,15 @@ pub fn expert_weight_grad_reference(
         .collect()
 }
 
-/// `(a [R, I], b [R, N]) → [G, I, N]` per row group of static `offsets`, summed `block` rows at a
-/// time (0: a group at once; see [`encode_expert_weight_grad`]), as a program node.
+/// `(a [R, I], b [R, N]) → [G, I, N]`: per row group of static `offsets` (`G + 1` values,
+/// non-decreasing, the last at most `R`) `aᵀ·b`, summed `block` rows at a time (0: a group at
+/// once; see `encode_expert_weight_grad`).
 #[derive(Debug, Clone)]
 pub struct ExpertWeightGrad {
     pub offsets: Vec<u32>,
     pub block: usize,
     /// The stride of the live-row counts per block in a third input, if the node has one
-    /// ([`encode_expert_weight_grad`]).
+    /// (`encode_expert_weight_grad`).
     pub limits: Option<usize>,
     /// The gang axis the experts split along when the rows are split along others too (a
     /// `{data, expert}` mesh): the gradient is then partial over those others. `None`: the groups
@@ -174,7 +159,7 @@ impl Kernel for ExpertWeightGrad {
         true
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 2 + usize::from(self.limits.is_some()))?;
+        check::arity(self.kind(), inputs, 2 + usize::from(self.limits.is_some()))?;
         if self.limits.is_some()
             && (self.block == 0
                 || self
@@ -182,7 +167,7 @@ impl Kernel for ExpertWeightGrad {
                     .iter()
                     .any(|&o| !(o as usize).is_multiple_of(self.block)))
         {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 format!(
                     "live-row counts are per block: offsets {:?} must be multiples of block {}",
@@ -190,16 +175,17 @@ impl Kernel for ExpertWeightGrad {
                 ),
             ));
         }
-        let (_, i) = node::rows_cols(self.kind(), &inputs[0])?;
-        let (_, n) = node::rows_cols(self.kind(), &inputs[1])?;
-        Ok(vec![TensorType::f32(&[
-            self.offsets.len().saturating_sub(1),
-            i,
-            n,
-        ])])
+        let (rows, i) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (_, n) = check::rows_cols(self.kind(), &inputs[1])?;
+        let groups = self.offsets.len().saturating_sub(1);
+        if groups == 0 {
+            return Err(invalid(self.kind(), "needs at least one group".into()));
+        }
+        matmul::check_offsets(&self.offsets, groups, rows)?;
+        Ok(vec![TensorType::f32(&[groups, i, n])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let c = node::output(y, 0)?;
+        let c = check::output(y, 0)?;
         let offsets = Tensor::from_u32(c.device(), &[self.offsets.len()], &self.offsets)?;
         let limits = self.limits.map(|stride| Limits {
             counts: &x[2],

@@ -8,15 +8,14 @@
 //!
 //! Rows split over devices: `y`, `stats` and `dx` split like `x`, and `d_gamma`, `d_beta` (sums
 //! over the rows) are partial sums over the axes that split them, to be all-reduced like any
-//! weight gradient. Blocking forms [`layer_norm`] and [`layer_norm_backward`] run the same types
-//! through [`super::eager`]; [`layer_norm_reference`] and [`layer_norm_backward_reference`] are
-//! the plain-Rust references (in f64). f32 only.
+//! weight gradient. [`super::eager`] runs the same types now; [`layer_norm_reference`] and
+//! [`layer_norm_backward_reference`] are the plain-Rust references (in f64). f32 only.
 
-use super::{Kernel, Prepared, TensorType, eager, node, sharding_rules};
+use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::named_sharding::NamedSharding;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 pub const LAYER_NORM: Shader = Shader {
     name: "layer_norm",
@@ -37,51 +36,25 @@ struct Params {
 }
 
 fn params(what: &'static str, rows: usize, cols: usize, eps: f32) -> Result<Params> {
-    let u = |v: usize| {
-        u32::try_from(v).map_err(|_| node::invalid(what, format!("{v} does not fit in u32")))
-    };
     if !(eps.is_finite() && eps > 0.0) {
-        return Err(node::invalid(
+        return Err(check::invalid(
             what,
             format!("eps must be positive, got {eps}"),
         ));
     }
     if cols == 0 {
-        return Err(node::invalid(what, "rows are empty".into()));
+        return Err(check::invalid(what, "rows are empty".into()));
     }
     Ok(Params {
-        rows: u(rows)?,
-        cols: u(cols)?,
+        rows: check::to_u32(what, rows)?,
+        cols: check::to_u32(what, cols)?,
         eps,
         _pad: 0.0,
     })
 }
 
-fn expect(what: &'static str, t: &Tensor, device: &Device, shape: &[usize]) -> Result<()> {
-    t.expect_device(what, device)?;
-    t.expect_dtype(what, DType::F32)?;
-    t.expect_shape(what, shape)
-}
-
-fn dims(what: &'static str, x: &Tensor) -> Result<(usize, usize)> {
-    node::rows_cols(what, &TensorType::new(x.dtype(), x.shape()))
-}
-
-/// Records `entry` over `threads` threads (binding 0, the parameters, added here).
-fn dispatch(
-    encoder: &mut impl Recorder,
-    device: &Device,
-    entry: &'static str,
-    p: &Params,
-    bindings: &[(u32, &wgpu::Buffer)],
-    threads: usize,
-) -> Result<()> {
-    let grid = super::grid_1d(device, entry, threads)?;
-    LAYER_NORM.encode(encoder, device, entry, p, bindings, grid)
-}
-
 /// Records the forward into caller-allocated `y` `[R, D]` and `stats` `[R, 2]`.
-pub fn encode_layer_norm(
+fn encode_layer_norm(
     encoder: &mut impl Recorder,
     [x, gamma, beta]: [&Tensor; 3],
     [y, stats]: [&Tensor; 2],
@@ -89,12 +62,12 @@ pub fn encode_layer_norm(
 ) -> Result<()> {
     const WHAT: &str = "layer_norm";
     let device = x.device();
-    let (rows, cols) = dims(WHAT, x)?;
-    expect(WHAT, x, device, &[rows, cols])?;
-    expect(WHAT, gamma, device, &[cols])?;
-    expect(WHAT, beta, device, &[cols])?;
-    expect(WHAT, y, device, &[rows, cols])?;
-    expect(WHAT, stats, device, &[rows, 2])?;
+    let (rows, cols) = check::dims2(WHAT, x)?;
+    check::expect(WHAT, x, device, DType::F32, &[rows, cols])?;
+    check::expect(WHAT, gamma, device, DType::F32, &[cols])?;
+    check::expect(WHAT, beta, device, DType::F32, &[cols])?;
+    check::expect(WHAT, y, device, DType::F32, &[rows, cols])?;
+    check::expect(WHAT, stats, device, DType::F32, &[rows, 2])?;
     let p = params(WHAT, rows, cols, eps)?;
     let bindings = [
         (1, x.buffer()),
@@ -103,27 +76,27 @@ pub fn encode_layer_norm(
         (4, y.buffer()),
         (5, stats.buffer()),
     ];
-    dispatch(encoder, device, "layer_norm_forward", &p, &bindings, rows)
+    LAYER_NORM.encode_threads(encoder, device, "layer_norm_forward", &p, &bindings, rows)
 }
 
 /// Records the backward into caller-allocated `dx` `[R, D]`, `d_gamma` and `d_beta` `[D]`.
-pub fn encode_layer_norm_backward(
+fn encode_layer_norm_backward(
     encoder: &mut impl Recorder,
     [x, gamma, stats, dy]: [&Tensor; 4],
     [dx, d_gamma, d_beta]: [&Tensor; 3],
 ) -> Result<()> {
     const WHAT: &str = "layer_norm_backward";
     let device = x.device();
-    let (rows, cols) = dims(WHAT, x)?;
-    expect(WHAT, gamma, device, &[cols])?;
-    expect(WHAT, stats, device, &[rows, 2])?;
-    expect(WHAT, dy, device, &[rows, cols])?;
-    expect(WHAT, dx, device, &[rows, cols])?;
-    expect(WHAT, d_gamma, device, &[cols])?;
-    expect(WHAT, d_beta, device, &[cols])?;
+    let (rows, cols) = check::dims2(WHAT, x)?;
+    check::expect(WHAT, gamma, device, DType::F32, &[cols])?;
+    check::expect(WHAT, stats, device, DType::F32, &[rows, 2])?;
+    check::expect(WHAT, dy, device, DType::F32, &[rows, cols])?;
+    check::expect(WHAT, dx, device, DType::F32, &[rows, cols])?;
+    check::expect(WHAT, d_gamma, device, DType::F32, &[cols])?;
+    check::expect(WHAT, d_beta, device, DType::F32, &[cols])?;
     // Any eps: the backward reads rstd from the stats.
     let p = params(WHAT, rows, cols, DEFAULT_EPS)?;
-    dispatch(
+    LAYER_NORM.encode_threads(
         encoder,
         device,
         "layer_norm_backward_dx",
@@ -137,7 +110,7 @@ pub fn encode_layer_norm_backward(
         ],
         rows,
     )?;
-    dispatch(
+    LAYER_NORM.encode_threads(
         encoder,
         device,
         "layer_norm_backward_params",
@@ -151,21 +124,6 @@ pub fn encode_layer_norm_backward(
         ],
         cols,
     )
-}
-
-/// `(y, stats)` of [`LayerNorm`]. Blocks.
-pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<[Tensor; 2]> {
-    eager::run_n(&LayerNorm { eps }, &[x, gamma, beta])
-}
-
-/// `(dx, d_gamma, d_beta)` of [`LayerNormBackward`]. Blocks.
-pub fn layer_norm_backward(
-    x: &Tensor,
-    gamma: &Tensor,
-    stats: &Tensor,
-    dy: &Tensor,
-) -> Result<[Tensor; 3]> {
-    eager::run_n(&LayerNormBackward, &[x, gamma, stats, dy])
 }
 
 fn check_reference(what: &'static str, cols: usize, x: &[f32], vectors: &[&[f32]]) -> Result<()> {
@@ -265,11 +223,11 @@ fn row_types(
     x: &TensorType,
     vectors: &[&TensorType],
 ) -> Result<(usize, usize)> {
-    let (rows, cols) = node::rows_cols(what, x)?;
-    node::expect_type(what, x, &TensorType::f32(&[rows, cols]))?;
+    let (rows, cols) = check::rows_cols(what, x)?;
+    check::expect_type(what, x, &TensorType::f32(&[rows, cols]))?;
     let want = TensorType::f32(&[cols]);
     for t in vectors {
-        node::expect_type(what, t, &want)?;
+        check::expect_type(what, t, &want)?;
     }
     Ok((rows, cols))
 }
@@ -285,7 +243,7 @@ impl Kernel for LayerNorm {
         "layer_norm"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 3)?;
+        check::arity(self.kind(), inputs, 3)?;
         let (rows, cols) = row_types(self.kind(), &inputs[0], &[&inputs[1], &inputs[2]])?;
         Ok(vec![
             TensorType::f32(&[rows, cols]),
@@ -296,7 +254,7 @@ impl Kernel for LayerNorm {
         encode_layer_norm(
             rec,
             [&x[0], &x[1], &x[2]],
-            [node::output(y, 0)?, node::output(y, 1)?],
+            [check::output(y, 0)?, check::output(y, 1)?],
             self.eps,
         )
     }
@@ -311,10 +269,10 @@ impl Kernel for LayerNormBackward {
         "layer_norm_backward"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 4)?;
+        check::arity(self.kind(), inputs, 4)?;
         let (rows, cols) = row_types(self.kind(), &inputs[0], &[&inputs[1]])?;
-        node::expect_type(self.kind(), &inputs[2], &TensorType::f32(&[rows, 2]))?;
-        node::expect_type(self.kind(), &inputs[3], &TensorType::f32(&[rows, cols]))?;
+        check::expect_type(self.kind(), &inputs[2], &TensorType::f32(&[rows, 2]))?;
+        check::expect_type(self.kind(), &inputs[3], &TensorType::f32(&[rows, cols]))?;
         let vector = TensorType::f32(&[cols]);
         Ok(vec![TensorType::f32(&[rows, cols]), vector.clone(), vector])
     }
@@ -328,9 +286,9 @@ impl Kernel for LayerNormBackward {
             rec,
             [&x[0], &x[1], &x[2], &x[3]],
             [
-                node::output(y, 0)?,
-                node::output(y, 1)?,
-                node::output(y, 2)?,
+                check::output(y, 0)?,
+                check::output(y, 1)?,
+                check::output(y, 2)?,
             ],
         )
     }

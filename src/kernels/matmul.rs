@@ -1,5 +1,6 @@
 //! `C = op(A) · op(B)` in five implementations, plain and grouped (one weight matrix per expert):
-//! the launchers, the plain-Rust reference, and [`Matmul`], the kernel a program node holds.
+//! [`Matmul`], the kernel (a program node, or run now by [`super::eager`]), its launcher, and the
+//! plain-Rust reference.
 //!
 //! No implementation's choice or summation order depends on M: each output sums over k in an
 //! order fixed by K and the transposes, so rows split over devices give the bits one device gives.
@@ -20,7 +21,7 @@
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
 //! store zeros without reading, so the output is the unlimited one's, bit for bit.
 
-use super::{Kernel, Prepared, TensorType, node, sharding_rules};
+use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use super::{Shader, autotune};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
@@ -380,10 +381,37 @@ impl MatmulShape {
 /// How to pick the implementation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum VariantChoice {
-    /// Measure once per adapter and shape bucket, then reuse (see [`autotune`]).
+    /// The fastest of all that take the shape, measured once per adapter and shape bucket, then
+    /// reused (see [`autotune`]). Variants sum in different orders, so two devices may differ in
+    /// the last bits.
     #[default]
     Auto,
+    /// The fastest of the variants that sum exactly as this one does
+    /// ([`MatmulVariant::same_sums`]), or the tiled kernel where none takes the shape: what
+    /// programs use, so that every device of a split gives the same bits.
+    SameSums(MatmulVariant),
+    /// Exactly this variant (tests and benchmarks of one kernel); an error where it cannot take
+    /// the shape.
     Fixed(MatmulVariant),
+}
+
+impl VariantChoice {
+    /// The variant this choice runs for `shape` on `device`.
+    fn resolve(self, device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
+        match self {
+            Self::Fixed(v) => Ok(v),
+            Self::Auto => autotune::choose(device, shape),
+            Self::SameSums(v) => match autotune::choose_among(device, shape, v.same_sums()) {
+                Ok(v) => Ok(v),
+                // Measuring only picks the faster of kernels with the same bits: where its
+                // second set of operands would pass the device's limits, take the first that fits.
+                Err(Error::LimitExceeded { .. }) => {
+                    Ok(autotune::first_able(device, shape, v.same_sums()))
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
 }
 
 /// Transposes, implementation and summation type of one matmul call.
@@ -457,13 +485,6 @@ pub struct MatmulArgs<'a> {
     pub max_group_rows: usize,
     pub limits: Option<Limits<'a>>,
     pub options: MatmulOptions,
-}
-
-fn u32_dim(what: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::InvalidArgument {
-        what,
-        reason: format!("dimension {v} does not fit in u32"),
-    })
 }
 
 /// Checks the operands and returns the shape they describe.
@@ -554,7 +575,7 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
         });
     }
     for v in [m, n, k, groups] {
-        u32_dim(WHAT, v)?;
+        check::to_u32(WHAT, v)?;
     }
     Ok(shape)
 }
@@ -571,13 +592,10 @@ fn two_d(what: &'static str, shape: &[usize]) -> Result<[usize; 2]> {
 }
 
 /// Records the matmul into `encoder` and returns the variant used.
-pub fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<MatmulVariant> {
+pub(crate) fn encode(encoder: &mut impl Recorder, args: &MatmulArgs<'_>) -> Result<MatmulVariant> {
     let shape = check_args(args)?;
     let device = args.a.device();
-    let variant = match args.options.variant {
-        VariantChoice::Fixed(v) => v,
-        VariantChoice::Auto => autotune::choose(device, &shape)?,
-    };
+    let variant = args.options.variant.resolve(device, &shape)?;
     encode_variant(encoder, device, args, &shape, variant)?;
     Ok(variant)
 }
@@ -607,8 +625,8 @@ fn encode_variant(
     let uniform = device.uniform_buffer("matmul params", &params(shape, None));
     let pipeline = MATMUL_TRANSPOSE_A.pipeline(device, shape.dtype, "main")?;
     let grid = [
-        u32_dim("matmul transpose grid", shape.m.div_ceil(8))?,
-        u32_dim("matmul transpose grid", shape.k.div_ceil(32))?,
+        check::to_u32("matmul transpose grid", shape.m.div_ceil(8))?,
+        check::to_u32("matmul transpose grid", shape.k.div_ceil(32))?,
         1,
     ];
     device.encode_dispatch(
@@ -647,9 +665,9 @@ fn encode_pass(
 ) -> Result<()> {
     let (shader, entry, (tile_m, tile_n)) = variant.kernel(shape);
     let grid = [
-        u32_dim("matmul grid", shape.n.div_ceil(tile_n))?,
-        u32_dim("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
-        u32_dim("matmul grid", shape.row_groups())?,
+        check::to_u32("matmul grid", shape.n.div_ceil(tile_n))?,
+        check::to_u32("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
+        check::to_u32("matmul grid", shape.row_groups())?,
     ];
     // Without limits the shader never reads binding 5; any u32 buffer fills it.
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
@@ -698,63 +716,6 @@ pub fn check_offsets(offsets: &[u32], groups: usize, m: usize) -> Result<usize> 
         .unwrap_or(0))
 }
 
-/// `op(A) · op(B)` into a new tensor. Blocks until the GPU is done.
-pub fn matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> Result<Tensor> {
-    let (m, _) = output_dims(a, b, options)?;
-    grouped_matmul(a, b, &[0, u32_dim("matmul M", m)?], options)
-}
-
-/// `(M, N)` of `op(A) · op(B)` from the operands' shapes alone.
-fn output_dims(a: &Tensor, b: &Tensor, options: MatmulOptions) -> Result<(usize, usize)> {
-    let m = match (a.shape(), options.trans_a) {
-        ([m, _], false) | ([_, m], true) => *m,
-        _ => {
-            return Err(Error::ShapeMismatch {
-                what: "matmul A",
-                expected: "a 2-d tensor".into(),
-                got: format!("{:?}", a.shape()),
-            });
-        }
-    };
-    let n = match (b.shape(), options.trans_b) {
-        ([_, n], false) | ([_, _, n], false) | ([n, _], true) | ([_, n, _], true) => *n,
-        _ => {
-            return Err(Error::ShapeMismatch {
-                what: "matmul B",
-                expected: "[K, N] or [groups, K, N]".into(),
-                got: format!("{:?}", b.shape()),
-            });
-        }
-    };
-    Ok((m, n))
-}
-
-/// Grouped matmul: rows `offsets[g]..offsets[g+1]` of `op(A)` times `op(B[g])`. Blocks.
-pub fn grouped_matmul(
-    a: &Tensor,
-    b: &Tensor,
-    offsets: &[u32],
-    options: MatmulOptions,
-) -> Result<Tensor> {
-    let device = a.device();
-    let groups = offsets.len().saturating_sub(1);
-    let (rows, n) = output_dims(a, b, options)?;
-    let max_group_rows = check_offsets(offsets, groups, rows)?;
-    let c = Tensor::zeros(device, &[rows, n], a.dtype())?;
-    let offsets_t = Tensor::from_u32(device, &[offsets.len()], offsets)?;
-    let args = MatmulArgs {
-        a,
-        b,
-        c: &c,
-        offsets: &offsets_t,
-        max_group_rows,
-        limits: None,
-        options,
-    };
-    super::eager::submit_and_wait(device, "matmul", |encoder| encode(encoder, &args))?;
-    Ok(c)
-}
-
 /// Plain-Rust reference of the grouped matmul (f64 accumulation), `shape.blocks` row groups per
 /// weight matrix. Rows outside every group are 0.
 pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> Vec<f32> {
@@ -787,11 +748,11 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 
 /// `op(a) · op(b)` as a program node; with `offsets`, grouped: rows `offsets[g]..offsets[g+1]`
 /// times `b[g / blocks]` (`blocks`: the row groups over b's groups). With `limits` (a stride), a
-/// third input holds each row group's live rows ([`Limits`]). `variant`'s sums are used where it
-/// can take the shape, else the tiled kernel's: a choice fixed by N, K and the transposes alone,
-/// so every device of a split sums in the same order. Of the variants with `variant`'s sums
-/// ([`MatmulVariant::same_sums`]: vec4 and subgroup) the autotuner picks the fastest on each
-/// device, which changes no bit.
+/// third input holds each row group's live rows ([`Limits`]). Programs choose
+/// [`VariantChoice::SameSums`]: the variant's sums where it can take the shape, else the tiled
+/// kernel's, a choice fixed by N, K and the transposes alone, so every device of a split sums in
+/// the same order; of the variants with those sums (vec4 and subgroup) the autotuner picks the
+/// fastest on each device, which changes no bit.
 #[derive(Debug, Clone)]
 pub struct Matmul {
     pub trans_a: bool,
@@ -799,7 +760,8 @@ pub struct Matmul {
     pub offsets: Option<Vec<u32>>,
     /// The stride of the live-row counts in a third input, if the node has one.
     pub limits: Option<usize>,
-    pub variant: MatmulVariant,
+    /// Which kernel runs: programs take [`VariantChoice::SameSums`].
+    pub choice: VariantChoice,
     /// Sum in f16 ([`MatmulShape::f16_accumulate`]).
     pub f16_accumulate: bool,
 }
@@ -829,29 +791,36 @@ impl Kernel for Matmul {
 
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.kind();
-        node::arity(what, inputs, 2 + usize::from(self.limits.is_some()))?;
+        check::arity(what, inputs, 2 + usize::from(self.limits.is_some()))?;
         if self.limits.is_some() && inputs[2].dtype != DType::U32 {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 what,
                 format!("live-row counts must be u32, got {}", inputs[2]),
             ));
         }
-        let (r, c) = node::rows_cols(what, &inputs[0])?;
+        let (r, c) = check::rows_cols(what, &inputs[0])?;
         let (m, k) = if self.trans_a { (c, r) } else { (r, c) };
         let (kb, n) = match (inputs[1].shape.as_slice(), self.trans_b) {
             ([k, n], false) | ([_, k, n], false) | ([n, k], true) | ([_, n, k], true) => (*k, *n),
-            _ => return Err(node::invalid(what, format!("b is {}", inputs[1]))),
+            _ => {
+                return Err(Error::ShapeMismatch {
+                    what,
+                    expected: "b of [K, N] or [groups, K, N]".into(),
+                    got: format!("{}", inputs[1]),
+                });
+            }
         };
         if k != kb {
-            return Err(node::invalid(
+            return Err(Error::ShapeMismatch {
                 what,
-                format!("inner dimensions differ: {} · {}", inputs[0], inputs[1]),
-            ));
+                expected: format!("b with inner dimension {k}, as a's {}", inputs[0]),
+                got: format!("{}", inputs[1]),
+            });
         }
         // f32, or f16 where the adapter has it (checked at prepare).
         let dtype = inputs[0].dtype;
         if dtype != inputs[1].dtype || dtype == DType::U32 {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 what,
                 format!(
                     "needs two f32 or two f16 operands: {} · {}",
@@ -863,7 +832,7 @@ impl Kernel for Matmul {
     }
 
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let c = node::output(y, 0)?;
+        let c = check::output(y, 0)?;
         let m = c.shape().first().copied().unwrap_or(0);
         let offsets = self.offsets.clone().unwrap_or_else(|| vec![0, m as u32]);
         let groups = offsets.len().saturating_sub(1);
@@ -882,19 +851,10 @@ impl Kernel for Matmul {
             options: MatmulOptions {
                 trans_a: self.trans_a,
                 trans_b: self.trans_b,
-                variant: VariantChoice::Fixed(self.variant),
+                variant: self.choice,
                 f16_accumulate: self.f16_accumulate,
             },
         };
-        let shape = check_args(&args)?;
-        let same = self.variant.same_sums();
-        let variant = match autotune::choose_among(c.device(), &shape, same) {
-            Ok(v) => v,
-            // Measuring only picks the faster of kernels with the same bits: where its second set
-            // of operands would pass the device's limits, take the first that fits.
-            Err(Error::LimitExceeded { .. }) => autotune::first_able(c.device(), &shape, same),
-            Err(e) => return Err(e),
-        };
-        encode_variant(rec, c.device(), &args, &shape, variant)
+        encode(rec, &args).map(drop)
     }
 }

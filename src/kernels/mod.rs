@@ -1,23 +1,25 @@
-//! WGSL kernels: each shader file under `shaders/` has, in its module here, its [`Shader`] entry,
-//! a typed launcher (`encode_*` into a caller's encoder), a plain-Rust reference, and one type per
-//! kernel that implements [`Kernel`], the form a program node holds (output types, sharding rule,
-//! in-place updates, preparing into a compiled program's buffers). Those types are re-exported
-//! below.
-//! Launchers check shapes, dtypes, devices and limits before anything is dispatched, and record
-//! through [`Shader::encode`] (parameters as a uniform, the device's cached pipeline). A shader
-//! may be specialised by its `const NAME: u32` lines ([`Shader::encode_specialised`]: attention
-//! per head width), and one that writes its workgroup memory before reading it may skip the
-//! driver's zeroing ([`Shader::zero_workgroup_memory`]).
+//! WGSL kernels. A kernel has one face, its type implementing [`Kernel`] (output types from input
+//! types, sharding rule, in-place updates, preparing into given buffers): a program node holds it,
+//! and [`eager`] runs the same object now, which is how tests, benches and the autotuner run
+//! kernels. Each shader file under `shaders/` has, in its module here, its [`Shader`] entry, its
+//! own uniform struct (field for field the shader's `Params`), the kernel types, a private
+//! launcher behind their `prepare`, and a plain-Rust reference. The types are re-exported below.
 //!
-//! Adding a kernel: its shader, a module with its [`Shader`] entry, launcher, reference and
-//! [`Kernel`] type, and one line in the registry below (`kernel_modules!`), which declares the
-//! module and lists its shaders in [`ALL_SHADERS`]; [`eager`] runs that type outside programs.
-//! Re-exporting the type here is a convenience, not a requirement.
+//! Launchers check shapes, dtypes, devices and limits with `check` before anything is recorded,
+//! and record through [`Shader::encode`] (parameters as a uniform, the device's cached pipeline)
+//! into a [`crate::device::Recorder`]: a compiled program's [`Prepared`] commands, which every run
+//! replays. A shader may be specialised by its `const NAME: u32` lines
+//! ([`Shader::encode_specialised`]: attention per head width), and one that writes its workgroup
+//! memory before reading it may skip the driver's zeroing ([`Shader::zero_workgroup_memory`]).
+//!
+//! Adding a kernel: its shader, a module with its [`Shader`] entry, uniform struct, [`Kernel`]
+//! type and reference, and one line in the registry below (`kernel_modules!`), which declares the
+//! module and lists its shaders in [`ALL_SHADERS`]. Re-exporting the type here is a convenience,
+//! not a requirement.
 
 pub mod autotune;
+mod check;
 pub mod eager;
-mod flat;
-mod node;
 pub mod pack;
 mod prepared;
 pub mod sharding_rules;
@@ -40,7 +42,6 @@ kernel_modules! {
         MATMUL_VEC4_NT_F16_SUMS, MATMUL_VEC4_TN_F16_SUMS],
     router: [ROUTER, ROUTER_BACKWARD],
     moe_dispatch: [MOE_DISPATCH, MOE_DISPATCH_BACKWARD],
-    copy_blocks: [COPY_BLOCKS],
     elementwise: [ELEMENTWISE],
     embedding: [EMBEDDING],
     loss: [LOSS],
@@ -86,7 +87,6 @@ pub struct Shader {
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16];
 const F32_ONLY: &[DType] = &[DType::F32];
-const WORDS: &[DType] = &[DType::U32];
 
 /// What a [`Shader`] entry leaves out: f32 only, nothing shared, workgroup memory zeroed. The
 /// modules' entries start from it (`..crate::kernels::SHADER`).
@@ -98,8 +98,16 @@ const SHADER: Shader = Shader {
     zero_workgroup_memory: true,
 };
 
-/// Threads per workgroup of the flat kernels (elementwise and those of [`flat`]).
+/// Threads per workgroup of the flat kernels: elementwise, and those whose shaders follow
+/// [`FLAT_COMMON`].
 pub const WORKGROUP: usize = 256;
+
+/// The WGSL the flat f32 kernels put before their own (`shaders/flat_common.wgsl`): the
+/// routing's records, the grid of [`WORKGROUP`]-thread workgroups folded into one index, and the
+/// logits' row maximum. Each of those shaders declares its own parameters. They are
+/// [`embedding`], [`loss`], [`optim`], [`expert_grad`], and the backwards of [`moe_dispatch`]
+/// and [`router`].
+const FLAT_COMMON: &[&str] = &[include_str!("../../shaders/flat_common.wgsl")];
 
 /// A 2-D grid of [`WORKGROUP`]-thread workgroups covering `threads` threads within the adapter's
 /// per-dimension limit (the shaders fold `y` back into one index). Too large is an error.
@@ -108,45 +116,13 @@ pub fn grid_1d(device: &crate::Device, what: &str, threads: usize) -> crate::Res
     let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
     let y = groups.div_ceil(max.max(1)).max(1);
     let x = groups.div_ceil(y);
-    let dim = |v: usize| {
-        u32::try_from(v).map_err(|_| crate::Error::InvalidArgument {
-            what: "kernel grid",
-            reason: format!("{what}: grid dimension {v} exceeds u32"),
-        })
-    };
-    let grid = [dim(x)?, dim(y)?, 1];
+    let grid = [
+        check::to_u32("kernel grid", x)?,
+        check::to_u32("kernel grid", y)?,
+        1,
+    ];
     device.check_workgroups(what, grid)?;
     Ok(grid)
-}
-
-/// One kernel launch whose pipeline, parameters and bind group were made ahead of time, so that
-/// recording it is all that is left: what compiled programs keep and reuse on every run.
-#[derive(Debug)]
-pub struct PreparedDispatch {
-    pub label: &'static str,
-    pub pipeline: wgpu::ComputePipeline,
-    pub bind_group: wgpu::BindGroup,
-    pub grid: [u32; 3],
-    /// The uniform buffer the bind group points at, kept alive with it.
-    pub _params: Option<wgpu::Buffer>,
-}
-
-impl PreparedDispatch {
-    /// Records the dispatch as one compute pass, with begin/end timestamps when given.
-    pub fn encode(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        timestamps: Option<(&wgpu::QuerySet, u32)>,
-    ) {
-        crate::device::encode_pass(
-            encoder,
-            self.label,
-            &self.pipeline,
-            &self.bind_group,
-            self.grid,
-            timestamps,
-        );
-    }
 }
 
 impl Shader {
@@ -199,6 +175,21 @@ impl Shader {
             bindings,
             grid,
         )
+    }
+
+    /// [`Self::encode`] over `threads` threads in the 2-D grid of [`grid_1d`]: how the flat
+    /// kernels launch.
+    pub(crate) fn encode_threads<P: bytemuck::Pod>(
+        &self,
+        encoder: &mut impl crate::device::Recorder,
+        device: &crate::Device,
+        entry: &'static str,
+        params: &P,
+        bindings: &[(u32, &wgpu::Buffer)],
+        threads: usize,
+    ) -> crate::Result<()> {
+        let grid = grid_1d(device, entry, threads)?;
+        self.encode(encoder, device, entry, params, bindings, grid)
     }
 
     /// [`Self::encode`] for the `dtype` instantiation, with the shader's `const NAME: u32 = …;`

@@ -1,20 +1,33 @@
 //! Optimizer steps and gradient accumulation, in place (`shaders/optim.wgsl`): one bias-corrected
-//! Adam step, one SGD step, and `acc += x`. Each has an `encode_*` form into a caller's encoder, a
-//! blocking form, a `*_reference` in plain Rust, and a [`Kernel`] type for program nodes whose
-//! first input is updated in place.
+//! Adam step, one SGD step, and `acc += x`. Each is a [`Kernel`] type whose first input is updated
+//! in place (run it with [`crate::kernels::eager`] or as a program node), with a `*_reference` in
+//! plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::flat::{Params, bad, encode, encode_with, run, to_u32};
-use crate::kernels::node::{self, expect};
-use crate::kernels::{Kernel, Prepared, TensorType, eager, sharding_rules};
+use crate::kernels::check::{self, expect, invalid, to_u32};
+use crate::kernels::{Kernel, Prepared, TensorType, grid_1d, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
+
+/// `Params` of `optim.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    len: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    scale: f32,
+    bias1: f32,
+    bias2: f32,
+}
 
 pub const OPTIM: Shader = Shader {
     name: "optim",
     source: include_str!("../../shaders/optim.wgsl"),
-    common: crate::kernels::flat::FLAT_COMMON,
+    common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
 
@@ -64,27 +77,11 @@ impl AdamConfig {
 
 // ---- Adam --------------------------------------------------------------------------------------
 
-/// Records one Adam step (`step` counts from 1) on `param` with moments `m`, `v`, all in place.
-pub fn encode_adam(
-    encoder: &mut impl Recorder,
-    param: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    grad: &Tensor,
-    config: AdamConfig,
-    step: u32,
-) -> Result<()> {
-    config.validate(step)?;
-    let params = checked_params(param, m, v, grad, config, config.bias(step), 1.0)?;
-    let uniform = param.device().uniform_buffer(WHAT, &params);
-    encode_step(encoder, param, m, v, grad, &uniform)
-}
-
 /// Records one Adam step on `grad · grad_scale` whose bias corrections are read when the commands
 /// run, from `bias` (f32 `[2]`: [`AdamConfig::bias`] of the step): one recording serves every
 /// step of a compiled training program.
 #[allow(clippy::too_many_arguments)]
-pub fn encode_adam_from(
+fn encode_adam_from(
     encoder: &mut impl Recorder,
     param: &Tensor,
     m: &Tensor,
@@ -96,7 +93,7 @@ pub fn encode_adam_from(
 ) -> Result<()> {
     config.validate(1)?;
     if !grad_scale.is_finite() {
-        return Err(bad(
+        return Err(invalid(
             WHAT,
             format!("the gradient's scale must be finite, got {grad_scale}"),
         ));
@@ -128,19 +125,21 @@ fn checked_params(
     let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
     for (i, a) in buffers.iter().enumerate() {
         if buffers[i + 1..].contains(a) {
-            return Err(bad(WHAT, "param, m, v and grad must be distinct".into()));
+            return Err(invalid(
+                WHAT,
+                "param, m, v and grad must be distinct".into(),
+            ));
         }
     }
     Ok(Params {
-        rows: to_u32(WHAT, param.len())?,
+        len: to_u32(WHAT, param.len())?,
         lr: config.lr,
         beta1: config.beta1,
         beta2: config.beta2,
         eps: config.eps,
+        scale: grad_scale,
         bias1,
         bias2,
-        alpha: grad_scale,
-        ..Params::zeroed()
     })
 }
 
@@ -159,32 +158,16 @@ fn encode_step(
         (25, v.buffer()),
         (26, grad.buffer()),
     ];
-    encode_with(
-        encoder,
-        param.device(),
-        &OPTIM,
-        WHAT,
-        uniform,
-        &bindings,
-        param.len(),
-    )
+    // The uniform is the caller's: the bias corrections may be copied into it at run time.
+    let device = param.device();
+    let pipeline = OPTIM.pipeline(device, DType::F32, WHAT)?;
+    let mut all = vec![(0, uniform)];
+    all.extend_from_slice(&bindings);
+    let grid = grid_1d(device, WHAT, param.len())?;
+    device.encode_dispatch(encoder, WHAT, &pipeline, &all, grid)
 }
 
-/// One Adam step in place. Blocks.
-pub fn adam(
-    param: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    grad: &Tensor,
-    config: AdamConfig,
-    step: u32,
-) -> Result<()> {
-    run(param.device(), "adam", |enc| {
-        encode_adam(enc, param, m, v, grad, config, step)
-    })
-}
-
-/// Reference of [`adam`], in place.
+/// Reference of [`Adam`] at step `step` (from 1), in place.
 pub fn adam_reference(
     param: &mut [f32],
     m: &mut [f32],
@@ -244,7 +227,7 @@ impl Kernel for Adam {
         "adam"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 5)?;
+        check::arity(self.kind(), inputs, 5)?;
         Ok(inputs[..3].to_vec())
     }
     fn in_place(&self) -> Vec<(usize, usize)> {
@@ -266,7 +249,7 @@ fn check_update(what: &'static str, w: &Tensor, g: &Tensor) -> Result<()> {
     expect(what, w, w.device(), DType::F32, w.shape())?;
     expect(what, g, w.device(), DType::F32, w.shape())?;
     if w.buffer() == g.buffer() {
-        return Err(bad(
+        return Err(invalid(
             what,
             "the updated tensor and the input must be different buffers".into(),
         ));
@@ -284,26 +267,18 @@ fn encode_update(
 ) -> Result<()> {
     check_update(entry, w, g)?;
     let params = Params {
-        rows: to_u32(entry, w.len())?,
+        len: to_u32(entry, w.len())?,
         lr,
-        ..Params::zeroed()
+        ..Params::default()
     };
     let bindings = [(23, w.buffer()), (26, g.buffer())];
-    encode(
-        encoder,
-        w.device(),
-        &OPTIM,
-        entry,
-        &params,
-        &bindings,
-        w.len(),
-    )
+    OPTIM.encode_threads(encoder, w.device(), entry, &params, &bindings, w.len())
 }
 
-/// Records [`sgd`]: `w -= lr · g`.
-pub fn encode_sgd(encoder: &mut impl Recorder, w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
+/// Records [`Sgd`]: `w -= lr · g`.
+fn encode_sgd(encoder: &mut impl Recorder, w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
     if !lr.is_finite() {
-        return Err(bad(
+        return Err(invalid(
             "sgd",
             format!("learning rate must be finite, got {lr}"),
         ));
@@ -311,42 +286,26 @@ pub fn encode_sgd(encoder: &mut impl Recorder, w: &Tensor, g: &Tensor, lr: f32) 
     encode_update(encoder, "sgd", w, g, lr)
 }
 
-/// Records [`accumulate`]: `acc += x`.
-pub fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) -> Result<()> {
+/// Records [`Accumulate`]: `acc += x`.
+fn encode_accumulate(encoder: &mut impl Recorder, acc: &Tensor, x: &Tensor) -> Result<()> {
     encode_update(encoder, "accumulate", acc, x, 0.0)
 }
 
-/// `acc += x`, in place. Blocks.
-pub fn accumulate(acc: &Tensor, x: &Tensor) -> Result<()> {
-    check_update("accumulate", acc, x)?;
-    eager::run(&Accumulate, &[acc, x]).map(drop)
-}
-
-/// `w -= lr · g`, in place: one SGD step. Blocks.
-pub fn sgd(w: &Tensor, g: &Tensor, lr: f32) -> Result<()> {
-    check_update("sgd", w, g)?;
-    eager::run(&Sgd { lr }, &[w, g]).map(drop)
-}
-
-/// Reference of [`accumulate`].
+/// Reference of [`Accumulate`].
 pub fn accumulate_reference(acc: &mut [f32], x: &[f32]) {
     acc.iter_mut().zip(x).for_each(|(a, &x)| *a += x);
 }
 
-/// Reference of [`sgd`].
+/// Reference of [`Sgd`].
 pub fn sgd_reference(w: &mut [f32], g: &[f32], lr: f32) {
     w.iter_mut().zip(g).for_each(|(w, &g)| *w -= lr * g);
 }
 
 /// The type of `a += b` / `a -= lr · b` in place: both the same.
 fn same_pair(what: &'static str, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-    node::arity(what, inputs, 2)?;
-    if inputs[0] != inputs[1] {
-        return Err(node::invalid(
-            what,
-            format!("{} += {}", inputs[0], inputs[1]),
-        ));
-    }
+    check::arity(what, inputs, 2)?;
+    check::expect_type(what, &inputs[0], &TensorType::f32(&inputs[0].shape))?;
+    check::expect_type(what, &inputs[1], &inputs[0])?;
     Ok(vec![inputs[0].clone()])
 }
 

@@ -1,7 +1,7 @@
 //! Values packed into one flat value and cut back out: buffer copies, no shader. Programs pack
 //! what they read back in one transfer (a step's statistics) and unpack what arrives as one.
 
-use super::{Kernel, Prepared, TensorType, node, sharding_rules};
+use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Result, Tensor};
@@ -18,7 +18,7 @@ impl Kernel for Pack {
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         if inputs.iter().any(|t| t.dtype.size() != 4) || self.dtype.size() != 4 {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 "packs 4-byte elements only".into(),
             ));
@@ -32,7 +32,7 @@ impl Kernel for Pack {
         sharding_rules::pack(inputs)
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let o = node::output(y, 0)?;
+        let o = check::output(y, 0)?;
         let mut at = 0;
         for t in x.iter().filter(|t| t.bytes() > 0) {
             rec.copy_buffer_to_buffer(t.buffer(), 0, o.buffer(), at, t.bytes());
@@ -53,10 +53,10 @@ impl Kernel for Unpack {
         "unpack"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 1)?;
+        check::arity(self.kind(), inputs, 1)?;
         let total: usize = self.types.iter().map(TensorType::len).sum();
         if inputs[0].len() != total || self.types.iter().any(|t| t.dtype.size() != 4) {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 format!("{} into {total} words", inputs[0]),
             ));

@@ -258,17 +258,3 @@ impl Recorder for Prepared {
         });
     }
 }
-
-impl From<super::PreparedDispatch> for Prepared {
-    fn from(d: super::PreparedDispatch) -> Self {
-        Self {
-            steps: vec![Step::Dispatch {
-                label: d.label.to_string(),
-                pipeline: d.pipeline,
-                bind_group: d.bind_group,
-                grid: d.grid,
-                _buffers: d._params.into_iter().collect(),
-            }],
-        }
-    }
-}

@@ -15,7 +15,7 @@
 //! router's per-expert statistics to the experts' devices in the slot blocks' order, so the expert
 //! kernels know each block's kept rows and skip its empty slots.
 
-use crate::kernels::copy_blocks::Block;
+use crate::program::RowBlock;
 use crate::program::{ProgramBuilder, Regroup, Value};
 
 /// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), to be used
@@ -67,16 +67,16 @@ impl ExpertExchange {
     }
 
     /// The slot-major ↔ expert-major block moves (`back`: expert-major to slot-major).
-    fn blocks(&self, back: bool) -> Vec<Block> {
+    fn blocks(&self, back: bool) -> Vec<RowBlock> {
         let (d, el, cap) = (self.devices, self.local_experts, self.capacity);
         let mut blocks = Vec::with_capacity(d * el);
         for s in 0..d {
             for e in 0..el {
                 let (slot_major, expert_major) = ((s * el + e) * cap, (e * d + s) * cap);
                 blocks.push(if back {
-                    Block::new(expert_major, slot_major, cap)
+                    RowBlock::new(expert_major, slot_major, cap)
                 } else {
-                    Block::new(slot_major, expert_major, cap)
+                    RowBlock::new(slot_major, expert_major, cap)
                 });
             }
         }
@@ -88,7 +88,8 @@ impl ExpertExchange {
     fn all_to_all(&self, b: &mut ProgramBuilder, name: &str, x: Value, back: bool) -> Value {
         let rows = self.devices * self.local_experts * self.capacity;
         let blocks = self.blocks(back);
-        let (send, recv): (&[Block], &[Block]) = if back { (&blocks, &[]) } else { (&[], &blocks) };
+        let (send, recv): (&[RowBlock], &[RowBlock]) =
+            if back { (&blocks, &[]) } else { (&[], &blocks) };
         match Regroup::from_blocks(rows, self.row_words * 4, send, recv) {
             Ok(regroup) => b.all_to_all_regrouped(name, x, self.axis, regroup),
             Err(e) => {

@@ -37,7 +37,7 @@
 
 use super::exchange::{ExpertExchange, Moving};
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
@@ -175,7 +175,7 @@ impl MoeFfn {
             trans_a,
             trans_b,
             offsets,
-            variant: self.matmul,
+            choice: VariantChoice::SameSums(self.matmul),
             f16_accumulate: false,
         }
     }

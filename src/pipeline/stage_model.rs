@@ -9,7 +9,7 @@
 //! or split over the gang by its first axis (experts, whose gradients are whole where they live).
 
 use super::mlp::Mlp;
-use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::{ElementwiseOp, Matmul};
 use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result};
@@ -160,7 +160,7 @@ fn matmul(
         trans_a: ta,
         trans_b: tb,
         offsets: None,
-        variant: NAIVE,
+        choice: VariantChoice::SameSums(NAIVE),
         f16_accumulate: false,
     };
     b.kernel1(name, gang, op, &[a, w])

@@ -847,14 +847,14 @@ mod tests {
 
     #[test]
     fn kernel_nodes_are_typed_and_bad_shapes_are_build_errors() {
-        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::matmul::{MatmulVariant, VariantChoice};
         let matmul = || {
             Arc::new(Matmul {
                 limits: None,
                 trans_a: false,
                 trans_b: true,
                 offsets: None,
-                variant: MatmulVariant::Tiled,
+                choice: VariantChoice::SameSums(MatmulVariant::Tiled),
                 f16_accumulate: false,
             })
         };
@@ -932,13 +932,13 @@ mod tests {
     #[test]
     fn matmul_nodes_keep_their_operands_float_type() {
         use crate::DType;
-        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::matmul::{MatmulVariant, VariantChoice};
         let mm = Arc::new(Matmul {
             limits: None,
             trans_a: false,
             trans_b: false,
             offsets: None,
-            variant: MatmulVariant::Tiled,
+            choice: VariantChoice::SameSums(MatmulVariant::Tiled),
             f16_accumulate: false,
         });
         let f16 = |shape: &[usize]| TensorType::new(DType::F16, shape);
@@ -964,7 +964,7 @@ mod tests {
     /// axis until an all-reduce, and an optimizer fed the partial sum is a build error.
     #[test]
     fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
-        use crate::kernels::matmul::MatmulVariant;
+        use crate::kernels::matmul::{MatmulVariant, VariantChoice};
         use crate::kernels::optim::AdamConfig;
         let mm = |trans_a| {
             Arc::new(Matmul {
@@ -972,7 +972,7 @@ mod tests {
                 trans_a,
                 trans_b: false,
                 offsets: None,
-                variant: MatmulVariant::Tiled,
+                choice: VariantChoice::SameSums(MatmulVariant::Tiled),
                 f16_accumulate: false,
             })
         };

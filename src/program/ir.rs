@@ -138,6 +138,25 @@ impl Collective {
     }
 }
 
+/// Move `rows` rows from row `src_row` of one side to row `dst_row` of the other: how
+/// [`Regroup::from_blocks`] is told which rows move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowBlock {
+    pub src_row: u32,
+    pub dst_row: u32,
+    pub rows: u32,
+}
+
+impl RowBlock {
+    pub fn new(src_row: usize, dst_row: usize, rows: usize) -> Self {
+        Self {
+            src_row: src_row as u32,
+            dst_row: dst_row as u32,
+            rows: rows as u32,
+        }
+    }
+}
+
 /// Rows an all-to-all moves in another order than the plain exchange, placed by the host while
 /// it gathers the staged shards (so no permute kernel runs before or after it on any device).
 /// Each map lists, for every row of its side, the row it comes from: `send[i]` is the row of a
@@ -153,15 +172,15 @@ pub struct Regroup {
 
 impl Regroup {
     /// The regroup of `rows`-row shards whose input rows move by `send` and output rows by
-    /// `recv` (row blocks, as [`crate::kernels::Permute`] takes them: every row of a side is
-    /// written exactly once, or the side is empty and moves nothing).
+    /// `recv` (row blocks: every row of a side is written exactly once, or the side is empty and
+    /// moves nothing).
     pub fn from_blocks(
         rows: usize,
         row_bytes: usize,
-        send: &[crate::kernels::copy_blocks::Block],
-        recv: &[crate::kernels::copy_blocks::Block],
+        send: &[RowBlock],
+        recv: &[RowBlock],
     ) -> Result<Self> {
-        let map = |side: &str, blocks: &[crate::kernels::copy_blocks::Block]| {
+        let map = |side: &str, blocks: &[RowBlock]| {
             if blocks.is_empty() {
                 return Ok(Vec::new());
             }
@@ -470,8 +489,7 @@ impl Program {
 
 #[cfg(test)]
 mod tests {
-    use super::Regroup;
-    use crate::kernels::copy_blocks::Block;
+    use super::{Regroup, RowBlock};
 
     /// Each member's shard: `rows` rows of one byte, row `i` of member `k` holding `k·rows + i`.
     fn shards(members: usize, rows: usize) -> Vec<Vec<u8>> {
@@ -482,8 +500,8 @@ mod tests {
 
     /// The plain exchange, then `recv` applied as a permute kernel would, for `send`-permuted
     /// inputs: what a regrouped gather must equal.
-    fn by_hand(send: &[Block], recv: &[Block], place: usize, shards: &[Vec<u8>]) -> Vec<u8> {
-        let permute = |x: &[u8], blocks: &[Block]| {
+    fn by_hand(send: &[RowBlock], recv: &[RowBlock], place: usize, shards: &[Vec<u8>]) -> Vec<u8> {
+        let permute = |x: &[u8], blocks: &[RowBlock]| {
             if blocks.is_empty() {
                 return x.to_vec();
             }
@@ -513,8 +531,8 @@ mod tests {
         for s in 0..d {
             for e in 0..el {
                 let (slot, expert) = ((s * el + e) * cap, (e * d + s) * cap);
-                to_expert_major.push(Block::new(slot, expert, cap));
-                to_slot_major.push(Block::new(expert, slot, cap));
+                to_expert_major.push(RowBlock::new(slot, expert, cap));
+                to_slot_major.push(RowBlock::new(expert, slot, cap));
             }
         }
         let shards = shards(d, rows);
@@ -536,9 +554,9 @@ mod tests {
     #[test]
     fn a_regroup_that_is_no_permutation_is_refused() {
         let rows = 4;
-        let gap = [Block::new(0, 0, 3)];
-        let twice = [Block::new(0, 0, 2), Block::new(2, 1, 2)];
-        let outside = [Block::new(2, 0, 4)];
+        let gap = [RowBlock::new(0, 0, 3)];
+        let twice = [RowBlock::new(0, 0, 2), RowBlock::new(2, 1, 2)];
+        let outside = [RowBlock::new(2, 0, 4)];
         for (blocks, says) in [
             (&gap[..], "never written"),
             (&twice[..], "written twice"),

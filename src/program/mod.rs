@@ -10,5 +10,5 @@ mod variables;
 
 pub use builder::{DEFAULT_AXIS, ProgramBuilder};
 pub use compile::{CompileOptions, Executable};
-pub use ir::{HostData, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
+pub use ir::{HostData, KernelNode, Node, Op, Program, Regroup, RowBlock, Value, ValueInfo};
 pub use variables::Variables;

@@ -17,7 +17,7 @@
 //! [`crate::transformer`]'s (`transformer/step_program.rs`).
 
 use super::{GroupSplit, StepModel};
-use crate::kernels::matmul::MatmulVariant;
+use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
     Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, RowLogsumexp, TensorType, Unpack,
@@ -316,7 +316,7 @@ impl<S> Builder<'_, S> {
             trans_a,
             trans_b,
             offsets: None,
-            variant: MATMUL,
+            choice: VariantChoice::SameSums(MATMUL),
             f16_accumulate: false,
         };
         self.k(name, op, &[a, b])

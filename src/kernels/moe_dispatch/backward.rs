@@ -4,24 +4,44 @@
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::flat::{Params, dims2, encode, routing_dims, run, to_u32};
+use crate::kernels::check::{self, dims2, expect, routing_dims, to_u32};
 use crate::kernels::moe_dispatch::{gather_reference, scatter_reference, slots_of, tokens_of};
-use crate::kernels::node::{self, expect};
 use crate::kernels::router::{Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};
 use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Result, Tensor};
 
+/// `Params` of `moe_dispatch_backward.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    tokens: u32,
+    cols: u32,
+    k: u32,
+    capacity: u32,
+}
+
+impl Params {
+    fn new(what: &'static str, [t, d, k, capacity]: [usize; 4]) -> Result<Self> {
+        Ok(Self {
+            tokens: to_u32(what, t)?,
+            cols: to_u32(what, d)?,
+            k: to_u32(what, k)?,
+            capacity: to_u32(what, capacity)?,
+        })
+    }
+}
+
 pub const MOE_DISPATCH_BACKWARD: Shader = Shader {
     name: "moe_dispatch_backward",
     source: include_str!("../../../shaders/moe_dispatch_backward.wgsl"),
-    common: crate::kernels::flat::FLAT_COMMON,
+    common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
 
 /// Records `d_gate[t·K + c] = dy[t] · slots[slot(t, c)]` (0 for dropped choices): `dy` `[T, d]`,
 /// `slots` the expert outputs `[E·capacity, d]`, `d_gate` `[T, K]`.
-pub fn encode_gate_grad(
+fn encode_gate_grad(
     encoder: &mut impl Recorder,
     dy: &Tensor,
     slots: &Tensor,
@@ -41,42 +61,19 @@ pub fn encode_gate_grad(
         &[routing.config.experts * cap, d],
     )?;
     expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
-    let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, d)?,
-        k: to_u32(WHAT, k)?,
-        capacity: to_u32(WHAT, cap)?,
-        ..Params::zeroed()
-    };
+    let params = Params::new(WHAT, [t, d, k, cap])?;
     let bindings = [
         (10, &routing.routes),
         (11, dy.buffer()),
         (12, slots.buffer()),
         (13, d_gate.buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &MOE_DISPATCH_BACKWARD,
-        WHAT,
-        &params,
-        &bindings,
-        t * k,
-    )
-}
-
-/// The gradient of the loss with respect to each gate, `[T, K]`. Blocks.
-pub fn gate_grad(dy: &Tensor, slots: &Tensor, routing: &Routing) -> Result<Tensor> {
-    let out = Tensor::zeros(dy.device(), &[routing.tokens, routing.config.k], DType::F32)?;
-    run(dy.device(), "gate_grad", |enc| {
-        encode_gate_grad(enc, dy, slots, routing, &out)
-    })?;
-    Ok(out)
+    MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t * k)
 }
 
 /// Records `d_slots[slot(t, c)] = gate · dy[t]` for kept choices into `d_slots`
 /// (`[E·capacity, d]`), cleared first so that slots no token filled are zero.
-pub fn encode_combine_backward_slots(
+fn encode_combine_backward_slots(
     encoder: &mut impl Recorder,
     dy: &Tensor,
     routing: &Routing,
@@ -94,43 +91,18 @@ pub fn encode_combine_backward_slots(
         DType::F32,
         &[routing.config.experts * cap, d],
     )?;
-    let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, d)?,
-        k: to_u32(WHAT, k)?,
-        capacity: to_u32(WHAT, cap)?,
-        ..Params::zeroed()
-    };
+    let params = Params::new(WHAT, [t, d, k, cap])?;
     encoder.clear_buffer(d_slots.buffer(), 0, None);
     let bindings = [
         (10, &routing.routes),
         (11, dy.buffer()),
         (14, d_slots.buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &MOE_DISPATCH_BACKWARD,
-        WHAT,
-        &params,
-        &bindings,
-        t * k * d,
-    )
-}
-
-/// The gradient of combine's expert-output slots, `[E·capacity, d]`. Blocks.
-pub fn combine_backward_slots(dy: &Tensor, routing: &Routing) -> Result<Tensor> {
-    let (_, d) = dims2("combine_backward_slots", dy)?;
-    let rows = routing.config.experts * routing.capacity;
-    let out = Tensor::zeros(dy.device(), &[rows, d], DType::F32)?;
-    run(dy.device(), "combine_backward_slots", |enc| {
-        encode_combine_backward_slots(enc, dy, routing, &out)
-    })?;
-    Ok(out)
+    MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t * k * d)
 }
 
 /// Records `d_x[t] = Σ_{kept c} d_slots[slot(t, c)]` (`d_slots` `[E·capacity, d]`, `d_x` `[T, d]`).
-pub fn encode_dispatch_backward(
+fn encode_dispatch_backward(
     encoder: &mut impl Recorder,
     d_slots: &Tensor,
     routing: &Routing,
@@ -148,40 +120,16 @@ pub fn encode_dispatch_backward(
         &[routing.config.experts * cap, d],
     )?;
     expect(WHAT, d_x, device, DType::F32, &[t, d])?;
-    let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, d)?,
-        k: to_u32(WHAT, k)?,
-        capacity: to_u32(WHAT, cap)?,
-        ..Params::zeroed()
-    };
+    let params = Params::new(WHAT, [t, d, k, cap])?;
     let bindings = [
         (10, &routing.routes),
         (15, d_slots.buffer()),
         (16, d_x.buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &MOE_DISPATCH_BACKWARD,
-        WHAT,
-        &params,
-        &bindings,
-        t * d,
-    )
+    MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t * d)
 }
 
-/// The gradient of dispatch's token rows, `[T, d]`. Blocks.
-pub fn dispatch_backward(d_slots: &Tensor, routing: &Routing) -> Result<Tensor> {
-    let (_, d) = dims2("dispatch_backward", d_slots)?;
-    let out = Tensor::zeros(d_slots.device(), &[routing.tokens, d], DType::F32)?;
-    run(d_slots.device(), "dispatch_backward", |enc| {
-        encode_dispatch_backward(enc, d_slots, routing, &out)
-    })?;
-    Ok(out)
-}
-
-/// Reference of [`gate_grad`]: `[T·K]`.
+/// Reference of [`GateGrad`]: `[T·K]`.
 pub fn gate_grad_reference(
     dy: &[f32],
     slots: &[f32],
@@ -207,7 +155,7 @@ pub fn gate_grad_reference(
         .collect()
 }
 
-/// Reference of [`combine_backward_slots`]: `[experts·capacity, d]`.
+/// Reference of [`CombineBackwardSlots`]: `[experts·capacity, d]`.
 pub fn combine_backward_slots_reference(
     dy: &[f32],
     routes: &[Route],
@@ -219,7 +167,7 @@ pub fn combine_backward_slots_reference(
     scatter_reference(dy, routes, k, experts * capacity, capacity, d, |r| r.gate)
 }
 
-/// Reference of [`dispatch_backward`]: `[tokens, d]`.
+/// Reference of [`DispatchBackward`]: `[tokens, d]`.
 pub fn dispatch_backward_reference(
     d_slots: &[f32],
     routes: &[Route],
@@ -240,13 +188,13 @@ impl Kernel for GateGrad {
         "gate_grad"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 5)?;
+        check::arity(self.kind(), inputs, 5)?;
         let t = routed_tokens(self.kind(), &self.0, inputs, 2)?;
         Ok(vec![TensorType::f32(&[t, self.0.k])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[2], &x[3], &x[4]);
-        encode_gate_grad(rec, &x[0], &x[1], &r, node::output(y, 0)?)
+        encode_gate_grad(rec, &x[0], &x[1], &r, check::output(y, 0)?)
     }
 }
 
@@ -263,7 +211,7 @@ impl Kernel for CombineBackwardSlots {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_combine_backward_slots(rec, &x[0], &r, node::output(y, 0)?)
+        encode_combine_backward_slots(rec, &x[0], &r, check::output(y, 0)?)
     }
 }
 
@@ -280,6 +228,6 @@ impl Kernel for DispatchBackward {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_dispatch_backward(rec, &x[0], &r, node::output(y, 0)?)
+        encode_dispatch_backward(rec, &x[0], &r, check::output(y, 0)?)
     }
 }

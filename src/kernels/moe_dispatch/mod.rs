@@ -1,14 +1,14 @@
 //! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
 //! the gates). Dropped choices get nothing from the experts. [`Dispatch`] and [`Combine`] are the
-//! program-node kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
+//! kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
 //! backward is in [`backward`].
 
-use super::eager;
+use super::check::{self, to_u32};
 use super::router::{Route, Routing};
 use super::router::{RouterConfig, routed_tokens, routing_of};
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::{Kernel, Prepared, TensorType, node};
+use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Result, Tensor};
 
 pub const MOE_DISPATCH: Shader = Shader {
@@ -26,27 +26,29 @@ struct Params {
     d: u32,
 }
 
-fn params(routing: &Routing, d: usize) -> Params {
-    Params {
-        tokens: routing.tokens as u32,
-        k: routing.config.k as u32,
-        capacity: routing.capacity as u32,
-        d: d as u32,
-    }
+const WHAT: &str = "moe dispatch/combine";
+
+fn params(routing: &Routing, d: usize) -> Result<Params> {
+    Ok(Params {
+        tokens: to_u32(WHAT, routing.tokens)?,
+        k: to_u32(WHAT, routing.config.k)?,
+        capacity: to_u32(WHAT, routing.capacity)?,
+        d: to_u32(WHAT, d)?,
+    })
 }
 
 /// Rows of the expert-major layout: `experts × capacity`.
-pub fn expert_rows(routing: &Routing) -> usize {
+fn expert_rows(routing: &Routing) -> usize {
     routing.config.experts * routing.capacity
 }
 
-fn grid(device: &crate::Device, d: usize, rows: usize) -> [u32; 3] {
+fn grid(device: &crate::Device, d: usize, rows: usize) -> Result<[u32; 3]> {
     let max = device.info().limits.max_compute_workgroups_per_dimension as usize;
-    [
-        d.div_ceil(64) as u32,
-        rows.clamp(1, max.min(4096)) as u32,
+    Ok([
+        to_u32(WHAT, d.div_ceil(64))?,
+        to_u32(WHAT, rows.clamp(1, max.min(4096)))?,
         1,
-    ]
+    ])
 }
 
 fn encode_pass(
@@ -60,11 +62,11 @@ fn encode_pass(
 ) -> Result<()> {
     let device = routing.device();
     for t in [src, dst] {
-        t.expect_device("moe dispatch/combine", device)?;
-        t.expect_dtype("moe dispatch/combine", DType::F32)?;
+        t.expect_device(WHAT, device)?;
+        t.expect_dtype(WHAT, DType::F32)?;
     }
     let pipeline = MOE_DISPATCH.pipeline(device, DType::F32, entry)?;
-    let uniform = device.uniform_buffer("moe dispatch params", &params(routing, d));
+    let uniform = device.uniform_buffer("moe dispatch params", &params(routing, d)?);
     device.encode_dispatch(
         encoder,
         entry,
@@ -75,12 +77,12 @@ fn encode_pass(
             (2, src.buffer()),
             (3, dst.buffer()),
         ],
-        grid(device, d, rows),
+        grid(device, d, rows)?,
     )
 }
 
 /// Records dispatch of `x` (`[tokens, d]`) into `out` (`[experts × capacity, d]`, cleared first).
-pub fn encode_dispatch(
+fn encode_dispatch(
     encoder: &mut impl Recorder,
     x: &Tensor,
     routing: &Routing,
@@ -102,7 +104,7 @@ pub fn encode_dispatch(
 }
 
 /// Records combine of expert outputs `y` (`[experts × capacity, d]`) into `out` (`[tokens, d]`).
-pub fn encode_combine(
+fn encode_combine(
     encoder: &mut impl Recorder,
     y: &Tensor,
     routing: &Routing,
@@ -112,28 +114,6 @@ pub fn encode_combine(
     y.expect_shape("moe combine input", &[expert_rows(routing), d])?;
     out.expect_shape("moe combine output", &[routing.tokens, d])?;
     encode_pass(encoder, "combine", routing, y, out, d, routing.tokens)
-}
-
-/// Dispatches `x` into a new expert-major tensor. Blocks.
-pub fn dispatch(x: &Tensor, routing: &Routing) -> Result<Tensor> {
-    let device = routing.device();
-    let d = x.shape().get(1).copied().unwrap_or(0);
-    let out = Tensor::zeros(device, &[expert_rows(routing), d], DType::F32)?;
-    eager::submit_and_wait(device, "moe dispatch", |encoder| {
-        encode_dispatch(encoder, x, routing, &out)
-    })?;
-    Ok(out)
-}
-
-/// Combines expert outputs into a new `[tokens, d]` tensor. Blocks.
-pub fn combine(y: &Tensor, routing: &Routing) -> Result<Tensor> {
-    let device = routing.device();
-    let d = y.shape().get(1).copied().unwrap_or(0);
-    let out = Tensor::zeros(device, &[routing.tokens, d], DType::F32)?;
-    eager::submit_and_wait(device, "moe combine", |encoder| {
-        encode_combine(encoder, y, routing, &out)
-    })?;
-    Ok(out)
 }
 
 /// Reference dispatch: `[experts × capacity, d]`, zeros where no kept token landed.
@@ -202,7 +182,8 @@ pub fn gather_reference(
     out
 }
 
-/// `(x [T, d], routing) → [E·capacity, d]` as a program node.
+/// `(x [T, d], probs, routes, stats) → [E·capacity, d]`: each kept choice's token row in its
+/// expert's slot, zeros where no kept token landed.
 #[derive(Debug, Clone)]
 pub struct Dispatch(pub RouterConfig);
 
@@ -215,11 +196,11 @@ impl Kernel for Dispatch {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_dispatch(rec, &x[0], &r, node::output(y, 0)?)
+        encode_dispatch(rec, &x[0], &r, check::output(y, 0)?)
     }
 }
 
-/// `(y [E·capacity, d], routing) → [T, d]` as a program node.
+/// `(y [E·capacity, d], probs, routes, stats) → [T, d]`: `y[t] = Σ_{kept choices} gate · slot`.
 #[derive(Debug, Clone)]
 pub struct Combine(pub RouterConfig);
 
@@ -232,7 +213,7 @@ impl Kernel for Combine {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_combine(rec, &x[0], &r, node::output(y, 0)?)
+        encode_combine(rec, &x[0], &r, check::output(y, 0)?)
     }
 }
 
@@ -242,9 +223,9 @@ pub(crate) fn slots_of(
     config: &RouterConfig,
     inputs: &[TensorType],
 ) -> Result<Vec<TensorType>> {
-    node::arity(what, inputs, 4)?;
+    check::arity(what, inputs, 4)?;
     let t = routed_tokens(what, config, inputs, 1)?;
-    let (_, d) = node::rows_cols(what, &inputs[0])?;
+    let (_, d) = check::rows_cols(what, &inputs[0])?;
     Ok(vec![TensorType::f32(&[
         config.experts * config.capacity(t),
         d,
@@ -257,9 +238,9 @@ pub(crate) fn tokens_of(
     config: &RouterConfig,
     inputs: &[TensorType],
 ) -> Result<Vec<TensorType>> {
-    node::arity(what, inputs, 4)?;
+    check::arity(what, inputs, 4)?;
     let t = routed_tokens(what, config, inputs, 1)?;
-    let (_, d) = node::rows_cols(what, &inputs[0])?;
+    let (_, d) = check::rows_cols(what, &inputs[0])?;
     Ok(vec![TensorType::f32(&[t, d])])
 }
 

@@ -3,18 +3,30 @@
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::flat::{Params, bad, encode, routing_dims, run, to_u32};
+use crate::kernels::check::{self, expect, invalid, routing_dims, to_u32};
 use crate::kernels::loss::max_and_sum;
-use crate::kernels::node::{self, expect};
 use crate::kernels::router::{ExpertStat, Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};
 use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Result, Tensor};
 
+/// `Params` of `router_backward.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    tokens: u32,
+    experts: u32,
+    k: u32,
+    normalize: u32,
+    alpha: f32,
+    z_loss: f32,
+    _pad: [u32; 2],
+}
+
 pub const ROUTER_BACKWARD: Shader = Shader {
     name: "router_backward",
     source: include_str!("../../../shaders/router_backward.wgsl"),
-    common: crate::kernels::flat::FLAT_COMMON,
+    common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
 
@@ -31,7 +43,7 @@ pub struct RouterLoss {
 
 /// Records the router-logit gradient `d_logits` (`[T, E]`) from `logits` (`[T, E]`, what the
 /// routing was computed from), `d_gate` (`[T, K]`) and the routing's routes and `f_i`.
-pub fn encode_router_backward(
+fn encode_router_backward(
     encoder: &mut impl Recorder,
     logits: &Tensor,
     d_gate: &Tensor,
@@ -47,16 +59,19 @@ pub fn encode_router_backward(
     expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
     expect(WHAT, d_logits, device, DType::F32, &[t, e])?;
     if !(loss.alpha.is_finite() && loss.z_loss.is_finite()) {
-        return Err(bad(WHAT, format!("loss weights must be finite: {loss:?}")));
+        return Err(invalid(
+            WHAT,
+            format!("loss weights must be finite: {loss:?}"),
+        ));
     }
     let params = Params {
-        rows: to_u32(WHAT, t)?,
-        cols: to_u32(WHAT, e)?,
+        tokens: to_u32(WHAT, t)?,
+        experts: to_u32(WHAT, e)?,
         k: to_u32(WHAT, k)?,
         normalize: u32::from(normalized(routing.config)),
         alpha: loss.alpha,
         z_loss: loss.z_loss,
-        ..Params::zeroed()
+        _pad: [0; 2],
     };
     let bindings = [
         (6, logits.buffer()),
@@ -65,33 +80,7 @@ pub fn encode_router_backward(
         (18, &routing.stats),
         (19, d_logits.buffer()),
     ];
-    encode(
-        encoder,
-        device,
-        &ROUTER_BACKWARD,
-        WHAT,
-        &params,
-        &bindings,
-        t,
-    )
-}
-
-/// The gradient of the router logits from the gates, the aux loss and the z-loss. Blocks.
-pub fn router_backward(
-    logits: &Tensor,
-    d_gate: &Tensor,
-    routing: &Routing,
-    loss: RouterLoss,
-) -> Result<Tensor> {
-    let out = Tensor::zeros(
-        logits.device(),
-        &[routing.tokens, routing.config.experts],
-        DType::F32,
-    )?;
-    run(logits.device(), "router_backward", |enc| {
-        encode_router_backward(enc, logits, d_gate, routing, loss, &out)
-    })?;
-    Ok(out)
+    ROUTER_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t)
 }
 
 /// Whether the router renormalised the gates: top-2 only, as `shaders/router.wgsl` does. Gates
@@ -100,7 +89,7 @@ fn normalized(config: RouterConfig) -> bool {
     config.normalize_gates && config.k == 2
 }
 
-/// Reference of [`router_backward`]: `[T, E]` from `logits` `[T, E]`, the routes and stats of
+/// Reference of [`RouterBackward`]: `[T, E]` from `logits` `[T, E]`, the routes and stats of
 /// the routing and `d_gate` `[T·K]`.
 pub fn router_backward_reference(
     logits: &[f32],
@@ -160,12 +149,12 @@ impl Kernel for RouterBackward {
         "router_backward"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 5)?;
+        check::arity(self.kind(), inputs, 5)?;
         let t = routed_tokens(self.kind(), &self.0, inputs, 2)?;
         Ok(vec![TensorType::f32(&[t, self.0.experts])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[2], &x[3], &x[4]);
-        encode_router_backward(rec, &x[0], &x[1], &r, self.1, node::output(y, 0)?)
+        encode_router_backward(rec, &x[0], &x[1], &r, self.1, check::output(y, 0)?)
     }
 }

@@ -1,15 +1,14 @@
 //! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
 //! per-expert counts and the two vectors of the load-balancing loss. [`Router`] is the kernel a
 //! program node holds; its three outputs (`probs`, `routes`, `stats`) are the last inputs of every
-//! routed kernel, which rebuild the [`Routing`] with [`routing_of`] and check it with
-//! [`routed_tokens`]. Its backward is in [`backward`]; [`upload_routing`] puts a reference
-//! routing on a device.
+//! routed kernel, which rebuild the `Routing` their launchers read and check it. [`Route`] and
+//! [`ExpertStat`] read the words of `routes` and `stats` back. Its backward is in [`backward`];
+//! [`upload_routing`] puts a reference routing on a device as those three inputs.
 
-use super::copy_blocks::{self, Block};
-use super::eager;
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::{Kernel, Prepared, TensorType, node};
+use crate::kernels::check::{self, to_u32};
+use crate::kernels::{Kernel, Prepared, TensorType};
 use crate::{DType, Device, Error, Result, Tensor};
 
 pub const ROUTER: Shader = Shader {
@@ -87,6 +86,11 @@ pub struct Route {
 }
 
 impl Route {
+    /// The routes in the router's `routes` output (u32 words, as read back from the device).
+    pub fn from_words(words: &[u32]) -> Vec<Route> {
+        bytemuck::pod_collect_to_vec(&words[..words.len() / ROUTE_WORDS * ROUTE_WORDS])
+    }
+
     /// Its row in the expert-major `[experts × capacity, d]` dispatch layout.
     pub fn slot(&self, capacity: usize) -> usize {
         self.expert as usize * capacity + self.position as usize
@@ -107,6 +111,13 @@ pub struct ExpertStat {
     pub mean_prob: f32,
 }
 
+impl ExpertStat {
+    /// The statistics in the router's `stats` output (u32 words, as read back).
+    pub fn from_words(words: &[u32]) -> Vec<ExpertStat> {
+        bytemuck::pod_collect_to_vec(&words[..words.len() / STAT_WORDS * STAT_WORDS])
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
@@ -118,9 +129,10 @@ struct Params {
     _pad: [u32; 3],
 }
 
-/// The router's outputs on the device.
+/// The router's outputs on the device, as the routed kernels' launchers read them (a node's last
+/// three inputs, [`routing_of`]).
 #[derive(Debug)]
-pub struct Routing {
+pub(crate) struct Routing {
     pub tokens: usize,
     pub config: RouterConfig,
     pub capacity: usize,
@@ -133,76 +145,14 @@ pub struct Routing {
 }
 
 impl Routing {
-    pub fn device(&self) -> &Device {
+    pub(crate) fn device(&self) -> &Device {
         self.probs.device()
     }
-
-    pub fn read_routes(&self) -> Result<Vec<Route>> {
-        let bytes = (self.tokens * self.config.k * std::mem::size_of::<Route>()) as u64;
-        Ok(bytemuck::pod_collect_to_vec(&self.device().read_buffer(
-            &self.routes,
-            0,
-            bytes,
-        )?))
-    }
-
-    /// Kept tokens per expert as a u32 `[experts]` tensor on the device (the all-to-all's counts),
-    /// gathered from the stats on the GPU.
-    pub fn kept_counts(&self) -> Result<Tensor> {
-        let device = self.device();
-        let experts = self.config.experts;
-        let counts = Tensor::zeros(device, &[experts], DType::U32)?;
-        let words = std::mem::size_of::<ExpertStat>() / 4;
-        let blocks: Vec<Block> = (0..experts).map(|e| Block::new(e * words, e, 1)).collect();
-        eager::submit_and_wait(device, "router kept counts", |encoder| {
-            copy_blocks::encode(encoder, device, &blocks, 1, &self.stats, counts.buffer())
-        })?;
-        Ok(counts)
-    }
-
-    pub fn read_stats(&self) -> Result<Vec<ExpertStat>> {
-        let bytes = (self.config.experts * std::mem::size_of::<ExpertStat>()) as u64;
-        Ok(bytemuck::pod_collect_to_vec(&self.device().read_buffer(
-            &self.stats,
-            0,
-            bytes,
-        )?))
-    }
-}
-
-/// The router's output buffers for `tokens` tokens, allocated on `device`.
-pub fn allocate(device: &Device, tokens: usize, config: RouterConfig) -> Result<Routing> {
-    config.validate()?;
-    Ok(Routing {
-        tokens,
-        config,
-        capacity: config.capacity(tokens),
-        probs: Tensor::zeros(device, &[tokens, config.experts], DType::F32)?,
-        routes: device.storage_buffer(
-            "router routes",
-            (tokens * config.k * std::mem::size_of::<Route>()) as u64,
-        )?,
-        stats: device.storage_buffer(
-            "router stats",
-            (config.experts * std::mem::size_of::<ExpertStat>()) as u64,
-        )?,
-    })
-}
-
-/// Allocates the router's outputs and records both passes into `encoder`.
-pub fn encode(
-    encoder: &mut impl Recorder,
-    logits: &Tensor,
-    config: RouterConfig,
-) -> Result<Routing> {
-    let tokens = logits.shape().first().copied().unwrap_or(0);
-    let routing = allocate(logits.device(), tokens, config)?;
-    encode_into(encoder, logits, &routing)?;
-    Ok(routing)
 }
 
 /// Records both passes of the router over `logits` into `routing`'s buffers.
-pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) -> Result<()> {
+fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) -> Result<()> {
+    const WHAT: &str = "router";
     let config = routing.config;
     config.validate()?;
     logits.expect_dtype("router logits", DType::F32)?;
@@ -218,17 +168,11 @@ pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routi
         }
     };
     let capacity = routing.capacity;
-    let to_u32 = |v: usize| {
-        u32::try_from(v).map_err(|_| Error::InvalidArgument {
-            what: "router",
-            reason: format!("{v} does not fit in u32"),
-        })
-    };
     let params = Params {
-        tokens: to_u32(tokens)?,
-        experts: to_u32(config.experts)?,
+        tokens: to_u32(WHAT, tokens)?,
+        experts: to_u32(WHAT, config.experts)?,
         k: config.k as u32,
-        capacity: to_u32(capacity)?,
+        capacity: to_u32(WHAT, capacity)?,
         normalize: u32::from(config.normalize_gates && config.k == 2),
         _pad: [0; 3],
     };
@@ -246,7 +190,7 @@ pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routi
             (2, probs.buffer()),
             (3, routes),
         ],
-        [to_u32(tokens.div_ceil(64))?, 1, 1],
+        [to_u32(WHAT, tokens.div_ceil(64))?, 1, 1],
     )?;
     device.encode_dispatch(
         encoder,
@@ -255,12 +199,6 @@ pub fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routi
         &[(0, &uniform), (2, probs.buffer()), (3, routes), (4, stats)],
         [params.experts, 1, 1],
     )
-}
-
-/// Routes `logits` (`[tokens, experts]`, f32). Blocks until the GPU is done.
-pub fn route(logits: &Tensor, config: RouterConfig) -> Result<Routing> {
-    let device = logits.device();
-    eager::submit_and_wait(device, "router", |encoder| encode(encoder, logits, config))
 }
 
 /// What the plain-Rust reference router computes.
@@ -279,7 +217,7 @@ impl ReferenceRouting {
     }
 }
 
-/// Plain-Rust reference of [`route`], same tie-breaking and priority rules.
+/// Plain-Rust reference of [`Router`], same tie-breaking and priority rules.
 pub fn reference(logits: &[f32], tokens: usize, config: RouterConfig) -> Result<ReferenceRouting> {
     config.validate()?;
     let e_n = config.experts;
@@ -412,12 +350,12 @@ pub(crate) fn routed_tokens(
     inputs: &[TensorType],
     at: usize,
 ) -> Result<usize> {
-    let (t, e) = node::rows_cols(what, &inputs[at])?;
+    let (t, e) = check::rows_cols(what, &inputs[at])?;
     if e != config.experts
         || inputs[at + 1] != TensorType::u32(&[t * config.k * ROUTE_WORDS])
         || inputs[at + 2] != TensorType::u32(&[e * STAT_WORDS])
     {
-        return Err(node::invalid(
+        return Err(check::invalid(
             what,
             "the routing inputs do not match the router".into(),
         ));
@@ -435,10 +373,11 @@ impl Kernel for Router {
         "router"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        node::arity(self.kind(), inputs, 1)?;
-        let (t, e) = node::rows_cols(self.kind(), &inputs[0])?;
+        check::arity(self.kind(), inputs, 1)?;
+        self.0.validate()?;
+        let (t, e) = check::rows_cols(self.kind(), &inputs[0])?;
         if e != self.0.experts {
-            return Err(node::invalid(
+            return Err(check::invalid(
                 self.kind(),
                 format!("{e} logits for {} experts", self.0.experts),
             ));
@@ -452,22 +391,22 @@ impl Kernel for Router {
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(
             self.0,
-            node::output(y, 0)?,
-            node::output(y, 1)?,
-            node::output(y, 2)?,
+            check::output(y, 0)?,
+            check::output(y, 1)?,
+            check::output(y, 2)?,
         );
         encode_into(rec, &x[0], &r)
     }
 }
 
-/// A [`Routing`] on `device` holding a reference routing's probabilities, routes and stats: lets
-/// kernels be checked against (and trainers compared with) the plain-Rust router.
+/// A reference routing on `device` as the routed kernels' last three inputs, `[probs, routes,
+/// stats]`: lets kernels be checked against (and trainers compared with) the plain-Rust router.
 pub fn upload_routing(
     device: &Device,
     reference: &ReferenceRouting,
     tokens: usize,
     config: RouterConfig,
-) -> Result<Routing> {
+) -> Result<[Tensor; 3]> {
     const WHAT: &str = "upload_routing";
     config.validate()?;
     if reference.routes.len() != tokens * config.k
@@ -479,19 +418,19 @@ pub fn upload_routing(
             reason: format!("routing does not describe {tokens} tokens for {config:?}"),
         });
     }
-    Ok(Routing {
-        tokens,
-        config,
-        capacity: reference.capacity,
-        probs: Tensor::from_f32(
+    let words = |bytes: &[u8]| -> Vec<u32> { bytemuck::pod_collect_to_vec(bytes) };
+    let routes = words(bytemuck::cast_slice(&reference.routes));
+    let stats = words(bytemuck::cast_slice(&reference.stats));
+    Ok([
+        Tensor::from_f32(
             device,
             &[tokens, config.experts],
             DType::F32,
             &reference.probs,
         )?,
-        routes: device.storage_buffer_init("routes", bytemuck::cast_slice(&reference.routes))?,
-        stats: device.storage_buffer_init("stats", bytemuck::cast_slice(&reference.stats))?,
-    })
+        Tensor::from_u32(device, &[routes.len()], &routes)?,
+        Tensor::from_u32(device, &[stats.len()], &stats)?,
+    ])
 }
 
 pub mod backward;

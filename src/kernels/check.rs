@@ -1,0 +1,119 @@
+//! What every kernel checks, in one place: the number of inputs, 2-d shapes, dtypes, devices, the
+//! output buffers a program handed it, sizes that must fit a shader's u32, and a routing's
+//! buffers. Shared by the [`super::Kernel`] implementations beside each shader.
+
+use super::TensorType;
+use super::router::{ExpertStat, Route, Routing};
+use crate::{Device, Error, Result, Tensor};
+
+pub(crate) fn invalid(what: &'static str, reason: String) -> Error {
+    Error::InvalidArgument { what, reason }
+}
+
+/// `v` as a shader's u32, or an error naming `what`.
+pub(crate) fn to_u32(what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| invalid(what, format!("{v} does not fit in u32")))
+}
+
+/// `inputs` has exactly `n` values.
+pub(crate) fn arity(what: &'static str, inputs: &[TensorType], n: usize) -> Result<()> {
+    if inputs.len() == n {
+        Ok(())
+    } else {
+        Err(invalid(
+            what,
+            format!("takes {n} inputs, got {}", inputs.len()),
+        ))
+    }
+}
+
+/// The rows and columns of a 2-d value.
+pub(crate) fn rows_cols(what: &'static str, t: &TensorType) -> Result<(usize, usize)> {
+    match *t.shape.as_slice() {
+        [r, c] => Ok((r, c)),
+        _ => Err(Error::ShapeMismatch {
+            what,
+            expected: "a 2-d tensor".into(),
+            got: format!("{t}"),
+        }),
+    }
+}
+
+/// The rows and columns of a 2-d tensor.
+pub(crate) fn dims2(what: &'static str, t: &Tensor) -> Result<(usize, usize)> {
+    rows_cols(what, &TensorType::new(t.dtype(), t.shape()))
+}
+
+/// `t` is `want`: a typed error naming what differs, the dtype first.
+pub(crate) fn expect_type(what: &'static str, t: &TensorType, want: &TensorType) -> Result<()> {
+    if t.dtype != want.dtype {
+        return Err(Error::DTypeMismatch {
+            what,
+            expected: want.dtype,
+            got: t.dtype,
+        });
+    }
+    if t.shape != want.shape {
+        return Err(Error::ShapeMismatch {
+            what,
+            expected: format!("{want}"),
+            got: format!("{t}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that `t` is on `device`, has `dtype` and the given shape (a launcher's inputs and
+/// outputs).
+pub(crate) fn expect(
+    what: &'static str,
+    t: &Tensor,
+    device: &Device,
+    dtype: crate::DType,
+    shape: &[usize],
+) -> Result<()> {
+    t.expect_device(what, device)?;
+    t.expect_dtype(what, dtype)?;
+    t.expect_shape(what, shape)
+}
+
+/// Output `i` of those a program handed a kernel.
+pub(crate) fn output(outputs: &[Tensor], i: usize) -> Result<&Tensor> {
+    outputs
+        .get(i)
+        .ok_or_else(|| invalid("kernel node", format!("no output {i}")))
+}
+
+/// Checks a routing's buffers against its sizes and `device`; returns `(tokens, k, capacity)`.
+pub(crate) fn routing_dims(
+    what: &'static str,
+    routing: &Routing,
+    device: &Device,
+) -> Result<[usize; 3]> {
+    if routing.device() != device {
+        return Err(Error::DeviceMismatch {
+            what,
+            a: device.label(),
+            b: routing.device().label(),
+        });
+    }
+    routing.config.validate()?;
+    let k = routing.config.k;
+    let need = (routing.tokens * k * std::mem::size_of::<Route>()) as u64;
+    if routing.routes.size() < need {
+        return Err(invalid(
+            what,
+            format!("routes hold {} bytes, need {need}", routing.routes.size()),
+        ));
+    }
+    let stats = (routing.config.experts * std::mem::size_of::<ExpertStat>()) as u64;
+    if routing.stats.size() < stats {
+        return Err(invalid(
+            what,
+            format!("stats hold {} bytes, need {stats}", routing.stats.size()),
+        ));
+    }
+    to_u32(what, routing.tokens * k)?;
+    to_u32(what, routing.config.experts * routing.capacity)?;
+    Ok([routing.tokens, k, routing.capacity])
+}
