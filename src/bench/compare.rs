@@ -7,7 +7,8 @@
 //! `2 / C(2n, n)`: 10% at 3 + 3 samples, 0.8% at 5 + 5 (the default), 0.02% at 8 + 8. Fewer than
 //! 3 samples on either side are not judged.
 
-use super::report::{CaseResult, Report, Stats, Status, seconds};
+use super::host::HostCost;
+use super::report::{CaseResult, Report, Stats, Status, number, seconds};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -52,6 +53,9 @@ pub struct CaseComparison {
     pub verdict: Verdict,
     /// Why a side was not measured.
     pub note: String,
+    /// The host's cost per run in each report, where counted.
+    pub old_host: Option<HostCost>,
+    pub new_host: Option<HostCost>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -117,7 +121,7 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
         let adapter = match pairing {
             Pairing::SameAdapter => key.2.clone(),
             Pairing::AnyAdapter => format!(
-                "{} → {}",
+                "{} -> {}",
                 old.adapter_label(o.adapter),
                 new.adapter_label(n.adapter)
             ),
@@ -188,6 +192,8 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
             time_ratio,
             verdict,
             note,
+            old_host: o.host,
+            new_host: n.host,
         });
     }
     Ok(Comparison {
@@ -195,6 +201,26 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
         only_old: a.keys().filter(|k| !b.contains_key(*k)).map(show).collect(),
         only_new: b.keys().filter(|k| !a.contains_key(*k)).map(show).collect(),
     })
+}
+
+/// The host's cost per run, old -> new: launches, gangway's CPU and context switches, each where
+/// both reports counted it. ASCII arrows: the viewer's font has no `→`.
+pub fn host_change(old: Option<&HostCost>, new: Option<&HostCost>) -> String {
+    let (Some(o), Some(n)) = (old, new) else {
+        return "–".into();
+    };
+    let mut parts = vec![format!(
+        "launches {} -> {}",
+        number(o.launches),
+        number(n.launches)
+    )];
+    if let (Some(a), Some(b)) = (o.runtime_cpu_s, n.runtime_cpu_s) {
+        parts.push(format!("runtime CPU {} -> {}", seconds(a), seconds(b)));
+    }
+    if let (Some(a), Some(b)) = (o.switches(), n.switches()) {
+        parts.push(format!("switches {} -> {}", number(a), number(b)));
+    }
+    parts.join(", ")
 }
 
 impl Comparison {
@@ -213,6 +239,7 @@ impl Comparison {
                     c.new_median_s.map_or_else(dash, seconds),
                     c.time_ratio.map_or_else(dash, |r| format!("{r:.3}×")),
                     c.verdict.name().to_string(),
+                    host_change(c.old_host.as_ref(), c.new_host.as_ref()),
                     c.note.replace('|', "/"),
                 ]
             })
@@ -226,6 +253,7 @@ impl Comparison {
                 "new median",
                 "new/old",
                 "verdict",
+                "host per run, old -> new",
                 "note",
             ],
             &rows,
@@ -341,7 +369,7 @@ mod tests {
         assert!(
             any.cases[0]
                 .adapter
-                .contains("gpu a (vulkan) → gpu b (vulkan)")
+                .contains("gpu a (vulkan) -> gpu b (vulkan)")
         );
     }
 

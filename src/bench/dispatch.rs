@@ -4,10 +4,12 @@
 //! - **chain** (Fig. 7): S stages, each a tiny kernel on a different device, S = 1, 2, 4, 8 up to
 //!   the devices there are. Sequential dispatch runs one node at a time; parallel dispatch records
 //!   everything up front and keeps up to S runs in flight, so successive runs overlap across the
-//!   stages. Parallel is compared to sequential.
+//!   stages.
 //! - **granularity** (Fig. 5): 128 tiny computations on one device as OpByOp (one host call each),
-//!   Chained (one call runs a 128-node chain) and Fused (one node applying all 128 in one kernel),
-//!   each compared to OpByOp.
+//!   Chained (one call runs a 128-node chain) and Fused (one node applying all 128 in one kernel).
+//! - **raw wgpu**: each chain and granularity case again, recorded straight into wgpu with no
+//!   runtime ([`super::dispatch_raw`]): the floor. Every gangway chain and granularity case is
+//!   compared to its raw twin, so its speed-up is the fraction of the floor it reaches.
 //! - **shares** (Fig. 9): four clients with proportional shares 1:1:1:1 and 1:2:4:8 competing for
 //!   one admission slot; the metrics give each client's fraction of the admissions while all were
 //!   backlogged.
@@ -19,6 +21,7 @@
 //! Every case runs on the process's one runtime; the shares case sets its admission policy for
 //! its own runs and puts it back after, the tracing cases likewise their kernel timing.
 
+use super::dispatch_raw::RawCalls;
 use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
 use super::suite::Planned;
 use crate::program::{CompileOptions, Executable, Program, ProgramBuilder};
@@ -162,6 +165,19 @@ fn case<R: BlockingRun + 'static>(
     )
 }
 
+/// The name of a chain case run by `how` (a dispatch mode's name, or [`RAW`]).
+fn chain_name(stages: usize, how: &str) -> String {
+    format!("chain {stages} stages, {how}")
+}
+
+/// The name of a granularity case run by `how`.
+fn granularity_name(kind: &str, how: &str) -> String {
+    format!("granularity {kind}, {how}")
+}
+
+/// What the floor cases are called after: no runtime, straight wgpu.
+const RAW: &str = "raw wgpu";
+
 fn chain_case(
     runtime: &Runtime,
     devices: &[Device],
@@ -169,7 +185,6 @@ fn chain_case(
     mode: DispatchMode,
     runs: usize,
 ) -> Planned {
-    let name = |m: DispatchMode| format!("chain {stages} stages, {}", m.name());
     let devices = devices[..stages].to_vec();
     let how = ChainRuns {
         runtime: runtime.clone(),
@@ -177,14 +192,34 @@ fn chain_case(
         runs,
         calls: 1,
     };
-    let bench = case(name(mode), stages * runs, move || {
+    let bench = case(chain_name(stages, mode.name()), stages * runs, move || {
         compile(chain(stages)?, &devices, stages.max(2), how)
     });
-    Planned::Run(Box::new(if mode == DispatchMode::Parallel {
-        bench.compared_to(name(DispatchMode::Sequential))
-    } else {
-        bench
-    }))
+    Planned::Run(Box::new(bench.compared_to(chain_name(stages, RAW))))
+}
+
+/// The chain recorded straight into wgpu, one device after the other (the floor).
+fn raw_chain_case(devices: &[Device], stages: usize, runs: usize) -> Planned {
+    let devices = devices[..stages].to_vec();
+    Planned::Run(Box::new(case(
+        chain_name(stages, RAW),
+        stages * runs,
+        move || RawCalls::new(&devices, 1, false, 1, runs),
+    )))
+}
+
+/// A granularity case recorded straight into wgpu (the floor).
+fn raw_granularity_case(device: &Device, kind: &'static str) -> Planned {
+    let device = [device.clone()];
+    Planned::Run(Box::new(case(
+        granularity_name(kind, RAW),
+        GRANULARITY,
+        move || match kind {
+            "OpByOp" => RawCalls::new(&device, 1, false, GRANULARITY, 1),
+            "Chained" => RawCalls::new(&device, GRANULARITY, false, 1, 1),
+            _ => RawCalls::new(&device, GRANULARITY, true, 1, 1),
+        },
+    )))
 }
 
 fn granularity_case(
@@ -193,42 +228,41 @@ fn granularity_case(
     kind: &'static str,
     mode: DispatchMode,
 ) -> Planned {
-    let name = |k: &str| format!("granularity {k}, {}", mode.name());
     let device = vec![device.clone()];
     let runtime = runtime.clone();
-    let bench = case(name(kind), GRANULARITY, move || {
-        let (program, calls) = match kind {
-            "OpByOp" => (chain(1)?, GRANULARITY),
-            "Chained" => {
-                let mut p = ProgramBuilder::new("chained x128");
-                let mut v = p.arg(&[0], TINY);
-                for i in 0..GRANULARITY {
-                    v = p.affine(&format!("op {i}"), &[0], v, 1.0, 1.0);
+    let bench = case(
+        granularity_name(kind, mode.name()),
+        GRANULARITY,
+        move || {
+            let (program, calls) = match kind {
+                "OpByOp" => (chain(1)?, GRANULARITY),
+                "Chained" => {
+                    let mut p = ProgramBuilder::new("chained x128");
+                    let mut v = p.arg(&[0], TINY);
+                    for i in 0..GRANULARITY {
+                        v = p.affine(&format!("op {i}"), &[0], v, 1.0, 1.0);
+                    }
+                    p.result(v);
+                    (p.build()?, 1)
                 }
-                p.result(v);
-                (p.build()?, 1)
-            }
-            _ => {
-                let mut p = ProgramBuilder::new("fused x128");
-                let x = p.arg(&[0], TINY);
-                let y = p.fused_affine("fused", &[0], x, 1.0, 1.0, GRANULARITY as u32);
-                p.result(y);
-                (p.build()?, 1)
-            }
-        };
-        let how = ChainRuns {
-            runtime,
-            mode,
-            runs: 1,
-            calls,
-        };
-        compile(program, &device, 1, how)
-    });
-    Planned::Run(Box::new(if kind == "OpByOp" {
-        bench
-    } else {
-        bench.compared_to(name("OpByOp"))
-    }))
+                _ => {
+                    let mut p = ProgramBuilder::new("fused x128");
+                    let x = p.arg(&[0], TINY);
+                    let y = p.fused_affine("fused", &[0], x, 1.0, 1.0, GRANULARITY as u32);
+                    p.result(y);
+                    (p.build()?, 1)
+                }
+            };
+            let how = ChainRuns {
+                runtime,
+                mode,
+                runs: 1,
+                calls,
+            };
+            compile(program, &device, 1, how)
+        },
+    );
+    Planned::Run(Box::new(bench.compared_to(granularity_name(kind, RAW))))
 }
 
 /// Four backlogged clients with proportional shares on one admission slot.
@@ -421,9 +455,13 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &DispatchOptions) -> Resul
     let mut out = Vec::new();
     let longest = o.max_stages.min(devices.len());
     for stages in [1, 2, 4, 8, 16, 32].into_iter().filter(|&s| s <= longest) {
+        out.push(raw_chain_case(devices, stages, o.runs));
         for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
             out.push(chain_case(runtime, devices, stages, mode, o.runs));
         }
+    }
+    for kind in ["OpByOp", "Chained", "Fused"] {
+        out.push(raw_granularity_case(&devices[0], kind));
     }
     for mode in [DispatchMode::Sequential, DispatchMode::Parallel] {
         for kind in ["OpByOp", "Chained", "Fused"] {

@@ -3,6 +3,7 @@
 //! (from the runtime's trace: a kernel's GPU timestamps, or a step's span) when it did, else the
 //! host wall time around both calls.
 
+use super::host::{HostCost, Snapshot};
 use super::report::{Stats, Timing};
 use crate::Result;
 use serde::{Deserialize, Serialize};
@@ -72,11 +73,13 @@ impl Work {
     }
 }
 
-/// Named results beyond the timing (bubble fractions, shares, errors), and a note for people.
+/// Named results beyond the timing (bubble fractions, shares, errors), a note for people, and
+/// what the host spent per run ([`measure`] fills it).
 #[derive(Debug, Clone, Default)]
 pub struct Extras {
     pub metrics: BTreeMap<String, f64>,
     pub note: String,
+    pub host: Option<HostCost>,
 }
 
 /// One benchmark case, measured by [`measure`]: `prepare` once, then `run` + `sync` per warm-up
@@ -130,7 +133,8 @@ pub struct Sampling {
 
 /// Measures `bench`: prepare, `warmup` untimed runs, then `samples` (at least one) timed ones.
 /// The benchmark's own times are used only when every sample has one, all by the same clock;
-/// otherwise the host wall times.
+/// otherwise the host wall times. The host's launches, CPU and switches are counted over the
+/// samples ([`HostCost`], per run).
 pub fn measure(bench: &mut dyn Benchmark, sampling: Sampling) -> Result<(Stats, Extras)> {
     bench.prepare()?;
     for _ in 0..sampling.warmup {
@@ -139,6 +143,7 @@ pub fn measure(bench: &mut dyn Benchmark, sampling: Sampling) -> Result<(Stats, 
     }
     let n = sampling.samples.max(1);
     let (mut wall, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let before = Snapshot::now();
     for _ in 0..n {
         let start = Instant::now();
         bench.run()?;
@@ -146,16 +151,18 @@ pub fn measure(bench: &mut dyn Benchmark, sampling: Sampling) -> Result<(Stats, 
         wall.push(start.elapsed().as_secs_f64());
         own.extend(t);
     }
+    let host = before.per_run(&Snapshot::now(), n);
     let (timing, samples) = match own.first() {
         Some(first) if own.len() == wall.len() && own.iter().all(|t| t.timing == first.timing) => {
             (first.timing, own.iter().map(|t| t.seconds).collect())
         }
         _ => (Timing::Wall, wall),
     };
-    Ok((
-        Stats::new(timing, sampling.warmup, samples),
-        bench.extras()?,
-    ))
+    let extras = Extras {
+        host: Some(host),
+        ..bench.extras()?
+    };
+    Ok((Stats::new(timing, sampling.warmup, samples), extras))
 }
 
 /// The error of a benchmark run before it was prepared.

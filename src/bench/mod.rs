@@ -1,6 +1,7 @@
 //! `gangway bench`: benchmark suites whose results compare across machines and versions.
 //!
-//! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop.
+//! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop, which
+//!   counts the host's cost per run ([`host`]: launches, CPU, context switches).
 //! - [`suite`]: the suites and their sizes; [`matmul`], [`attention`], [`memory`], [`dispatch`],
 //!   [`pipeline`] (with [`pipeline_moe`]), [`moe`], [`btm`] and [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
@@ -11,7 +12,9 @@ pub mod attention;
 pub mod btm;
 pub mod compare;
 pub mod dispatch;
+mod dispatch_raw;
 pub mod harness;
+pub mod host;
 pub mod machine;
 pub mod matmul;
 pub mod memory;

@@ -4,6 +4,7 @@
 //! the same schema as a JSON Schema document, generated from these types.
 
 use super::harness::{Sampling, Work};
+use super::host::HostCost;
 use crate::{Error, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The columns of [`Report::table`].
-pub const TABLE_COLUMNS: [&str; 11] = [
+pub const TABLE_COLUMNS: [&str; 12] = [
     "suite",
     "case",
     "adapter",
@@ -22,6 +23,7 @@ pub const TABLE_COLUMNS: [&str; 11] = [
     "figure",
     "of peak",
     "vs baseline",
+    "host per run",
     "note",
 ];
 
@@ -270,6 +272,10 @@ pub struct CaseResult {
     /// Further named results (bubble fractions, shares, dropped tokens, errors).
     pub metrics: BTreeMap<String, f64>,
     pub note: String,
+    /// What the host spent per run over the samples: launches, CPU, context switches. Absent in
+    /// reports from before it was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostCost>,
 }
 
 impl CaseResult {
@@ -289,6 +295,7 @@ impl CaseResult {
             baseline: None,
             metrics: BTreeMap::new(),
             note: String::new(),
+            host: None,
         }
     }
 
@@ -323,6 +330,7 @@ impl CaseResult {
             baseline: None,
             metrics: extras.metrics,
             note: extras.note,
+            host: extras.host,
         }
     }
 
@@ -431,7 +439,8 @@ impl Report {
     }
 
     /// The Markdown table: suite, case, adapter, timing, median, min, max, the derived figure,
-    /// the fraction of peak, the speed-up over the case's baseline, and notes.
+    /// the fraction of peak, the speed-up over the case's baseline, the host's cost per run, and
+    /// notes.
     pub fn table(&self) -> String {
         let rows: Vec<Vec<String>> = self
             .results
@@ -455,6 +464,7 @@ impl Report {
                         r.baseline
                             .as_ref()
                             .map_or("–".into(), |b| format!("{:.2}× {}", b.speedup, b.case)),
+                        r.host.as_ref().map_or("–".into(), HostCost::summary),
                         note_text(r),
                     ]),
                     _ => {
@@ -464,7 +474,7 @@ impl Report {
                         };
                         row.push("–".into());
                         row.push(status.into());
-                        row.extend(std::iter::repeat_n("–".to_string(), 5));
+                        row.extend(std::iter::repeat_n("–".to_string(), 6));
                         row.push(r.reason.clone().unwrap_or_default().replace('|', "/"));
                     }
                 }

@@ -313,12 +313,24 @@ impl Device {
     /// Copies `len` bytes at `offset` of a device buffer back to the host (blocking). Waits
     /// only for the copy's own submission, not for work other threads queue after it.
     pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read_after(self.encoder("readback"), buffer, offset, len)
+    }
+
+    /// [`Self::read_buffer`] after the commands already in `encoder`: the copy is appended to
+    /// them, and one submit runs both.
+    pub fn read_after(
+        &self,
+        mut encoder: wgpu::CommandEncoder,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
         if len == 0 {
+            self.submit(encoder);
             return Ok(Vec::new());
         }
         let size = padded_size(len);
         let staging = self.readback_buffer("gangway readback", size);
-        let mut encoder = self.encoder("readback");
         self.serialized(|| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size));
         let index = self.submit(encoder);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -706,28 +718,46 @@ impl Recorder for wgpu::CommandEncoder {
     }
 }
 
-/// Records one compute pass: `pipeline` with `bind_group` over `grid`, writing begin/end timestamps
-/// at `timestamps.1` and `timestamps.1 + 1` when given.
+/// Kernel launches this process has recorded (compute dispatches, live or replayed).
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Kernel launches this process has recorded so far: every compute dispatch, into a live encoder
+/// or replayed from a compiled program's commands. What `gangway bench` counts per run.
+pub fn launches() -> u64 {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Where one pass writes GPU timestamps: the query set, and the indices written at the pass's
+/// beginning and end (either may be `None`).
+pub type PassTimestamps<'a> = (&'a wgpu::QuerySet, Option<u32>, Option<u32>);
+
+/// Records one compute pass: `pipeline` with `bind_group` over `grid`, writing the timestamps
+/// asked for. The one place gangway records a dispatch, so [`launches`] counts them all.
 pub fn encode_pass(
     encoder: &mut wgpu::CommandEncoder,
     label: &str,
     pipeline: &wgpu::ComputePipeline,
     bind_group: &wgpu::BindGroup,
     grid: [u32; 3],
-    timestamps: Option<(&wgpu::QuerySet, u32)>,
+    timestamps: Option<PassTimestamps<'_>>,
 ) {
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(label),
-        timestamp_writes: timestamps.map(|(query_set, at)| wgpu::ComputePassTimestampWrites {
-            query_set,
-            beginning_of_pass_write_index: Some(at),
-            end_of_pass_write_index: Some(at + 1),
-        }),
+        // A pass that writes neither end takes no query set (wgpu refuses writes without an
+        // index).
+        timestamp_writes: timestamps
+            .filter(|(_, begin, end)| begin.is_some() || end.is_some())
+            .map(|(query_set, begin, end)| wgpu::ComputePassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: begin,
+                end_of_pass_write_index: end,
+            }),
     });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, bind_group, &[]);
     if !grid.contains(&0) {
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

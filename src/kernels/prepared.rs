@@ -154,17 +154,15 @@ impl Prepared {
                     grid,
                     ..
                 } => {
-                    let (queries, begin, end) = match timestamps {
-                        Some((q, at)) => (
-                            Some(q),
+                    // The first dispatch writes the begin time, the last the end time.
+                    let times = timestamps.map(|(q, at)| {
+                        (
+                            q,
                             (k == 0).then_some(at),
                             (k + 1 == dispatches).then_some(at + 1),
-                        ),
-                        None => (None, None, None),
-                    };
-                    pass(
-                        encoder, label, pipeline, bind_group, *grid, queries, begin, end,
-                    );
+                        )
+                    });
+                    crate::device::encode_pass(encoder, label, pipeline, bind_group, *grid, times);
                     k += 1;
                 }
                 Step::Clear {
@@ -181,37 +179,6 @@ impl Prepared {
                 } => encoder.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *size),
             }
         }
-    }
-}
-
-/// One compute pass, writing a begin and/or end timestamp when asked.
-#[allow(clippy::too_many_arguments)]
-fn pass(
-    encoder: &mut wgpu::CommandEncoder,
-    label: &str,
-    pipeline: &wgpu::ComputePipeline,
-    bind_group: &wgpu::BindGroup,
-    grid: [u32; 3],
-    queries: Option<&wgpu::QuerySet>,
-    begin: Option<u32>,
-    end: Option<u32>,
-) {
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(label),
-        // A pass between a kernel's first and last writes none (wgpu refuses writes without an
-        // index).
-        timestamp_writes: queries
-            .filter(|_| begin.is_some() || end.is_some())
-            .map(|query_set| wgpu::ComputePassTimestampWrites {
-                query_set,
-                beginning_of_pass_write_index: begin,
-                end_of_pass_write_index: end,
-            }),
-    });
-    pass.set_pipeline(pipeline);
-    pass.set_bind_group(0, bind_group, &[]);
-    if !grid.contains(&0) {
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     }
 }
 

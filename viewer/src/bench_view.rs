@@ -8,7 +8,8 @@
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
 use gangway::bench::Report;
-use gangway::bench::compare::{Comparison, Verdict};
+use gangway::bench::compare::{Comparison, Verdict, host_change};
+use gangway::bench::host::HostCost;
 use gangway::bench::report::{Status, TABLE_COLUMNS, note_text, number, seconds};
 
 /// The suites of a report, in run order.
@@ -153,6 +154,7 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                                     format!("{:.2}× {}", b.speedup, b.case)
                                 }),
                             );
+                            ui.label(r.host.as_ref().map_or("–".into(), HostCost::summary));
                             ui.label(note_text(r));
                         }
                         _ => {
@@ -275,7 +277,7 @@ fn case_marks(input: GridInput) -> Vec<GridMark> {
 }
 
 /// Columns of the comparison table; `true`: a number, right-aligned.
-const COMPARE_COLUMNS: [(&str, bool); 8] = [
+const COMPARE_COLUMNS: [(&str, bool); 9] = [
     ("suite", false),
     ("case", false),
     ("adapter", false),
@@ -283,6 +285,7 @@ const COMPARE_COLUMNS: [(&str, bool); 8] = [
     ("new", true),
     ("new/old", true),
     ("verdict", false),
+    ("host per run, old -> new", false),
     ("note", false),
 ];
 
@@ -292,7 +295,7 @@ const COMPARE_COLUMNS: [(&str, bool); 8] = [
 /// are laid out. `only_changed`: just the cases beyond the noise. Below it, the cases found in
 /// one report only.
 pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_height: f32) {
-    let rows: Vec<([String; 8], Verdict)> = c
+    let rows: Vec<([String; COMPARE_COLUMNS.len()], Verdict)> = c
         .cases
         .iter()
         .filter(|k| !only_changed || matches!(k.verdict, Verdict::Faster | Verdict::Slower))
@@ -306,6 +309,7 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                     k.new_median_s.map_or("–".into(), seconds),
                     k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")),
                     k.verdict.name().to_string(),
+                    host_change(k.old_host.as_ref(), k.new_host.as_ref()),
                     k.note.clone(),
                 ],
                 k.verdict,
@@ -315,7 +319,7 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
     // Column widths from every row, not just those in view, so nothing shifts while scrolling.
     let font = TextStyle::Body.resolve(ui.style());
     let pad = ui.spacing().item_spacing.x * 2.0;
-    let mut widths = [0.0f32; 8];
+    let mut widths = [0.0f32; COMPARE_COLUMNS.len()];
     ui.ctx().fonts_mut(|f| {
         let mut fit = |i: usize, text: &str| {
             let w = f
@@ -382,7 +386,7 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
 /// One row of a table of fixed column `widths`: `cell(column, ui)` fills each cell.
 fn table_row(
     ui: &mut Ui,
-    widths: &[f32; 8],
+    widths: &[f32; COMPARE_COLUMNS.len()],
     height: f32,
     stripe: bool,
     mut cell: impl FnMut(usize, &mut Ui),

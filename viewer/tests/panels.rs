@@ -43,6 +43,8 @@ fn the_bench_comparison_shows_notes_and_only_in_lists() {
             time_ratio: Some(0.98),
             verdict: Verdict::WithinNoise,
             note: "work 128 then 256: compared per unit of work".into(),
+            old_host: None,
+            new_host: None,
         }],
         only_old: vec!["btm / branch 3 domains on 1 device(s) / llvmpipe (gl)".into()],
         only_new: vec!["matmul / square 4096 f32 tiled / llvmpipe (gl)".into()],
