@@ -4,9 +4,10 @@
 //!
 //! CPU time and switches are read per thread from Linux's `/proc/self/task` (`schedstat`: time on
 //! a CPU in nanoseconds; `status`: voluntary and involuntary context switches) and split by
-//! thread: gangway's own (the calling thread, and threads named `gangway…`, the runtime's
-//! workers) and the rest (the driver's: on a software adapter such as lavapipe those run the
-//! kernels themselves, so their time is the "GPU" and not the host's overhead). A thread that
+//! thread: gangway's own (the process's main thread, the calling thread, and the threads the
+//! runtime started, [`crate::sched::threads`]) and the rest (the driver's: on a software adapter
+//! such as lavapipe those run the kernels themselves, so their time is the "GPU" and not the
+//! host's overhead). A thread that
 //! ends inside the window takes its counts with it; one that starts is counted from zero. Other
 //! systems report launches alone.
 
@@ -127,6 +128,8 @@ impl Snapshot {
 /// Every live thread's counters, from `/proc/self/task`.
 fn threads() -> Option<HashMap<u64, ThreadCounts>> {
     let pid = std::process::id() as u64;
+    let caller = crate::sched::threads::current_thread_id();
+    let runtime = crate::sched::threads::runtime_thread_ids();
     let tasks = std::fs::read_dir("/proc/self/task").ok()?;
     let mut out = HashMap::new();
     for task in tasks.flatten() {
@@ -139,9 +142,7 @@ fn threads() -> Option<HashMap<u64, ThreadCounts>> {
         };
         // A thread may end between the listing and the reads: it is left out.
         let read = |file: &str| std::fs::read_to_string(task.path().join(file)).ok();
-        let (Some(schedstat), Some(status), Some(comm)) =
-            (read("schedstat"), read("status"), read("comm"))
-        else {
+        let (Some(schedstat), Some(status)) = (read("schedstat"), read("status")) else {
             continue;
         };
         let field = |name: &str| {
@@ -160,19 +161,11 @@ fn threads() -> Option<HashMap<u64, ThreadCounts>> {
                     .unwrap_or(0),
                 voluntary: field("voluntary_ctxt_switches:"),
                 involuntary: field("nonvoluntary_ctxt_switches:"),
-                ours: tid == pid || is_caller(tid) || comm.starts_with("gangway"),
+                ours: tid == pid || Some(tid) == caller || runtime.contains(&tid),
             },
         );
     }
     Some(out)
-}
-
-/// Whether `tid` is the calling thread (the bench's own, whatever its name).
-fn is_caller(tid: u64) -> bool {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name()?.to_str()?.parse::<u64>().ok())
-        == Some(tid)
 }
 
 #[cfg(test)]

@@ -68,7 +68,10 @@ pub fn transports(n: usize) -> Result<Vec<Arc<dyn Transport>>> {
             let deliver = shared.clone();
             std::thread::Builder::new()
                 .name(format!("gangway loopback rank {rank}"))
-                .spawn(move || deliver_forever(&deliver, rank))
+                .spawn(move || {
+                    crate::sched::threads::register_current();
+                    deliver_forever(&deliver, rank)
+                })
                 .map_err(|e| Error::Job {
                     rank,
                     reason: format!("cannot start its delivery thread: {e}"),

@@ -103,7 +103,10 @@ impl Mpi {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gangway mpi".into())
-            .spawn(move || run(&thread_shared, &inbox, &started_tx))
+            .spawn(move || {
+                crate::sched::threads::register_current();
+                run(&thread_shared, &inbox, &started_tx)
+            })
             .map_err(|e| Error::Job {
                 rank: 0,
                 reason: format!("cannot start the MPI thread: {e}"),

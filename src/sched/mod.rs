@@ -1,7 +1,8 @@
 //! Running programs, Pathways-style: a resource manager lends slices of devices, one gang
 //! scheduler orders every sharded computation, and per-device workers dispatch sequentially or with
 //! parallel asynchronous dispatch. `state.rs` holds what the runtime and the workers share (and
-//! admission); `runtime.rs` the handles clients hold; `worker.rs` a device's loop.
+//! admission); `runtime.rs` the handles clients hold; `worker.rs` a device's loop; `threads.rs`
+//! which threads are the runtime's.
 
 mod clients;
 mod clock;
@@ -12,6 +13,7 @@ mod resources;
 mod run;
 mod runtime;
 mod state;
+pub mod threads;
 mod timestamps;
 mod worker;
 

@@ -172,6 +172,7 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name(format!("gangway device {}", device.id()))
         .spawn(move || {
+            super::threads::register_current();
             let inbox = shared.inboxes[index].clone();
             Worker {
                 shared,
