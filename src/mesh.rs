@@ -1,6 +1,6 @@
 //! The one mesh, after JAX's `Mesh(devices, axis_names)`: devices in an n-d, row-major grid with
 //! named axes (`data`, `expert`, `stage`, ...). The same type is the job's global mesh (every
-//! rank's devices: [`crate::Runtime::mesh`], [`crate::Job::mesh`]) and a local view of it
+//! rank's devices: [`crate::sched::Runtime::mesh`], [`crate::Job::mesh`]) and a local view of it
 //! ([`Mesh::local`]); a gang is a sub-mesh ([`Mesh::sub`]); its shape ([`MeshShape`]) is what a
 //! program's gang is laid out as and what a [`crate::NamedSharding`] names axes of. A mesh is a
 //! [`DeviceList`], so every workload that takes devices takes one, and the trainer reads its

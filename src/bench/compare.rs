@@ -121,7 +121,7 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
         let adapter = match pairing {
             Pairing::SameAdapter => key.2.clone(),
             Pairing::AnyAdapter => format!(
-                "{} -> {}",
+                "{} → {}",
                 old.adapter_label(o.adapter),
                 new.adapter_label(n.adapter)
             ),
@@ -369,7 +369,7 @@ mod tests {
         assert!(
             any.cases[0]
                 .adapter
-                .contains("gpu a (vulkan) -> gpu b (vulkan)")
+                .contains("gpu a (vulkan) → gpu b (vulkan)")
         );
     }
 

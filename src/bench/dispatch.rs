@@ -8,7 +8,7 @@
 //! - **granularity** (Fig. 5): 128 tiny computations on one device as OpByOp (one host call each),
 //!   Chained (one call runs a 128-node chain) and Fused (one node applying all 128 in one kernel).
 //! - **raw wgpu**: each chain and granularity case again, recorded straight into wgpu with no
-//!   runtime ([`super::dispatch_raw`]): the floor. Every gangway chain and granularity case is
+//!   runtime (`dispatch_raw.rs`): the floor. Every gangway chain and granularity case is
 //!   compared to its raw twin, so its speed-up is the fraction of the floor it reaches.
 //! - **shares** (Fig. 9): four clients with proportional shares 1:1:1:1 and 1:2:4:8 competing for
 //!   one admission slot; the metrics give each client's fraction of the admissions while all were

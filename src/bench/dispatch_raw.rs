@@ -4,7 +4,7 @@
 //!
 //! Each host call writes its input, records the call's kernels into one command encoder (the
 //! commands their own [`Kernel::prepare`] made once, so the pipelines and bind groups are the
-//! ones gangway uses), appends the copy of the result to a readback buffer, submits once and
+//! ones gangway uses), appends the copy of the result to a readback buffer made once, submits once and
 //! blocks until the result is on the host, as gangway's `submit` + `wait_bytes` does. A chain over
 //! several devices hands each stage's result to the next device through the host, as gangway's
 //! transfers do, one device after the other.
@@ -20,6 +20,8 @@ struct Stage {
     input: Tensor,
     output: Tensor,
     commands: Prepared,
+    /// Where the result is read back, made once.
+    staging: wgpu::Buffer,
 }
 
 impl Stage {
@@ -50,6 +52,7 @@ impl Stage {
             input: a.clone(),
             output: from.clone(),
             commands,
+            staging: device.readback_buffer("raw wgpu result", (TINY * 4) as u64),
         })
     }
 
@@ -59,9 +62,13 @@ impl Stage {
             .write_buffer(self.input.buffer(), 0, bytemuck::cast_slice(x));
         let mut encoder = self.device.encoder("raw wgpu call");
         self.commands.encode(&mut encoder, None);
-        let bytes = self
-            .device
-            .read_after(encoder, self.output.buffer(), 0, (TINY * 4) as u64)?;
+        let bytes = self.device.read_through(
+            encoder,
+            self.output.buffer(),
+            0,
+            (TINY * 4) as u64,
+            &self.staging,
+        )?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }

@@ -313,28 +313,36 @@ impl Device {
     /// Copies `len` bytes at `offset` of a device buffer back to the host (blocking). Waits
     /// only for the copy's own submission, not for work other threads queue after it.
     pub fn read_buffer(&self, buffer: &wgpu::Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.read_after(self.encoder("readback"), buffer, offset, len)
+        let staging = self.readback_buffer("gangway readback", len);
+        self.read_through(self.encoder("readback"), buffer, offset, len, &staging)
     }
 
-    /// [`Self::read_buffer`] after the commands already in `encoder`: the copy is appended to
-    /// them, and one submit runs both.
-    pub fn read_after(
+    /// [`Self::read_buffer`] after the commands already in `encoder` (one submit runs both),
+    /// through a readback buffer of the caller's ([`Self::readback_buffer`], at least `len`
+    /// bytes), for a caller that reads back again and again.
+    pub fn read_through(
         &self,
         mut encoder: wgpu::CommandEncoder,
         buffer: &wgpu::Buffer,
         offset: u64,
         len: u64,
+        staging: &wgpu::Buffer,
     ) -> Result<Vec<u8>> {
         if len == 0 {
             self.submit(encoder);
             return Ok(Vec::new());
         }
         let size = padded_size(len);
-        let staging = self.readback_buffer("gangway readback", size);
-        self.serialized(|| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size));
+        if staging.size() < size {
+            return Err(Error::InvalidArgument {
+                what: "readback",
+                reason: format!("a readback buffer of {} bytes for {size}", staging.size()),
+            });
+        }
+        self.serialized(|| encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, size));
         let index = self.submit(encoder);
         let (tx, rx) = std::sync::mpsc::channel();
-        self.map_read(&staging, move |r| {
+        self.map_read(staging, move |r| {
             let _ = tx.send(r);
         });
         let start = Instant::now();
@@ -361,7 +369,7 @@ impl Device {
                 }
             }
         }
-        self.take_mapped(&staging, len)
+        self.take_mapped(staging, len)
     }
 
     pub fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
@@ -556,7 +564,7 @@ impl Device {
     }
 
     /// A bind group for group 0 of `pipeline`: made once and reused by compiled programs.
-    pub fn bind_group(
+    fn bind_group(
         &self,
         label: &str,
         pipeline: &wgpu::ComputePipeline,

@@ -1,5 +1,7 @@
 //! The expert weight gradient (`shaders/expert_grad.wgsl`): per row group `A_gᵀ·B_g`, the weight
 //! backward of the grouped matmul, summed in slot blocks so that a split over devices sums alike.
+//! [`ExpertWeightGrad`] is the kernel (with its own uniform `Params`); the reference is the
+//! matmul's on each group.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;

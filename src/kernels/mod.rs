@@ -99,7 +99,7 @@ const SHADER: Shader = Shader {
 };
 
 /// Threads per workgroup of the flat kernels: elementwise, and those whose shaders follow
-/// [`FLAT_COMMON`].
+/// `FLAT_COMMON`.
 pub const WORKGROUP: usize = 256;
 
 /// The WGSL the flat f32 kernels put before their own (`shaders/flat_common.wgsl`): the
@@ -207,8 +207,50 @@ impl Shader {
         grid: [u32; 3],
     ) -> crate::Result<()> {
         let uniform = device.uniform_buffer(entry, params);
+        self.encode_with_uniform(
+            encoder, device, dtype, entry, consts, &uniform, bindings, grid,
+        )
+    }
+
+    /// [`Self::encode_threads`] with the parameters already in `uniform`: for a kernel whose
+    /// commands write some of them when they run (Adam's bias corrections).
+    pub(crate) fn encode_threads_in(
+        &self,
+        encoder: &mut impl crate::device::Recorder,
+        device: &crate::Device,
+        entry: &'static str,
+        uniform: &wgpu::Buffer,
+        bindings: &[(u32, &wgpu::Buffer)],
+        threads: usize,
+    ) -> crate::Result<()> {
+        let grid = grid_1d(device, entry, threads)?;
+        self.encode_with_uniform(
+            encoder,
+            device,
+            DType::F32,
+            entry,
+            &[],
+            uniform,
+            bindings,
+            grid,
+        )
+    }
+
+    /// Records `entry` with `uniform` at binding 0 and `bindings`: what every launch comes to.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_with_uniform(
+        &self,
+        encoder: &mut impl crate::device::Recorder,
+        device: &crate::Device,
+        dtype: DType,
+        entry: &'static str,
+        consts: &[(&str, u32)],
+        uniform: &wgpu::Buffer,
+        bindings: &[(u32, &wgpu::Buffer)],
+        grid: [u32; 3],
+    ) -> crate::Result<()> {
         let pipeline = self.pipeline_specialised(device, dtype, entry, consts)?;
-        let mut all = vec![(0, &uniform)];
+        let mut all = vec![(0, uniform)];
         all.extend_from_slice(bindings);
         device.encode_dispatch(encoder, entry, &pipeline, &all, grid)
     }

@@ -6,7 +6,7 @@
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::kernels::check::{self, expect, invalid, to_u32};
-use crate::kernels::{Kernel, Prepared, TensorType, grid_1d, sharding_rules};
+use crate::kernels::{Kernel, Prepared, TensorType, sharding_rules};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
@@ -103,7 +103,14 @@ fn encode_adam_from(
     let uniform = param.device().uniform_buffer(WHAT, &params);
     let at = std::mem::offset_of!(Params, bias1) as u64;
     encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
-    encode_step(encoder, param, m, v, grad, &uniform)
+    let bindings = [
+        (23, param.buffer()),
+        (24, m.buffer()),
+        (25, v.buffer()),
+        (26, grad.buffer()),
+    ];
+    let device = param.device();
+    OPTIM.encode_threads_in(encoder, device, WHAT, &uniform, &bindings, param.len())
 }
 
 const WHAT: &str = "adam";
@@ -141,30 +148,6 @@ fn checked_params(
         bias1,
         bias2,
     })
-}
-
-/// The step's dispatch, its parameters in `uniform`.
-fn encode_step(
-    encoder: &mut impl Recorder,
-    param: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    grad: &Tensor,
-    uniform: &wgpu::Buffer,
-) -> Result<()> {
-    let bindings = [
-        (23, param.buffer()),
-        (24, m.buffer()),
-        (25, v.buffer()),
-        (26, grad.buffer()),
-    ];
-    // The uniform is the caller's: the bias corrections may be copied into it at run time.
-    let device = param.device();
-    let pipeline = OPTIM.pipeline(device, DType::F32, WHAT)?;
-    let mut all = vec![(0, uniform)];
-    all.extend_from_slice(&bindings);
-    let grid = grid_1d(device, WHAT, param.len())?;
-    device.encode_dispatch(encoder, WHAT, &pipeline, &all, grid)
 }
 
 /// Reference of [`Adam`] at step `step` (from 1), in place.

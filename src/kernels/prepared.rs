@@ -1,7 +1,8 @@
 //! Kernels as graph nodes: what a compiled program keeps of a kernel ([`Prepared`]: its
 //! dispatches with their bind groups, made once) and what it asks of one ([`Kernel`]: output types
-//! from input types, in-place updates, preparing into given buffers). Nothing here knows the
-//! scheduler: the program layer builds on it.
+//! from input types, in-place updates, preparing into given buffers). `Prepared` replays each
+//! dispatch through [`crate::device::encode_pass`], the one place a dispatch is recorded. Nothing
+//! here knows the scheduler: the program layer builds on it.
 
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;

@@ -1,5 +1,5 @@
 //! The Switch/GShard expert layer as program nodes, forward and backward: one way for every model
-//! that has one (the window LM's blocks, [`super::trainer`], and the Transformer's MoE FFNs,
+//! that has one (the window LM's blocks, [`crate::train::Trainer`], and the Transformer's MoE FFNs,
 //! [`crate::transformer`]).
 //!
 //! Forward, on every device of the gang, for token rows `x [N, d]`:

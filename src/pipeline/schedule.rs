@@ -233,7 +233,7 @@ impl OpKind {
         }
     }
 
-    /// The trace's [`PipelineOp`] of a compute op; `None` for transfers.
+    /// The trace's [`crate::trace::bubble::PipelineOp`] of a compute op; `None` for transfers.
     pub fn pipeline_op(self) -> Option<crate::trace::PipelineOp> {
         use crate::trace::PipelineOp;
         match self {

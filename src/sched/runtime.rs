@@ -239,7 +239,7 @@ impl Runtime {
     }
 
     /// The order in which every device ran its gangs, per device: the last
-    /// [`GANG_ORDER_KEEP`] to [`GANG_ORDER_KEEP`]` / 2` of them (older ones are forgotten in
+    /// [`super::GANG_ORDER_KEEP`] to [`super::GANG_ORDER_KEEP`]` / 2` of them (older ones are forgotten in
     /// halves, so a long-lived runtime's memory stays bounded).
     pub fn gang_order(&self) -> Vec<Vec<GangRecord>> {
         self.0.shared.lock().order.clone()

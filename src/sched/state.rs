@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-/// Gangs each device remembers for [`Runtime::gang_order`]. Every gang added 40 bytes for
+/// Gangs each device remembers for [`super::Runtime::gang_order`]. Every gang added 40 bytes for
 /// good: the viewer's live workload grew by about 14 MB a minute.
 pub const GANG_ORDER_KEEP: usize = 1 << 16;
 

@@ -1,7 +1,8 @@
 //! Opening and saving files: Chrome trace JSON, gzipped or not (gangway's own, and what
 //! PyTorch's, JAX's and Perfetto's tools write: see `gangway::trace::chrome::ChromeTrace`), and
-//! `gangway bench --json` reports, shown and compared. A bad file is an error shown in the UI,
-//! never a panic.
+//! `gangway bench --json` reports, shown and compared. What a file holds is told by the library's
+//! [`gangway::trace::chrome::sniff`] before it is read whole. A bad file is an error shown in the
+//! UI, never a panic.
 //!
 //! Saving never destroys a file: "Save" writes to its own path field, which opening a trace
 //! fills with a new name beside it (`trace-copy.json`, and "opened trace" chosen), and a path

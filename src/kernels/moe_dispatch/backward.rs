@@ -1,6 +1,7 @@
 //! The backward of dispatch and combine (`shaders/moe_dispatch_backward.wgsl`): the gates'
 //! gradient ([`GateGrad`]), the slots' ([`CombineBackwardSlots`]) and the tokens' from the
-//! slots' ([`DispatchBackward`]).
+//! slots' ([`DispatchBackward`]). Each takes the routing as the router's three outputs, its last
+//! inputs; `*_reference`s are the plain-Rust forms.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;

@@ -1,5 +1,6 @@
 //! The router's backward (`shaders/router_backward.wgsl`): the gates', the load-balancing loss's
-//! and the z-loss's gradients back to the router logits, as [`RouterBackward`] for program nodes.
+//! and the z-loss's gradients back to the router logits, as the [`RouterBackward`] kernel (its
+//! last three inputs the routing), with [`router_backward_reference`] in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;

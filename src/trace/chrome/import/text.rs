@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::io::Read as _;
 
-/// The JSON text of a trace file's bytes, as [`read`] takes it: gunzipped, and an unclosed
+/// The JSON text of a trace file's bytes, as [`super::read`] takes it: gunzipped, and an unclosed
 /// top-level array closed (a trailing comma dropped). Anything else is returned as it is.
 pub fn text_of(bytes: &[u8]) -> Result<Cow<'_, [u8]>, String> {
     let text: Cow<'_, [u8]> = if bytes.starts_with(&[0x1f, 0x8b]) {
