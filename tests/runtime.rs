@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::programs::{assert_consistent_order, chain_program, exchange_program, run_exchanges};
+use common::programs::{
+    assert_consistent_order, chain_program, exchange_program, mixed_program, mixed_reference,
+    run_exchanges,
+};
 use common::{Adapters, Need, Span, case};
 use gangway::device::WhenFull;
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
@@ -28,6 +31,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
+        case!(adapters: a_compiled_programs_later_runs_create_no_gpu_objects),
         case!(adapters: each_run_handle_returns_its_own_events),
         case!(adapters: a_device_waiting_on_another_runs_independent_work_meanwhile)
             .needs(Need::ConcurrentDevices),
@@ -457,6 +461,48 @@ fn a_client_per_request_does_not_grow_the_runtime(device: &Device) {
         runtime.gang_order()[0].iter().map(|g| g.client).collect();
     assert_eq!(slots.len(), 1, "{slots:?}");
     drop(live);
+}
+
+/// Two new virtual devices of the adapter, so nothing else creates on them. Once a compiled
+/// program with every kind of node (kernels, an all-to-all, an all-reduce, a transfer, results)
+/// has run, traced and not, its later runs create no buffer, bind group, query set or pipeline:
+/// everything is made once and reused.
+fn a_compiled_programs_later_runs_create_no_gpu_objects(adapters: &Adapters) {
+    let devices = &fresh_devices(adapters, |_| {})[..2];
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let exec = Arc::new(
+        mixed_program(&[0, 1], 64, 0.5)
+            .compile(devices, CompileOptions::default())
+            .unwrap(),
+    );
+    let client = runtime.client("steady", 1);
+    let x: Vec<f32> = (0..2 * 64).map(|i| i as f32 - 40.0).collect();
+    let want = mixed_reference(&x, 2, 64, 0.5);
+    let created = || devices.iter().map(Device::objects_created).sum::<u64>();
+    let run = |mode: DispatchMode, trace: bool| {
+        let opts = RunOptions {
+            mode,
+            trace,
+            ..RunOptions::default()
+        };
+        assert_eq!(client.run(&exec, vec![x.clone()], opts).unwrap(), want);
+    };
+    let modes = [DispatchMode::Parallel, DispatchMode::Sequential];
+    let kinds = modes.iter().flat_map(|&m| [(m, false), (m, true)]);
+    for (mode, trace) in kinds.clone() {
+        run(mode, trace);
+    }
+    let before = created();
+    for _ in 0..3 {
+        for (mode, trace) in kinds.clone() {
+            run(mode, trace);
+        }
+    }
+    assert_eq!(
+        created() - before,
+        0,
+        "GPU objects created by 12 later runs"
+    );
 }
 
 /// Two virtual devices of the adapter. One runtime, its own tracer off: traced runs of two

@@ -203,8 +203,9 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
     })
 }
 
-/// The host's cost per run, old -> new: launches, gangway's CPU and context switches, each where
-/// both reports counted it. ASCII arrows: the viewer's font has no `→`.
+/// The host's cost per run, old -> new: launches, gangway's CPU, context switches (all, and
+/// gangway's own) and GPU objects created (where either created any), each where both reports
+/// counted it. ASCII arrows: the viewer's font has no `→`.
 pub fn host_change(old: Option<&HostCost>, new: Option<&HostCost>) -> String {
     let (Some(o), Some(n)) = (old, new) else {
         return "–".into();
@@ -219,6 +220,14 @@ pub fn host_change(old: Option<&HostCost>, new: Option<&HostCost>) -> String {
     }
     if let (Some(a), Some(b)) = (o.switches(), n.switches()) {
         parts.push(format!("switches {} -> {}", number(a), number(b)));
+    }
+    if let (Some(a), Some(b)) = (o.runtime_switches, n.runtime_switches) {
+        parts.push(format!("gangway's {} -> {}", number(a), number(b)));
+    }
+    if let (Some(a), Some(b)) = (o.gpu_objects, n.gpu_objects)
+        && (a > 0.0 || b > 0.0)
+    {
+        parts.push(format!("GPU objects {} -> {}", number(a), number(b)));
     }
     parts.join(", ")
 }

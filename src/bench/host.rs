@@ -9,7 +9,11 @@
 //! such as lavapipe those run the kernels themselves, so their time is the "GPU" and not the
 //! host's overhead). A thread that
 //! ends inside the window takes its counts with it; one that starts is counted from zero. Other
-//! systems report launches alone.
+//! systems report launches and GPU objects created alone.
+//!
+//! Context switches are split the same way: on lavapipe most of them are the driver's (its queue
+//! thread wakes for every submission and waits on its compute threads for every dispatch), which
+//! only fewer launches reduce; gangway's own are its hand-offs and waits.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -28,6 +32,14 @@ pub struct HostCost {
     pub voluntary_switches: Option<f64>,
     /// Involuntary context switches per run, every thread (preemption).
     pub involuntary_switches: Option<f64>,
+    /// Context switches per run, both kinds, of gangway's threads alone (absent in reports
+    /// before it was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_switches: Option<f64>,
+    /// GPU objects (buffers, bind groups, query sets, pipelines) created per run: zero in the
+    /// steady state of a compiled program (absent in reports before it was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_objects: Option<f64>,
 }
 
 impl HostCost {
@@ -43,7 +55,8 @@ impl HostCost {
     }
 
     /// A short line for tables: `48 launches, 1.2 ms runtime CPU (25 µs/launch), 3.4 ms
-    /// driver, 210 switches`.
+    /// driver CPU, 210 switches (40 gangway's)`, and the GPU objects created where there were
+    /// any.
     pub fn summary(&self) -> String {
         use super::report::{number, seconds};
         let mut parts = vec![format!("{} launches", number(self.launches))];
@@ -57,7 +70,13 @@ impl HostCost {
             parts.push(format!("{} driver CPU", seconds(cpu)));
         }
         if let Some(s) = self.switches() {
-            parts.push(format!("{} switches", number(s)));
+            let ours = self
+                .runtime_switches
+                .map_or(String::new(), |r| format!(" ({} gangway's)", number(r)));
+            parts.push(format!("{} switches{ours}", number(s)));
+        }
+        if let Some(n) = self.gpu_objects.filter(|&n| n > 0.0) {
+            parts.push(format!("{} GPU objects created", number(n)));
         }
         parts.join(", ")
     }
@@ -77,6 +96,7 @@ struct ThreadCounts {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     launches: u64,
+    objects: u64,
     /// Per thread id; `None` where `/proc/self/task` cannot be read.
     threads: Option<HashMap<u64, ThreadCounts>>,
 }
@@ -86,6 +106,7 @@ impl Snapshot {
     pub fn now() -> Self {
         Self {
             launches: crate::device::launches(),
+            objects: crate::device::objects_created(),
             threads: threads(),
         }
     }
@@ -94,6 +115,7 @@ impl Snapshot {
     pub fn per_run(&self, after: &Snapshot, runs: usize) -> HostCost {
         let n = runs.max(1) as f64;
         let launches = after.launches.saturating_sub(self.launches) as f64 / n;
+        let gpu_objects = Some(after.objects.saturating_sub(self.objects) as f64 / n);
         let Some((before, now)) = self.threads.as_ref().zip(after.threads.as_ref()) else {
             return HostCost {
                 launches,
@@ -101,14 +123,20 @@ impl Snapshot {
                 driver_cpu_s: None,
                 voluntary_switches: None,
                 involuntary_switches: None,
+                runtime_switches: None,
+                gpu_objects,
             };
         };
         let (mut ours, mut theirs, mut voluntary, mut involuntary) = (0u64, 0u64, 0u64, 0u64);
+        let mut our_switches = 0u64;
         for (tid, t) in now {
             let was = before.get(tid).copied().unwrap_or_default();
             let cpu = t.cpu_ns.saturating_sub(was.cpu_ns);
+            let switches = t.voluntary.saturating_sub(was.voluntary)
+                + t.involuntary.saturating_sub(was.involuntary);
             if t.ours {
                 ours += cpu;
+                our_switches += switches;
             } else {
                 theirs += cpu;
             }
@@ -121,6 +149,8 @@ impl Snapshot {
             driver_cpu_s: Some(theirs as f64 * 1e-9 / n),
             voluntary_switches: Some(voluntary as f64 / n),
             involuntary_switches: Some(involuntary as f64 / n),
+            runtime_switches: Some(our_switches as f64 / n),
+            gpu_objects,
         }
     }
 }
@@ -189,6 +219,8 @@ mod tests {
             // Other tests share the two cores: a fraction of the 60 ms is enough.
             assert!(cpu > 0.005, "{cost:?}");
             assert!(cost.voluntary_switches.unwrap_or(0.0) >= 1.0, "{cost:?}");
+            // The sleep was the caller's own switch.
+            assert!(cost.runtime_switches.unwrap_or(0.0) >= 1.0, "{cost:?}");
         }
     }
 }

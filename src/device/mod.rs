@@ -1,5 +1,7 @@
 //! Devices: discovery on every backend, virtual devices, device info, and the few GPU operations
-//! everything else is built from (buffers, readback, cached pipelines, error capture).
+//! everything else is built from (buffers, readback, cached pipelines, error capture), and the
+//! counts of what they did: kernel launches ([`launches`]) and GPU objects created
+//! ([`objects_created`]), per process and per device.
 
 mod backends;
 mod discovery;
@@ -40,6 +42,8 @@ struct DeviceInner {
     maintain_lock: Mutex<()>,
     memory: Arc<MemoryPool>,
     wait_timeout: Duration,
+    /// GPU objects this device has created; see [`Device::objects_created`].
+    objects: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for Device {
@@ -107,6 +111,7 @@ impl Device {
             maintain_lock: Mutex::default(),
             memory: MemoryPool::new(label_for_pool, memory_budget),
             wait_timeout,
+            objects: Default::default(),
         }))
     }
 
@@ -263,6 +268,7 @@ impl Device {
     /// A storage buffer of at least `bytes` (rounded up to 4), checked against the limits.
     pub fn storage_buffer(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         self.check_storage_size(label, bytes)?;
+        self.created();
         let _serial = self.serial();
         Ok(self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -284,6 +290,7 @@ impl Device {
     /// A small uniform buffer for kernel parameters.
     pub fn uniform_buffer<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
         let bytes = bytemuck::bytes_of(value);
+        self.created();
         let _serial = self.serial();
         let buffer = self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -458,6 +465,21 @@ impl Device {
         self.0.wait_timeout
     }
 
+    /// GPU objects (buffers, bind groups, query sets, pipelines) this device has created through
+    /// gangway, which creates them nowhere else. A compiled program's runs create none once it
+    /// has run: what they need is made at compile time or on the first run, and reused.
+    pub fn objects_created(&self) -> u64 {
+        self.0.objects.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts one created GPU object, here and in the process's total ([`objects_created`]).
+    fn created(&self) {
+        self.0
+            .objects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OBJECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Loses the device on purpose, as a driver reset would: for fault-injection tests.
     pub fn destroy(&self) {
         // wgpu-core calls the device-lost callback of a destroyed device only once its queue is
@@ -541,6 +563,7 @@ impl Device {
                 message: err.to_string(),
             }));
         }
+        self.created();
         cache.insert(cache_key, pipeline.clone());
         Ok(pipeline)
     }
@@ -577,6 +600,7 @@ impl Device {
                 resource: b.as_entire_binding(),
             })
             .collect();
+        self.created();
         let _serial = self.serial();
         self.0.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
@@ -587,6 +611,7 @@ impl Device {
 
     /// A buffer the host can map to read results back.
     pub fn readback_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.created();
         let _serial = self.serial();
         self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -632,6 +657,7 @@ impl Device {
 
     /// A buffer timestamp queries are resolved into (and copied out of): `bytes`, 8 per query.
     pub fn query_resolve_buffer(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.created();
         let _serial = self.serial();
         self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -644,6 +670,7 @@ impl Device {
     /// A timestamp query set of `count` queries, when the device has timestamp queries.
     pub fn timestamp_queries(&self, label: &str, count: u32) -> Option<wgpu::QuerySet> {
         (self.0.info.features.timestamp_query && count > 0).then(|| {
+            self.created();
             let _serial = self.serial();
             self.0.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some(label),
@@ -733,6 +760,15 @@ static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// or replayed from a compiled program's commands. What `gangway bench` counts per run.
 pub fn launches() -> u64 {
     LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// GPU objects every device of this process has created ([`Device::objects_created`]).
+static OBJECTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// GPU objects (buffers, bind groups, query sets, pipelines) this process's devices have created
+/// so far. What `gangway bench` counts per run, where a steady state creates none.
+pub fn objects_created() -> u64 {
+    OBJECTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where one pass writes GPU timestamps: the query set, and the indices written at the pass's

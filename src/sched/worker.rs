@@ -17,7 +17,7 @@ use super::record::{Recorded, record};
 use super::reduce;
 use super::run::{DispatchMode, Role, RunState};
 use super::state::{GANG_ORDER_KEEP, GangRecord, Shared};
-use super::timestamps::{BATCH, TimestampRing, contiguous};
+use super::timestamps::{BATCH, TimestampRing};
 use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Device, Error, Result};
@@ -707,28 +707,28 @@ impl Worker {
             return;
         }
         stamps.sort_by_key(|s| s.0);
-        let pairs: Vec<u32> = stamps.iter().map(|s| s.0).collect();
-        let mut kernels = stamps.into_iter().map(|(_, run, node)| (run, node));
-        let mut encoder = self.device.encoder("resolve timestamps");
-        for (first, count) in contiguous(&pairs) {
-            let bytes = u64::from(count) * 16;
-            let resolve = self.device.query_resolve_buffer("timestamps", bytes);
-            let readback = self.device.readback_buffer("timestamps", bytes);
-            encoder.resolve_query_set(&ring.queries, 2 * first..2 * (first + count), &resolve, 0);
-            encoder.copy_buffer_to_buffer(&resolve, 0, &readback, 0, bytes);
-            let batch: Vec<(Arc<RunState>, usize)> =
-                kernels.by_ref().take(count as usize).collect();
+        // A batch holds at most BATCH pairs: more (never expected) go in further batches.
+        while !stamps.is_empty() {
+            let rest = stamps.split_off(stamps.len().min(BATCH));
+            let pairs: Vec<u32> = stamps.iter().map(|s| s.0).collect();
+            let kernels: Vec<(Arc<RunState>, usize)> = stamps
+                .into_iter()
+                .map(|(_, run, node)| (run, node))
+                .collect();
+            let mut encoder = self.device.encoder("resolve timestamps");
+            let readback = ring.resolve(&self.device, &mut encoder, &pairs);
             let (inbox, buffer) = (self.inbox.clone(), readback.clone());
             encoder.map_buffer_on_submit(&readback, wgpu::MapMode::Read, .., move |r| {
                 inbox.push(Completion::Timestamps {
-                    kernels: batch,
+                    kernels,
                     buffer,
                     result: r,
                 });
             });
             self.inbox.outstanding.fetch_add(1, Ordering::AcqRel);
+            self.device.submit(encoder);
+            stamps = rest;
         }
-        self.device.submit(encoder);
     }
 
     fn drain_completions(&mut self) {
@@ -843,6 +843,9 @@ impl Worker {
                 let bytes = self
                     .device
                     .take_mapped(&buffer, kernels.len() as u64 * 16)?;
+                if let Some(ring) = &self.inbox.ring {
+                    ring.give_back(buffer);
+                }
                 let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
                 let Some(clock) = self.inbox.clock(&self.device) else {
                     return Ok(());

@@ -1,12 +1,13 @@
 //! A trace summed up for a machine with no display (`gangway trace`) and for the viewer's
 //! Files tab: events by phase and what is not drawn, processes and threads with the span, busy
 //! time and utilization of each thread, the names that took the most time, counter tracks, and
-//! for gangway's own traces each device's kernels against transfers and the pipeline bubble.
+//! for gangway's own traces each device's kernels against transfers, each program's kernel
+//! launches per run, and the pipeline bubble.
 //!
 //! Pure data: the CLI and the viewer format it. One pass over the (start-sorted) events, so a
 //! million-event trace sums up in well under a second.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -81,6 +82,33 @@ pub struct DeviceSummary {
     pub utilization: f64,
 }
 
+/// One compiled program of a gangway trace (events carry its id): what one run of it launches.
+/// A run launches each of its kernel nodes once on each device of the node's gang, so the
+/// distinct (device, node) pairs of its kernel events are its launches per run, and its kernel
+/// events over them the runs the trace holds (fractional where the trace cut a run off).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProgramSummary {
+    /// The program's id in the trace.
+    pub program: u64,
+    /// Kernel launches per run, every device together.
+    pub launches_per_run: u64,
+    /// Transfer events (uploads, sends, receives, read-backs, gathers) per run.
+    pub transfers_per_run: f64,
+    /// Runs in the trace.
+    pub runs: f64,
+    /// The name of its first kernel (by node), to tell the programs apart.
+    pub first_kernel: Option<String>,
+}
+
+/// A program being summed.
+#[derive(Debug, Default)]
+struct ProgramSum<'a> {
+    kernels: u64,
+    transfers: u64,
+    pairs: HashSet<(usize, u32)>,
+    first: Option<(u32, &'a str)>,
+}
+
 /// See the module doc.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceSummary {
@@ -102,6 +130,8 @@ pub struct TraceSummary {
     pub counters: Vec<CounterSummary>,
     /// Gangway traces only.
     pub devices: Vec<DeviceSummary>,
+    /// Gangway traces only: every program with kernel events, by id.
+    pub programs: Vec<ProgramSummary>,
     /// Gangway traces with pipeline ops only.
     pub bubble: Option<PipelineBubble>,
 }
@@ -162,6 +192,7 @@ impl TraceSummary {
         let mut rows: HashMap<(usize, u8), RowSum> = HashMap::new();
         let mut names: HashMap<&str, (u64, u64)> = HashMap::new();
         let mut devices: HashMap<usize, (u64, Union, u64, Union, Union)> = HashMap::new();
+        let mut programs: HashMap<u64, ProgramSum<'_>> = HashMap::new();
         // Events are sorted by start: every union below is fed in order.
         for e in events {
             let (s, t) = (e.start_ns, e.clamped_end_ns());
@@ -185,6 +216,19 @@ impl TraceSummary {
                     d.3.add(s, t);
                 }
                 d.4.add(s, t);
+                if let Some(id) = e.program {
+                    let p = programs.entry(id).or_default();
+                    if e.kind == EventKind::Kernel {
+                        p.kernels += 1;
+                        let node = e.node.unwrap_or(u32::MAX);
+                        p.pairs.insert((e.device, node));
+                        if p.first.is_none_or(|(n, _)| node < n) {
+                            p.first = Some((node, e.name.as_str()));
+                        }
+                    } else {
+                        p.transfers += 1;
+                    }
+                }
             }
         }
         let thread = |tid: String, name: Option<String>, label: String, r: &RowSum| {
@@ -282,6 +326,22 @@ impl TraceSummary {
             })
             .collect();
         devices.sort_by_key(|d| d.device);
+        let mut programs: Vec<ProgramSummary> = programs
+            .into_iter()
+            .filter(|(_, p)| !p.pairs.is_empty())
+            .map(|(program, p)| {
+                let launches = p.pairs.len() as u64;
+                let runs = p.kernels as f64 / launches as f64;
+                ProgramSummary {
+                    program,
+                    launches_per_run: launches,
+                    transfers_per_run: p.transfers as f64 / runs,
+                    runs,
+                    first_kernel: p.first.map(|(_, name)| name.to_string()),
+                }
+            })
+            .collect();
+        programs.sort_by_key(|p| p.program);
         let counters = trace
             .counters
             .iter()
@@ -316,6 +376,7 @@ impl TraceSummary {
             top_names,
             counters,
             devices,
+            programs,
             bubble,
         }
     }
@@ -429,6 +490,8 @@ mod tests {
             })
             .collect();
         assert_eq!(d, [(0, 2, 200, 1, 50, 250), (1, 2, 100, 1, 40, 140)]);
+        // Events of no program count for no program.
+        assert!(s.programs.is_empty(), "{:?}", s.programs);
         assert_eq!(s.devices[0].name.as_deref(), Some("gpu A"));
         assert!((s.devices[0].utilization - 250.0 / 400.0).abs() < 1e-12);
         // The one bubble computation: both stages' ops over 0..300.
@@ -445,6 +508,54 @@ mod tests {
             [
                 vec!["compute", "transfer"],
                 vec!["host", "compute", "transfer"]
+            ]
+        );
+    }
+
+    /// Two and a half runs of a program of three kernel nodes, one of them on two devices (four
+    /// launches a run), with a read-back each; and one run of another program.
+    #[test]
+    fn a_gangway_trace_counts_each_programs_launches_per_run() {
+        let mut events = Vec::new();
+        let mut t = 0;
+        let mut at = |meta: EventMeta, name: &str| {
+            t += 10;
+            meta.event(name.into(), t, t + 5)
+        };
+        for run in 0..3 {
+            let kernels: &[(usize, u32, &str)] = if run < 2 {
+                &[(0, 1, "embed"), (0, 2, "mm"), (1, 2, "mm"), (1, 3, "loss")]
+            } else {
+                &[(0, 1, "embed"), (0, 2, "mm")]
+            };
+            for &(d, node, name) in kernels {
+                events.push(at(EventMeta::kernel(d).program(7).node(node), name));
+            }
+            if run < 2 {
+                events.push(at(EventMeta::transfer(1).program(7).node(4), "read back"));
+            }
+        }
+        events.push(at(EventMeta::kernel(0).program(9).node(0), "eval"));
+        let trace = parse(&to_json(&events, &[])).unwrap();
+        let s = TraceSummary::of(&trace, 10);
+        let p: Vec<(u64, u64, f64, f64, Option<&str>)> = s
+            .programs
+            .iter()
+            .map(|p| {
+                (
+                    p.program,
+                    p.launches_per_run,
+                    p.runs,
+                    p.transfers_per_run,
+                    p.first_kernel.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            p,
+            [
+                (7, 4, 2.5, 2.0 / 2.5, Some("embed")),
+                (9, 1, 1.0, 0.0, Some("eval"))
             ]
         );
     }

@@ -128,6 +128,25 @@ fn text(s: &TraceSummary) -> String {
             );
         }
     }
+    if !s.programs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nprograms (kernel launches per run: each kernel node once on each of its devices):"
+        );
+        for p in &s.programs {
+            let _ = writeln!(
+                out,
+                "  program {}: {} launches and {:.1} transfers per run, {:.1} runs{}",
+                p.program,
+                p.launches_per_run,
+                p.transfers_per_run,
+                p.runs,
+                p.first_kernel
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" (first kernel: {n})"))
+            );
+        }
+    }
     if let Some(b) = &s.bubble {
         let _ = writeln!(
             out,
