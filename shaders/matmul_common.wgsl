@@ -19,7 +19,7 @@ struct Params {
     max_group_rows: u32,
     blocks: u32,
     limit_stride: u32,
-    _pad0: u32,
+    epilogue: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -28,6 +28,22 @@ struct Params {
 @group(0) @binding(4) var<storage, read> offsets: array<u32>;
 // Bound to the offsets themselves when the call has no limits (never read then).
 @group(0) @binding(5) var<storage, read> limits: array<u32>;
+// Bound to the offsets themselves when the epilogue adds nothing (never read then).
+@group(0) @binding(6) var<storage, read> addend: array<Elem>;
+
+// Element `at` of C, `v`, after the epilogue.
+fn epi(at: u32, v: Elem) -> Elem {
+    var r = v;
+    if ((p.epilogue & 1u) != 0u) { r = max(r, Elem(0)); }
+    if ((p.epilogue & 2u) != 0u) { r = addend[at] + r; }
+    return r;
+}
+
+// Elements `at`..`at + 3` of C after the epilogue.
+fn epi4(at: u32, v: vec4<Elem>) -> vec4<Elem> {
+    if (p.epilogue == 0u) { return v; }
+    return vec4<Elem>(epi(at, v.x), epi(at + 1u, v.y), epi(at + 2u, v.z), epi(at + 3u, v.w));
+}
 
 // The weight matrix of row group g: its index in B.
 fn weight(g: u32) -> u32 {

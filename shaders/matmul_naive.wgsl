@@ -27,5 +27,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         if (p.trans_b != 0u) { bv = b[b_base + col * p.k + kk]; } else { bv = b[b_base + kk * p.n + col]; }
         acc += f32(av) * f32(bv);
     }
-    c[row * p.n + col] = Elem(acc);
+    c[row * p.n + col] = epi(row * p.n + col, Elem(acc));
 }

@@ -5,8 +5,8 @@
 
 fn store(row: u32, col: u32, v: vec4<f32>) {
     let at = row * p.n + col;
-    c[at] = Elem(v.x);
-    if (col + 1u < p.n) { c[at + 1u] = Elem(v.y); }
-    if (col + 2u < p.n) { c[at + 2u] = Elem(v.z); }
-    if (col + 3u < p.n) { c[at + 3u] = Elem(v.w); }
+    c[at] = epi(at, Elem(v.x));
+    if (col + 1u < p.n) { c[at + 1u] = epi(at + 1u, Elem(v.y)); }
+    if (col + 2u < p.n) { c[at + 2u] = epi(at + 2u, Elem(v.z)); }
+    if (col + 3u < p.n) { c[at + 3u] = epi(at + 3u, Elem(v.w)); }
 }

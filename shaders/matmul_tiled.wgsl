@@ -89,7 +89,8 @@ fn main(
             for (var j = 0u; j < 4u; j++) {
                 let col = tile_n + lid.x + 16u * j;
                 if (col < p.n) {
-                    c[(row0 + r) * p.n + col] = Elem(acc[i][j]);
+                    let at = (row0 + r) * p.n + col;
+                    c[at] = epi(at, Elem(acc[i][j]));
                 }
             }
         }

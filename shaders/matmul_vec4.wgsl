@@ -100,35 +100,35 @@ fn block(gid: vec3<u32>, lane: u32) {
     }
     let out = (row0 + r) * n4 + col4;
     {
-        c[out] = vec4<Elem>(c0);
-        if (has_hi) { c[out + 1u] = vec4<Elem>(d0); }
+        c[out] = epi4(4u * (out), vec4<Elem>(c0));
+        if (has_hi) { c[out + 1u] = epi4(4u * (out + 1u), vec4<Elem>(d0)); }
     }
     if (r + 1u < rows) {
-        c[out + n4] = vec4<Elem>(c1);
-        if (has_hi) { c[out + n4 + 1u] = vec4<Elem>(d1); }
+        c[out + n4] = epi4(4u * (out + n4), vec4<Elem>(c1));
+        if (has_hi) { c[out + n4 + 1u] = epi4(4u * (out + n4 + 1u), vec4<Elem>(d1)); }
     }
     if (r + 2u < rows) {
-        c[out + 2u * n4] = vec4<Elem>(c2);
-        if (has_hi) { c[out + 2u * n4 + 1u] = vec4<Elem>(d2); }
+        c[out + 2u * n4] = epi4(4u * (out + 2u * n4), vec4<Elem>(c2));
+        if (has_hi) { c[out + 2u * n4 + 1u] = epi4(4u * (out + 2u * n4 + 1u), vec4<Elem>(d2)); }
     }
     if (r + 3u < rows) {
-        c[out + 3u * n4] = vec4<Elem>(c3);
-        if (has_hi) { c[out + 3u * n4 + 1u] = vec4<Elem>(d3); }
+        c[out + 3u * n4] = epi4(4u * (out + 3u * n4), vec4<Elem>(c3));
+        if (has_hi) { c[out + 3u * n4 + 1u] = epi4(4u * (out + 3u * n4 + 1u), vec4<Elem>(d3)); }
     }
     if (r + 4u < rows) {
-        c[out + 4u * n4] = vec4<Elem>(c4);
-        if (has_hi) { c[out + 4u * n4 + 1u] = vec4<Elem>(d4); }
+        c[out + 4u * n4] = epi4(4u * (out + 4u * n4), vec4<Elem>(c4));
+        if (has_hi) { c[out + 4u * n4 + 1u] = epi4(4u * (out + 4u * n4 + 1u), vec4<Elem>(d4)); }
     }
     if (r + 5u < rows) {
-        c[out + 5u * n4] = vec4<Elem>(c5);
-        if (has_hi) { c[out + 5u * n4 + 1u] = vec4<Elem>(d5); }
+        c[out + 5u * n4] = epi4(4u * (out + 5u * n4), vec4<Elem>(c5));
+        if (has_hi) { c[out + 5u * n4 + 1u] = epi4(4u * (out + 5u * n4 + 1u), vec4<Elem>(d5)); }
     }
     if (r + 6u < rows) {
-        c[out + 6u * n4] = vec4<Elem>(c6);
-        if (has_hi) { c[out + 6u * n4 + 1u] = vec4<Elem>(d6); }
+        c[out + 6u * n4] = epi4(4u * (out + 6u * n4), vec4<Elem>(c6));
+        if (has_hi) { c[out + 6u * n4 + 1u] = epi4(4u * (out + 6u * n4 + 1u), vec4<Elem>(d6)); }
     }
     if (r + 7u < rows) {
-        c[out + 7u * n4] = vec4<Elem>(c7);
-        if (has_hi) { c[out + 7u * n4 + 1u] = vec4<Elem>(d7); }
+        c[out + 7u * n4] = epi4(4u * (out + 7u * n4), vec4<Elem>(c7));
+        if (has_hi) { c[out + 7u * n4 + 1u] = epi4(4u * (out + 7u * n4 + 1u), vec4<Elem>(d7)); }
     }
 }

@@ -18,7 +18,7 @@
 //! every parameter is replicated: the devices are data-parallel only.
 
 use crate::kernels::router::{RouterConfig, RouterLoss};
-use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, TensorType};
+use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
 use crate::train::step_program::{Builder, Mode};
 use crate::train::{ParamSpec, Params, StepModel, StepShape};
@@ -164,10 +164,10 @@ fn build(shape: &StepShape<MlpLmConfig>, mode: Mode) -> Result<Program> {
         let at = |what: &str| format!("r{r} {what}");
         x.b.set_active(shape.split.active(r));
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
-        let pre1 = x.mm(&at("w1 matmul"), emb, x.params[W1], false, false);
-        let h1 = x.relu(&at("relu 1"), pre1);
-        let pre2 = x.mm(&at("w2 matmul"), h1, x.params[W2], false, false);
-        let h2 = x.relu(&at("relu 2"), pre2);
+        // Relus are their matmuls' epilogues: the backward needs only their outputs.
+        let (relu, w1, w2) = (Epilogue::Relu, x.params[W1], x.params[W2]);
+        let h1 = x.mm_then(&at("w1 matmul"), emb, w1, false, false, relu, None);
+        let h2 = x.mm_then(&at("w2 matmul"), h1, w2, false, false, relu, None);
         let logits = x.mm(&at("w3 matmul"), h2, x.params[W3], false, false);
         let d_logits = x.loss(&at, mode, logits, tgt, &[]);
         if mode == Mode::Forward {

@@ -92,6 +92,7 @@ pub fn run_expert_parallel(
         offsets,
         choice: VariantChoice::SameSums(MatmulVariant::Vec4),
         f16_accumulate: false,
+        epilogue: crate::kernels::Epilogue::None,
     };
     let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);
     let [probs, routes, stats] = p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);

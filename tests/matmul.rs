@@ -6,10 +6,10 @@
 mod common;
 
 use common::{Need, assert_close, case};
-use gangway::kernels::eager;
 use gangway::kernels::matmul::{
     self, Matmul, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice,
 };
+use gangway::kernels::{ElementwiseOp, Epilogue, eager};
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
 
@@ -27,6 +27,7 @@ fn grouped_matmul(
         limits: None,
         choice: options.variant,
         f16_accumulate: options.f16_accumulate,
+        epilogue: gangway::kernels::Epilogue::None,
     };
     eager::run_one(&kernel, &[a, b])
 }
@@ -40,6 +41,7 @@ fn plain_matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> gangway::Resu
         limits: None,
         choice: options.variant,
         f16_accumulate: options.f16_accumulate,
+        epilogue: gangway::kernels::Epilogue::None,
     };
     eager::run_one(&kernel, &[a, b])
 }
@@ -133,6 +135,7 @@ fn main() -> std::process::ExitCode {
         case!(device: larger_than_one_tile_in_every_dimension),
         case!(device: rows_split_over_devices_sum_in_the_same_order),
         case!(device: live_row_limits_skip_empty_slots_without_changing_a_bit),
+        case!(device: epilogues_give_the_bits_of_the_kernels_they_replace),
         case!(device: bad_shapes_are_typed_errors),
         case!(device: buffer_over_the_adapter_limit_is_refused_before_dispatch),
     ])
@@ -367,6 +370,116 @@ fn larger_than_one_tile_in_every_dimension(device: &Device) {
     }
 }
 
+/// Every variant, transpose and float type, plain and grouped (uneven and empty groups, covering
+/// every row), on shapes that fill no tile: a relu, an addend, or both, applied as the matmul
+/// stores, give the bits of the matmul followed by elementwise's relu and add (f16, which those
+/// kernels do not take: the host's relu and add of the f16 product, to f16's rounding). An addend on
+/// groups that leave rows unwritten is refused.
+fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
+    let mut rng = Rng::new(41);
+    let transposes = [(false, false), (false, true), (true, false), (true, true)];
+    let shapes = [(13, 20, 12, 1), (37, 9, 11, 1), (29, 36, 16, 3)];
+    let mut checked = 0;
+    for &dtype in float_dtypes(device) {
+        for ((m, n, k, groups), (trans_a, trans_b)) in
+            shapes.into_iter().flat_map(|s| transposes.map(|t| (s, t)))
+        {
+            let offsets = random_offsets(&mut rng, groups, m);
+            let shape = MatmulShape {
+                groups,
+                max_group_rows: matmul::check_offsets(&offsets, groups, m).unwrap(),
+                trans_a,
+                trans_b,
+                ..MatmulShape::plain(m, n, k, dtype)
+            };
+            let tensor = |shape: &[usize], rng: &mut Rng| {
+                let host = rng.vec(shape.iter().product());
+                Tensor::from_f32(device, shape, dtype, &host).unwrap()
+            };
+            let a = tensor(&shape.a_shape(), &mut rng);
+            let b = tensor(&shape.b_shape(), &mut rng);
+            let addend = tensor(&[m, n], &mut rng);
+            for variant in MatmulVariant::ALL {
+                if !variant.supports(device, &shape) {
+                    continue;
+                }
+                let node = |epilogue| Matmul {
+                    trans_a,
+                    trans_b,
+                    offsets: (groups > 1).then(|| offsets.clone()),
+                    limits: None,
+                    choice: VariantChoice::Fixed(variant),
+                    f16_accumulate: false,
+                    epilogue,
+                };
+                let product = eager::run_one(&node(Epilogue::None), &[&a, &b]).unwrap();
+                // Elementwise kernels are f32 only: f16 epilogues are checked on the host, to
+                // f16's rounding.
+                let unfused: [(Epilogue, Vec<f32>); 3] = if dtype == DType::F32 {
+                    let relu = eager::run_one(&ElementwiseOp::Relu, &[&product]).unwrap();
+                    let add = |x: &Tensor| {
+                        let sum = eager::run_one(&ElementwiseOp::Add, &[&addend, x]).unwrap();
+                        sum.to_f32().unwrap()
+                    };
+                    [
+                        (Epilogue::Relu, relu.to_f32().unwrap()),
+                        (Epilogue::Add, add(&product)),
+                        (Epilogue::ReluAdd, add(&relu)),
+                    ]
+                } else {
+                    let (p, r) = (product.to_f32().unwrap(), addend.to_f32().unwrap());
+                    let relu: Vec<f32> = p.iter().map(|v| v.max(0.0)).collect();
+                    let add = |x: &[f32]| -> Vec<f32> {
+                        x.iter()
+                            .zip(&r)
+                            .map(|(v, r)| half::f16::from_f32(r + v).to_f32())
+                            .collect()
+                    };
+                    [
+                        (Epilogue::Relu, relu.clone()),
+                        (Epilogue::Add, add(&p)),
+                        (Epilogue::ReluAdd, add(&relu)),
+                    ]
+                };
+                for (epilogue, want) in unfused {
+                    let inputs: Vec<&Tensor> = if epilogue.adds() {
+                        vec![&a, &b, &addend]
+                    } else {
+                        vec![&a, &b]
+                    };
+                    let fused = eager::run_one(&node(epilogue), &inputs).unwrap();
+                    let got = fused.to_f32().unwrap();
+                    let what = format!("{variant:?} {epilogue:?} {shape:?} on {}", device.label());
+                    if dtype == DType::F32 {
+                        assert!(same_bits(&got, &want), "{what}: fused differs from unfused");
+                    } else {
+                        assert_close(&what, &got, &want, 2e-3);
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 3 * 2 * 3 * 4, "only {checked} cases ran");
+    // An addend where row groups leave rows unwritten (the rows before offsets[0]) is refused.
+    let a = Tensor::from_f32(device, &[6, 4], DType::F32, &[1.0; 24]).unwrap();
+    let b = Tensor::from_f32(device, &[4, 4], DType::F32, &[1.0; 16]).unwrap();
+    let addend = Tensor::zeros(device, &[6, 4], DType::F32).unwrap();
+    let uncovering = Matmul {
+        trans_a: false,
+        trans_b: false,
+        offsets: Some(vec![2, 6]),
+        limits: None,
+        choice: VariantChoice::Fixed(MatmulVariant::Naive),
+        f16_accumulate: false,
+        epilogue: Epilogue::Add,
+    };
+    let err = eager::run_one(&uncovering, &[&a, &b, &addend]).unwrap_err();
+    assert!(err.to_string().contains("covering all 6 rows"), "{err}");
+    // A missing addend is a typed error, not a panic.
+    assert!(eager::run_one(&uncovering, &[&a, &b]).is_err());
+}
+
 fn bad_shapes_are_typed_errors(device: &Device) {
     let a = Tensor::zeros(device, &[4, 5], DType::F32).unwrap();
     let b = Tensor::zeros(device, &[6, 3], DType::F32).unwrap();
@@ -542,6 +655,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                     limits,
                     choice: VariantChoice::Fixed(variant),
                     f16_accumulate: false,
+                    epilogue: gangway::kernels::Epilogue::None,
                 };
                 let what = format!(
                     "{variant:?} {weights}x{blocks} blocks of {cap}, n {n} k {k}, trans ({trans_a}, {trans_b}) on {}",

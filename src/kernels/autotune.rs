@@ -100,6 +100,8 @@ impl Operands {
                 variant: VariantChoice::Fixed(variant),
                 f16_accumulate: self.shape.f16_accumulate,
             },
+            epilogue: Default::default(),
+            addend: None,
         }
     }
 }

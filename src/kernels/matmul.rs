@@ -20,6 +20,9 @@
 //! [`Limits`] let a grouped matmul skip empty expert slots: a device-side count per row group (the
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
 //! store zeros without reading, so the output is the unlimited one's, bit for bit.
+//!
+//! An [`Epilogue`] applies a relu, adds an array shaped like C, or both, to each output as it is
+//! stored: the launches of the elementwise kernels that would follow, saved, with their bits.
 
 use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use super::{Shader, autotune};
@@ -414,6 +417,50 @@ impl VariantChoice {
     }
 }
 
+/// What a matmul does to each output element as it stores it, in place of the kernels that would
+/// follow it, with their arithmetic in the element type, so the bits are theirs: a relu
+/// (elementwise's `max(v, 0)`), then adding an array shaped like C (`addend + v`, as elementwise's
+/// add and the optimizers' accumulate compute it). Rows of C the kernel does not write (outside
+/// every row group) stay as they are, so a grouped matmul takes an addend only where its groups
+/// cover every row ([`Matmul`] checks it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    #[default]
+    None,
+    /// `max(C, 0)`.
+    Relu,
+    /// `addend + C`.
+    Add,
+    /// `addend + max(C, 0)`: a relu layer's residual connection.
+    ReluAdd,
+}
+
+impl Epilogue {
+    pub fn relu(self) -> bool {
+        matches!(self, Self::Relu | Self::ReluAdd)
+    }
+
+    /// Whether it reads an addend.
+    pub fn adds(self) -> bool {
+        matches!(self, Self::Add | Self::ReluAdd)
+    }
+
+    /// The shader's `p.epilogue` bits.
+    fn bits(self) -> u32 {
+        u32::from(self.relu()) | u32::from(self.adds()) << 1
+    }
+
+    /// A name for node kinds and errors: `matmul+relu`, `matmul+add`, `matmul+relu+add`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::None => "",
+            Self::Relu => "+relu",
+            Self::Add => "+add",
+            Self::ReluAdd => "+relu+add",
+        }
+    }
+}
+
 /// Transposes, implementation and summation type of one matmul call.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatmulOptions {
@@ -436,7 +483,8 @@ struct Params {
     max_group_rows: u32,
     blocks: u32,
     limit_stride: u32,
-    _pad: [u32; 3],
+    epilogue: u32,
+    _pad: [u32; 2],
 }
 
 fn one() -> usize {
@@ -485,6 +533,10 @@ pub struct MatmulArgs<'a> {
     pub max_group_rows: usize,
     pub limits: Option<Limits<'a>>,
     pub options: MatmulOptions,
+    /// What happens to each output as it is stored; `addend` is the array an adding epilogue
+    /// adds, shaped like C.
+    pub epilogue: Epilogue,
+    pub addend: Option<&'a Tensor>,
 }
 
 /// Checks the operands and returns the shape they describe.
@@ -556,6 +608,22 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
     if let Some(limits) = args.limits {
         limits.check("matmul limits", device, row_groups)?;
     }
+    match (args.epilogue.adds(), args.addend) {
+        (true, Some(addend)) => {
+            check::expect("matmul addend", addend, device, dtype, c.shape())?;
+        }
+        (false, None) => {}
+        (adds, _) => {
+            return Err(Error::InvalidArgument {
+                what: WHAT,
+                reason: format!(
+                    "epilogue {:?} {} an addend",
+                    args.epilogue,
+                    if adds { "needs" } else { "takes no" }
+                ),
+            });
+        }
+    }
     let shape = MatmulShape {
         m,
         n,
@@ -622,7 +690,7 @@ fn encode_variant(
     // Aᵀ as [M, K] in a buffer of the kernel's own (kept alive by the recorded bind groups).
     let bytes = (shape.m * shape.k * shape.dtype.size()) as u64;
     let transposed = device.storage_buffer("matmul Aᵀ", bytes)?;
-    let uniform = device.uniform_buffer("matmul params", &params(shape, None));
+    let uniform = device.uniform_buffer("matmul params", &params(shape, None, Epilogue::None));
     let pipeline = MATMUL_TRANSPOSE_A.pipeline(device, shape.dtype, "main")?;
     let grid = [
         check::to_u32("matmul transpose grid", shape.m.div_ceil(8))?,
@@ -639,7 +707,7 @@ fn encode_variant(
     encode_pass(encoder, device, args, &transposed, &pass_shape, pass)
 }
 
-fn params(shape: &MatmulShape, limits: Option<Limits<'_>>) -> Params {
+fn params(shape: &MatmulShape, limits: Option<Limits<'_>>, epilogue: Epilogue) -> Params {
     Params {
         m: shape.m as u32,
         n: shape.n as u32,
@@ -650,7 +718,8 @@ fn params(shape: &MatmulShape, limits: Option<Limits<'_>>) -> Params {
         max_group_rows: shape.max_group_rows as u32,
         blocks: shape.blocks as u32,
         limit_stride: limits.map_or(0, |l| l.stride as u32),
-        _pad: [0; 3],
+        epilogue: epilogue.bits(),
+        _pad: [0; 2],
     }
 }
 
@@ -669,10 +738,13 @@ fn encode_pass(
         check::to_u32("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
         check::to_u32("matmul grid", shape.row_groups())?,
     ];
-    // Without limits the shader never reads binding 5; any u32 buffer fills it.
+    // Without limits the shader never reads binding 5, nor binding 6 without an addend; any
+    // buffer fills them.
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
+    let addend = args.addend.unwrap_or(args.offsets);
     let pipeline = shader.pipeline(device, shape.dtype, entry)?;
-    let uniform = device.uniform_buffer("matmul params", &params(shape, args.limits));
+    let uniform =
+        device.uniform_buffer("matmul params", &params(shape, args.limits, args.epilogue));
     device.encode_dispatch(
         encoder,
         variant.name(),
@@ -684,6 +756,7 @@ fn encode_pass(
             (3, args.c.buffer()),
             (4, args.offsets.buffer()),
             (5, limits.buffer()),
+            (6, addend.buffer()),
         ],
         grid,
     )
@@ -752,7 +825,8 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 /// [`VariantChoice::SameSums`]: the variant's sums where it can take the shape, else the tiled
 /// kernel's, a choice fixed by N, K and the transposes alone, so every device of a split sums in
 /// the same order; of the variants with those sums (vec4 and subgroup) the autotuner picks the
-/// fastest on each device, which changes no bit.
+/// fastest on each device, which changes no bit. With an adding [`Epilogue`], the addend is the
+/// last input.
 #[derive(Debug, Clone)]
 pub struct Matmul {
     pub trans_a: bool,
@@ -764,6 +838,15 @@ pub struct Matmul {
     pub choice: VariantChoice,
     /// Sum in f16 ([`MatmulShape::f16_accumulate`]).
     pub f16_accumulate: bool,
+    /// What happens to each output as it is stored.
+    pub epilogue: Epilogue,
+}
+
+impl Matmul {
+    /// The inputs before the addend: the factors, and the live-row counts if any.
+    fn factors_and_limits(&self) -> usize {
+        2 + usize::from(self.limits.is_some())
+    }
 }
 
 impl Kernel for Matmul {
@@ -779,19 +862,42 @@ impl Kernel for Matmul {
         self.trans_a || self.trans_b
     }
 
-    /// The factors' rule; the live-row counts are each device's own, whatever their layout.
+    /// The factors' rule; the live-row counts are each device's own, whatever their layout. An
+    /// epilogue is nonlinear (a relu) or adds a whole value to each shard (an addend), so the
+    /// product may not be a partial sum, and an addend lies as the product does.
     fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
-        let factors = if self.limits.is_some() && inputs.len() == 3 {
-            &inputs[..2]
-        } else {
-            inputs
-        };
-        sharding_rules::matmul(factors, self.trans_a, self.trans_b)
+        let factors =
+            if inputs.len() == self.factors_and_limits() + usize::from(self.epilogue.adds()) {
+                &inputs[..2]
+            } else {
+                inputs
+            };
+        let out = sharding_rules::matmul(factors, self.trans_a, self.trans_b)?;
+        if self.epilogue == Epilogue::None {
+            return Ok(out);
+        }
+        let product = &out[0];
+        if !product.partial().is_empty() {
+            return Err(format!(
+                "a matmul{} epilogue over partial sums ({product}); all-reduce them first",
+                self.epilogue.suffix()
+            ));
+        }
+        if self.epilogue.adds()
+            && let Some(addend) = inputs.last()
+            && addend != product
+        {
+            return Err(format!(
+                "the addend lies as {addend}, the product as {product}"
+            ));
+        }
+        Ok(out)
     }
 
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.kind();
-        check::arity(what, inputs, 2 + usize::from(self.limits.is_some()))?;
+        let addend = usize::from(self.epilogue.adds());
+        check::arity(what, inputs, self.factors_and_limits() + addend)?;
         if self.limits.is_some() && inputs[2].dtype != DType::U32 {
             return Err(check::invalid(
                 what,
@@ -828,7 +934,11 @@ impl Kernel for Matmul {
                 ),
             ));
         }
-        Ok(vec![TensorType::new(dtype, &[m, n])])
+        let out = TensorType::new(dtype, &[m, n]);
+        if let Some(addend) = inputs.get(self.factors_and_limits()) {
+            check::expect_type("matmul addend", addend, &out)?;
+        }
+        Ok(vec![out])
     }
 
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
@@ -837,6 +947,17 @@ impl Kernel for Matmul {
         let offsets = self.offsets.clone().unwrap_or_else(|| vec![0, m as u32]);
         let groups = offsets.len().saturating_sub(1);
         let max_group_rows = check_offsets(&offsets, groups, m)?;
+        if self.epilogue.adds()
+            && (offsets.first() != Some(&0) || offsets.last() != Some(&(m as u32)))
+        {
+            return Err(check::invalid(
+                self.kind(),
+                format!(
+                    "an adding epilogue needs row groups covering all {m} rows (rows outside them \
+                     are not written), got offsets {offsets:?}"
+                ),
+            ));
+        }
         let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], &offsets)?;
         let args = MatmulArgs {
             a: &x[0],
@@ -853,6 +974,13 @@ impl Kernel for Matmul {
                 trans_b: self.trans_b,
                 variant: self.choice,
                 f16_accumulate: self.f16_accumulate,
+            },
+            epilogue: self.epilogue,
+            addend: match self.epilogue.adds() {
+                true => Some(x.get(self.factors_and_limits()).ok_or_else(|| {
+                    check::invalid(self.kind(), "no addend among the inputs".into())
+                })?),
+                false => None,
             },
         };
         encode(rec, &args).map(drop)

@@ -60,7 +60,7 @@ pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::ExpertWeightGrad;
 pub use layer_norm::{LayerNorm, LayerNormBackward};
 pub use loss::{CrossEntropy, MseGrad, RowLogsumexp};
-pub use matmul::Matmul;
+pub use matmul::{Epilogue, Matmul};
 pub use moe_dispatch::{Combine, CombineBackwardSlots, Dispatch, DispatchBackward, GateGrad};
 pub use optim::{Accumulate, Adam, Sgd};
 pub use pack::{Pack, Unpack};

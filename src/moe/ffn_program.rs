@@ -37,7 +37,7 @@
 
 use super::exchange::{ExpertExchange, Moving};
 use crate::kernels::elementwise::ElementwiseOp;
-use crate::kernels::matmul::{MatmulVariant, VariantChoice};
+use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
@@ -100,6 +100,7 @@ pub struct MoeFfnSaved {
     /// The router's per-expert records of the expert devices' slot blocks, in their order: the
     /// first word of each is the block's kept rows.
     pub live: Value,
+    /// The hidden layer before the activation: for a relu (the matmul's epilogue), `hidden`.
     pub pre: Value,
     pub hidden: Value,
 }
@@ -177,6 +178,7 @@ impl MoeFfn {
             offsets,
             choice: VariantChoice::SameSums(self.matmul),
             f16_accumulate: false,
+            epilogue: Epilogue::None,
         }
     }
 
@@ -240,19 +242,26 @@ impl MoeFfn {
                 .send_to_experts(b, &at("all-to-all forward"), slots);
             let live = counts.arrived(live);
             let tokens = self.exchange.arrived(moving);
-            let pre = Self::k(
-                b,
-                gang,
-                &at("expert w1"),
-                self.grouped(false),
-                &[tokens, w.w1, live],
-            );
-            let act = self.activation.name();
-            let op = match self.activation {
-                ExpertActivation::Relu => ElementwiseOp::Relu,
-                ExpertActivation::Gelu => ElementwiseOp::Gelu,
+            let w1 = |b: &mut ProgramBuilder, epilogue| {
+                let op = Matmul {
+                    epilogue,
+                    ..self.grouped(false)
+                };
+                Self::k(b, gang, &at("expert w1"), op, &[tokens, w.w1, live])
             };
-            let hidden = Self::k(b, gang, &at(&format!("expert {act}")), op, &[pre]);
+            // A relu is the matmul's epilogue (the backward needs only its output); GELU's
+            // backward needs its input, which the matmul stores.
+            let (pre, hidden) = match self.activation {
+                ExpertActivation::Relu => {
+                    let hidden = w1(b, Epilogue::Relu);
+                    (hidden, hidden)
+                }
+                ExpertActivation::Gelu => {
+                    let pre = w1(b, Epilogue::None);
+                    let name = at("expert gelu");
+                    (pre, Self::k(b, gang, &name, ElementwiseOp::Gelu, &[pre]))
+                }
+            };
             let out = Self::k(
                 b,
                 gang,

@@ -29,7 +29,7 @@ use super::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use super::params::{BlockIndex, EMBED, W_IN};
 use super::{MoeLmConfig, VOCAB};
 use crate::Result;
-use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, TensorType};
+use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::{Program, Value};
 use crate::train::StepShape;
 use crate::train::step_program::{Builder, Mode};
@@ -89,16 +89,17 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
         x.b.set_active(shape.split.active(r));
         // ---- forward
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
-        let pre = x.mm(&at("stem matmul"), emb, x.params[W_IN], false, false);
-        let stem = x.relu(&at("stem relu"), pre);
+        // Relus are their matmuls' epilogues: the backward needs only their outputs.
+        let (relu, w_in) = (Epilogue::Relu, x.params[W_IN]);
+        let stem = x.mm_then(&at("stem matmul"), emb, w_in, false, false, relu, None);
         let mut h = stem;
         let mut acts = Vec::with_capacity(cfg.blocks);
         for l in 0..cfg.blocks {
             let ix = cfg.block_index(l);
             let at = |what: &str| format!("r{r} b{l} {what}");
             let input = h;
-            let pre = x.mm(&at("dense matmul"), h, x.params[ix.dense], false, false);
-            let dense = x.relu(&at("dense relu"), pre);
+            let w = x.params[ix.dense];
+            let dense = x.mm_then(&at("dense matmul"), h, w, false, false, relu, None);
             let mid = x.add(&at("residual"), h, dense);
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
@@ -149,8 +150,9 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
                 ElementwiseOp::ReluBackward,
                 &[dense, d_mid],
             );
-            let back = x.linear_backward_put_off(true, &at, "dense", ix.dense, input, d_pre);
-            dh = x.accumulate(&at("accumulate dense input grad"), d_mid, back);
+            // d_mid + the dense layer's input gradient, summed by its matmul.
+            let acc = Some(d_mid);
+            dh = x.linear_backward_adding(true, &at, "dense", ix.dense, input, d_pre, acc);
         }
         if r + 1 == inputs.len() {
             // Every replicated gradient but the stem's and the embedding's is final here.

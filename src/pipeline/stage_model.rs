@@ -162,6 +162,7 @@ fn matmul(
         offsets: None,
         choice: VariantChoice::SameSums(NAIVE),
         f16_accumulate: false,
+        epilogue: crate::kernels::Epilogue::None,
     };
     b.kernel1(name, gang, op, &[a, w])
 }

@@ -856,6 +856,7 @@ mod tests {
                 offsets: None,
                 choice: VariantChoice::SameSums(MatmulVariant::Tiled),
                 f16_accumulate: false,
+                epilogue: crate::kernels::Epilogue::None,
             })
         };
         let mut p = ProgramBuilder::new("typed");
@@ -940,6 +941,7 @@ mod tests {
             offsets: None,
             choice: VariantChoice::SameSums(MatmulVariant::Tiled),
             f16_accumulate: false,
+            epilogue: crate::kernels::Epilogue::None,
         });
         let f16 = |shape: &[usize]| TensorType::new(DType::F16, shape);
         let mut p = ProgramBuilder::new("f16 matmul");
@@ -974,6 +976,7 @@ mod tests {
                 offsets: None,
                 choice: VariantChoice::SameSums(MatmulVariant::Tiled),
                 f16_accumulate: false,
+                epilogue: crate::kernels::Epilogue::None,
             })
         };
         for all_reduce in [true, false] {

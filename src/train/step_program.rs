@@ -17,7 +17,7 @@
 //! [`crate::transformer`]'s (`transformer/step_program.rs`).
 
 use super::{GroupSplit, StepModel};
-use crate::kernels::matmul::{MatmulVariant, VariantChoice};
+use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
     Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, RowLogsumexp, TensorType, Unpack,
@@ -311,6 +311,23 @@ impl<S> Builder<'_, S> {
     }
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
+        self.mm_then(name, a, b, trans_a, trans_b, Epilogue::None, None)
+    }
+
+    /// `op(a) · op(b)`, then `epilogue` as the kernel stores it (`addend`: what an adding
+    /// epilogue adds): the launches of the relu and the add or accumulate it replaces, saved,
+    /// with their bits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mm_then(
+        &mut self,
+        name: &str,
+        a: Value,
+        b: Value,
+        trans_a: bool,
+        trans_b: bool,
+        epilogue: Epilogue,
+        addend: Option<Value>,
+    ) -> Value {
         let op = Matmul {
             limits: None,
             trans_a,
@@ -318,13 +335,11 @@ impl<S> Builder<'_, S> {
             offsets: None,
             choice: VariantChoice::SameSums(MATMUL),
             f16_accumulate: false,
+            epilogue,
         };
-        self.k(name, op, &[a, b])
-    }
-
-    pub fn relu(&mut self, name: &str, x: Value) -> Value {
-        let gang = self.gang.clone();
-        self.b.relu(name, &gang, x)
+        let mut inputs = vec![a, b];
+        inputs.extend(addend);
+        self.k(name, op, &inputs)
     }
 
     pub fn add(&mut self, name: &str, x: Value, z: Value) -> Value {
@@ -373,8 +388,31 @@ impl<S> Builder<'_, S> {
         x: Value,
         dy: Value,
     ) -> Value {
+        self.linear_backward_adding(put_off, at, what, p, x, dy, None)
+    }
+
+    /// [`Self::linear_backward_put_off`], with `acc + dy · W[p]ᵀ` returned in place of the input
+    /// gradient where `acc` is given: the accumulation of a gradient that also flows around the
+    /// layer (a residual), done by the matmul as it stores (node `at("<what> input grad")`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_backward_adding(
+        &mut self,
+        put_off: bool,
+        at: &dyn Fn(&str) -> String,
+        what: &str,
+        p: usize,
+        x: Value,
+        dy: Value,
+        acc: Option<Value>,
+    ) -> Value {
         let w = self.params[p];
-        let dx = self.mm(&at(&format!("{what} input grad")), dy, w, false, true);
+        let epilogue = if acc.is_some() {
+            Epilogue::Add
+        } else {
+            Epilogue::None
+        };
+        let name = at(&format!("{what} input grad"));
+        let dx = self.mm_then(&name, dy, w, false, true, epilogue, acc);
         self.later.push(LaterGrad {
             p,
             names: [

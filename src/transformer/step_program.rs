@@ -26,6 +26,7 @@ use super::{FfnIndex, TransformerConfig, VOCAB};
 use crate::Result;
 use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
+use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
     Accumulate, Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward,
     TensorType,
@@ -158,15 +159,17 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             };
             let [o, lse] =
                 x.b.kernel(&at("attention"), &gang, Arc::new(attn), &[q, k, v]);
-            let proj = x.mm(&at("attention out"), o, x.params[ix.wo], false, false);
-            let mid = x.k(&at("attention residual"), ElementwiseOp::Add, &[h, proj]);
+            // Residual connections are their matmuls' epilogues: h + o · Wo.
+            let (add, wo) = (Epilogue::Add, x.params[ix.wo]);
+            let mid = x.mm_then(&at("attention out"), o, wo, false, false, add, Some(h));
             let (f, ln2) = x.norm(&at("ln2"), mid, ix.ln2);
-            let (y, ffn) = match ix.ffn {
+            let (next, ffn) = match ix.ffn {
                 FfnIndex::Dense { w1, w2 } => {
                     let pre = x.mm(&at("ffn w1"), f, x.params[w1], false, false);
                     let hidden = x.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
-                    let y = x.mm(&at("ffn w2"), hidden, x.params[w2], false, false);
-                    (y, FfnAct::Dense { pre, hidden })
+                    let w2 = x.params[w2];
+                    let h = x.mm_then(&at("ffn w2"), hidden, w2, false, false, add, Some(mid));
+                    (h, FfnAct::Dense { pre, hidden })
                 }
                 FfnIndex::Moe { router, w1, w2 } => {
                     let ffn = x.ffn();
@@ -176,10 +179,11 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                         w2: x.params[w2],
                     };
                     let (y, saved) = ffn.forward(&mut x.b, &gang, &at, f, &w);
-                    (y, FfnAct::Moe(saved))
+                    let h = x.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
+                    (h, FfnAct::Moe(saved))
                 }
             };
-            h = x.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
+            h = next;
             acts.push(LayerAct {
                 input,
                 a,
@@ -285,11 +289,10 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                 Arc::new(back),
                 &[a.q, a.k, a.v, a.o, a.lse, d_o],
             );
+            // The q, k and v input gradients summed by the k and v matmuls as they store.
             let mut da = x.linear_backward_put_off(next_sends, &at, "q", ix.wq, a.a, dq);
-            let dk_in = x.linear_backward_put_off(next_sends, &at, "k", ix.wk, a.a, dk);
-            da = x.k(&at("accumulate k input grad"), Accumulate, &[da, dk_in]);
-            let dv_in = x.linear_backward_put_off(next_sends, &at, "v", ix.wv, a.a, dv);
-            da = x.k(&at("accumulate v input grad"), Accumulate, &[da, dv_in]);
+            da = x.linear_backward_adding(next_sends, &at, "k", ix.wk, a.a, dk, Some(da));
+            da = x.linear_backward_adding(next_sends, &at, "v", ix.wv, a.a, dv, Some(da));
             let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
             dh = x.k(
                 &at("accumulate attention residual grad"),
