@@ -29,6 +29,7 @@ fn main() -> std::process::ExitCode {
         case!(device: expert_weight_grad_skips_rows_past_each_blocks_live_count),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(device: adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel),
+        case!(device: one_adam_node_over_many_tensors_gives_each_tensors_bits),
         case!(adapters: bad_inputs_are_typed_errors),
         case!(device: flat_updates_match_their_references),
         case!(adapters: bad_flat_updates_are_errors),
@@ -126,6 +127,86 @@ fn adam_step(
     let (b1, b2) = cfg.bias(step);
     let bias = Tensor::from_f32(p.device(), &[2], DType::F32, &[b1, b2])?;
     eager::run(&optim::Adam::new(cfg), &[p, m, v, g, &bias]).map(drop)
+}
+
+/// Eleven tensors of uneven lengths (none a multiple of the 256-thread workgroup, one of a single
+/// element) stepped three times by one Adam node (more tensors than one launch takes on any
+/// adapter: two launches on lavapipe's 32 storage buffers, three on GL's 16) give, bit for bit,
+/// what one node per tensor gives, and the reference's values.
+fn one_adam_node_over_many_tensors_gives_each_tensors_bits(device: &Device) {
+    let mut rng = Rng::new(23);
+    let lens = [1usize, 300, 17, 257, 64, 999, 3, 511, 1025, 40, 129];
+    let up = |host: &[f32]| Tensor::from_f32(device, &[host.len()], DType::F32, host).unwrap();
+    let cfg = AdamConfig::new(0.01);
+    let scale = 0.25;
+    let start: Vec<[Vec<f32>; 3]> = lens
+        .iter()
+        .map(|&n| {
+            [
+                rng.vec(n),
+                rng.vec(n).iter().map(|x| x * 0.1).collect(),
+                rng.vec(n).iter().map(|x| x * x).collect(),
+            ]
+        })
+        .collect();
+    let state = || -> Vec<[Tensor; 3]> {
+        start
+            .iter()
+            .map(|t| [up(&t[0]), up(&t[1]), up(&t[2])])
+            .collect()
+    };
+    let (together, apart) = (state(), state());
+    let mut reference = start.clone();
+    for step in 1..=3u32 {
+        let (b1, b2) = cfg.bias(step);
+        let bias = up(&[b1, b2]);
+        let grads: Vec<Vec<f32>> = lens.iter().map(|&n| rng.vec(n)).collect();
+        let g: Vec<Tensor> = grads.iter().map(|g| up(g)).collect();
+        let node = |tensors| optim::Adam {
+            config: cfg,
+            grad_scale: scale,
+            tensors,
+        };
+        let mut inputs: Vec<&Tensor> = Vec::new();
+        for (t, g) in together.iter().zip(&g) {
+            inputs.extend([&t[0], &t[1], &t[2], g]);
+        }
+        inputs.push(&bias);
+        eager::run(&node(lens.len()), &inputs).unwrap();
+        for (t, g) in apart.iter().zip(&g) {
+            eager::run(&node(1), &[&t[0], &t[1], &t[2], g, &bias]).unwrap();
+        }
+        for (r, g) in reference.iter_mut().zip(&grads) {
+            let g: Vec<f32> = g.iter().map(|x| x * scale).collect();
+            let [p, m, v] = r;
+            optim::adam_reference(p, m, v, &g, cfg, step).unwrap();
+        }
+    }
+    for (i, ((a, b), r)) in together.iter().zip(&apart).zip(&reference).enumerate() {
+        for (k, name) in ["param", "m", "v"].into_iter().enumerate() {
+            let (x, y) = (a[k].to_f32().unwrap(), b[k].to_f32().unwrap());
+            let same = x.iter().zip(&y).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "on {}: tensor {i}'s {name} differs", device.label());
+            assert_close(&format!("tensor {i}'s {name}"), &x, &r[k], 1e-5);
+        }
+    }
+    // A node's tensors are its own: the wrong count of inputs is a typed error.
+    let t = &together[0];
+    let two = optim::Adam::new(cfg);
+    let bias = up(&[1.0, 1.0]);
+    let wrong = eager::run(
+        &optim::Adam { tensors: 2, ..two },
+        &[&t[0], &t[1], &t[2], &g_of(&t[0]), &bias],
+    );
+    assert!(
+        matches!(wrong, Err(Error::InvalidArgument { .. })),
+        "{wrong:?}"
+    );
+}
+
+/// A gradient shaped like `t`, zero.
+fn g_of(t: &Tensor) -> Tensor {
+    Tensor::zeros(t.device(), t.shape(), DType::F32).unwrap()
 }
 
 fn elementwise(op: ElementwiseOp, x: &Tensor, z: &Tensor) -> gangway::Result<Tensor> {
@@ -508,6 +589,7 @@ fn adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel(device: &Devi
             let node = optim::Adam {
                 config: cfg,
                 grad_scale: scale,
+                tensors: 1,
             };
             let [f0, f1, f2] = [&fused[0], &fused[1], &fused[2]];
             eager::run(&node, &[f0, f1, f2, &g_t, &bias]).unwrap();
@@ -612,6 +694,7 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
     let unscalable = optim::Adam {
         config: cfg,
         grad_scale: f32::NAN,
+        tensors: 1,
     };
     let bias = Tensor::zeros(device, &[2], DType::F32).unwrap();
     assert!(invalid(

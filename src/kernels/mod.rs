@@ -45,7 +45,7 @@ kernel_modules! {
     elementwise: [ELEMENTWISE],
     embedding: [EMBEDDING],
     loss: [LOSS],
-    optim: [OPTIM],
+    optim: [OPTIM, ADAM_1, ADAM_2, ADAM_3, ADAM_4, ADAM_5, ADAM_6, ADAM_7, ADAM_8],
     expert_grad: [EXPERT_GRAD],
     attention: [ATTENTION],
     layer_norm: [LAYER_NORM],

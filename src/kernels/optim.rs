@@ -1,7 +1,7 @@
-//! Optimizer steps and gradient accumulation, in place (`shaders/optim.wgsl`): one bias-corrected
-//! Adam step, one SGD step, and `acc += x`. Each is a [`Kernel`] type whose first input is updated
-//! in place (run it with [`crate::kernels::eager`] or as a program node), with a `*_reference` in
-//! plain Rust.
+//! Optimizer steps and gradient accumulation, in place: one bias-corrected Adam step over any
+//! number of tensors (`shaders/adam.wgsl`, up to eight a launch), one SGD step, and `acc += x`
+//! (`shaders/optim.wgsl`). Each is a [`Kernel`] type whose first input is updated in place (run it
+//! with [`crate::kernels::eager`] or as a program node), with a `*_reference` in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -16,12 +16,7 @@ use crate::{DType, Error, Result, Tensor};
 struct Params {
     len: u32,
     lr: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    scale: f32,
-    bias1: f32,
-    bias2: f32,
+    _pad: [u32; 2],
 }
 
 pub const OPTIM: Shader = Shader {
@@ -30,6 +25,58 @@ pub const OPTIM: Shader = Shader {
     common: crate::kernels::FLAT_COMMON,
     ..crate::kernels::SHADER
 };
+
+/// The most tensors one Adam launch updates: build.rs writes `shaders/adam.wgsl` out for 1 to 8.
+pub const ADAM_SLOTS: usize = 8;
+
+/// `Params` of `adam.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct AdamParams {
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    scale: f32,
+    bias1: f32,
+    bias2: f32,
+    total: u32,
+    ends: [u32; ADAM_SLOTS],
+}
+
+const fn adam_shader(name: &'static str, source: &'static str) -> Shader {
+    Shader {
+        name,
+        source,
+        common: crate::kernels::FLAT_COMMON,
+        ..crate::kernels::SHADER
+    }
+}
+
+macro_rules! adam_shaders {
+    ($($name:ident = $slots:literal),*) => {
+        $(
+            #[doc = concat!("Adam over ", $slots, " tensors a launch.")]
+            pub const $name: Shader = adam_shader(
+                concat!("adam_", $slots),
+                include_str!(concat!(env!("OUT_DIR"), "/adam_", $slots, ".wgsl")),
+            );
+        )*
+        /// The Adam shaders by slot count: `ADAM[t - 1]` updates `t` tensors.
+        const ADAM: [Shader; ADAM_SLOTS] = [$($name),*];
+    };
+}
+
+adam_shaders!(
+    ADAM_1 = 1,
+    ADAM_2 = 2,
+    ADAM_3 = 3,
+    ADAM_4 = 4,
+    ADAM_5 = 5,
+    ADAM_6 = 6,
+    ADAM_7 = 7,
+    ADAM_8 = 8
+);
 
 /// Adam hyper-parameters; no weight decay.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -77,16 +124,28 @@ impl AdamConfig {
 
 // ---- Adam --------------------------------------------------------------------------------------
 
-/// Records one Adam step on `grad · grad_scale` whose bias corrections are read when the commands
-/// run, from `bias` (f32 `[2]`: [`AdamConfig::bias`] of the step): one recording serves every
-/// step of a compiled training program.
-#[allow(clippy::too_many_arguments)]
-fn encode_adam_from(
+/// The tensors of an Adam node with `inputs` inputs: four each, and the bias corrections.
+fn tensor_count(inputs: usize) -> Result<usize> {
+    if inputs < 5 || !(inputs - 1).is_multiple_of(4) {
+        return Err(invalid(
+            WHAT,
+            format!(
+                "takes (param, m, v, grad) per tensor and the bias corrections: 4n + 1 inputs, got {inputs}"
+            ),
+        ));
+    }
+    Ok((inputs - 1) / 4)
+}
+
+/// Records one Adam step of every `(param, m, v, grad)` of `tensors` on `grad · grad_scale`,
+/// whose bias corrections are read when the commands run, from `bias` (f32 `[2]`:
+/// [`AdamConfig::bias`] of the step): one recording serves every step of a compiled training
+/// program. As few launches as the device's storage-buffer limit allows (four buffers a tensor,
+/// at most [`ADAM_SLOTS`] tensors a launch): one for a step's tensors on most adapters, two
+/// tensors a launch within WebGPU's default 8 buffers.
+fn encode_adam(
     encoder: &mut impl Recorder,
-    param: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    grad: &Tensor,
+    tensors: &[[&Tensor; 4]],
     config: AdamConfig,
     grad_scale: f32,
     bias: &Tensor,
@@ -98,56 +157,67 @@ fn encode_adam_from(
             format!("the gradient's scale must be finite, got {grad_scale}"),
         ));
     }
-    expect(WHAT, bias, param.device(), DType::F32, &[2])?;
-    let params = checked_params(param, m, v, grad, config, (1.0, 1.0), grad_scale)?;
-    let uniform = param.device().uniform_buffer(WHAT, &params);
-    let at = std::mem::offset_of!(Params, bias1) as u64;
-    encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
-    let bindings = [
-        (23, param.buffer()),
-        (24, m.buffer()),
-        (25, v.buffer()),
-        (26, grad.buffer()),
-    ];
-    let device = param.device();
-    OPTIM.encode_threads_in(encoder, device, WHAT, &uniform, &bindings, param.len())
+    let device = bias.device();
+    expect(WHAT, bias, device, DType::F32, &[2])?;
+    check_tensors(tensors, device)?;
+    let limit = device.info().limits.max_storage_buffers_per_shader_stage as usize;
+    let slots = (limit / 4).clamp(1, ADAM_SLOTS);
+    for chunk in tensors.chunks(slots) {
+        let mut params = AdamParams {
+            lr: config.lr,
+            beta1: config.beta1,
+            beta2: config.beta2,
+            eps: config.eps,
+            scale: grad_scale,
+            bias1: 1.0,
+            bias2: 1.0,
+            ..AdamParams::default()
+        };
+        let mut bindings = Vec::with_capacity(4 * chunk.len());
+        let mut total = 0usize;
+        for (j, t) in chunk.iter().enumerate() {
+            total += t[0].len();
+            for (k, tensor) in t.iter().enumerate() {
+                bindings.push((to_u32(WHAT, 4 * j + 1 + k)?, tensor.buffer()));
+            }
+            params.ends[j] = to_u32(WHAT, total)?;
+        }
+        params.total = to_u32(WHAT, total)?;
+        for end in &mut params.ends[chunk.len()..] {
+            *end = params.total;
+        }
+        let uniform = device.uniform_buffer(WHAT, &params);
+        let at = std::mem::offset_of!(AdamParams, bias1) as u64;
+        encoder.copy_buffer_to_buffer(bias.buffer(), 0, &uniform, at, 8);
+        ADAM[chunk.len() - 1]
+            .encode_threads_in(encoder, device, WHAT, &uniform, &bindings, total)?;
+    }
+    Ok(())
 }
 
 const WHAT: &str = "adam";
 
-/// Checks the four tensors (f32, one shape, one device, distinct buffers) and makes the step's
-/// parameters with bias corrections `bias`, the gradient read as `grad · grad_scale`.
-fn checked_params(
-    param: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    grad: &Tensor,
-    config: AdamConfig,
-    (bias1, bias2): (f32, f32),
-    grad_scale: f32,
-) -> Result<Params> {
-    for t in [param, m, v, grad] {
-        expect(WHAT, t, param.device(), DType::F32, param.shape())?;
+/// Checks each `(param, m, v, grad)`: f32, one shape, on `device`; and every buffer distinct
+/// (one launch may update them all).
+fn check_tensors(tensors: &[[&Tensor; 4]], device: &crate::Device) -> Result<()> {
+    if tensors.is_empty() {
+        return Err(invalid(WHAT, "no tensors to update".into()));
     }
-    let buffers = [param.buffer(), m.buffer(), v.buffer(), grad.buffer()];
-    for (i, a) in buffers.iter().enumerate() {
-        if buffers[i + 1..].contains(a) {
-            return Err(invalid(
-                WHAT,
-                "param, m, v and grad must be distinct".into(),
-            ));
+    let mut seen: Vec<&wgpu::Buffer> = Vec::with_capacity(4 * tensors.len());
+    for t in tensors {
+        for x in t {
+            expect(WHAT, x, device, DType::F32, t[0].shape())?;
+            // A step's few dozen buffers: a scan is cheap (a buffer is no hash key).
+            if seen.contains(&x.buffer()) {
+                return Err(invalid(
+                    WHAT,
+                    "every param, m, v and grad must be a buffer of its own".into(),
+                ));
+            }
+            seen.push(x.buffer());
         }
     }
-    Ok(Params {
-        len: to_u32(WHAT, param.len())?,
-        lr: config.lr,
-        beta1: config.beta1,
-        beta2: config.beta2,
-        eps: config.eps,
-        scale: grad_scale,
-        bias1,
-        bias2,
-    })
+    Ok(())
 }
 
 /// Reference of [`Adam`] at step `step` (from 1), in place.
@@ -184,8 +254,11 @@ pub fn adam_reference(
     Ok(())
 }
 
-/// `(param, m, v, grad, bias [2]) → (param, m, v)`, in place, as a program node; `bias` is the
-/// step's [`AdamConfig::bias`], given at run time. The step reads the gradient as
+/// `(param, m, v, grad) × n, bias [2] → (param, m, v) × n`, in place, as a program node: one
+/// Adam step of `n ≥ 1` tensors, each element's the same as one tensor's alone, in as few
+/// launches as the device allows (eight tensors a launch where it has 32 storage buffers a
+/// stage, two within WebGPU's default 8). `bias` is the step's [`AdamConfig::bias`], given at
+/// run time. The step reads the gradient as
 /// `grad · grad_scale` (a training step's `1/G` over its routing groups): the product a separate
 /// scaling kernel would have stored, rounded once, without that kernel's launch and its pass
 /// over the gradient on every device.
@@ -193,14 +266,17 @@ pub fn adam_reference(
 pub struct Adam {
     pub config: AdamConfig,
     pub grad_scale: f32,
+    /// The tensors the node updates (n above).
+    pub tensors: usize,
 }
 
 impl Adam {
-    /// The step on the gradient as it is.
+    /// The step of one tensor on its gradient as it is.
     pub fn new(config: AdamConfig) -> Self {
         Self {
             config,
             grad_scale: 1.0,
+            tensors: 1,
         }
     }
 }
@@ -210,19 +286,46 @@ impl Kernel for Adam {
         "adam"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 5)?;
-        Ok(inputs[..3].to_vec())
+        let n = tensor_count(inputs.len())?;
+        if n != self.tensors {
+            return Err(invalid(
+                WHAT,
+                format!("a node of {} tensors got {n}", self.tensors),
+            ));
+        }
+        let mut out = Vec::with_capacity(3 * n);
+        for t in inputs[..4 * n].chunks_exact(4) {
+            for x in t {
+                check::expect_type(WHAT, x, &TensorType::f32(&t[0].shape))?;
+            }
+            out.extend_from_slice(&t[..3]);
+        }
+        check::expect_type(WHAT, &inputs[4 * n], &TensorType::f32(&[2]))?;
+        Ok(out)
     }
     fn in_place(&self) -> Vec<(usize, usize)> {
-        vec![(0, 0), (1, 1), (2, 2)]
+        (0..self.tensors)
+            .flat_map(|j| (0..3).map(move |k| (3 * j + k, 4 * j + k)))
+            .collect()
     }
-    /// (param, m, v, grad) alike; the bias corrections are the step's constants.
+    /// Each (param, m, v, grad) alike; the bias corrections are the step's constants.
     fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
-        sharding_rules::in_place(inputs, 3, 1)
+        let n = tensor_count(inputs.len()).map_err(|e| e.to_string())?;
+        let bias = &inputs[4 * n..];
+        let mut out = Vec::with_capacity(3 * n);
+        for t in inputs[..4 * n].chunks_exact(4) {
+            let quad: Vec<NamedSharding> = t.iter().chain(bias).cloned().collect();
+            out.extend(sharding_rules::in_place(&quad, 3, 1)?);
+        }
+        Ok(out)
     }
     fn prepare(&self, x: &[Tensor], _: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let (config, scale) = (self.config, self.grad_scale);
-        encode_adam_from(rec, &x[0], &x[1], &x[2], &x[3], config, scale, &x[4])
+        let n = tensor_count(x.len())?;
+        let tensors: Vec<[&Tensor; 4]> = x[..4 * n]
+            .chunks_exact(4)
+            .map(|t| [&t[0], &t[1], &t[2], &t[3]])
+            .collect();
+        encode_adam(rec, &tensors, self.config, self.grad_scale, &x[4 * n])
     }
 }
 

@@ -1,8 +1,8 @@
 //! A trace summed up for a machine with no display (`gangway trace`) and for the viewer's
 //! Files tab: events by phase and what is not drawn, processes and threads with the span, busy
 //! time and utilization of each thread, the names that took the most time, counter tracks, and
-//! for gangway's own traces each device's kernels against transfers, each program's kernel
-//! launches per run, and the pipeline bubble.
+//! for gangway's own traces each device's kernels against transfers, each program's kernels per
+//! run, and the pipeline bubble.
 //!
 //! Pure data: the CLI and the viewer format it. One pass over the (start-sorted) events, so a
 //! million-event trace sums up in well under a second.
@@ -82,16 +82,18 @@ pub struct DeviceSummary {
     pub utilization: f64,
 }
 
-/// One compiled program of a gangway trace (events carry its id): what one run of it launches.
-/// A run launches each of its kernel nodes once on each device of the node's gang, so the
-/// distinct (device, node) pairs of its kernel events are its launches per run, and its kernel
-/// events over them the runs the trace holds (fractional where the trace cut a run off).
+/// One compiled program of a gangway trace (events carry its id): what one run of it runs. A run
+/// runs each of its kernel nodes once on each device of the node's gang (one kernel event each),
+/// so the distinct (device, node) pairs of its kernel events are its kernels per run, and its
+/// kernel events over them the runs the trace holds (fractional where the trace cut a run off).
+/// A kernel is most often one launch; a node may record several (a transposing matmul's two
+/// passes, Adam over more tensors than one launch takes), which `gangway bench` counts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProgramSummary {
     /// The program's id in the trace.
     pub program: u64,
-    /// Kernel launches per run, every device together.
-    pub launches_per_run: u64,
+    /// Kernels (a node on one device) per run, every device together.
+    pub kernels_per_run: u64,
     /// Transfer events (uploads, sends, receives, read-backs, gathers) per run.
     pub transfers_per_run: f64,
     /// Runs in the trace.
@@ -334,7 +336,7 @@ impl TraceSummary {
                 let runs = p.kernels as f64 / launches as f64;
                 ProgramSummary {
                     program,
-                    launches_per_run: launches,
+                    kernels_per_run: launches,
                     transfers_per_run: p.transfers as f64 / runs,
                     runs,
                     first_kernel: p.first.map(|(_, name)| name.to_string()),
@@ -515,7 +517,7 @@ mod tests {
     /// Two and a half runs of a program of three kernel nodes, one of them on two devices (four
     /// launches a run), with a read-back each; and one run of another program.
     #[test]
-    fn a_gangway_trace_counts_each_programs_launches_per_run() {
+    fn a_gangway_trace_counts_each_programs_kernels_per_run() {
         let mut events = Vec::new();
         let mut t = 0;
         let mut at = |meta: EventMeta, name: &str| {
@@ -544,7 +546,7 @@ mod tests {
             .map(|p| {
                 (
                     p.program,
-                    p.launches_per_run,
+                    p.kernels_per_run,
                     p.runs,
                     p.transfers_per_run,
                     p.first_kernel.as_deref(),

@@ -579,32 +579,41 @@ impl StepEnd<'_> {
     }
 
     /// The end of the step for the parameters in `which`, whose gradients are final: `1/G`, then
-    /// Adam when training. Adam reads the gradient times `1/G` itself (the bits a scaling kernel
+    /// Adam when training, one node for all of them. Adam reads the gradient times `1/G` itself (the bits a scaling kernel
     /// would store, without its launch and its pass over every gradient on every device); the
     /// packed gradients of [`Mode::Grads`] are scaled by a kernel.
     fn apply(&self, b: &mut ProgramBuilder, grads: &mut [Value], which: &[usize], mode: Mode) {
         let gang = self.gang;
         let scale = 1.0 / self.groups.max(1) as f32;
+        let mut adam = Vec::with_capacity(4 * which.len() + 1);
         for &p in which {
             if self.groups > 1 && mode != Mode::Train {
                 grads[p] = b.affine("scale grad", gang, grads[p], scale, 0.0);
             }
-            if let (Mode::Train, Some(bias)) = (mode, self.bias) {
+            if let (Mode::Train, Some(_)) = (mode, self.bias) {
                 // The moments lie as their parameter does.
                 let ty = TensorType::f32(&self.shapes[p]);
                 let laid = b.sharding(self.params[p]);
                 let m = b.sharded_variable(&m_var(p), gang, ty.clone(), laid.clone());
                 let v = b.sharded_variable(&v_var(p), gang, ty, laid);
-                let [_, _, _] = b.kernel(
-                    &format!("adam {}", self.names[p]),
-                    gang,
-                    Arc::new(Adam {
-                        config: self.adam,
-                        grad_scale: scale,
-                    }),
-                    &[self.params[p], m, v, grads[p], bias],
-                );
+                adam.extend([self.params[p], m, v, grads[p]]);
             }
+        }
+        // One node for them all: as few launches as each device allows (one on most).
+        if let (Mode::Train, Some(bias), false) = (mode, self.bias, adam.is_empty()) {
+            adam.push(bias);
+            let names: Vec<&str> = which.iter().map(|&p| self.names[p].as_str()).collect();
+            let step = Adam {
+                config: self.adam,
+                grad_scale: scale,
+                tensors: which.len(),
+            };
+            b.kernels(
+                &format!("adam {}", names.join(", ")),
+                gang,
+                Arc::new(step),
+                &adam,
+            );
         }
     }
 

@@ -92,7 +92,7 @@ pub(crate) enum Command {
     /// Sum up a Chrome trace (gangway's, PyTorch's or JAX's profiler's, Perfetto's; .json.gz
     /// too) for a machine with no display: events by phase, processes and threads with their
     /// span, busy time and utilization, the names that took the most time, and for gangway's
-    /// traces each device's kernels against transfers, each program's kernel launches per run,
+    /// traces each device's kernels against transfers, each program's kernels per run,
     /// and the pipeline bubble.
     Trace(TraceArgs),
     /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights).

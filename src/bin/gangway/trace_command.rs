@@ -131,14 +131,14 @@ fn text(s: &TraceSummary) -> String {
     if !s.programs.is_empty() {
         let _ = writeln!(
             out,
-            "\nprograms (kernel launches per run: each kernel node once on each of its devices):"
+            "\nprograms (kernels per run: each kernel node once on each of its devices):"
         );
         for p in &s.programs {
             let _ = writeln!(
                 out,
-                "  program {}: {} launches and {:.1} transfers per run, {:.1} runs{}",
+                "  program {}: {} kernels and {:.1} transfers per run, {:.1} runs{}",
                 p.program,
-                p.launches_per_run,
+                p.kernels_per_run,
                 p.transfers_per_run,
                 p.runs,
                 p.first_kernel
