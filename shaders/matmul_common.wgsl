@@ -30,12 +30,15 @@ struct Params {
 @group(0) @binding(5) var<storage, read> limits: array<u32>;
 // Bound to the offsets themselves when the epilogue adds nothing (never read then).
 @group(0) @binding(6) var<storage, read> addend: array<Elem>;
+// Bound to the offsets themselves when the epilogue takes no relu's backward (never read then).
+@group(0) @binding(7) var<storage, read> relu_out: array<Elem>;
 
 // Element `at` of C, `v`, after the epilogue.
 fn epi(at: u32, v: Elem) -> Elem {
     var r = v;
     if ((p.epilogue & 1u) != 0u) { r = max(r, Elem(0)); }
     if ((p.epilogue & 2u) != 0u) { r = addend[at] + r; }
+    if ((p.epilogue & 4u) != 0u) { r = select(Elem(0), r, relu_out[at] > Elem(0)); }
     return r;
 }
 

@@ -18,7 +18,7 @@
 //! every parameter is replicated: the devices are data-parallel only.
 
 use crate::kernels::router::{RouterConfig, RouterLoss};
-use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, Epilogue, TensorType};
+use crate::kernels::{EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
 use crate::train::step_program::{Builder, Mode};
 use crate::train::{ParamSpec, Params, StepModel, StepShape};
@@ -166,25 +166,18 @@ fn build(shape: &StepShape<MlpLmConfig>, mode: Mode) -> Result<Program> {
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         // Relus are their matmuls' epilogues: the backward needs only their outputs.
         let (relu, w1, w2) = (Epilogue::Relu, x.params[W1], x.params[W2]);
-        let h1 = x.mm_then(&at("w1 matmul"), emb, w1, false, false, relu, None);
-        let h2 = x.mm_then(&at("w2 matmul"), h1, w2, false, false, relu, None);
+        let h1 = x.mm_then(&at("w1 matmul"), emb, w1, false, false, relu, &[]);
+        let h2 = x.mm_then(&at("w2 matmul"), h1, w2, false, false, relu, &[]);
         let logits = x.mm(&at("w3 matmul"), h2, x.params[W3], false, false);
         let d_logits = x.loss(&at, mode, logits, tgt, &[]);
         if mode == Mode::Forward {
             continue;
         }
-        let d_h2 = x.linear_backward(&at, "w3", W3, h2, d_logits);
-        let d_pre2 = x.k(
-            &at("relu 2 backward"),
-            ElementwiseOp::ReluBackward,
-            &[h2, d_h2],
-        );
-        let d_h1 = x.linear_backward(&at, "w2", W2, h1, d_pre2);
-        let d_pre1 = x.k(
-            &at("relu 1 backward"),
-            ElementwiseOp::ReluBackward,
-            &[h1, d_h1],
-        );
+        // Each relu's backward is the epilogue of the input gradient's matmul above it.
+        let relu_backward = Epilogue::ReluBackward;
+        let d_pre2 =
+            x.linear_backward_then(false, &at, "w3", W3, h2, d_logits, relu_backward, &[h2]);
+        let d_pre1 = x.linear_backward_then(false, &at, "w2", W2, h1, d_pre2, relu_backward, &[h1]);
         let d_x = x.linear_backward(&at, "w1", W1, emb, d_pre1);
         let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);

@@ -371,10 +371,11 @@ fn larger_than_one_tile_in_every_dimension(device: &Device) {
 }
 
 /// Every variant, transpose and float type, plain and grouped (uneven and empty groups, covering
-/// every row), on shapes that fill no tile: a relu, an addend, or both, applied as the matmul
-/// stores, give the bits of the matmul followed by elementwise's relu and add (f16, which those
-/// kernels do not take: the host's relu and add of the f16 product, to f16's rounding). An addend on
-/// groups that leave rows unwritten is refused.
+/// every row), on shapes that fill no tile: each epilogue (a relu, an addend, both, a relu's
+/// backward, an addend then a relu's backward), applied as the matmul stores, gives the bits of
+/// the matmul followed by elementwise's relu, add and relu backward (f16, which those kernels do
+/// not take: the host's, of the f16 product, to f16's rounding). An addend on groups that leave
+/// rows unwritten is refused.
 fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
     let mut rng = Rng::new(41);
     let transposes = [(false, false), (false, true), (true, false), (true, true)];
@@ -399,6 +400,11 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
             let a = tensor(&shape.a_shape(), &mut rng);
             let b = tensor(&shape.b_shape(), &mut rng);
             let addend = tensor(&[m, n], &mut rng);
+            // A relu's output: zeros where its input was not positive (every third element).
+            let relu_host: Vec<f32> = (rng.vec(m * n).into_iter().enumerate())
+                .map(|(i, v)| if i % 3 == 0 { 0.0 } else { v.abs() })
+                .collect();
+            let relu_out = Tensor::from_f32(device, &[m, n], dtype, &relu_host).unwrap();
             for variant in MatmulVariant::ALL {
                 if !variant.supports(device, &shape) {
                     continue;
@@ -415,16 +421,20 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 let product = eager::run_one(&node(Epilogue::None), &[&a, &b]).unwrap();
                 // Elementwise kernels are f32 only: f16 epilogues are checked on the host, to
                 // f16's rounding.
-                let unfused: [(Epilogue, Vec<f32>); 3] = if dtype == DType::F32 {
-                    let relu = eager::run_one(&ElementwiseOp::Relu, &[&product]).unwrap();
-                    let add = |x: &Tensor| {
-                        let sum = eager::run_one(&ElementwiseOp::Add, &[&addend, x]).unwrap();
-                        sum.to_f32().unwrap()
+                let unfused: [(Epilogue, Vec<f32>); 5] = if dtype == DType::F32 {
+                    let run = |op, x: &[&Tensor]| eager::run_one(&op, x).unwrap();
+                    let relu = run(ElementwiseOp::Relu, &[&product]);
+                    let sum = |x: &Tensor| run(ElementwiseOp::Add, &[&addend, x]);
+                    let relu_backward = |g: &Tensor| {
+                        let masked = run(ElementwiseOp::ReluBackward, &[&relu_out, g]);
+                        masked.to_f32().unwrap()
                     };
                     [
                         (Epilogue::Relu, relu.to_f32().unwrap()),
-                        (Epilogue::Add, add(&product)),
-                        (Epilogue::ReluAdd, add(&relu)),
+                        (Epilogue::Add, sum(&product).to_f32().unwrap()),
+                        (Epilogue::ReluAdd, sum(&relu).to_f32().unwrap()),
+                        (Epilogue::ReluBackward, relu_backward(&product)),
+                        (Epilogue::AddReluBackward, relu_backward(&sum(&product))),
                     ]
                 } else {
                     let (p, r) = (product.to_f32().unwrap(), addend.to_f32().unwrap());
@@ -435,18 +445,26 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                             .map(|(v, r)| half::f16::from_f32(r + v).to_f32())
                             .collect()
                     };
+                    let relu_out = relu_out.to_f32().unwrap();
+                    let relu_backward = |g: Vec<f32>| -> Vec<f32> {
+                        g.iter()
+                            .zip(&relu_out)
+                            .map(|(&v, &r)| if r > 0.0 { v } else { 0.0 })
+                            .collect()
+                    };
                     [
                         (Epilogue::Relu, relu.clone()),
                         (Epilogue::Add, add(&p)),
                         (Epilogue::ReluAdd, add(&relu)),
+                        (Epilogue::ReluBackward, relu_backward(p.clone())),
+                        (Epilogue::AddReluBackward, relu_backward(add(&p))),
                     ]
                 };
                 for (epilogue, want) in unfused {
-                    let inputs: Vec<&Tensor> = if epilogue.adds() {
-                        vec![&a, &b, &addend]
-                    } else {
-                        vec![&a, &b]
-                    };
+                    let mut inputs = vec![&a, &b];
+                    inputs.extend(epilogue.adds().then_some(&addend));
+                    inputs.extend(epilogue.relu_backward().then_some(&relu_out));
+                    assert_eq!(inputs.len(), 2 + epilogue.operands());
                     let fused = eager::run_one(&node(epilogue), &inputs).unwrap();
                     let got = fused.to_f32().unwrap();
                     let what = format!("{variant:?} {epilogue:?} {shape:?} on {}", device.label());
@@ -460,7 +478,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
             }
         }
     }
-    assert!(checked >= 3 * 2 * 3 * 4, "only {checked} cases ran");
+    assert!(checked >= 5 * 2 * 3 * 4, "only {checked} cases ran");
     // An addend where row groups leave rows unwritten (the rows before offsets[0]) is refused.
     let a = Tensor::from_f32(device, &[6, 4], DType::F32, &[1.0; 24]).unwrap();
     let b = Tensor::from_f32(device, &[4, 4], DType::F32, &[1.0; 16]).unwrap();
@@ -476,8 +494,21 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
     };
     let err = eager::run_one(&uncovering, &[&a, &b, &addend]).unwrap_err();
     assert!(err.to_string().contains("covering all 6 rows"), "{err}");
-    // A missing addend is a typed error, not a panic.
+    // So is a relu's backward there.
+    let masking = Matmul {
+        epilogue: Epilogue::ReluBackward,
+        ..uncovering.clone()
+    };
+    let err = eager::run_one(&masking, &[&a, &b, &addend]).unwrap_err();
+    assert!(err.to_string().contains("covering all 6 rows"), "{err}");
+    // A missing operand is a typed error, not a panic.
     assert!(eager::run_one(&uncovering, &[&a, &b]).is_err());
+    let full = Matmul {
+        offsets: None,
+        epilogue: Epilogue::AddReluBackward,
+        ..uncovering
+    };
+    assert!(eager::run_one(&full, &[&a, &b, &addend]).is_err());
 }
 
 fn bad_shapes_are_typed_errors(device: &Device) {

@@ -21,8 +21,9 @@
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
 //! store zeros without reading, so the output is the unlimited one's, bit for bit.
 //!
-//! An [`Epilogue`] applies a relu, adds an array shaped like C, or both, to each output as it is
-//! stored: the launches of the elementwise kernels that would follow, saved, with their bits.
+//! An [`Epilogue`] applies a relu, adds an array shaped like C, or takes a relu's backward, to
+//! each output as it is stored: the launches of the elementwise kernels that would follow, saved,
+//! with their bits.
 
 use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use super::{Shader, autotune};
@@ -418,11 +419,13 @@ impl VariantChoice {
 }
 
 /// What a matmul does to each output element as it stores it, in place of the kernels that would
-/// follow it, with their arithmetic in the element type, so the bits are theirs: a relu
-/// (elementwise's `max(v, 0)`), then adding an array shaped like C (`addend + v`, as elementwise's
-/// add and the optimizers' accumulate compute it). Rows of C the kernel does not write (outside
-/// every row group) stay as they are, so a grouped matmul takes an addend only where its groups
-/// cover every row ([`Matmul`] checks it).
+/// follow it, with their arithmetic in the element type, so the bits are theirs, in this order: a
+/// relu (elementwise's `max(v, 0)`); adding an array shaped like C (`addend + v`, as elementwise's
+/// add and the optimizers' accumulate compute it); a relu's backward, the gradient through a relu
+/// whose output `r` is an array shaped like C (elementwise's `select(0, v, r > 0)`). Its operands
+/// follow the factors (and the live-row counts) among a node's inputs: the addend, then `r`.
+/// Rows of C the kernel does not write (outside every row group) stay as they are, so a grouped
+/// matmul takes these operands only where its groups cover every row ([`Matmul`] checks it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Epilogue {
     #[default]
@@ -433,6 +436,10 @@ pub enum Epilogue {
     Add,
     /// `addend + max(C, 0)`: a relu layer's residual connection.
     ReluAdd,
+    /// `C · (r > 0)`: a relu's backward of the product.
+    ReluBackward,
+    /// `(addend + C) · (r > 0)`: a relu's backward of a gradient summed with the product.
+    AddReluBackward,
 }
 
 impl Epilogue {
@@ -442,21 +449,33 @@ impl Epilogue {
 
     /// Whether it reads an addend.
     pub fn adds(self) -> bool {
-        matches!(self, Self::Add | Self::ReluAdd)
+        matches!(self, Self::Add | Self::ReluAdd | Self::AddReluBackward)
+    }
+
+    /// Whether it takes a relu's backward, reading the relu's output.
+    pub fn relu_backward(self) -> bool {
+        matches!(self, Self::ReluBackward | Self::AddReluBackward)
+    }
+
+    /// The arrays it reads: the addend, the relu's output, each where it takes one.
+    pub fn operands(self) -> usize {
+        usize::from(self.adds()) + usize::from(self.relu_backward())
     }
 
     /// The shader's `p.epilogue` bits.
     fn bits(self) -> u32 {
-        u32::from(self.relu()) | u32::from(self.adds()) << 1
+        u32::from(self.relu()) | u32::from(self.adds()) << 1 | u32::from(self.relu_backward()) << 2
     }
 
-    /// A name for node kinds and errors: `matmul+relu`, `matmul+add`, `matmul+relu+add`.
+    /// A name for errors: `+relu`, `+add`, `+relu+add`, `+relu backward`, `+add+relu backward`.
     pub fn suffix(self) -> &'static str {
         match self {
             Self::None => "",
             Self::Relu => "+relu",
             Self::Add => "+add",
             Self::ReluAdd => "+relu+add",
+            Self::ReluBackward => "+relu backward",
+            Self::AddReluBackward => "+add+relu backward",
         }
     }
 }
@@ -534,9 +553,10 @@ pub struct MatmulArgs<'a> {
     pub limits: Option<Limits<'a>>,
     pub options: MatmulOptions,
     /// What happens to each output as it is stored; `addend` is the array an adding epilogue
-    /// adds, shaped like C.
+    /// adds, and `relu_out` the relu output a relu's backward reads, each shaped like C.
     pub epilogue: Epilogue,
     pub addend: Option<&'a Tensor>,
+    pub relu_out: Option<&'a Tensor>,
 }
 
 /// Checks the operands and returns the shape they describe.
@@ -608,20 +628,28 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
     if let Some(limits) = args.limits {
         limits.check("matmul limits", device, row_groups)?;
     }
-    match (args.epilogue.adds(), args.addend) {
-        (true, Some(addend)) => {
-            check::expect("matmul addend", addend, device, dtype, c.shape())?;
-        }
-        (false, None) => {}
-        (adds, _) => {
-            return Err(Error::InvalidArgument {
-                what: WHAT,
-                reason: format!(
-                    "epilogue {:?} {} an addend",
-                    args.epilogue,
-                    if adds { "needs" } else { "takes no" }
-                ),
-            });
+    let operands = [
+        ("matmul addend", args.epilogue.adds(), args.addend),
+        (
+            "matmul relu output",
+            args.epilogue.relu_backward(),
+            args.relu_out,
+        ),
+    ];
+    for (what, wanted, given) in operands {
+        match (wanted, given) {
+            (true, Some(t)) => check::expect(what, t, device, dtype, c.shape())?,
+            (false, None) => {}
+            _ => {
+                return Err(Error::InvalidArgument {
+                    what: WHAT,
+                    reason: format!(
+                        "epilogue {:?} {} a {what}",
+                        args.epilogue,
+                        if wanted { "needs" } else { "takes no" }
+                    ),
+                });
+            }
         }
     }
     let shape = MatmulShape {
@@ -738,10 +766,11 @@ fn encode_pass(
         check::to_u32("matmul grid", shape.max_group_rows.div_ceil(tile_m))?,
         check::to_u32("matmul grid", shape.row_groups())?,
     ];
-    // Without limits the shader never reads binding 5, nor binding 6 without an addend; any
-    // buffer fills them.
+    // Without limits the shader never reads binding 5, nor binding 6 without an addend, nor 7
+    // without a relu's output; any buffer fills them.
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let addend = args.addend.unwrap_or(args.offsets);
+    let relu_out = args.relu_out.unwrap_or(args.offsets);
     let pipeline = shader.pipeline(device, shape.dtype, entry)?;
     let uniform =
         device.uniform_buffer("matmul params", &params(shape, args.limits, args.epilogue));
@@ -757,6 +786,7 @@ fn encode_pass(
             (4, args.offsets.buffer()),
             (5, limits.buffer()),
             (6, addend.buffer()),
+            (7, relu_out.buffer()),
         ],
         grid,
     )
@@ -825,8 +855,7 @@ pub fn reference(a: &[f32], b: &[f32], offsets: &[u32], shape: &MatmulShape) -> 
 /// [`VariantChoice::SameSums`]: the variant's sums where it can take the shape, else the tiled
 /// kernel's, a choice fixed by N, K and the transposes alone, so every device of a split sums in
 /// the same order; of the variants with those sums (vec4 and subgroup) the autotuner picks the
-/// fastest on each device, which changes no bit. With an adding [`Epilogue`], the addend is the
-/// last input.
+/// fastest on each device, which changes no bit. An [`Epilogue`]'s operands are the last inputs.
 #[derive(Debug, Clone)]
 pub struct Matmul {
     pub trans_a: bool,
@@ -863,15 +892,15 @@ impl Kernel for Matmul {
     }
 
     /// The factors' rule; the live-row counts are each device's own, whatever their layout. An
-    /// epilogue is nonlinear (a relu) or adds a whole value to each shard (an addend), so the
-    /// product may not be a partial sum, and an addend lies as the product does.
+    /// epilogue is nonlinear (a relu, its backward) or adds a whole value to each shard (an
+    /// addend), so the product may not be a partial sum, and its operands lie as the product does.
     fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
-        let factors =
-            if inputs.len() == self.factors_and_limits() + usize::from(self.epilogue.adds()) {
-                &inputs[..2]
-            } else {
-                inputs
-            };
+        let at = self.factors_and_limits();
+        let factors = if inputs.len() == at + self.epilogue.operands() {
+            &inputs[..2]
+        } else {
+            inputs
+        };
         let out = sharding_rules::matmul(factors, self.trans_a, self.trans_b)?;
         if self.epilogue == Epilogue::None {
             return Ok(out);
@@ -883,12 +912,14 @@ impl Kernel for Matmul {
                 self.epilogue.suffix()
             ));
         }
-        if self.epilogue.adds()
-            && let Some(addend) = inputs.last()
-            && addend != product
+        if let Some(operand) = inputs
+            .get(at..)
+            .into_iter()
+            .flatten()
+            .find(|s| *s != product)
         {
             return Err(format!(
-                "the addend lies as {addend}, the product as {product}"
+                "an epilogue's operand lies as {operand}, the product as {product}"
             ));
         }
         Ok(out)
@@ -896,8 +927,11 @@ impl Kernel for Matmul {
 
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.kind();
-        let addend = usize::from(self.epilogue.adds());
-        check::arity(what, inputs, self.factors_and_limits() + addend)?;
+        check::arity(
+            what,
+            inputs,
+            self.factors_and_limits() + self.epilogue.operands(),
+        )?;
         if self.limits.is_some() && inputs[2].dtype != DType::U32 {
             return Err(check::invalid(
                 what,
@@ -935,8 +969,8 @@ impl Kernel for Matmul {
             ));
         }
         let out = TensorType::new(dtype, &[m, n]);
-        if let Some(addend) = inputs.get(self.factors_and_limits()) {
-            check::expect_type("matmul addend", addend, &out)?;
+        for operand in &inputs[self.factors_and_limits()..] {
+            check::expect_type("matmul epilogue operand", operand, &out)?;
         }
         Ok(vec![out])
     }
@@ -947,18 +981,28 @@ impl Kernel for Matmul {
         let offsets = self.offsets.clone().unwrap_or_else(|| vec![0, m as u32]);
         let groups = offsets.len().saturating_sub(1);
         let max_group_rows = check_offsets(&offsets, groups, m)?;
-        if self.epilogue.adds()
+        if self.epilogue.operands() > 0
             && (offsets.first() != Some(&0) || offsets.last() != Some(&(m as u32)))
         {
             return Err(check::invalid(
                 self.kind(),
                 format!(
-                    "an adding epilogue needs row groups covering all {m} rows (rows outside them \
-                     are not written), got offsets {offsets:?}"
+                    "an epilogue reading an array needs row groups covering all {m} rows (rows \
+                     outside them are not written), got offsets {offsets:?}"
                 ),
             ));
         }
         let offsets_t = Tensor::from_u32(c.device(), &[offsets.len()], &offsets)?;
+        // The epilogue's `i`-th operand, where it takes it.
+        let operand = |takes: bool, i: usize| -> Result<Option<&Tensor>> {
+            if !takes {
+                return Ok(None);
+            }
+            let at = self.factors_and_limits() + i;
+            x.get(at).map(Some).ok_or_else(|| {
+                check::invalid(self.kind(), format!("no epilogue operand at input {at}"))
+            })
+        };
         let args = MatmulArgs {
             a: &x[0],
             b: &x[1],
@@ -976,12 +1020,11 @@ impl Kernel for Matmul {
                 f16_accumulate: self.f16_accumulate,
             },
             epilogue: self.epilogue,
-            addend: match self.epilogue.adds() {
-                true => Some(x.get(self.factors_and_limits()).ok_or_else(|| {
-                    check::invalid(self.kind(), "no addend among the inputs".into())
-                })?),
-                false => None,
-            },
+            addend: operand(self.epilogue.adds(), 0)?,
+            relu_out: operand(
+                self.epilogue.relu_backward(),
+                usize::from(self.epilogue.adds()),
+            )?,
         };
         encode(rec, &args).map(drop)
     }

@@ -57,15 +57,6 @@ pub enum ExpertActivation {
     Gelu,
 }
 
-impl ExpertActivation {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Relu => "relu",
-            Self::Gelu => "gelu",
-        }
-    }
-}
-
 /// One expert layer's settings.
 #[derive(Debug, Clone, Copy)]
 pub struct MoeFfn {
@@ -475,23 +466,20 @@ impl MoeFfn {
         // The expert side runs on every device, whichever hold tokens this round.
         let (kept, expert_grads, d_slots) = b.only_where(None, |b| {
             let d_o = self.exchange.arrived(sent);
-            let d_h = Self::k(
-                b,
-                gang,
-                &at("expert w2 input grad"),
-                self.grouped(true),
-                &[d_o, w.w2, s.live],
-            );
-            let name = at(&format!("expert {} backward", self.activation.name()));
+            let input_grad = at("expert w2 input grad");
             let d_pre = match self.activation {
-                ExpertActivation::Relu => Self::k(
-                    b,
-                    gang,
-                    &name,
-                    ElementwiseOp::ReluBackward,
-                    &[s.hidden, d_h],
-                ),
+                // The relu's backward is the input gradient's epilogue.
+                ExpertActivation::Relu => {
+                    let op = Matmul {
+                        epilogue: Epilogue::ReluBackward,
+                        ..self.grouped(true)
+                    };
+                    Self::k(b, gang, &input_grad, op, &[d_o, w.w2, s.live, s.hidden])
+                }
                 ExpertActivation::Gelu => {
+                    let op = self.grouped(true);
+                    let d_h = Self::k(b, gang, &input_grad, op, &[d_o, w.w2, s.live]);
+                    let name = at("expert gelu backward");
                     Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
                 }
             };

@@ -91,7 +91,7 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         // Relus are their matmuls' epilogues: the backward needs only their outputs.
         let (relu, w_in) = (Epilogue::Relu, x.params[W_IN]);
-        let stem = x.mm_then(&at("stem matmul"), emb, w_in, false, false, relu, None);
+        let stem = x.mm_then(&at("stem matmul"), emb, w_in, false, false, relu, &[]);
         let mut h = stem;
         let mut acts = Vec::with_capacity(cfg.blocks);
         for l in 0..cfg.blocks {
@@ -99,7 +99,7 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let at = |what: &str| format!("r{r} b{l} {what}");
             let input = h;
             let w = x.params[ix.dense];
-            let dense = x.mm_then(&at("dense matmul"), h, w, false, false, relu, None);
+            let dense = x.mm_then(&at("dense matmul"), h, w, false, false, relu, &[]);
             let mid = x.add(&at("residual"), h, dense);
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
@@ -150,19 +150,28 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
                 ElementwiseOp::ReluBackward,
                 &[dense, d_mid],
             );
-            // d_mid + the dense layer's input gradient, summed by its matmul.
-            let acc = Some(d_mid);
-            dh = x.linear_backward_adding(true, &at, "dense", ix.dense, input, d_pre, acc);
+            // d_mid + the dense layer's input gradient, summed by its matmul; under the first
+            // block, the stem relu's backward of that sum, taken as it stores.
+            let (epilogue, operands) = match l {
+                0 => (Epilogue::AddReluBackward, vec![d_mid, stem]),
+                _ => (Epilogue::Add, vec![d_mid]),
+            };
+            let (put_off, w) = (true, ix.dense);
+            dh =
+                x.linear_backward_then(put_off, &at, "dense", w, input, d_pre, epilogue, &operands);
         }
         if r + 1 == inputs.len() {
             // Every replicated gradient but the stem's and the embedding's is final here.
             early = x.reduce_final_grads(mode, expert, &[W_IN, EMBED])?;
         }
-        let d_pre = x.k(
-            &at("stem relu backward"),
-            ElementwiseOp::ReluBackward,
-            &[stem, dh],
-        );
+        let d_pre = match cfg.blocks {
+            0 => x.k(
+                &at("stem relu backward"),
+                ElementwiseOp::ReluBackward,
+                &[stem, dh],
+            ),
+            _ => dh,
+        };
         let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
         let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);

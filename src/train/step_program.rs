@@ -311,12 +311,12 @@ impl<S> Builder<'_, S> {
     }
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
-        self.mm_then(name, a, b, trans_a, trans_b, Epilogue::None, None)
+        self.mm_then(name, a, b, trans_a, trans_b, Epilogue::None, &[])
     }
 
-    /// `op(a) · op(b)`, then `epilogue` as the kernel stores it (`addend`: what an adding
-    /// epilogue adds): the launches of the relu and the add or accumulate it replaces, saved,
-    /// with their bits.
+    /// `op(a) · op(b)`, then `epilogue` as the kernel stores it, given its `operands` (the
+    /// addend, then the relu output, each where it takes one): the launches of the relu, its
+    /// backward and the add or accumulate it replaces, saved, with their bits.
     #[allow(clippy::too_many_arguments)]
     pub fn mm_then(
         &mut self,
@@ -326,7 +326,7 @@ impl<S> Builder<'_, S> {
         trans_a: bool,
         trans_b: bool,
         epilogue: Epilogue,
-        addend: Option<Value>,
+        operands: &[Value],
     ) -> Value {
         let op = Matmul {
             limits: None,
@@ -338,7 +338,7 @@ impl<S> Builder<'_, S> {
             epilogue,
         };
         let mut inputs = vec![a, b];
-        inputs.extend(addend);
+        inputs.extend_from_slice(operands);
         self.k(name, op, &inputs)
     }
 
@@ -388,14 +388,15 @@ impl<S> Builder<'_, S> {
         x: Value,
         dy: Value,
     ) -> Value {
-        self.linear_backward_adding(put_off, at, what, p, x, dy, None)
+        self.linear_backward_then(put_off, at, what, p, x, dy, Epilogue::None, &[])
     }
 
-    /// [`Self::linear_backward_put_off`], with `acc + dy · W[p]ᵀ` returned in place of the input
-    /// gradient where `acc` is given: the accumulation of a gradient that also flows around the
-    /// layer (a residual), done by the matmul as it stores (node `at("<what> input grad")`).
+    /// [`Self::linear_backward_put_off`], with the input gradient's matmul given `epilogue` and
+    /// its `operands` ([`Self::mm_then`]): a gradient that also flows around the layer (a
+    /// residual) added as it stores, the backward of the relu below taken there, or both (node
+    /// `at("<what> input grad")`).
     #[allow(clippy::too_many_arguments)]
-    pub fn linear_backward_adding(
+    pub fn linear_backward_then(
         &mut self,
         put_off: bool,
         at: &dyn Fn(&str) -> String,
@@ -403,16 +404,12 @@ impl<S> Builder<'_, S> {
         p: usize,
         x: Value,
         dy: Value,
-        acc: Option<Value>,
+        epilogue: Epilogue,
+        operands: &[Value],
     ) -> Value {
         let w = self.params[p];
-        let epilogue = if acc.is_some() {
-            Epilogue::Add
-        } else {
-            Epilogue::None
-        };
         let name = at(&format!("{what} input grad"));
-        let dx = self.mm_then(&name, dy, w, false, true, epilogue, acc);
+        let dx = self.mm_then(&name, dy, w, false, true, epilogue, operands);
         self.later.push(LaterGrad {
             p,
             names: [

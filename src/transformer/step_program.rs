@@ -161,14 +161,14 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                 x.b.kernel(&at("attention"), &gang, Arc::new(attn), &[q, k, v]);
             // Residual connections are their matmuls' epilogues: h + o · Wo.
             let (add, wo) = (Epilogue::Add, x.params[ix.wo]);
-            let mid = x.mm_then(&at("attention out"), o, wo, false, false, add, Some(h));
+            let mid = x.mm_then(&at("attention out"), o, wo, false, false, add, &[h]);
             let (f, ln2) = x.norm(&at("ln2"), mid, ix.ln2);
             let (next, ffn) = match ix.ffn {
                 FfnIndex::Dense { w1, w2 } => {
                     let pre = x.mm(&at("ffn w1"), f, x.params[w1], false, false);
                     let hidden = x.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
                     let w2 = x.params[w2];
-                    let h = x.mm_then(&at("ffn w2"), hidden, w2, false, false, add, Some(mid));
+                    let h = x.mm_then(&at("ffn w2"), hidden, w2, false, false, add, &[mid]);
                     (h, FfnAct::Dense { pre, hidden })
                 }
                 FfnIndex::Moe { router, w1, w2 } => {
@@ -291,8 +291,9 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             );
             // The q, k and v input gradients summed by the k and v matmuls as they store.
             let mut da = x.linear_backward_put_off(next_sends, &at, "q", ix.wq, a.a, dq);
-            da = x.linear_backward_adding(next_sends, &at, "k", ix.wk, a.a, dk, Some(da));
-            da = x.linear_backward_adding(next_sends, &at, "v", ix.wv, a.a, dv, Some(da));
+            let add = Epilogue::Add;
+            da = x.linear_backward_then(next_sends, &at, "k", ix.wk, a.a, dk, add, &[da]);
+            da = x.linear_backward_then(next_sends, &at, "v", ix.wv, a.a, dv, add, &[da]);
             let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
             dh = x.k(
                 &at("accumulate attention residual grad"),
