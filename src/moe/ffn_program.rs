@@ -456,13 +456,6 @@ impl MoeFfn {
                 &[s.input, d_r],
             )
         });
-        let back = Self::k(
-            b,
-            gang,
-            &at("router input grad"),
-            self.matmul(false, true, None),
-            &[d_r, w.router],
-        );
         // The expert side runs on every device, whichever hold tokens this round.
         let (kept, expert_grads, d_slots) = b.only_where(None, |b| {
             let d_o = self.exchange.arrived(sent);
@@ -512,7 +505,7 @@ impl MoeFfn {
             DispatchBackward(self.router),
             &[d_slots, probs, routes, stats],
         );
-        let mut dx = match residual {
+        let dx = match residual {
             Some(r) => Self::k(
                 b,
                 gang,
@@ -522,13 +515,13 @@ impl MoeFfn {
             ),
             None => d_disp,
         };
-        dx = Self::k(
-            b,
-            gang,
-            &at("accumulate router input grad"),
-            Accumulate,
-            &[dx, back],
-        );
+        // dx + the router's input gradient, summed by its matmul as it stores.
+        let add = Matmul {
+            epilogue: Epilogue::Add,
+            ..self.matmul(false, true, None)
+        };
+        let name = at("router input grad");
+        let dx = Self::k(b, gang, &name, add, &[d_r, w.router, dx]);
         let grads = g_router
             .zip(expert_grads)
             .map(|(router, (w1, w2))| MoeFfnGrads { router, w1, w2 });
