@@ -19,10 +19,15 @@ struct Params {
     max_group_rows: u32,
     blocks: u32,
     limit_stride: u32,
-    epilogue: u32,
+    _pad0: u32,
     _pad1: u32,
     _pad2: u32,
 }
+
+// The epilogue's bits (1: relu, 2: add, 4: a relu's backward), specialised per pipeline
+// (Shader::pipeline_specialised), so that a matmul without an epilogue carries no branch for it
+// and one with an epilogue only its own.
+const EPILOGUE: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(4) var<storage, read> offsets: array<u32>;
@@ -36,15 +41,15 @@ struct Params {
 // Element `at` of C, `v`, after the epilogue.
 fn epi(at: u32, v: Elem) -> Elem {
     var r = v;
-    if ((p.epilogue & 1u) != 0u) { r = max(r, Elem(0)); }
-    if ((p.epilogue & 2u) != 0u) { r = addend[at] + r; }
-    if ((p.epilogue & 4u) != 0u) { r = select(Elem(0), r, relu_out[at] > Elem(0)); }
+    if ((EPILOGUE & 1u) != 0u) { r = max(r, Elem(0)); }
+    if ((EPILOGUE & 2u) != 0u) { r = addend[at] + r; }
+    if ((EPILOGUE & 4u) != 0u) { r = select(Elem(0), r, relu_out[at] > Elem(0)); }
     return r;
 }
 
 // Elements `at`..`at + 3` of C after the epilogue.
 fn epi4(at: u32, v: vec4<Elem>) -> vec4<Elem> {
-    if (p.epilogue == 0u) { return v; }
+    if (EPILOGUE == 0u) { return v; }
     return vec4<Elem>(epi(at, v.x), epi(at + 1u, v.y), epi(at + 2u, v.z), epi(at + 3u, v.w));
 }
 

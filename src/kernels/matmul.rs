@@ -462,7 +462,7 @@ impl Epilogue {
         usize::from(self.adds()) + usize::from(self.relu_backward())
     }
 
-    /// The shader's `p.epilogue` bits.
+    /// The shader's `EPILOGUE` bits.
     fn bits(self) -> u32 {
         u32::from(self.relu()) | u32::from(self.adds()) << 1 | u32::from(self.relu_backward()) << 2
     }
@@ -502,8 +502,7 @@ struct Params {
     max_group_rows: u32,
     blocks: u32,
     limit_stride: u32,
-    epilogue: u32,
-    _pad: [u32; 2],
+    _pad: [u32; 3],
 }
 
 fn one() -> usize {
@@ -718,7 +717,7 @@ fn encode_variant(
     // Aᵀ as [M, K] in a buffer of the kernel's own (kept alive by the recorded bind groups).
     let bytes = (shape.m * shape.k * shape.dtype.size()) as u64;
     let transposed = device.storage_buffer("matmul Aᵀ", bytes)?;
-    let uniform = device.uniform_buffer("matmul params", &params(shape, None, Epilogue::None));
+    let uniform = device.uniform_buffer("matmul params", &params(shape, None));
     let pipeline = MATMUL_TRANSPOSE_A.pipeline(device, shape.dtype, "main")?;
     let grid = [
         check::to_u32("matmul transpose grid", shape.m.div_ceil(8))?,
@@ -735,7 +734,7 @@ fn encode_variant(
     encode_pass(encoder, device, args, &transposed, &pass_shape, pass)
 }
 
-fn params(shape: &MatmulShape, limits: Option<Limits<'_>>, epilogue: Epilogue) -> Params {
+fn params(shape: &MatmulShape, limits: Option<Limits<'_>>) -> Params {
     Params {
         m: shape.m as u32,
         n: shape.n as u32,
@@ -746,8 +745,7 @@ fn params(shape: &MatmulShape, limits: Option<Limits<'_>>, epilogue: Epilogue) -
         max_group_rows: shape.max_group_rows as u32,
         blocks: shape.blocks as u32,
         limit_stride: limits.map_or(0, |l| l.stride as u32),
-        epilogue: epilogue.bits(),
-        _pad: [0; 2],
+        _pad: [0; 3],
     }
 }
 
@@ -771,9 +769,12 @@ fn encode_pass(
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let addend = args.addend.unwrap_or(args.offsets);
     let relu_out = args.relu_out.unwrap_or(args.offsets);
-    let pipeline = shader.pipeline(device, shape.dtype, entry)?;
-    let uniform =
-        device.uniform_buffer("matmul params", &params(shape, args.limits, args.epilogue));
+    // The epilogue is a constant of the pipeline, not a uniform: compiled in only where used.
+    let pipeline = match args.epilogue {
+        Epilogue::None => shader.pipeline(device, shape.dtype, entry)?,
+        e => shader.pipeline_specialised(device, shape.dtype, entry, &[("EPILOGUE", e.bits())])?,
+    };
+    let uniform = device.uniform_buffer("matmul params", &params(shape, args.limits));
     device.encode_dispatch(
         encoder,
         variant.name(),
