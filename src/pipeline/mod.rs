@@ -5,7 +5,8 @@
 //! | file | what |
 //! | --- | --- |
 //! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
-//! | `orders.rs` | each kind's compute order (the generators) |
+//! | `orders.rs` | each kind's compute order (the generators), ZB-V's list scheduler among them |
+//! | `cost_aware.rs` | [`Schedule::for_costs`]: ZB-V planned for the costs it will meet |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
 //! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`], [`simulate_uneven`] (stages of different costs) and [`simulate_folded`] (more stages than devices) |
 //! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |
@@ -18,8 +19,8 @@
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
 //! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
 //!
-//! The schedule side (`schedule`, `orders`, `validate`, `engine`, `simulate`, `textbook`) knows
-//! nothing of wgpu.
+//! The schedule side (`schedule`, `orders`, `cost_aware`, `validate`, `engine`, `simulate`,
+//! `textbook`) knows nothing of wgpu.
 //!
 //! A model is cut into `p` stages (one per device, or several to a device with a [`Fold`]), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
@@ -41,6 +42,7 @@
 //! a third of 1F1B's. A bubble/ideal ratio `x` is `x / (1 + x)` of total time.
 
 mod ascii;
+mod cost_aware;
 mod engine;
 mod execute;
 pub mod figure;

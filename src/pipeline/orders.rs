@@ -158,75 +158,165 @@ fn zb_h1(p: usize, m: usize, s: usize) -> ComputeOrder {
     order
 }
 
-/// ZB-V, built the way the paper builds its schedules: a greedy list scheduler over unit-time
-/// chunk ops (`F = B = W`, free transfers), all stages at once. At each time step an idle stage
-/// runs, in this priority: a ready B (the critical path; the deeper chunk's first), else a
-/// ready F while it holds fewer than `2p` chunk activations (one chunk is half a stage's share,
-/// so that is 1F1B's `p` microbatches at stage 0; the deeper chunk's first), else its oldest
-/// pending W. Activations are held from F until W. Only `stage`'s order is returned; every
-/// stage's comes out of the same deterministic run.
+/// ZB-V, built the way the paper builds its schedules: [`zb_v_list`] at unit costs (`F = B = W`,
+/// free transfers) with the paper's choices ([`ZbVChoices::PAPER`]). Only `stage`'s order is
+/// returned; every stage's comes out of the same deterministic run.
 fn zb_v(p: usize, m: usize, stage: usize) -> ComputeOrder {
+    zb_v_list(p, m, ChunkTimes::UNIT, ZbVChoices::PAPER).swap_remove(stage)
+}
+
+/// What ZB-V's list scheduler plans with: one chunk op of each kind, and an activation's or a
+/// gradient's hand-off between stages (the turn of the V stays on its stage and is free).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkTimes {
+    pub f: u64,
+    pub b: u64,
+    pub w: u64,
+    pub hop: u64,
+}
+
+impl ChunkTimes {
+    /// The paper's unit costs.
+    pub const UNIT: ChunkTimes = ChunkTimes {
+        f: 1,
+        b: 1,
+        w: 1,
+        hop: 0,
+    };
+}
+
+/// How ZB-V's list scheduler chooses where its priorities leave a choice. The paper's choice is
+/// one point; where B and W cost other than F, `Schedule::for_costs` tries the others and keeps
+/// the one whose simulation ends first, as the zero-bubble authors' own scheduler tries several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ZbVChoices {
+    /// A stage holding at least this many chunk activations runs a pending W before a ready F
+    /// (the paper: never, only when nothing else is ready), freeing memory sooner.
+    pub w_before_f_at: usize,
+    /// With both chunks' B ready, the deeper chunk's (1) first, as the paper does, or chunk 0's.
+    pub deeper_b_first: bool,
+}
+
+impl ZbVChoices {
+    pub const PAPER: ZbVChoices = ZbVChoices {
+        w_before_f_at: usize::MAX,
+        deeper_b_first: true,
+    };
+
+    /// The choices `Schedule::for_costs` tries for `p` stages, the paper's first.
+    pub fn candidates(p: usize) -> impl Iterator<Item = ZbVChoices> {
+        let at = std::iter::once(usize::MAX).chain(1..=2 * p);
+        at.flat_map(|w_before_f_at| {
+            [true, false].map(|deeper_b_first| ZbVChoices {
+                w_before_f_at,
+                deeper_b_first,
+            })
+        })
+    }
+}
+
+/// ZB-V's list scheduler over chunk ops, all stages at once, each op taking its `times` (0 is
+/// planned as 1, so that time always moves). Whenever a stage is free it runs, in this priority:
+/// a ready B (the critical path), else a ready F while it holds fewer than `2p` chunk activations
+/// (one chunk is half a stage's share, so that is 1F1B's `p` microbatches at stage 0; the deeper
+/// chunk's first), else its oldest pending W; `choices` settles the rest. Activations are held
+/// from F until W. An op is ready once its inputs have arrived: a hand-off between stages takes
+/// `times.hop`. Returns every stage's order; one that stalls (not reached for any shape tested)
+/// stops short and fails validation.
+pub(crate) fn zb_v_list(
+    p: usize,
+    m: usize,
+    times: ChunkTimes,
+    choices: ZbVChoices,
+) -> Vec<ComputeOrder> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     let vstages = 2 * p;
     let vs_of = |s: usize, c: usize| if c == 0 { s } else { 2 * p - 1 - s };
-    // Completion time of F and B of (mb, vs); u64::MAX while not run.
-    let mut f_done = vec![u64::MAX; m * vstages];
-    let mut b_done = vec![u64::MAX; m * vstages];
-    // Next microbatch each (stage, chunk) forwards / backwards, in microbatch order.
+    let [f_ns, b_ns, w_ns] = [times.f, times.b, times.w].map(|t| t.max(1));
+    // When each F and B of (mb, vs) finished; None while not run.
+    let mut f_done: Vec<Option<u64>> = vec![None; m * vstages];
+    let mut b_done: Vec<Option<u64>> = vec![None; m * vstages];
+    // When an input made at virtual stage `from` is usable at `to`.
+    let arrives = |done: u64, from: usize, to: usize| {
+        let same_stage = from + to == vstages - 1;
+        done + if same_stage { 0 } else { times.hop }
+    };
     let mut next_f = vec![[0usize; 2]; p];
     let mut next_b = vec![[0usize; 2]; p];
     let mut pending_w: Vec<VecDeque<(usize, usize)>> = vec![VecDeque::new(); p];
     let mut live = vec![0usize; p];
+    let mut free = vec![0u64; p];
     let mut orders: Vec<ComputeOrder> = vec![Vec::with_capacity(6 * m); p];
+    // Times at which an op ends or an input arrives: the only times a choice can change.
+    let mut events: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    let b_chunks = if choices.deeper_b_first {
+        [1, 0]
+    } else {
+        [0, 1]
+    };
     let total = 6 * m * p;
     let mut done = 0;
     let mut t: u64 = 0;
-    let mut stalled = 0;
-    while done < total {
-        let before = done;
+    loop {
         for s in 0..p {
-            // B: the chunk whose output gradient is in, deeper chunk (1) first.
-            let ready_b = [1, 0].into_iter().find(|&c| {
-                let mb = next_b[s][c];
-                let vs = vs_of(s, c);
+            if free[s] > t {
+                continue;
+            }
+            let ready_b = b_chunks.into_iter().find(|&c| {
+                let (mb, vs) = (next_b[s][c], vs_of(s, c));
                 mb < m
-                    && f_done[mb * vstages + vs] <= t
-                    && (vs + 1 == vstages || b_done[mb * vstages + vs + 1] <= t)
+                    && f_done[mb * vstages + vs].is_some_and(|d| d <= t)
+                    && (vs + 1 == vstages
+                        || b_done[mb * vstages + vs + 1]
+                            .is_some_and(|d| arrives(d, vs + 1, vs) <= t))
             });
             let ready_f = [1, 0].into_iter().find(|&c| {
-                let mb = next_f[s][c];
-                let vs = vs_of(s, c);
-                mb < m && live[s] < 2 * p && (vs == 0 || f_done[mb * vstages + vs - 1] <= t)
+                let (mb, vs) = (next_f[s][c], vs_of(s, c));
+                mb < m
+                    && live[s] < 2 * p
+                    && (vs == 0
+                        || f_done[mb * vstages + vs - 1]
+                            .is_some_and(|d| arrives(d, vs - 1, vs) <= t))
             });
-            let step = if let Some(c) = ready_b {
+            let w_first = live[s] >= choices.w_before_f_at && !pending_w[s].is_empty();
+            let (step, ns) = if let Some(c) = ready_b {
                 let mb = next_b[s][c];
                 next_b[s][c] += 1;
-                b_done[mb * vstages + vs_of(s, c)] = t + 1;
+                let vs = vs_of(s, c);
+                b_done[mb * vstages + vs] = Some(t + b_ns);
+                events.push(Reverse(arrives(t + b_ns, vs, vs.saturating_sub(1))));
                 pending_w[s].push_back((mb, c));
-                b(mb, c)
-            } else if let Some(c) = ready_f {
+                (b(mb, c), b_ns)
+            } else if let Some(c) = ready_f.filter(|_| !w_first) {
                 let mb = next_f[s][c];
                 next_f[s][c] += 1;
-                f_done[mb * vstages + vs_of(s, c)] = t + 1;
+                let vs = vs_of(s, c);
+                f_done[mb * vstages + vs] = Some(t + f_ns);
+                events.push(Reverse(arrives(t + f_ns, vs, (vs + 1).min(vstages - 1))));
                 live[s] += 1;
-                f(mb, c)
+                (f(mb, c), f_ns)
             } else if let Some((mb, c)) = pending_w[s].pop_front() {
                 live[s] -= 1;
-                w(mb, c)
+                (w(mb, c), w_ns)
             } else {
                 continue;
             };
+            free[s] = t + ns;
+            events.push(Reverse(free[s]));
             orders[s].push(step);
             done += 1;
         }
-        t += 1;
-        // Every op takes one step: two steps without one mean nothing will ever run again
-        // (not reached for any shape tested); the order stops short and fails validation.
-        stalled = if done == before { stalled + 1 } else { 0 };
-        if stalled > 1 {
+        if done == total {
             break;
         }
+        // The next time anything changes; none means nothing will ever run again.
+        match std::iter::from_fn(|| events.pop()).find(|&Reverse(e)| e > t) {
+            Some(Reverse(next)) => t = next,
+            None => break,
+        }
     }
-    orders.swap_remove(stage)
+    orders
 }
 
 /// DualPipe and DualPipeV, step for step as DeepSeek's reference implementation

@@ -402,26 +402,44 @@ impl Schedule {
         chunks: usize,
     ) -> Result<Schedule, ScheduleError> {
         check_shape(kind, stages, microbatches, chunks)?;
+        let orders = (0..stages)
+            .map(|stage| orders::compute_order(kind, stages, microbatches, chunks, stage))
+            .collect();
+        Ok(Self::from_orders(
+            kind,
+            stages,
+            microbatches,
+            chunks,
+            orders,
+        ))
+    }
+
+    /// `kind`'s schedule with each stage's compute in `orders` (a shape [`check_shape`] took),
+    /// transfers added around it.
+    pub(crate) fn from_orders(
+        kind: ScheduleKind,
+        stages: usize,
+        microbatches: usize,
+        chunks: usize,
+        orders: Vec<orders::ComputeOrder>,
+    ) -> Schedule {
         let layout = Layout {
             placement: kind.placement(),
             stages,
             microbatches,
             chunks,
         };
-        let ops = (0..stages)
-            .map(|stage| {
-                let order = orders::compute_order(kind, stages, microbatches, chunks, stage);
-                with_transfers(&layout, stage, &order)
-            })
+        let ops = (orders.iter().enumerate())
+            .map(|(stage, order)| with_transfers(&layout, stage, order))
             .collect();
-        Ok(Schedule {
+        Schedule {
             kind,
             stages,
             microbatches,
             chunks,
             split_backward: kind.splits_backward(),
             ops,
-        })
+        }
     }
 
     pub(crate) fn layout(&self) -> Layout {

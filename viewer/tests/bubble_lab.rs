@@ -151,6 +151,23 @@ fn interleaved_splits_the_stage_model_and_beats_1f1b() {
     h.get_by_label("makespan 28.5 µs");
 }
 
+/// Issue 41: ZB-V's fixed pattern lost to 1F1B once B cost more than F (45 µs against 44 here,
+/// p = 4, m = 8, F/B/W = 1/2/1). Moving B re-plans it for the costs: 35.5 µs.
+#[test]
+fn moving_b_replans_zb_v_to_beat_1f1b() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("1F1B").click();
+    h.run();
+    common::set_slider(&mut h, "B", 2.0);
+    let one = h.state().lab.result.as_ref().unwrap().row().sim.makespan_ns;
+    h.get_by_label("makespan 44.0 µs");
+    h.get_by_label("ZB-V").click();
+    h.run();
+    let r = h.state().lab.result.as_ref().unwrap();
+    assert!(r.row().sim.makespan_ns < one, "{}", r.row().sim.makespan_ns);
+    h.get_by_label("makespan 35.5 µs");
+}
+
 /// Uneven stages: a slow stage (here stage 1 at 2×) stretches 1F1B from 33 to 53 µs, the same
 /// figure as `gangway pipeline --stage-costs 1,2,1,1`, and back at 1× the stages are even again.
 #[test]

@@ -302,9 +302,15 @@ pub(crate) fn pipeline(
         return Ok(names);
     }
     let chunks = args.schedule.chunks(args.chunks);
-    let schedule = Schedule::new(args.schedule, args.stages, args.microbatches, chunks)?;
+    let costs = share.per_chunk(args.schedule.passes(args.chunks));
+    let schedule = Schedule::for_costs(
+        args.schedule,
+        args.stages,
+        args.microbatches,
+        chunks,
+        &costs,
+    )?;
     let passes = schedule.passes();
-    let costs = share.per_chunk(passes);
     let sim = simulate_folded(&schedule, &costs, &args.stage_costs, fold)?;
     let us = |ns: u64| ns as f64 / 1e3;
     let per_chunk = if passes > 1 {

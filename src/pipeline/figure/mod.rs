@@ -250,7 +250,7 @@ impl Figure {
         fold: Fold,
     ) -> Result<Figure, ScheduleError> {
         let v = kind.chunks(chunks);
-        let schedule = Schedule::new(kind, stages, microbatches, v)?;
+        let schedule = Schedule::for_costs(kind, stages, microbatches, v, costs)?;
         Ok(Figure {
             caption: shape_caption(stages, microbatches, stage_scale, fold),
             rows: vec![FigureRow::new(
@@ -284,10 +284,11 @@ impl Figure {
         let (mut rows, mut left_out) = (Vec::new(), Vec::new());
         for &kind in kinds {
             let v = kind.chunks(chunks);
-            let row = Schedule::new(kind, stages, microbatches, v).and_then(|schedule| {
-                let costs = share.per_chunk(kind.passes(chunks));
-                FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale, fold)
-            });
+            let costs = share.per_chunk(kind.passes(chunks));
+            let row =
+                Schedule::for_costs(kind, stages, microbatches, v, &costs).and_then(|schedule| {
+                    FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale, fold)
+                });
             match row {
                 Ok(row) => rows.push(row),
                 Err(e) => left_out.push((kind, e)),

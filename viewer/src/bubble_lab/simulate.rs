@@ -53,8 +53,8 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             3 * m + q
         ),
         ScheduleKind::ZbV => format!(
-            "no closed form (built greedily); at F = B = W idle per stage >= (p - 1) chunk ops = \
-             {q} half-stage F"
+            "no closed form (planned greedily for F, B, W); at F = B = W idle per stage >= \
+             (p - 1) chunk ops = {q} half-stage F"
         ),
         // DeepSeek's F&B + B - 3W with B the full backward, as the textbook module computes it:
         // an F overlapped with a full backward is F + B + W (B: input gradient, W: weight
