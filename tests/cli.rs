@@ -27,6 +27,7 @@ fn main() -> std::process::ExitCode {
         case!(host: cli_reference_is_up_to_date),
         case!(device: bench_dispatch_writes_json_and_a_valid_trace),
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
+        case!(adapters: costs_from_a_run_plan_zb_v_and_run_it).span(Span::All),
         case!(adapters: train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint)
             .span(Span::All),
         case!(adapters: train_lm_then_generate_eval_export_and_import).span(Span::All),
@@ -588,6 +589,50 @@ fn pipeline_run_trains_on_devices_and_matches_one_device(_: &Adapters) {
         "{folded}"
     );
     matches_its_reference(&folded, "one-stage");
+}
+
+/// Issue 41's loop: measure, schedule, run. A ZB-H1 run's trace gives F, B, W and the transfer
+/// time (`--costs-from`); `--compare` simulates every schedule under them, ZB-V planned for
+/// them, and `--run` runs the planned ZB-V, whose step matches one device's. A trace of no
+/// pipelined run is a clear error.
+fn costs_from_a_run_plan_zb_v_and_run_it(_: &Adapters) {
+    let dir = scratch_dir("costs-from");
+    let trace = dir.join("zb-h1.json");
+    let shape = ["--stages", "2", "--microbatches", "4"];
+    fn run<'a>(schedule: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["--virtual-devices", "2"];
+        args.extend(more);
+        args.extend(["pipeline", "--run", "--schedule", schedule]);
+        args.extend(["--stages", "2", "--microbatches", "4"]);
+        args
+    }
+    let out = gangway(&run("zb-h1", &["--trace", trace.to_str().unwrap()]));
+    matches_its_reference(&out, "single-device");
+    let from = ["--costs-from", trace.to_str().unwrap()];
+    let mut compare = vec!["pipeline", "--compare", "--schedules", "1f1b,zb-v"];
+    compare.extend(shape);
+    compare.extend(from);
+    let table = gangway(&compare);
+    assert!(!table.contains("F/B/W = 0/0/0"), "{table}");
+    for row in ["| 1f1b |", "| zb-v |"] {
+        assert!(table.contains(row), "{table}");
+    }
+    let mut planned = run("zb-v", &[]);
+    planned.extend(from);
+    matches_its_reference(&gangway(&planned), "single-device");
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["pipeline", "--simulate", "--costs-from"])
+        .arg(fixture("pytorch-mlp.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("holds no pipelined run's F and B ops"),
+        "{err}"
+    );
+    assert!(err.contains("pytorch-mlp.json"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `pipeline --run`'s output says its step's weights are within 1e-4 of the `reference` step's.

@@ -177,7 +177,7 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
                 Ok(Step {
                     client,
                     devices,
-                    case: PreparedCase::new(kind, stages, m, chunks)?,
+                    case: PreparedCase::new(kind, stages, m, chunks, None)?,
                     fold,
                     results: Vec::new(),
                 })

@@ -19,6 +19,62 @@ use crate::trace::{
     pipeline_bubble,
 };
 
+/// Mean costs of a pipelined run's ops, from its events in the pipeline's view (a run's report
+/// has them, and so does the trace `gangway --trace FILE pipeline --run` writes): F, B and W per
+/// chunk op (a schedule that does not split the backward has no W events: its B is the whole
+/// backward and W is 0, as [`Costs`] expects), and the mean transfer (the send's readback and the
+/// receive's upload, waits excluded) as the latency, with infinite bandwidth and no activation
+/// size. Zero where the events have none of an op.
+pub fn measured_chunk_costs(events: &[Event]) -> Costs {
+    let mean = |op: PipelineOp| {
+        let (n, sum) = events
+            .iter()
+            .filter(|e| PipelineOp::of(e) == Some(op))
+            .fold((0u64, 0u64), |(n, s), e| (n + 1, s + e.duration_ns()));
+        sum.checked_div(n).unwrap_or(0)
+    };
+    let transfers = events.iter().filter(|e| e.lane == Lane::Transfer);
+    let (sends, transfer_ns) = transfers.fold((0u64, 0u64), |(n, s), e| {
+        let out = e.flow.is_some_and(|f| f.role == FlowRole::Out);
+        (n + u64::from(out), s + e.duration_ns())
+    });
+    Costs {
+        latency_ns: transfer_ns.checked_div(sends).unwrap_or(0),
+        ..Costs::compute_only(
+            mean(PipelineOp::Forward),
+            mean(PipelineOp::Backward),
+            mean(PipelineOp::WeightGrad),
+        )
+    }
+}
+
+/// [`measured_chunk_costs`] as one microbatch through a lane's whole model share, the form
+/// `gangway pipeline --costs-us` takes: each chunk op's cost times the chunk ops a microbatch
+/// makes on a lane (the F events over lanes × microbatches; 2 for a V, `v` interleaved). `None`
+/// where the events hold no F, B and microbatch numbers (not a pipelined run's).
+pub fn measured_share(events: &[Event]) -> Option<Costs> {
+    let forwards: Vec<&Event> = (events.iter())
+        .filter(|e| PipelineOp::of(e) == Some(PipelineOp::Forward))
+        .collect();
+    let backwards = events
+        .iter()
+        .any(|e| PipelineOp::of(e) == Some(PipelineOp::Backward));
+    let lanes: BTreeSet<usize> = forwards.iter().map(|e| e.device).collect();
+    let microbatches: BTreeSet<u32> = forwards.iter().filter_map(|e| e.microbatch).collect();
+    let per_lane = lanes.len() * microbatches.len();
+    if !backwards || per_lane == 0 {
+        return None;
+    }
+    let passes = (forwards.len() as f64 / per_lane as f64).round().max(1.0) as u64;
+    let chunk = measured_chunk_costs(events);
+    Some(Costs {
+        forward_ns: chunk.forward_ns * passes,
+        backward_ns: chunk.backward_ns * passes,
+        weight_grad_ns: chunk.weight_grad_ns * passes,
+        ..chunk
+    })
+}
+
 /// The runtime's events of program `program` as the pipeline's view (see the module docs).
 pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> Vec<Event> {
     let lane = |stage: usize| lowered.device_of.get(stage).copied().unwrap_or(stage);
@@ -154,18 +210,6 @@ pub(super) fn report<M: StageModel>(
     events.sort_by_key(|e| (e.start_ns, e.end_ns));
     let loss = losses.iter().map(|&l| f64::from(l)).sum::<f64>() / losses.len().max(1) as f64;
 
-    let mean = |op: PipelineOp| {
-        let (n, sum) = events
-            .iter()
-            .filter(|e| PipelineOp::of(e) == Some(op))
-            .fold((0u64, 0u64), |(n, s), e| (n + 1, s + e.duration_ns()));
-        sum.checked_div(n).unwrap_or(0)
-    };
-    let transfers = events.iter().filter(|e| e.lane == Lane::Transfer);
-    let (sends, transfer_ns) = transfers.fold((0u64, 0u64), |(n, s), e| {
-        let out = e.flow.is_some_and(|f| f.role == FlowRole::Out);
-        (n + u64::from(out), s + e.duration_ns())
-    });
     let max_rows = plan.rows.iter().copied().max().unwrap_or(0);
     let activation_bytes = plan.split[..plan.split.len() - 1]
         .iter()
@@ -173,18 +217,8 @@ pub(super) fn report<M: StageModel>(
         .max()
         .unwrap_or(0);
     let measured = Costs {
-        all_to_all_ns: 0,
-        blocking_sends: false,
-        forward_ns: mean(PipelineOp::Forward),
-        backward_ns: mean(PipelineOp::Backward),
-        weight_grad_ns: if schedule.split_backward {
-            mean(PipelineOp::WeightGrad)
-        } else {
-            0
-        },
-        latency_ns: transfer_ns.checked_div(sends).unwrap_or(0),
-        bytes_per_ns: f64::INFINITY,
         activation_bytes,
+        ..measured_chunk_costs(&events)
     };
 
     // The bubble every view of a pipeline trace reports (the Files tab, `gangway trace`).
@@ -227,4 +261,44 @@ pub(super) fn report<M: StageModel>(
         all_to_all_wait_ns,
         all_to_all_exposed_ns,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(op: PipelineOp, lane: usize, mb: u32, start_ns: u64, ns: u64) -> Event {
+        let meta = EventMeta::kernel(lane).microbatch(mb).op(op);
+        meta.event(op.letter().into(), start_ns, start_ns + ns)
+    }
+
+    /// Two lanes, two microbatches, two chunk ops each (a V): the share is twice each chunk
+    /// op's mean; without B ops there is no pipelined run.
+    #[test]
+    fn measured_share_scales_chunk_ops_to_a_lane_share() {
+        let mut events = Vec::new();
+        for lane in 0..2 {
+            for mb in 0..2 {
+                for chunk in 0..2u64 {
+                    let t = 100 * chunk;
+                    events.push(op(PipelineOp::Forward, lane, mb, t, 10 + chunk * 2));
+                    events.push(op(PipelineOp::Backward, lane, mb, t + 20, 20));
+                    events.push(op(PipelineOp::WeightGrad, lane, mb, t + 50, 6));
+                }
+            }
+        }
+        let chunk = measured_chunk_costs(&events);
+        assert_eq!(
+            [chunk.forward_ns, chunk.backward_ns, chunk.weight_grad_ns],
+            [11, 20, 6]
+        );
+        let share = measured_share(&events).unwrap();
+        assert_eq!(
+            [share.forward_ns, share.backward_ns, share.weight_grad_ns],
+            [22, 40, 12]
+        );
+        events.retain(|e| e.op != Some(PipelineOp::Backward));
+        assert!(measured_share(&events).is_none());
+        assert!(measured_share(&[]).is_none());
+    }
 }

@@ -17,7 +17,7 @@
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
 //! | `moe_stack.rs` | [`MoeStack`]: residual MoE layers with each stage a gang of devices (experts and rows split over it), whose F&B pairs can hide their all-to-alls |
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
-//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured |
+//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured (and the costs a run's events measure, [`measured_share`]) |
 //!
 //! The schedule side (`schedule`, `orders`, `cost_aware`, `validate`, `engine`, `simulate`,
 //! `textbook`) knows nothing of wgpu.
@@ -67,6 +67,7 @@ pub use execute::{RunReport, execute};
 pub use figure::{Figure, FigureRow, Theme};
 pub use fold::{Fold, lane_word};
 pub use link::Link;
+pub use measure::{measured_chunk_costs, measured_share};
 pub use mlp::{Mlp, MlpConfig, StepResult};
 pub use moe_stack::{MoeStack, MoeStackConfig};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};

@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use super::{
-    Fold, Microbatch, Mlp, MlpConfig, MoeStack, MoeStackConfig, RunReport, Schedule, ScheduleKind,
-    bubble_formula,
+    Costs, Fold, Microbatch, Mlp, MlpConfig, MoeStack, MoeStackConfig, RunReport, Schedule,
+    ScheduleKind, bubble_formula,
 };
 use super::{execute, validate};
 use crate::device::DeviceList;
@@ -88,15 +88,20 @@ pub struct PreparedCase {
 }
 
 impl PreparedCase {
-    /// Builds and validates the schedule and computes the reference step (on the host).
+    /// Builds and validates the schedule, planned for `costs` (one chunk op's) where given
+    /// ([`Schedule::for_costs`]), and computes the reference step (on the host).
     pub fn new(
         kind: ScheduleKind,
         stages: usize,
         microbatches: usize,
         chunks: usize,
+        costs: Option<&Costs>,
     ) -> Result<Self> {
         let chunks = kind.chunks(chunks);
-        let schedule = Schedule::new(kind, stages, microbatches, chunks)?;
+        let schedule = match costs {
+            Some(costs) => Schedule::for_costs(kind, stages, microbatches, chunks, costs)?,
+            None => Schedule::new(kind, stages, microbatches, chunks)?,
+        };
         let peak_activations = validate(&schedule)?.peak_activations;
         let mlp = model(stages, chunks, 7)?;
         let data = batch(&mlp, microbatches, 11);
@@ -173,7 +178,8 @@ impl PreparedCase {
 }
 
 /// Runs one training step of `kind` on the first `stages` devices (or as `fold` places them),
-/// as a run of `client`, and checks it against the single-device reference.
+/// as a run of `client`, and checks it against the single-device reference
+/// ([`PreparedCase::new`] then [`PreparedCase::run`], which also plan for given costs).
 pub fn run_case(
     client: &Client,
     devices: &(impl DeviceList + ?Sized),
@@ -183,7 +189,7 @@ pub fn run_case(
     chunks: usize,
     fold: Fold,
 ) -> Result<(PipelineResult, RunReport)> {
-    PreparedCase::new(kind, stages, microbatches, chunks)?.run(client, devices, fold)
+    PreparedCase::new(kind, stages, microbatches, chunks, None)?.run(client, devices, fold)
 }
 
 /// The largest |a − b| over two sets of weights (NaN when either has one).

@@ -598,6 +598,12 @@ pub(crate) struct PipelineArgs {
         value_name = "F,B,W"
     )]
     pub(crate) costs_us: Vec<f64>,
+    /// Take F, B, W and the transfer time from a pipelined run's trace (`gangway --trace FILE
+    /// pipeline --run ...`): the mean of each op, per device's model share as --costs-us gives
+    /// them, and the mean transfer as the latency (--latency-us, --link and --bandwidth-gbs still
+    /// override it). ZB-V is planned for them, and --run runs what was planned.
+    #[arg(long, value_name = "TRACE", conflicts_with = "costs_us")]
+    pub(crate) costs_from: Option<std::path::PathBuf>,
     /// The link between stages as a preset (its latency and one direction's bandwidth): nvlink4,
     /// pcie4, pcie5, infiniband-ndr, ethernet100g, ethernet10g. --latency-us and
     /// --bandwidth-gbs override its figures.

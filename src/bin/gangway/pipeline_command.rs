@@ -21,15 +21,16 @@ fn pipeline_run(args: &PipelineArgs, runtime: &Runtime, tracer: &Tracer) -> Resu
     let (report, max_error, what) = if args.moe {
         pipeline_run_moe(args, &client, devices)?
     } else {
-        let (r, report) = gangway::pipeline::workload::run_case(
-            &client,
-            devices,
+        // The schedule planned for the given costs (ZB-V's depends on them).
+        let costs = pipeline_costs(args)?.per_chunk(args.schedule.passes(args.chunks));
+        let (r, report) = gangway::pipeline::workload::PreparedCase::new(
             args.schedule,
             args.stages,
             args.microbatches,
             args.chunks,
-            fold,
-        )?;
+            Some(&costs),
+        )?
+        .run(&client, devices, fold)?;
         let what = format!(
             "one MLP training step ({} layers of {}, {} rows per microbatch)",
             gangway::pipeline::workload::layers(args.stages, r.chunks),
@@ -182,8 +183,10 @@ fn chunks_suffix(chunks: usize) -> String {
 /// (each schedule splits it into its chunk ops with [`gangway::pipeline::Costs::per_chunk`]).
 fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
     use gangway::pipeline::Costs;
-    let [f, b, w] = match args.costs_us[..] {
-        [f, b, w] if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
+    let measured = args.costs_from.as_deref().map(costs_from).transpose()?;
+    let [f, b, w] = match (measured, &args.costs_us[..]) {
+        (Some(m), _) => [m.forward_ns, m.backward_ns, m.weight_grad_ns].map(|ns| ns as f64 / 1e3),
+        (None, &[f, b, w]) if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
         _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
     };
     let non_negative = |x: f64, flag: &str| {
@@ -194,7 +197,10 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
         }
     };
     let ns = |us: f64| (us * 1e3).round() as u64;
-    let link_latency = args.link.map_or(0.0, |l| l.latency_us());
+    let measured_latency = measured.map(|m| m.latency_ns as f64 / 1e3);
+    let link_latency = (args.link.map(|l| l.latency_us()))
+        .or(measured_latency)
+        .unwrap_or(0.0);
     let latency = non_negative(args.latency_us.unwrap_or(link_latency), "--latency-us")?;
     let all_to_all = non_negative(args.all_to_all_us, "--all-to-all-us")?;
     let kib = non_negative(args.activation_kib, "--activation-kib")?;
@@ -213,6 +219,22 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
         all_to_all_ns: ns(all_to_all),
         blocking_sends: args.comm == crate::cli::CommArg::Wait,
         ..Costs::compute_only(ns(f), ns(b), ns(w))
+    })
+}
+
+/// The costs a pipelined run's trace measured, per device's model share
+/// ([`gangway::pipeline::measured_share`]).
+fn costs_from(path: &std::path::Path) -> Result<gangway::pipeline::Costs> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let trace = gangway::trace::chrome::read(&bytes)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| path.display().to_string())?;
+    gangway::pipeline::measured_share(&trace.events).with_context(|| {
+        format!(
+            "{} holds no pipelined run's F and B ops (write one with `gangway --trace FILE \
+             pipeline --run ...`)",
+            path.display()
+        )
     })
 }
 
