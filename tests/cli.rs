@@ -717,6 +717,38 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
     again.extend(tiny);
     let out = gangway(&again);
     assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    // Fine-tuning (issue 42): the checkpoint's weights with fresh optimizer state start below a
+    // fresh model's first loss; --init and --resume together are refused.
+    let fresh_first = report["losses"][0].as_f64().unwrap();
+    let mut tune = vec![
+        "train",
+        "moe",
+        "--steps",
+        "2",
+        "--init",
+        ckpt.to_str().unwrap(),
+    ];
+    tune.extend(["--json", json.to_str().unwrap()]);
+    tune.extend(tiny);
+    let out = gangway(&tune);
+    assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    let tuned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let tuned_first = tuned["losses"][0].as_f64().unwrap();
+    assert!(
+        tuned_first < fresh_first,
+        "{tuned_first} against {fresh_first}"
+    );
+    let both = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["train", "moe", "--init", ckpt.to_str().unwrap()])
+        .args(["--resume", ckpt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        !both.status.success() && err.contains("cannot be used with"),
+        "{err}"
+    );
     // Groups dealt unevenly over two devices, as given and as measured.
     for (balance, want) in [
         ("3,1", "groups per device: 3,1\n"),
@@ -819,6 +851,7 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["losses"].as_array().unwrap().len(), 3, "{report}");
     assert_eq!(report["config"]["moe_every"], 2, "{report}");
+    let fresh_first = report["losses"][0].as_f64().unwrap();
     // `dropless` is a capacity factor of E/K: here 2 experts, top-1.
     let mut dropless = vec![
         "train",
@@ -894,6 +927,29 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     let again: serde_json::Value = serde_json::from_str(&again).unwrap();
     assert_eq!(again["bits_per_byte"], eval["bits_per_byte"]);
 
+    // Issue 42: fine-tuning. `--init` starts from the exported weights with fresh optimizer
+    // state (the step count from 0), below a fresh model's first loss; the same weights in a
+    // foreign safetensors (no gangway metadata) with the config as JSON give the same bits.
+    let fine_tune = |init: &[&str]| {
+        let mut args = vec!["train", "lm", "--steps", "2", "--json", &json];
+        args.extend(init);
+        args.extend(tiny);
+        let out = gangway(&args);
+        assert!(out.contains("2 steps (to step 2)"), "{out}");
+        report_losses(&json)
+    };
+    let tuned = fine_tune(&["--init", &weights]);
+    assert!(tuned[0] < fresh_first, "{tuned:?} against {fresh_first}");
+    let bytes = std::fs::read(&weights).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let foreign = safetensors::serialize(st.tensors(), None).unwrap();
+    let (foreign_path, config_path) = (path("foreign.safetensors"), path("config.json"));
+    std::fs::write(&foreign_path, foreign).unwrap();
+    let config = serde_json::from_str::<serde_json::Value>(&eval_config(&ckpt)).unwrap();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let from_foreign = fine_tune(&["--init", &foreign_path, "--config", &config_path]);
+    assert_eq!(from_foreign, tuned);
+
     let mut cut = std::fs::read(&weights).unwrap();
     cut.truncate(cut.len() / 2);
     std::fs::write(&back, cut).unwrap();
@@ -913,6 +969,25 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `losses` of the training report at `json`.
+fn report_losses(json: &str) -> Vec<f64> {
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    report["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect()
+}
+
+/// The Transformer configuration a checkpoint holds, as JSON.
+fn eval_config(checkpoint: &str) -> String {
+    let c = gangway::transformer::TransformerCheckpoint::load(std::path::Path::new(checkpoint))
+        .unwrap();
+    serde_json::to_string(&c.config()).unwrap()
 }
 
 /// A file of the repository, by its path from the root.

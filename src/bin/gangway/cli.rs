@@ -365,6 +365,15 @@ pub(crate) struct TrainLmArgs {
     /// Continue from this checkpoint (its model sizes, Adam setting and groups win).
     #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
+    /// Start from the weights in this file, with fresh optimizer state and the step count at 0:
+    /// fine-tuning. A checkpoint, `gangway export`'s weights, or another tool's safetensors with
+    /// --config. Its model sizes win over the flags.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub(crate) init: Option<PathBuf>,
+    /// With --init: the Transformer configuration (JSON, as `gangway import --config` takes it)
+    /// of a file without gangway's metadata.
+    #[arg(long, value_name = "JSON", requires = "init")]
+    pub(crate) config: Option<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -519,6 +528,10 @@ pub(crate) struct TrainMoeArgs {
     /// Continue from this checkpoint (its model sizes win over the flags).
     #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
+    /// Start from the weights of this checkpoint, with fresh optimizer state and the step count
+    /// at 0: fine-tuning. Its model sizes win over the flags.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub(crate) init: Option<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

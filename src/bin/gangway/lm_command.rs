@@ -58,13 +58,22 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let devices = &crate::mesh_of(runtime, args.devices, args.mesh.as_deref())?;
     let corpus = corpus_of(&args.corpus)?;
     let client = runtime.client("train lm", 1);
-    let (start, checkpoint) = match &args.resume {
-        Some(path) => {
+    let (start, checkpoint) = match (&args.resume, &args.init) {
+        (Some(path), _) => {
             let checkpoint = TransformerCheckpoint::load(path)?;
             eprintln!("resuming after step {}", checkpoint.step());
             (checkpoint.params.clone(), Some(checkpoint))
         }
-        None => (TransformerParams::init(args.model.config()?)?, None),
+        (None, Some(path)) => {
+            let config = args.config.as_deref().map(config_file).transpose()?;
+            let weights = TransformerCheckpoint::load_with(path, config)?;
+            eprintln!(
+                "starting from the weights in {}, with fresh optimizer state",
+                path.display()
+            );
+            (weights.params, None)
+        }
+        (None, None) => (TransformerParams::init(args.model.config()?)?, None),
     };
     let c = start.config;
     let groups = match checkpoint.as_ref().and_then(|k| k.train.as_ref()) {
@@ -217,18 +226,16 @@ pub(crate) fn export(args: &ExportArgs) -> Result<()> {
     Ok(())
 }
 
+/// A Transformer configuration from its JSON file.
+fn config_file(path: &std::path::Path) -> Result<TransformerConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a Transformer configuration", path.display()))
+}
+
 pub(crate) fn import(args: &ImportArgs) -> Result<()> {
-    let config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let c: TransformerConfig = serde_json::from_str(&text).with_context(|| {
-                format!("{} is not a Transformer configuration", path.display())
-            })?;
-            Some(c)
-        }
-        None => None,
-    };
+    let config = args.config.as_deref().map(config_file).transpose()?;
     let weights = TransformerCheckpoint::load_with(&args.weights, config)?.weights();
     write_out(&args.out, &weights.to_bytes()?)?;
     println!(

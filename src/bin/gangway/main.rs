@@ -322,9 +322,16 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         .as_deref()
         .map(Checkpoint::<MoeLmConfig>::load)
         .transpose()?;
-    let start = match &checkpoint {
-        Some(c) => c.params.clone(),
-        None => MoeLmParams::init(args.model.config())?,
+    let start = match (&checkpoint, &args.init) {
+        (Some(c), _) => c.params.clone(),
+        (None, Some(path)) => {
+            eprintln!(
+                "starting from the weights in {}, with fresh optimizer state",
+                path.display()
+            );
+            Checkpoint::<MoeLmConfig>::load(path)?.params
+        }
+        (None, None) => MoeLmParams::init(args.model.config())?,
     };
     let c = start.config;
     eprintln!(
