@@ -12,7 +12,9 @@
 //!   `gangway.config`, the model's config as JSON;
 //!   `gangway.kind`, `weights` or `checkpoint`; for a checkpoint `gangway.step`, `gangway.groups`
 //!   and `gangway.adam` (JSON); and `gangway.crc32`, the CRC-32 of every tensor's bytes in name
-//!   order, since safetensors itself has no checksum.
+//!   order, since safetensors itself has no checksum: zlib's CRC-32, in decimal, which is that
+//!   of every byte after the safetensors header (every tensor is f32, and safetensors lays
+//!   them out in name order).
 //!
 //! Loading checks the header, the metadata, every expected name's dtype and shape, that no other
 //! tensor is there, the CRC-32, finite values and non-negative second moments: any mismatch is an
