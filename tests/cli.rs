@@ -910,6 +910,27 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     let eval: serde_json::Value = serde_json::from_str(&eval).unwrap();
     let bpb = eval["bits_per_byte"].as_f64().unwrap();
     assert!(bpb > 0.0 && bpb < 12.0, "{eval}");
+    // Issue 42: every sequence is scored, the last partial batch included (10 sequences of 16
+    // bytes in batches of 4), and the report says how many and how many bytes.
+    let ten = path("ten.txt");
+    let text: Vec<u8> = (0..16 * 10 + 1).map(|i| b"gangway runs "[i % 13]).collect();
+    std::fs::write(&ten, text).unwrap();
+    let eval_ten = |more: &[&str]| {
+        let mut args = vec!["eval", "lm", "--checkpoint", &ckpt, "--file", &ten];
+        args.extend(more);
+        gangway(&args)
+    };
+    let all: serde_json::Value =
+        serde_json::from_str(&eval_ten(&["--batch", "4", "--json"])).unwrap();
+    assert_eq!(all["sequences"].as_u64(), Some(10), "{all}");
+    assert_eq!(all["sequences_scored"].as_u64(), Some(10), "{all}");
+    assert_eq!(all["bytes_scored"].as_u64(), Some(160), "{all}");
+    let some = eval_ten(&["--max-sequences", "5"]);
+    assert!(
+        some.contains("(80 bytes scored in 5 sequences, context 16)"),
+        "{some}"
+    );
+    assert!(some.contains("5 of the file's 10 sequences"), "{some}");
 
     let out = gangway(&["export", "--checkpoint", &ckpt, "--out", &weights]);
     assert!(out.contains("parameters"), "{out}");
@@ -949,6 +970,43 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     std::fs::write(&config_path, config.to_string()).unwrap();
     let from_foreign = fine_tune(&["--init", &foreign_path, "--config", &config_path]);
     assert_eq!(from_foreign, tuned);
+    // Without the config, a foreign file's error says how to give it; a text shorter than the
+    // context names the file and the length needed.
+    let short = path("short.txt");
+    std::fs::write(&short, "short").unwrap();
+    for (args, says) in [
+        (
+            vec![
+                "import",
+                "--weights",
+                foreign_path.as_str(),
+                "--out",
+                back.as_str(),
+            ],
+            "`gangway import --config`",
+        ),
+        (
+            vec![
+                "eval",
+                "lm",
+                "--checkpoint",
+                ckpt.as_str(),
+                "--file",
+                short.as_str(),
+            ],
+            "short.txt, has 5 bytes, and a document needs at least 17 bytes",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
 
     let mut cut = std::fs::read(&weights).unwrap();
     cut.truncate(cut.len() / 2);

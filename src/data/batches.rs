@@ -203,13 +203,19 @@ fn push_window(
     }
 }
 
+/// A model with a context of `context` bytes reads `context + 1` bytes at least (a window and
+/// the byte after it): the error names the longest document and the length it needs.
 fn too_short(what: &'static str, corpus: &Corpus, context: usize) -> Error {
-    let longest = corpus.documents().iter().map(Document::len).max();
+    let longest = corpus.documents().iter().max_by_key(|d| d.len());
+    let had = longest.map_or("no document at all".into(), |d| {
+        format!("the longest, {}, has {} bytes", d.name, d.len())
+    });
     Error::InvalidArgument {
         what,
         reason: format!(
-            "no document is longer than the context of {context} bytes (longest: {})",
-            longest.unwrap_or(0)
+            "no document is longer than the context of {context} bytes: {had}, and a document \
+             needs at least {} bytes",
+            context + 1
         ),
     }
 }

@@ -193,8 +193,17 @@ impl<M: StepModel> Checkpoint<M> {
         }
         let config: M = match config {
             Some(c) => c,
-            None => serde_json::from_str(get("gangway.config")?)
-                .map_err(|e| bad(format!("gangway.config: {e}")))?,
+            None => {
+                let text = meta.get("gangway.config").ok_or_else(|| {
+                    bad(
+                        "no \"gangway.config\" in its metadata: not a gangway file (another \
+                         tool's weights load with the model's configuration given, as \
+                         `gangway import --config` and `train lm --init --config` take it)"
+                            .into(),
+                    )
+                })?;
+                serde_json::from_str(text).map_err(|e| bad(format!("gangway.config: {e}")))?
+            }
         };
         config.validate()?;
         let kind = match meta.get("gangway.kind") {

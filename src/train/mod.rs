@@ -30,7 +30,9 @@ mod trainer;
 
 pub use checkpoint::{Checkpoint, TrainState};
 pub use params::{ParamSpec, Params};
-pub use run::{Progress, TrainOptions, TrainReport, TrainingRun, evaluate, resume, train};
+pub use run::{
+    Evaluation, Progress, TrainOptions, TrainReport, TrainingRun, evaluate, resume, train,
+};
 pub use split::{Balance, Balanced, GroupSplit};
 pub use stats::{StepStats, coefficient_of_variation};
 pub use step_program::StepShape;

@@ -176,16 +176,30 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// Mean validation cross-entropy in bits per byte of the model's evaluation windows over
-/// `valid` ([`StepModel::eval_windows`], about `units` of them), in batches of `batch` units (at
-/// most: a multiple of the trainer's groups that the windows fill; windows that do not fill a
-/// last batch are left out).
+/// What [`evaluate`] scored.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Evaluation {
+    /// Mean cross-entropy over the scored bytes, in bits per byte.
+    pub bits_per_byte: f64,
+    /// Evaluation windows (the Transformer's sequences) picked from the text.
+    pub picked: usize,
+    /// Of those, the windows scored: all but fewer than one routing group's worth.
+    pub scored: usize,
+    /// Bytes predicted and scored (targets).
+    pub bytes: usize,
+}
+
+/// Mean validation cross-entropy of the model's evaluation windows over `valid`
+/// ([`StepModel::eval_windows`], about `units` of them), in batches of `batch` units, then the
+/// windows left over as one smaller batch (each batch is routed in the trainer's groups, so a
+/// left-over batch takes a multiple of them: fewer windows than the groups are left out, and
+/// [`Evaluation::scored`] says so).
 pub fn evaluate<M: StepModel>(
     trainer: &Trainer<M>,
     valid: &Corpus,
     units: usize,
     batch: usize,
-) -> Result<f64> {
+) -> Result<Evaluation> {
     let cfg = *trainer.config();
     crate::data::check_batch("evaluate", cfg.window(), batch)?;
     let picked = cfg.eval_windows(valid, units)?;
@@ -201,16 +215,27 @@ pub fn evaluate<M: StepModel>(
             ),
         });
     }
-    let (mut nats, mut count) = (0.0, 0usize);
-    for chunk in picked.chunks_exact(batch) {
+    let full = picked.len() / batch * batch;
+    let rest = (picked.len() - full) / groups * groups;
+    let batches = picked[..full]
+        .chunks(batch)
+        .chain(Some(&picked[full..full + rest]).filter(|r| !r.is_empty()));
+    let (mut nats, mut count, mut scored) = (0.0, 0usize, 0usize);
+    for chunk in batches {
         let windows: Vec<u32> = chunk.iter().flat_map(|(w, _)| w.iter().copied()).collect();
         let next: Vec<u32> = chunk.iter().map(|(_, y)| *y).collect();
         let (inputs, targets) = cfg.batch_from(windows, next);
         let got = trainer.token_nats(&inputs, &targets)?;
         nats += got.iter().sum::<f64>();
         count += got.len();
+        scored += chunk.len();
     }
-    Ok(bits_per_byte(nats / count.max(1) as f64))
+    Ok(Evaluation {
+        bits_per_byte: bits_per_byte(nats / count.max(1) as f64),
+        picked: picked.len(),
+        scored,
+        bytes: count,
+    })
 }
 
 /// Trains fresh `start` parameters on `corpus` over `devices`, as runs of `client` (the devices
@@ -473,7 +498,8 @@ impl<M: StepModel> TrainingRun<M> {
         self.dropped.push(stats.dropped_fraction);
         self.expert_cvs.push(stats.expert_cv());
         let valid_bpb = if opts.eval_every > 0 && step.is_multiple_of(opts.eval_every) {
-            let bpb = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+            let eval = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+            let bpb = eval.bits_per_byte;
             self.valid_bpbs.push((stats.step, bpb));
             Some(bpb)
         } else {
@@ -510,7 +536,8 @@ impl<M: StepModel> TrainingRun<M> {
     pub fn report(mut self) -> Result<TrainReport<M>> {
         let opts = &self.opts;
         let seconds = self.began.elapsed().as_secs_f64();
-        let valid_bpb = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+        let valid_bpb =
+            evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?.bits_per_byte;
         let last_step = self.trainer.steps();
         if self.valid_bpbs.last().map(|v| v.0) != Some(last_step) {
             self.valid_bpbs.push((last_step, valid_bpb));

@@ -10,7 +10,7 @@ use crate::{
     corpus_of, finish_training, first_devices, print_groups, progress, write_json, write_out,
 };
 use anyhow::{Context, Result, bail};
-use gangway::data::{Corpus, Document, bits_per_byte};
+use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
 use gangway::train::{Progress, TrainOptions, evaluate, resume, train};
@@ -157,8 +157,16 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
 #[derive(serde::Serialize)]
 struct EvalReport {
     file: String,
+    /// The file's length.
     bytes: usize,
     context: usize,
+    /// Sequences of `context` bytes in the file, picked (at most --max-sequences, evenly
+    /// spread), and scored.
+    sequences: usize,
+    sequences_picked: usize,
+    sequences_scored: usize,
+    /// Bytes predicted and scored.
+    bytes_scored: usize,
     nats_per_byte: f64,
     bits_per_byte: f64,
 }
@@ -173,26 +181,42 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         args.file.display().to_string(),
         bytes,
     )]);
+    let context = checkpoint.config().context;
+    let sequences = corpus.windows(context, context)?.count();
     let devices = &runtime.mesh()[..1];
     let client = runtime.client("eval lm", 1);
     let adam = AdamConfig::new(1e-3);
     let trainer = TransformerTrainer::new(&client, devices, &checkpoint.params, adam, 1)?;
-    let bpb = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
+    let eval = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
     let report = EvalReport {
         file: args.file.display().to_string(),
         bytes: len,
-        context: checkpoint.config().context,
-        nats_per_byte: bpb * std::f64::consts::LN_2,
-        bits_per_byte: bpb,
+        context,
+        sequences,
+        sequences_picked: eval.picked,
+        sequences_scored: eval.scored,
+        bytes_scored: eval.bytes,
+        nats_per_byte: eval.bits_per_byte * std::f64::consts::LN_2,
+        bits_per_byte: eval.bits_per_byte,
     };
-    debug_assert!((bits_per_byte(report.nats_per_byte) - bpb).abs() < 1e-9);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{}: {:.4} nats per byte, {:.4} bits per byte ({} bytes, context {})",
-            report.file, report.nats_per_byte, report.bits_per_byte, report.bytes, report.context
+            "{}: {:.4} nats per byte, {:.4} bits per byte ({} bytes scored in {} sequences, \
+             context {context})",
+            report.file,
+            report.nats_per_byte,
+            report.bits_per_byte,
+            report.bytes_scored,
+            report.sequences_scored,
         );
+        if report.sequences_picked < report.sequences {
+            println!(
+                "--max-sequences {}: {} of the file's {} sequences, evenly spaced from the first",
+                args.max_sequences, report.sequences_picked, report.sequences
+            );
+        }
     }
     Ok(())
 }
