@@ -925,6 +925,15 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     assert_eq!(all["sequences"].as_u64(), Some(10), "{all}");
     assert_eq!(all["sequences_scored"].as_u64(), Some(10), "{all}");
     assert_eq!(all["bytes_scored"].as_u64(), Some(160), "{all}");
+    // Dropless evaluation (E/K = 2 here) does not depend on the batch, each batch being a
+    // routing group: the same bits at 1 and 4 sequences a batch.
+    let dropless = |batch: &str| -> serde_json::Value {
+        let out = eval_ten(&["--eval-capacity", "dropless", "--batch", batch, "--json"]);
+        serde_json::from_str(&out).unwrap()
+    };
+    let (one, four) = (dropless("1"), dropless("4"));
+    assert_eq!(one["capacity_factor"], 2.0, "{one}");
+    assert_eq!(one["bits_per_byte"], four["bits_per_byte"], "{one} {four}");
     let some = eval_ten(&["--max-sequences", "5"]);
     assert!(
         some.contains("(80 bytes scored in 5 sequences, context 16)"),

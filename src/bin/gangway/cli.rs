@@ -393,6 +393,11 @@ pub(crate) struct EvalLmArgs {
     /// Score at most this many sequences of the model's context, spread over the file.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_sequences: usize,
+    /// An MoE model's capacity factor while scoring, or `dropless` (E/K: nothing dropped, so the
+    /// score does not depend on --batch) [default: the model's own, under which each batch is
+    /// one routing group and drops depend on --batch].
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "FACTOR|dropless")]
+    pub(crate) eval_capacity: Option<f32>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -167,6 +167,8 @@ struct EvalReport {
     sequences_scored: usize,
     /// Bytes predicted and scored.
     bytes_scored: usize,
+    /// The capacity factor the expert layers scored with (the model's, or --eval-capacity's).
+    capacity_factor: f32,
     nats_per_byte: f64,
     bits_per_byte: f64,
 }
@@ -186,7 +188,13 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
     let devices = &runtime.mesh()[..1];
     let client = runtime.client("eval lm", 1);
     let adam = AdamConfig::new(1e-3);
-    let trainer = TransformerTrainer::new(&client, devices, &checkpoint.params, adam, 1)?;
+    let mut params = checkpoint.params.clone();
+    if let Some(factor) = args.eval_capacity {
+        let c = &mut params.config;
+        c.capacity_factor = crate::cli::capacity_factor(factor, c.experts, c.top_k);
+        c.validate()?;
+    }
+    let trainer = TransformerTrainer::new(&client, devices, &params, adam, 1)?;
     let eval = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
     let report = EvalReport {
         file: args.file.display().to_string(),
@@ -196,6 +204,7 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         sequences_picked: eval.picked,
         sequences_scored: eval.scored,
         bytes_scored: eval.bytes,
+        capacity_factor: params.config.capacity_factor,
         nats_per_byte: eval.bits_per_byte * std::f64::consts::LN_2,
         bits_per_byte: eval.bits_per_byte,
     };
