@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Adapters, Span, case};
+use common::{Adapters, Span, case, report_losses};
 use gangway::trace::chrome;
 use std::process::Command;
 
@@ -732,9 +732,7 @@ fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_: &Adapters)
     tune.extend(tiny);
     let out = gangway(&tune);
     assert!(out.contains("2 steps, 64 tokens"), "{out}");
-    let tuned: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let tuned_first = tuned["losses"][0].as_f64().unwrap();
+    let tuned_first = report_losses(&json)[0];
     assert!(
         tuned_first < fresh_first,
         "{tuned_first} against {fresh_first}"
@@ -1036,18 +1034,6 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The `losses` of the training report at `json`.
-fn report_losses(json: &str) -> Vec<f64> {
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    report["losses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_f64().unwrap())
-        .collect()
 }
 
 /// The Transformer configuration a checkpoint holds, as JSON.

@@ -119,17 +119,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn losses(report: &Path) -> Vec<f64> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
-    v["losses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_f64().unwrap())
-        .collect()
-}
-
 /// The training run every test compares: `--devices 4` over lavapipe virtual devices.
 fn train_args(json: &Path) -> Vec<String> {
     train_steps(json, 4)
@@ -162,7 +151,7 @@ fn one_process_losses(dir: &Path) -> Vec<f64> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     run_ok(c, Duration::from_secs(120), "one process");
-    losses(&json)
+    common::report_losses(&json)
 }
 
 fn devices_under_mpirun_are_one_global_mesh() {
@@ -213,7 +202,7 @@ fn training_over_two_and_four_ranks_equals_one_process() {
             .args(["--trace", trace.to_str().unwrap()])
             .args(train_args(&json));
         let ran = run_ok(c, Duration::from_secs(240), &format!("{ranks} ranks"));
-        let got = losses(&json);
+        let got = common::report_losses(&json);
         assert_eq!(got.len(), want.len());
         for (step, (a, b)) in want.iter().zip(&got).enumerate() {
             assert!(
@@ -510,7 +499,7 @@ fn two_emulated_hosts_train_as_one_process_does() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     run_ok(c, Duration::from_secs(240), "two hosts");
-    let got = losses(&json);
+    let got = common::report_losses(&json);
     for (step, (a, b)) in want.iter().zip(&got).enumerate() {
         assert!(
             (a - b).abs() <= 1e-4 * a.abs(),

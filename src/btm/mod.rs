@@ -28,8 +28,7 @@ use crate::train::{Params, StepModel, TrainOptions, TrainReport, Trainer, Traini
 use crate::{Device, Error, Result};
 use std::path::{Path, PathBuf};
 
-/// One context window (byte ids) and the byte after it.
-pub type Window = (Vec<u32>, u32);
+pub use crate::data::Window;
 
 /// One expert LM: its domain, parameters and how its branch training went.
 #[derive(Debug, Clone)]

@@ -5,6 +5,9 @@
 use super::{Corpus, Document};
 use crate::{Error, Result, Rng};
 
+/// One context window (byte ids) and the byte after it.
+pub type Window = (Vec<u32>, u32);
+
 /// Endless batches of `batch` windows drawn uniformly over every window position in a corpus,
 /// deterministic from the seed. Each item is `(inputs, targets)`: `inputs` holds `batch × context`
 /// byte ids (row-major, one window per row), `targets` the `batch` bytes that follow them.
@@ -169,7 +172,7 @@ impl Corpus {
 }
 
 impl Iterator for Windows<'_> {
-    type Item = (Vec<u32>, u32);
+    type Item = Window;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {

@@ -21,7 +21,7 @@ mod corpus;
 mod load;
 
 pub use baseline::{bits_per_byte, unigram_bits_per_byte};
-pub use batches::{Batches, MAX_BATCH_BYTES, Windows, check_batch};
+pub use batches::{Batches, MAX_BATCH_BYTES, Window, Windows, check_batch};
 pub use corpus::{Corpus, Document, TrainValid};
 pub use load::{CORPORA_DIR_VAR, corpora_dir};
 

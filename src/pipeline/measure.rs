@@ -5,6 +5,9 @@
 //! stages, or with a [`super::Fold`] the devices the stages share; an op's event spans its
 //! kernels on every device of its stage's gang. For MoE stages, the time devices waited on the
 //! all-to-alls and the part no compute hid ([`all_to_all_waits`], from the runtime's events).
+//! The measured costs come from the events alone ([`measured_chunk_costs`]), so a run's trace
+//! read back gives them too, and [`measured_share`] scales them to a stage's whole model share
+//! for `gangway pipeline --costs-from`.
 
 use std::collections::{BTreeSet, HashMap};
 

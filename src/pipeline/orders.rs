@@ -1,5 +1,8 @@
-//! The compute order (F, B, W) of each stage for each schedule kind; transfers are added around
-//! it by `Schedule::new`. Shapes are checked before these run.
+//! The compute order (F, B, W) of each stage for each schedule kind ([`compute_orders`]);
+//! transfers are added around it by `Schedule::from_orders`. Shapes are checked before these run.
+//! ZB-V is built the way the paper builds its schedules, by a list scheduler over every stage at
+//! once ([`zb_v_list`]): at unit costs with the paper's choices it is the paper's ZB-V;
+//! `Schedule::for_costs` runs it with a schedule's real costs and each of its choices.
 
 use std::collections::VecDeque;
 
@@ -44,25 +47,26 @@ fn w(mb: usize, chunk: usize) -> Step {
 /// The compute ops in the order `stage` runs them.
 pub(crate) type ComputeOrder = Vec<Step>;
 
-pub(crate) fn compute_order(
+/// Every stage's compute order, stage by stage. ZB-V's list scheduler plans all stages in one
+/// run, so it runs once, not once per stage.
+pub(crate) fn compute_orders(
     kind: ScheduleKind,
     stages: usize,
     microbatches: usize,
     chunks: usize,
-    stage: usize,
-) -> ComputeOrder {
+) -> Vec<ComputeOrder> {
+    let (p, m) = (stages, microbatches);
+    let each = |order: &dyn Fn(usize) -> ComputeOrder| (0..p).map(order).collect();
     match kind {
-        ScheduleKind::GPipe => gpipe(microbatches),
-        ScheduleKind::OneFOneB => one_f_one_b(stages, microbatches, stage, stages - stage - 1),
-        ScheduleKind::Eager1F1B => {
-            one_f_one_b(stages, microbatches, stage, 2 * (stages - stage - 1))
-        }
-        ScheduleKind::Interleaved => interleaved(stages, microbatches, chunks, stage),
-        ScheduleKind::LoopedBfs => looped_bfs(microbatches, chunks),
-        ScheduleKind::ZbH1 => zb_h1(stages, microbatches, stage),
-        ScheduleKind::ZbV => zb_v(stages, microbatches, stage),
-        ScheduleKind::DualPipe => dual_pipe(stages, microbatches, stage, false),
-        ScheduleKind::DualPipeV => dual_pipe(stages, microbatches, stage, true),
+        ScheduleKind::GPipe => each(&|_| gpipe(m)),
+        ScheduleKind::OneFOneB => each(&|s| one_f_one_b(p, m, s, p - s - 1)),
+        ScheduleKind::Eager1F1B => each(&|s| one_f_one_b(p, m, s, 2 * (p - s - 1))),
+        ScheduleKind::Interleaved => each(&|s| interleaved(p, m, chunks, s)),
+        ScheduleKind::LoopedBfs => each(&|_| looped_bfs(m, chunks)),
+        ScheduleKind::ZbH1 => each(&|s| zb_h1(p, m, s)),
+        ScheduleKind::ZbV => zb_v_list(p, m, ChunkTimes::UNIT, ZbVChoices::PAPER),
+        ScheduleKind::DualPipe => each(&|s| dual_pipe(p, m, s, false)),
+        ScheduleKind::DualPipeV => each(&|s| dual_pipe(p, m, s, true)),
     }
 }
 
@@ -156,13 +160,6 @@ fn zb_h1(p: usize, m: usize, s: usize) -> ComputeOrder {
     }
     order.extend((next_w..m).map(|mb| w(mb, 0)));
     order
-}
-
-/// ZB-V, built the way the paper builds its schedules: [`zb_v_list`] at unit costs (`F = B = W`,
-/// free transfers) with the paper's choices ([`ZbVChoices::PAPER`]). Only `stage`'s order is
-/// returned; every stage's comes out of the same deterministic run.
-fn zb_v(p: usize, m: usize, stage: usize) -> ComputeOrder {
-    zb_v_list(p, m, ChunkTimes::UNIT, ZbVChoices::PAPER).swap_remove(stage)
 }
 
 /// What ZB-V's list scheduler plans with: one chunk op of each kind, and an activation's or a

@@ -402,9 +402,7 @@ impl Schedule {
         chunks: usize,
     ) -> Result<Schedule, ScheduleError> {
         check_shape(kind, stages, microbatches, chunks)?;
-        let orders = (0..stages)
-            .map(|stage| orders::compute_order(kind, stages, microbatches, chunks, stage))
-            .collect();
+        let orders = orders::compute_orders(kind, stages, microbatches, chunks);
         Ok(Self::from_orders(
             kind,
             stages,

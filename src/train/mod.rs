@@ -39,7 +39,7 @@ pub use step_program::StepShape;
 pub use trainer::{PendingStep, Trainer};
 
 use crate::Result;
-use crate::data::Corpus;
+use crate::data::{Corpus, Window};
 use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::program::Program;
 use step_program::Mode;
@@ -102,12 +102,13 @@ pub trait StepModel:
     }
 
     /// The windows (with the byte after each) an evaluation scores on `valid`: about `n`,
-    /// spread over it. By default windows `W/n` apart among the `W` windows of stride 1, so that
-    /// every part of every document is seen.
-    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<Vec<(Vec<u32>, u32)>> {
+    /// spread over it, and how many windows `valid` holds to pick from. By default windows `W/n`
+    /// apart among the `W` windows of stride 1, so that every part of every document is seen.
+    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<(Vec<Window>, usize)> {
         let w = self.window();
-        let stride = (valid.window_count(w) / n.max(1)).max(1);
-        Ok(valid.windows(w, stride)?.collect())
+        let all = valid.window_count(w);
+        let stride = (all / n.max(1)).max(1);
+        Ok((valid.windows(w, stride)?.collect(), all))
     }
 
     /// Checks a batch (`inputs`: `row_inputs` words per row, `targets`: one per row) for

@@ -181,7 +181,9 @@ fn mean(xs: &[f64]) -> f64 {
 pub struct Evaluation {
     /// Mean cross-entropy over the scored bytes, in bits per byte.
     pub bits_per_byte: f64,
-    /// Evaluation windows (the Transformer's sequences) picked from the text.
+    /// Evaluation windows (the Transformer's sequences) the text holds, and of those the ones
+    /// picked (about the `units` asked for, evenly spaced).
+    pub available: usize,
     pub picked: usize,
     /// Of those, the windows scored: all but fewer than one routing group's worth.
     pub scored: usize,
@@ -202,7 +204,7 @@ pub fn evaluate<M: StepModel>(
 ) -> Result<Evaluation> {
     let cfg = *trainer.config();
     crate::data::check_batch("evaluate", cfg.window(), batch)?;
-    let picked = cfg.eval_windows(valid, units)?;
+    let (picked, available) = cfg.eval_windows(valid, units)?;
     let groups = trainer.groups();
     let batch = batch.min(picked.len() / groups * groups);
     if batch == 0 {
@@ -232,6 +234,7 @@ pub fn evaluate<M: StepModel>(
     }
     Ok(Evaluation {
         bits_per_byte: bits_per_byte(nats / count.max(1) as f64),
+        available,
         picked: picked.len(),
         scored,
         bytes: count,

@@ -69,7 +69,7 @@ pub type TransformerCheckpoint = crate::train::Checkpoint<TransformerConfig>;
 /// The Transformer's trainer.
 pub type TransformerTrainer = crate::train::Trainer<TransformerConfig>;
 
-use crate::data::Corpus;
+use crate::data::{Corpus, Window};
 use crate::kernels::attention::MAX_HEAD_DIM;
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
@@ -321,11 +321,11 @@ impl StepModel for TransformerConfig {
     /// Sequences of `T` bytes, `T` apart (at most `n`, spread evenly), so every validation byte
     /// after the first of each document is scored once, with as much context as its position in
     /// its sequence gives it.
-    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<Vec<(Vec<u32>, u32)>> {
+    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<(Vec<Window>, usize)> {
         let t = self.context;
         let all: Vec<(Vec<u32>, u32)> = valid.windows(t, t)?.collect();
-        let step = (all.len() / n.max(1)).max(1);
-        Ok(all.into_iter().step_by(step).take(n).collect())
+        let (count, step) = (all.len(), (all.len() / n.max(1)).max(1));
+        Ok((all.into_iter().step_by(step).take(n).collect(), count))
     }
 
     fn check_batch(&self, tokens: &[u32], targets: &[u32], groups: usize) -> Result<usize> {

@@ -80,3 +80,15 @@ pub fn runtime_client(
     let client = runtime.client(name, 1);
     (runtime, client)
 }
+
+/// The `losses` of a training report (`train moe|lm --json`) at `path`.
+pub fn report_losses(path: impl AsRef<std::path::Path>) -> Vec<f64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    report["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect()
+}

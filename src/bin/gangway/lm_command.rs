@@ -1,6 +1,8 @@
 //! The Transformer's commands: `train lm` (through `gangway::train`, on the devices `--mesh`
-//! lays out), `eval lm`, `generate`, `export` and `import`, and its two comparisons: `eval
-//! moe-vs-dense`, and `eval btm --arch transformer` (the generic `gangway::btm::experiment`).
+//! lays out; from fresh weights, a checkpoint it resumes, or given weights it fine-tunes with
+//! `--init`), `eval lm` (every sequence it picks, saying how many and at which capacity),
+//! `generate`, `export` and `import`, and its two comparisons: `eval moe-vs-dense`, and `eval
+//! btm --arch transformer` (the generic `gangway::btm::experiment`).
 
 use crate::cli::{
     ArchArg, EvalBtmArgs, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs,
@@ -184,7 +186,6 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         bytes,
     )]);
     let context = checkpoint.config().context;
-    let sequences = corpus.windows(context, context)?.count();
     let devices = &runtime.mesh()[..1];
     let client = runtime.client("eval lm", 1);
     let adam = AdamConfig::new(1e-3);
@@ -200,7 +201,7 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         file: args.file.display().to_string(),
         bytes: len,
         context,
-        sequences,
+        sequences: eval.available,
         sequences_picked: eval.picked,
         sequences_scored: eval.scored,
         bytes_scored: eval.bytes,

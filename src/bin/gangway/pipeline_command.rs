@@ -183,12 +183,6 @@ fn chunks_suffix(chunks: usize) -> String {
 /// (each schedule splits it into its chunk ops with [`gangway::pipeline::Costs::per_chunk`]).
 fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
     use gangway::pipeline::Costs;
-    let measured = args.costs_from.as_deref().map(costs_from).transpose()?;
-    let [f, b, w] = match (measured, &args.costs_us[..]) {
-        (Some(m), _) => [m.forward_ns, m.backward_ns, m.weight_grad_ns].map(|ns| ns as f64 / 1e3),
-        (None, &[f, b, w]) if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => [f, b, w],
-        _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
-    };
     let non_negative = |x: f64, flag: &str| {
         if x.is_finite() && x >= 0.0 {
             Ok(x)
@@ -197,11 +191,19 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
         }
     };
     let ns = |us: f64| (us * 1e3).round() as u64;
-    let measured_latency = measured.map(|m| m.latency_ns as f64 / 1e3);
-    let link_latency = (args.link.map(|l| l.latency_us()))
-        .or(measured_latency)
-        .unwrap_or(0.0);
-    let latency = non_negative(args.latency_us.unwrap_or(link_latency), "--latency-us")?;
+    // A run's trace gives compute and transfer times in ns; the flags give them in µs and win.
+    let measured = args.costs_from.as_deref().map(costs_from).transpose()?;
+    let compute = match (measured, &args.costs_us[..]) {
+        (Some(m), _) => Costs::compute_only(m.forward_ns, m.backward_ns, m.weight_grad_ns),
+        (None, &[f, b, w]) if [f, b, w].iter().all(|c| c.is_finite() && *c >= 0.0) => {
+            Costs::compute_only(ns(f), ns(b), ns(w))
+        }
+        _ => bail!("--costs-us takes three non-negative numbers: forward,backward,weight-grad"),
+    };
+    let latency_ns = match args.latency_us.or(args.link.map(|l| l.latency_us())) {
+        Some(us) => ns(non_negative(us, "--latency-us")?),
+        None => measured.map_or(0, |m| m.latency_ns),
+    };
     let all_to_all = non_negative(args.all_to_all_us, "--all-to-all-us")?;
     let kib = non_negative(args.activation_kib, "--activation-kib")?;
     let bandwidth = args
@@ -213,12 +215,12 @@ fn pipeline_costs(args: &PipelineArgs) -> Result<gangway::pipeline::Costs> {
         Some(g) => bail!("--bandwidth-gbs must be a positive number of GB/s, got {g}"),
     };
     Ok(Costs {
-        latency_ns: ns(latency),
+        latency_ns,
         bytes_per_ns,
         activation_bytes: (kib * 1024.0).round() as u64,
         all_to_all_ns: ns(all_to_all),
         blocking_sends: args.comm == crate::cli::CommArg::Wait,
-        ..Costs::compute_only(ns(f), ns(b), ns(w))
+        ..compute
     })
 }
 
