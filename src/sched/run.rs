@@ -392,6 +392,19 @@ impl RunState {
             .all(|&node| self.node_ready(node) && self.mail[node].iter().all(|m| m.get().is_some()))
     }
 
+    /// The run's last task finished: wakes its waiter only if the results are in too, since
+    /// a waiter woken before them just sleeps again (a futile switch on every run whose
+    /// results are read back after its last submit, which is most). Under the waiter's lock,
+    /// so that this and [`Self::role_done`]'s check cannot both miss the other's update.
+    pub fn tasks_finished(&self) {
+        let (lock, cv) = &self.done;
+        let mut done = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.results_ready() || self.error.get().is_some() {
+            *done = true;
+            cv.notify_all();
+        }
+    }
+
     pub fn signal(&self) {
         let (lock, cv) = &self.done;
         *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;

@@ -23,7 +23,7 @@ use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
@@ -141,7 +141,7 @@ impl Runtime {
             devices,
             mesh,
             remote,
-            wake: Condvar::new(),
+            bells: (0..n).map(|_| Default::default()).collect(),
             state: Mutex::new(SchedState {
                 policy: opts.policy,
                 max_in_flight: opts.max_in_flight,
@@ -306,7 +306,7 @@ impl Runtime {
 impl Drop for Owner {
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
-        self.shared.wake.notify_all();
+        self.shared.ring_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

@@ -1,6 +1,7 @@
 //! What the runtime and its workers share: the devices, the job's mesh and the link to its other
-//! ranks, the workers' inboxes, and under one lock the gang scheduler's state (admission's
-//! policy and window, the clients, every device's queue of tasks and the gang order it kept).
+//! ranks, the workers' inboxes and doorbells ([`Bell`]), and under one lock the gang scheduler's
+//! state (admission's policy and window, the clients, every device's queue of tasks and the gang
+//! order it kept).
 //! Admission lives here too ([`Shared::admit`]), since both sides call it: a client's submit
 //! (the runtime) and a finished run (a worker).
 
@@ -15,6 +16,7 @@ use crate::mesh::Mesh;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// Gangs each device remembers for [`super::Runtime::gang_order`]. Every gang added 40 bytes for
 /// good: the viewer's live workload grew by about 14 MB a minute.
@@ -59,7 +61,11 @@ pub(crate) struct Shared {
     /// The link to the job's other ranks, when there are any.
     pub remote: Option<Remote>,
     pub inboxes: Vec<Arc<Inbox>>,
-    pub wake: Condvar,
+    /// Per worker: what wakes it when idle. Each worker has its own, so that admitting a run
+    /// of one device, or filling one run's mailbox, wakes only the workers that have something
+    /// to do: with one shared condition variable every idle worker woke and slept again, about
+    /// a dozen futile thread switches per one-device run in a runtime of four devices.
+    pub bells: Vec<Bell>,
     /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
     pub injected_panics: Vec<Mutex<Option<String>>>,
     pub(super) state: Mutex<SchedState>,
@@ -68,7 +74,51 @@ pub(crate) struct Shared {
     pub(super) gpu_timestamps: AtomicBool,
 }
 
+/// A worker's doorbell: rung when it may have something to do, waited on when it has nothing.
+/// A ring while the worker is busy is kept, so a wake between its last look at its queue and
+/// its wait is never lost.
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    rung: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Bell {
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.cv.notify_one();
+    }
+
+    /// Returns once rung (at once if it was rung since the last wait) or after `timeout`.
+    pub fn wait(&self, timeout: Duration) {
+        let mut rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*rung {
+            rung = self
+                .cv
+                .wait_timeout(rung, timeout)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *rung = false;
+    }
+}
+
 impl Shared {
+    pub fn ring_all(&self) {
+        self.bells.iter().for_each(Bell::ring);
+    }
+
+    /// Wakes the workers of `run`'s devices but `except` (the worker that calls): what they
+    /// wait for in it may be there now.
+    pub fn ring_run(&self, run: &RunState, except: usize) {
+        let mut rung = vec![false; self.bells.len()];
+        for &w in run.workers.iter().flatten() {
+            if w != except && !std::mem::replace(&mut rung[w], true) {
+                self.bells[w].ring();
+            }
+        }
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, SchedState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -94,7 +144,7 @@ impl Shared {
             Routed::Ticket => self.admit(&mut self.lock()),
             Routed::Nothing => return,
         }
-        self.wake.notify_all();
+        self.ring_all();
     }
 
     /// Admits runs while the window has room: assigns sequence numbers and queues device tasks.
@@ -208,8 +258,8 @@ impl Shared {
             }
             for (w, task) in tasks {
                 state.queues[w].push_back(task);
+                self.bells[w].ring();
             }
-            self.wake.notify_all();
         }
     }
 }

@@ -428,12 +428,7 @@ impl Worker {
             }
             return;
         }
-        let state = self.shared.lock();
-        let _ = self
-            .shared
-            .wake
-            .wait_timeout(state, Duration::from_millis(5))
-            .unwrap_or_else(PoisonError::into_inner);
+        self.shared.bells[self.index].wait(Duration::from_millis(5));
     }
 
     /// A failed map most often means the device was lost: report that when it is so.
@@ -473,15 +468,15 @@ impl Worker {
         let last = run.tasks_left.fetch_sub(1, Ordering::AcqRel) == 1;
         if last {
             self.shared.run_finished(&run);
-            run.signal();
+            run.tasks_finished();
         }
         run.progress();
         run.release_if_idle();
         // Idle workers wait for what `drain_completions` wakes them for, new tasks (their
-        // admission wakes them) or a failed run; a task's end is none of these unless it ends
-        // a run.
-        if last || run.failed() {
-            self.shared.wake.notify_all();
+        // admission wakes them) or a failed run: the run's other workers skip its tasks. A run's
+        // end admits the next ones, which wakes their workers.
+        if run.failed() {
+            self.shared.ring_run(&run, self.index);
         }
     }
 
@@ -737,13 +732,15 @@ impl Worker {
         // dispatch a node's completion lets the next node start on its device. Waking them for
         // every kernel's completion of a parallel run too cost a 4-device step hundreds of
         // futile thread switches on CPU-backed adapters.
-        let mut news = false;
+        let mut news: Vec<Arc<RunState>> = Vec::new();
         for c in self.inbox.take() {
-            news |= match &c {
-                Completion::Mapped { .. } => true,
-                Completion::WorkDone { run, .. } => run.opts.mode == DispatchMode::Sequential,
-                Completion::Timestamps { .. } => false,
-            };
+            match &c {
+                Completion::Mapped { run, .. } => news.push(run.clone()),
+                Completion::WorkDone { run, .. } if run.opts.mode == DispatchMode::Sequential => {
+                    news.push(run.clone())
+                }
+                Completion::WorkDone { .. } | Completion::Timestamps { .. } => {}
+            }
             // Timestamp batches belong to the device, not to one run's slot.
             let (run, stamped) = match &c {
                 Completion::Mapped { run, .. } | Completion::WorkDone { run, .. } => {
@@ -768,14 +765,15 @@ impl Worker {
             if let Some(run) = run {
                 if let Err(e) = outcome {
                     run.fail(e);
-                    news = true;
+                    news.push(run.clone());
                 }
                 run.callbacks.fetch_sub(1, Ordering::AcqRel);
                 run.release_if_idle();
             }
         }
-        if news {
-            self.shared.wake.notify_all();
+        news.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for run in news {
+            self.shared.ring_run(&run, self.index);
         }
     }
 
