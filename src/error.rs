@@ -141,6 +141,20 @@ pub enum Error {
 
     #[error("pipeline schedule: {0}")]
     Schedule(#[from] ScheduleError),
+
+    /// A rank of the job was started with a setting other than rank 0's ([`crate::job::Job::agree`]).
+    #[error(
+        "rank {rank} was started with other settings than rank 0: {setting} is {value} there, \
+         {root_value} on rank 0{}",
+        if *more > 0 { format!(" (and {more} more differ)") } else { String::new() }
+    )]
+    RanksDisagree {
+        rank: usize,
+        setting: String,
+        value: String,
+        root_value: String,
+        more: usize,
+    },
 }
 
 /// `Result` with gangway's [`Error`].

@@ -1,7 +1,8 @@
 //! The `gangway` binary under `mpirun` (OpenMPI; built with the `mpi` feature): one global mesh
 //! over the ranks' devices, training over 2 and 4 ranks that equals one process, the same over
-//! two emulated hosts (network namespaces joined by a veth pair, TCP only), and the job ending
-//! within seconds, with a line naming the rank, when a rank is killed, stops, or fails.
+//! two emulated hosts (network namespaces joined by a veth pair, TCP only), the job ending
+//! within seconds, with a line naming the rank, when a rank is killed, stops, or fails, and a
+//! job whose ranks were given different settings refusing to start.
 //!
 //! Every `mpirun` runs under a timeout. As root on a small machine OpenMPI needs
 //! `OMPI_ALLOW_RUN_AS_ROOT*`, `--bind-to none`, oversubscription and yielding when idle: set here.
@@ -22,6 +23,7 @@ fn main() -> std::process::ExitCode {
         case!(host: a_killed_rank_ends_the_job_naming_it),
         case!(host: a_stopped_rank_is_caught_by_the_watchdog),
         case!(host: a_failing_rank_ends_the_job_with_its_error),
+        case!(host: ranks_given_other_settings_refuse_to_start),
         case!(host: two_emulated_hosts_train_as_one_process_does),
         case!(host: btm_branches_each_train_on_their_own_rank),
         case!(host: a_pipeline_spreads_its_stages_over_ranks),
@@ -332,22 +334,95 @@ fn a_failing_rank_ends_the_job_with_its_error() {
         .map(|s| s.to_string())
         .chain(train_args(&json))
         .collect();
-    // MPMD: rank 1 is given a corpus that is not there.
+    // MPMD: rank 1 runs with a memory budget its first buffer cannot fit. A device's budget is
+    // the rank's own (not a setting the ranks agree on), so the job starts and rank 1 fails in
+    // it.
     let mut c = mpirun(&["-np", "1", BIN]);
     c.args(&common)
-        .args([":", "-np", "1", BIN])
-        .args(&common)
-        .args(["--corpus", "/nonexistent/gangway-corpus.txt"]);
+        .args([":", "-np", "1", "env", "GANGWAY_MEMORY_BUDGET=64", BIN])
+        .args(&common);
     let ran = finish(c.spawn().unwrap(), Duration::from_secs(60), "error");
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!ran.ok);
     let line =
         rank_line(&ran.stderr, 1).unwrap_or_else(|| panic!("no line from rank 1:\n{}", ran.stderr));
     assert!(
-        line.contains("error:") && line.contains("gangway-corpus"),
+        line.contains("error:") && line.contains("GANGWAY_MEMORY_BUDGET"),
         "{line}"
     );
     assert!(ran.took < Duration::from_secs(60));
+}
+
+/// MPMD again, rank 1 given one setting other than rank 0's: a seed, a learning rate, a corpus
+/// of other text (at another path, which alone would be allowed). Each job ends before it
+/// trains, with rank 1's line naming the setting and both values. Before the ranks agreed on
+/// their settings, the first two ran to the end and exited 0 with losses of neither setting.
+fn ranks_given_other_settings_refuse_to_start() {
+    if !have_mpirun("settings") {
+        return;
+    }
+    let dir = scratch("settings");
+    let json = dir.join("x.json");
+    let same_text =
+        "the same words on every rank, long enough for a batch of windows. ".repeat(200);
+    let corpus = |name: &str, text: &str| {
+        let path = dir.join(name).join("domain.txt");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let root_corpus = corpus("root", &same_text);
+    // The same text at another path agrees; checked by the seed and lr cases, which pass it too.
+    let same_elsewhere = corpus("elsewhere", &same_text);
+    let other_text = corpus("other", &same_text.replace("same", "other"));
+    let common: Vec<String> = ["--backends", "vulkan", "--virtual-devices", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(train_steps(&json, 2))
+        .collect();
+    for (flag, root, rank1) in [
+        ("--seed", "1", "2"),
+        ("--lr", "0.003", "0.001"),
+        ("--corpus", root_corpus.as_str(), other_text.as_str()),
+    ] {
+        let args = |value: &str, corpus: &str| -> Vec<String> {
+            let mut a = vec!["--corpus".to_string(), corpus.to_string()];
+            if flag != "--corpus" {
+                a.extend([flag.to_string(), value.to_string()]);
+            }
+            a
+        };
+        let rank1_corpus = if flag == "--corpus" {
+            rank1
+        } else {
+            same_elsewhere.as_str()
+        };
+        let mut c = mpirun(&["-np", "1", BIN]);
+        c.args(&common).args(args(root, &root_corpus));
+        c.args([":", "-np", "1", BIN])
+            .args(&common)
+            .args(args(rank1, rank1_corpus));
+        let ran = finish(c.spawn().unwrap(), Duration::from_secs(60), flag);
+        assert!(!ran.ok, "{flag}: the job ran\n{}", ran.stdout);
+        let line = rank_line(&ran.stderr, 1)
+            .unwrap_or_else(|| panic!("{flag}: no line from rank 1:\n{}", ran.stderr));
+        assert!(
+            line.contains("rank 1 was started with other settings than rank 0")
+                && line.contains(&format!("train moe {flag} is"))
+                && !line.contains("more differ"),
+            "{flag}: {line}"
+        );
+        if flag != "--corpus" {
+            assert!(line.contains(rank1) && line.contains(root), "{line}");
+        }
+        assert!(
+            !ran.stdout.contains("step"),
+            "{flag}: it trained\n{}",
+            ran.stdout
+        );
+        assert!(ran.took < Duration::from_secs(30), "{flag}: {:?}", ran.took);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Two network namespaces joined by a veth pair, removed when dropped.

@@ -14,12 +14,15 @@
 //!
 //! Programs over several ranks are SPMD, as in JAX's multi-controller model: every rank builds the
 //! same programs and submits the same runs spanning ranks in the same order, each client of a
-//! unique name.
+//! unique name. Ranks agree on their settings before they run ([`Job::agree`], `settings.rs`).
 
 pub mod loopback;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+mod settings;
 pub mod transport;
+
+pub use settings::Settings;
 
 use crate::device::{MeshDevice, RemoteDevice};
 use crate::mesh::Mesh;

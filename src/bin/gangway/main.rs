@@ -27,7 +27,7 @@ macro_rules! eprintln {
 }
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use gangway::Job;
 use gangway::bench;
 use gangway::kernels::router::RouterConfig;
@@ -46,6 +46,7 @@ mod pipeline_command;
 use pipeline_command::pipeline;
 mod plan_command;
 mod progress;
+mod settings;
 mod trace_command;
 
 impl DeviceArgs {
@@ -93,7 +94,9 @@ impl ModelArgs {
 
 fn main() -> std::process::ExitCode {
     quiet_on_closed_stdout();
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let job = match Job::from_env() {
         Ok(job) => job,
         Err(e) => {
@@ -105,7 +108,16 @@ fn main() -> std::process::ExitCode {
         PRINTS.store(job.is_root(), Ordering::Relaxed);
         end_job_on_panic(&job);
     }
-    let result = run(cli, &job).and_then(|()| Ok(job.finish()?));
+    // Ranks that would compute something else end the job before it runs (alone, there is
+    // nothing to compare, and no corpus to read for it).
+    let agreed = match job.size() {
+        1 => Ok(()),
+        _ => job.agree(&settings::of_command_line(&command, &matches)),
+    };
+    let result = agreed
+        .map_err(anyhow::Error::from)
+        .and_then(|()| run(cli, &job))
+        .and_then(|()| Ok(job.finish()?));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if job.size() > 1 => job.abort(&format!(
