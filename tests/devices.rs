@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Adapters, case};
-use gangway::device::{parse_backends, parse_virtual_devices};
+use gangway::device::{DiscoveryOptions, LimitsMode, parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::{self, Autotuner, Clock};
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
 use gangway::{DType, Device, Error, Mesh, MeshError};
@@ -15,6 +15,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: virtual_devices_split_every_adapter),
         case!(host: bad_settings_are_typed_errors),
         case!(adapters: mesh_groups_follow_named_axes),
+        case!(adapters: webgpu_limits_refuse_a_kernel_that_needs_more_naming_the_limit),
         case!(device: autotuner_measures_once_and_reuses_its_cache),
         case!(device: autotuner_times_on_the_gpu_clock_where_there_is_one),
     ])
@@ -186,4 +187,74 @@ fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
         host * 1e6,
         device.label()
     );
+}
+
+/// Under `GANGWAY_LIMITS=webgpu` a device has WebGPU's defaults, whatever its adapter offers; a
+/// kernel that needs more (here 9 storage buffers, or 32 KiB of workgroup memory) is refused
+/// with an error naming the limit, and the same kernels within the defaults compile.
+fn webgpu_limits_refuse_a_kernel_that_needs_more_naming_the_limit(adapters: &Adapters) {
+    let opts = DiscoveryOptions {
+        limits: LimitsMode::WebGpu,
+        ..DiscoveryOptions::from_env().unwrap()
+    };
+    let device = &adapters.discover(&opts)[0];
+    let limits = &device.info().limits;
+    assert_eq!(limits.max_storage_buffers_per_shader_stage, 8);
+    assert_eq!(limits.max_compute_workgroup_storage_size, 16 << 10);
+    assert_eq!(limits.max_compute_invocations_per_workgroup, 256);
+    let buffers = |n: usize| {
+        let mut s = String::new();
+        for i in 0..n {
+            s.push_str(&format!(
+                "@group(0) @binding({i}) var<storage, read_write> b{i}: array<f32>;\n"
+            ));
+        }
+        s.push_str("@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) id: vec3<u32>) {\n");
+        for i in 0..n {
+            s.push_str(&format!("    b{i}[id.x] = f32({i});\n"));
+        }
+        s.push_str("}\n");
+        s
+    };
+    let tile = |floats: usize| {
+        format!(
+            "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n\
+             var<workgroup> tile: array<f32, {floats}>;\n\
+             @compute @workgroup_size(64)\n\
+             fn main(@builtin(local_invocation_index) i: u32) {{\n\
+                 tile[i] = f32(i);\n    workgroupBarrier();\n    out[i] = tile[63u - i];\n}}\n"
+        )
+    };
+    let refused = |key: &str, source: String, limit: &str, needed: u64, has: u64| match device
+        .pipeline(key, "main", true, || source)
+    {
+        Err(Error::LimitExceeded {
+            limit_name,
+            requested,
+            limit: l,
+            ..
+        }) => assert_eq!((limit_name, requested, l), (limit, needed, has), "{key}"),
+        Err(e) => panic!("{key}: another error: {e}"),
+        Ok(_) => panic!("{key}: compiled past the limit"),
+    };
+    refused(
+        "nine buffers",
+        buffers(9),
+        "max_storage_buffers_per_shader_stage",
+        9,
+        8,
+    );
+    refused(
+        "32 KiB tile",
+        tile(8192),
+        "max_compute_workgroup_storage_size",
+        32 << 10,
+        16 << 10,
+    );
+    device
+        .pipeline("eight buffers", "main", true, || buffers(8))
+        .unwrap();
+    device
+        .pipeline("16 KiB tile", "main", true, || tile(4096))
+        .unwrap();
 }

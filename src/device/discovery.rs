@@ -1,4 +1,5 @@
-//! Finding adapters on every backend and turning each into one or more devices.
+//! Finding adapters on every backend and turning each into one or more devices, with all the
+//! limits the adapter offers or only WebGPU's guaranteed defaults ([`LimitsMode`]).
 
 use super::Device;
 use super::backends::{backends_to_string, parse_backends};
@@ -14,6 +15,47 @@ pub const BACKEND_ENV: &str = "WGPU_BACKEND";
 pub const MEMORY_BUDGET_ENV: &str = "GANGWAY_MEMORY_BUDGET";
 /// Environment variable for the longest wait on a device, in seconds.
 pub const WAIT_TIMEOUT_ENV: &str = "GANGWAY_WAIT_TIMEOUT";
+/// Environment variable choosing the limits devices are created with: `adapter` or `webgpu`.
+pub const LIMITS_ENV: &str = "GANGWAY_LIMITS";
+
+/// The limits each device is created with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LimitsMode {
+    /// Everything the adapter offers.
+    #[default]
+    Adapter,
+    /// WebGPU's guaranteed defaults (`wgpu::Limits::default()`: 8 storage buffers per shader
+    /// stage, 16 KiB of workgroup memory, 256 invocations per workgroup, 128 MiB storage
+    /// bindings): what a browser, or a small integrated or mobile GPU, may give and no more.
+    /// Runs here show whether every kernel fits them, on an adapter that offers more.
+    WebGpu,
+}
+
+impl LimitsMode {
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "adapter" | "" => Ok(Self::Adapter),
+            "webgpu" | "default" => Ok(Self::WebGpu),
+            _ => Err(Error::InvalidSetting {
+                name: LIMITS_ENV,
+                value: value.to_string(),
+                reason: "expected `adapter` (all the adapter offers) or `webgpu` (WebGPU's \
+                         guaranteed defaults)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The limits to request of `adapter`, never above what it offers.
+    fn request(self, adapter: &wgpu::Limits) -> wgpu::Limits {
+        match self {
+            Self::Adapter => adapter.clone(),
+            // Where an adapter offers less than a default (a GL adapter's storage buffers
+            // in some stage), its own is all it can give.
+            Self::WebGpu => wgpu::Limits::default().or_worse_values_from(adapter),
+        }
+    }
+}
 
 /// Budget of one adapter when none is set, shared by its virtual devices. WebGPU cannot tell how
 /// much memory an adapter has; 4 GiB suits the software adapters and is easy to raise.
@@ -29,6 +71,8 @@ pub struct DiscoveryOptions {
     pub memory_budget: Option<u64>,
     /// The longest any wait on a device may take before it becomes [`Error::Timeout`].
     pub wait_timeout: std::time::Duration,
+    /// The limits devices are created with [default: the adapter's].
+    pub limits: LimitsMode,
 }
 
 impl Default for DiscoveryOptions {
@@ -38,14 +82,19 @@ impl Default for DiscoveryOptions {
             virtual_devices: 1,
             memory_budget: None,
             wait_timeout: std::time::Duration::from_secs(60),
+            limits: LimitsMode::Adapter,
         }
     }
 }
 
 impl DiscoveryOptions {
-    /// Defaults overridden by `WGPU_BACKEND` and `GANGWAY_VIRTUAL_DEVICES`.
+    /// Defaults overridden by `WGPU_BACKEND`, `GANGWAY_VIRTUAL_DEVICES`,
+    /// `GANGWAY_MEMORY_BUDGET`, `GANGWAY_WAIT_TIMEOUT` and `GANGWAY_LIMITS`.
     pub fn from_env() -> Result<Self> {
         let mut opts = Self::default();
+        if let Ok(mode) = std::env::var(LIMITS_ENV) {
+            opts.limits = LimitsMode::parse(&mode)?;
+        }
         if let Ok(list) = std::env::var(BACKEND_ENV) {
             opts.backends = parse_backends(&list)?;
         }
@@ -143,7 +192,7 @@ pub fn discover(opts: &DiscoveryOptions) -> Result<Vec<Device>> {
     for (adapter_index, adapter) in adapters.iter().enumerate() {
         let ainfo = adapter.get_info();
         let features = adapter.features() & wanted_features();
-        let limits = adapter.limits();
+        let limits = opts.limits.request(&adapter.limits());
         let gl_lock = (ainfo.backend == wgpu::Backend::Gl).then(Arc::default);
         for virtual_index in 0..opts.virtual_devices {
             let info = DeviceInfo {

@@ -1,4 +1,5 @@
-//! Devices: discovery on every backend, virtual devices, device info, and the few GPU operations
+//! Devices: discovery on every backend, virtual devices, device info and limits (the adapter's, or
+//! WebGPU's defaults) with what a kernel needs of them (`needs.rs`), and the few GPU operations
 //! everything else is built from (buffers, readback, cached pipelines, error capture), and the
 //! counts of what they did: kernel launches ([`launches`]) and GPU objects created
 //! ([`objects_created`]), per process and per device.
@@ -7,15 +8,18 @@ mod backends;
 mod discovery;
 mod info;
 mod mesh_device;
+mod needs;
 mod pool;
 
 pub use backends::{backends_to_string, parse_backends};
 pub use discovery::{
-    BACKEND_ENV, DEFAULT_ADAPTER_BUDGET, DiscoveryOptions, MEMORY_BUDGET_ENV, VIRTUAL_DEVICES_ENV,
-    WAIT_TIMEOUT_ENV, discover, parse_bytes, parse_virtual_devices,
+    BACKEND_ENV, DEFAULT_ADAPTER_BUDGET, DiscoveryOptions, LIMITS_ENV, LimitsMode,
+    MEMORY_BUDGET_ENV, VIRTUAL_DEVICES_ENV, WAIT_TIMEOUT_ENV, discover, parse_bytes,
+    parse_virtual_devices,
 };
 pub use info::{DeviceFeatures, DeviceInfo, DeviceLimits};
 pub use mesh_device::{DeviceList, MeshDevice, RemoteDevice};
+pub use needs::KernelNeeds;
 pub use pool::{MemoryStats, Reservation, WhenFull};
 
 use crate::{DType, Error, Result};
@@ -514,7 +518,9 @@ impl Device {
     /// With `zero_workgroup_memory` off, the shader must write every workgroup element before it
     /// reads it (see [`crate::kernels::Shader::zero_workgroup_memory`]).
     ///
-    /// Shader compilation errors come back as [`Error::Shader`] rather than a panic.
+    /// Shader compilation errors come back as [`Error::Shader`] rather than a panic; an entry
+    /// point that needs more than the device's limits give is [`Error::LimitExceeded`] naming
+    /// the limit ([`KernelNeeds`], read once per process for each `key` and `entry`).
     pub fn pipeline(
         &self,
         key: &str,
@@ -536,12 +542,20 @@ impl Device {
             .0
             .device
             .push_error_scope(wgpu::ErrorFilter::Validation);
+        let source = source();
+        // wgpu checks storage buffers and invocations but not workgroup memory: a kernel past
+        // the device's limit would fail in the driver, or worse. Check all of them first.
+        needs::cached(&cache_key, &source, entry)?.check(
+            &cache_key,
+            &self.label(),
+            &self.0.info.limits,
+        )?;
         let module = self
             .0
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(key),
-                source: wgpu::ShaderSource::Wgsl(source().into()),
+                source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
             });
         let pipeline = self
             .0

@@ -83,6 +83,10 @@ pub struct Shader {
     /// read it: GL zeroes each workgroup array with one constructor of all its elements, and
     /// for 2048-element tiles llvmpipe then compiles for minutes.
     pub zero_workgroup_memory: bool,
+    /// Where the shader needs more than WebGPU's guaranteed limits: how its launcher chooses it
+    /// only on devices whose limits allow, and a variant that fits elsewhere. `None` for a
+    /// shader that fits WebGPU's defaults (`tests/shaders.rs` checks both ways).
+    pub chosen_by_limits: Option<&'static str>,
 }
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16];
@@ -96,6 +100,7 @@ const SHADER: Shader = Shader {
     common: &[],
     dtypes: F32_ONLY,
     zero_workgroup_memory: true,
+    chosen_by_limits: None,
 };
 
 /// Threads per workgroup of the flat kernels: elementwise, and those whose shaders follow
@@ -151,6 +156,13 @@ impl Shader {
     }
 
     /// Cache key of one instantiation.
+    /// What each entry point of this shader needs of a device's limits ([`KernelNeeds`]), in
+    /// f32 at the constants as written (launchers that specialise them keep within these: see
+    /// each shader's constants). In the order the entry points are declared.
+    pub fn needs(&self) -> crate::Result<Vec<(String, crate::device::KernelNeeds)>> {
+        crate::device::KernelNeeds::of_all(&self.instantiate(DType::F32))
+    }
+
     pub fn key(&self, dtype: DType) -> String {
         format!("{}<{}>", self.name, dtype.name())
     }

@@ -44,11 +44,20 @@ struct AdamParams {
     ends: [u32; ADAM_SLOTS],
 }
 
-const fn adam_shader(name: &'static str, source: &'static str) -> Shader {
+const fn adam_shader(name: &'static str, source: &'static str, slots: usize) -> Shader {
     Shader {
         name,
         source,
         common: crate::kernels::FLAT_COMMON,
+        // Four storage buffers a tensor (parameter, gradient, two moments).
+        chosen_by_limits: if 4 * slots > 8 {
+            Some(
+                "Adam over t tensors binds 4t storage buffers: a launch takes \
+                 ⌊max_storage_buffers_per_shader_stage / 4⌋ tensors (2 under WebGPU's defaults)",
+            )
+        } else {
+            None
+        },
         ..crate::kernels::SHADER
     }
 }
@@ -60,6 +69,7 @@ macro_rules! adam_shaders {
             pub const $name: Shader = adam_shader(
                 concat!("adam_", $slots),
                 include_str!(concat!(env!("OUT_DIR"), "/adam_", $slots, ".wgsl")),
+                $slots,
             );
         )*
         /// The Adam shaders by slot count: `ADAM[t - 1]` updates `t` tensors.

@@ -73,6 +73,10 @@ pub(crate) enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also each adapter's compute limits, and every kernel's needs against them (which
+        /// kernels each device can run; `GANGWAY_LIMITS=webgpu` gives WebGPU's defaults).
+        #[arg(long)]
+        verbose: bool,
     },
     /// Run one expert-parallel MoE layer over every device and check it against a CPU reference.
     Demo(DemoArgs),

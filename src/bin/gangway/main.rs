@@ -210,7 +210,13 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
     // job's other ranks' devices), streaming every run's events to `tracer`.
     let mut runtime = |tracer: &Tracer| process_runtime(&discover()?, tracer, job);
     match &cli.command {
-        Command::Devices { json } => devices(&cli.devices.discover()?, job, *json)?,
+        Command::Devices { json, verbose } => {
+            let local = cli.devices.discover()?;
+            devices(&local, job, *json)?;
+            if *verbose && !*json {
+                kernel_needs(&local)?;
+            }
+        }
         Command::Demo(args) => demo(&runtime(&tracer)?, args)?,
         Command::Bench(args) => match &args.compare {
             Some(BenchSub::Compare {
@@ -744,6 +750,83 @@ fn devices(local: &[Device], job: &Job, json: bool) -> Result<()> {
             &rows
         )
     );
+    Ok(())
+}
+
+/// Each adapter's compute limits, then every kernel entry point's needs against them.
+fn kernel_needs(local: &[Device]) -> Result<()> {
+    // One column per adapter: its virtual devices have its limits.
+    let adapters: Vec<&Device> = local
+        .iter()
+        .filter(|d| d.info().virtual_index == 0)
+        .collect();
+    let rows: Vec<Vec<String>> = adapters
+        .iter()
+        .map(|d| {
+            let l = &d.info().limits;
+            let [x, y, z] = l.max_compute_workgroup_size;
+            vec![
+                d.info().adapter.to_string(),
+                d.label(),
+                l.max_storage_buffers_per_shader_stage.to_string(),
+                l.max_compute_workgroup_storage_size.to_string(),
+                l.max_compute_invocations_per_workgroup.to_string(),
+                format!("{x}×{y}×{z}"),
+            ]
+        })
+        .collect();
+    println!();
+    print!(
+        "{}",
+        gangway::table::markdown_table(
+            &[
+                "adapter",
+                "device",
+                "storage buffers / stage",
+                "workgroup memory (bytes)",
+                "invocations",
+                "workgroup size",
+            ],
+            &rows
+        )
+    );
+    let mut header = vec![
+        "shader".to_string(),
+        "entry".to_string(),
+        "storage buffers".to_string(),
+        "workgroup memory".to_string(),
+        "workgroup size".to_string(),
+    ];
+    header.extend(
+        adapters
+            .iter()
+            .map(|d| format!("adapter {}", d.info().adapter)),
+    );
+    let mut rows = Vec::new();
+    for shader in gangway::kernels::ALL_SHADERS {
+        for (entry, needs) in shader.needs()? {
+            let [x, y, z] = needs.workgroup_size;
+            let mut row = vec![
+                shader.name.to_string(),
+                entry,
+                needs.storage_buffers.to_string(),
+                needs.workgroup_bytes.to_string(),
+                format!("{x}×{y}×{z}"),
+            ];
+            row.extend(adapters.iter().map(|d| {
+                match needs.over(&d.info().limits).first() {
+                    None => "yes".to_string(),
+                    // A variant its launcher takes only where the limits allow.
+                    Some(_) if shader.chosen_by_limits.is_some() => "not taken".to_string(),
+                    Some((limit, ..)) => format!("no: {limit}"),
+                }
+            }));
+            rows.push(row);
+        }
+    }
+    println!();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    print!("{}", gangway::table::markdown_table(&header, &rows));
     Ok(())
 }
 
