@@ -2,7 +2,9 @@
 // (the launcher checks): lane j < 8 loads row j's element (`mine`) and subgroupBroadcast hands
 // it to every lane, one load where matmul_rows_own.wgsl has 8. The workgroup is one row of 32
 // invocations, so all lanes of any subgroup (one workgroup's at most) share the row block,
-// whatever the lane order; the body returns no lane before the last broadcast.
+// whatever the lane order; the body returns no lane before the last broadcast. Any subgroup size
+// of 8 or more works: 8, 16 and 32 lanes split the workgroup into whole subgroups, each with its
+// own lanes 0-7; at 64 (AMD's wave64) the workgroup is one subgroup with 32 lanes active.
 
 @compute @workgroup_size(32, 1, 1)
 fn main(

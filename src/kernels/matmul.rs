@@ -154,7 +154,11 @@ pub enum MatmulVariant {
     /// contiguous dimension, no workgroup memory, one shader per transpose (`matmul_vec4*.wgsl`).
     Vec4,
     /// `A·B` only: `Vec4`'s blocks and sums, with each row of A loaded by one lane of a subgroup
-    /// and broadcast to the rest. Only on adapters with subgroups of at least 8 lanes.
+    /// and broadcast to the rest. Only on adapters whose subgroups have at least 8 lanes at their
+    /// smallest; correct at any size from 8 up, whatever the adapter picks in its range (lanes 0–7
+    /// of every subgroup load; the 32-invocation workgroup is a whole number of subgroups of 8,
+    /// 16 or 32, and one partly filled subgroup of 64). Tested on lavapipe at 8 and 16 lanes
+    /// (`LP_NATIVE_VECTOR_WIDTH` 256 and 512); at 4 (128) it is refused.
     Subgroup,
     /// `Aᵀ·B` and `Aᵀ·Bᵀ` in two passes: A copied out transposed into a scratch buffer, then the
     /// `A·B` (or `A·Bᵀ`) kernel on it, subgroup where the adapter has them, else vec4 (the same
