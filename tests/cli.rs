@@ -25,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(host: trace_sums_up_a_pipeline_trace_with_its_bubble),
         case!(host: trace_of_a_bad_file_is_a_one_line_error),
         case!(host: cli_reference_is_up_to_date),
+        case!(host: plan_prices_collectives_by_the_cheaper_algorithm),
         case!(device: bench_dispatch_writes_json_and_a_valid_trace),
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
         case!(adapters: costs_from_a_run_plan_zb_v_and_run_it).span(Span::All),
@@ -94,6 +95,55 @@ fn cli_reference_is_up_to_date() {
         "{} is out of date: GANGWAY_WRITE_DOCS=1 cargo test --test cli cli_reference",
         page.display()
     );
+}
+
+/// `gangway plan` at 1024 devices: small all-to-all chunks take Bruck's few messages, the
+/// gradients' all-reduce a tree between hosts, and the table says so beside the other choice's
+/// cost; a slow, high-latency link still takes Bruck, and no report means --step-ms.
+fn plan_prices_collectives_by_the_cheaper_algorithm() {
+    let dir = std::env::temp_dir().join(format!("gangway-cli-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("plan.json");
+    let out = gangway(&[
+        "plan",
+        "--step-ms",
+        "74",
+        "--exposed",
+        "0.13",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("Bruck (pairwise") && out.contains("tree (ring"),
+        "{out}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let p = &plan["moe"][0][2];
+    assert_eq!(p["all_to_all"]["chosen"], "bruck");
+    assert_eq!(p["all_reduce"]["chosen"], "tree");
+    let (chosen, other) = (
+        p["all_to_all"]["seconds"].as_f64().unwrap(),
+        p["all_to_all"]["other_seconds"].as_f64().unwrap(),
+    );
+    assert!(chosen < other, "{p}");
+    // 4096 tokens a device on 8 hosts of one device: pairwise's 7 messages beat Bruck's 3
+    // steps of 4 chunks each.
+    let out = gangway(&[
+        "plan",
+        "--step-ms",
+        "74",
+        "--exposed",
+        "0.13",
+        "--hosts",
+        "8",
+        "--devices-per-host",
+        "1",
+        "--tokens-per-device",
+        "4096",
+    ]);
+    assert!(out.contains("pairwise (Bruck"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn checked_trace(path: &std::path::Path) -> chrome::ChromeSummary {

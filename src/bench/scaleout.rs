@@ -5,7 +5,8 @@
 //! - **`exchange B B over R ranks`**: every rank hands every other rank `B` bytes through the
 //!   job's transport and waits for theirs (one all-gather: what an all-to-all or all-reduce of
 //!   the MoE step does, at the sizes it sends). The figure is the bytes each rank sent per
-//!   second; the median time of one exchange is the latency at that size. Skipped in one
+//!   second; the median time of one exchange is the latency at that size; the metrics give the
+//!   message's bytes and the ranks, from which `gangway plan` fits a link. Skipped in one
 //!   process.
 //! - **`moe step: R ranks × D devices`** (`1 rank × 4 devices` in one process): the MoE LM's training step at `train moe`'s defaults
 //!   over the whole mesh (experts over every rank's devices, one routing group per device), as
@@ -61,7 +62,21 @@ impl BlockingRun for Exchange {
         }
         Ok(())
     }
+
+    /// The message's size and the ranks, for fitting a link to the exchanges (`gangway plan`).
+    fn extras(&mut self) -> Result<super::harness::Extras> {
+        let mut extras = super::harness::Extras::default();
+        extras
+            .metrics
+            .insert(MESSAGE_BYTES.into(), self.bytes as f64);
+        extras.metrics.insert(RANKS.into(), self.job.size() as f64);
+        Ok(extras)
+    }
 }
+
+/// The exchange cases' metrics: the bytes of one message (rank to rank), and the ranks.
+pub const MESSAGE_BYTES: &str = "message bytes";
+pub const RANKS: &str = "ranks";
 
 /// The exchanges, then the step over the mesh (see the module docs).
 pub fn plan(runtime: &Runtime, o: &ScaleoutOptions, moe: &MoeBenchOptions) -> Result<Vec<Planned>> {

@@ -142,10 +142,11 @@ pub(crate) struct PlanArgs {
     /// Tokens each device routes per step at scale.
     #[arg(long, default_value_t = 32)]
     pub(crate) tokens_per_device: usize,
-    /// Without a report: one measured device's step time (ms) at the bench's 128 tokens.
+    /// One measured device's step time (ms) at the bench's 128 tokens, instead of a report's
+    /// moe suite.
     #[arg(long)]
     pub(crate) step_ms: Option<f64>,
-    /// Without a report: of the collectives' time, the share left exposed.
+    /// With --step-ms: of the collectives' time, the share left exposed.
     #[arg(long)]
     pub(crate) exposed: Option<f64>,
     /// The pipeline: stages (each on its own host), microbatches, schedule.

@@ -6,7 +6,8 @@ use anyhow::{Context, Result, bail};
 use gangway::bench::Report;
 use gangway::bench::moe::MoeBenchOptions;
 use gangway::bench::report::CaseResult;
-use gangway::plan::{Fabric, MoeStep, PipelineStep, moe, pipeline};
+use gangway::bench::scaleout::{MESSAGE_BYTES, RANKS};
+use gangway::plan::{Fabric, MoeStep, PipelineStep, fit_link, moe, pipeline};
 use serde::Serialize;
 
 /// Every prediction, for `--json`.
@@ -27,25 +28,21 @@ fn case<'a>(report: &'a Report, suite: &str, name: &str) -> Option<&'a CaseResul
         .find(|c| c.suite == suite && c.case == name && c.stats.is_some())
 }
 
-/// The link the scaleout suite measured between 2 ranks: a message's latency (the smallest
-/// exchange's time) and the bandwidth of the largest, as a fabric of the given shape.
+/// The link the scaleout suite measured between 2 ranks, as a fabric of the given shape: its
+/// latency and bandwidth fitted to the exchanges of every size ([`fit_link`]); `None` where the
+/// report has fewer than two sizes (or is from before the exchanges said their sizes).
 fn measured_link(report: &Report, shape: &Fabric) -> Option<Fabric> {
-    let mut exchanges: Vec<(u64, f64)> = report
+    let points: Vec<(f64, f64)> = report
         .results
         .iter()
-        .filter(|c| c.suite == "scaleout" && c.case.ends_with("over 2 ranks"))
-        .filter_map(|c| {
-            let bytes = c.case.split_whitespace().nth(1)?.parse().ok()?;
-            Some((bytes, c.stats.as_ref()?.median_s))
-        })
+        .filter(|c| c.suite == "scaleout" && c.metrics.get(RANKS) == Some(&2.0))
+        .filter_map(|c| Some((*c.metrics.get(MESSAGE_BYTES)?, c.stats.as_ref()?.median_s)))
         .collect();
-    exchanges.sort_by_key(|e| e.0);
-    let (&(_, small), &(big_bytes, big)) = (exchanges.first()?, exchanges.last()?);
-    let gbs = big_bytes as f64 / big / 1e9;
+    let (latency_us, gbs) = fit_link(&points)?;
     Some(Fabric {
         intra_gbs: gbs,
         inter_gbs: gbs,
-        latency_us: small * 1e6,
+        latency_us,
         ..*shape
     })
 }
@@ -59,7 +56,7 @@ fn moe_step(args: &PlanArgs, report: Option<&Report>) -> Result<MoeStep> {
         .filter(|s| !s.name.contains(".w1") && !s.name.contains(".w2"))
         .map(|s| s.len())
         .sum();
-    let (one_device_s, exposed_fraction) = match report {
+    let (one_device_s, exposed_fraction) = match report.filter(|_| args.step_ms.is_none()) {
         Some(r) => {
             let one = case(r, "moe", "parallel: D=1")
                 .context("the report has no moe `parallel: D=1` case (run `gangway bench moe`)")?;
@@ -162,7 +159,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
             0,
             (
                 format!(
-                    "MPI measured here: {:.2} GB/s, {:.0} µs",
+                    "MPI measured here (fitted): {:.2} GB/s, {:.0} µs",
                     link.inter_gbs, link.latency_us
                 ),
                 link,
@@ -187,11 +184,20 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
     let mut moe_out = Vec::new();
     for (name, fabric) in &fabrics {
         let p = moe(&step, fabric)?;
+        let by = |c: &gangway::plan::Collective, times: f64| {
+            format!(
+                "{:.2} ms {} ({} {:.2} ms)",
+                c.seconds * times * 1e3,
+                c.chosen.name(),
+                c.other.name(),
+                c.other_seconds * times * 1e3
+            )
+        };
         rows.push(vec![
             name.clone(),
             format!("{:.2} ms", p.compute_s * 1e3),
-            format!("{:.2} ms", p.all_to_all_s * 1e3),
-            format!("{:.2} ms", p.all_reduce_s * 1e3),
+            by(&p.all_to_all, 4.0 * step.blocks as f64),
+            by(&p.all_reduce, 1.0),
             format!("{:.2} ms", p.step_s * 1e3),
             format!("{:.1}%", p.exposed_all_to_all_share * 100.0),
             format!("{:.3e}", p.tokens_per_s),
@@ -204,8 +210,8 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<()> {
             &[
                 "link",
                 "compute",
-                "all-to-alls",
-                "all-reduce",
+                "all-to-alls (the cheaper algorithm; the other)",
+                "all-reduce (between hosts)",
                 "step",
                 "exposed all-to-all share",
                 "tokens/s"
