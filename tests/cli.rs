@@ -99,7 +99,7 @@ fn cli_reference_is_up_to_date() {
 
 /// `gangway plan` at 1024 devices: small all-to-all chunks take Bruck's few messages, the
 /// gradients' all-reduce a tree between hosts, and the table says so beside the other choice's
-/// cost; a slow, high-latency link still takes Bruck, and no report means --step-ms.
+/// cost (in the JSON too); few peers with large chunks take pairwise exchange.
 fn plan_prices_collectives_by_the_cheaper_algorithm() {
     let dir = std::env::temp_dir().join(format!("gangway-cli-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
