@@ -215,7 +215,11 @@ pub fn all_reduce(bytes: f64, fabric: &Fabric) -> Result<Collective> {
 /// where time does not grow with size (no bandwidth to fit). A negative intercept is taken as
 /// no latency.
 pub fn fit_link(points: &[(f64, f64)]) -> Option<(f64, f64)> {
-    if points.len() < 2 || points.iter().any(|p| p.1.is_nan() || p.1 <= 0.0 || !p.0.is_finite()) {
+    if points.len() < 2
+        || points
+            .iter()
+            .any(|p| p.1.is_nan() || p.1 <= 0.0 || !p.0.is_finite())
+    {
         return None;
     }
     let weight = |p: &(f64, f64)| 1.0 / (p.1 * p.1);

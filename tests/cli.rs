@@ -26,6 +26,7 @@ fn main() -> std::process::ExitCode {
         case!(host: trace_of_a_bad_file_is_a_one_line_error),
         case!(host: cli_reference_is_up_to_date),
         case!(host: plan_prices_collectives_by_the_cheaper_algorithm),
+        case!(host: the_optimum_bounds_every_one_chunk_schedule),
         case!(device: bench_dispatch_writes_json_and_a_valid_trace),
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
         case!(adapters: costs_from_a_run_plan_zb_v_and_run_it).span(Span::All),
@@ -33,6 +34,18 @@ fn main() -> std::process::ExitCode {
             .span(Span::All),
         case!(adapters: train_lm_then_generate_eval_export_and_import).span(Span::All),
     ])
+}
+
+/// `gangway args` that must fail without a panic: its stderr.
+fn gangway_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "gangway {args:?} succeeded");
+    assert!(!err.contains("panicked"), "{err}");
+    err
 }
 
 fn gangway(args: &[&str]) -> String {
@@ -269,6 +282,50 @@ fn interleaved_beats_1f1b_at_the_same_model_cost() {
     );
     assert_eq!((inter_ms, one_ms), (2.85, 3.3));
     assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+/// `--optimal`: the shortest one-chunk schedule, proven, and the schedule's gap to it; under
+/// 1F1B's memory ZB-H1 is that optimum at F/B/W 1/2/1. `--compare` at a small setting adds
+/// every one-chunk schedule's gap (none negative), and too large a setting is a clear error.
+fn the_optimum_bounds_every_one_chunk_schedule() {
+    let base = [
+        "pipeline",
+        "--stages",
+        "4",
+        "--microbatches",
+        "6",
+        "--costs-us",
+        "10,20,10",
+    ];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        gangway(&args)
+    };
+    let out = with(&["--schedule", "zb-h1", "--optimal", "--memory-limit", "4"]);
+    assert!(
+        out.contains(
+            "optimal one-chunk schedule holding at most 4 activations a stage: 0.300 ms (proven"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("zb-h1's gap to it: +0.0%"), "{out}");
+    let out = with(&["--compare"]);
+    assert!(out.contains("| gap to the optimum |"), "{out}");
+    let gaps: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| schedule") && !l.starts_with("| ---"))
+        .filter_map(|l| l.trim_end_matches('|').rsplit('|').next())
+        .map(str::trim)
+        .filter(|g| *g != "—")
+        .collect();
+    assert!(gaps.len() >= 4, "{out}");
+    assert!(gaps.iter().all(|g| g.starts_with('+')), "{gaps:?}");
+    let err = gangway_fails(&["pipeline", "--stages", "8", "--optimal"]);
+    assert!(
+        err.contains("--optimal: the exact search takes up to 4 stages"),
+        "{err}"
+    );
 }
 
 /// `--stage-costs`: a stage twice as slow stretches 1F1B to its own work plus the others' fill

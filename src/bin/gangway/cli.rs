@@ -679,6 +679,16 @@ pub(crate) struct PipelineArgs {
     /// and left out.
     #[arg(long, conflicts_with = "run")]
     pub(crate) compare: bool,
+    /// Also the shortest one-chunk schedule there is under these costs (B and W split, a branch
+    /// and bound proven optimal; up to 4 stages and 6 microbatches, one device per stage), and
+    /// the schedule's gap to it. `--compare` shows every one-chunk schedule's gap whenever the
+    /// setting is that small.
+    #[arg(long, conflicts_with = "run")]
+    pub(crate) optimal: bool,
+    /// With --optimal: at most this many activations held by a stage (microbatches between
+    /// their F and W) [default: as many as the microbatches].
+    #[arg(long, value_name = "K", requires = "optimal")]
+    pub(crate) memory_limit: Option<usize>,
     /// The schedules --compare stacks, comma separated (default: all nine).
     #[arg(
         long,

@@ -319,7 +319,8 @@ pub(crate) fn pipeline(
             &args.stage_costs,
             fold,
         )?;
-        print_comparison(args, &figure, &share);
+        let optimum = optimum(args, &share, args.compare && !args.optimal)?;
+        print_comparison(args, &figure, &share, optimum.as_ref());
         if let Some(path) = &args.svg {
             write_figure(path, &figure, args)?;
         }
@@ -376,6 +377,17 @@ pub(crate) fn pipeline(
         sim.peak_activations, passes
     );
     println!("parameter copies: {}", schedule.kind.parameter_copies());
+    if let Some(best) = optimum(args, &share, false)? {
+        println!("{}", describe_optimum(&best, args.memory_limit));
+        match gap(&best, &schedule, sim.makespan_ns) {
+            Some(g) => println!("{}'s gap to it: {g}", args.schedule.name()),
+            None => println!(
+                "(the optimum is over one-chunk schedules: {} has {chunks} chunks a stage, so it \
+                 may be shorter)",
+                args.schedule.name()
+            ),
+        }
+    }
     for e in &sim.events {
         tracer.emit(e.clone());
     }
@@ -434,6 +446,74 @@ fn print_stage_costs(stage_costs: &[f64]) {
     );
 }
 
+/// The shortest one-chunk schedule under `share`'s costs and `--memory-limit`, when asked for
+/// (`--optimal`; an error where the setting is past the exact search) or, with `quiet_refusal`,
+/// wherever the setting is small enough (`--compare`'s gap column). `None` otherwise.
+fn optimum(
+    args: &PipelineArgs,
+    share: &gangway::pipeline::Costs,
+    quiet_refusal: bool,
+) -> Result<Option<gangway::pipeline::Optimum>> {
+    use gangway::pipeline::{OPTIMAL_MAX_MICROBATCHES, OPTIMAL_MAX_STAGES, optimal};
+    if !args.optimal && !quiet_refusal {
+        return Ok(None);
+    }
+    let why_not =
+        if args.stages > OPTIMAL_MAX_STAGES || args.microbatches > OPTIMAL_MAX_MICROBATCHES {
+            Some(format!(
+                "the exact search takes up to {OPTIMAL_MAX_STAGES} stages and \
+             {OPTIMAL_MAX_MICROBATCHES} microbatches"
+            ))
+        } else if !args.stage_costs.is_empty() || args.fold().shares(args.stages) {
+            Some("the exact search takes even stages, one device each".into())
+        } else if share.blocking_sends {
+            Some("the exact search models sends that run beside compute".into())
+        } else {
+            None
+        };
+    match why_not {
+        Some(_) if quiet_refusal => Ok(None),
+        Some(why) => bail!("--optimal: {why}"),
+        None => Ok(Some(optimal(
+            args.stages,
+            args.microbatches,
+            &share.per_chunk(1),
+            args.memory_limit,
+        )?)),
+    }
+}
+
+fn describe_optimum(best: &gangway::pipeline::Optimum, memory: Option<usize>) -> String {
+    format!(
+        "optimal one-chunk schedule{}: {:.3} ms ({}, {} nodes searched)",
+        memory.map_or_else(String::new, |k| format!(
+            " holding at most {k} activations a stage"
+        )),
+        best.makespan_ns as f64 / 1e6,
+        if best.proven {
+            "proven: none is shorter"
+        } else {
+            "not proven: the search ran out of its node budget"
+        },
+        best.nodes
+    )
+}
+
+/// How much longer `schedule` is than the optimum, where the optimum bounds it: one chunk a
+/// stage, and no more activations than the optimum was allowed.
+fn gap(
+    best: &gangway::pipeline::Optimum,
+    schedule: &gangway::pipeline::Schedule,
+    makespan_ns: u64,
+) -> Option<String> {
+    (schedule.chunks == 1).then(|| {
+        format!(
+            "{:+.1}%",
+            (makespan_ns as f64 / best.makespan_ns.max(1) as f64 - 1.0) * 100.0
+        )
+    })
+}
+
 /// The schedules of a `--compare` side by side: both bubble conventions (idle share of the
 /// makespan, and the makespan beyond the ideal over the ideal, as the Ultra-Scale Playbook's
 /// `(p − 1)/m`), the textbook's, peak activations in microbatches through a stage, and
@@ -442,6 +522,7 @@ fn print_comparison(
     args: &PipelineArgs,
     figure: &gangway::pipeline::Figure,
     share: &gangway::pipeline::Costs,
+    optimum: Option<&gangway::pipeline::Optimum>,
 ) {
     use gangway::pipeline::textbook;
     let us = |ns: u64| ns as f64 / 1e3;
@@ -457,6 +538,9 @@ fn print_comparison(
     );
     print_stage_costs(&args.stage_costs);
     print_fold(args.fold(), args.stages);
+    if let Some(best) = optimum {
+        println!("{}", describe_optimum(best, args.memory_limit));
+    }
     let rows: Vec<Vec<String>> = figure
         .rows
         .iter()
@@ -473,7 +557,14 @@ fn print_comparison(
             let idle_max = idle.iter().copied().max().unwrap_or(0);
             let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
             let units = |chunks: f64| format!("{}", chunks);
-            vec![
+            let to_optimum = optimum.map(|best| {
+                // A schedule holding more than the optimum was allowed is not bounded by it.
+                let within = args.memory_limit.is_none_or(|k| peak <= k as f64);
+                gap(best, s, row.sim.makespan_ns)
+                    .filter(|_| within)
+                    .unwrap_or_else(|| "—".to_owned())
+            });
+            let mut cells = vec![
                 name,
                 format!("{:.3} ms", row.sim.makespan_ns as f64 / 1e6),
                 format!("{:.1}%", row.sim.bubble_fraction * 100.0),
@@ -485,26 +576,32 @@ fn print_comparison(
                 t.peak_activations
                     .map_or_else(|| "—".to_owned(), |c| units(c as f64 / s.passes() as f64)),
                 s.kind.parameter_copies().to_string(),
-            ]
+            ];
+            cells.extend(to_optimum);
+            cells
         })
         .collect();
-    print!(
-        "{}",
-        gangway::table::markdown_table(
-            &[
-                "schedule",
-                "makespan",
-                "bubble (idle / makespan)",
-                "bubble (over ideal)",
-                "idle per lane (max)",
-                "textbook idle",
-                "peak activations",
-                "textbook peak",
-                "parameter copies",
-            ],
-            &rows
-        )
-    );
+    let mut header = vec![
+        "schedule",
+        "makespan",
+        "bubble (idle / makespan)",
+        "bubble (over ideal)",
+        "idle per lane (max)",
+        "textbook idle",
+        "peak activations",
+        "textbook peak",
+        "parameter copies",
+    ];
+    if optimum.is_some() {
+        header.push("gap to the optimum");
+    }
+    print!("{}", gangway::table::markdown_table(&header, &rows));
+    if optimum.is_some() {
+        println!(
+            "the optimum is over one-chunk schedules with B and W split (— for schedules of \
+             several chunks a stage, which it does not bound, or holding more than --memory-limit)"
+        );
+    }
     println!(
         "peak activations are microbatches through one stage's layers (a chunk op holds 1/v of \
          one); a lane is a stage, or a device with --devices; textbook figures assume one device \
