@@ -73,6 +73,18 @@ pub fn optimal(
     costs: &Costs,
     memory: Option<usize>,
 ) -> Result<Optimum, ScheduleError> {
+    optimal_within(stages, microbatches, costs, memory, NODE_BUDGET)
+}
+
+/// [`optimal`] visiting about `budget` nodes at most (an interactive caller's bound on its time);
+/// past it, the best schedule found (the first complete one at least), not proven.
+pub fn optimal_within(
+    stages: usize,
+    microbatches: usize,
+    costs: &Costs,
+    memory: Option<usize>,
+    budget: u64,
+) -> Result<Optimum, ScheduleError> {
     let (p, m) = (stages, microbatches);
     if p == 0 || m == 0 {
         return Err(ScheduleError::Zero {
@@ -107,7 +119,7 @@ pub fn optimal(
         ],
         hop: costs.transfer_ns()?,
     };
-    let mut search = Search::new(p, m, memory, times);
+    let mut search = Search::new(p, m, memory, times, budget);
     search.run();
     let (makespan_ns, orders) = search.best.clone().ok_or_else(|| ScheduleError::Shape {
         kind: "optimal",
@@ -131,7 +143,7 @@ pub fn optimal(
     Ok(Optimum {
         makespan_ns,
         schedule: Schedule::from_orders(ScheduleKind::ZbH1, p, m, 1, orders),
-        proven: search.nodes <= NODE_BUDGET,
+        proven: !search.cut,
         nodes: search.nodes,
     })
 }
@@ -152,12 +164,15 @@ struct Search {
     tail: [Vec<u64>; 3],
     best: Option<(u64, Orders)>,
     nodes: u64,
+    budget: u64,
+    /// The budget stopped the search.
+    cut: bool,
     seen: HashMap<Vec<u8>, Vec<Vec<u64>>>,
     stored: usize,
 }
 
 impl Search {
-    fn new(p: usize, m: usize, memory: usize, t: Times) -> Self {
+    fn new(p: usize, m: usize, memory: usize, t: Times, budget: u64) -> Self {
         let [fd, bd, wd] = t.dur;
         // B(s) → B(s−1) → … → B(0) → W(0) (at least B(s) → W(s)).
         let mut tail = [
@@ -190,6 +205,8 @@ impl Search {
             tail,
             best: None,
             nodes: 0,
+            budget,
+            cut: false,
             seen: HashMap::new(),
             stored: 0,
         }
@@ -355,7 +372,9 @@ impl Search {
 
     fn dfs(&mut self, scheduled: usize, makespan: u64) {
         self.nodes += 1;
-        if self.nodes > NODE_BUDGET {
+        // Past the budget, stop once there is a schedule to give (the first dive finds one).
+        if self.nodes > self.budget && self.best.is_some() {
+            self.cut = true;
             return;
         }
         if scheduled == 3 * self.p * self.m {
@@ -611,5 +630,8 @@ mod tests {
         assert!(optimal(4, 7, &c, None).is_err());
         assert!(optimal(0, 4, &c, None).is_err());
         assert!(optimal(2, 2, &c, Some(0)).is_err());
+        // A budget too small to finish says so, with the best found.
+        let short = optimal_within(4, 6, &costs(10, 20, 10, 3), None, 5).unwrap();
+        assert!(!short.proven && short.makespan_ns > 0);
     }
 }

@@ -861,3 +861,32 @@ fn snapshot_bubble_lab_projector_fit() {
             .max_failed_pixels(60),
     );
 }
+
+/// Where the setting is small enough (p ≤ 4, m ≤ 6) the lab says how far the schedule is from
+/// the shortest one-chunk schedule under its own memory, as `gangway pipeline --optimal` does:
+/// at F/B/W 1/2/1, ZB-H1 is that optimum under 1F1B's memory, 1F1B is 20% longer, GPipe 28.6%
+/// (its memory allows the optimum more); at m = 8 the line is gone.
+#[test]
+fn the_lab_shows_the_gap_to_the_optimum_under_the_same_memory() {
+    let mut h = common::harness([1200.0, 900.0]);
+    h.get_by_label("ZB-H1").click();
+    h.run();
+    common::set_slider(&mut h, "stages p", 4.0);
+    common::set_slider(&mut h, "microbatches m", 6.0);
+    common::set_slider(&mut h, "B", 2.0);
+    h.get_by_label("optimal under this memory (4 a stage): 30.0 µs (gap +0.0%)");
+    h.get_by_label("1F1B").click();
+    h.run();
+    h.get_by_label("optimal under this memory (4 a stage): 30.0 µs (gap +20.0%)");
+    h.get_by_label("GPipe").click();
+    h.run();
+    h.get_by_label("optimal under this memory (6 a stage): 28.0 µs (gap +28.6%)");
+    let o = h.state().lab.result.as_ref().unwrap().optimum.unwrap();
+    assert!(o.proven && o.gap.is_some());
+    common::set_slider(&mut h, "microbatches m", 8.0);
+    assert!(h.state().lab.result.as_ref().unwrap().optimum.is_none());
+    assert!(
+        h.query_by_label_contains("optimal under this memory")
+            .is_none()
+    );
+}

@@ -1,7 +1,8 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
 //! simulation (or any set of the nine schedules stacked on one time axis at the same total
 //! cost; those that cannot take the shape are named and left out), the
-//! bubble against the textbook formula, peak activations, and an animation that plays or steps
+//! bubble against the textbook formula, the gap to the shortest one-chunk schedule under the
+//! same memory where the setting is small enough, peak activations, and an animation that plays or steps
 //! from one op start time to the next saying what each stage waits for; a slow stage makes the
 //! stages uneven, and transfers cost tenths of a µs up. A figure wider than the window is drawn
 //! smaller; "figure only" shows it with the player alone, fitted to the window. The figure
@@ -495,6 +496,25 @@ impl BubbleLab {
                 ui.weak("(textbook: a device per stage)");
             }
         });
+        if let Some(o) = r.optimum {
+            ui.horizontal_wrapped(|ui| {
+                let gap = match o.gap {
+                    Some(g) => format!("gap {:+.1}%", g * 100.0),
+                    None => "a schedule of several chunks a stage may be shorter".into(),
+                };
+                let proof = if o.proven { "" } else { ", not proven" };
+                ui.label(format!(
+                    "optimal under this memory ({} a stage): {} ({gap}{proof})",
+                    o.memory,
+                    format_ns(o.makespan_ns as f64)
+                ))
+                .on_hover_text(
+                    "the shortest one-chunk schedule with B and W split under the same costs, \
+                     holding no more activations a stage than this one: a branch and bound, \
+                     for p ≤ 4 and m ≤ 6",
+                );
+            });
+        }
         ui.horizontal_wrapped(|ui| {
             let per = lane_word(row.folded());
             ui.label(format!("peak activations per {per}: {}", row.peak_text()))

@@ -1,5 +1,6 @@
-//! The lab's simulation: the schedule's figure, the compared schedules on one time axis, and the
-//! textbook formula with the shape's numbers in it.
+//! The lab's simulation: the schedule's figure, the compared schedules on one time axis, the
+//! textbook formula with the shape's numbers in it, and where the setting is small enough the
+//! shortest one-chunk schedule under the same memory (`gangway::pipeline::optimal`).
 
 use gangway::pipeline::figure::{Figure, FigureRow};
 use gangway::pipeline::{ScheduleKind, bubble_formula, lane_word};
@@ -19,6 +20,54 @@ pub struct LabResult {
     pub figure: Figure,
     /// The compared schedules at this p, m and v and the same total cost, on one time axis.
     pub comparison: Result<Figure, String>,
+    /// The shortest one-chunk schedule under this schedule's memory, where the setting is small
+    /// enough for the exact search.
+    pub optimum: Option<OptimumLine>,
+}
+
+/// What the lab says of the optimum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptimumLine {
+    pub makespan_ns: u64,
+    /// Activations a stage the optimum may hold: the schedule's own peak.
+    pub memory: usize,
+    pub proven: bool,
+    /// The schedule's gap to it; `None` for a schedule of several chunks a stage, which the
+    /// one-chunk optimum does not bound.
+    pub gap: Option<f64>,
+}
+
+/// Nodes the lab's search may visit: it runs as the sliders move, so it must be quick; past
+/// this the line says the optimum is not proven.
+const OPTIMUM_BUDGET: u64 = 30_000;
+
+/// The optimum under the memory of `row`'s schedule, where the exact search takes the setting
+/// (p ≤ 4, m ≤ 6, even stages, one device each, sends beside compute).
+fn optimum(p: &LabParams, row: &FigureRow) -> Option<OptimumLine> {
+    use gangway::pipeline::{OPTIMAL_MAX_MICROBATCHES, OPTIMAL_MAX_STAGES, optimal_within};
+    let small = p.stages <= OPTIMAL_MAX_STAGES && p.microbatches <= OPTIMAL_MAX_MICROBATCHES;
+    let plain = p.stage_scale().is_empty() && !row.folded() && !p.wait_for_sends;
+    if !(small && plain) {
+        return None;
+    }
+    let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
+    let memory = (peak.ceil() as usize).max(1);
+    let best = optimal_within(
+        p.stages,
+        p.microbatches,
+        &p.share_costs().per_chunk(1),
+        Some(memory),
+        OPTIMUM_BUDGET,
+    )
+    .ok()?;
+    let gap = (row.schedule.chunks == 1)
+        .then(|| row.sim.makespan_ns as f64 / best.makespan_ns.max(1) as f64 - 1.0);
+    Some(OptimumLine {
+        makespan_ns: best.makespan_ns,
+        memory,
+        proven: best.proven,
+        gap,
+    })
 }
 
 impl LabResult {
@@ -116,10 +165,12 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     );
     let lane = lane_word(figure.rows[0].folded());
     data.device_prefix = Some(lane.into());
+    let optimum = optimum(p, &figure.rows[0]);
     Ok(LabResult {
         textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
         data,
         figure,
         comparison,
+        optimum,
     })
 }
