@@ -1039,6 +1039,23 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     let (one, four) = (dropless("1"), dropless("4"));
     assert_eq!(one["capacity_factor"], 2.0, "{one}");
     assert_eq!(one["bits_per_byte"], four["bits_per_byte"], "{one} {four}");
+    // The report says what capacity dropped at evaluation: nothing when dropless; a capacity of
+    // a quarter of the tokens per expert drops some (a pair of experts at top-1 takes half).
+    assert_eq!(one["dropped_fraction"], 0.0, "{one}");
+    let tight: serde_json::Value = serde_json::from_str(&eval_ten(&[
+        "--eval-capacity",
+        "0.5",
+        "--batch",
+        "4",
+        "--json",
+    ]))
+    .unwrap();
+    let dropped = tight["dropped_fraction"].as_f64().unwrap();
+    assert!((0.5..1.0).contains(&dropped), "{tight}");
+    assert!(
+        eval_ten(&["--eval-capacity", "0.5"]).contains("router choices dropped by capacity: "),
+        "the text report says it too"
+    );
     let some = eval_ten(&["--max-sequences", "5"]);
     assert!(
         some.contains("(80 bytes scored in 5 sequences, context 16)"),

@@ -34,7 +34,7 @@ pub use run::{
     Evaluation, Progress, TrainOptions, TrainReport, TrainingRun, evaluate, resume, train,
 };
 pub use split::{Balance, Balanced, GroupSplit};
-pub use stats::{StepStats, coefficient_of_variation};
+pub use stats::{ForwardPass, StepStats, coefficient_of_variation};
 pub use step_program::StepShape;
 pub use trainer::{PendingStep, Trainer};
 

@@ -189,6 +189,9 @@ pub struct Evaluation {
     pub scored: usize,
     /// Bytes predicted and scored (targets).
     pub bytes: usize,
+    /// Of the router choices of those bytes (`bytes · K · expert layers`), the share capacity
+    /// dropped at evaluation; `None` for a model without expert layers.
+    pub dropped_fraction: Option<f64>,
 }
 
 /// Mean validation cross-entropy of the model's evaluation windows over `valid`
@@ -223,14 +226,17 @@ pub fn evaluate<M: StepModel>(
         .chunks(batch)
         .chain(Some(&picked[full..full + rest]).filter(|r| !r.is_empty()));
     let (mut nats, mut count, mut scored) = (0.0, 0usize, 0usize);
+    let (mut dropped, mut choices) = (0usize, 0usize);
     for chunk in batches {
         let windows: Vec<u32> = chunk.iter().flat_map(|(w, _)| w.iter().copied()).collect();
         let next: Vec<u32> = chunk.iter().map(|(_, y)| *y).collect();
         let (inputs, targets) = cfg.batch_from(windows, next);
-        let got = trainer.token_nats(&inputs, &targets)?;
-        nats += got.iter().sum::<f64>();
-        count += got.len();
+        let got = trainer.forward(&inputs, &targets)?;
+        nats += got.nats.iter().sum::<f64>();
+        count += got.nats.len();
         scored += chunk.len();
+        dropped += got.dropped;
+        choices += got.choices;
     }
     Ok(Evaluation {
         bits_per_byte: bits_per_byte(nats / count.max(1) as f64),
@@ -238,6 +244,7 @@ pub fn evaluate<M: StepModel>(
         picked: picked.len(),
         scored,
         bytes: count,
+        dropped_fraction: (choices > 0).then(|| dropped as f64 / choices as f64),
     })
 }
 

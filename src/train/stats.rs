@@ -1,4 +1,4 @@
-//! What a training step reports.
+//! What a training step, and a forward pass, report.
 
 use crate::kernels::router::RoutingStats;
 use crate::trace::Event;
@@ -29,6 +29,17 @@ pub struct StepStats {
     /// traces its steps ([`super::Trainer::set_trace`]); times count from the process's trace
     /// epoch.
     pub trace: Vec<Event>,
+}
+
+/// What one forward pass of a batch gave ([`super::Trainer::forward`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardPass {
+    /// Every token row's cross-entropy (nats), in batch order.
+    pub nats: Vec<f64>,
+    /// Router choices dropped by capacity, of `choices` (`rows · K · expert layers`; 0 for a
+    /// dense model).
+    pub dropped: usize,
+    pub choices: usize,
 }
 
 impl StepStats {

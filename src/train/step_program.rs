@@ -277,10 +277,12 @@ impl<S> Builder<'_, S> {
     }
 
     /// A round's loss: the cross-entropy of `logits` against `targets` (node `at("cross-entropy")`);
-    /// returns the logits' gradient. Its results: a forward pass's row losses, or a training
-    /// step's statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then
-    /// per expert layer its router's expert statistics and the row logsumexps of its router
-    /// logits (`routers`: each layer's logsumexp node name, router logits and statistics).
+    /// returns the logits' gradient. Its results, in a forward pass and a training step alike: a
+    /// statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then per
+    /// expert layer its router's expert statistics (so evaluation reports what capacity
+    /// dropped) and the row logsumexps of its router logits (`routers`: each layer's logsumexp
+    /// node name, router logits and statistics). A model without expert layers packs nothing:
+    /// its result is the row losses.
     pub fn loss(
         &mut self,
         at: &dyn Fn(&str) -> String,
@@ -295,8 +297,8 @@ impl<S> Builder<'_, S> {
             self.b
                 .kernel(&at("cross-entropy"), &gang, ce, &[logits, targets]);
         match mode {
-            Mode::Forward => self.b.result(row_loss),
-            Mode::Train => {
+            Mode::Forward if routers.is_empty() => self.b.result(row_loss),
+            Mode::Forward | Mode::Train => {
                 let mut pack = vec![row_loss];
                 for (name, logits, stats) in routers {
                     let lse = self.k(name, RowLogsumexp, &[*logits]);

@@ -26,6 +26,7 @@
 //!   after the sums.
 
 use super::layout::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
+use super::stats::ForwardPass;
 use super::step_program::{DATA_AXIS, EXPERT_AXIS, Kind, Mode};
 use super::{
     Balanced, Checkpoint, GroupSplit, Params, StepModel, StepShape, StepStats, TrainState,
@@ -431,17 +432,9 @@ impl<M: StepModel> Trainer<M> {
         let (results, mut trace) = handle.wait_traced()?;
         let cfg = self.config;
         let router = cfg.router();
-        let loss = cfg.router_loss();
         let group_rows = self.group_rows(units);
         let layers = cfg.expert_layers();
-        let layout = StatsLayout {
-            rows: group_rows,
-            layers,
-            router,
-            aux_alpha: loss.alpha,
-            z_loss: loss.z_loss,
-        };
-        let sums = layout.sums(&results, &self.split)?;
+        let sums = self.stats_layout(group_rows).sums(&results, &self.split)?;
         let g = self.groups as f64;
         let (ce, aux, z) = (sums.ce_sum / rows as f64, sums.aux_sum / g, sums.z_sum / g);
         let blocks: Vec<RoutingStats> = (0..layers)
@@ -514,23 +507,48 @@ impl<M: StepModel> Trainer<M> {
     /// Cross-entropy (nats) of every token row of a batch, in batch order, forward only (routed
     /// in the trainer's groups, as in training): what Branch-Train-Merge's ensemble weighs.
     pub fn token_nats(&self, inputs: &[u32], targets: &[u32]) -> Result<Vec<f64>> {
+        Ok(self.forward(inputs, targets)?.nats)
+    }
+
+    /// A forward pass of a batch (routed in the trainer's groups, as in training): every token
+    /// row's cross-entropy in batch order, and the router choices capacity dropped.
+    pub fn forward(&self, inputs: &[u32], targets: &[u32]) -> Result<ForwardPass> {
         let (results, units) = self.run(Mode::Forward, inputs, targets, None)?;
         let n = self.group_rows(units);
-        let mut out = vec![0.0f64; targets.len()];
+        let layout = self.stats_layout(n);
+        let mut nats = vec![0.0f64; targets.len()];
         for (round, bytes) in results.iter().enumerate() {
-            let rows: Vec<f32> = bytemuck::pod_collect_to_vec(bytes);
-            for (i, device) in rows.chunks(n.max(1)).enumerate() {
+            for (i, device) in bytes.chunks(layout.words().max(1) * 4).enumerate() {
                 let Some(g) = self.split.group(i, round) else {
                     continue;
                 };
-                for (k, &v) in device.iter().enumerate() {
-                    if let Some(o) = out.get_mut(g * n + k) {
+                let rows: Vec<f32> =
+                    bytemuck::pod_collect_to_vec(&device[..(n * 4).min(device.len())]);
+                for (k, &v) in rows.iter().enumerate() {
+                    if let Some(o) = nats.get_mut(g * n + k) {
                         *o = f64::from(v);
                     }
                 }
             }
         }
-        Ok(out)
+        let sums = layout.sums(&results, &self.split)?;
+        Ok(ForwardPass {
+            choices: targets.len() * self.config.router().k * layout.layers,
+            dropped: sums.dropped.iter().sum(),
+            nats,
+        })
+    }
+
+    /// How a round's statistics pack lies, at `rows` token rows a routing group.
+    fn stats_layout(&self, rows: usize) -> StatsLayout {
+        let loss = self.config.router_loss();
+        StatsLayout {
+            rows,
+            layers: self.config.expert_layers(),
+            router: self.config.router(),
+            aux_alpha: loss.alpha,
+            z_loss: loss.z_loss,
+        }
     }
 
     /// The gradient of the batch loss with respect to every parameter (what [`Self::step`]

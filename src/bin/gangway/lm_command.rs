@@ -171,6 +171,10 @@ struct EvalReport {
     bytes_scored: usize,
     /// The capacity factor the expert layers scored with (the model's, or --eval-capacity's).
     capacity_factor: f32,
+    /// Of the router choices of the bytes scored, the share that capacity dropped; absent for a
+    /// dense model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dropped_fraction: Option<f64>,
     nats_per_byte: f64,
     bits_per_byte: f64,
 }
@@ -206,6 +210,7 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         sequences_scored: eval.scored,
         bytes_scored: eval.bytes,
         capacity_factor: params.config.capacity_factor,
+        dropped_fraction: eval.dropped_fraction,
         nats_per_byte: eval.bits_per_byte * std::f64::consts::LN_2,
         bits_per_byte: eval.bits_per_byte,
     };
@@ -221,6 +226,13 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
             report.bytes_scored,
             report.sequences_scored,
         );
+        if let Some(dropped) = report.dropped_fraction {
+            println!(
+                "router choices dropped by capacity: {:.2}% (capacity factor {})",
+                dropped * 100.0,
+                report.capacity_factor
+            );
+        }
         if report.sequences_picked < report.sequences {
             println!(
                 "--max-sequences {}: {} of the file's {} sequences, evenly spaced from the first",
