@@ -4,9 +4,13 @@
 #   1. says what the Vulkan stack lacks, if anything (loader, ICD files, NVIDIA's ICD);
 #   2. lists the devices, and stops with a plain error if the only adapters are software ones
 #      (llvmpipe/lavapipe, SwiftShader): a software adapter is never reported as the GPU;
-#   3. runs the quick bench and the full matmul suite (1024, 2048, 4096, the transposed and grouped
+#   3. prints every adapter's limits and subgroup size, and which kernels fit them
+#      (`devices --verbose`);
+#   4. runs the quick bench and the full matmul suite (1024, 2048, 4096, the transposed and grouped
 #      shapes) on the first hardware adapter, writing JSON and Markdown with the fraction of FP32
-#      peak (give --peak-gflops through GANGWAY_PEAK_GFLOPS where the built-in table lacks it).
+#      peak (give --peak-gflops through GANGWAY_PEAK_GFLOPS where the built-in table lacks it);
+#   5. runs the quick matmul, attention and MoE suites again on a device created with only
+#      WebGPU's guaranteed limits (GANGWAY_LIMITS=webgpu), as a browser or small GPU would give.
 #
 #   scripts/gpu-check.sh [BINARY] [OUT_DIR]     (defaults: target/release/gangway, gpu-check)
 #
@@ -54,6 +58,8 @@ fi
 "$bin" devices > "$out/devices.txt" 2>&1
 "$bin" devices --json > "$out/devices.json" 2> "$out/devices.err"
 cat "$out/devices.txt" | tee -a "$out/check.log"
+"$bin" devices --verbose > "$out/devices-verbose.txt" 2>&1
+"$bin" devices --json | grep -E '"(name|backend|subgroup_min_size)"' | tee -a "$out/check.log"
 # One line per adapter: index, device type, name (backend). Read without jq or python.
 adapters=$(tr -d '\n' < "$out/devices.json" | grep -o '"adapter": *[0-9]*, *"virtual_index": *0,[^}]*"device_type": *"[a-z_]*"' |
   sed -E 's/.*"adapter": *([0-9]+).*"name": *"([^"]*)".*"backend": *"([a-z0-9]*)".*"device_type": *"([a-z_]*)".*/\1 \4 \2 (\3)/')
@@ -81,8 +87,15 @@ step() { # name, seconds, command...
 }
 step quick 100 "$bin" bench --quick --adapters "$gpu" "${peak[@]}" \
   --json "$out/quick.json" --markdown "$out/quick.md"
-step matmul 330 "$bin" bench matmul --adapters "$gpu" "${peak[@]}" --warmup 2 --samples 5 \
+step matmul 280 "$bin" bench matmul --adapters "$gpu" "${peak[@]}" --warmup 2 --samples 5 \
   --matmul-sizes 1024,2048,4096 --json "$out/matmul.json" --markdown "$out/matmul.md"
 [ -f "$out/matmul.md" ] && cat "$out/matmul.md" | tee -a "$out/check.log"
+step webgpu-limits 60 env GANGWAY_LIMITS=webgpu "$bin" bench matmul attention moe --quick \
+  --adapters "$gpu" --json "$out/webgpu-limits.json" --markdown "$out/webgpu-limits.md"
+if [ -f "$out/webgpu-limits.md" ]; then
+  cases=$(grep -c '^| [a-z]' "$out/webgpu-limits.md")
+  log "webgpu-limits: $((cases - 1)) cases, $(grep -c '| failed |' "$out/webgpu-limits.md") failed, \
+$(grep -c '| skipped |' "$out/webgpu-limits.md") skipped"
+fi
 log "wrote: $(cd "$out" && ls | tr '\n' ' ')"
 exit $status
