@@ -957,6 +957,21 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     assert_eq!(report["losses"].as_array().unwrap().len(), 3, "{report}");
     assert_eq!(report["config"]["moe_every"], 2, "{report}");
     let fresh_first = report["losses"][0].as_f64().unwrap();
+    // Validation may route with its own capacity (`--eval-capacity`, as `eval lm` takes it):
+    // dropless drops nothing there, and training itself is the same, loss for loss.
+    let json_dropless = path("dropless-eval.json");
+    let mut eval_dropless = vec!["train", "lm", "--steps", "3", "--json", &json_dropless];
+    eval_dropless.extend(["--eval-capacity", "dropless"]);
+    eval_dropless.extend(tiny);
+    gangway(&eval_dropless);
+    let other: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_dropless).unwrap()).unwrap();
+    assert_eq!(other["losses"], report["losses"], "{other}");
+    assert_eq!(other["valid_dropped_fraction"], 0.0, "{other}");
+    assert!(
+        report["valid_dropped_fraction"].as_f64().is_some(),
+        "{report}"
+    );
     // `dropless` is a capacity factor of E/K: here 2 experts, top-1.
     let mut dropless = vec![
         "train",

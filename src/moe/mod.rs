@@ -205,6 +205,13 @@ impl StepModel for MoeLmConfig {
         MoeLmConfig::validate(self)
     }
 
+    fn with_capacity_factor(&self, factor: f32) -> Self {
+        Self {
+            capacity_factor: factor,
+            ..*self
+        }
+    }
+
     fn param_specs(&self) -> Vec<ParamSpec> {
         MoeLmConfig::param_specs(self)
     }

@@ -80,6 +80,13 @@ pub trait StepModel:
     /// Expert layers (0: a dense model).
     fn expert_layers(&self) -> usize;
 
+    /// The same model with its expert layers' capacity factor set to `factor` (what evaluation
+    /// may route with: [`Trainer::set_eval_capacity`]). A dense model is itself.
+    fn with_capacity_factor(&self, factor: f32) -> Self {
+        let _ = factor;
+        *self
+    }
+
     /// The router and its losses' weights, shared by every expert layer.
     fn router(&self) -> RouterConfig;
     fn router_loss(&self) -> RouterLoss;

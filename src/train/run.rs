@@ -51,6 +51,9 @@ pub struct TrainOptions {
     pub groups: Option<usize>,
     /// How the groups are dealt to the devices.
     pub balance: Balance,
+    /// The capacity factor validation routes with (`None`: the model's own; see
+    /// [`Trainer::set_eval_capacity`]).
+    pub eval_capacity: Option<f32>,
 }
 
 impl Default for TrainOptions {
@@ -69,6 +72,7 @@ impl Default for TrainOptions {
             dispatch: DispatchMode::Parallel,
             groups: None,
             balance: Balance::Even,
+            eval_capacity: None,
         }
     }
 }
@@ -121,6 +125,10 @@ pub struct TrainReport<M> {
     pub valid: Vec<(u32, f64)>,
     /// The last evaluation's bits per byte.
     pub valid_bpb: f64,
+    /// The last evaluation's share of router choices dropped by capacity (routed with
+    /// [`TrainOptions::eval_capacity`] where set); absent for a dense model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_dropped_fraction: Option<f64>,
     /// A unigram byte model fit on the training split, scored on the same validation split.
     pub unigram_bpb: f64,
     /// Routing groups per device, in device order (`6,2`).
@@ -161,6 +169,7 @@ impl<M: StepModel> TrainReport<M> {
             mean_expert_cv: 0.0,
             valid: Vec::new(),
             valid_bpb: f64::NAN,
+            valid_dropped_fraction: None,
             unigram_bpb: f64::NAN,
             split: String::new(),
             calibration_seconds: 0.0,
@@ -396,6 +405,7 @@ impl<M: StepModel> TrainingRun<M> {
             (None, _) => Trainer::new(client, mesh, start, adam, groups)?,
         };
         trainer.set_dispatch(opts.dispatch);
+        trainer.set_eval_capacity(opts.eval_capacity)?;
         let mut batches = Batches::owned(split.train, config.window(), opts.batch, opts.data_seed)?;
         // The saved run drew its steps' batches: draw past them so the data continues, not
         // repeats.
@@ -546,8 +556,8 @@ impl<M: StepModel> TrainingRun<M> {
     pub fn report(mut self) -> Result<TrainReport<M>> {
         let opts = &self.opts;
         let seconds = self.began.elapsed().as_secs_f64();
-        let valid_bpb =
-            evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?.bits_per_byte;
+        let last = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
+        let valid_bpb = last.bits_per_byte;
         let last_step = self.trainer.steps();
         if self.valid_bpbs.last().map(|v| v.0) != Some(last_step) {
             self.valid_bpbs.push((last_step, valid_bpb));
@@ -577,6 +587,7 @@ impl<M: StepModel> TrainingRun<M> {
             ces: self.ces,
             valid: self.valid_bpbs,
             valid_bpb,
+            valid_dropped_fraction: last.dropped_fraction,
             unigram_bpb: self.unigram_bpb,
             parameters: self.parameters,
             split: self.trainer.split().to_string(),

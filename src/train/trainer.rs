@@ -74,6 +74,9 @@ pub struct Trainer<M: StepModel> {
     trace: bool,
     /// Compiled programs by mode, batch units and split.
     programs: Mutex<HashMap<(Mode, usize, GroupSplit), Arc<Executable>>>,
+    /// The capacity factor forward passes (evaluation) route with, where not the model's own
+    /// ([`Self::set_eval_capacity`]).
+    eval_capacity: Option<f32>,
 }
 
 /// The data axis's size of a trainer's mesh: 1 for a list or a 1-d mesh, `A` for
@@ -203,7 +206,29 @@ impl<M: StepModel> Trainer<M> {
             dispatch: DispatchMode::Parallel,
             trace: false,
             programs: Mutex::default(),
+            eval_capacity: None,
         })
+    }
+
+    /// Forward passes ([`Self::forward`], and so evaluation) route with capacity factor `factor`
+    /// instead of the model's (`None`: the model's own); training steps keep the model's. An MoE
+    /// model's score depends on it: with `experts / top_k` nothing is dropped, and the score no
+    /// longer depends on how evaluation batches the text.
+    pub fn set_eval_capacity(&mut self, factor: Option<f32>) -> Result<()> {
+        if let Some(f) = factor {
+            self.config.with_capacity_factor(f).validate()?;
+        }
+        self.eval_capacity = factor;
+        self.programs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(mode, ..), _| *mode != Mode::Forward);
+        Ok(())
+    }
+
+    /// The capacity factor forward passes route with, where set apart from the model's.
+    pub fn eval_capacity(&self) -> Option<f32> {
+        self.eval_capacity
     }
 
     fn shape_of(
@@ -319,8 +344,12 @@ impl<M: StepModel> Trainer<M> {
         if let Some(p) = programs.get(&key) {
             return Ok(p.clone());
         }
+        let config = match (mode, self.eval_capacity) {
+            (Mode::Forward, Some(factor)) => self.config.with_capacity_factor(factor),
+            _ => self.config,
+        };
         let shape = Self::shape_of(
-            self.config,
+            config,
             self.adam,
             self.devices.len(),
             self.data,

@@ -271,6 +271,13 @@ impl StepModel for TransformerConfig {
         TransformerConfig::validate(self)
     }
 
+    fn with_capacity_factor(&self, factor: f32) -> Self {
+        Self {
+            capacity_factor: factor,
+            ..*self
+        }
+    }
+
     fn param_specs(&self) -> Vec<ParamSpec> {
         TransformerConfig::param_specs(self)
     }

@@ -358,6 +358,8 @@ pub(crate) struct TrainLmArgs {
     /// Evaluate validation bits per byte every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub(crate) eval_every: u32,
+    #[command(flatten)]
+    pub(crate) eval_capacity: EvalCapacityArg,
     /// Validation sequences scored at each evaluation.
     #[arg(long, default_value_t = 64)]
     pub(crate) eval_sequences: usize,
@@ -384,6 +386,24 @@ pub(crate) struct TrainLmArgs {
     pub(crate) json: Option<PathBuf>,
 }
 
+/// How an MoE model routes when it is scored (`eval lm`, and training's validation).
+#[derive(Args, Debug, Clone, Copy)]
+pub(crate) struct EvalCapacityArg {
+    /// An MoE model's capacity factor while scoring, or `dropless` (E/K: nothing dropped, so the
+    /// score does not depend on --batch) [default: the model's own, under which each batch is
+    /// one routing group and drops depend on --batch].
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "FACTOR|dropless")]
+    pub(crate) eval_capacity: Option<f32>,
+}
+
+impl EvalCapacityArg {
+    /// The factor for a model of `experts` experts and top-`top_k` routing (`dropless` made E/K).
+    pub(crate) fn factor(&self, experts: usize, top_k: usize) -> Option<f32> {
+        self.eval_capacity
+            .map(|parsed| capacity_factor(parsed, experts, top_k))
+    }
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct EvalLmArgs {
     /// A `train lm` checkpoint or exported weights.
@@ -398,11 +418,8 @@ pub(crate) struct EvalLmArgs {
     /// Score at most this many sequences of the model's context, spread over the file.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_sequences: usize,
-    /// An MoE model's capacity factor while scoring, or `dropless` (E/K: nothing dropped, so the
-    /// score does not depend on --batch) [default: the model's own, under which each batch is
-    /// one routing group and drops depend on --batch].
-    #[arg(long, value_parser = parse_capacity_arg, value_name = "FACTOR|dropless")]
-    pub(crate) eval_capacity: Option<f32>,
+    #[command(flatten)]
+    pub(crate) eval_capacity: EvalCapacityArg,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -530,6 +547,8 @@ pub(crate) struct TrainMoeArgs {
     /// Evaluate validation bits per byte every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     pub(crate) eval_every: u32,
+    #[command(flatten)]
+    pub(crate) eval_capacity: EvalCapacityArg,
     /// Save a checkpoint here every --checkpoint-every steps and at the end.
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,

@@ -104,6 +104,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         lr: args.lr,
         eval_every: args.eval_every,
         eval_units: args.eval_sequences,
+        eval_capacity: args.eval_capacity.factor(c.experts, c.top_k),
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         data_seed: c.seed.wrapping_add(1),
@@ -193,13 +194,10 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
     let devices = &runtime.mesh()[..1];
     let client = runtime.client("eval lm", 1);
     let adam = AdamConfig::new(1e-3);
-    let mut params = checkpoint.params.clone();
-    if let Some(factor) = args.eval_capacity {
-        let c = &mut params.config;
-        c.capacity_factor = crate::cli::capacity_factor(factor, c.experts, c.top_k);
-        c.validate()?;
-    }
-    let trainer = TransformerTrainer::new(&client, devices, &params, adam, 1)?;
+    let params = &checkpoint.params;
+    let c = params.config;
+    let mut trainer = TransformerTrainer::new(&client, devices, params, adam, 1)?;
+    trainer.set_eval_capacity(args.eval_capacity.factor(c.experts, c.top_k))?;
     let eval = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
     let report = EvalReport {
         file: args.file.display().to_string(),
@@ -209,7 +207,7 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         sequences_picked: eval.picked,
         sequences_scored: eval.scored,
         bytes_scored: eval.bytes,
-        capacity_factor: params.config.capacity_factor,
+        capacity_factor: trainer.eval_capacity().unwrap_or(c.capacity_factor),
         dropped_fraction: eval.dropped_fraction,
         nats_per_byte: eval.bits_per_byte * std::f64::consts::LN_2,
         bits_per_byte: eval.bits_per_byte,

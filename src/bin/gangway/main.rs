@@ -367,6 +367,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
         batch: args.batch,
         lr: args.lr,
         eval_every: args.eval_every,
+        eval_capacity: args.eval_capacity.factor(c.experts, c.top_k),
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         data_seed: args.model.seed.wrapping_add(1),
