@@ -27,6 +27,8 @@ fn main() -> std::process::ExitCode {
         case!(host: cli_reference_is_up_to_date),
         case!(host: plan_prices_collectives_by_the_cheaper_algorithm),
         case!(host: the_optimum_bounds_every_one_chunk_schedule),
+        case!(adapters: devices_verbose_lists_each_kernels_needs_against_the_limits)
+            .span(Span::All),
         case!(device: bench_dispatch_writes_json_and_a_valid_trace),
         case!(adapters: pipeline_run_trains_on_devices_and_matches_one_device).span(Span::All),
         case!(adapters: costs_from_a_run_plan_zb_v_and_run_it).span(Span::All),
@@ -282,6 +284,41 @@ fn interleaved_beats_1f1b_at_the_same_model_cost() {
     );
     assert_eq!((inter_ms, one_ms), (2.85, 3.3));
     assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+/// `devices --verbose` under WebGPU's default limits: every adapter at 8 storage buffers, 16 KiB
+/// and 256 invocations, every kernel fitting them but the multi-tensor Adam variants past 2
+/// tensors, which their launcher does not take there.
+fn devices_verbose_lists_each_kernels_needs_against_the_limits(_: &Adapters) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["devices", "--verbose"])
+        .env("GANGWAY_LIMITS", "webgpu")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("| 8 | 16384 | 256 | 256×256×64 |"), "{text}");
+    assert!(
+        text.contains("| adam_2 | adam | 8 | 0 | 256×1×1 | yes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| adam_3 | adam | 12 | 0 | 256×1×1 | not taken"),
+        "{text}"
+    );
+    let kernels = (text.lines())
+        .skip_while(|l| !l.starts_with("| shader |"))
+        .skip(2)
+        .take_while(|l| l.starts_with("| "))
+        .count();
+    assert_eq!(
+        kernels,
+        gangway::kernels::ALL_SHADERS
+            .iter()
+            .map(|s| s.needs().unwrap().len())
+            .sum::<usize>()
+    );
+    assert!(!text.contains("no: max_"), "a kernel does not fit:\n{text}");
 }
 
 /// `--optimal`: the shortest one-chunk schedule, proven, and the schedule's gap to it; under
