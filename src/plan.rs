@@ -61,6 +61,15 @@ impl Fabric {
         self.hosts * self.devices_per_host
     }
 
+    /// A message's latency (s) and the bandwidths within a host and off it (bytes/s).
+    fn alpha_beta(&self) -> (f64, f64, f64) {
+        (
+            self.latency_us * 1e-6,
+            self.intra_gbs * 1e9,
+            self.inter_gbs * 1e9,
+        )
+    }
+
     fn check(&self) -> Result<()> {
         let ok = self.hosts > 0
             && self.devices_per_host > 0
@@ -162,8 +171,7 @@ fn log2_ceil(n: usize) -> u32 {
 pub fn all_to_all(bytes: f64, fabric: &Fabric) -> Result<Collective> {
     fabric.check()?;
     let (n, g) = (fabric.devices(), fabric.devices_per_host);
-    let (intra, inter) = (fabric.intra_gbs * 1e9, fabric.inter_gbs * 1e9);
-    let alpha = fabric.latency_us * 1e-6;
+    let (alpha, intra, inter) = fabric.alpha_beta();
     let chunk = bytes / n as f64;
     let pairwise =
         ((g - 1) as f64 * (alpha + chunk / intra)).max((n - g) as f64 * (alpha + chunk / inter));
@@ -186,8 +194,7 @@ pub fn all_to_all(bytes: f64, fabric: &Fabric) -> Result<Collective> {
 pub fn all_reduce(bytes: f64, fabric: &Fabric) -> Result<Collective> {
     fabric.check()?;
     let (h, g) = (fabric.hosts, fabric.devices_per_host);
-    let (intra, inter) = (fabric.intra_gbs * 1e9, fabric.inter_gbs * 1e9);
-    let alpha = fabric.latency_us * 1e-6;
+    let (alpha, intra, inter) = fabric.alpha_beta();
     let within = 2.0 * (g - 1) as f64 * (alpha + bytes / (g as f64 * intra));
     let (ring, tree) = if h == 1 {
         (

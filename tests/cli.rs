@@ -99,16 +99,10 @@ fn cli_reference_is_up_to_date() {
          The [guide](../guide/cli.md) says what the commands are for.\n",
     );
     walk(&mut Vec::new(), &mut text);
-    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/cli.md");
-    if std::env::var("GANGWAY_WRITE_DOCS").as_deref() == Ok("1") {
-        std::fs::create_dir_all(page.parent().unwrap()).unwrap();
-        std::fs::write(&page, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(&page).unwrap_or_default();
-    assert!(
-        committed == text,
-        "{} is out of date: GANGWAY_WRITE_DOCS=1 cargo test --test cli cli_reference",
-        page.display()
+    common::generated::check_page(
+        "docs/src/reference/cli.md",
+        &text,
+        "cargo test --test cli cli_reference",
     );
 }
 
@@ -116,25 +110,21 @@ fn cli_reference_is_up_to_date() {
 /// gradients' all-reduce a tree between hosts, and the table says so beside the other choice's
 /// cost (in the JSON too); few peers with large chunks take pairwise exchange.
 fn plan_prices_collectives_by_the_cheaper_algorithm() {
-    let dir = std::env::temp_dir().join(format!("gangway-cli-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("plan");
     let json = dir.join("plan.json");
-    let out = gangway(&[
-        "plan",
-        "--step-ms",
-        "74",
-        "--exposed",
-        "0.13",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let plan = |more: &[&str]| {
+        let mut args = vec!["plan", "--step-ms", "74", "--exposed", "0.13"];
+        args.extend(more);
+        gangway(&args)
+    };
+    let out = plan(&["--json", json.to_str().unwrap()]);
     assert!(
         out.contains("Bruck (pairwise") && out.contains("tree (ring"),
         "{out}"
     );
-    let plan: serde_json::Value =
+    let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let p = &plan["moe"][0][2];
+    let p = &report["moe"][0][2];
     assert_eq!(p["all_to_all"]["chosen"], "bruck");
     assert_eq!(p["all_reduce"]["chosen"], "tree");
     let (chosen, other) = (
@@ -144,12 +134,7 @@ fn plan_prices_collectives_by_the_cheaper_algorithm() {
     assert!(chosen < other, "{p}");
     // 4096 tokens a device on 8 hosts of one device: pairwise's 7 messages beat Bruck's 3
     // steps of 4 chunks each.
-    let out = gangway(&[
-        "plan",
-        "--step-ms",
-        "74",
-        "--exposed",
-        "0.13",
+    let out = plan(&[
         "--hosts",
         "8",
         "--devices-per-host",

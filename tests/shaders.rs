@@ -1,7 +1,11 @@
-//! Every shader validates with naga and translates to SPIR-V, MSL, HLSL and GLSL: what "runs on
-//! any GPU" means for gangway.
+//! Every shader validates with naga and translates to SPIR-V, MSL, HLSL and GLSL, and every entry
+//! point fits WebGPU's default limits (or is a variant its launcher takes only where a device
+//! gives more), as the book's table of their needs says: what "runs on any GPU" means for
+//! gangway.
 
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use gangway::DType;
 use gangway::device::DeviceLimits;
@@ -151,15 +155,9 @@ fn every_kernel_fits_webgpus_default_limits_as_the_book_lists_them() {
          so and fitting:\n{}",
         wrong.join("\n")
     );
-    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docs/src/reference/kernel-limits.md");
-    if std::env::var("GANGWAY_WRITE_DOCS").as_deref() == Ok("1") {
-        std::fs::write(&page, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(&page).unwrap_or_default();
-    assert!(
-        committed == text,
-        "{} is out of date: GANGWAY_WRITE_DOCS=1 cargo test --test shaders",
-        page.display()
+    common::generated::check_page(
+        "docs/src/reference/kernel-limits.md",
+        &text,
+        "cargo test --test shaders",
     );
 }

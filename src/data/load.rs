@@ -39,7 +39,7 @@ impl Corpus {
             let meta = fs::metadata(path).map_err(Error::io(path))?;
             if meta.is_dir() {
                 let domain = label(path);
-                collect(path, &domain, 0, &mut documents)?;
+                collect(path, &domain, &mut documents)?;
             } else {
                 let domain = path.parent().map(label).unwrap_or_default();
                 documents.push(read(path, domain)?);
@@ -110,7 +110,22 @@ pub(super) fn load_domain(dir: &Path, domain: &str) -> Result<Corpus> {
     Corpus::from_paths(&[dir.join(domain)])
 }
 
-fn collect(dir: &Path, domain: &str, depth: usize, out: &mut Vec<Document>) -> Result<()> {
+fn collect(dir: &Path, domain: &str, out: &mut Vec<Document>) -> Result<()> {
+    for path in files_under(dir)? {
+        out.push(read(&path, domain.to_string())?);
+    }
+    Ok(())
+}
+
+/// Every file under `dir`, recursively, in name order, skipping hidden entries: what a corpus
+/// directory holds (and what ranks compare of it, `job::Settings::input`).
+pub(crate) fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    walk(dir, 0, &mut out)?;
+    Ok(out)
+}
+
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(Error::InvalidArgument {
             what: "Corpus::from_paths",
@@ -131,9 +146,9 @@ fn collect(dir: &Path, domain: &str, depth: usize, out: &mut Vec<Document>) -> R
     for path in entries {
         let meta = fs::metadata(&path).map_err(Error::io(&path))?;
         if meta.is_dir() {
-            collect(&path, domain, depth + 1, out)?;
+            walk(&path, depth + 1, out)?;
         } else if meta.is_file() {
-            out.push(read(&path, domain.to_string())?);
+            out.push(path);
         }
     }
     Ok(())

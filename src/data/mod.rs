@@ -23,6 +23,7 @@ mod load;
 pub use baseline::{bits_per_byte, unigram_bits_per_byte};
 pub use batches::{Batches, MAX_BATCH_BYTES, Window, Windows, check_batch};
 pub use corpus::{Corpus, Document, TrainValid};
+pub(crate) use load::files_under;
 pub use load::{CORPORA_DIR_VAR, corpora_dir};
 
 /// Ids a byte-level model predicts: one per byte value.

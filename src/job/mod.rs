@@ -362,6 +362,18 @@ pub(crate) fn local_host() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Runs `f` on every rank of an in-process job of `n`, each on its own thread; the results in
+/// rank order.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn on_each_rank<T: Send>(n: usize, f: impl Fn(Job) -> T + Sync) -> Vec<T> {
+    let jobs = Job::in_process(n).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = jobs.into_iter().map(|job| s.spawn(|| f(job))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -369,21 +381,14 @@ mod tests {
 
     #[test]
     fn an_in_process_job_gathers_in_rank_order_and_aligns_clocks() {
-        let jobs = Job::in_process(3).unwrap();
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|job| {
-                std::thread::spawn(move || {
-                    let r = job.rank();
-                    let all: Vec<String> = job.all_gather(&format!("r{r}")).unwrap();
-                    let root: Option<Vec<usize>> = job.gather(&(r * 10)).unwrap();
-                    let offsets = job.clock_offsets(5).unwrap();
-                    (r, job.size(), all, root, offsets)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (r, size, all, root, offsets) = h.join().unwrap();
+        let ranks = on_each_rank(3, |job| {
+            let r = job.rank();
+            let all: Vec<String> = job.all_gather(&format!("r{r}")).unwrap();
+            let root: Option<Vec<usize>> = job.gather(&(r * 10)).unwrap();
+            let offsets = job.clock_offsets(5).unwrap();
+            (r, job.size(), all, root, offsets)
+        });
+        for (r, size, all, root, offsets) in ranks {
             assert_eq!(size, 3);
             assert_eq!(all, ["r0", "r1", "r2"]);
             assert_eq!(root, (r == 0).then(|| vec![0, 10, 20]));

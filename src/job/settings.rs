@@ -42,13 +42,13 @@ impl Settings {
     }
 
     /// Adds a file's or directory's contents as a setting: its size and CRC-32 (a directory's
-    /// files in name order, each with its relative path, skipping hidden entries as the corpus
-    /// loader does), or why it cannot be read. Two ranks may keep the same data at different paths; what they read must
-    /// be the same.
+    /// files as the corpus loader finds them, each with its relative path), or why it cannot be
+    /// read. Two ranks may keep the same data at different paths; what they read must be the
+    /// same.
     pub fn input(&mut self, name: impl Into<String>, path: &Path) {
         let value = match digest(path) {
             Ok((bytes, crc)) => format!("{bytes} bytes, crc32 {crc:08x}"),
-            Err(e) => format!("unreadable ({}: {e})", path.display()),
+            Err(e) => format!("unreadable ({e})"),
         };
         self.set(name, value);
     }
@@ -82,56 +82,34 @@ impl Settings {
     }
 }
 
-/// The total size and CRC-32 of a file, or of every file under a directory.
-fn digest(path: &Path) -> std::io::Result<(u64, u32)> {
+/// The total size and CRC-32 of a file, or of every file under a directory as the corpus
+/// loader finds them (each after its path relative to the directory: corpora take their domain
+/// from it).
+fn digest(path: &Path) -> Result<(u64, u32)> {
     let mut crc = crc32fast::Hasher::new();
     let mut bytes = 0;
-    add(path, Path::new(""), &mut crc, &mut bytes, 0)?;
+    let meta = std::fs::metadata(path).map_err(Error::io(path))?;
+    let files = if meta.is_dir() {
+        crate::data::files_under(path)?
+    } else {
+        vec![path.to_path_buf()]
+    };
+    for file in files {
+        if let Ok(relative) = file.strip_prefix(path) {
+            crc.update(relative.as_os_str().as_encoded_bytes());
+        }
+        let mut reader = std::fs::File::open(&file).map_err(Error::io(&file))?;
+        let mut buffer = vec![0u8; 1 << 16];
+        loop {
+            let n = reader.read(&mut buffer).map_err(Error::io(&file))?;
+            if n == 0 {
+                break;
+            }
+            crc.update(&buffer[..n]);
+            bytes += n as u64;
+        }
+    }
     Ok((bytes, crc.finalize()))
-}
-
-/// Deeper than any real input; a symlink loop stops here.
-const MAX_DEPTH: usize = 32;
-
-fn add(
-    path: &Path,
-    relative: &Path,
-    crc: &mut crc32fast::Hasher,
-    bytes: &mut u64,
-    depth: usize,
-) -> std::io::Result<()> {
-    if std::fs::metadata(path)?.is_dir() {
-        if depth > MAX_DEPTH {
-            return Err(std::io::Error::other("directories nested too deep"));
-        }
-        let mut entries = std::fs::read_dir(path)?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        entries.retain(|name| !name.as_encoded_bytes().starts_with(b"."));
-        entries.sort();
-        for name in entries {
-            add(
-                &path.join(&name),
-                &relative.join(&name),
-                crc,
-                bytes,
-                depth + 1,
-            )?;
-        }
-        return Ok(());
-    }
-    // The name inside a directory is part of what is read (corpora take their domain from it).
-    crc.update(relative.as_os_str().as_encoded_bytes());
-    let mut file = std::fs::File::open(path)?;
-    let mut buffer = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            return Ok(());
-        }
-        crc.update(&buffer[..n]);
-        *bytes += n as u64;
-    }
 }
 
 impl Job {
@@ -225,18 +203,12 @@ mod tests {
 
     #[test]
     fn a_rank_that_differs_is_named_by_every_rank() {
-        let jobs = Job::in_process(3).unwrap();
-        let threads: Vec<_> = jobs
-            .into_iter()
-            .map(|job| {
-                std::thread::spawn(move || {
-                    let seed = if job.rank() == 2 { "7" } else { "1" };
-                    job.agree(&settings(&[("--seed", seed), ("--lr", "0.003")]))
-                })
-            })
-            .collect();
-        for t in threads {
-            match t.join().unwrap() {
+        let said = crate::job::on_each_rank(3, |job| {
+            let seed = if job.rank() == 2 { "7" } else { "1" };
+            job.agree(&settings(&[("--seed", seed), ("--lr", "0.003")]))
+        });
+        for result in said {
+            match result {
                 Err(Error::RanksDisagree {
                     rank,
                     setting,
@@ -250,13 +222,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        let agreeing: Vec<_> = Job::in_process(2)
-            .unwrap()
-            .into_iter()
-            .map(|job| std::thread::spawn(move || job.agree(&settings(&[("--seed", "1")]))))
-            .collect();
-        for t in agreeing {
-            t.join().unwrap().unwrap();
-        }
+        let agreeing = crate::job::on_each_rank(2, |job| job.agree(&settings(&[("--seed", "1")])));
+        assert!(agreeing.iter().all(Result::is_ok), "{agreeing:?}");
     }
 }

@@ -71,10 +71,7 @@ pub use link::Link;
 pub use measure::{measured_chunk_costs, measured_share};
 pub use mlp::{Mlp, MlpConfig, StepResult};
 pub use moe_stack::{MoeStack, MoeStackConfig};
-pub use optimal::{
-    MAX_MICROBATCHES as OPTIMAL_MAX_MICROBATCHES, MAX_STAGES as OPTIMAL_MAX_STAGES, Optimum,
-    optimal, optimal_within,
-};
+pub use optimal::{Optimum, beyond_the_search, optimal, optimal_within};
 pub use schedule::{MAX_OPS, Op, OpKind, Placement, Schedule, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
 pub use stage_model::Microbatch;

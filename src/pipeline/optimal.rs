@@ -65,6 +65,21 @@ struct Times {
     hop: u64,
 }
 
+/// Why the exact search does not take `stages` × `microbatches` under `costs`, if it does not:
+/// what callers that show the optimum only where it applies ask first.
+pub fn beyond_the_search(stages: usize, microbatches: usize, costs: &Costs) -> Option<String> {
+    if stages > MAX_STAGES || microbatches > MAX_MICROBATCHES {
+        Some(format!(
+            "the exact search takes up to {MAX_STAGES} stages and {MAX_MICROBATCHES} \
+             microbatches, got {stages} and {microbatches}"
+        ))
+    } else if costs.blocking_sends {
+        Some("the exact search models sends that run beside compute, not blocking ones".into())
+    } else {
+        None
+    }
+}
+
 /// The shortest schedule of `stages` × `microbatches` under `costs` holding at most `memory`
 /// activations a stage (`None`: as many as the microbatches). `costs` must not block on sends.
 pub fn optimal(
@@ -91,20 +106,10 @@ pub fn optimal_within(
             what: if p == 0 { "stages" } else { "microbatches" },
         });
     }
-    if p > MAX_STAGES || m > MAX_MICROBATCHES {
+    if let Some(reason) = beyond_the_search(p, m, costs) {
         return Err(ScheduleError::Shape {
             kind: "optimal",
-            reason: format!(
-                "the exact search takes p ≤ {MAX_STAGES} and m ≤ {MAX_MICROBATCHES}, got p = \
-                 {p}, m = {m}"
-            ),
-        });
-    }
-    if costs.blocking_sends {
-        return Err(ScheduleError::InvalidCosts {
-            reason: "the exact optimum models sends that run beside compute; blocking sends \
-                     are not modelled"
-                .into(),
+            reason,
         });
     }
     let memory = memory.unwrap_or(m).min(m);

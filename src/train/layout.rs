@@ -31,7 +31,8 @@ pub(crate) struct RoundSums {
 }
 
 /// What a step program's statistics pack holds per round and device: `rows` row losses, then per
-/// expert layer the router's expert statistics and the row logsumexps of its logits.
+/// expert layer the router's expert statistics and, with `logsumexps` (a training step's pack,
+/// not a forward pass's), the row logsumexps of its logits.
 pub(crate) struct StatsLayout {
     pub rows: usize,
     /// Expert layers.
@@ -39,17 +40,33 @@ pub(crate) struct StatsLayout {
     pub router: RouterConfig,
     pub aux_alpha: f32,
     pub z_loss: f32,
+    pub logsumexps: bool,
 }
 
 impl StatsLayout {
     /// Words of one pack.
     pub fn words(&self) -> usize {
-        self.rows + self.layers * (self.router.experts * STAT_WORDS + self.rows)
+        self.rows + self.layers * (self.router.experts * STAT_WORDS + self.lse_words())
+    }
+
+    fn lse_words(&self) -> usize {
+        if self.logsumexps { self.rows } else { 0 }
     }
 
     /// The sums over every round's packs (each a device's pack after another), but for the packs
     /// of devices `split` leaves idle in a round.
     pub fn sums(&self, results: &[Vec<u8>], split: &GroupSplit) -> Result<RoundSums> {
+        self.sums_with(results, split, |_, _| {})
+    }
+
+    /// [`Self::sums`], handing each routing group's row losses to `rows` on the way:
+    /// `(group, losses)`.
+    pub fn sums_with(
+        &self,
+        results: &[Vec<u8>],
+        split: &GroupSplit,
+        mut rows_of: impl FnMut(usize, &[f32]),
+    ) -> Result<RoundSums> {
         let (layers, experts, tg) = (self.layers, self.router.experts, self.rows);
         let mut sums = RoundSums {
             kept: vec![vec![0; experts]; layers],
@@ -61,22 +78,23 @@ impl StatsLayout {
         let short = || invalid("trainer", "a statistics pack is short".into());
         for (r, round) in results.iter().enumerate() {
             for (i, device) in round.chunks(self.words() * 4).enumerate() {
-                if split.group(i, r).is_none() {
+                let Some(group) = split.group(i, r) else {
                     continue;
-                }
+                };
                 let f32s = |at: usize, n: usize| -> Result<Vec<f32>> {
                     let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
                     Ok(bytemuck::pod_collect_to_vec(b))
                 };
                 let rows = f32s(0, tg)?;
                 sums.ce_sum += rows.iter().map(|&v| f64::from(v)).sum::<f64>();
+                rows_of(group, &rows);
                 let mut at = tg;
                 for l in 0..layers {
                     let n = experts * STAT_WORDS;
                     let b = device.get(at * 4..(at + n) * 4).ok_or_else(short)?;
                     let stats: Vec<ExpertStat> = bytemuck::pod_collect_to_vec(b);
-                    let lse = f32s(at + n, tg)?;
-                    at += n + tg;
+                    let lse = f32s(at + n, self.lse_words())?;
+                    at += n + self.lse_words();
                     let kept: usize = stats.iter().map(|s| s.kept as usize).sum();
                     for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
                         *acc += s.kept as usize;

@@ -1,9 +1,11 @@
 //! A training run of any [`StepModel`] on a corpus: batches, steps on the [`Trainer`] (its
 //! routing groups dealt to the devices evenly, as given, or by their speeds measured on a copy
 //! of the next batch: [`TrainOptions::balance`]), validation in bits per byte against the unigram
-//! baseline, periodic checkpoints. `gangway train moe`, `gangway train lm` and
-//! Branch-Train-Merge all train through [`train`] and [`resume`], as runs of a client of the
-//! caller's runtime over its devices (a job's mesh under `mpirun`).
+//! baseline ([`evaluate`]: every window picked, the last partial batch included, and the share
+//! of router choices capacity dropped, routed with [`TrainOptions::eval_capacity`] where set),
+//! periodic checkpoints. `gangway train moe`, `gangway train lm` and Branch-Train-Merge all
+//! train through [`train`] and [`resume`], as runs of a client of the caller's runtime over its
+//! devices (a job's mesh under `mpirun`).
 //!
 //! A batch is `batch` units drawn as context windows of [`StepModel::window`] bytes with the
 //! byte after each ([`crate::data::Batches`]), which the model turns into its inputs and

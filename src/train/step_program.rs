@@ -280,9 +280,9 @@ impl<S> Builder<'_, S> {
     /// returns the logits' gradient. Its results, in a forward pass and a training step alike: a
     /// statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then per
     /// expert layer its router's expert statistics (so evaluation reports what capacity
-    /// dropped) and the row logsumexps of its router logits (`routers`: each layer's logsumexp
-    /// node name, router logits and statistics). A model without expert layers packs nothing:
-    /// its result is the row losses.
+    /// dropped) and, in a training step, the row logsumexps of its router logits for the z-loss
+    /// (`routers`: each layer's logsumexp node name, router logits and statistics). A forward
+    /// pass of a model without expert layers packs nothing: its result is the row losses.
     pub fn loss(
         &mut self,
         at: &dyn Fn(&str) -> String,
@@ -301,8 +301,10 @@ impl<S> Builder<'_, S> {
             Mode::Forward | Mode::Train => {
                 let mut pack = vec![row_loss];
                 for (name, logits, stats) in routers {
-                    let lse = self.k(name, RowLogsumexp, &[*logits]);
-                    pack.extend([*stats, lse]);
+                    pack.push(*stats);
+                    if mode == Mode::Train {
+                        pack.push(self.k(name, RowLogsumexp, &[*logits]));
+                    }
                 }
                 let stats = self.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
                 self.b.result(stats);

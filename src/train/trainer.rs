@@ -24,6 +24,10 @@
 //!   after the last round they are all-reduced (summed in device order on every device), so every
 //!   replica gets the same sum and the same Adam update. Every gradient is scaled by `1/G` once,
 //!   after the sums.
+//! - **Forward passes** ([`Trainer::forward`]: evaluation, Branch-Train-Merge's scores): the step
+//!   without its backward, returning each row's loss and each router's statistics (what
+//!   capacity dropped); they may route with a capacity factor of their own
+//!   ([`Trainer::set_eval_capacity`]) while training steps keep the model's.
 
 use super::layout::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
 use super::stats::ForwardPass;
@@ -463,7 +467,9 @@ impl<M: StepModel> Trainer<M> {
         let router = cfg.router();
         let group_rows = self.group_rows(units);
         let layers = cfg.expert_layers();
-        let sums = self.stats_layout(group_rows).sums(&results, &self.split)?;
+        let sums = self
+            .stats_layout(group_rows, Mode::Train)
+            .sums(&results, &self.split)?;
         let g = self.groups as f64;
         let (ce, aux, z) = (sums.ce_sum / rows as f64, sums.aux_sum / g, sums.z_sum / g);
         let blocks: Vec<RoutingStats> = (0..layers)
@@ -544,23 +550,15 @@ impl<M: StepModel> Trainer<M> {
     pub fn forward(&self, inputs: &[u32], targets: &[u32]) -> Result<ForwardPass> {
         let (results, units) = self.run(Mode::Forward, inputs, targets, None)?;
         let n = self.group_rows(units);
-        let layout = self.stats_layout(n);
+        let layout = self.stats_layout(n, Mode::Forward);
         let mut nats = vec![0.0f64; targets.len()];
-        for (round, bytes) in results.iter().enumerate() {
-            for (i, device) in bytes.chunks(layout.words().max(1) * 4).enumerate() {
-                let Some(g) = self.split.group(i, round) else {
-                    continue;
-                };
-                let rows: Vec<f32> =
-                    bytemuck::pod_collect_to_vec(&device[..(n * 4).min(device.len())]);
-                for (k, &v) in rows.iter().enumerate() {
-                    if let Some(o) = nats.get_mut(g * n + k) {
-                        *o = f64::from(v);
-                    }
+        let sums = layout.sums_with(&results, &self.split, |g, rows| {
+            for (k, &v) in rows.iter().enumerate() {
+                if let Some(o) = nats.get_mut(g * n + k) {
+                    *o = f64::from(v);
                 }
             }
-        }
-        let sums = layout.sums(&results, &self.split)?;
+        })?;
         Ok(ForwardPass {
             choices: targets.len() * self.config.router().k * layout.layers,
             dropped: sums.dropped.iter().sum(),
@@ -568,8 +566,9 @@ impl<M: StepModel> Trainer<M> {
         })
     }
 
-    /// How a round's statistics pack lies, at `rows` token rows a routing group.
-    fn stats_layout(&self, rows: usize) -> StatsLayout {
+    /// How a round's statistics pack lies in a `mode` program, at `rows` token rows a routing
+    /// group.
+    fn stats_layout(&self, rows: usize, mode: Mode) -> StatsLayout {
         let loss = self.config.router_loss();
         StatsLayout {
             rows,
@@ -577,6 +576,7 @@ impl<M: StepModel> Trainer<M> {
             router: self.config.router(),
             aux_alpha: loss.alpha,
             z_loss: loss.z_loss,
+            logsumexps: mode == Mode::Train,
         }
     }
 

@@ -21,6 +21,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 mod adapters;
+pub mod generated;
 mod harness;
 pub mod moe;
 pub mod programs;

@@ -2,8 +2,11 @@
 //! `--trace` (its lanes' [`Track`]s gathered over ranks), and the bodies of the commands without
 //! a module of their own (`devices`, `demo`, training and BTM), with what they share (device
 //! selection, corpus loading, the training summary, file writes). `pipeline`, `bench`, `plan`,
-//! `trace` and the language-model commands have modules of their own. Under `mpirun` (built with the `mpi` feature) every rank runs
-//! the same command over the job's global mesh; rank 0 alone prints and writes files.
+//! `trace` and the language-model commands have modules of their own. Under `mpirun` (built with
+//! the `mpi` feature) every rank runs the same command over the job's global mesh, after the
+//! ranks agreed on their settings (`settings.rs`: a rank started with others ends the job);
+//! rank 0 alone prints and writes files. `devices --verbose` adds each kernel's needs against
+//! the adapters' limits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,7 +1,10 @@
 //! `gangway pipeline`: a schedule simulated (its ASCII timeline, bubble against the textbook,
 //! peak activations, an SVG figure), several compared, or with `--run` one training step run on
 //! the devices (the MLP, or with `--moe` the MoE stack on pairs of devices) and measured beside
-//! the simulation. Returns what the trace's lanes are, for `--trace`.
+//! the simulation. Costs come from `--costs-us` or a pipelined run's trace (`--costs-from`), and
+//! ZB-V is planned for them. `--optimal`, and `--compare` wherever the setting is small enough,
+//! add the shortest one-chunk schedule there is ([`gangway::pipeline::optimal`]) and each
+//! schedule's gap to it. Returns what the trace's lanes are, for `--trace`.
 
 use anyhow::{Context, Result, bail};
 use gangway::pipeline::{ScheduleKind, lane_word, percent};
@@ -319,7 +322,7 @@ pub(crate) fn pipeline(
             &args.stage_costs,
             fold,
         )?;
-        let optimum = optimum(args, &share, args.compare && !args.optimal)?;
+        let optimum = optimum(args, &share, !args.optimal)?;
         print_comparison(args, &figure, &share, optimum.as_ref());
         if let Some(path) = &args.svg {
             write_figure(path, &figure, args)?;
@@ -454,23 +457,14 @@ fn optimum(
     share: &gangway::pipeline::Costs,
     quiet_refusal: bool,
 ) -> Result<Option<gangway::pipeline::Optimum>> {
-    use gangway::pipeline::{OPTIMAL_MAX_MICROBATCHES, OPTIMAL_MAX_STAGES, optimal};
+    use gangway::pipeline::{beyond_the_search, optimal};
     if !args.optimal && !quiet_refusal {
         return Ok(None);
     }
-    let why_not =
-        if args.stages > OPTIMAL_MAX_STAGES || args.microbatches > OPTIMAL_MAX_MICROBATCHES {
-            Some(format!(
-                "the exact search takes up to {OPTIMAL_MAX_STAGES} stages and \
-             {OPTIMAL_MAX_MICROBATCHES} microbatches"
-            ))
-        } else if !args.stage_costs.is_empty() || args.fold().shares(args.stages) {
-            Some("the exact search takes even stages, one device each".into())
-        } else if share.blocking_sends {
-            Some("the exact search models sends that run beside compute".into())
-        } else {
-            None
-        };
+    let uneven = !args.stage_costs.is_empty() || args.fold().shares(args.stages);
+    let why_not = beyond_the_search(args.stages, args.microbatches, share).or_else(|| {
+        uneven.then(|| "the exact search takes even stages, one device each".to_string())
+    });
     match why_not {
         Some(_) if quiet_refusal => Ok(None),
         Some(why) => bail!("--optimal: {why}"),

@@ -16,6 +16,11 @@ const OUTPUTS: [&str; 6] = ["trace", "json", "markdown", "svg", "out", "checkpoi
 /// it is formed.
 const DEVICE_FLAGS: [&str; 3] = ["backends", "virtual_devices", "adapters"];
 
+/// Whether flag `id` of the subcommand at `path` names where a rank writes.
+fn is_output(path: &[&str], id: &str) -> bool {
+    OUTPUTS.contains(&id) || (id == "checkpoint" && path.first() == Some(&"train"))
+}
+
 /// The settings of the command line `matches` parsed with `command`.
 pub(crate) fn of_command_line(command: &Command, matches: &ArgMatches) -> Settings {
     let mut settings = Settings::new();
@@ -40,9 +45,7 @@ fn add<'a>(
 ) {
     for arg in command.get_arguments() {
         let id = arg.get_id().as_str();
-        let output =
-            OUTPUTS.contains(&id) || (id == "checkpoint" && path.first() == Some(&"train"));
-        if output || DEVICE_FLAGS.contains(&id) {
+        if is_output(path, id) || DEVICE_FLAGS.contains(&id) {
             continue;
         }
         // Global flags appear in every subcommand's matches too: take them once, at the top.
@@ -148,10 +151,11 @@ mod tests {
     /// compared): a new path flag must be sorted into one of the two here.
     #[test]
     fn every_path_flag_is_sorted() {
-        fn walk(command: &Command, path: &mut Vec<String>, found: &mut Vec<String>) {
+        /// Every path flag: its subcommand path and id.
+        fn walk(command: &Command, path: &mut Vec<String>, found: &mut Vec<(Vec<String>, String)>) {
             for arg in command.get_arguments() {
                 if arg.get_value_parser().type_id() == TypeId::of::<PathBuf>() {
-                    found.push(format!("{} {}", path.join(" "), arg.get_id()));
+                    found.push((path.clone(), arg.get_id().to_string()));
                 }
             }
             for sub in command.get_subcommands() {
@@ -186,17 +190,18 @@ mod tests {
             "bench compare old",
             "bench compare new",
         ];
-        for f in &found {
-            let id = f.rsplit(' ').next().unwrap();
-            let output = OUTPUTS.contains(&id) || (id == "checkpoint" && f.starts_with("train "));
+        let named = |(path, id): &(Vec<String>, String)| format!("{} {id}", path.join(" "));
+        for flag in &found {
+            let path: Vec<&str> = flag.0.iter().map(String::as_str).collect();
             assert!(
-                output || read.contains(&f.trim()),
-                "{f}: sort it into OUTPUTS or the inputs"
+                is_output(&path, &flag.1) || read.contains(&named(flag).trim()),
+                "{}: sort it into OUTPUTS or the inputs",
+                named(flag)
             );
         }
         for r in read {
             assert!(
-                found.iter().any(|f| f.trim() == r),
+                found.iter().any(|f| named(f).trim() == r),
                 "{r}: no such path flag"
             );
         }

@@ -44,10 +44,10 @@ const OPTIMUM_BUDGET: u64 = 30_000;
 /// The optimum under the memory of `row`'s schedule, where the exact search takes the setting
 /// (p ≤ 4, m ≤ 6, even stages, one device each, sends beside compute).
 fn optimum(p: &LabParams, row: &FigureRow) -> Option<OptimumLine> {
-    use gangway::pipeline::{OPTIMAL_MAX_MICROBATCHES, OPTIMAL_MAX_STAGES, optimal_within};
-    let small = p.stages <= OPTIMAL_MAX_STAGES && p.microbatches <= OPTIMAL_MAX_MICROBATCHES;
-    let plain = p.stage_scale().is_empty() && !row.folded() && !p.wait_for_sends;
-    if !(small && plain) {
+    use gangway::pipeline::{beyond_the_search, optimal_within};
+    let costs = p.share_costs();
+    let even = p.stage_scale().is_empty() && !row.folded();
+    if !even || beyond_the_search(p.stages, p.microbatches, &costs).is_some() {
         return None;
     }
     let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
@@ -55,7 +55,7 @@ fn optimum(p: &LabParams, row: &FigureRow) -> Option<OptimumLine> {
     let best = optimal_within(
         p.stages,
         p.microbatches,
-        &p.share_costs().per_chunk(1),
+        &costs.per_chunk(1),
         Some(memory),
         OPTIMUM_BUDGET,
     )
