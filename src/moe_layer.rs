@@ -134,9 +134,7 @@ pub fn run_expert_parallel(
         w_router.repeat(n).into(),
         w_experts.clone().into(),
     ];
-    let results = client
-        .submit(&exec, args, RunOptions::default())?
-        .wait_bytes()?;
+    let results = client.run_bytes(&exec, args, RunOptions::default())?;
     let seconds = start.elapsed().as_secs_f64();
     let (y, stats) = match results.as_slice() {
         [y, stats] => (

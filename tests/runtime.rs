@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
+        case!(adapters: a_run_waited_for_at_once_is_driven_by_its_caller),
         case!(adapters: a_compiled_programs_later_runs_create_no_gpu_objects),
         case!(adapters: each_run_handle_returns_its_own_events),
         case!(adapters: a_device_waiting_on_another_runs_independent_work_meanwhile)
@@ -648,4 +649,104 @@ fn a_device_waiting_on_another_runs_independent_work_meanwhile(adapters: &Adapte
     // 0 + 400 slow steps of +1, plus 2 · 1.
     let values: Vec<f32> = bytemuck::pod_collect_to_vec(&outputs[0][0]);
     assert!(values.iter().all(|&v| v == 402.0), "{:?}", &values[..4]);
+}
+
+/// A one-device run that its caller waits for at once (`Client::run`) is driven on the caller's
+/// thread while the device's worker is idle, with the same results; a run submitted to be
+/// waited for later, or one spanning devices, is the workers'. A caller that drives while other
+/// clients' runs are queued on the device leaves them to the worker, and a panic on the
+/// caller's turn fails its run and breaks the device as a worker's would.
+fn a_run_waited_for_at_once_is_driven_by_its_caller(adapters: &Adapters) {
+    let devices = fresh_devices(adapters, |_| {});
+    let runtime = Runtime::new(devices.clone(), RuntimeOptions::default()).unwrap();
+    let compile = |gang: &[usize]| {
+        let mut p = ProgramBuilder::new("driven");
+        let x = p.arg(&[gang[0]], 64);
+        let mut y = p.affine("a", &[gang[0]], x, 2.0, 1.0);
+        if let Some(&second) = gang.get(1) {
+            y = p.affine("b", &[second], y, 1.0, 1.0);
+        }
+        p.result(y);
+        Arc::new(
+            p.build()
+                .unwrap()
+                .compile(&devices, CompileOptions::default())
+                .unwrap(),
+        )
+    };
+    let (one, two) = (compile(&[0]), compile(&[0, 1]));
+    let driven = |name: &str| {
+        let stats = runtime.client_stats();
+        stats
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0, |s| s.driven)
+    };
+    let client = runtime.client("caller", 1);
+    for mode in [DispatchMode::Parallel, DispatchMode::Sequential] {
+        let opts = RunOptions {
+            mode,
+            ..RunOptions::default()
+        };
+        let before = driven("caller");
+        for i in 0..40 {
+            let out = client.run(&one, vec![vec![i as f32; 64]], opts).unwrap();
+            assert_eq!(out[0], vec![2.0 * i as f32 + 1.0; 64]);
+        }
+        // The worker's thread may be on a turn of its own (its doorbell's timeout, or still
+        // ending the last run's turn on a loaded machine) when a run comes: that run is its, so
+        // most but not necessarily all are driven.
+        let n = driven("caller") - before;
+        assert!(n >= 20, "{mode:?}: {n} of 40 runs driven by their caller");
+        let before = driven("caller");
+        let out = client.run(&two, vec![vec![1.0; 64]], opts).unwrap();
+        assert_eq!(out[0], vec![4.0; 64]);
+        let handle = client.submit(&one, vec![vec![1.0; 64]], opts).unwrap();
+        assert_eq!(handle.wait().unwrap()[0], vec![3.0; 64]);
+        assert_eq!(
+            driven("caller"),
+            before,
+            "{mode:?}: spanning devices or submitted"
+        );
+    }
+    // Another client's runs queued on the device: the caller's run and theirs all finish.
+    let other = runtime.client("other", 1);
+    let queued: Vec<_> = (0..16)
+        .map(|i| {
+            other
+                .submit(&one, vec![vec![i as f32; 64]], RunOptions::default())
+                .unwrap()
+        })
+        .collect();
+    let out = client
+        .run(&one, vec![vec![5.0; 64]], RunOptions::default())
+        .unwrap();
+    assert_eq!(out[0], vec![11.0; 64]);
+    for (i, h) in queued.into_iter().enumerate() {
+        assert_eq!(h.wait().unwrap()[0], vec![2.0 * i as f32 + 1.0; 64]);
+    }
+    // A panic on the caller's turn is the device's, as on its worker's.
+    runtime
+        .inject_panic(&devices[0], "injected on a driven run")
+        .unwrap();
+    let err = client
+        .run(&one, vec![vec![1.0; 64]], RunOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Panic { message, .. } if message == "injected on a driven run"),
+        "{err}"
+    );
+    let err = client
+        .run(&one, vec![vec![1.0; 64]], RunOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Panic { .. }),
+        "the device stays broken: {err}"
+    );
+    // The other device's worker was never in the way.
+    let only_second = compile(&[1]);
+    let out = client
+        .run(&only_second, vec![vec![1.0; 64]], RunOptions::default())
+        .unwrap();
+    assert_eq!(out[0], vec![3.0; 64]);
 }

@@ -147,7 +147,7 @@ pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<
         trace: true,
         ..RunOptions::default()
     };
-    let (results, events) = client.submit(&exec, args, opts)?.wait_traced()?;
+    let (results, events) = client.submit_and_drive(&exec, args, opts)?.wait_traced()?;
     let results: Vec<Vec<f32>> = results
         .iter()
         .map(|b| bytemuck::pod_collect_to_vec::<u8, f32>(b))

@@ -22,6 +22,8 @@ pub(crate) struct ClientState {
     pub admitted: u64,
     /// Runs that finished without an error.
     pub finished: u64,
+    /// Runs their caller drove.
+    pub driven: u64,
     /// Admitted runs not finished yet (with or without an error).
     pub running: u64,
     /// Every handle to the client is gone: free the slot once its runs are done.
@@ -52,6 +54,7 @@ impl ClientTable {
             pending: VecDeque::new(),
             admitted: 0,
             finished: 0,
+            driven: 0,
             running: 0,
             released: false,
         };
@@ -112,10 +115,12 @@ impl ClientTable {
                     share: c.share,
                     admitted: 0,
                     finished: 0,
+                    driven: 0,
                 });
             gone.share = c.share;
             gone.admitted += c.admitted;
             gone.finished += c.finished;
+            gone.driven += c.driven;
             self.free.push(i);
         }
     }
@@ -128,6 +133,7 @@ impl ClientTable {
                 share: c.share,
                 admitted: c.admitted,
                 finished: c.finished,
+                driven: c.driven,
             })
             .chain(self.departed.values().cloned())
             .collect()

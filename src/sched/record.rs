@@ -1,6 +1,7 @@
 //! Recording the command buffer of one role: the host work that parallel dispatch does up front
 //! and sequential dispatch does just in time. Each buffer carries the callbacks that report its
-//! completion to the device's worker.
+//! completion to the device's worker. Parallel dispatch records a device's whole part of an
+//! untraced run into one buffer where nothing in it waits ([`record_together`]).
 
 use super::run::{Role, RunState};
 use super::worker::{Completion, Inbox};
@@ -11,7 +12,8 @@ use std::sync::Arc;
 /// A recorded command buffer and the number of completion callbacks it will fire.
 #[derive(Debug)]
 pub(crate) struct Recorded {
-    pub commands: wgpu::CommandBuffer,
+    /// `None`: the role's commands (and callbacks) are in an earlier role's buffer.
+    pub commands: Option<wgpu::CommandBuffer>,
     pub callbacks: usize,
     /// The timestamp pair the kernel writes, resolved later by the device's worker.
     pub stamp: Option<u32>,
@@ -53,14 +55,80 @@ fn record_commands(
     device: &Device,
     inbox: &Arc<Inbox>,
 ) -> Result<Option<Recorded>> {
-    let prog = run.exec.program();
-    let n = &prog.nodes()[node];
     if !role.records_commands() {
         return Ok(None);
     }
+    let mut encoder = device.encoder(&run.exec.program().nodes()[node].name);
+    let (callbacks, stamp) = encode(run, node, role, device, inbox, &mut encoder)?;
+    Ok(Some(Recorded {
+        commands: Some(encoder.finish()),
+        callbacks,
+        stamp,
+    }))
+}
+
+/// Whether a device's part of a run (`work`, its roles in order) may go in one command buffer,
+/// submitted at its first recorded role: nothing in it waits for other devices (a receive, a
+/// gather) or writes a buffer from the host after that role (uploads come first), and the run
+/// is not traced (each kernel's own submission times it).
+pub(crate) fn may_record_together(run: &RunState, work: &[(usize, Role)]) -> bool {
+    let first = work.iter().position(|(_, r)| r.records_commands());
+    !run.trace.is_on()
+        && !run.gpu_timed
+        && first.is_some_and(|f| {
+            work[..f]
+                .iter()
+                .all(|(_, r)| matches!(r, Role::Upload { .. }))
+                && work[f..].iter().all(|(_, r)| r.records_commands())
+        })
+}
+
+/// Records `work` (see [`may_record_together`]) into one command buffer: each role that
+/// records with what [`record`] would give it, the first carrying the buffer and every
+/// callback, the rest empty. One encoder and one submission where a run of many small
+/// kernels made as many of each.
+pub(crate) fn record_together(
+    run: &Arc<RunState>,
+    work: &[(usize, Role)],
+    device: &Device,
+    inbox: &Arc<Inbox>,
+) -> Result<Vec<(usize, Role, Recorded)>> {
+    let mut encoder = device.encoder(run.exec.program().name());
+    let mut out = Vec::new();
+    let mut callbacks = 0;
+    for &(node, role) in work.iter().filter(|(_, r)| r.records_commands()) {
+        callbacks += encode(run, node, role, device, inbox, &mut encoder)?.0;
+        out.push((
+            node,
+            role,
+            Recorded {
+                commands: None,
+                callbacks: 0,
+                stamp: None,
+            },
+        ));
+    }
+    if let Some((_, _, first)) = out.first_mut() {
+        first.commands = Some(encoder.finish());
+        first.callbacks = callbacks;
+    }
+    Ok(out)
+}
+
+/// Encodes `role`'s commands and completion callbacks: how many callbacks, and the timestamp
+/// pair a kernel writes.
+fn encode(
+    run: &Arc<RunState>,
+    node: usize,
+    role: Role,
+    device: &Device,
+    inbox: &Arc<Inbox>,
+    encoder: &mut wgpu::CommandEncoder,
+) -> Result<(usize, Option<u32>)> {
+    let prog = run.exec.program();
+    let n = &prog.nodes()[node];
     let shard = role.shard();
     let res = &run.exec.slots[run.slot].nodes[node][shard];
-    let mut encoder = device.encoder(&n.name);
     let mut callbacks = 0;
     let mut stamp = None;
     match role {
@@ -76,7 +144,7 @@ fn record_commands(
                 .filter(|_| run.gpu_timed && inbox.clock(device).is_some());
             stamp = ring.map(|r| r.allocate());
             dispatch.encode(
-                &mut encoder,
+                encoder,
                 ring.zip(stamp).map(|(r, pair)| (&r.queries, 2 * pair)),
             );
             let (inbox2, run2) = (inbox.clone(), run.clone());
@@ -120,11 +188,7 @@ fn record_commands(
             });
             callbacks += 1;
         }
-        Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => return Ok(None),
+        Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => {}
     }
-    Ok(Some(Recorded {
-        commands: encoder.finish(),
-        callbacks,
-        stamp,
-    }))
+    Ok((callbacks, stamp))
 }

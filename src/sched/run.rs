@@ -204,6 +204,9 @@ pub(crate) struct RunState {
     pub error: OnceLock<Error>,
     released: AtomicBool,
     pub admitted: AtomicBool,
+    /// Its caller drives it, or is about to ([`super::worker::drive`]): admission rings no
+    /// worker for it, and workers leave its tasks queued until the caller gives it back.
+    pub caller_drives: AtomicBool,
     last_progress: Mutex<Instant>,
     done: (Mutex<bool>, Condvar),
 }
@@ -302,6 +305,7 @@ impl RunState {
             ranks,
             released: AtomicBool::new(false),
             admitted: AtomicBool::new(false),
+            caller_drives: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),
             done: (Mutex::new(false), Condvar::new()),
             exec,
@@ -368,6 +372,22 @@ impl RunState {
             .last_progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// How long since the run last made progress.
+    pub fn idle_for(&self) -> Duration {
+        self.last_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
+    }
+
+    /// The one device of this process the run uses, when it uses just one.
+    pub fn only_device(&self) -> Option<usize> {
+        match self.used[..] {
+            [d] => Some(d),
+            _ => None,
+        }
     }
 
     /// One role of `node` finished: its part of the node's outputs is ready.
@@ -496,11 +516,7 @@ impl RunState {
             if let Some(lost) = self.lost_device() {
                 return Err(lost);
             }
-            let idle = self
-                .last_progress
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .elapsed();
+            let idle = self.idle_for();
             // Queued behind admission is not a stall; admitted without progress is.
             if idle > timeout && self.admitted.load(Ordering::Acquire) {
                 return Err(Error::Timeout {

@@ -10,7 +10,7 @@
 //! collectives of concurrent programs can never deadlock or interleave wrongly.
 
 use super::clients::ClientTable;
-use super::record::record;
+use super::record::{may_record_together, record, record_together};
 use super::remote::Remote;
 use super::run::{Role, RunEnv, RunOptions, RunState};
 use super::state::{GangRecord, SchedState, Shared};
@@ -116,6 +116,9 @@ pub struct ClientStats {
     pub share: u32,
     pub admitted: u64,
     pub finished: u64,
+    /// Runs that their caller drove to their end on its own thread
+    /// ([`Client::submit_and_drive`]).
+    pub driven: u64,
 }
 
 impl Runtime {
@@ -142,6 +145,7 @@ impl Runtime {
             mesh,
             remote,
             bells: (0..n).map(|_| Default::default()).collect(),
+            cores: (0..n).map(|_| Default::default()).collect(),
             state: Mutex::new(SchedState {
                 policy: opts.policy,
                 max_in_flight: opts.max_in_flight,
@@ -344,6 +348,19 @@ impl Client {
         args: Vec<A>,
         opts: RunOptions,
     ) -> Result<RunHandle> {
+        Ok(self.submit_as(exec, args, opts, false)?.0)
+    }
+
+    /// [`Self::submit`]; with `drive`, a run on one of this process's devices that is admitted at
+    /// once rings no worker, and its worker's index comes back: the caller drives the run itself
+    /// ([`worker::drive`]), or rings that worker.
+    fn submit_as<A: Into<HostData>>(
+        &self,
+        exec: &Arc<Executable>,
+        args: Vec<A>,
+        opts: RunOptions,
+        drive: bool,
+    ) -> Result<(RunHandle, Option<usize>)> {
         let prog = exec.program();
         let fail = |reason: String| Error::Program {
             program: prog.name().to_string(),
@@ -416,7 +433,7 @@ impl Client {
         if let (Some(remote), Some(key)) = (&shared.remote, key) {
             remote.register(key, &run);
         }
-        {
+        let driver = {
             let mut state = self.0.shared.lock();
             state.arrivals += 1;
             let arrival = state.arrivals;
@@ -430,9 +447,18 @@ impl Client {
                 client.pass = client.pass.max(vtime);
             }
             client.pending.push_back((arrival, run.clone()));
+            let driver = run
+                .only_device()
+                .and_then(|d| run.workers[d])
+                .filter(|_| drive && key.is_none());
+            run.caller_drives.store(driver.is_some(), Ordering::Release);
             self.0.shared.admit(&mut state);
-        }
-        Ok(RunHandle { run, timeout })
+            // Admitted later (by a finishing run), the run's workers are rung as usual.
+            let driver = driver.filter(|_| run.admitted.load(Ordering::Acquire));
+            run.caller_drives.store(driver.is_some(), Ordering::Release);
+            driver
+        };
+        Ok((RunHandle { run, timeout }, driver))
     }
 
     /// Submits and waits.
@@ -442,7 +468,36 @@ impl Client {
         args: Vec<A>,
         opts: RunOptions,
     ) -> Result<Vec<Vec<f32>>> {
-        self.submit(exec, args, opts)?.wait()
+        self.submit_and_drive(exec, args, opts)?.wait()
+    }
+
+    /// Submits and waits, with the results as bytes.
+    pub fn run_bytes<A: Into<HostData>>(
+        &self,
+        exec: &Arc<Executable>,
+        args: Vec<A>,
+        opts: RunOptions,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.submit_and_drive(exec, args, opts)?.wait_bytes()
+    }
+
+    /// Submits a run that the caller waits for at once: a run on one of this process's devices
+    /// is driven to its end on the caller's thread when the device's worker is idle, which
+    /// saves two thread hand-offs a run (see `worker::drive`). Its handle then has the results
+    /// (and trace events) ready; otherwise the run goes as [`Self::submit`]'s would. A run
+    /// submitted to overlap with the caller's own work should use [`Self::submit`]: its worker
+    /// starts at once.
+    pub fn submit_and_drive<A: Into<HostData>>(
+        &self,
+        exec: &Arc<Executable>,
+        args: Vec<A>,
+        opts: RunOptions,
+    ) -> Result<RunHandle> {
+        let (handle, driver) = self.submit_as(exec, args, opts, true)?;
+        if let Some(w) = driver {
+            worker::drive(&self.0.shared, w, &handle.run, handle.timeout);
+        }
+        Ok(handle)
     }
 
     /// Parallel dispatch's host work: every command buffer of the run, one thread per device.
@@ -462,6 +517,12 @@ impl Client {
                 return Ok(());
             };
             let inbox = &self.0.shared.inboxes[worker];
+            if may_record_together(run, work) {
+                for (node, role, r) in record_together(run, work, device, inbox)? {
+                    run.put_prepared(node, role, r);
+                }
+                return Ok(());
+            }
             for &(node, role) in work {
                 if let Some(r) = record(run, node, role, device, inbox)? {
                     run.put_prepared(node, role, r);

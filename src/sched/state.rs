@@ -9,7 +9,7 @@ use super::clients::ClientTable;
 use super::remote::{Remote, Routed};
 use super::run::RunState;
 use super::runtime::{Policy, RuntimeOptions};
-use super::worker::{Inbox, Task};
+use super::worker::{Core, Inbox, Task};
 use crate::Device;
 use crate::job::transport::RunKey;
 use crate::mesh::Mesh;
@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     /// to do: with one shared condition variable every idle worker woke and slept again, about
     /// a dozen futile thread switches per one-device run in a runtime of four devices.
     pub bells: Vec<Bell>,
+    /// Per worker: its state, held by its thread during a turn or by a caller driving its own
+    /// run ([`super::worker::drive`]).
+    pub cores: Vec<Mutex<Core>>,
     /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
     pub injected_panics: Vec<Mutex<Option<String>>>,
     pub(super) state: Mutex<SchedState>,
@@ -256,9 +259,13 @@ impl Shared {
                 run.signal();
                 run.release_if_idle();
             }
+            // A caller that drives its own run rings no worker: it takes the worker's turn.
+            let ring = !run.caller_drives.load(Ordering::Acquire);
             for (w, task) in tasks {
                 state.queues[w].push_back(task);
-                self.bells[w].ring();
+                if ring {
+                    self.bells[w].ring();
+                }
             }
         }
     }

@@ -1,6 +1,8 @@
-//! One worker thread per device: it takes the device's gangs in the scheduler's sequence order,
+//! One worker per device: it takes the device's gangs in the scheduler's sequence order,
 //! submits their (pre-recorded or just-recorded) commands, waits for transfer futures, and turns
-//! GPU callbacks into ready outputs and trace events.
+//! GPU callbacks into ready outputs and trace events. Its state ([`Core`]) is its thread's during
+//! a turn; between turns (while the thread sleeps or polls the GPU) a caller waiting on its own
+//! one-device run may take it and drive that run itself ([`drive`]).
 //!
 //! Under parallel dispatch, a gang waiting on other devices (a receive, a collective's gather)
 //! does not hold the device: later gangs of the same run that touch no storage it still needs
@@ -23,7 +25,7 @@ use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 /// A GPU callback's news, handed to the device's worker (callbacks themselves only push here).
@@ -128,11 +130,14 @@ enum Step {
     Blocked(String),
 }
 
-struct Worker {
-    shared: Arc<Shared>,
-    index: usize,
-    device: Device,
-    inbox: Arc<Inbox>,
+/// A device worker's state. Its thread holds it for one turn at a time, and lends it between
+/// turns to a caller that drives its own one-device run ([`drive`]).
+#[derive(Debug, Default)]
+pub(crate) struct Core {
+    /// The device's tasks in progress, oldest first.
+    active: Vec<Task>,
+    /// Since when the worker drains its device to shut down.
+    shutdown_since: Option<Instant>,
     /// Host-timed kernels: when the previous one ended, so intervals on the lane never overlap.
     last_kernel_end: u64,
     /// Set once the device is lost or this worker panicked: every later task of the device fails
@@ -151,6 +156,29 @@ struct Worker {
     stall: Option<(u64, Arc<RunState>, usize, String)>,
 }
 
+/// One turn of a device's worker, by whichever thread holds its [`Core`].
+struct Worker<'a> {
+    shared: &'a Shared,
+    index: usize,
+    device: &'a Device,
+    inbox: &'a Arc<Inbox>,
+    core: &'a mut Core,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Shut down: the thread exits.
+    Exit,
+    /// More may be done at once.
+    Again,
+    /// Nothing to do until the GPU calls back: poll the device (a worker's thread without the
+    /// core, so a caller may drive its run meanwhile; a thread can poll while another does).
+    Poll,
+    /// Nothing to do and no GPU callback owed: wait for the doorbell.
+    Sleep,
+}
+
 /// The most command buffers one queue submission carries.
 const SUBMIT_BATCH: usize = 32;
 
@@ -161,6 +189,9 @@ const RUN_AHEAD: usize = 64;
 /// it; shorter polls (250 µs was tried) cost more CPU than they save on CPU-backed adapters.
 const POLL: Duration = Duration::from_millis(2);
 
+/// How long a caller retries to take a busy worker's core before leaving it the run.
+const TAKE_OVER: Duration = Duration::from_micros(200);
+
 /// The longest a traced kernel's GPU times wait for their batch to be resolved.
 const STAMP_LATENCY: Duration = Duration::from_millis(100);
 
@@ -168,55 +199,132 @@ pub(crate) fn spawn(
     shared: Arc<Shared>,
     index: usize,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let device = shared.devices[index].clone();
-    std::thread::Builder::new()
-        .name(format!("gangway device {}", device.id()))
-        .spawn(move || {
-            super::threads::register_current();
-            let inbox = shared.inboxes[index].clone();
-            Worker {
-                shared,
-                index,
-                device,
-                inbox,
-                last_kernel_end: 0,
-                broken: None,
-                stamps: Vec::new(),
-                stamps_since: None,
-                unsubmitted: Vec::new(),
-                stall: None,
-            }
-            .run();
-        })
-}
-
-impl Worker {
-    /// Serves the device's queue until shutdown. A panic fails the run it was serving and breaks
-    /// the worker, which then fails every later task at once instead of leaving runs to time out,
-    /// while it still drains GPU callbacks so runs already past this device finish.
-    fn run(&mut self) {
-        let mut active: Vec<Task> = Vec::new();
-        let mut shutdown_since: Option<Instant> = None;
+    let name = format!("gangway device {}", shared.devices[index].id());
+    std::thread::Builder::new().name(name).spawn(move || {
+        super::threads::register_current();
         loop {
-            let turn = catch_unwind(AssertUnwindSafe(|| {
-                self.turn(&mut active, &mut shutdown_since)
-            }));
+            let turn = {
+                let mut core = shared.cores[index]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                Worker::new(&shared, index, &mut core).turn_caught()
+            };
+            // Both waits without the core, so a caller may drive its run meanwhile.
             match turn {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(payload) => {
-                    let e = Error::panicked(
-                        format!("device {} worker", self.device.label()),
-                        &*payload,
-                    );
-                    self.broken.get_or_insert(e.clone_for_report());
-                    for task in std::mem::take(&mut active) {
-                        task.run.fail(e.clone_for_report());
-                        self.finish(task, false);
+                Turn::Exit => return,
+                Turn::Again => {}
+                Turn::Poll => {
+                    if let Err(e) = shared.devices[index].poll(POLL) {
+                        lose(&shared.cores[index], e);
                     }
                 }
+                Turn::Sleep => shared.bells[index].wait(Duration::from_millis(5)),
             }
         }
+    })
+}
+
+/// A failed poll: the device is lost, and the worker broken.
+fn lose(core: &Mutex<Core>, e: Error) {
+    let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+    core.broken.get_or_insert(e);
+}
+
+/// The caller of a one-device run drives the device's worker itself, until the run is done,
+/// when the worker's thread is idle (its [`Core`] is free): the commands are recorded,
+/// submitted and waited for on the caller's thread, as a plain wgpu loop would, instead of
+/// waking the worker's thread and being woken by it. That hand-off was most of the ~100 µs a
+/// small run cost over wgpu's own submit-and-wait. A busy worker keeps the run: its doorbell is
+/// rung, and the caller waits as usual. Tasks of other runs the caller met on the way, or GPU
+/// callbacks still owed, go back to the worker's thread.
+pub(crate) fn drive(shared: &Shared, index: usize, run: &RunState, timeout: Duration) {
+    // A worker's thread often still ends the turn that finished the caller's previous run
+    // when the caller submits its next one: a moment's retrying finds it idle.
+    let tried = Instant::now();
+    let mut core = loop {
+        match shared.cores[index].try_lock() {
+            Ok(core) => break core,
+            Err(TryLockError::Poisoned(p)) => break p.into_inner(),
+            Err(TryLockError::WouldBlock) if tried.elapsed() < TAKE_OVER => {
+                std::thread::yield_now();
+            }
+            Err(TryLockError::WouldBlock) => {
+                // Left to the worker, which may take its tasks now.
+                run.caller_drives.store(false, Ordering::Release);
+                shared.bells[index].ring();
+                return;
+            }
+        }
+    };
+    // Held: no worker can take the run's tasks now, nor after, should the caller leave them.
+    run.caller_drives.store(false, Ordering::Release);
+    let done =
+        || run.failed() || (run.results_ready() && run.tasks_left.load(Ordering::Acquire) == 0);
+    while !done() && run.idle_for() <= timeout {
+        match Worker::new(shared, index, &mut core).turn_caught() {
+            Turn::Again => {}
+            Turn::Poll => {
+                if let Err(e) = shared.devices[index].poll(POLL) {
+                    core.broken.get_or_insert(e);
+                }
+            }
+            Turn::Exit | Turn::Sleep => break,
+        }
+    }
+    if done()
+        && let Some(c) = shared.lock().clients.get_mut(run.client)
+    {
+        c.driven += 1;
+    }
+    // What is left (another run's tasks met on the way, this one's after a timeout, GPU
+    // callbacks owed) is the worker thread's.
+    let left_over = !core.active.is_empty()
+        || !core.unsubmitted.is_empty()
+        || !core.stamps.is_empty()
+        || shared.inboxes[index].outstanding.load(Ordering::Acquire) > 0
+        || !shared.lock().queues[index].is_empty();
+    drop(core);
+    if left_over {
+        shared.bells[index].ring();
+    }
+}
+
+impl<'a> Worker<'a> {
+    fn new(shared: &'a Shared, index: usize, core: &'a mut Core) -> Self {
+        Self {
+            shared,
+            index,
+            device: &shared.devices[index],
+            inbox: &shared.inboxes[index],
+            core,
+        }
+    }
+
+    /// One turn. A panic fails the run it was serving and breaks the worker, which then fails
+    /// every later task at once instead of leaving runs to time out, while it still drains GPU
+    /// callbacks so runs already past this device finish.
+    fn turn_caught(&mut self) -> Turn {
+        let mut active = std::mem::take(&mut self.core.active);
+        let mut shutdown_since = self.core.shutdown_since.take();
+        let turn = catch_unwind(AssertUnwindSafe(|| {
+            self.turn(&mut active, &mut shutdown_since)
+        }));
+        let turn = match turn {
+            Ok(t) => t,
+            Err(payload) => {
+                let e =
+                    Error::panicked(format!("device {} worker", self.device.label()), &*payload);
+                self.core.broken.get_or_insert(e.clone_for_report());
+                for task in std::mem::take(&mut active) {
+                    task.run.fail(e.clone_for_report());
+                    self.finish(task, false);
+                }
+                Turn::Again
+            }
+        };
+        self.core.active = active;
+        self.core.shutdown_since = shutdown_since;
+        turn
     }
 
     /// The next task of the device's queue, recorded in the gang order; `None` when the queue is
@@ -235,6 +343,14 @@ impl Worker {
             if !passes {
                 return None;
             }
+        }
+        // A caller about to drive its own run takes it from here (see [`drive`]): the worker
+        // ends its turn, so the caller finds the core free.
+        if queue
+            .front()
+            .is_some_and(|t| t.run.caller_drives.load(Ordering::Acquire))
+        {
+            return None;
         }
         let task = queue.pop_front()?;
         let order = &mut state.order[self.index];
@@ -298,8 +414,8 @@ impl Worker {
     /// idling. A task waiting on other devices (a receive, a collective's gather) does not hold
     /// the device: later tasks of the same run that do not depend on it (in storage, see
     /// [`crate::program::access`]) run meanwhile, at most [`RUN_AHEAD`] of them, so sends go out
-    /// early and receives wait late. True when the worker should exit.
-    fn turn(&mut self, active: &mut Vec<Task>, shutdown_since: &mut Option<Instant>) -> bool {
+    /// early and receives wait late.
+    fn turn(&mut self, active: &mut Vec<Task>, shutdown_since: &mut Option<Instant>) -> Turn {
         self.drain_completions();
         if active.is_empty() {
             {
@@ -308,25 +424,22 @@ impl Worker {
                     // Drain the GPU's callbacks, but never wait on them past the timeout.
                     let since = *shutdown_since.get_or_insert_with(Instant::now);
                     // Kernels' GPU times still waiting for their batch: resolve them now.
-                    if !self.stamps.is_empty() {
+                    if !self.core.stamps.is_empty() {
                         drop(state);
                         self.resolve_stamps();
-                        return false;
+                        return Turn::Again;
                     }
                     if self.inbox.outstanding.load(Ordering::Acquire) == 0
-                        || self.broken.is_some()
+                        || self.core.broken.is_some()
                         || since.elapsed() > self.device.wait_timeout()
                     {
-                        return true;
+                        return Turn::Exit;
                     }
                 }
             }
             match self.pop(None) {
                 Some(t) => active.push(t),
-                None => {
-                    self.idle();
-                    return false;
-                }
+                None => return self.idle(),
             }
         }
         let mut progressed = false;
@@ -366,14 +479,14 @@ impl Worker {
         }
         if progressed {
             self.end_stall();
-            return false;
+            return Turn::Again;
         }
         // Nothing could move: the device waits on the oldest task.
         if let Some(task) = active.first() {
             let Some((since, reason)) = task.blocked.clone() else {
-                return false;
+                return Turn::Again;
             };
-            self.stall.get_or_insert_with(|| {
+            self.core.stall.get_or_insert_with(|| {
                 let now = task.run.trace.now_ns();
                 (now, task.run.clone(), task.node, reason.clone())
             });
@@ -389,17 +502,16 @@ impl Worker {
                     waited_ms: since.elapsed().as_millis() as u64,
                 };
                 task.run.fail(e);
-                return false;
+                return Turn::Again;
             }
         }
-        self.idle();
-        false
+        self.idle()
     }
 
     /// The device stalled (no task could move) from the stall's start until now: a wait event
     /// of the task it waited on.
     fn end_stall(&mut self) {
-        if let Some((start_ns, run, node, reason)) = self.stall.take() {
+        if let Some((start_ns, run, node, reason)) = self.core.stall.take() {
             let end = run.trace.now_ns().max(start_ns);
             run.trace.record(
                 run.event_meta(EventMeta::wait(self.device.id()), node),
@@ -410,25 +522,24 @@ impl Worker {
         }
     }
 
-    /// Waits for the next thing to happen: the GPU when it owes callbacks, else other workers.
-    fn idle(&mut self) {
+    /// What to wait for next: the GPU when it owes callbacks ([`Turn::Poll`]), else other
+    /// workers or callers ([`Turn::Sleep`]: the doorbell).
+    fn idle(&mut self) -> Turn {
         self.flush();
         // Resolve a partial batch only once it has waited a while: workers idle between nearly
         // every task, and resolving each time would undo the batching.
         if self
+            .core
             .stamps_since
             .is_some_and(|t| t.elapsed() > STAMP_LATENCY)
         {
             self.resolve_stamps();
         }
-        let lost = matches!(self.broken, Some(Error::DeviceLost { .. }));
+        let lost = matches!(self.core.broken, Some(Error::DeviceLost { .. }));
         if !lost && self.inbox.outstanding.load(Ordering::Acquire) > 0 {
-            if let Err(e) = self.device.poll(POLL) {
-                self.lose(e);
-            }
-            return;
+            return Turn::Poll;
         }
-        self.shared.bells[self.index].wait(Duration::from_millis(5));
+        Turn::Sleep
     }
 
     /// A failed map most often means the device was lost: report that when it is so.
@@ -445,7 +556,7 @@ impl Worker {
     }
 
     fn lose(&mut self, e: Error) {
-        self.broken.get_or_insert(e);
+        self.core.broken.get_or_insert(e);
     }
 
     /// `more_active`: other tasks of the run are active on this device.
@@ -460,7 +571,13 @@ impl Worker {
         if !same_run_next {
             self.flush();
             // A run whose handle waits for its events: its GPU times now, not a batch later.
-            if task.run.opts.trace && self.stamps.iter().any(|s| Arc::ptr_eq(&s.1, &task.run)) {
+            if task.run.opts.trace
+                && self
+                    .core
+                    .stamps
+                    .iter()
+                    .any(|s| Arc::ptr_eq(&s.1, &task.run))
+            {
                 self.resolve_stamps();
             }
         }
@@ -492,7 +609,7 @@ impl Worker {
         if run.failed() {
             return Step::Done;
         }
-        if let Some(e) = &self.broken {
+        if let Some(e) = &self.core.broken {
             run.fail(e.clone_for_report());
             return Step::Done;
         }
@@ -647,7 +764,7 @@ impl Worker {
     fn submit(&mut self, run: &Arc<RunState>, node: usize, role: Role) -> Result<()> {
         let recorded = match run.take_prepared(node, role) {
             Some(r) => Some(r),
-            None => record(run, node, role, &self.device, &self.inbox)?,
+            None => record(run, node, role, self.device, self.inbox)?,
         };
         let Some(Recorded {
             commands,
@@ -663,16 +780,17 @@ impl Worker {
             .outstanding
             .fetch_add(callbacks, Ordering::AcqRel);
         run.callbacks.fetch_add(callbacks, Ordering::AcqRel);
-        self.unsubmitted.push(commands);
+        // None: the commands went in an earlier role's buffer of the run (`record_together`).
+        self.core.unsubmitted.extend(commands);
         // Copies that other devices (or the client) wait for go out at once.
-        if self.unsubmitted.len() >= SUBMIT_BATCH || !matches!(role, Role::Kernel { .. }) {
+        if self.core.unsubmitted.len() >= SUBMIT_BATCH || !matches!(role, Role::Kernel { .. }) {
             self.flush();
         }
         if let Some(pair) = stamp {
             run.stamps_pending.fetch_add(1, Ordering::AcqRel);
-            self.stamps_since.get_or_insert_with(Instant::now);
-            self.stamps.push((pair, run.clone(), node));
-            if self.stamps.len() >= BATCH {
+            self.core.stamps_since.get_or_insert_with(Instant::now);
+            self.core.stamps.push((pair, run.clone(), node));
+            if self.core.stamps.len() >= BATCH {
                 self.resolve_stamps();
             }
         }
@@ -681,9 +799,9 @@ impl Worker {
 
     /// Hands the command buffers not yet submitted to the queue, in one submission.
     fn flush(&mut self) {
-        if !self.unsubmitted.is_empty() {
+        if !self.core.unsubmitted.is_empty() {
             self.device
-                .submit_all(std::mem::take(&mut self.unsubmitted));
+                .submit_all(std::mem::take(&mut self.core.unsubmitted));
         }
     }
 
@@ -691,13 +809,13 @@ impl Worker {
     fn resolve_stamps(&mut self) {
         self.flush();
         let Some(ring) = self.inbox.ring.as_ref() else {
-            for (_, run, _) in self.stamps.drain(..) {
+            for (_, run, _) in self.core.stamps.drain(..) {
                 run.stamp_done();
             }
             return;
         };
-        self.stamps_since = None;
-        let mut stamps = std::mem::take(&mut self.stamps);
+        self.core.stamps_since = None;
+        let mut stamps = std::mem::take(&mut self.core.stamps);
         if stamps.is_empty() {
             return;
         }
@@ -711,7 +829,7 @@ impl Worker {
                 .map(|(_, run, node)| (run, node))
                 .collect();
             let mut encoder = self.device.encoder("resolve timestamps");
-            let readback = ring.resolve(&self.device, &mut encoder, &pairs);
+            let readback = ring.resolve(self.device, &mut encoder, &pairs);
             let (inbox, buffer) = (self.inbox.clone(), readback.clone());
             encoder.map_buffer_on_submit(&readback, wgpu::MapMode::Read, .., move |r| {
                 inbox.push(Completion::Timestamps {
@@ -820,8 +938,8 @@ impl Worker {
             } => {
                 if host_timed && run.trace.is_on() {
                     let submitted = run.submitted_ns[node][shard].load(Ordering::Acquire);
-                    let start = submitted.max(self.last_kernel_end).min(at_ns);
-                    self.last_kernel_end = at_ns;
+                    let start = submitted.max(self.core.last_kernel_end).min(at_ns);
+                    self.core.last_kernel_end = at_ns;
                     let name = &run.exec.program().nodes()[node].name;
                     run.trace.record(
                         run.event_meta(EventMeta::kernel(self.device.id()), node),
@@ -845,7 +963,7 @@ impl Worker {
                     ring.give_back(buffer);
                 }
                 let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
-                let Some(clock) = self.inbox.clock(&self.device) else {
+                let Some(clock) = self.inbox.clock(self.device) else {
                     return Ok(());
                 };
                 for ((run, node), t) in kernels.iter().zip(ticks.chunks_exact(2)) {

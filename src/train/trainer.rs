@@ -47,6 +47,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+/// How a run is submitted: whether it keeps its trace events, and whether its caller waits for
+/// it at once (and so may drive it, [`crate::sched::Client::submit_and_drive`]).
+#[derive(Debug, Clone, Copy)]
+struct Submit {
+    trace: bool,
+    drive: bool,
+}
+
 /// A step submitted to the runtime and not yet finished ([`Trainer::submit_step`]).
 #[derive(Debug)]
 pub struct PendingStep {
@@ -304,7 +312,11 @@ impl<M: StepModel> Trainer<M> {
     /// (another rank's device leaves no events here).
     pub fn balance(&mut self, inputs: &[u32], targets: &[u32]) -> Result<Balanced> {
         let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
-            self.submit(Mode::Grads, inputs, targets, None, split, traced)
+            let how = Submit {
+                trace: traced,
+                drive: false,
+            };
+            self.submit(Mode::Grads, inputs, targets, None, split, how)
                 .map(|(handle, _)| handle)
         })?;
         self.set_split(balanced.split.clone())?;
@@ -379,8 +391,11 @@ impl<M: StepModel> Trainer<M> {
         targets: &[u32],
         bias: Option<(f32, f32)>,
     ) -> Result<(Vec<Vec<u8>>, usize)> {
-        let trace = self.trace && mode == Mode::Train;
-        let (handle, units) = self.submit(mode, inputs, targets, bias, &self.split, trace)?;
+        let how = Submit {
+            trace: self.trace && mode == Mode::Train,
+            drive: true,
+        };
+        let (handle, units) = self.submit(mode, inputs, targets, bias, &self.split, how)?;
         Ok((handle.wait_bytes()?, units))
     }
 
@@ -393,7 +408,7 @@ impl<M: StepModel> Trainer<M> {
         targets: &[u32],
         bias: Option<(f32, f32)>,
         split: &GroupSplit,
-        trace: bool,
+        how: Submit,
     ) -> Result<(RunHandle, usize)> {
         let units = self.config.check_batch(inputs, targets, self.groups)?;
         let exec = self.program(mode, units, split)?;
@@ -422,15 +437,20 @@ impl<M: StepModel> Trainer<M> {
         let opts = RunOptions {
             mode: self.dispatch,
             microbatch: None,
-            trace,
+            trace: how.trace,
         };
-        Ok((self.client.submit(&exec, args, opts)?, units))
+        let handle = if how.drive {
+            self.client.submit_and_drive(&exec, args, opts)?
+        } else {
+            self.client.submit(&exec, args, opts)?
+        };
+        Ok((handle, units))
     }
 
     /// One training step on a batch (`inputs`: [`StepModel::row_inputs`] words per token row,
     /// `targets`: one per row).
     pub fn step(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
-        let pending = self.submit_step(inputs, targets)?;
+        let pending = self.submit_step_as(inputs, targets, true)?;
         self.finish_step(pending)
     }
 
@@ -438,11 +458,25 @@ impl<M: StepModel> Trainer<M> {
     /// their steps, then finish them, and the gang scheduler interleaves their work. The step
     /// counts as taken from here on.
     pub fn submit_step(&mut self, inputs: &[u32], targets: &[u32]) -> Result<PendingStep> {
+        self.submit_step_as(inputs, targets, false)
+    }
+
+    /// [`Self::submit_step`]; `drive`: the caller waits for it at once, and may run it itself
+    /// ([`crate::sched::Client::submit_and_drive`]).
+    fn submit_step_as(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        drive: bool,
+    ) -> Result<PendingStep> {
         let started = Instant::now();
         let step = self.step + 1;
         let bias = Some(self.adam.bias(step));
-        let (handle, units) =
-            self.submit(Mode::Train, inputs, targets, bias, &self.split, self.trace)?;
+        let how = Submit {
+            trace: self.trace,
+            drive,
+        };
+        let (handle, units) = self.submit(Mode::Train, inputs, targets, bias, &self.split, how)?;
         self.step = step;
         Ok(PendingStep {
             handle,
