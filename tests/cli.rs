@@ -348,6 +348,36 @@ fn the_optimum_bounds_every_one_chunk_schedule() {
         err.contains("--optimal: the exact search takes up to 4 stages"),
         "{err}"
     );
+    // zb-auto plans under its memory: given ZB-H2's (7) with a transfer of 5 µs, it is the
+    // proven optimum under that memory and holds no more; a schedule of fixed memory refuses it.
+    let out = with(&[
+        "--schedule",
+        "zb-auto",
+        "--latency-us",
+        "5",
+        "--memory-limit",
+        "7",
+        "--optimal",
+    ]);
+    assert!(out.contains("zb-auto's gap to it: +0.0%"), "{out}");
+    assert_eq!(makespan_ms(&out), 0.31, "{out}");
+    let peaks: Vec<usize> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("peak activations per stage: ["))
+        .and_then(|l| l.split(']').next())
+        .unwrap_or_else(|| panic!("no peak activations in:\n{out}"))
+        .split(", ")
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(
+        peaks.len() == 4 && peaks.iter().all(|&a| a <= 7),
+        "{peaks:?}"
+    );
+    let err = gangway_fails(&["pipeline", "--schedule", "1f1b", "--memory-limit", "3"]);
+    assert!(
+        err.contains("--memory-limit is what --schedule zb-auto plans under"),
+        "{err}"
+    );
 }
 
 /// `--stage-costs`: a stage twice as slow stretches 1F1B to its own work plus the others' fill

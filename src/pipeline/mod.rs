@@ -5,8 +5,8 @@
 //! | file | what |
 //! | --- | --- |
 //! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
-//! | `orders.rs` | each kind's compute order (the generators), ZB-V's list scheduler among them |
-//! | `cost_aware.rs` | [`Schedule::for_costs`]: ZB-V planned for the costs it will meet |
+//! | `orders.rs` | each kind's compute order (the generators), the zero-bubble list scheduler among them |
+//! | `cost_aware.rs` | [`Schedule::for_costs_within`]: ZB-V and zb-auto planned for the costs they will meet, zb-auto under a memory limit |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
 //! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`], [`simulate_uneven`] (stages of different costs) and [`simulate_folded`] (more stages than devices) |
 //! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |

@@ -1,8 +1,9 @@
 //! The compute order (F, B, W) of each stage for each schedule kind ([`compute_orders`]);
 //! transfers are added around it by `Schedule::from_orders`. Shapes are checked before these run.
 //! ZB-V is built the way the paper builds its schedules, by a list scheduler over every stage at
-//! once ([`zb_v_list`]): at unit costs with the paper's choices it is the paper's ZB-V;
-//! `Schedule::for_costs` runs it with a schedule's real costs and each of its choices.
+//! once ([`zb_list`]): at unit costs with the paper's choices it is the paper's ZB-V;
+//! `Schedule::for_costs` runs it with a schedule's real costs and each of its choices, and on
+//! one chunk a stage under a memory limit (the automatic zero-bubble scheduler, `zb-auto`).
 
 use std::collections::VecDeque;
 
@@ -63,8 +64,16 @@ pub(crate) fn compute_orders(
         ScheduleKind::Eager1F1B => each(&|s| one_f_one_b(p, m, s, 2 * (p - s - 1))),
         ScheduleKind::Interleaved => each(&|s| interleaved(p, m, chunks, s)),
         ScheduleKind::LoopedBfs => each(&|_| looped_bfs(m, chunks)),
-        ScheduleKind::ZbH1 => each(&|s| zb_h1(p, m, s)),
-        ScheduleKind::ZbV => zb_v_list(p, m, ChunkTimes::UNIT, ZbVChoices::PAPER),
+        // The automatic scheduler's plan at F = B = W under ZB-H1's memory is ZB-H1.
+        ScheduleKind::ZbH1 | ScheduleKind::ZbAuto => each(&|s| zb_h1(p, m, s)),
+        ScheduleKind::ZbV => zb_list(
+            ListShape::V,
+            p,
+            m,
+            ChunkTimes::UNIT,
+            ZbVChoices::PAPER,
+            2 * p,
+        ),
         ScheduleKind::DualPipe => each(&|s| dual_pipe(p, m, s, false)),
         ScheduleKind::DualPipeV => each(&|s| dual_pipe(p, m, s, true)),
     }
@@ -92,6 +101,25 @@ fn one_f_one_b(_p: usize, m: usize, _s: usize, warmup: usize) -> ComputeOrder {
     }
     order.extend((m - warmup..m).map(|mb| b(mb, 0)));
     order
+}
+
+/// 1F1B's order on every stage with each backward split and its W right after its B, the
+/// warm-up cut so that no stage holds more than `cap` activations: what the automatic one-chunk
+/// scheduler can always fall back on (no slower than 1F1B under the same memory, since each
+/// gradient leaves before its W).
+pub(crate) fn one_f_one_b_split(p: usize, m: usize, cap: usize) -> Vec<ComputeOrder> {
+    (0..p)
+        .map(|s| {
+            let warmup = (p - s - 1).min(cap.saturating_sub(1));
+            one_f_one_b(p, m, s, warmup)
+                .into_iter()
+                .flat_map(|step| {
+                    let weight = (step.kind == OpKind::Backward).then(|| w(step.mb, 0));
+                    std::iter::once(step).chain(weight)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Megatron-LM's `forward_backward_pipelining_with_interleaving`: the k-th forward (and k-th
@@ -212,23 +240,44 @@ impl ZbVChoices {
     }
 }
 
-/// ZB-V's list scheduler over chunk ops, all stages at once, each op taking its `times` (0 is
-/// planned as 1, so that time always moves). Whenever a stage is free it runs, in this priority:
-/// a ready B (the critical path), else a ready F while it holds fewer than `2p` chunk activations
-/// (one chunk is half a stage's share, so that is 1F1B's `p` microbatches at stage 0; the deeper
-/// chunk's first), else its oldest pending W; `choices` settles the rest. Activations are held
-/// from F until W. An op is ready once its inputs have arrived: a hand-off between stages takes
-/// `times.hop`. Returns every stage's order; one that stalls (not reached for any shape tested)
-/// stops short and fails validation.
-pub(crate) fn zb_v_list(
+/// Where the list scheduler's virtual stages are: a V of two chunks a stage (ZB-V), or one chunk
+/// a stage in a line (the automatic one-chunk scheduler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListShape {
+    V,
+    Line,
+}
+
+impl ListShape {
+    fn chunks(self) -> usize {
+        match self {
+            ListShape::V => 2,
+            ListShape::Line => 1,
+        }
+    }
+}
+
+/// The zero-bubble list scheduler over chunk ops, all stages at once, each op taking its `times`
+/// (0 is planned as 1, so that time always moves). Whenever a stage is free it runs, in this
+/// priority: a ready B (the critical path), else a ready F while it holds fewer than `cap`
+/// chunk activations (ZB-V: `2p`, one chunk being half a stage's share, so 1F1B's `p`
+/// microbatches at stage 0; the deeper chunk's first), else its oldest pending W; `choices`
+/// settles the rest. Activations are held from F until W. An op is ready once its inputs have
+/// arrived: a hand-off between stages takes `times.hop` (the V's turn stays on its stage and is
+/// free). Returns every stage's order; one that stalls (a cap too small for the shape) stops
+/// short and fails validation.
+pub(crate) fn zb_list(
+    shape: ListShape,
     p: usize,
     m: usize,
     times: ChunkTimes,
     choices: ZbVChoices,
+    cap: usize,
 ) -> Vec<ComputeOrder> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    let vstages = 2 * p;
+    let chunks = shape.chunks();
+    let vstages = chunks * p;
     let vs_of = |s: usize, c: usize| if c == 0 { s } else { 2 * p - 1 - s };
     let [f_ns, b_ns, w_ns] = [times.f, times.b, times.w].map(|t| t.max(1));
     // When each F and B of (mb, vs) finished; None while not run.
@@ -236,7 +285,7 @@ pub(crate) fn zb_v_list(
     let mut b_done: Vec<Option<u64>> = vec![None; m * vstages];
     // When an input made at virtual stage `from` is usable at `to`.
     let arrives = |done: u64, from: usize, to: usize| {
-        let same_stage = from + to == vstages - 1;
+        let same_stage = shape == ListShape::V && from + to == vstages - 1;
         done + if same_stage { 0 } else { times.hop }
     };
     let mut next_f = vec![[0usize; 2]; p];
@@ -244,15 +293,17 @@ pub(crate) fn zb_v_list(
     let mut pending_w: Vec<VecDeque<(usize, usize)>> = vec![VecDeque::new(); p];
     let mut live = vec![0usize; p];
     let mut free = vec![0u64; p];
-    let mut orders: Vec<ComputeOrder> = vec![Vec::with_capacity(6 * m); p];
+    let mut orders: Vec<ComputeOrder> = vec![Vec::with_capacity(3 * chunks * m); p];
     // Times at which an op ends or an input arrives: the only times a choice can change.
     let mut events: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let b_chunks = if choices.deeper_b_first {
-        [1, 0]
-    } else {
-        [0, 1]
+    // The deeper chunk first (of the one there is, on a line).
+    let b_chunks: &[usize] = match (shape, choices.deeper_b_first) {
+        (ListShape::Line, _) => &[0],
+        (ListShape::V, true) => &[1, 0],
+        (ListShape::V, false) => &[0, 1],
     };
-    let total = 6 * m * p;
+    let f_chunks: &[usize] = if shape == ListShape::V { &[1, 0] } else { &[0] };
+    let total = 3 * chunks * m * p;
     let mut done = 0;
     let mut t: u64 = 0;
     loop {
@@ -260,7 +311,7 @@ pub(crate) fn zb_v_list(
             if free[s] > t {
                 continue;
             }
-            let ready_b = b_chunks.into_iter().find(|&c| {
+            let ready_b = b_chunks.iter().copied().find(|&c| {
                 let (mb, vs) = (next_b[s][c], vs_of(s, c));
                 mb < m
                     && f_done[mb * vstages + vs].is_some_and(|d| d <= t)
@@ -268,10 +319,10 @@ pub(crate) fn zb_v_list(
                         || b_done[mb * vstages + vs + 1]
                             .is_some_and(|d| arrives(d, vs + 1, vs) <= t))
             });
-            let ready_f = [1, 0].into_iter().find(|&c| {
+            let ready_f = f_chunks.iter().copied().find(|&c| {
                 let (mb, vs) = (next_f[s][c], vs_of(s, c));
                 mb < m
-                    && live[s] < 2 * p
+                    && live[s] < cap
                     && (vs == 0
                         || f_done[mb * vstages + vs - 1]
                             .is_some_and(|d| arrives(d, vs - 1, vs) <= t))

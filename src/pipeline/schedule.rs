@@ -43,6 +43,14 @@ pub enum ScheduleKind {
     /// with the same peak activation memory as 1F1B.
     #[serde(rename = "zb-h1")]
     ZbH1,
+    /// The automatic zero-bubble scheduler on one chunk a stage (Qi et al. 2023, §3): built from
+    /// the costs of F, B, W and a hand-off, under a memory limit of `K` activations a stage
+    /// (default `p`, ZB-H1's and 1F1B's), by the list scheduler ZB-V is built with, among its
+    /// choices and 1F1B's order, whichever the simulation finds shortest
+    /// ([`Schedule::for_costs_within`]). At F = B = W with free hand-offs and `K = p` it is
+    /// ZB-H1; at larger `K`, ZB-2p-like.
+    #[serde(rename = "zb-auto")]
+    ZbAuto,
     /// ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): two model chunks
     /// per stage in a V (stage `s` holds virtual stages `s` and `2p - 1 - s`), B and W split,
     /// ordered greedily at `F = B = W` under 1F1B's activation memory.
@@ -77,13 +85,14 @@ pub enum Placement {
 
 impl ScheduleKind {
     /// Every kind, in the order a CLI should list them.
-    pub const ALL: [ScheduleKind; 9] = [
+    pub const ALL: [ScheduleKind; 10] = [
         ScheduleKind::GPipe,
         ScheduleKind::OneFOneB,
         ScheduleKind::Eager1F1B,
         ScheduleKind::Interleaved,
         ScheduleKind::LoopedBfs,
         ScheduleKind::ZbH1,
+        ScheduleKind::ZbAuto,
         ScheduleKind::ZbV,
         ScheduleKind::DualPipe,
         ScheduleKind::DualPipeV,
@@ -128,6 +137,7 @@ impl ScheduleKind {
         matches!(
             self,
             ScheduleKind::ZbH1
+                | ScheduleKind::ZbAuto
                 | ScheduleKind::ZbV
                 | ScheduleKind::DualPipe
                 | ScheduleKind::DualPipeV
@@ -139,8 +149,8 @@ impl ScheduleKind {
         if self == ScheduleKind::DualPipe { 2 } else { 1 }
     }
 
-    /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `interleaved`, `bfs`, `zb-h1`, `zb-v`,
-    /// `dualpipe` or `dualpipev`.
+    /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `interleaved`, `bfs`, `zb-h1`, `zb-auto`,
+    /// `zb-v`, `dualpipe` or `dualpipev`.
     pub fn name(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "gpipe",
@@ -149,6 +159,7 @@ impl ScheduleKind {
             ScheduleKind::Interleaved => "interleaved",
             ScheduleKind::LoopedBfs => "bfs",
             ScheduleKind::ZbH1 => "zb-h1",
+            ScheduleKind::ZbAuto => "zb-auto",
             ScheduleKind::ZbV => "zb-v",
             ScheduleKind::DualPipe => "dualpipe",
             ScheduleKind::DualPipeV => "dualpipev",
@@ -161,7 +172,7 @@ impl ScheduleKind {
     }
 
     /// The papers' name, for titles: "GPipe", "1F1B", "Eager 1F1B", "Interleaved 1F1B",
-    /// "Looped BFS", "ZB-H1", "ZB-V", "DualPipe", "DualPipeV".
+    /// "Looped BFS", "ZB-H1", "ZB auto", "ZB-V", "DualPipe", "DualPipeV".
     pub fn title(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "GPipe",
@@ -170,6 +181,7 @@ impl ScheduleKind {
             ScheduleKind::Interleaved => "Interleaved 1F1B",
             ScheduleKind::LoopedBfs => "Looped BFS",
             ScheduleKind::ZbH1 => "ZB-H1",
+            ScheduleKind::ZbAuto => "ZB auto",
             ScheduleKind::ZbV => "ZB-V",
             ScheduleKind::DualPipe => "DualPipe",
             ScheduleKind::DualPipeV => "DualPipeV",
@@ -696,7 +708,7 @@ mod tests {
         assert_eq!(
             "pipedream".parse::<ScheduleKind>().unwrap_err().to_string(),
             "unknown schedule \"pipedream\": expected one of gpipe, 1f1b, eager-1f1b, \
-             interleaved, bfs, zb-h1, zb-v, dualpipe, dualpipev"
+             interleaved, bfs, zb-h1, zb-auto, zb-v, dualpipe, dualpipev"
         );
     }
 

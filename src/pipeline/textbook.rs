@@ -15,8 +15,9 @@
 //! DualPipe(V)'s is exact when `F = B` (the simulator checks it), an upper bound otherwise.
 //! For DualPipe(V), `F&B` is an overlapped F and full backward of two microbatches:
 //! `max(F + B, 2·A) + W` with `A` the chunk's all-to-all ([`super::Costs::all_to_all_ns`]); an F
-//! alone costs `F + A`, a full backward alone `B + A + W`. ZB-V has no closed form (the paper
-//! builds it by search and reports a near-zero bubble at `F = B = W`): `None`.
+//! alone costs `F + A`, a full backward alone `B + A + W`. ZB-V and the automatic scheduler
+//! (`zb-auto`) have no closed form (the papers build them by search and report a near-zero
+//! bubble at `F = B = W`): `None`.
 //!
 //! Peak activations are per stage, in chunk activations (one microbatch through one chunk):
 //! 1F1B and ZB-H1 hold `p` at stage 0 (DeepSeek's `PP`), DualPipe `p + 1`, DualPipeV `2p + 1`
@@ -64,7 +65,7 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
             .checked_sub(w)
             .filter(|&x| m >= p && x >= (f + a).max(b + a))
             .map(|x| hops * x),
-        ScheduleKind::ZbV => None,
+        ScheduleKind::ZbV | ScheduleKind::ZbAuto => None,
         ScheduleKind::DualPipe => dual.map(|x| (p64 / 2).saturating_sub(1) * x),
         ScheduleKind::DualPipeV => dual.map(|x| hops * x),
     };
@@ -76,7 +77,7 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
         ScheduleKind::GPipe => Some(m),
         ScheduleKind::LoopedBfs => Some(m * v),
         ScheduleKind::Interleaved => Some((2 * (p - 1) + (v - 1) * group + 1).min(m * v)),
-        ScheduleKind::ZbV => None,
+        ScheduleKind::ZbV | ScheduleKind::ZbAuto => None,
         ScheduleKind::DualPipe => Some(p + 1),
         ScheduleKind::DualPipeV => Some(2 * p + 1),
     };

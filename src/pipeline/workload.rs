@@ -98,11 +98,17 @@ impl PreparedCase {
         costs: Option<&Costs>,
     ) -> Result<Self> {
         let chunks = kind.chunks(chunks);
-        let schedule = match costs {
+        Self::of(match costs {
             Some(costs) => Schedule::for_costs(kind, stages, microbatches, chunks, costs)?,
             None => Schedule::new(kind, stages, microbatches, chunks)?,
-        };
+        })
+    }
+
+    /// [`Self::new`] for a schedule planned already (`zb-auto` under a memory limit, say).
+    pub fn of(schedule: Schedule) -> Result<Self> {
         let peak_activations = validate(&schedule)?.peak_activations;
+        let (stages, chunks, microbatches) =
+            (schedule.stages, schedule.chunks, schedule.microbatches);
         let mlp = model(stages, chunks, 7)?;
         let data = batch(&mlp, microbatches, 11);
         let reference = mlp.reference_step(&data, LR)?.weights;

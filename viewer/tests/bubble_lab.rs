@@ -168,6 +168,37 @@ fn moving_b_replans_zb_v_to_beat_1f1b() {
     h.get_by_label("makespan 35.5 µs");
 }
 
+/// Issue 41: "ZB auto" plans for the sliders' costs under its memory slider, live: at p = 4,
+/// m = 8, F/B/W = 1/2/1 and a transfer of 0.5 it takes ZB-H1's 44 µs under ZB-H1's memory (4),
+/// 38 µs given 7, and "= p" brings the memory back.
+#[test]
+fn zb_auto_replans_under_its_memory_slider() {
+    let mut h = common::harness([1400.0, 1000.0]);
+    h.get_by_label("ZB auto").click();
+    h.run();
+    common::set_slider(&mut h, "B", 2.0);
+    common::set_slider(&mut h, "transfer cost", 0.5);
+    h.get_by_label("makespan 44.0 µs");
+    common::set_slider(&mut h, "zb-auto memory (activations a stage)", 7.0);
+    assert_eq!(h.state().lab.params.memory, Some(7));
+    h.get_by_label("makespan 38.0 µs");
+    let peak = h
+        .state()
+        .lab
+        .result
+        .as_ref()
+        .unwrap()
+        .row()
+        .sim
+        .peak_activations
+        .clone();
+    assert!(peak.iter().all(|&a| a <= 7), "{peak:?}");
+    h.get_by_label("= p").click();
+    h.run();
+    assert_eq!(h.state().lab.params.memory, None);
+    h.get_by_label("makespan 44.0 µs");
+}
+
 /// Uneven stages: a slow stage (here stage 1 at 2×) stretches 1F1B from 33 to 53 µs, the same
 /// figure as `gangway pipeline --stage-costs 1,2,1,1`, and back at 1× the stages are even again.
 #[test]
@@ -593,7 +624,7 @@ fn every_formula_line_states_arithmetic_that_holds() {
     use std::collections::HashMap;
     for (p, m, v) in [(4, 8, 2), (6, 12, 3), (8, 16, 2)] {
         for kind in ScheduleKind::ALL {
-            if kind == ScheduleKind::ZbV {
+            if matches!(kind, ScheduleKind::ZbV | ScheduleKind::ZbAuto) {
                 continue; // no closed form: nothing to evaluate
             }
             let text = formula_text(kind, p, m, v);

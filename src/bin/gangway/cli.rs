@@ -704,11 +704,13 @@ pub(crate) struct PipelineArgs {
     /// setting is that small.
     #[arg(long, conflicts_with = "run")]
     pub(crate) optimal: bool,
-    /// With --optimal: at most this many activations held by a stage (microbatches between
-    /// their F and W) [default: as many as the microbatches].
-    #[arg(long, value_name = "K", requires = "optimal")]
+    /// At most this many activations held by a stage (microbatches between their F and W):
+    /// the memory `--schedule zb-auto` plans under [default: the stages, ZB-H1's and 1F1B's],
+    /// and with --optimal the memory the search keeps to [default: as many as the
+    /// microbatches]. With --compare, both.
+    #[arg(long, value_name = "K")]
     pub(crate) memory_limit: Option<usize>,
-    /// The schedules --compare stacks, comma separated (default: all nine).
+    /// The schedules --compare stacks, comma separated (default: all ten).
     #[arg(
         long,
         value_delimiter = ',',

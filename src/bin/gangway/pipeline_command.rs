@@ -24,16 +24,18 @@ fn pipeline_run(args: &PipelineArgs, runtime: &Runtime, tracer: &Tracer) -> Resu
     let (report, max_error, what) = if args.moe {
         pipeline_run_moe(args, &client, devices)?
     } else {
-        // The schedule planned for the given costs (ZB-V's depends on them).
+        // The schedule planned for the given costs (ZB-V's and zb-auto's depend on them).
         let costs = pipeline_costs(args)?.per_chunk(args.schedule.passes(args.chunks));
-        let (r, report) = gangway::pipeline::workload::PreparedCase::new(
+        let schedule = gangway::pipeline::Schedule::for_costs_within(
             args.schedule,
             args.stages,
             args.microbatches,
-            args.chunks,
-            Some(&costs),
-        )?
-        .run(&client, devices, fold)?;
+            args.schedule.chunks(args.chunks),
+            &costs,
+            args.memory_limit,
+        )?;
+        let (r, report) =
+            gangway::pipeline::workload::PreparedCase::of(schedule)?.run(&client, devices, fold)?;
         let what = format!(
             "one MLP training step ({} layers of {}, {} rows per microbatch)",
             gangway::pipeline::workload::layers(args.stages, r.chunks),
@@ -276,6 +278,15 @@ pub(crate) fn pipeline(
     tracer: &Tracer,
 ) -> Result<Vec<Track>> {
     use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_folded};
+    if args.memory_limit.is_some()
+        && !(args.optimal || args.compare || args.schedule == ScheduleKind::ZbAuto)
+    {
+        bail!(
+            "--memory-limit is what --schedule zb-auto plans under, or what --optimal searches \
+             under; {} has a fixed memory",
+            args.schedule.name()
+        );
+    }
     if let Some(runtime) = runtime {
         return pipeline_run(args, runtime, tracer);
     }
@@ -319,6 +330,7 @@ pub(crate) fn pipeline(
             args.microbatches,
             args.chunks,
             &share,
+            args.memory_limit,
             &args.stage_costs,
             fold,
         )?;
@@ -331,12 +343,13 @@ pub(crate) fn pipeline(
     }
     let chunks = args.schedule.chunks(args.chunks);
     let costs = share.per_chunk(args.schedule.passes(args.chunks));
-    let schedule = Schedule::for_costs(
+    let schedule = Schedule::for_costs_within(
         args.schedule,
         args.stages,
         args.microbatches,
         chunks,
         &costs,
+        args.memory_limit,
     )?;
     let passes = schedule.passes();
     let sim = simulate_folded(&schedule, &costs, &args.stage_costs, fold)?;
@@ -401,6 +414,7 @@ pub(crate) fn pipeline(
             args.microbatches,
             chunks,
             &costs,
+            args.memory_limit,
             &args.stage_costs,
             fold,
         )?;

@@ -239,18 +239,21 @@ pub fn schedule_title(kind: ScheduleKind, chunks: usize) -> String {
 impl Figure {
     /// One schedule, `costs` per op of each chunk (for interleaved, pass
     /// [`Costs::stage_model`] to split a stage's model share). `chunks` is used by interleaved
-    /// only (see [`ScheduleKind::chunks`]).
+    /// only (see [`ScheduleKind::chunks`]); `memory` by `zb-auto` only (its limit, in
+    /// activations a stage: [`Schedule::for_costs_within`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn single(
         kind: ScheduleKind,
         stages: usize,
         microbatches: usize,
         chunks: usize,
         costs: &Costs,
+        memory: Option<usize>,
         stage_scale: &[f64],
         fold: Fold,
     ) -> Result<Figure, ScheduleError> {
         let v = kind.chunks(chunks);
-        let schedule = Schedule::for_costs(kind, stages, microbatches, v, costs)?;
+        let schedule = Schedule::for_costs_within(kind, stages, microbatches, v, costs, memory)?;
         Ok(Figure {
             caption: shape_caption(stages, microbatches, stage_scale, fold),
             rows: vec![FigureRow::new(
@@ -270,13 +273,15 @@ impl Figure {
     /// ([`Costs::per_chunk`]: interleaved and looped BFS `1/v`, the V schedules `1/2`); the
     /// split-backward ones run B and W as separate ops, the others fold W into B. A kind that
     /// cannot take the shape is left out ([`Figure::left_out`]); if none can, the first one's
-    /// error is returned.
+    /// error is returned. `memory` is `zb-auto`'s limit, as in [`Figure::single`].
+    #[allow(clippy::too_many_arguments)]
     pub fn compare(
         kinds: &[ScheduleKind],
         stages: usize,
         microbatches: usize,
         chunks: usize,
         share: &Costs,
+        memory: Option<usize>,
         stage_scale: &[f64],
         fold: Fold,
     ) -> Result<Figure, ScheduleError> {
@@ -285,8 +290,8 @@ impl Figure {
         for &kind in kinds {
             let v = kind.chunks(chunks);
             let costs = share.per_chunk(kind.passes(chunks));
-            let row =
-                Schedule::for_costs(kind, stages, microbatches, v, &costs).and_then(|schedule| {
+            let row = Schedule::for_costs_within(kind, stages, microbatches, v, &costs, memory)
+                .and_then(|schedule| {
                     FigureRow::new(schedule_title(kind, v), schedule, &costs, stage_scale, fold)
                 });
             match row {
@@ -423,6 +428,7 @@ mod tests {
             8,
             2,
             &Costs::compute_only(100, 100, 100),
+            None,
             &[],
             Fold::OnePerStage,
         )
@@ -468,6 +474,7 @@ mod tests {
                 8,
                 2,
                 &Costs::compute_only(100 * scale, 100 * scale, 100 * scale),
+                None,
                 &[],
                 Fold::OnePerStage,
             )
@@ -496,6 +503,7 @@ mod tests {
             4,
             3,
             &Costs::compute_only(10, 10, 10),
+            None,
             &[],
             Fold::OnePerStage,
         )
@@ -515,7 +523,7 @@ mod tests {
             } else {
                 (3, 6)
             };
-            figures.push(Figure::single(kind, p, m, 3, &c, &[], Fold::OnePerStage).unwrap());
+            figures.push(Figure::single(kind, p, m, 3, &c, None, &[], Fold::OnePerStage).unwrap());
         }
         for fig in &figures {
             for (width, theme) in [(1600.0, Theme::Projector), (500.0, Theme::Screen)] {
@@ -586,6 +594,7 @@ mod tests {
             64,
             2,
             &Costs::compute_only(100, 100, 100),
+            None,
             &[],
             Fold::OnePerStage,
         )
@@ -613,6 +622,7 @@ mod tests {
             8,
             2,
             &Costs::compute_only(1000, 1000, 1000),
+            None,
             &[],
             Fold::OnePerStage,
         )
@@ -653,8 +663,17 @@ mod tests {
     #[test]
     fn the_legend_names_stage_shades_as_stages_when_folded() {
         let legend = |fold: Fold, kind: ScheduleKind| {
-            let fig =
-                Figure::single(kind, 4, 8, 2, &Costs::compute_only(1, 1, 1), &[], fold).unwrap();
+            let fig = Figure::single(
+                kind,
+                4,
+                8,
+                2,
+                &Costs::compute_only(1, 1, 1),
+                None,
+                &[],
+                fold,
+            )
+            .unwrap();
             let l = fig.layout(1400.0, Theme::Screen, None);
             texts(&l)
                 .map(|t| t.2.to_owned())
@@ -688,6 +707,7 @@ mod tests {
                 8,
                 2,
                 &Costs::compute_only(1, 1, 1),
+                None,
                 &[],
                 Fold::OnePerStage,
             )
@@ -698,6 +718,7 @@ mod tests {
                 3,
                 3,
                 &Costs::compute_only(2, 3, 1),
+                None,
                 &[],
                 Fold::OnePerStage,
             )

@@ -3,16 +3,18 @@
 //! and why it cannot run with the devices found ([`run_blocker`]).
 
 use gangway::Device;
-use gangway::pipeline::workload::{PipelineResult, run_case};
-use gangway::pipeline::{Costs, Fold, ScheduleKind, lane_word};
+use gangway::pipeline::workload::{PipelineResult, PreparedCase};
+use gangway::pipeline::{Costs, Fold, Schedule, ScheduleKind, lane_word};
 use gangway::sched::Runtime;
 
 use super::{LabParams, label};
 use crate::live::Discovery;
 use crate::timeline::{TimelineData, TimelineState};
 
-/// The shape a run on devices is for (costs come from the devices, not the sliders).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The shape a run on devices is for, and what its schedule is planned for: the sliders' costs
+/// (per chunk op) and memory, so the run runs the schedule the lab shows (ZB-V's and zb-auto's
+/// depend on them). The measured costs come from the devices.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunShape {
     pub kind: ScheduleKind,
     pub stages: usize,
@@ -21,16 +23,22 @@ pub struct RunShape {
     pub chunks: usize,
     /// Where the stages run.
     pub fold: Fold,
+    /// What the schedule is planned for: one chunk op's costs, and zb-auto's memory.
+    pub planned_for: Costs,
+    pub memory: Option<usize>,
 }
 
 impl RunShape {
     pub fn of(p: &LabParams) -> Self {
+        let chunks = p.effective_chunks();
         Self {
             kind: p.kind,
             stages: p.stages,
             microbatches: p.microbatches,
-            chunks: p.effective_chunks(),
+            chunks,
             fold: p.fold(),
+            planned_for: p.share_costs().per_chunk(p.kind.passes(chunks)),
+            memory: p.memory,
         }
     }
 
@@ -78,16 +86,24 @@ pub struct DeviceRun {
 /// Runs `shape` on the first `shape.devices()` devices of `runtime`, as one of its clients, and
 /// checks it against a single-device step (blocking: call it off the UI thread).
 pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, String> {
-    let (result, report) = run_case(
-        &runtime.client("viewer: bubble lab", 1),
-        runtime.devices(),
+    let schedule = Schedule::for_costs_within(
         shape.kind,
         shape.stages,
         shape.microbatches,
         shape.chunks,
-        shape.fold,
+        &shape.planned_for,
+        shape.memory,
     )
     .map_err(|e| e.to_string())?;
+    let (result, report) = PreparedCase::of(schedule)
+        .and_then(|case| {
+            case.run(
+                &runtime.client("viewer: bubble lab", 1),
+                runtime.devices(),
+                shape.fold,
+            )
+        })
+        .map_err(|e| e.to_string())?;
     // Start at 0, as the simulated timeline does, so the two read on the same axis.
     let t0 = report.events.iter().map(|e| e.start_ns).min().unwrap_or(0);
     let mut data = TimelineData::from_events(report.events.into_iter().map(|mut e| {

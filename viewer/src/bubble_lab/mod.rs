@@ -1,15 +1,16 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
-//! simulation (or any set of the nine schedules stacked on one time axis at the same total
+//! simulation (or any set of the ten schedules stacked on one time axis at the same total
 //! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, the gap to the shortest one-chunk schedule under the
 //! same memory where the setting is small enough, peak activations, and an animation that plays or steps
 //! from one op start time to the next saying what each stage waits for; a slow stage makes the
-//! stages uneven, and transfers cost tenths of a µs up. A figure wider than the window is drawn
+//! stages uneven, and transfers cost tenths of a µs up; ZB-V and "ZB auto" are re-planned for the
+//! sliders' costs, ZB auto under its memory slider. A figure wider than the window is drawn
 //! smaller; "figure only" shows it with the player alone, fitted to the window. The figure
 //! exports as SVG and as a PNG drawn off screen, whole, for slides. With fewer devices than
 //! stages, the stages fold onto them (blocks or round robin) and the figure has a lane per
 //! device. "Run on devices" trains one MLP step with the same
-//! schedule on the first `p` devices (the fold's `d`), in the background, and shows the measured timeline under
+//! schedule (as planned for the sliders) on the first `p` devices (the fold's `d`), in the background, and shows the measured timeline under
 //! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
 //! times) and the textbook's.
 //!
@@ -71,6 +72,8 @@ pub struct LabParams {
     /// in blocks of consecutive stages or round robin.
     pub devices: Option<usize>,
     pub round_robin: bool,
+    /// The activations a stage may hold under zb-auto (`None`: `p`, ZB-H1's and 1F1B's).
+    pub memory: Option<usize>,
 }
 
 /// The comparison's default set: GPipe, 1F1B, interleaved and ZB-H1.
@@ -146,6 +149,7 @@ impl Default for LabParams {
             slow_factor: 1,
             devices: None,
             round_robin: false,
+            memory: None,
         }
     }
 }
@@ -398,6 +402,33 @@ impl BubbleLab {
             ui.add(Slider::new(&mut self.params.forward, 1..=10).text("F"));
             ui.add(Slider::new(&mut self.params.backward, 1..=10).text("B"));
             ui.add(Slider::new(&mut self.params.weight_grad, 0..=10).text("W"));
+        });
+        ui.horizontal_wrapped(|ui| {
+            // Moving F, B or W above re-plans zb-auto (and ZB-V) at once; this is its memory.
+            let p = &mut self.params;
+            let auto = p.kind == ScheduleKind::ZbAuto
+                || (self.view == LabView::Compare
+                    && p.compared_kinds().contains(&ScheduleKind::ZbAuto));
+            let mut k = p.memory.unwrap_or(p.stages);
+            let most = p.microbatches.max(p.stages).max(1);
+            let slider = ui.add_enabled(
+                auto,
+                Slider::new(&mut k, 1..=most).text("zb-auto memory (activations a stage)"),
+            );
+            if slider.changed() {
+                p.memory = Some(k);
+            }
+            slider.on_hover_text(
+                "the most microbatches a stage holds between their F and W: zb-auto plans the \
+                 shortest schedule it finds under it (p: ZB-H1's memory, and 1F1B's)",
+            );
+            if ui
+                .add_enabled(auto && p.memory.is_some(), Button::new("= p"))
+                .on_hover_text("back to p, ZB-H1's memory")
+                .clicked()
+            {
+                p.memory = None;
+            }
         });
         ui.horizontal_wrapped(|ui| {
             let last = self.params.stages.saturating_sub(1);

@@ -101,6 +101,12 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
             3 * m + q
         ),
+        ScheduleKind::ZbAuto => format!(
+            "no closed form (planned for F, B, W and the transfers under the memory limit); at \
+             F = B = W with free transfers and p activations a stage it is ZB-H1, bubble \
+             {q}/{}",
+            3 * m + q
+        ),
         ScheduleKind::ZbV => format!(
             "no closed form (planned greedily for F, B, W); at F = B = W idle per stage >= \
              (p - 1) chunk ops = {q} half-stage F"
@@ -134,6 +140,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         p.microbatches,
         v,
         &p.share_costs().per_chunk(p.kind.passes(v)),
+        p.memory,
         &p.stage_scale(),
         p.fold(),
     )
@@ -150,6 +157,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
         p.microbatches,
         p.chunks.max(2),
         &p.share_costs(),
+        p.memory,
         &p.stage_scale(),
         p.fold(),
     )
