@@ -56,6 +56,16 @@ pub enum ScheduleKind {
     /// ordered greedily at `F = B = W` under 1F1B's activation memory.
     #[serde(rename = "zb-v")]
     ZbV,
+    /// V-Half (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): the V placement
+    /// from a repeating building block of a stage's F, F, B, B offsets that holds about half of
+    /// 1F1B's activations (6 half-stage chunks a stage at p = 4, where 1F1B holds 8), each W in
+    /// the first free slot after its B.
+    #[serde(rename = "v-half")]
+    VHalf,
+    /// V-Min (the same paper): the building block that holds about a third of 1F1B's
+    /// activations (4 half-stage chunks a stage at p = 4), for a larger bubble.
+    #[serde(rename = "v-min")]
+    VMin,
     /// DualPipe (DeepSeek-V3, 2024): bidirectional. Every stage holds two copies of the model's
     /// slices (stage `s` holds slice `s` for microbatches entering at stage 0 and slice
     /// `p - 1 - s` for those entering at stage `p - 1`), and runs a forward of one direction
@@ -85,7 +95,7 @@ pub enum Placement {
 
 impl ScheduleKind {
     /// Every kind, in the order a CLI should list them.
-    pub const ALL: [ScheduleKind; 10] = [
+    pub const ALL: [ScheduleKind; 12] = [
         ScheduleKind::GPipe,
         ScheduleKind::OneFOneB,
         ScheduleKind::Eager1F1B,
@@ -94,6 +104,8 @@ impl ScheduleKind {
         ScheduleKind::ZbH1,
         ScheduleKind::ZbAuto,
         ScheduleKind::ZbV,
+        ScheduleKind::VHalf,
+        ScheduleKind::VMin,
         ScheduleKind::DualPipe,
         ScheduleKind::DualPipeV,
     ];
@@ -126,7 +138,10 @@ impl ScheduleKind {
     /// Where this kind puts the model's slices.
     pub fn placement(self) -> Placement {
         match self {
-            ScheduleKind::ZbV | ScheduleKind::DualPipeV => Placement::V,
+            ScheduleKind::ZbV
+            | ScheduleKind::VHalf
+            | ScheduleKind::VMin
+            | ScheduleKind::DualPipeV => Placement::V,
             ScheduleKind::DualPipe => Placement::Bidirectional,
             _ => Placement::Looped,
         }
@@ -139,6 +154,8 @@ impl ScheduleKind {
             ScheduleKind::ZbH1
                 | ScheduleKind::ZbAuto
                 | ScheduleKind::ZbV
+                | ScheduleKind::VHalf
+                | ScheduleKind::VMin
                 | ScheduleKind::DualPipe
                 | ScheduleKind::DualPipeV
         )
@@ -150,7 +167,7 @@ impl ScheduleKind {
     }
 
     /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `interleaved`, `bfs`, `zb-h1`, `zb-auto`,
-    /// `zb-v`, `dualpipe` or `dualpipev`.
+    /// `zb-v`, `v-half`, `v-min`, `dualpipe` or `dualpipev`.
     pub fn name(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "gpipe",
@@ -161,6 +178,8 @@ impl ScheduleKind {
             ScheduleKind::ZbH1 => "zb-h1",
             ScheduleKind::ZbAuto => "zb-auto",
             ScheduleKind::ZbV => "zb-v",
+            ScheduleKind::VHalf => "v-half",
+            ScheduleKind::VMin => "v-min",
             ScheduleKind::DualPipe => "dualpipe",
             ScheduleKind::DualPipeV => "dualpipev",
         }
@@ -172,7 +191,7 @@ impl ScheduleKind {
     }
 
     /// The papers' name, for titles: "GPipe", "1F1B", "Eager 1F1B", "Interleaved 1F1B",
-    /// "Looped BFS", "ZB-H1", "ZB auto", "ZB-V", "DualPipe", "DualPipeV".
+    /// "Looped BFS", "ZB-H1", "ZB auto", "ZB-V", "V-Half", "V-Min", "DualPipe", "DualPipeV".
     pub fn title(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "GPipe",
@@ -183,6 +202,8 @@ impl ScheduleKind {
             ScheduleKind::ZbH1 => "ZB-H1",
             ScheduleKind::ZbAuto => "ZB auto",
             ScheduleKind::ZbV => "ZB-V",
+            ScheduleKind::VHalf => "V-Half",
+            ScheduleKind::VMin => "V-Min",
             ScheduleKind::DualPipe => "DualPipe",
             ScheduleKind::DualPipeV => "DualPipeV",
         }
@@ -708,7 +729,7 @@ mod tests {
         assert_eq!(
             "pipedream".parse::<ScheduleKind>().unwrap_err().to_string(),
             "unknown schedule \"pipedream\": expected one of gpipe, 1f1b, eager-1f1b, \
-             interleaved, bfs, zb-h1, zb-auto, zb-v, dualpipe, dualpipev"
+             interleaved, bfs, zb-h1, zb-auto, zb-v, v-half, v-min, dualpipe, dualpipev"
         );
     }
 

@@ -65,7 +65,7 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
             .checked_sub(w)
             .filter(|&x| m >= p && x >= (f + a).max(b + a))
             .map(|x| hops * x),
-        ScheduleKind::ZbV | ScheduleKind::ZbAuto => None,
+        ScheduleKind::ZbV | ScheduleKind::ZbAuto | ScheduleKind::VHalf | ScheduleKind::VMin => None,
         ScheduleKind::DualPipe => dual.map(|x| (p64 / 2).saturating_sub(1) * x),
         ScheduleKind::DualPipeV => dual.map(|x| hops * x),
     };
@@ -77,7 +77,7 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
         ScheduleKind::GPipe => Some(m),
         ScheduleKind::LoopedBfs => Some(m * v),
         ScheduleKind::Interleaved => Some((2 * (p - 1) + (v - 1) * group + 1).min(m * v)),
-        ScheduleKind::ZbV | ScheduleKind::ZbAuto => None,
+        ScheduleKind::ZbV | ScheduleKind::ZbAuto | ScheduleKind::VHalf | ScheduleKind::VMin => None,
         ScheduleKind::DualPipe => Some(p + 1),
         ScheduleKind::DualPipeV => Some(2 * p + 1),
     };

@@ -1,5 +1,5 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
-//! simulation (or any set of the ten schedules stacked on one time axis at the same total
+//! simulation (or any set of the twelve schedules stacked on one time axis at the same total
 //! cost; those that cannot take the shape are named and left out), the
 //! bubble against the textbook formula, the gap to the shortest one-chunk schedule under the
 //! same memory where the setting is small enough, peak activations, and an animation that plays or steps

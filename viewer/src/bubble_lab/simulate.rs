@@ -107,6 +107,15 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
              {q}/{}",
             3 * m + q
         ),
+        ScheduleKind::VHalf | ScheduleKind::VMin => format!(
+            "no closed form (the paper's building block, repeated); it holds about {} of \
+             1F1B's activations",
+            if kind == ScheduleKind::VHalf {
+                "1/2"
+            } else {
+                "1/3"
+            }
+        ),
         ScheduleKind::ZbV => format!(
             "no closed form (planned greedily for F, B, W); at F = B = W idle per stage >= \
              (p - 1) chunk ops = {q} half-stage F"
