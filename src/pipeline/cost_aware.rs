@@ -163,14 +163,15 @@ mod tests {
     }
 
     /// The case: p = 4, m = 16, F/B/W = 1/2/1 a stage. The pattern takes 93, more than
-    /// 1F1B's 76; planned for the costs it takes 69.5.
+    /// 1F1B's 76; planned for the costs it takes 67, the zero-bubble authors' V scheduler's
+    /// figure.
     #[test]
     fn planned_for_b_twice_f_zb_v_beats_1f1b() {
         let stage = [1000, 2000, 1000];
         let (planned, pattern, costs) = zb_v(4, 16, stage);
         assert_eq!(makespan(&pattern, &costs), 93_000);
         assert_eq!(one_f_one_b(4, 16, stage), 76_000);
-        assert_eq!(makespan(&planned, &costs), 69_500);
+        assert_eq!(makespan(&planned, &costs), 67_000);
     }
 
     /// Over a grid of costs and shapes the plan is never slower than the pattern or than 1F1B,
