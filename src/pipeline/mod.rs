@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
 //! | `orders.rs` | each kind's compute order (the generators), the zero-bubble list scheduler among them |
+//! | `v_block.rs` | V-Half and V-Min: the paper's building blocks, their Ws, and its squeeze |
 //! | `cost_aware.rs` | [`Schedule::for_costs_within`]: ZB-V and zb-auto planned for the costs they will meet, zb-auto under a memory limit |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
 //! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`], [`simulate_uneven`] (stages of different costs) and [`simulate_folded`] (more stages than devices) |
@@ -58,6 +59,7 @@ mod schedule;
 mod simulate;
 mod stage_model;
 mod textbook;
+mod v_block;
 mod validate;
 pub mod workload;
 
