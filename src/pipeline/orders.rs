@@ -22,7 +22,7 @@ pub(crate) struct Step {
 }
 
 impl Step {
-    fn new(kind: OpKind, mb: usize, chunk: usize) -> Step {
+    pub(crate) fn new(kind: OpKind, mb: usize, chunk: usize) -> Step {
         Step {
             kind,
             mb,

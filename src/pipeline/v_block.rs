@@ -72,13 +72,17 @@ fn step(t: usize, mb: usize) -> Step {
         4 => (OpKind::WeightGrad, 1),
         _ => (OpKind::WeightGrad, 0),
     };
-    Step {
-        kind,
-        mb,
-        chunk,
-        overlapped: false,
-        glued: false,
-    }
+    Step::new(kind, mb, chunk)
+}
+
+/// The last slot any op of a stage takes.
+fn last_slot(stage: &[Vec<usize>]) -> usize {
+    stage
+        .iter()
+        .filter_map(|l| l.last())
+        .copied()
+        .max()
+        .unwrap_or(0)
 }
 
 fn without_w(mut stage: Slots) -> Slots {
@@ -96,12 +100,7 @@ fn next_op(stage: &[Vec<usize>], at: &[usize]) -> Option<(usize, usize)> {
 /// Puts each B's W in the first slot left free after it (chunk 1's first when `split`, one
 /// list otherwise), the rest after the last op.
 fn put_w(stage: &mut Slots, split: bool) {
-    let bound = stage
-        .iter()
-        .filter_map(|l| l.last())
-        .copied()
-        .max()
-        .unwrap_or(0);
+    let bound = last_slot(stage);
     stage.push(Vec::new());
     if split {
         stage.push(Vec::new());
@@ -138,12 +137,7 @@ fn put_w(stage: &mut Slots, split: bool) {
 /// lists, the first free slot after a B does).
 fn memory(stage: &Slots) -> i64 {
     let has_w = stage.len() > 4;
-    let bound = stage
-        .iter()
-        .filter_map(|l| l.last())
-        .copied()
-        .max()
-        .unwrap_or(0);
+    let bound = last_slot(stage);
     let mut at = vec![0usize; stage.len()];
     let (mut cur, mut most, mut owed) = (0i64, 0i64, 0usize);
     for i in 0..=bound {
@@ -217,15 +211,7 @@ fn squeeze(p: usize, mut stages: Vec<Slots>, with_w: bool) -> Vec<Slots> {
     let budget = stages.iter().map(memory).max().unwrap_or(0);
     let mut taken: Vec<Vec<bool>> = stages
         .iter()
-        .map(|st| {
-            let last = st
-                .iter()
-                .filter_map(|l| l.last())
-                .copied()
-                .max()
-                .unwrap_or(0);
-            vec![false; last + 1]
-        })
+        .map(|st| vec![false; last_slot(st) + 1])
         .collect();
     let last_mb = stages[0][0].len().saturating_sub(1);
     let types = stages[0].len();
