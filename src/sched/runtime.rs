@@ -483,10 +483,10 @@ impl Client {
 
     /// Submits a run that the caller waits for at once: a run on one of this process's devices
     /// is driven to its end on the caller's thread when the device's worker is idle, which
-    /// saves two thread hand-offs a run (see `worker::drive`). Its handle then has the results
-    /// (and trace events) ready; otherwise the run goes as [`Self::submit`]'s would. A run
-    /// submitted to overlap with the caller's own work should use [`Self::submit`]: its worker
-    /// starts at once.
+    /// saves two thread hand-offs a run (see `worker::drive`); its results are then in when this
+    /// returns (a traced run's GPU times may still be on their way, as `wait_traced` waits for).
+    /// Otherwise the run goes as [`Self::submit`]'s would. A run submitted to overlap with the
+    /// caller's own work should use [`Self::submit`]: its worker starts at once.
     pub fn submit_and_drive<A: Into<HostData>>(
         &self,
         exec: &Arc<Executable>,
