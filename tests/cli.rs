@@ -1058,18 +1058,34 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     let out = gangway(&again);
     assert!(out.contains("2 steps (to step 5)"), "{out}");
 
-    let text = gangway(&[
-        "generate",
-        "--checkpoint",
-        &ckpt,
-        "--prompt",
-        "The ",
-        "--max-bytes",
-        "20",
-        "--temperature",
-        "0",
-    ]);
+    let drawn = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--checkpoint",
+            &ckpt,
+            "--prompt",
+            "The ",
+            "--max-bytes",
+            "20",
+        ];
+        args.extend_from_slice(extra);
+        gangway(&args)
+    };
+    let text = drawn(&["--temperature", "0"]);
     assert!(text.starts_with("The "), "{text}");
+    // Several samples, each under its own line; top-k 1 is the greedy text whatever the seed.
+    let three = drawn(&["--samples", "3", "--top-p", "0.9", "--seed", "7"]);
+    assert_eq!(
+        three.lines().filter(|l| l.starts_with("[sample ")).count(),
+        3,
+        "{three}"
+    );
+    assert_eq!(
+        drawn(&["--top-k", "1", "--temperature", "2", "--seed", "3"]),
+        text
+    );
+    let err = gangway_fails(&["generate", "--checkpoint", &ckpt, "--top-p", "1.5"]);
+    assert!(err.contains("top-p must be in (0, 1]"), "{err}");
     let eval = gangway(&[
         "eval",
         "lm",

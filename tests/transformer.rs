@@ -12,7 +12,7 @@ use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::train::{GroupSplit, TrainState};
 use gangway::train::{TrainOptions, resume, train};
-use gangway::transformer::generate::generate;
+use gangway::transformer::generate::{Sampling, generate, generate_samples};
 use gangway::transformer::reference::{ReferenceForward, forward, logits};
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer, VOCAB,
@@ -649,14 +649,76 @@ fn generation_is_deterministic_and_checked() {
         params: params(cfg),
         train: None,
     };
-    let a = generate(&ck, b"the cat", 12, 0.0, 1).unwrap();
-    let b = generate(&ck, b"the cat", 12, 0.0, 2).unwrap();
+    let greedy = Sampling::GREEDY;
+    let a = generate(&ck, b"the cat", 12, greedy, 1).unwrap();
+    let b = generate(&ck, b"the cat", 12, greedy, 2).unwrap();
     assert_eq!(a, b, "temperature 0 takes the argmax whatever the seed");
     assert_eq!(a.len(), 12);
-    let c = generate(&ck, b"", 30, 1.0, 3).unwrap();
-    assert_eq!(c, generate(&ck, b"", 30, 1.0, 3).unwrap());
-    assert!(generate(&ck, b"x", 3, f32::NAN, 0).is_err());
-    assert!(generate(&ck, b"x", 3, -1.0, 0).is_err());
+    let warm = Sampling::temperature(1.0);
+    let c = generate(&ck, b"", 30, warm, 3).unwrap();
+    assert_eq!(c, generate(&ck, b"", 30, warm, 3).unwrap());
+    for bad in [
+        Sampling::temperature(f32::NAN),
+        Sampling::temperature(-1.0),
+        Sampling {
+            top_k: Some(0),
+            ..warm
+        },
+        Sampling {
+            top_p: Some(0.0),
+            ..warm
+        },
+        Sampling {
+            top_p: Some(1.5),
+            ..warm
+        },
+    ] {
+        assert!(generate(&ck, b"x", 3, bad, 0).is_err(), "{bad:?}");
+    }
+    // Top-k 1, or a top-p below any one byte's probability, is the argmax at any temperature.
+    let hot = Sampling::temperature(5.0);
+    for narrow in [
+        Sampling {
+            top_k: Some(1),
+            ..hot
+        },
+        Sampling {
+            top_p: Some(1e-6),
+            ..hot
+        },
+    ] {
+        assert_eq!(
+            generate(&ck, b"the cat", 12, narrow, 9).unwrap(),
+            a,
+            "{narrow:?}"
+        );
+    }
+    // Top-k 3 at a high temperature draws each byte among the three most likely there.
+    let top3 = Sampling {
+        top_k: Some(3),
+        ..hot
+    };
+    let drawn = generate(&ck, b"the cat", 16, top3, 4).unwrap();
+    let mut text: Vec<u32> = b"the cat".iter().map(|&x| u32::from(x)).collect();
+    for &byte in &drawn {
+        let window = &text[text.len().saturating_sub(cfg.context)..];
+        let all = logits(&ck.params, window).unwrap();
+        let row = &all[(window.len() - 1) * 256..];
+        let mut order: Vec<usize> = (0..256).collect();
+        order.sort_by(|&x, &y| row[y].total_cmp(&row[x]).then(x.cmp(&y)));
+        assert!(
+            order[..3].contains(&usize::from(byte)),
+            "{byte} not in {:?}",
+            &order[..3]
+        );
+        text.push(u32::from(byte));
+    }
+    // Samples: sample 0 is the single draw with the seed, sample i the draw with seed + i.
+    let many = generate_samples(&ck, b"", 30, warm, 3, 3).unwrap();
+    assert_eq!(many.len(), 3);
+    assert_eq!(many[0], c);
+    assert_eq!(many[2], generate(&ck, b"", 30, warm, 5).unwrap());
+    assert!(generate_samples(&ck, b"", 3, warm, 0, 0).is_err());
     assert!(logits(&ck.params, &[]).is_err());
     assert!(logits(&ck.params, &vec![1; cfg.context + 1]).is_err());
     assert!(logits(&ck.params, &[300]).is_err());

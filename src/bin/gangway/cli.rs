@@ -435,8 +435,19 @@ pub(crate) struct GenerateArgs {
     /// 0 takes the most likely byte each time.
     #[arg(long, default_value_t = 0.8)]
     pub(crate) temperature: f32,
+    /// Draw only from the K most likely bytes [default: all 256].
+    #[arg(long, value_name = "K")]
+    pub(crate) top_k: Option<usize>,
+    /// Draw only from the fewest most likely bytes whose probabilities reach P, in (0, 1]
+    /// (after --top-k) [default: 1].
+    #[arg(long, value_name = "P")]
+    pub(crate) top_p: Option<f32>,
     #[arg(long, default_value_t = 200)]
     pub(crate) max_bytes: usize,
+    /// Texts to draw after the prompt, sample i with seed --seed + i, each printed under a
+    /// `[sample i]` line when more than one.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) samples: usize,
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
 }

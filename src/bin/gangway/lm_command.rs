@@ -16,7 +16,7 @@ use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
 use gangway::train::{Progress, TrainOptions, evaluate, resume, train};
-use gangway::transformer::generate::generate;
+use gangway::transformer::generate::{Sampling, generate_samples};
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
 };
@@ -243,17 +243,28 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
 
 pub(crate) fn generate_text(args: &GenerateArgs) -> Result<()> {
     let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
-    let out = generate(
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+    };
+    let texts = generate_samples(
         &checkpoint,
         args.prompt.as_bytes(),
         args.max_bytes,
-        args.temperature,
+        sampling,
         args.seed,
+        args.samples,
     )?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(args.prompt.as_bytes())?;
-    stdout.write_all(&out)?;
-    stdout.write_all(b"\n")?;
+    for (i, out) in texts.iter().enumerate() {
+        if texts.len() > 1 {
+            writeln!(stdout, "[sample {i}]")?;
+        }
+        stdout.write_all(args.prompt.as_bytes())?;
+        stdout.write_all(out)?;
+        stdout.write_all(b"\n")?;
+    }
     Ok(())
 }
 
