@@ -6,6 +6,10 @@ struct Params {
     context: u32, // C, ids per window
     cols: u32,    // d_e, embedding width
     vocab: u32,   // V, rows of the table
+    vocab2: u32,  // rows of the second table (embed_gather_sum)
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -14,6 +18,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> embedded: array<f32>;
 @group(0) @binding(4) var<storage, read> d_embedded: array<f32>;
 @group(0) @binding(5) var<storage, read_write> d_table: array<f32>;
+@group(0) @binding(6) var<storage, read> ctx2: array<u32>;
+@group(0) @binding(7) var<storage, read> table2: array<f32>;
 
 // x[t, c*d_e + j] = table[ctx[t*C + c], j]; an id past the vocabulary reads as a zero row (the
 // host checks ids; a shader cannot report an error).
@@ -25,6 +31,24 @@ fn embed_gather(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     var v = 0.0;
     if (id < p.vocab) { v = table[id * p.cols + i % p.cols]; }
     embedded[i] = v;
+}
+
+// x[t, c*d_e + j] = table[ctx[t*C + c], j] + table2[ctx2[t*C + c], j]: two embeddings of the
+// same positions (a token's and its position's) summed, in one launch instead of three. The sum
+// is the one f32 add the separate gathers and add would make, so the bits are theirs.
+@compute @workgroup_size(256)
+fn embed_gather_sum(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.rows * p.context * p.cols) { return; }
+    let q = i / p.cols;
+    let j = i % p.cols;
+    let a = ctx[q];
+    let b = ctx2[q];
+    var x = 0.0;
+    if (a < p.vocab) { x = table[a * p.cols + j]; }
+    var y = 0.0;
+    if (b < p.vocab2) { y = table2[b * p.cols + j]; }
+    embedded[i] = x + y;
 }
 
 // d_table[v, j] = sum over positions q with ctx[q] == v of d_embedded[q, j]. Written, not added;

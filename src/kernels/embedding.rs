@@ -1,6 +1,7 @@
 //! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): the
-//! [`EmbedGather`] and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as
-//! program nodes), and `*_reference`s in plain Rust.
+//! [`EmbedGather`], [`EmbedGatherSum`] (two tables' rows summed, a token's and its position's)
+//! and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as program nodes),
+//! and `*_reference`s in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -17,6 +18,8 @@ struct Params {
     context: u32,
     cols: u32,
     vocab: u32,
+    vocab2: u32,
+    pad: [u32; 3],
 }
 
 impl Params {
@@ -26,6 +29,8 @@ impl Params {
             context: to_u32(what, c)?,
             cols: to_u32(what, e)?,
             vocab: to_u32(what, v)?,
+            vocab2: 0,
+            pad: [0; 3],
         })
     }
 }
@@ -57,6 +62,38 @@ fn encode_embed_gather(
         (1, contexts.buffer()),
         (2, table.buffer()),
         (3, out.buffer()),
+    ];
+    EMBEDDING.encode_threads(encoder, device, WHAT, &params, &bindings, t * c * e)
+}
+
+/// Records `out[t, c·d_e + j] = table[contexts[t, c], j] + table2[contexts2[t, c], j]`: two
+/// gathers and their add in one launch, with the add's bits. Shapes as [`EmbedGather`]'s, both
+/// tables `d_e` wide; ids past a table read as zero rows.
+fn encode_embed_gather_sum(
+    encoder: &mut impl Recorder,
+    [contexts, table, contexts2, table2]: [&Tensor; 4],
+    out: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "embed_gather_sum";
+    let device = table.device();
+    let (t, c) = dims2(WHAT, contexts)?;
+    let (v, e) = dims2(WHAT, table)?;
+    let (v2, _) = dims2(WHAT, table2)?;
+    expect(WHAT, contexts, device, DType::U32, &[t, c])?;
+    expect(WHAT, table, device, DType::F32, &[v, e])?;
+    expect(WHAT, contexts2, device, DType::U32, &[t, c])?;
+    expect(WHAT, table2, device, DType::F32, &[v2, e])?;
+    expect(WHAT, out, device, DType::F32, &[t, c * e])?;
+    let params = Params {
+        vocab2: to_u32(WHAT, v2)?,
+        ..Params::new(WHAT, [t, c, e, v])?
+    };
+    let bindings = [
+        (1, contexts.buffer()),
+        (2, table.buffer()),
+        (3, out.buffer()),
+        (6, contexts2.buffer()),
+        (7, table2.buffer()),
     ];
     EMBEDDING.encode_threads(encoder, device, WHAT, &params, &bindings, t * c * e)
 }
@@ -122,6 +159,24 @@ pub fn embed_gather_reference(contexts: &[u32], table: &[f32], embed: usize) -> 
         .collect())
 }
 
+/// Reference of [`EmbedGatherSum`]: the two gathers, added.
+pub fn embed_gather_sum_reference(
+    (contexts, table): (&[u32], &[f32]),
+    (contexts2, table2): (&[u32], &[f32]),
+    embed: usize,
+) -> Result<Vec<f32>> {
+    if contexts.len() != contexts2.len() {
+        return Err(Error::ShapeMismatch {
+            what: "embed_gather_sum_reference",
+            expected: format!("{} ids in both", contexts.len()),
+            got: format!("{}", contexts2.len()),
+        });
+    }
+    let a = embed_gather_reference(contexts, table, embed)?;
+    let b = embed_gather_reference(contexts2, table2, embed)?;
+    Ok(a.iter().zip(&b).map(|(x, y)| x + y).collect())
+}
+
 /// Reference of [`EmbedGrad`]: `[vocab, embed]`.
 pub fn embed_grad_reference(
     contexts: &[u32],
@@ -163,6 +218,29 @@ impl Kernel for EmbedGather {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         encode_embed_gather(rec, &x[0], &x[1], check::output(y, 0)?)
+    }
+}
+
+/// `(contexts u32 [T, C], table [V, E], contexts2 u32 [T, C], table2 [V2, E]) → [T, C·E]`, the
+/// two gathers summed, as a program node.
+#[derive(Debug, Clone)]
+pub struct EmbedGatherSum;
+
+impl Kernel for EmbedGatherSum {
+    fn kind(&self) -> &'static str {
+        "embed_gather_sum"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        check::arity(self.kind(), inputs, 4)?;
+        let (t, c) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (_, e) = check::rows_cols(self.kind(), &inputs[1])?;
+        Ok(vec![TensorType::f32(&[t, c * e])])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let [a, b, c, d] = x else {
+            return Err(check::invalid(self.kind(), "takes four inputs".into()));
+        };
+        encode_embed_gather_sum(rec, [a, b, c, d], check::output(y, 0)?)
     }
 }
 

@@ -28,8 +28,8 @@ use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
-    Accumulate, Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward,
-    TensorType,
+    Accumulate, Attention, AttentionBackward, EmbedGatherSum, EmbedGrad, LayerNorm,
+    LayerNormBackward, TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use crate::program::{Program, Value};
@@ -135,13 +135,12 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
         // layers serve every device.
         x.b.set_active(shape.split.active(r));
         // ---- forward
-        let tok = x.k(&at("token embedding"), EmbedGather, &[ids, x.params[0]]);
-        let pos = x.k(
-            &at("position embedding"),
-            EmbedGather,
-            &[positions, x.params[1]],
+        // Token and position embeddings gathered and added in one launch.
+        let mut h = x.k(
+            &at("embeddings"),
+            EmbedGatherSum,
+            &[ids, x.params[0], positions, x.params[1]],
         );
-        let mut h = x.k(&at("embeddings"), ElementwiseOp::Add, &[tok, pos]);
         let mut acts = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let ix = cfg.layer_index(l);
