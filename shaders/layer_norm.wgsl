@@ -26,6 +26,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(9) var<storage, read_write> d_gamma: array<f32>;
 @group(0) @binding(10) var<storage, read_write> d_beta: array<f32>;
+@group(0) @binding(11) var<storage, read> addend: array<f32>;
 
 fn index(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return gid.x + gid.y * groups.x * 256u;
@@ -60,15 +61,8 @@ fn layer_norm_forward(
 }
 
 // dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)),  g = dy · gamma,  x̂ = (x − mean) · rstd.
-@compute @workgroup_size(256)
-fn layer_norm_backward_dx(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-) {
-    let r = index(gid, groups);
-    if (r >= p.rows) {
-        return;
-    }
+// Row r's two sums, Σ g and Σ g · x̂.
+fn dx_sums(r: u32) -> vec2<f32> {
     let base = r * p.cols;
     let mean = stats_in[2u * r];
     let rstd = stats_in[2u * r + 1u];
@@ -79,11 +73,50 @@ fn layer_norm_backward_dx(
         g_sum += g;
         gx_sum += g * (x[base + c] - mean) * rstd;
     }
+    return vec2<f32>(g_sum, gx_sum);
+}
+
+// dx[r, c] from the row's sums.
+fn dx_at(r: u32, c: u32, sums: vec2<f32>) -> f32 {
+    let at = r * p.cols + c;
+    let mean = stats_in[2u * r];
+    let rstd = stats_in[2u * r + 1u];
     let n = f32(p.cols);
+    let g = dy[at] * gamma[c];
+    let xhat = (x[at] - mean) * rstd;
+    return rstd * (g - sums.x / n - xhat * sums.y / n);
+}
+
+@compute @workgroup_size(256)
+fn layer_norm_backward_dx(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let r = index(gid, groups);
+    if (r >= p.rows) {
+        return;
+    }
+    let sums = dx_sums(r);
     for (var c = 0u; c < p.cols; c++) {
-        let g = dy[base + c] * gamma[c];
-        let xhat = (x[base + c] - mean) * rstd;
-        dx[base + c] = rstd * (g - g_sum / n - xhat * gx_sum / n);
+        dx[r * p.cols + c] = dx_at(r, c, sums);
+    }
+}
+
+// dx + addend: the gradient of a residual branch added to the norm's, in the launch that makes
+// the norm's (the one f32 add a separate accumulate would make).
+@compute @workgroup_size(256)
+fn layer_norm_backward_dx_add(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let r = index(gid, groups);
+    if (r >= p.rows) {
+        return;
+    }
+    let sums = dx_sums(r);
+    for (var c = 0u; c < p.cols; c++) {
+        let at = r * p.cols + c;
+        dx[at] = addend[at] + dx_at(r, c, sums);
     }
 }
 

@@ -87,6 +87,24 @@ fn forward_and_backward_match_the_reference(device: &Device) {
         ] {
             common::assert_close(&what(name), &got.to_f32().unwrap(), want, 1e-4);
         }
+
+        // With a residual branch's gradient added in the same launch: the norm's dx plus it,
+        // bit for bit (the one f32 add), and the same parameter gradients.
+        let residual: Vec<f32> = c.dy.iter().map(|v| v * 0.5 - 0.25).collect();
+        let r = up(device, &[rows, cols], &residual);
+        let added: [Tensor; 3] =
+            eager::run_n(&LayerNormBackward, &[&x, &gamma, &stats, &dy, &r]).unwrap();
+        let plain = grads[0].to_f32().unwrap();
+        let want: Vec<f32> = residual.iter().zip(&plain).map(|(a, b)| a + b).collect();
+        assert_eq!(
+            added[0].to_f32().unwrap(),
+            want,
+            "{}",
+            what("dx + residual")
+        );
+        for i in 1..3 {
+            assert_eq!(added[i].to_f32().unwrap(), grads[i].to_f32().unwrap());
+        }
     }
 }
 
@@ -228,4 +246,8 @@ fn bad_inputs_are_errors(device: &Device) {
         layer_norm_backward(&x, &g, &t(&[3, 3]), &x),
         Err(Error::ShapeMismatch { .. })
     ));
+    let stats = t(&[3, 2]);
+    let wrong_residual: gangway::Result<[Tensor; 3]> =
+        eager::run_n(&LayerNormBackward, &[&x, &g, &stats, &x, &t(&[3, 5])]);
+    assert!(wrong_residual.is_err());
 }

@@ -83,6 +83,7 @@ fn encode_layer_norm(
 fn encode_layer_norm_backward(
     encoder: &mut impl Recorder,
     [x, gamma, stats, dy]: [&Tensor; 4],
+    addend: Option<&Tensor>,
     [dx, d_gamma, d_beta]: [&Tensor; 3],
 ) -> Result<()> {
     const WHAT: &str = "layer_norm_backward";
@@ -96,20 +97,22 @@ fn encode_layer_norm_backward(
     check::expect(WHAT, d_beta, device, DType::F32, &[cols])?;
     // Any eps: the backward reads rstd from the stats.
     let p = params(WHAT, rows, cols, DEFAULT_EPS)?;
-    LAYER_NORM.encode_threads(
-        encoder,
-        device,
-        "layer_norm_backward_dx",
-        &p,
-        &[
-            (1, x.buffer()),
-            (2, gamma.buffer()),
-            (6, stats.buffer()),
-            (7, dy.buffer()),
-            (8, dx.buffer()),
-        ],
-        rows,
-    )?;
+    let mut bindings = vec![
+        (1, x.buffer()),
+        (2, gamma.buffer()),
+        (6, stats.buffer()),
+        (7, dy.buffer()),
+        (8, dx.buffer()),
+    ];
+    let entry = match addend {
+        Some(a) => {
+            check::expect(WHAT, a, device, DType::F32, &[rows, cols])?;
+            bindings.push((11, a.buffer()));
+            "layer_norm_backward_dx_add"
+        }
+        None => "layer_norm_backward_dx",
+    };
+    LAYER_NORM.encode_threads(encoder, device, entry, &p, &bindings, rows)?;
     LAYER_NORM.encode_threads(
         encoder,
         device,
@@ -260,7 +263,9 @@ impl Kernel for LayerNorm {
     }
 }
 
-/// `(x, gamma, stats, dy) → (dx [R, D], d_gamma [D], d_beta [D])` as a program node.
+/// `(x, gamma, stats, dy[, addend]) → (dx [R, D], d_gamma [D], d_beta [D])` as a program node;
+/// with an `addend` `[R, D]` (a residual branch's gradient), `dx` is the norm's plus it, in the
+/// same launch.
 #[derive(Debug, Clone)]
 pub struct LayerNormBackward;
 
@@ -269,10 +274,14 @@ impl Kernel for LayerNormBackward {
         "layer_norm_backward"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 4)?;
+        if inputs.len() != 5 {
+            check::arity(self.kind(), inputs, 4)?;
+        }
         let (rows, cols) = row_types(self.kind(), &inputs[0], &[&inputs[1]])?;
         check::expect_type(self.kind(), &inputs[2], &TensorType::f32(&[rows, 2]))?;
-        check::expect_type(self.kind(), &inputs[3], &TensorType::f32(&[rows, cols]))?;
+        for row_input in &inputs[3..] {
+            check::expect_type(self.kind(), row_input, &TensorType::f32(&[rows, cols]))?;
+        }
         let vector = TensorType::f32(&[cols]);
         Ok(vec![TensorType::f32(&[rows, cols]), vector.clone(), vector])
     }
@@ -285,6 +294,7 @@ impl Kernel for LayerNormBackward {
         encode_layer_norm_backward(
             rec,
             [&x[0], &x[1], &x[2], &x[3]],
+            x.get(4),
             [
                 check::output(y, 0)?,
                 check::output(y, 1)?,

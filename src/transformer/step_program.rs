@@ -28,8 +28,8 @@ use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
-    Accumulate, Attention, AttentionBackward, EmbedGatherSum, EmbedGrad, LayerNorm,
-    LayerNormBackward, TensorType,
+    Attention, AttentionBackward, EmbedGatherSum, EmbedGrad, LayerNorm, LayerNormBackward,
+    TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use crate::program::{Program, Value};
@@ -71,21 +71,24 @@ impl Builder<'_, StepShape<TransformerConfig>> {
         (y, stats)
     }
 
-    /// LayerNorm's backward: adds its γ and β gradients, returns the input's.
+    /// LayerNorm's backward: adds its γ and β gradients, returns the input's, plus `residual`
+    /// (the gradient reaching the same input around the norm's branch) where given, in the same
+    /// launch.
     fn norm_backward(
         &mut self,
         name: &str,
-        x: Value,
-        stats: Value,
-        dy: Value,
+        (x, stats, dy): (Value, Value, Value),
+        residual: Option<Value>,
         [g, b]: [usize; 2],
     ) -> Value {
         let gamma = self.params[g];
+        let mut inputs = vec![x, gamma, stats, dy];
+        inputs.extend(residual);
         let [dx, dg, db] = self.b.kernel(
             name,
             &self.gang.clone(),
             Arc::new(LayerNormBackward),
-            &[x, gamma, stats, dy],
+            &inputs,
         );
         self.grad(g, &format!("accumulate {name} γ"), dg);
         self.grad(b, &format!("accumulate {name} β"), db);
@@ -229,7 +232,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             let next_sends = cfg.is_moe(cfg.layers - 1);
             x.linear_backward_put_off(next_sends, &at, "head", head, z, d_logits)
         };
-        let mut dh = x.norm_backward(&at("ln_f backward"), last, ln_f, dz, [gf, bf]);
+        let mut dh = x.norm_backward(&at("ln_f backward"), (last, ln_f, dz), None, [gf, bf]);
         for l in (0..cfg.layers).rev() {
             let ix = cfg.layer_index(l);
             let at = |what: &str| format!("r{r} l{l} {what}");
@@ -266,12 +269,8 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                 }
                 _ => unreachable!("a layer's activations follow its index"),
             };
-            let d_mid = x.norm_backward(&at("ln2 backward"), a.mid, a.ln2, df, ix.ln2);
-            let d_mid = x.k(
-                &at("accumulate ffn residual grad"),
-                Accumulate,
-                &[dh, d_mid],
-            );
+            // The FFN's residual gradient joins the norm's in its launch.
+            let d_mid = x.norm_backward(&at("ln2 backward"), (a.mid, a.ln2, df), Some(dh), ix.ln2);
             // The next send is layer l − 1's, when its FFN is an expert layer.
             let next_sends = l > 0 && cfg.is_moe(l - 1);
             let d_o =
@@ -293,11 +292,11 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             let add = Epilogue::Add;
             da = x.linear_backward_then(next_sends, &at, "k", ix.wk, a.a, dk, add, &[da]);
             da = x.linear_backward_then(next_sends, &at, "v", ix.wv, a.a, dv, add, &[da]);
-            let d_in = x.norm_backward(&at("ln1 backward"), a.input, a.ln1, da, ix.ln1);
-            dh = x.k(
-                &at("accumulate attention residual grad"),
-                Accumulate,
-                &[d_mid, d_in],
+            dh = x.norm_backward(
+                &at("ln1 backward"),
+                (a.input, a.ln1, da),
+                Some(d_mid),
+                ix.ln1,
             );
         }
         if r + 1 == inputs.len() {
