@@ -4,7 +4,8 @@
 //! - [`LayerNorm`]: `(x [R, D], gamma [D], beta [D]) → (y [R, D], stats [R, 2])`, with
 //!   `y = (x − mean)·rstd·gamma + beta`, `rstd = 1/√(var + eps)` (biased variance, as PyTorch's
 //!   `nn.LayerNorm`), `stats` each row's `(mean, rstd)` for the backward;
-//! - [`LayerNormBackward`]: `(x, gamma, stats, dy) → (dx [R, D], d_gamma [D], d_beta [D])`.
+//! - [`LayerNormBackward`]: `(x, gamma, stats, dy[, addend]) → (dx [R, D], d_gamma [D],
+//!   d_beta [D])`; with an `addend` (a residual branch's gradient) `dx` is the norm's plus it.
 //!
 //! Rows split over devices: `y`, `stats` and `dx` split like `x`, and `d_gamma`, `d_beta` (sums
 //! over the rows) are partial sums over the axes that split them, to be all-reduced like any
