@@ -1,7 +1,7 @@
 //! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): the
-//! [`EmbedGather`], [`EmbedGatherSum`] (two tables' rows summed, a token's and its position's)
-//! and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as program nodes),
-//! and `*_reference`s in plain Rust.
+//! [`EmbedGather`] (with a second pair of ids and table, two tables' rows summed: a token's and
+//! its position's) and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as
+//! program nodes), and `*_reference`s in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -42,12 +42,16 @@ pub const EMBEDDING: Shader = Shader {
     ..crate::kernels::SHADER
 };
 
-/// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`. `contexts` u32 `[T, C]`, `table`
-/// `[V, d_e]`, `out` `[T, C·d_e]`. Ids `>= V` read as zero rows (check them on the host).
+/// Records `out[t, c·d_e + j] = table[contexts[t, c], j]`, plus `table2[contexts2[t, c], j]`
+/// where a second pair is given (a token's and its position's embedding summed in one launch,
+/// with the one f32 add a separate add would make). `contexts` u32 `[T, C]`, `table` `[V, d_e]`
+/// (`table2` any rows, as wide), `out` `[T, C·d_e]`. Ids past a table read as zero rows (check
+/// them on the host).
 fn encode_embed_gather(
     encoder: &mut impl Recorder,
     contexts: &Tensor,
     table: &Tensor,
+    plus: Option<(&Tensor, &Tensor)>,
     out: &Tensor,
 ) -> Result<()> {
     const WHAT: &str = "embed_gather";
@@ -57,45 +61,24 @@ fn encode_embed_gather(
     expect(WHAT, contexts, device, DType::U32, &[t, c])?;
     expect(WHAT, table, device, DType::F32, &[v, e])?;
     expect(WHAT, out, device, DType::F32, &[t, c * e])?;
-    let params = Params::new(WHAT, [t, c, e, v])?;
-    let bindings = [
+    let mut params = Params::new(WHAT, [t, c, e, v])?;
+    let mut bindings = vec![
         (1, contexts.buffer()),
         (2, table.buffer()),
         (3, out.buffer()),
     ];
-    EMBEDDING.encode_threads(encoder, device, WHAT, &params, &bindings, t * c * e)
-}
-
-/// Records `out[t, c·d_e + j] = table[contexts[t, c], j] + table2[contexts2[t, c], j]`: two
-/// gathers and their add in one launch, with the add's bits. Shapes as [`EmbedGather`]'s, both
-/// tables `d_e` wide; ids past a table read as zero rows.
-fn encode_embed_gather_sum(
-    encoder: &mut impl Recorder,
-    [contexts, table, contexts2, table2]: [&Tensor; 4],
-    out: &Tensor,
-) -> Result<()> {
-    const WHAT: &str = "embed_gather_sum";
-    let device = table.device();
-    let (t, c) = dims2(WHAT, contexts)?;
-    let (v, e) = dims2(WHAT, table)?;
-    let (v2, _) = dims2(WHAT, table2)?;
-    expect(WHAT, contexts, device, DType::U32, &[t, c])?;
-    expect(WHAT, table, device, DType::F32, &[v, e])?;
-    expect(WHAT, contexts2, device, DType::U32, &[t, c])?;
-    expect(WHAT, table2, device, DType::F32, &[v2, e])?;
-    expect(WHAT, out, device, DType::F32, &[t, c * e])?;
-    let params = Params {
-        vocab2: to_u32(WHAT, v2)?,
-        ..Params::new(WHAT, [t, c, e, v])?
+    let entry = match plus {
+        Some((contexts2, table2)) => {
+            let (v2, _) = dims2(WHAT, table2)?;
+            expect(WHAT, contexts2, device, DType::U32, &[t, c])?;
+            expect(WHAT, table2, device, DType::F32, &[v2, e])?;
+            params.vocab2 = to_u32(WHAT, v2)?;
+            bindings.extend([(6, contexts2.buffer()), (7, table2.buffer())]);
+            "embed_gather_sum"
+        }
+        None => WHAT,
     };
-    let bindings = [
-        (1, contexts.buffer()),
-        (2, table.buffer()),
-        (3, out.buffer()),
-        (6, contexts2.buffer()),
-        (7, table2.buffer()),
-    ];
-    EMBEDDING.encode_threads(encoder, device, WHAT, &params, &bindings, t * c * e)
+    EMBEDDING.encode_threads(encoder, device, entry, &params, &bindings, t * c * e)
 }
 
 /// `EG_IDS` of `shaders/embedding.wgsl`: the ids one workgroup of the gradient sums.
@@ -159,7 +142,7 @@ pub fn embed_gather_reference(contexts: &[u32], table: &[f32], embed: usize) -> 
         .collect())
 }
 
-/// Reference of [`EmbedGatherSum`]: the two gathers, added.
+/// Reference of [`EmbedGather`] with a second pair: the two gathers, added.
 pub fn embed_gather_sum_reference(
     (contexts, table): (&[u32], &[f32]),
     (contexts2, table2): (&[u32], &[f32]),
@@ -202,7 +185,8 @@ pub fn embed_grad_reference(
     Ok(out)
 }
 
-/// `(contexts u32 [T, C], table [V, E]) → [T, C·E]` as a program node.
+/// `(contexts u32 [T, C], table [V, E][, contexts2 u32 [T, C], table2 [V2, E]]) → [T, C·E]` as
+/// a program node: with the second pair, the two gathers summed in one launch.
 #[derive(Debug, Clone)]
 pub struct EmbedGather;
 
@@ -211,36 +195,16 @@ impl Kernel for EmbedGather {
         "embed_gather"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 2)?;
+        if inputs.len() != 4 {
+            check::arity(self.kind(), inputs, 2)?;
+        }
         let (t, c) = check::rows_cols(self.kind(), &inputs[0])?;
         let (_, e) = check::rows_cols(self.kind(), &inputs[1])?;
         Ok(vec![TensorType::f32(&[t, c * e])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        encode_embed_gather(rec, &x[0], &x[1], check::output(y, 0)?)
-    }
-}
-
-/// `(contexts u32 [T, C], table [V, E], contexts2 u32 [T, C], table2 [V2, E]) → [T, C·E]`, the
-/// two gathers summed, as a program node.
-#[derive(Debug, Clone)]
-pub struct EmbedGatherSum;
-
-impl Kernel for EmbedGatherSum {
-    fn kind(&self) -> &'static str {
-        "embed_gather_sum"
-    }
-    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 4)?;
-        let (t, c) = check::rows_cols(self.kind(), &inputs[0])?;
-        let (_, e) = check::rows_cols(self.kind(), &inputs[1])?;
-        Ok(vec![TensorType::f32(&[t, c * e])])
-    }
-    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let [a, b, c, d] = x else {
-            return Err(check::invalid(self.kind(), "takes four inputs".into()));
-        };
-        encode_embed_gather_sum(rec, [a, b, c, d], check::output(y, 0)?)
+        let plus = x.get(2).zip(x.get(3));
+        encode_embed_gather(rec, &x[0], &x[1], plus, check::output(y, 0)?)
     }
 }
 

@@ -56,7 +56,7 @@ pub use prepared::{Kernel, Prepared, TensorType};
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
 pub use elementwise::ElementwiseOp;
-pub use embedding::{EmbedGather, EmbedGatherSum, EmbedGrad};
+pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::ExpertWeightGrad;
 pub use layer_norm::{LayerNorm, LayerNormBackward};
 pub use loss::{CrossEntropy, MseGrad, RowLogsumexp};

@@ -8,6 +8,12 @@
 //! its queue in that order (running a run's later independent gangs ahead of one that waits, see
 //! [`super::worker`]), so two gangs that share devices run in the same order on all of them and
 //! collectives of concurrent programs can never deadlock or interleave wrongly.
+//!
+//! Under parallel dispatch the submitting thread records the run's command buffers first (one
+//! per device where nothing in the run waits). A run its caller waits for at once
+//! ([`Client::run`], [`Client::submit_and_drive`]) on one of this process's devices is driven on
+//! the caller's thread while that device's worker is idle, in the same gang order;
+//! [`Client::submit`] leaves every run to the workers.
 
 use super::clients::ClientTable;
 use super::record::{may_record_together, record, record_together};

@@ -156,6 +156,13 @@ pub(crate) struct Core {
     stall: Option<(u64, Arc<RunState>, usize, String)>,
 }
 
+impl Core {
+    /// The device is lost (or the worker panicked): every later task fails with the first error.
+    fn lose(&mut self, e: Error) {
+        self.broken.get_or_insert(e);
+    }
+}
+
 /// One turn of a device's worker, by whichever thread holds its [`Core`].
 struct Worker<'a> {
     shared: &'a Shared,
@@ -215,19 +222,16 @@ pub(crate) fn spawn(
                 Turn::Again => {}
                 Turn::Poll => {
                     if let Err(e) = shared.devices[index].poll(POLL) {
-                        lose(&shared.cores[index], e);
+                        shared.cores[index]
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .lose(e);
                     }
                 }
                 Turn::Sleep => shared.bells[index].wait(Duration::from_millis(5)),
             }
         }
     })
-}
-
-/// A failed poll: the device is lost, and the worker broken.
-fn lose(core: &Mutex<Core>, e: Error) {
-    let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
-    core.broken.get_or_insert(e);
 }
 
 /// The caller of a one-device run drives the device's worker itself, until the run is done,
@@ -265,24 +269,28 @@ pub(crate) fn drive(shared: &Shared, index: usize, run: &RunState, timeout: Dura
             Turn::Again => {}
             Turn::Poll => {
                 if let Err(e) = shared.devices[index].poll(POLL) {
-                    core.broken.get_or_insert(e);
+                    core.lose(e);
                 }
             }
             Turn::Exit | Turn::Sleep => break,
         }
     }
-    if done()
-        && let Some(c) = shared.lock().clients.get_mut(run.client)
-    {
-        c.driven += 1;
-    }
     // What is left (another run's tasks met on the way, this one's after a timeout, GPU
     // callbacks owed) is the worker thread's.
-    let left_over = !core.active.is_empty()
+    let queued = {
+        let mut state = shared.lock();
+        if done()
+            && let Some(c) = state.clients.get_mut(run.client)
+        {
+            c.driven += 1;
+        }
+        !state.queues[index].is_empty()
+    };
+    let left_over = queued
+        || !core.active.is_empty()
         || !core.unsubmitted.is_empty()
         || !core.stamps.is_empty()
-        || shared.inboxes[index].outstanding.load(Ordering::Acquire) > 0
-        || !shared.lock().queues[index].is_empty();
+        || shared.inboxes[index].outstanding.load(Ordering::Acquire) > 0;
     drop(core);
     if left_over {
         shared.bells[index].ring();
@@ -314,7 +322,7 @@ impl<'a> Worker<'a> {
             Err(payload) => {
                 let e =
                     Error::panicked(format!("device {} worker", self.device.label()), &*payload);
-                self.core.broken.get_or_insert(e.clone_for_report());
+                self.core.lose(e.clone_for_report());
                 for task in std::mem::take(&mut active) {
                     task.run.fail(e.clone_for_report());
                     self.finish(task, false);
@@ -556,7 +564,7 @@ impl<'a> Worker<'a> {
     }
 
     fn lose(&mut self, e: Error) {
-        self.core.broken.get_or_insert(e);
+        self.core.lose(e);
     }
 
     /// `more_active`: other tasks of the run are active on this device.

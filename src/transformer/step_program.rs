@@ -28,8 +28,7 @@ use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
-    Attention, AttentionBackward, EmbedGatherSum, EmbedGrad, LayerNorm, LayerNormBackward,
-    TensorType,
+    Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward, TensorType,
 };
 use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use crate::program::{Program, Value};
@@ -141,7 +140,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
         // Token and position embeddings gathered and added in one launch.
         let mut h = x.k(
             &at("embeddings"),
-            EmbedGatherSum,
+            EmbedGather,
             &[ids, x.params[0], positions, x.params[1]],
         );
         let mut acts = Vec::with_capacity(cfg.layers);
