@@ -1,7 +1,9 @@
 //! Attention against its plain-Rust reference on every adapter, causal and not, at sequence
 //! lengths that are not multiples of the 32-row blocks or 16-row tiles; the backward also against
 //! central finite differences of the GPU forward; the reference backward against finite
-//! differences of the reference forward; and bad shapes as typed errors.
+//! differences of the reference forward; and bad shapes as typed errors. Cached attention (a
+//! decoder's) against its reference (the caches bit for bit), and a prefill then decode steps
+//! against attention over the whole sequences.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,7 +12,8 @@ use common::{Adapters, Need, case};
 use gangway::kernels::attention::{
     AttentionShape, attention_backward_reference, attention_reference, default_scale,
 };
-use gangway::kernels::{Attention, AttentionNaive, eager};
+use gangway::kernels::cached_attention::{CacheShape, cached_attention_reference};
+use gangway::kernels::{Attention, AttentionNaive, CachedAttention, eager};
 use gangway::program::{CompileOptions, ProgramBuilder};
 use gangway::sched::RunOptions;
 use gangway::{DType, Device, Error, Rng, Tensor};
@@ -55,6 +58,9 @@ fn main() -> std::process::ExitCode {
         case!(host: reference_backward_matches_finite_differences),
         case!(adapters: bad_inputs_are_errors),
         case!(adapters: a_program_splits_the_batch_over_devices),
+        case!(device: cached_attention_matches_the_reference),
+        case!(device: cached_attention_follows_attention_over_whole_sequences),
+        case!(device: bad_cached_attention_inputs_are_errors),
     ])
 }
 
@@ -393,4 +399,167 @@ fn a_program_splits_the_batch_over_devices(adapters: &Adapters) {
     for (i, name) in ["dq", "dk", "dv"].iter().enumerate() {
         common::assert_close(name, &got[i + 1], &want[i], 1e-4);
     }
+}
+
+/// Cached attention's inputs on the device and the host: `(q, k, v)` of the new rows, their
+/// positions (`start..start + P` in every sequence), and caches of random values (positions at
+/// and after `start` are overwritten).
+struct CachedInputs {
+    host: [Vec<f32>; 5],
+    positions: Vec<u32>,
+    dev: [Tensor; 6],
+}
+
+fn cached_inputs(device: &Device, s: &CacheShape, start: usize, seed: u64) -> CachedInputs {
+    let mut rng = Rng::new(seed);
+    let width = s.heads * s.head_dim;
+    let (n, cached) = (s.batch * s.rows, s.batch * s.capacity);
+    let host = [
+        rng.vec(n * width),
+        rng.vec(n * width),
+        rng.vec(n * width),
+        rng.vec(cached * width),
+        rng.vec(cached * width),
+    ];
+    let positions: Vec<u32> = (0..s.batch)
+        .flat_map(|_| (start..start + s.rows).map(|p| p as u32))
+        .collect();
+    let up = |v: &Vec<f32>, rows: usize| {
+        Tensor::from_f32(device, &[rows, width], DType::F32, v).unwrap()
+    };
+    let dev = [
+        up(&host[0], n),
+        up(&host[1], n),
+        up(&host[2], n),
+        Tensor::from_u32(device, &[n, 1], &positions).unwrap(),
+        up(&host[3], cached),
+        up(&host[4], cached),
+    ];
+    CachedInputs {
+        host,
+        positions,
+        dev,
+    }
+}
+
+/// (sequences, new rows, cache rows, heads, head_dim, first position): a prefill from 0, decode
+/// steps at the start, middle and end of the cache, odd head widths and one at the limit.
+const CACHED: &[(usize, usize, usize, usize, usize, usize)] = &[
+    (1, 1, 1, 1, 4, 0),
+    (2, 7, 9, 2, 5, 0),
+    (3, 1, 9, 2, 5, 4),
+    (2, 1, 33, 3, 8, 32),
+    (2, 3, 17, 1, 20, 6),
+    (1, 2, 5, 1, 128, 1),
+];
+
+/// The output and both updated caches against the reference on every shape.
+fn cached_attention_matches_the_reference(device: &Device) {
+    for (i, &(batch, rows, capacity, heads, head_dim, start)) in CACHED.iter().enumerate() {
+        let s = CacheShape {
+            batch,
+            rows,
+            capacity,
+            heads,
+            head_dim,
+        };
+        let x = cached_inputs(device, &s, start, i as u64);
+        let scale = default_scale(head_dim);
+        let kernel = CachedAttention {
+            heads,
+            scale,
+            capacity,
+        };
+        let inputs: Vec<&Tensor> = x.dev.iter().collect();
+        let [out, kc, vc] = eager::run_n(&kernel, &inputs).unwrap();
+        let [q, k, v, k_cache, v_cache] = &x.host;
+        let want =
+            cached_attention_reference((q, k, v), &x.positions, (k_cache, v_cache), &s, scale)
+                .unwrap();
+        let what = format!("{s:?} from {start} on {}", device.label());
+        common::assert_close(&what, &out.to_f32().unwrap(), &want[0], 2e-5);
+        // The caches are copies: bit for bit.
+        assert_eq!(kc.to_f32().unwrap(), want[1], "{what}: keys");
+        assert_eq!(vc.to_f32().unwrap(), want[2], "{what}: values");
+    }
+}
+
+/// A prefill of part of every sequence, then decode steps to the end, give the rows of causal
+/// attention over the whole sequences (the flash kernel), within 2e-5.
+fn cached_attention_follows_attention_over_whole_sequences(device: &Device) {
+    let s = shape((2, 11, 2, 6));
+    let x = inputs(device, s, 7);
+    let (full, _) = attention(&x.dev[0], &x.dev[1], &x.dev[2], s.heads, true).unwrap();
+    let full = full.to_f32().unwrap();
+    let width = s.heads * s.head_dim;
+    let kernel = CachedAttention {
+        heads: s.heads,
+        scale: default_scale(s.head_dim),
+        capacity: s.seq,
+    };
+    let zeros = || Tensor::zeros(device, &[s.batch * s.seq, width], DType::F32).unwrap();
+    let (mut kc, mut vc) = (zeros(), zeros());
+    let prefill = 4;
+    let mut at = 0;
+    while at < s.seq {
+        let rows = if at == 0 { prefill } else { 1 };
+        // Rows at..at + rows of each sequence.
+        let pick = |host: &Vec<f32>| -> Tensor {
+            let part: Vec<f32> = (0..s.batch)
+                .flat_map(|b| {
+                    host[(b * s.seq + at) * width..(b * s.seq + at + rows) * width].to_vec()
+                })
+                .collect();
+            Tensor::from_f32(device, &[s.batch * rows, width], DType::F32, &part).unwrap()
+        };
+        let positions: Vec<u32> = (0..s.batch)
+            .flat_map(|_| (at..at + rows).map(|p| p as u32))
+            .collect();
+        let pos = Tensor::from_u32(device, &[s.batch * rows, 1], &positions).unwrap();
+        let [q, k, v] = [pick(&x.host[0]), pick(&x.host[1]), pick(&x.host[2])];
+        let [out, k2, v2] = eager::run_n(&kernel, &[&q, &k, &v, &pos, &kc, &vc]).unwrap();
+        let out = out.to_f32().unwrap();
+        for b in 0..s.batch {
+            let want = &full[(b * s.seq + at) * width..(b * s.seq + at + rows) * width];
+            let got = &out[b * rows * width..(b + 1) * rows * width];
+            common::assert_close(&format!("sequence {b} from {at}"), got, want, 2e-5);
+        }
+        (kc, vc) = (k2, v2);
+        at += rows;
+    }
+}
+
+fn bad_cached_attention_inputs_are_errors(device: &Device) {
+    let t = |rows: usize, width: usize| Tensor::zeros(device, &[rows, width], DType::F32).unwrap();
+    let pos = |n: usize| Tensor::from_u32(device, &[n, 1], &vec![0; n]).unwrap();
+    let kernel = CachedAttention {
+        heads: 2,
+        scale: 0.5,
+        capacity: 4,
+    };
+    let run = |k: &CachedAttention, x: [&Tensor; 6]| eager::run_n::<3>(k, &x);
+    let (q, cache, p) = (t(2, 8), t(8, 8), pos(2));
+    assert!(run(&kernel, [&q, &q, &q, &p, &cache, &cache]).is_ok());
+    // 8 columns are not 3 heads; a cache not whole sequences of 4; more new rows a sequence
+    // than the cache holds; a cache of another width; positions of another length; NaN scale.
+    let three = CachedAttention { heads: 3, ..kernel };
+    assert!(run(&three, [&q, &q, &q, &p, &cache, &cache]).is_err());
+    let ragged = t(6, 8);
+    assert!(run(&kernel, [&q, &q, &q, &p, &ragged, &ragged]).is_err());
+    let (many, many_p) = (t(10, 8), pos(10));
+    assert!(run(&kernel, [&many, &many, &many, &many_p, &cache, &cache]).is_err());
+    let narrow = t(8, 4);
+    assert!(run(&kernel, [&q, &q, &q, &p, &narrow, &narrow]).is_err());
+    assert!(run(&kernel, [&q, &q, &q, &pos(3), &cache, &cache]).is_err());
+    let nan = CachedAttention {
+        scale: f32::NAN,
+        ..kernel
+    };
+    assert!(run(&nan, [&q, &q, &q, &p, &cache, &cache]).is_err());
+    // Positions that are not consecutive, or run past the cache, are refused on the host.
+    use gangway::kernels::cached_attention::check_positions;
+    assert!(check_positions(&[0, 1, 2, 3], 2, 4).is_ok());
+    assert!(check_positions(&[0, 2], 1, 4).is_err());
+    assert!(check_positions(&[3, 4], 1, 4).is_err());
+    assert!(check_positions(&[0, 1, 2], 2, 4).is_err());
 }

@@ -3,7 +3,8 @@
 //! - [`harness`]: the [`Benchmark`] trait (prepare / run / sync) and the measuring loop, which
 //!   counts the host's cost per run ([`host`]: launches, CPU, context switches).
 //! - [`suite`]: the suites and their sizes; [`matmul`], [`attention`], [`memory`], [`dispatch`],
-//!   [`pipeline`] (with [`pipeline_moe`]), [`moe`], [`btm`] and [`scaleout`] plan their cases.
+//!   [`pipeline`] (with [`pipeline_moe`]), [`moe`], [`transformer`], [`generate`], [`btm`] and
+//!   [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
 //! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
 //! - [`peak`]: theoretical peaks and the roofline.
@@ -13,6 +14,7 @@ pub mod btm;
 pub mod compare;
 pub mod dispatch;
 mod dispatch_raw;
+pub mod generate;
 pub mod harness;
 pub mod host;
 pub mod machine;

@@ -244,7 +244,8 @@ pub struct Roofline {
 #[serde(deny_unknown_fields)]
 pub struct Baseline {
     pub case: String,
-    /// `baseline median / this median`: above 1 is faster than the baseline.
+    /// This case's work per median second over the baseline's (`baseline median / this
+    /// median` where both do the same work): above 1 is faster than the baseline.
     pub speedup: f64,
 }
 

@@ -295,15 +295,21 @@ pub fn measure_case(
 fn link_baselines(results: &mut [CaseResult], first: usize, baselines: &[(usize, Option<String>)]) {
     for (at, baseline) in baselines {
         let Some(name) = baseline else { continue };
+        // Work per median second: cases of one suite may do different amounts of the same
+        // unit (a decode of 8 sequences against one), and then their rates compare.
+        let rate = |r: &CaseResult| {
+            let amount = r.work.map_or(1.0, |w| w.amount);
+            r.stats.as_ref().map(|s| amount / s.median_s)
+        };
         let base = results
             .iter()
             .find(|r| &r.case == name && r.is_ok())
-            .and_then(|r| r.stats.as_ref().map(|s| s.median_s));
+            .and_then(rate);
         let this = &mut results[at - first];
-        if let (Some(base), Some(stats)) = (base, this.stats.as_ref()) {
+        if let (Some(base), Some(rate)) = (base, rate(this)) {
             this.baseline = Some(Baseline {
                 case: name.clone(),
-                speedup: base / stats.median_s,
+                speedup: rate / base,
             });
         }
     }

@@ -2,7 +2,9 @@
 //! (nothing runs on the device), so the number of cases is known before the first one runs.
 
 use super::harness::Benchmark;
-use super::{attention, btm, dispatch, matmul, memory, moe, pipeline, scaleout, transformer};
+use super::{
+    attention, btm, dispatch, generate, matmul, memory, moe, pipeline, scaleout, transformer,
+};
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 
@@ -15,12 +17,13 @@ pub enum Suite {
     Pipeline,
     Moe,
     Transformer,
+    Generate,
     Btm,
     Scaleout,
 }
 
 impl Suite {
-    pub const ALL: [Suite; 9] = [
+    pub const ALL: [Suite; 10] = [
         Suite::Matmul,
         Suite::Attention,
         Suite::Memory,
@@ -28,6 +31,7 @@ impl Suite {
         Suite::Pipeline,
         Suite::Moe,
         Suite::Transformer,
+        Suite::Generate,
         Suite::Btm,
         Suite::Scaleout,
     ];
@@ -41,6 +45,7 @@ impl Suite {
             Suite::Pipeline => "pipeline",
             Suite::Moe => "moe",
             Suite::Transformer => "transformer",
+            Suite::Generate => "generate",
             Suite::Btm => "btm",
             Suite::Scaleout => "scaleout",
         }
@@ -63,6 +68,9 @@ impl Suite {
             Suite::Moe => "MoE LM training steps: vs dense, experts sweep, all-to-all share",
             Suite::Transformer => {
                 "Transformer training steps: MoE vs dense, one axis vs a data x expert mesh"
+            }
+            Suite::Generate => {
+                "Transformer generation: prefill and cached decode tokens/s vs the host reference"
             }
             Suite::Btm => "Branch-Train-Merge branch phase on N devices against 1",
             Suite::Scaleout => {
@@ -106,6 +114,7 @@ impl Suite {
             Suite::Pipeline => pipeline::plan(runtime, devices, &o.pipeline)?,
             Suite::Moe => moe::plan(runtime, devices, elsewhere, &o.moe)?,
             Suite::Transformer => transformer::plan(runtime, devices, &o.transformer)?,
+            Suite::Generate => generate::plan(runtime, devices, &o.generate)?,
             Suite::Btm => btm::plan(runtime, devices, &o.btm)?,
             // Over the whole mesh, once: planned with the run's first adapter.
             Suite::Scaleout if elsewhere.is_some() => scaleout::plan(runtime, &o.scaleout, &o.moe)?,
@@ -172,6 +181,7 @@ pub struct SuiteOptions {
     pub pipeline: pipeline::PipelineOptions,
     pub moe: moe::MoeBenchOptions,
     pub transformer: transformer::TransformerBenchOptions,
+    pub generate: transformer::TransformerBenchOptions,
     pub btm: btm::BtmBenchOptions,
     pub scaleout: scaleout::ScaleoutOptions,
 }
@@ -214,6 +224,7 @@ impl SuiteOptions {
             pipeline: pipeline::PipelineOptions::standard(),
             moe: moe::MoeBenchOptions::standard(),
             transformer: transformer::TransformerBenchOptions::standard(),
+            generate: transformer::TransformerBenchOptions::standard(),
             btm: btm::BtmBenchOptions::standard(),
             scaleout: scaleout::ScaleoutOptions::standard(),
         }
@@ -229,6 +240,7 @@ impl SuiteOptions {
             pipeline: pipeline::PipelineOptions::quick(),
             moe: moe::MoeBenchOptions::quick(),
             transformer: transformer::TransformerBenchOptions::quick(),
+            generate: transformer::TransformerBenchOptions::quick(),
             btm: btm::BtmBenchOptions::quick(),
             scaleout: scaleout::ScaleoutOptions::quick(),
         }

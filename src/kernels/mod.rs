@@ -48,6 +48,7 @@ kernel_modules! {
     optim: [OPTIM, ADAM_1, ADAM_2, ADAM_3, ADAM_4, ADAM_5, ADAM_6, ADAM_7, ADAM_8],
     expert_grad: [EXPERT_GRAD],
     attention: [ATTENTION],
+    cached_attention: [CACHED_ATTENTION],
     layer_norm: [LAYER_NORM],
 }
 
@@ -55,6 +56,7 @@ pub use prepared::{Kernel, Prepared, TensorType};
 
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
+pub use cached_attention::CachedAttention;
 pub use elementwise::ElementwiseOp;
 pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::ExpertWeightGrad;

@@ -192,10 +192,8 @@ impl ShardLayout<'_> {
     /// The step programs' variables: every parameter, and Adam's two moments (`moments`, or
     /// zeros).
     pub fn variables(&self, params: &[Vec<f32>], moments: Option<Moments>) -> Result<Variables> {
-        let mut variables = Variables::new();
+        let mut variables = self.param_variables(params)?;
         for p in 0..self.shapes.len() {
-            let values = params.get(p).map(Vec::as_slice).unwrap_or_default();
-            variables.insert_shards(param_var(p), self.shards(p, Some(values))?);
             let (m, v) = match moments {
                 Some((m, v)) => (m.get(p), v.get(p)),
                 None => (None, None),
@@ -209,6 +207,17 @@ impl ShardLayout<'_> {
             }
             variables.insert_shards(m_var(p), self.shards(p, m)?);
             variables.insert_shards(v_var(p), self.shards(p, v)?);
+        }
+        Ok(variables)
+    }
+
+    /// Every parameter's variable, and nothing else: what forward-only programs (a decoder's)
+    /// bind.
+    pub fn param_variables(&self, params: &[Vec<f32>]) -> Result<Variables> {
+        let mut variables = Variables::new();
+        for p in 0..self.shapes.len() {
+            let values = params.get(p).map(Vec::as_slice).unwrap_or_default();
+            variables.insert_shards(param_var(p), self.shards(p, Some(values))?);
         }
         Ok(variables)
     }

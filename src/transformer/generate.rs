@@ -3,8 +3,11 @@
 //! ([`shifted_targets`]: a sequence is a context window of [`crate::data::Batches`] with the byte
 //! after it, its targets the window shifted by one).
 
-use super::TransformerCheckpoint;
-use crate::{Error, Result};
+use super::decoder::Decoder;
+use super::{TransformerCheckpoint, TransformerParams, VOCAB};
+use crate::sched::Client;
+use crate::train::StepModel;
+use crate::{Error, MeshDevice, Result};
 
 /// The targets of sequences cut from context windows: each window shifted by one, then the byte
 /// after it.
@@ -70,9 +73,9 @@ impl Sampling {
     }
 }
 
-/// Bytes sampled after `prompt`, one at a time from the logits of the last `T` bytes (the
-/// reference forward on the host: one sequence is far too little work to pay for a GPU round
-/// trip per byte at these sizes), drawn as `sampling` says with the generator seeded by `seed`.
+/// Bytes sampled after `prompt`, one at a time from the logits of the last `T` bytes, computed by
+/// the plain-Rust reference on the host (the rule [`generate_on`] follows on a device, and what
+/// it is tested against), drawn as `sampling` says with the generator seeded by `seed`.
 pub fn generate(
     checkpoint: &TransformerCheckpoint,
     prompt: &[u8],
@@ -80,29 +83,12 @@ pub fn generate(
     sampling: Sampling,
     seed: u64,
 ) -> Result<Vec<u8>> {
-    sampling.check()?;
-    let params = &checkpoint.params;
-    let t = params.config.context;
-    let mut rng = crate::Rng::new(seed);
-    let mut text: Vec<u32> = prompt.iter().map(|&b| u32::from(b)).collect();
-    if text.is_empty() {
-        // Start from a newline, as a document would.
-        text.push(u32::from(b'\n'));
-    }
-    let mut out = Vec::with_capacity(max_bytes);
-    for _ in 0..max_bytes {
-        let window = &text[text.len().saturating_sub(t)..];
-        let logits = super::reference::logits(params, window)?;
-        let row = &logits[(window.len() - 1) * super::VOCAB..];
-        let byte = sample(row, &sampling, &mut rng);
-        out.push(byte as u8);
-        text.push(byte);
-    }
-    Ok(out)
+    let mut texts = generate_samples(checkpoint, prompt, max_bytes, sampling, seed, 1)?;
+    Ok(texts.pop().unwrap_or_default())
 }
 
 /// `samples` texts after the same prompt, sample `i` drawn with seed `seed + i` (so sample 0 is
-/// what [`generate`] gives with `seed`), one after another.
+/// what [`generate`] gives with `seed`), by the host reference, one after another.
 pub fn generate_samples(
     checkpoint: &TransformerCheckpoint,
     prompt: &[u8],
@@ -111,23 +97,144 @@ pub fn generate_samples(
     seed: u64,
     samples: usize,
 ) -> Result<Vec<Vec<u8>>> {
+    let params = routed_for_generation(&checkpoint.params);
+    let t = params.config.context;
+    let host = |texts: &[Vec<u32>]| -> Result<Vec<Vec<f32>>> {
+        texts
+            .iter()
+            .map(|text| {
+                let window = &text[text.len().saturating_sub(t)..];
+                let logits = super::reference::logits(&params, window)?;
+                Ok(logits[(window.len() - 1) * VOCAB..].to_vec())
+            })
+            .collect()
+    };
+    sample_texts(prompt, max_bytes, sampling, seed, samples, host)
+}
+
+/// [`generate_samples`] on `device`, one of `client`'s runtime's devices: the samples decoded together
+/// as one batch by a [`Decoder`] (the prompt's prefill, then one byte a sample per step against
+/// the key/value cache). Positions are absolute, so a cache cannot slide: once a text is longer
+/// than the context `T`, each byte's step is a prefill of the last `T` bytes, as the reference
+/// computes it.
+pub fn generate_on(
+    (client, device): (&Client, &MeshDevice),
+    checkpoint: &TransformerCheckpoint,
+    prompt: &[u8],
+    max_bytes: usize,
+    sampling: Sampling,
+    seed: u64,
+    samples: usize,
+) -> Result<Vec<Vec<u8>>> {
+    check_samples(samples)?;
+    let mut decoder = Decoder::new(client, device, &checkpoint.params, samples)?;
+    let mut window = CachedWindow::default();
+    let device_logits =
+        |texts: &[Vec<u32>]| -> Result<Vec<Vec<f32>>> { window.next(&mut decoder, texts) };
+    sample_texts(prompt, max_bytes, sampling, seed, samples, device_logits)
+}
+
+/// The parameters as generation routes them: an MoE model's expert layers dropless (every token
+/// to its top-K experts, whatever else is routed with it), so that a byte's logits do not depend
+/// on the window's other bytes' routing or on the other samples.
+pub fn routed_for_generation(params: &TransformerParams) -> TransformerParams {
+    let c = params.config;
+    let factor = crate::kernels::router::dropless_factor(c.experts, c.top_k);
+    TransformerParams {
+        config: c.with_capacity_factor(factor),
+        tensors: params.tensors.clone(),
+    }
+}
+
+/// Which positions of the samples' texts a [`Decoder`]'s caches hold: `text[start..start +
+/// cached]` of every sample (the texts grow together).
+#[derive(Debug, Default)]
+pub struct CachedWindow {
+    start: usize,
+    cached: usize,
+}
+
+impl CachedWindow {
+    /// Every text's logits for the byte after it: its last byte decoded against the cache
+    /// where the rest of its window is there, else the window's last `T` bytes prefilled.
+    pub fn next(&mut self, decoder: &mut Decoder, texts: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let n = texts.first().map_or(0, Vec::len);
+        if n == 0 || texts.len() != decoder.batch() || texts.iter().any(|x| x.len() != n) {
+            return Err(Error::InvalidArgument {
+                what: "generate",
+                reason: format!(
+                    "{} texts of one non-zero length for a decoder of {}",
+                    texts.len(),
+                    decoder.batch()
+                ),
+            });
+        }
+        let t = decoder.context();
+        let (from, at) = if n - self.start <= t && self.start + self.cached + 1 == n {
+            (n - 1, self.cached)
+        } else {
+            self.start = n.saturating_sub(t);
+            (self.start, 0)
+        };
+        let ids: Vec<u32> = texts
+            .iter()
+            .flat_map(|x| x[from..].iter().copied())
+            .collect();
+        let logits = decoder.extend(&ids, at)?;
+        self.cached = n - self.start;
+        let rows = n - from;
+        Ok(logits
+            .chunks_exact(rows * VOCAB)
+            .map(|seq| seq[(rows - 1) * VOCAB..].to_vec())
+            .collect())
+    }
+}
+
+fn check_samples(samples: usize) -> Result<()> {
     if samples == 0 {
         return Err(Error::InvalidArgument {
             what: "generate",
             reason: "samples must be at least 1".into(),
         });
     }
-    (0..samples as u64)
-        .map(|i| {
-            generate(
-                checkpoint,
-                prompt,
-                max_bytes,
-                sampling,
-                seed.wrapping_add(i),
-            )
-        })
-        .collect()
+    Ok(())
+}
+
+/// `samples` texts after `prompt` (an empty one starts from a newline, as a document would, not
+/// printed), `max_bytes` each: every step `logits` gives each text's logits for its next byte,
+/// and sample `i` draws from them with its own generator, seeded `seed + i`.
+fn sample_texts(
+    prompt: &[u8],
+    max_bytes: usize,
+    sampling: Sampling,
+    seed: u64,
+    samples: usize,
+    mut logits: impl FnMut(&[Vec<u32>]) -> Result<Vec<Vec<f32>>>,
+) -> Result<Vec<Vec<u8>>> {
+    sampling.check()?;
+    check_samples(samples)?;
+    let mut start: Vec<u32> = prompt.iter().map(|&b| u32::from(b)).collect();
+    if start.is_empty() {
+        start.push(u32::from(b'\n'));
+    }
+    let mut rngs: Vec<crate::Rng> = (0..samples as u64)
+        .map(|i| crate::Rng::new(seed.wrapping_add(i)))
+        .collect();
+    let mut texts = vec![start; samples];
+    let mut out = vec![Vec::with_capacity(max_bytes); samples];
+    for _ in 0..max_bytes {
+        let rows = logits(&texts)?;
+        for ((row, rng), (text, out)) in rows
+            .iter()
+            .zip(&mut rngs)
+            .zip(texts.iter_mut().zip(&mut out))
+        {
+            let byte = sample(row, &sampling, rng);
+            out.push(byte as u8);
+            text.push(byte);
+        }
+    }
+    Ok(out)
 }
 
 /// A draw from `row` as `sampling` says ([`Sampling`]), or the argmax at temperature 0.

@@ -55,6 +55,7 @@
 //! every expert.
 
 pub mod compare;
+pub mod decoder;
 pub mod generate;
 pub mod params;
 pub mod reference;

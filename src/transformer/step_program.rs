@@ -22,7 +22,7 @@
 //! so devices compute them while the all-to-all travels; each is the same product, added in the
 //! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
 
-use super::{FfnIndex, TransformerConfig, VOCAB};
+use super::{FfnIndex, LayerIndex, TransformerConfig, VOCAB};
 use crate::Result;
 use crate::kernels::attention::default_scale;
 use crate::kernels::elementwise::ElementwiseOp;
@@ -30,7 +30,7 @@ use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
     Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward, TensorType,
 };
-use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights, Names};
 use crate::program::{Program, Value};
 use crate::train::StepShape;
 use crate::train::step_program::{Builder, Mode};
@@ -52,7 +52,7 @@ struct LayerAct {
     ffn: FfnAct,
 }
 
-enum FfnAct {
+pub(super) enum FfnAct {
     Dense { pre: Value, hidden: Value },
     Moe(MoeFfnSaved),
 }
@@ -99,17 +99,87 @@ impl Builder<'_, StepShape<TransformerConfig>> {
         (c.heads, true, default_scale(c.head_dim()), Some(c.context))
     }
 
-    fn ffn(&self) -> MoeFfn {
+    /// The expert layer for `rows` token rows, routed as one group.
+    fn ffn(&self, rows: usize) -> MoeFfn {
         let (cfg, s) = (&self.shape.config, self.shape);
         let (router, loss) = (cfg.router(), cfg.router_loss());
         MoeFfn::new(
             router,
             loss,
             s.expert_mesh(),
-            s.rows(),
+            rows,
             cfg.model,
             ExpertActivation::Gelu,
         )
+    }
+
+    /// The token and position embeddings of `ids` at `positions`, gathered and added in one
+    /// launch.
+    pub(super) fn embed(&mut self, name: &str, ids: Value, positions: Value) -> Value {
+        let (tok, pos) = (self.params[0], self.params[1]);
+        self.k(name, EmbedGather, &[ids, tok, positions, pos])
+    }
+
+    /// A layer's attention inputs from the residual stream `h`: `[a, ln1, q, k, v]` (the norm,
+    /// its statistics, the three projections).
+    pub(super) fn attention_in(&mut self, at: Names, ix: &LayerIndex, h: Value) -> [Value; 5] {
+        let (a, ln1) = self.norm(&at("ln1"), h, ix.ln1);
+        let q = self.mm(&at("q"), a, self.params[ix.wq], false, false);
+        let k = self.mm(&at("k"), a, self.params[ix.wk], false, false);
+        let v = self.mm(&at("v"), a, self.params[ix.wv], false, false);
+        [a, ln1, q, k, v]
+    }
+
+    /// The rest of a layer from its attention's output `o` over the residual stream `h`, the
+    /// FFN routing `rows` token rows as one group: `(next h, mid, f, ln2, the FFN's saved
+    /// values)`.
+    pub(super) fn layer_rest(
+        &mut self,
+        at: Names,
+        ix: &LayerIndex,
+        (h, o): (Value, Value),
+        rows: usize,
+    ) -> (Value, [Value; 3], FfnAct) {
+        let gang = self.gang.clone();
+        // Residual connections are their matmuls' epilogues: h + o · Wo.
+        let (add, wo) = (Epilogue::Add, self.params[ix.wo]);
+        let mid = self.mm_then(&at("attention out"), o, wo, false, false, add, &[h]);
+        let (f, ln2) = self.norm(&at("ln2"), mid, ix.ln2);
+        let (next, ffn) = match ix.ffn {
+            FfnIndex::Dense { w1, w2 } => {
+                let pre = self.mm(&at("ffn w1"), f, self.params[w1], false, false);
+                let hidden = self.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
+                let w2 = self.params[w2];
+                let h = self.mm_then(&at("ffn w2"), hidden, w2, false, false, add, &[mid]);
+                (h, FfnAct::Dense { pre, hidden })
+            }
+            FfnIndex::Moe { router, w1, w2 } => {
+                let ffn = self.ffn(rows);
+                let w = MoeFfnWeights {
+                    router: self.params[router],
+                    w1: self.params[w1],
+                    w2: self.params[w2],
+                };
+                let (y, saved) = ffn.forward(&mut self.b, &gang, at, f, &w);
+                let h = self.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
+                (h, FfnAct::Moe(saved))
+            }
+        };
+        (next, [mid, f, ln2], ffn)
+    }
+
+    /// The final norm and the head: `(z, its statistics, logits)`.
+    pub(super) fn head(&mut self, at: Names, h: Value) -> [Value; 3] {
+        let cfg = self.shape.config;
+        let (z, ln_f) = self.norm(&at("ln_f"), h, cfg.final_norm_index());
+        let logits = self.mm(
+            &at("head"),
+            z,
+            self.params[cfg.head_index()],
+            false,
+            cfg.tied,
+        );
+        [z, ln_f, logits]
     }
 }
 
@@ -137,21 +207,13 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
         // layers serve every device.
         x.b.set_active(shape.split.active(r));
         // ---- forward
-        // Token and position embeddings gathered and added in one launch.
-        let mut h = x.k(
-            &at("embeddings"),
-            EmbedGather,
-            &[ids, x.params[0], positions, x.params[1]],
-        );
+        let mut h = x.embed(&at("embeddings"), ids, positions);
         let mut acts = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let ix = cfg.layer_index(l);
             let at = |what: &str| format!("r{r} l{l} {what}");
             let input = h;
-            let (a, ln1) = x.norm(&at("ln1"), h, ix.ln1);
-            let q = x.mm(&at("q"), a, x.params[ix.wq], false, false);
-            let k = x.mm(&at("k"), a, x.params[ix.wk], false, false);
-            let v = x.mm(&at("v"), a, x.params[ix.wv], false, false);
+            let [a, ln1, q, k, v] = x.attention_in(&at, &ix, h);
             let attn = Attention {
                 heads,
                 causal,
@@ -160,30 +222,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             };
             let [o, lse] =
                 x.b.kernel(&at("attention"), &gang, Arc::new(attn), &[q, k, v]);
-            // Residual connections are their matmuls' epilogues: h + o · Wo.
-            let (add, wo) = (Epilogue::Add, x.params[ix.wo]);
-            let mid = x.mm_then(&at("attention out"), o, wo, false, false, add, &[h]);
-            let (f, ln2) = x.norm(&at("ln2"), mid, ix.ln2);
-            let (next, ffn) = match ix.ffn {
-                FfnIndex::Dense { w1, w2 } => {
-                    let pre = x.mm(&at("ffn w1"), f, x.params[w1], false, false);
-                    let hidden = x.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
-                    let w2 = x.params[w2];
-                    let h = x.mm_then(&at("ffn w2"), hidden, w2, false, false, add, &[mid]);
-                    (h, FfnAct::Dense { pre, hidden })
-                }
-                FfnIndex::Moe { router, w1, w2 } => {
-                    let ffn = x.ffn();
-                    let w = MoeFfnWeights {
-                        router: x.params[router],
-                        w1: x.params[w1],
-                        w2: x.params[w2],
-                    };
-                    let (y, saved) = ffn.forward(&mut x.b, &gang, &at, f, &w);
-                    let h = x.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
-                    (h, FfnAct::Moe(saved))
-                }
-            };
+            let (next, [mid, f, ln2], ffn) = x.layer_rest(&at, &ix, (h, o), n);
             h = next;
             acts.push(LayerAct {
                 input,
@@ -201,8 +240,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             });
         }
         let last = h;
-        let (z, ln_f) = x.norm(&at("ln_f"), last, [gf, bf]);
-        let logits = x.mm(&at("head"), z, x.params[head], false, cfg.tied);
+        let [z, ln_f, logits] = x.head(&at, last);
         let routers: Vec<_> = (acts.iter().enumerate())
             .filter_map(|(l, a)| match &a.ffn {
                 FfnAct::Moe(s) => Some((format!("r{r} l{l} logsumexp"), s.logits, s.routing[2])),
@@ -248,7 +286,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                     x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
                 }
                 (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {
-                    let ffn = x.ffn();
+                    let ffn = x.ffn(n);
                     let w = MoeFfnWeights {
                         router: x.params[router],
                         w1: x.params[w1],

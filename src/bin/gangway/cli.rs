@@ -56,7 +56,7 @@ pub(crate) fn parse_capacity_arg(s: &str) -> Result<f32, String> {
 /// The factor `parse_capacity_arg` gave, with `dropless` made E/K.
 pub(crate) fn capacity_factor(parsed: f32, experts: usize, top_k: usize) -> f32 {
     if parsed.is_infinite() {
-        experts as f32 / top_k.max(1) as f32
+        gangway::kernels::router::dropless_factor(experts, top_k)
     } else {
         parsed
     }
@@ -99,7 +99,8 @@ pub(crate) enum Command {
     /// traces each device's kernels against transfers, each program's kernels per run,
     /// and the pipeline bubble.
     Trace(TraceArgs),
-    /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights).
+    /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights): on the
+    /// first device against a key/value cache, or on the host with `--host`.
     Generate(GenerateArgs),
     /// Write a Transformer's weights alone as safetensors (names, shapes and config documented in
     /// the book's Transformer guide, docs/src/guide/transformer.md), for PyTorch, JAX or Hugging
@@ -450,6 +451,10 @@ pub(crate) struct GenerateArgs {
     pub(crate) samples: usize,
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Compute the logits with the plain-Rust reference on the host (a whole forward per byte)
+    /// instead of on the first device with a key/value cache; the bytes are the same.
+    #[arg(long)]
+    pub(crate) host: bool,
 }
 
 #[derive(Args, Debug)]

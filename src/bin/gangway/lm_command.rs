@@ -16,7 +16,7 @@ use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
 use gangway::train::{Progress, TrainOptions, evaluate, resume, train};
-use gangway::transformer::generate::{Sampling, generate_samples};
+use gangway::transformer::generate::{Sampling, generate_on, generate_samples};
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
 };
@@ -241,21 +241,33 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn generate_text(args: &GenerateArgs) -> Result<()> {
+/// `generate`: on the runtime's first device (the samples decoded together against a
+/// key/value cache), or with `runtime` `None` (`--host`) by the plain-Rust reference.
+pub(crate) fn generate_text(runtime: Option<&Runtime>, args: &GenerateArgs) -> Result<()> {
     let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
     };
-    let texts = generate_samples(
-        &checkpoint,
-        args.prompt.as_bytes(),
-        args.max_bytes,
-        sampling,
-        args.seed,
-        args.samples,
-    )?;
+    let prompt = args.prompt.as_bytes();
+    let (bytes, seed, samples) = (args.max_bytes, args.seed, args.samples);
+    let texts = match runtime {
+        Some(runtime) => {
+            let client = runtime.client("generate", 1);
+            let device = &runtime.mesh()[0];
+            generate_on(
+                (&client, device),
+                &checkpoint,
+                prompt,
+                bytes,
+                sampling,
+                seed,
+                samples,
+            )?
+        }
+        None => generate_samples(&checkpoint, prompt, bytes, sampling, seed, samples)?,
+    };
     let mut stdout = std::io::stdout().lock();
     for (i, out) in texts.iter().enumerate() {
         if texts.len() > 1 {

@@ -256,7 +256,8 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
         Command::Eval(EvalCommand::MoeVsDense(args)) => {
             lm_command::moe_vs_dense(&runtime(&tracer)?, args)?
         }
-        Command::Generate(args) => lm_command::generate_text(args)?,
+        Command::Generate(args) if args.host => lm_command::generate_text(None, args)?,
+        Command::Generate(args) => lm_command::generate_text(Some(&runtime(&tracer)?), args)?,
         Command::Export(args) => lm_command::export(args)?,
         Command::Import(args) => lm_command::import(args)?,
         Command::Train(TrainCommand::Btm(args)) => train_btm(&runtime(&tracer)?, args)?,

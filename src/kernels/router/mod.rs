@@ -28,6 +28,12 @@ pub struct RouterConfig {
     pub normalize_gates: bool,
 }
 
+/// The capacity factor at which nothing is dropped, `E / K`: every expert's slots then hold a
+/// whole group (see [`RouterConfig::capacity`]).
+pub fn dropless_factor(experts: usize, k: usize) -> f32 {
+    experts as f32 / k.max(1) as f32
+}
+
 impl RouterConfig {
     /// `ceil(k × tokens / experts × capacity_factor)`, the most (token, choice) pairs one expert
     /// takes. Each token makes k choices, so (as in GShard and fairseq) the capacity scales with
