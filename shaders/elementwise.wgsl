@@ -52,22 +52,12 @@ fn relu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     y[i] = select(Elem(0), z[i], x[i] > Elem(0));
 }
 
-const SQRT_2_OVER_PI: f32 = 0.7978845608;
-
-// tanh through exp, bounded so that exp cannot overflow (|u| > 10 is ±1 to f32 precision).
-fn tanh_bounded(u: f32) -> f32 {
-    let e = exp(-2.0 * clamp(u, -10.0, 10.0));
-    return (1.0 - e) / (1.0 + e);
-}
-
-// GELU, tanh form (GPT-2, BERT; PyTorch's approximate="tanh").
+// GELU (gelu_common.wgsl).
 @compute @workgroup_size(256)
 fn gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = index(gid, groups);
     if (i >= p.len) { return; }
-    let v = f32(x[i]);
-    let t = tanh_bounded(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v));
-    y[i] = Elem(0.5 * v * (1.0 + t));
+    y[i] = Elem(gelu_of(f32(x[i])));
 }
 
 // y = z * gelu'(x): z is the gradient of GELU's output.
@@ -75,10 +65,7 @@ fn gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = index(gid, groups);
     if (i >= p.len) { return; }
-    let v = f32(x[i]);
-    let t = tanh_bounded(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v));
-    let d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * v * v);
-    y[i] = Elem(f32(z[i]) * d);
+    y[i] = Elem(f32(z[i]) * gelu_grad(f32(x[i])));
 }
 
 @compute @workgroup_size(256)

@@ -24,7 +24,7 @@ struct Params {
     _pad2: u32,
 }
 
-// The epilogue's bits (1: relu, 2: add, 4: a relu's backward), specialised per pipeline
+// The epilogue's bits (1: relu, 2: add, 4: a relu's backward, 8: GELU's backward), specialised per pipeline
 // (Shader::pipeline_specialised), so that a matmul without an epilogue carries no branch for it
 // and one with an epilogue only its own.
 const EPILOGUE: u32 = 0u;
@@ -35,15 +35,18 @@ const EPILOGUE: u32 = 0u;
 @group(0) @binding(5) var<storage, read> limits: array<u32>;
 // Bound to the offsets themselves when the epilogue adds nothing (never read then).
 @group(0) @binding(6) var<storage, read> addend: array<Elem>;
-// Bound to the offsets themselves when the epilogue takes no relu's backward (never read then).
-@group(0) @binding(7) var<storage, read> relu_out: array<Elem>;
+// What an activation's backward reads: a relu's output, or GELU's input. Bound to the offsets
+// themselves when the epilogue takes no activation's backward (never read then).
+@group(0) @binding(7) var<storage, read> saved: array<Elem>;
 
 // Element `at` of C, `v`, after the epilogue.
 fn epi(at: u32, v: Elem) -> Elem {
     var r = v;
     if ((EPILOGUE & 1u) != 0u) { r = max(r, Elem(0)); }
     if ((EPILOGUE & 2u) != 0u) { r = addend[at] + r; }
-    if ((EPILOGUE & 4u) != 0u) { r = select(Elem(0), r, relu_out[at] > Elem(0)); }
+    if ((EPILOGUE & 4u) != 0u) { r = select(Elem(0), r, saved[at] > Elem(0)); }
+    // elementwise.wgsl's gelu_backward, with the product as its gradient.
+    if ((EPILOGUE & 8u) != 0u) { r = Elem(f32(r) * gelu_grad(f32(saved[at]))); }
     return r;
 }
 

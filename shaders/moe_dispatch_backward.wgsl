@@ -17,6 +17,7 @@ struct Params {
 @group(0) @binding(14) var<storage, read_write> d_slots: array<f32>;
 @group(0) @binding(15) var<storage, read> d_slots_in: array<f32>;
 @group(0) @binding(16) var<storage, read_write> d_tokens: array<f32>;
+@group(0) @binding(17) var<storage, read> d_addend: array<f32>;
 
 fn slot_row(r: Route) -> u32 {
     return r.expert * p.capacity + r.position;
@@ -51,17 +52,30 @@ fn combine_backward_slots(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     d_slots[slot_row(r) * p.cols + j] = r.gate * dy[t * p.cols + j];
 }
 
-// d_tokens[t] = sum over kept choices of d_slots_in[slot of (t, c)]: the backward of dispatch.
-@compute @workgroup_size(256)
-fn dispatch_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = index(gid, groups);
-    if (i >= p.tokens * p.cols) { return; }
-    let t = i / p.cols;
-    let j = i % p.cols;
+// Token t's column j of the backward of dispatch: the sum over its kept choices of
+// d_slots_in[slot of (t, c)].
+fn dispatched_back(t: u32, j: u32) -> f32 {
     var acc = 0.0;
     for (var c = 0u; c < p.k; c++) {
         let r = routes[t * p.k + c];
         if (r.kept != 0u) { acc += d_slots_in[slot_row(r) * p.cols + j]; }
     }
-    d_tokens[i] = acc;
+    return acc;
+}
+
+// d_tokens[t] = the backward of dispatch of token t.
+@compute @workgroup_size(256)
+fn dispatch_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.tokens * p.cols) { return; }
+    d_tokens[i] = dispatched_back(i / p.cols, i % p.cols);
+}
+
+// d_tokens[t] = addend[t] + the backward of dispatch of token t: the gradient reaching the
+// same rows by another path, added in this launch (the one f32 add an accumulate would make).
+@compute @workgroup_size(256)
+fn dispatch_backward_add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = index(gid, groups);
+    if (i >= p.tokens * p.cols) { return; }
+    d_tokens[i] = d_addend[i] + dispatched_back(i / p.cols, i % p.cols);
 }

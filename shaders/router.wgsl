@@ -1,5 +1,6 @@
 // Switch/GShard router in two passes.
-//   topk:      per token, softmax over expert logits and the top-k experts (k = 1 or 2) with gates.
+//   topk:      per token, softmax over expert logits and the top-k experts (k = 1 or 2) with gates,
+//              and the logits' logsumexp.
 //   positions: per expert, each routed token's slot in that expert in token order, all first
 //              choices before any second choice (Switch priority); the slot decides whether the token
 //              fits the capacity; and the load-balancing statistics f_i and P_i.
@@ -36,6 +37,8 @@ struct ExpertStat {
 @group(0) @binding(2) var<storage, read_write> probs: array<f32>;
 @group(0) @binding(3) var<storage, read_write> routes: array<Route>;
 @group(0) @binding(4) var<storage, read_write> stats: array<ExpertStat>;
+// Each token's logsumexp of its logits (the z-loss statistic): row_logsumexp's sum, in its order.
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 
 @compute @workgroup_size(64, 1, 1)
 fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -57,6 +60,7 @@ fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var e = 0u; e < p.experts; e++) {
         probs[row + e] = exp(logits[row + e] - best_logit) / sum;
     }
+    lse[t] = best_logit + log(sum);
     let g1 = probs[row + best];
     if (p.k == 1u) {
         routes[t] = Route(best, 0u, g1, 0u);

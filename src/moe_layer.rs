@@ -95,7 +95,8 @@ pub fn run_expert_parallel(
         epilogue: crate::kernels::Epilogue::None,
     };
     let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);
-    let [probs, routes, stats] = p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);
+    let [probs, routes, stats, _lse] =
+        p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);
     let routing = [probs, routes, stats];
     let [slots] = p.kernel(
         "dispatch",

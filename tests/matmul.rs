@@ -405,6 +405,9 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 .map(|(i, v)| if i % 3 == 0 { 0.0 } else { v.abs() })
                 .collect();
             let relu_out = Tensor::from_f32(device, &[m, n], dtype, &relu_host).unwrap();
+            // GELU's input, over its curved part and both tails.
+            let gelu_host: Vec<f32> = rng.vec(m * n).iter().map(|v| 4.0 * v).collect();
+            let gelu_in = Tensor::from_f32(device, &[m, n], dtype, &gelu_host).unwrap();
             for variant in MatmulVariant::ALL {
                 if !variant.supports(device, &shape) {
                     continue;
@@ -421,7 +424,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 let product = eager::run_one(&node(Epilogue::None), &[&a, &b]).unwrap();
                 // Elementwise kernels are f32 only: f16 epilogues are checked on the host, to
                 // f16's rounding.
-                let unfused: [(Epilogue, Vec<f32>); 5] = if dtype == DType::F32 {
+                let unfused: [(Epilogue, Vec<f32>); 6] = if dtype == DType::F32 {
                     let run = |op, x: &[&Tensor]| eager::run_one(&op, x).unwrap();
                     let relu = run(ElementwiseOp::Relu, &[&product]);
                     let sum = |x: &Tensor| run(ElementwiseOp::Add, &[&addend, x]);
@@ -435,6 +438,12 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                         (Epilogue::ReluAdd, sum(&relu).to_f32().unwrap()),
                         (Epilogue::ReluBackward, relu_backward(&product)),
                         (Epilogue::AddReluBackward, relu_backward(&sum(&product))),
+                        (
+                            Epilogue::GeluBackward,
+                            run(ElementwiseOp::GeluBackward, &[&gelu_in, &product])
+                                .to_f32()
+                                .unwrap(),
+                        ),
                     ]
                 } else {
                     let (p, r) = (product.to_f32().unwrap(), addend.to_f32().unwrap());
@@ -458,12 +467,17 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                         (Epilogue::ReluAdd, add(&relu)),
                         (Epilogue::ReluBackward, relu_backward(p.clone())),
                         (Epilogue::AddReluBackward, relu_backward(add(&p))),
+                        (
+                            Epilogue::GeluBackward,
+                            gelu_backward(&p, &gelu_in.to_f32().unwrap()),
+                        ),
                     ]
                 };
                 for (epilogue, want) in unfused {
                     let mut inputs = vec![&a, &b];
                     inputs.extend(epilogue.adds().then_some(&addend));
                     inputs.extend(epilogue.relu_backward().then_some(&relu_out));
+                    inputs.extend(epilogue.gelu_backward().then_some(&gelu_in));
                     assert_eq!(inputs.len(), 2 + epilogue.operands());
                     let fused = eager::run_one(&node(epilogue), &inputs).unwrap();
                     let got = fused.to_f32().unwrap();
@@ -478,7 +492,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
             }
         }
     }
-    assert!(checked >= 5 * 2 * 3 * 4, "only {checked} cases ran");
+    assert!(checked >= 6 * 2 * 3 * 4, "only {checked} cases ran");
     // An addend where row groups leave rows unwritten (the rows before offsets[0]) is refused.
     let a = Tensor::from_f32(device, &[6, 4], DType::F32, &[1.0; 24]).unwrap();
     let b = Tensor::from_f32(device, &[4, 4], DType::F32, &[1.0; 16]).unwrap();
@@ -509,6 +523,19 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
         ..uncovering
     };
     assert!(eager::run_one(&full, &[&a, &b, &addend]).is_err());
+}
+
+/// `g · gelu'(x)` on the host in f32 (tanh form), rounded to f16: the f16 epilogue's reference.
+fn gelu_backward(g: &[f32], x: &[f32]) -> Vec<f32> {
+    let c = (2.0f32 / std::f32::consts::PI).sqrt();
+    g.iter()
+        .zip(x)
+        .map(|(&g, &v)| {
+            let t = (c * (v + 0.044715 * v * v * v)).tanh();
+            let d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * v * v);
+            half::f16::from_f32(g * d).to_f32()
+        })
+        .collect()
 }
 
 fn bad_shapes_are_typed_errors(device: &Device) {

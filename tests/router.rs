@@ -8,7 +8,7 @@ use common::{assert_close, case};
 use gangway::kernels::eager;
 use gangway::kernels::moe_dispatch::{reference_combine, reference_dispatch};
 use gangway::kernels::router::{self, ExpertStat, Route, RouterConfig, load_balancing_loss};
-use gangway::kernels::{Combine, Dispatch, Router};
+use gangway::kernels::{Combine, Dispatch, ElementwiseOp, Router, RowLogsumexp};
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
 
@@ -42,10 +42,17 @@ fn check_routing(
 ) -> usize {
     let want = router::reference(logits, tokens, cfg).unwrap();
     let t = Tensor::from_f32(device, &[tokens, cfg.experts], DType::F32, logits).unwrap();
-    let [probs, routes, stats] = eager::run_n(&Router(cfg), &[&t]).unwrap();
+    let [probs, routes, stats, lse] = eager::run_n(&Router(cfg), &[&t]).unwrap();
     let label = format!("{cfg:?} T={tokens} on {}", device.label());
     assert_eq!(cfg.capacity(tokens), want.capacity, "{label}: capacity");
     assert_close(&label, &probs.to_f32().unwrap(), &want.probs, 1e-5);
+    // The logsumexps are RowLogsumexp's, bit for bit.
+    let row_lse = eager::run_one(&RowLogsumexp, &[&t]).unwrap();
+    assert_eq!(
+        lse.to_f32().unwrap(),
+        row_lse.to_f32().unwrap(),
+        "{label}: logsumexp"
+    );
     let routing = [&probs, &routes, &stats];
     let routes = Route::from_words(&routes.to_u32().unwrap());
     assert_eq!(routes.len(), tokens * cfg.k, "{label}: routes");
@@ -94,6 +101,19 @@ fn check_routing(
         d,
     );
     assert_close(&label, &combined.to_f32().unwrap(), &want_combined, 1e-5);
+    // With an addend (a residual connection), the bits of combine and then elementwise add.
+    let addend = Tensor::from_f32(device, &[tokens, d], DType::F32, &rng.vec(tokens * d)).unwrap();
+    let inputs = [&dispatched, probs, routes, stats, &addend];
+    let fused = eager::run_one(&Combine(cfg), &inputs).unwrap();
+    let apart = eager::run_one(&ElementwiseOp::Add, &[&addend, &combined]).unwrap();
+    assert_eq!(
+        fused.to_f32().unwrap(),
+        apart.to_f32().unwrap(),
+        "{label}: combine with an addend"
+    );
+    let wrong = Tensor::zeros(device, &[tokens + 1, d], DType::F32).unwrap();
+    let inputs = [&dispatched, probs, routes, stats, &wrong];
+    assert!(eager::run_one(&Combine(cfg), &inputs).is_err());
     want.dropped()
 }
 

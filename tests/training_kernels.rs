@@ -75,8 +75,8 @@ fn expert_weight_grad(
     eager::run_one(&kernel, &[a, b])
 }
 
-/// A routing on the device: the router's settings and its three outputs, the routed kernels'
-/// last inputs.
+/// A routing on the device: the router's settings and the three of its outputs the routed
+/// kernels take as their last inputs.
 struct Routing {
     cfg: RouterConfig,
     outputs: [Tensor; 3],
@@ -90,8 +90,11 @@ impl Routing {
 }
 
 fn route(logits: &Tensor, cfg: RouterConfig) -> gangway::Result<Routing> {
-    let outputs = eager::run_n(&Router(cfg), &[logits])?;
-    Ok(Routing { cfg, outputs })
+    let [probs, routes, stats, _lse] = eager::run_n(&Router(cfg), &[logits])?;
+    Ok(Routing {
+        cfg,
+        outputs: [probs, routes, stats],
+    })
 }
 
 fn gate_grad(dy: &Tensor, slots: &Tensor, r: &Routing) -> gangway::Result<Tensor> {
@@ -360,6 +363,22 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
         &d_x.to_f32().unwrap(),
         &want_x,
         1e-5,
+    );
+    // With an addend (the residual stream's gradient), the bits of the dispatch backward and
+    // then an accumulate into the addend.
+    let mut rng = Rng::new(tokens as u64 + 7);
+    let addend_host = rng.vec(tokens * d);
+    let addend = up(device, &[tokens, d], &addend_host);
+    let d_slots_t = up(device, &[rows, d], &slots);
+    let mut inputs = routing.after(&[&d_slots_t]);
+    inputs.push(&addend);
+    let fused = eager::run_one(&DispatchBackward(cfg), &inputs);
+    let apart = up(device, &[tokens, d], &addend_host);
+    eager::run(&Accumulate, &[&apart, &d_x]).unwrap();
+    assert_eq!(
+        fused.unwrap().to_f32().unwrap(),
+        apart.to_f32().unwrap(),
+        "dispatch_backward with an addend {label}"
     );
 
     let loss = RouterLoss {

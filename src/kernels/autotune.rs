@@ -102,7 +102,7 @@ impl Operands {
             },
             epilogue: Default::default(),
             addend: None,
-            relu_out: None,
+            saved: None,
         }
     }
 }

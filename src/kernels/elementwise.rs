@@ -13,6 +13,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 pub const ELEMENTWISE: Shader = Shader {
     name: "elementwise",
     source: include_str!("../../shaders/elementwise.wgsl"),
+    common: &[crate::kernels::GELU_COMMON],
     ..crate::kernels::SHADER
 };
 

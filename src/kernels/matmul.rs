@@ -21,9 +21,9 @@
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
 //! store zeros without reading, so the output is the unlimited one's, bit for bit.
 //!
-//! An [`Epilogue`] applies a relu, adds an array shaped like C, or takes a relu's backward, to
-//! each output as it is stored: the launches of the elementwise kernels that would follow, saved,
-//! with their bits.
+//! An [`Epilogue`] applies a relu, adds an array shaped like C, or takes a relu's or GELU's
+//! backward, to each output as it is stored: the launches of the elementwise kernels that would
+//! follow, saved, with their bits.
 
 use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use super::{Shader, autotune};
@@ -32,7 +32,11 @@ use crate::named_sharding::NamedSharding;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
 
-const COMMON: &str = include_str!("../../shaders/matmul_common.wgsl");
+// GELU's derivative first: the epilogue taking its backward calls it.
+const COMMON: &str = concat!(
+    include_str!("../../shaders/gelu_common.wgsl"),
+    include_str!("../../shaders/matmul_common.wgsl")
+);
 const STORE: &str = include_str!("../../shaders/matmul_store.wgsl");
 const ROWS_OWN: &str = include_str!("../../shaders/matmul_rows_own.wgsl");
 const ROWS_SUBGROUP: &str = include_str!("../../shaders/matmul_rows_subgroup.wgsl");
@@ -426,8 +430,11 @@ impl VariantChoice {
 /// follow it, with their arithmetic in the element type, so the bits are theirs, in this order: a
 /// relu (elementwise's `max(v, 0)`); adding an array shaped like C (`addend + v`, as elementwise's
 /// add and the optimizers' accumulate compute it); a relu's backward, the gradient through a relu
-/// whose output `r` is an array shaped like C (elementwise's `select(0, v, r > 0)`). Its operands
-/// follow the factors (and the live-row counts) among a node's inputs: the addend, then `r`.
+/// whose output `r` is an array shaped like C (elementwise's `select(0, v, r > 0)`), or GELU's
+/// backward, the gradient through a GELU whose input `x` is an array shaped like C (elementwise's
+/// `v · gelu'(x)`, with the same WGSL function). Its operands follow the factors (and the
+/// live-row counts) among a node's inputs: the addend, then the activation's saved array (`r` or
+/// `x`).
 /// Rows of C the kernel does not write (outside every row group) stay as they are, so a grouped
 /// matmul takes these operands only where its groups cover every row ([`Matmul`] checks it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -444,6 +451,8 @@ pub enum Epilogue {
     ReluBackward,
     /// `(addend + C) · (r > 0)`: a relu's backward of a gradient summed with the product.
     AddReluBackward,
+    /// `C · gelu'(x)`: GELU's backward of the product, `x` GELU's input.
+    GeluBackward,
 }
 
 impl Epilogue {
@@ -461,17 +470,31 @@ impl Epilogue {
         matches!(self, Self::ReluBackward | Self::AddReluBackward)
     }
 
-    /// The arrays it reads: the addend, the relu's output, each where it takes one.
+    /// Whether it takes GELU's backward, reading GELU's input.
+    pub fn gelu_backward(self) -> bool {
+        self == Self::GeluBackward
+    }
+
+    /// Whether it reads an activation's saved array (a relu's output, GELU's input).
+    pub fn reads_saved(self) -> bool {
+        self.relu_backward() || self.gelu_backward()
+    }
+
+    /// The arrays it reads: the addend, the activation's saved array, each where it takes one.
     pub fn operands(self) -> usize {
-        usize::from(self.adds()) + usize::from(self.relu_backward())
+        usize::from(self.adds()) + usize::from(self.reads_saved())
     }
 
     /// The shader's `EPILOGUE` bits.
     fn bits(self) -> u32 {
-        u32::from(self.relu()) | u32::from(self.adds()) << 1 | u32::from(self.relu_backward()) << 2
+        u32::from(self.relu())
+            | u32::from(self.adds()) << 1
+            | u32::from(self.relu_backward()) << 2
+            | u32::from(self.gelu_backward()) << 3
     }
 
-    /// A name for errors: `+relu`, `+add`, `+relu+add`, `+relu backward`, `+add+relu backward`.
+    /// A name for errors: `+relu`, `+add`, `+relu+add`, `+relu backward`, `+add+relu backward`,
+    /// `+gelu backward`.
     pub fn suffix(self) -> &'static str {
         match self {
             Self::None => "",
@@ -480,6 +503,7 @@ impl Epilogue {
             Self::ReluAdd => "+relu+add",
             Self::ReluBackward => "+relu backward",
             Self::AddReluBackward => "+add+relu backward",
+            Self::GeluBackward => "+gelu backward",
         }
     }
 }
@@ -556,10 +580,11 @@ pub struct MatmulArgs<'a> {
     pub limits: Option<Limits<'a>>,
     pub options: MatmulOptions,
     /// What happens to each output as it is stored; `addend` is the array an adding epilogue
-    /// adds, and `relu_out` the relu output a relu's backward reads, each shaped like C.
+    /// adds, and `saved` the array an activation's backward reads (a relu's output, GELU's
+    /// input), each shaped like C.
     pub epilogue: Epilogue,
     pub addend: Option<&'a Tensor>,
-    pub relu_out: Option<&'a Tensor>,
+    pub saved: Option<&'a Tensor>,
 }
 
 /// Checks the operands and returns the shape they describe.
@@ -634,9 +659,9 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
     let operands = [
         ("matmul addend", args.epilogue.adds(), args.addend),
         (
-            "matmul relu output",
-            args.epilogue.relu_backward(),
-            args.relu_out,
+            "matmul activation's saved array",
+            args.epilogue.reads_saved(),
+            args.saved,
         ),
     ];
     for (what, wanted, given) in operands {
@@ -769,10 +794,10 @@ fn encode_pass(
         check::to_u32("matmul grid", shape.row_groups())?,
     ];
     // Without limits the shader never reads binding 5, nor binding 6 without an addend, nor 7
-    // without a relu's output; any buffer fills them.
+    // without an activation's backward; any buffer fills them.
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let addend = args.addend.unwrap_or(args.offsets);
-    let relu_out = args.relu_out.unwrap_or(args.offsets);
+    let saved = args.saved.unwrap_or(args.offsets);
     // The epilogue is a constant of the pipeline, not a uniform: compiled in only where used.
     let pipeline = match args.epilogue {
         Epilogue::None => shader.pipeline(device, shape.dtype, entry)?,
@@ -791,7 +816,7 @@ fn encode_pass(
             (4, args.offsets.buffer()),
             (5, limits.buffer()),
             (6, addend.buffer()),
-            (7, relu_out.buffer()),
+            (7, saved.buffer()),
         ],
         grid,
     )
@@ -1026,8 +1051,8 @@ impl Kernel for Matmul {
             },
             epilogue: self.epilogue,
             addend: operand(self.epilogue.adds(), 0)?,
-            relu_out: operand(
-                self.epilogue.relu_backward(),
+            saved: operand(
+                self.epilogue.reads_saved(),
                 usize::from(self.epilogue.adds()),
             )?,
         };

@@ -105,6 +105,10 @@ const SHADER: Shader = Shader {
     chosen_by_limits: None,
 };
 
+/// GELU and its derivative in WGSL (`shaders/gelu_common.wgsl`): elementwise's GELU kernels and
+/// the matmul epilogue taking GELU's backward share it, and so their bits.
+const GELU_COMMON: &str = include_str!("../../shaders/gelu_common.wgsl");
+
 /// Threads per workgroup of the flat kernels: elementwise, and those whose shaders follow
 /// `FLAT_COMMON`.
 pub const WORKGROUP: usize = 256;

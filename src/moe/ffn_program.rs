@@ -10,7 +10,8 @@
 //! all-to-all to the experts' devices (capacity-padded, super::exchange), and each expert's kept
 //! counts with them
 //! o = act(slots · W1[e]) · W2[e]          per local expert (grouped matmuls over the kept rows)
-//! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing)
+//! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing; plus the
+//! caller's residual, in the combine's launch)
 //! ```
 //!
 //! The backward follows the same route in reverse: the slots' gradients and the all-to-all to the
@@ -41,8 +42,8 @@ use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
-    Accumulate, Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad,
-    GateGrad, Kernel, Matmul, Router, RouterBackward,
+    Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad, GateGrad, Kernel,
+    Matmul, Router, RouterBackward,
 };
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
@@ -83,6 +84,8 @@ pub struct MoeFfnSaved {
     pub logits: Value,
     /// The router's probabilities, routes and statistics.
     pub routing: [Value; 3],
+    /// Each token's logsumexp of its router logits (the z-loss's statistic), from the router.
+    pub lse: Value,
     /// The experts' outputs back in the slot layout.
     pub expert_out: Value,
     /// The expert devices' token rows (expert-major), and their hidden layer before and after
@@ -192,13 +195,15 @@ impl MoeFfn {
         }
     }
 
-    /// `y [N, d]` for token rows `x [N, d]` (no residual), and what the backward needs.
+    /// `y [N, d]` for token rows `x [N, d]`, added to `residual` (`[N, d]`) where the caller
+    /// has one (in the combine's launch, with the one f32 add a separate add would make), and
+    /// what the backward needs.
     pub fn forward(
         &self,
         b: &mut ProgramBuilder,
         gang: &[usize],
         at: Names,
-        x: Value,
+        (x, residual): (Value, Option<Value>),
         w: &MoeFfnWeights,
     ) -> (Value, MoeFfnSaved) {
         let logits = Self::k(
@@ -208,7 +213,7 @@ impl MoeFfn {
             self.matmul(false, false, None),
             &[x, w.router],
         );
-        let [probs, routes, stats] = b.kernel(
+        let [probs, routes, stats, lse] = b.kernel(
             &at("router"),
             gang,
             Arc::new(Router(self.router)),
@@ -263,17 +268,14 @@ impl MoeFfn {
             let expert_out = self.exchange.to_tokens(b, &at("all-to-all reverse"), out);
             (tokens, live, pre, hidden, expert_out)
         });
-        let y = Self::k(
-            b,
-            gang,
-            &at("combine"),
-            Combine(self.router),
-            &[expert_out, probs, routes, stats],
-        );
+        let mut inputs = vec![expert_out, probs, routes, stats];
+        inputs.extend(residual);
+        let y = Self::k(b, gang, &at("combine"), Combine(self.router), &inputs);
         let saved = MoeFfnSaved {
             input: x,
             logits,
             routing: [probs, routes, stats],
+            lse,
             expert_out,
             tokens,
             live,
@@ -460,22 +462,17 @@ impl MoeFfn {
         let (kept, expert_grads, d_slots) = b.only_where(None, |b| {
             let d_o = self.exchange.arrived(sent);
             let input_grad = at("expert w2 input grad");
-            let d_pre = match self.activation {
-                // The relu's backward is the input gradient's epilogue.
-                ExpertActivation::Relu => {
-                    let op = Matmul {
-                        epilogue: Epilogue::ReluBackward,
-                        ..self.grouped(true)
-                    };
-                    Self::k(b, gang, &input_grad, op, &[d_o, w.w2, s.live, s.hidden])
-                }
-                ExpertActivation::Gelu => {
-                    let op = self.grouped(true);
-                    let d_h = Self::k(b, gang, &input_grad, op, &[d_o, w.w2, s.live]);
-                    let name = at("expert gelu backward");
-                    Self::k(b, gang, &name, ElementwiseOp::GeluBackward, &[s.pre, d_h])
-                }
+            // The activation's backward is the input gradient's epilogue: a relu's reads its
+            // output, GELU's its input.
+            let (epilogue, saved) = match self.activation {
+                ExpertActivation::Relu => (Epilogue::ReluBackward, s.hidden),
+                ExpertActivation::Gelu => (Epilogue::GeluBackward, s.pre),
             };
+            let op = Matmul {
+                epilogue,
+                ..self.grouped(true)
+            };
+            let d_pre = Self::k(b, gang, &input_grad, op, &[d_o, w.w2, s.live, saved]);
             let d_tok = Self::k(
                 b,
                 gang,
@@ -498,23 +495,11 @@ impl MoeFfn {
             let grads = (!defer).then(|| self.expert_weight_grads(b, gang, at, &kept));
             (kept, grads, d_slots)
         });
-        let d_disp = Self::k(
-            b,
-            gang,
-            &at("dispatch backward"),
-            DispatchBackward(self.router),
-            &[d_slots, probs, routes, stats],
-        );
-        let dx = match residual {
-            Some(r) => Self::k(
-                b,
-                gang,
-                &at("accumulate dispatch grad"),
-                Accumulate,
-                &[r, d_disp],
-            ),
-            None => d_disp,
-        };
+        // The residual stream's gradient joins the dispatch's backward in its launch.
+        let mut inputs = vec![d_slots, probs, routes, stats];
+        inputs.extend(residual);
+        let name = at("dispatch backward");
+        let dx = Self::k(b, gang, &name, DispatchBackward(self.router), &inputs);
         // dx + the router's input gradient, summed by its matmul as it stores.
         let add = Matmul {
             epilogue: Epilogue::Add,

@@ -104,20 +104,15 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
-            let (combined, moe) = ffn.forward(&mut x.b, &gang, &at, mid, &weights);
-            h = x.add(&at("combine residual"), mid, combined);
+            // The residual connection is the combine's, in its launch.
+            let (next, moe) = ffn.forward(&mut x.b, &gang, &at, (mid, Some(mid)), &weights);
+            h = next;
             acts.push(BlockAct { input, dense, moe });
         }
         let last = h;
         let logits = x.mm(&at("output matmul"), last, x.params[w_out], false, false);
-        let routers: Vec<_> = (acts.iter().enumerate())
-            .map(|(l, a)| {
-                (
-                    format!("r{r} b{l} logsumexp"),
-                    a.moe.logits,
-                    a.moe.routing[2],
-                )
-            })
+        let routers: Vec<_> = (acts.iter())
+            .map(|a| (a.moe.routing[2], a.moe.lse))
             .collect();
         let d_logits = x.loss(&at, mode, logits, tgt, &routers);
         if mode == Mode::Forward {

@@ -242,8 +242,9 @@ impl StageModel for MoeStack {
         h: Value,
     ) -> (Value, MoeFfnSaved) {
         let at = |what: &str| format!("L{layer} {what}");
-        let (y, saved) = self.ffn.forward(b, gang, &at, h, &Self::weights_of(w));
-        (b.add(&at("residual"), gang, h, y), saved)
+        // The residual connection is the combine's, in its launch.
+        self.ffn
+            .forward(b, gang, &at, (h, Some(h)), &Self::weights_of(w))
     }
 
     fn backward(

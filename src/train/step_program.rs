@@ -19,9 +19,7 @@
 use super::{GroupSplit, StepModel};
 use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::optim::AdamConfig;
-use crate::kernels::{
-    Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, RowLogsumexp, TensorType, Unpack,
-};
+use crate::kernels::{Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, TensorType, Unpack};
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -281,7 +279,7 @@ impl<S> Builder<'_, S> {
     /// statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then per
     /// expert layer its router's expert statistics (so evaluation reports what capacity
     /// dropped) and, in a training step, the row logsumexps of its router logits for the z-loss
-    /// (`routers`: each layer's logsumexp node name, router logits and statistics). A forward
+    /// (`routers`: each layer's router statistics and logsumexps, both router outputs). A forward
     /// pass of a model without expert layers packs nothing: its result is the row losses.
     pub fn loss(
         &mut self,
@@ -289,7 +287,7 @@ impl<S> Builder<'_, S> {
         mode: Mode,
         logits: Value,
         targets: Value,
-        routers: &[(String, Value, Value)],
+        routers: &[(Value, Value)],
     ) -> Value {
         let gang = self.gang.clone();
         let ce = Arc::new(CrossEntropy);
@@ -300,10 +298,10 @@ impl<S> Builder<'_, S> {
             Mode::Forward if routers.is_empty() => self.b.result(row_loss),
             Mode::Forward | Mode::Train => {
                 let mut pack = vec![row_loss];
-                for (name, logits, stats) in routers {
-                    pack.push(*stats);
+                for &(stats, lse) in routers {
+                    pack.push(stats);
                     if mode == Mode::Train {
-                        pack.push(self.k(name, RowLogsumexp, &[*logits]));
+                        pack.push(lse);
                     }
                 }
                 let stats = self.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);

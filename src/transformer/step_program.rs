@@ -160,8 +160,8 @@ impl Builder<'_, StepShape<TransformerConfig>> {
                     w1: self.params[w1],
                     w2: self.params[w2],
                 };
-                let (y, saved) = ffn.forward(&mut self.b, &gang, at, f, &w);
-                let h = self.k(&at("ffn residual"), ElementwiseOp::Add, &[mid, y]);
+                // The residual connection is the combine's, in its launch.
+                let (h, saved) = ffn.forward(&mut self.b, &gang, at, (f, Some(mid)), &w);
                 (h, FfnAct::Moe(saved))
             }
         };
@@ -241,9 +241,9 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
         }
         let last = h;
         let [z, ln_f, logits] = x.head(&at, last);
-        let routers: Vec<_> = (acts.iter().enumerate())
-            .filter_map(|(l, a)| match &a.ffn {
-                FfnAct::Moe(s) => Some((format!("r{r} l{l} logsumexp"), s.logits, s.routing[2])),
+        let routers: Vec<_> = (acts.iter())
+            .filter_map(|a| match &a.ffn {
+                FfnAct::Moe(s) => Some((s.routing[2], s.lse)),
                 FfnAct::Dense { .. } => None,
             })
             .collect();
@@ -277,12 +277,10 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             let df = match (&a.ffn, ix.ffn) {
                 (FfnAct::Dense { pre, hidden }, FfnIndex::Dense { w1, w2 }) => {
                     let (pre, hidden) = (*pre, *hidden);
-                    let d_hidden = x.linear_backward(&at, "ffn w2", w2, hidden, dh);
-                    let d_pre = x.k(
-                        &at("ffn gelu backward"),
-                        ElementwiseOp::GeluBackward,
-                        &[pre, d_hidden],
-                    );
+                    // GELU's backward is the input gradient's epilogue.
+                    let gelu = Epilogue::GeluBackward;
+                    let d_pre =
+                        x.linear_backward_then(false, &at, "ffn w2", w2, hidden, dh, gelu, &[pre]);
                     x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
                 }
                 (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {

@@ -1,6 +1,7 @@
 //! The backward of dispatch and combine (`shaders/moe_dispatch_backward.wgsl`): the gates'
 //! gradient ([`GateGrad`]), the slots' ([`CombineBackwardSlots`]) and the tokens' from the
-//! slots' ([`DispatchBackward`]). Each takes the routing as the router's three outputs, its last
+//! slots' ([`DispatchBackward`], which may add the gradient reaching the same rows by another
+//! path in its launch). Each takes the routing as the router's three outputs, its last
 //! inputs; `*_reference`s are the plain-Rust forms.
 
 use crate::device::Recorder;
@@ -102,11 +103,13 @@ fn encode_combine_backward_slots(
     MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t * k * d)
 }
 
-/// Records `d_x[t] = Σ_{kept c} d_slots[slot(t, c)]` (`d_slots` `[E·capacity, d]`, `d_x` `[T, d]`).
+/// Records `d_x[t] = Σ_{kept c} d_slots[slot(t, c)]` (`d_slots` `[E·capacity, d]`, `d_x` `[T, d]`),
+/// added to `addend` (`[T, d]`) where given.
 fn encode_dispatch_backward(
     encoder: &mut impl Recorder,
     d_slots: &Tensor,
     routing: &Routing,
+    addend: Option<&Tensor>,
     d_x: &Tensor,
 ) -> Result<()> {
     const WHAT: &str = "dispatch_backward";
@@ -122,12 +125,20 @@ fn encode_dispatch_backward(
     )?;
     expect(WHAT, d_x, device, DType::F32, &[t, d])?;
     let params = Params::new(WHAT, [t, d, k, cap])?;
-    let bindings = [
+    let mut bindings = vec![
         (10, &routing.routes),
         (15, d_slots.buffer()),
         (16, d_x.buffer()),
     ];
-    MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t * d)
+    let entry = match addend {
+        Some(a) => {
+            expect(WHAT, a, device, DType::F32, &[t, d])?;
+            bindings.push((17, a.buffer()));
+            "dispatch_backward_add"
+        }
+        None => WHAT,
+    };
+    MOE_DISPATCH_BACKWARD.encode_threads(encoder, device, entry, &params, &bindings, t * d)
 }
 
 /// Reference of [`GateGrad`]: `[T·K]`.
@@ -216,7 +227,8 @@ impl Kernel for CombineBackwardSlots {
     }
 }
 
-/// `(d_slots [E·capacity, d], routing) → [T, d]` as a program node.
+/// `(d_slots [E·capacity, d], routing[, addend [T, d]]) → [T, d]` as a program node: with an
+/// addend (the gradient reaching the same rows by another path), the two summed in the launch.
 #[derive(Debug, Clone)]
 pub struct DispatchBackward(pub RouterConfig);
 
@@ -229,6 +241,6 @@ impl Kernel for DispatchBackward {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_dispatch_backward(rec, &x[0], &r, check::output(y, 0)?)
+        encode_dispatch_backward(rec, &x[0], &r, x.get(4), check::output(y, 0)?)
     }
 }

@@ -1,7 +1,7 @@
 //! Dispatch (token order → expert-major `[experts × capacity, d]`) and combine (back, weighted by
 //! the gates). Dropped choices get nothing from the experts. [`Dispatch`] and [`Combine`] are the
-//! kernels; [`slots_of`] and [`tokens_of`] type the routed kernels' outputs. Their
-//! backward is in [`backward`].
+//! kernels (combine may add a residual connection as it stores); [`slots_of`] and [`tokens_of`]
+//! type the routed kernels' outputs. Their backward is in [`backward`].
 
 use super::check::{self, to_u32};
 use super::router::{Route, Routing};
@@ -51,34 +51,33 @@ fn grid(device: &crate::Device, d: usize, rows: usize) -> Result<[u32; 3]> {
     ])
 }
 
+/// One pass of `entry` from `src` to `dst`, reading `addend` (binding 4) where given.
+#[allow(clippy::too_many_arguments)]
 fn encode_pass(
     encoder: &mut impl Recorder,
     entry: &str,
     routing: &Routing,
     src: &Tensor,
+    addend: Option<&Tensor>,
     dst: &Tensor,
     d: usize,
     rows: usize,
 ) -> Result<()> {
     let device = routing.device();
-    for t in [src, dst] {
+    for t in [src, dst].into_iter().chain(addend) {
         t.expect_device(WHAT, device)?;
         t.expect_dtype(WHAT, DType::F32)?;
     }
     let pipeline = MOE_DISPATCH.pipeline(device, DType::F32, entry)?;
     let uniform = device.uniform_buffer("moe dispatch params", &params(routing, d)?);
-    device.encode_dispatch(
-        encoder,
-        entry,
-        &pipeline,
-        &[
-            (0, &uniform),
-            (1, &routing.routes),
-            (2, src.buffer()),
-            (3, dst.buffer()),
-        ],
-        grid(device, d, rows)?,
-    )
+    let mut bindings = vec![
+        (0, &uniform),
+        (1, &routing.routes),
+        (2, src.buffer()),
+        (3, dst.buffer()),
+    ];
+    bindings.extend(addend.map(|a| (4, a.buffer())));
+    device.encode_dispatch(encoder, entry, &pipeline, &bindings, grid(device, d, rows)?)
 }
 
 /// Records dispatch of `x` (`[tokens, d]`) into `out` (`[experts × capacity, d]`, cleared first).
@@ -97,23 +96,33 @@ fn encode_dispatch(
         "dispatch",
         routing,
         x,
+        None,
         out,
         d,
         routing.tokens * routing.config.k,
     )
 }
 
-/// Records combine of expert outputs `y` (`[experts × capacity, d]`) into `out` (`[tokens, d]`).
+/// Records combine of expert outputs `y` (`[experts × capacity, d]`) into `out` (`[tokens, d]`),
+/// added to `addend` (`[tokens, d]`) where given.
 fn encode_combine(
     encoder: &mut impl Recorder,
     y: &Tensor,
     routing: &Routing,
+    addend: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
     let d = y.shape().get(1).copied().unwrap_or(0);
     y.expect_shape("moe combine input", &[expert_rows(routing), d])?;
     out.expect_shape("moe combine output", &[routing.tokens, d])?;
-    encode_pass(encoder, "combine", routing, y, out, d, routing.tokens)
+    let entry = match addend {
+        Some(a) => {
+            a.expect_shape("moe combine addend", &[routing.tokens, d])?;
+            "combine_add"
+        }
+        None => "combine",
+    };
+    encode_pass(encoder, entry, routing, y, addend, out, d, routing.tokens)
 }
 
 /// Reference dispatch: `[experts × capacity, d]`, zeros where no kept token landed.
@@ -200,7 +209,8 @@ impl Kernel for Dispatch {
     }
 }
 
-/// `(y [E·capacity, d], probs, routes, stats) → [T, d]`: `y[t] = Σ_{kept choices} gate · slot`.
+/// `(y [E·capacity, d], probs, routes, stats[, addend [T, d]]) → [T, d]`: `y[t] = Σ_{kept
+/// choices} gate · slot`, plus `addend[t]` where given (a residual connection, in the launch).
 #[derive(Debug, Clone)]
 pub struct Combine(pub RouterConfig);
 
@@ -213,7 +223,7 @@ impl Kernel for Combine {
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let r = routing_of(self.0, &x[1], &x[2], &x[3]);
-        encode_combine(rec, &x[0], &r, check::output(y, 0)?)
+        encode_combine(rec, &x[0], &r, x.get(4), check::output(y, 0)?)
     }
 }
 
@@ -233,15 +243,22 @@ pub(crate) fn slots_of(
 }
 
 /// The output of a `(rows [_, d], routing)` node in token order: `[T, d]`.
+/// The output of a `(slots [_, d], routing[, addend [T, d]])` node in token order: `[T, d]`.
 pub(crate) fn tokens_of(
     what: &'static str,
     config: &RouterConfig,
     inputs: &[TensorType],
 ) -> Result<Vec<TensorType>> {
-    check::arity(what, inputs, 4)?;
+    if inputs.len() != 5 {
+        check::arity(what, inputs, 4)?;
+    }
     let t = routed_tokens(what, config, inputs, 1)?;
     let (_, d) = check::rows_cols(what, &inputs[0])?;
-    Ok(vec![TensorType::f32(&[t, d])])
+    let out = TensorType::f32(&[t, d]);
+    if let Some(addend) = inputs.get(4) {
+        check::expect_type(what, addend, &out)?;
+    }
+    Ok(vec![out])
 }
 
 pub mod backward;

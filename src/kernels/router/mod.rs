@@ -1,7 +1,7 @@
 //! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
-//! per-expert counts and the two vectors of the load-balancing loss. [`Router`] is the kernel a
-//! program node holds; its three outputs (`probs`, `routes`, `stats`) are the last inputs of every
-//! routed kernel, which rebuild the `Routing` their launchers read and check it. [`Route`] and
+//! per-expert counts and the two vectors of the load-balancing loss, and each token's logsumexp
+//! of its logits (the z-loss's). [`Router`] is the kernel a program node holds; its first three
+//! outputs (`probs`, `routes`, `stats`) are the last inputs of every routed kernel, which rebuild the `Routing` their launchers read and check it. [`Route`] and
 //! [`ExpertStat`] read the words of `routes` and `stats` back. Its backward is in [`backward`];
 //! [`upload_routing`] puts a reference routing on a device as those three inputs.
 
@@ -156,8 +156,14 @@ impl Routing {
     }
 }
 
-/// Records both passes of the router over `logits` into `routing`'s buffers.
-fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) -> Result<()> {
+/// Records both passes of the router over `logits` into `routing`'s buffers and each token's
+/// logsumexp into `lse` (`[T]`).
+fn encode_into(
+    encoder: &mut impl Recorder,
+    logits: &Tensor,
+    routing: &Routing,
+    lse: &Tensor,
+) -> Result<()> {
     const WHAT: &str = "router";
     // The settings were validated by `Router::outputs`.
     let config = routing.config;
@@ -173,6 +179,7 @@ fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) 
             });
         }
     };
+    check::expect("router logsumexp", lse, device, DType::F32, &[tokens])?;
     let capacity = routing.capacity;
     let params = Params {
         tokens: to_u32(WHAT, tokens)?,
@@ -195,6 +202,7 @@ fn encode_into(encoder: &mut impl Recorder, logits: &Tensor, routing: &Routing) 
             (1, logits.buffer()),
             (2, probs.buffer()),
             (3, routes),
+            (5, lse.buffer()),
         ],
         [to_u32(WHAT, tokens.div_ceil(64))?, 1, 1],
     )?;
@@ -369,8 +377,10 @@ pub(crate) fn routed_tokens(
     Ok(t)
 }
 
-/// `logits [T, E] → (probs [T, E], routes u32, stats u32)` as a program node; the kernels that
-/// consume a routing take these three as their last inputs.
+/// `logits [T, E] → (probs [T, E], routes u32, stats u32, lse [T])` as a program node; the kernels
+/// that consume a routing take the first three as their last inputs. `lse` is each token's
+/// logsumexp of its logits, with [`super::RowLogsumexp`]'s bits (the z-loss's statistic, which
+/// then needs no launch of its own).
 #[derive(Debug, Clone)]
 pub struct Router(pub RouterConfig);
 
@@ -392,6 +402,7 @@ impl Kernel for Router {
             TensorType::f32(&[t, e]),
             TensorType::u32(&[t * self.0.k * ROUTE_WORDS]),
             TensorType::u32(&[e * STAT_WORDS]),
+            TensorType::f32(&[t]),
         ])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
@@ -401,7 +412,7 @@ impl Kernel for Router {
             check::output(y, 1)?,
             check::output(y, 2)?,
         );
-        encode_into(rec, &x[0], &r)
+        encode_into(rec, &x[0], &r, check::output(y, 3)?)
     }
 }
 
