@@ -9,8 +9,8 @@ struct Params {
     normalize: u32, // 1 when top-2 gates were renormalised
     alpha: f32,     // load-balancing loss weight
     z_loss: f32,    // z-loss weight
-    _pad0: u32,
-    _pad1: u32,
+    cols: u32,      // d, the token rows' width (gate_router_backward)
+    capacity: u32,  // slots per expert (gate_router_backward)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -18,16 +18,18 @@ struct Params {
 @group(0) @binding(17) var<storage, read> d_gate_in: array<f32>;
 @group(0) @binding(18) var<storage, read> stats: array<ExpertStat>;
 @group(0) @binding(19) var<storage, read_write> d_router: array<f32>;
+// gate_router_backward: the layer output's gradient [T, d] and the experts' outputs [E*capacity, d].
+@group(0) @binding(11) var<storage, read> dy: array<f32>;
+@group(0) @binding(12) var<storage, read> slots: array<f32>;
 
-// Per token t, the gradient of the router logits r[t] (cols = E) from
+// Per token t (router_grad), the gradient of the router logits r[t] (cols = E) from
 //   the gates: g_c = p[e_c] (times 1/(p[e_1] + p[e_2]) when normalised), kept choices only;
 //   the aux loss alpha * E * sum_i f_i * P_i, P_i = mean_t p[t][i] (f_i carries no gradient);
 //   the z-loss z_loss * mean_t logsumexp(r[t])^2;
 // through the softmax: dr_j = p_j * (dp_j - sum_i p_i dp_i).
-@compute @workgroup_size(256)
-fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let t = index(gid, groups);
-    if (t >= p.tokens) { return; }
+// Token t's row of d_router, given its choices' gate gradients (d_gate[t*K + c]; `gate2` is
+// ignored for top-1).
+fn router_grad(t: u32, gate1: f32, gate2: f32) {
     let base = t * p.experts;
     let m = row_max(t, p.experts);
     var s = 0.0;
@@ -42,11 +44,11 @@ fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     var e2 = 0u;
     var c1 = 0.0;
     var c2 = 0.0;
-    let g1 = select(0.0, d_gate_in[t * p.k], r1.kept != 0u);
+    let g1 = select(0.0, gate1, r1.kept != 0u);
     if (p.k == 2u) {
         let r2 = routes[t * p.k + 1u];
         e2 = r2.expert;
-        let g2 = select(0.0, d_gate_in[t * p.k + 1u], r2.kept != 0u);
+        let g2 = select(0.0, gate2, r2.kept != 0u);
         if (p.normalize != 0u) {
             let p1 = exp(logits[base + e1] - m) / s;
             let p2 = exp(logits[base + e2] - m) / s;
@@ -76,4 +78,37 @@ fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
         let pj = exp(logits[base + j] - m) / s;
         d_router[base + j] = pj * (dp - dot) + z * pj;
     }
+}
+
+@compute @workgroup_size(256)
+fn router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = index(gid, groups);
+    if (t >= p.tokens) { return; }
+    var gate2 = 0.0;
+    if (p.k == 2u) { gate2 = d_gate_in[t * 2u + 1u]; }
+    router_grad(t, d_gate_in[t * p.k], gate2);
+}
+
+// moe_dispatch_backward.wgsl's gate_grad of choice tc, in its order: dot(dy[t], slots[slot]) for
+// a kept choice, 0 for a dropped one.
+fn gate_grad_of(tc: u32) -> f32 {
+    let r = routes[tc];
+    var acc = 0.0;
+    if (r.kept != 0u) {
+        let t = tc / p.k;
+        let s = r.expert * p.capacity + r.position;
+        for (var j = 0u; j < p.cols; j++) { acc += dy[t * p.cols + j] * slots[s * p.cols + j]; }
+    }
+    return acc;
+}
+
+// The gates' gradients and the router's backward in one launch: token t's gate gradients stay in
+// registers instead of a [T, K] array another launch writes.
+@compute @workgroup_size(256)
+fn gate_router_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let t = index(gid, groups);
+    if (t >= p.tokens) { return; }
+    var gate2 = 0.0;
+    if (p.k == 2u) { gate2 = gate_grad_of(t * 2u + 1u); }
+    router_grad(t, gate_grad_of(t * p.k), gate2);
 }

@@ -400,6 +400,16 @@ fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usiz
         &want_r,
         1e-5,
     );
+    // With the gates' gradients computed in its launch, the bits of gate grad, then the router's
+    // backward (d_r above).
+    let slots_t = up(device, &[rows, d], &slots);
+    let inputs = routing.after(&[&logits_t, &dy_t, &slots_t]);
+    let fused = eager::run_one(&RouterBackward(cfg, loss), &inputs).unwrap();
+    assert_eq!(
+        fused.to_f32().unwrap(),
+        d_r.to_f32().unwrap(),
+        "router_backward computing the gates' gradients {label}"
+    );
 }
 
 fn moe_backward_kernels_match_the_reference(device: &Device) {

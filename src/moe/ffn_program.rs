@@ -42,8 +42,8 @@ use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
-    Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad, GateGrad, Kernel,
-    Matmul, Router, RouterBackward,
+    Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad, Kernel, Matmul,
+    Router, RouterBackward,
 };
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
@@ -435,19 +435,13 @@ impl MoeFfn {
         defer: bool,
     ) -> (Value, MoeFfnDeferred, Option<MoeFfnGrads>) {
         let [probs, routes, stats] = s.routing;
-        let d_gate = Self::k(
-            b,
-            gang,
-            &at("gate grad"),
-            GateGrad(self.router),
-            &[dy, s.expert_out, probs, routes, stats],
-        );
+        // The gates' gradients are computed in the router backward's launch.
         let d_r = Self::k(
             b,
             gang,
             &at("router backward"),
             RouterBackward(self.router, self.loss),
-            &[s.logits, d_gate, probs, routes, stats],
+            &[s.logits, dy, s.expert_out, probs, routes, stats],
         );
         let g_router = (!defer).then(|| {
             Self::k(

@@ -1,6 +1,8 @@
 //! The router's backward (`shaders/router_backward.wgsl`): the gates', the load-balancing loss's
 //! and the z-loss's gradients back to the router logits, as the [`RouterBackward`] kernel (its
-//! last three inputs the routing), with [`router_backward_reference`] in plain Rust.
+//! last three inputs the routing; the gates' gradients given, or computed in its launch from the
+//! layer output's gradient and the experts' outputs), with [`router_backward_reference`] in plain
+//! Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -21,7 +23,8 @@ struct Params {
     normalize: u32,
     alpha: f32,
     z_loss: f32,
-    _pad: [u32; 2],
+    cols: u32,
+    capacity: u32,
 }
 
 pub const ROUTER_BACKWARD: Shader = Shader {
@@ -42,23 +45,44 @@ pub struct RouterLoss {
 
 // ---- router backward ---------------------------------------------------------------------------
 
+/// Where the router's backward gets the gates' gradients.
+enum Gates<'a> {
+    /// `d_gate` `[T, K]`, computed by [`crate::kernels::GateGrad`].
+    Given(&'a Tensor),
+    /// Computed in the launch, as `GateGrad` does, from the layer output's gradient `dy` (`[T,
+    /// d]`) and the experts' outputs (`[E·capacity, d]`).
+    Computed { dy: &'a Tensor, slots: &'a Tensor },
+}
+
 /// Records the router-logit gradient `d_logits` (`[T, E]`) from `logits` (`[T, E]`, what the
-/// routing was computed from), `d_gate` (`[T, K]`) and the routing's routes and `f_i`.
+/// routing was computed from), the gates' gradients and the routing's routes and `f_i`.
 fn encode_router_backward(
     encoder: &mut impl Recorder,
     logits: &Tensor,
-    d_gate: &Tensor,
+    gates: Gates,
     routing: &Routing,
     loss: RouterLoss,
     d_logits: &Tensor,
 ) -> Result<()> {
     const WHAT: &str = "router_backward";
     let device = logits.device();
-    let [t, k, _] = routing_dims(WHAT, routing, device)?;
+    let [t, k, capacity] = routing_dims(WHAT, routing, device)?;
     let e = routing.config.experts;
     expect(WHAT, logits, device, DType::F32, &[t, e])?;
-    expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
     expect(WHAT, d_logits, device, DType::F32, &[t, e])?;
+    let (entry, cols, gate_bindings) = match gates {
+        Gates::Given(d_gate) => {
+            expect(WHAT, d_gate, device, DType::F32, &[t, k])?;
+            (WHAT, 0, vec![(17, d_gate.buffer())])
+        }
+        Gates::Computed { dy, slots } => {
+            let (_, d) = check::dims2(WHAT, dy)?;
+            expect(WHAT, dy, device, DType::F32, &[t, d])?;
+            expect(WHAT, slots, device, DType::F32, &[e * capacity, d])?;
+            let bindings = vec![(11, dy.buffer()), (12, slots.buffer())];
+            ("gate_router_backward", d, bindings)
+        }
+    };
     if !(loss.alpha.is_finite() && loss.z_loss.is_finite()) {
         return Err(invalid(
             WHAT,
@@ -72,16 +96,17 @@ fn encode_router_backward(
         normalize: u32::from(normalized(routing.config)),
         alpha: loss.alpha,
         z_loss: loss.z_loss,
-        _pad: [0; 2],
+        cols: to_u32(WHAT, cols)?,
+        capacity: to_u32(WHAT, capacity)?,
     };
-    let bindings = [
+    let mut bindings = vec![
         (6, logits.buffer()),
         (10, &routing.routes),
-        (17, d_gate.buffer()),
         (18, &routing.stats),
         (19, d_logits.buffer()),
     ];
-    ROUTER_BACKWARD.encode_threads(encoder, device, WHAT, &params, &bindings, t)
+    bindings.extend(gate_bindings);
+    ROUTER_BACKWARD.encode_threads(encoder, device, entry, &params, &bindings, t)
 }
 
 /// Whether the router renormalised the gates: top-2 only, as `shaders/router.wgsl` does. Gates
@@ -141,7 +166,9 @@ pub fn router_backward_reference(
     out
 }
 
-/// `(logits, d_gate, routing) → d_logits [T, E]` as a program node.
+/// `(logits, d_gate, routing) → d_logits [T, E]` as a program node; or `(logits, dy [T, d],
+/// expert outputs [E·capacity, d], routing)`, the gates' gradients computed in the same launch
+/// with [`crate::kernels::GateGrad`]'s bits (one launch instead of two).
 #[derive(Debug, Clone)]
 pub struct RouterBackward(pub RouterConfig, pub RouterLoss);
 
@@ -150,12 +177,19 @@ impl Kernel for RouterBackward {
         "router_backward"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 5)?;
-        let t = routed_tokens(self.kind(), &self.0, inputs, 2)?;
+        if inputs.len() != 6 {
+            check::arity(self.kind(), inputs, 5)?;
+        }
+        let t = routed_tokens(self.kind(), &self.0, inputs, inputs.len() - 3)?;
         Ok(vec![TensorType::f32(&[t, self.0.experts])])
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        let r = routing_of(self.0, &x[2], &x[3], &x[4]);
-        encode_router_backward(rec, &x[0], &x[1], &r, self.1, check::output(y, 0)?)
+        let (gates, at) = match x {
+            [_, d_gate, _, _, _] => (Gates::Given(d_gate), 2),
+            [_, dy, slots, ..] => (Gates::Computed { dy, slots }, 3),
+            _ => return Err(invalid(self.kind(), format!("{} inputs", x.len()))),
+        };
+        let r = routing_of(self.0, &x[at], &x[at + 1], &x[at + 2]);
+        encode_router_backward(rec, &x[0], gates, &r, self.1, check::output(y, 0)?)
     }
 }
