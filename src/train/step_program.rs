@@ -279,8 +279,8 @@ impl<S> Builder<'_, S> {
     /// statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then per
     /// expert layer its router's expert statistics (so evaluation reports what capacity
     /// dropped) and, in a training step, the row logsumexps of its router logits for the z-loss
-    /// (`routers`: each layer's router statistics and logsumexps, both router outputs). A forward
-    /// pass of a model without expert layers packs nothing: its result is the row losses.
+    /// (`routers`: each layer's router statistics and logsumexps, both router outputs). A model
+    /// without expert layers packs nothing: its result is the row losses, the pack's bytes.
     pub fn loss(
         &mut self,
         at: &dyn Fn(&str) -> String,
@@ -295,7 +295,8 @@ impl<S> Builder<'_, S> {
             self.b
                 .kernel(&at("cross-entropy"), &gang, ce, &[logits, targets]);
         match mode {
-            Mode::Forward if routers.is_empty() => self.b.result(row_loss),
+            // Nothing to pack with the row losses: they are the pack's bytes as they are.
+            Mode::Forward | Mode::Train if routers.is_empty() => self.b.result(row_loss),
             Mode::Forward | Mode::Train => {
                 let mut pack = vec![row_loss];
                 for &(stats, lse) in routers {
