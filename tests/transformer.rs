@@ -803,6 +803,11 @@ fn the_cache_gives_the_full_forwards_logits(device: &Device) {
                 }
             }
             assert!(dec.extend(&[1, 2], t).is_err(), "past the context");
+            assert!(dec.extend(&[1, 2], 1).is_ok(), "rewriting positions 1..");
+            assert!(
+                dec.extend(&[1, 2], 3).is_err(),
+                "a gap: only 0..2 are cached now"
+            );
             assert!(dec.extend(&[1, 2, 3], 0).is_err(), "not a whole batch");
             assert!(dec.extend(&[1, 300], 0).is_err(), "not a byte");
         }

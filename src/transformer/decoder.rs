@@ -31,6 +31,8 @@ pub struct Decoder {
     shape: StepShape<TransformerConfig>,
     batch: usize,
     variables: Variables,
+    /// Positions `0..filled` of every sequence are in the caches.
+    filled: usize,
     /// Compiled programs by new bytes a sequence.
     programs: HashMap<usize, Arc<Executable>>,
 }
@@ -100,6 +102,7 @@ impl Decoder {
             shape,
             batch,
             variables,
+            filled: 0,
             programs: HashMap::new(),
         })
     }
@@ -116,8 +119,9 @@ impl Decoder {
 
     /// The logits `[B·P, V]` of `ids` (`B` sequences of `P` new bytes, one after another) at
     /// positions `start..start + P` of every sequence, whose keys and values join the caches;
-    /// positions `0..start` must be in the caches already (from earlier calls), and
-    /// `start + P` at most the context `T`.
+    /// positions `0..start` must be in the caches already (from earlier calls: a gap is an
+    /// error), and `start + P` at most the context `T`. Positions from `start + P` on count as
+    /// empty afterwards.
     pub fn extend(&mut self, ids: &[u32], start: usize) -> Result<Vec<f32>> {
         let (b, t) = (self.batch, self.shape.config.context);
         if ids.is_empty() || !ids.len().is_multiple_of(b) {
@@ -129,6 +133,12 @@ impl Decoder {
         }
         if let Some(bad) = ids.iter().find(|&&v| v as usize >= VOCAB) {
             return Err(invalid(format!("byte id {bad} is not below {VOCAB}")));
+        }
+        if start > self.filled {
+            return Err(invalid(format!(
+                "position {start} follows a gap: the caches hold positions 0..{}",
+                self.filled
+            )));
         }
         let p = ids.len() / b;
         let positions: Vec<u32> = (0..b)
@@ -146,6 +156,7 @@ impl Decoder {
                 ids.len()
             )));
         }
+        self.filled = start + p;
         Ok(logits)
     }
 

@@ -1,5 +1,7 @@
 //! Text from a trained Transformer ([`generate`], several with [`generate_samples`], drawn as
-//! [`Sampling`] says: temperature, top-k, top-p), and the targets of its training sequences
+//! [`Sampling`] says: temperature, top-k, top-p), computed by the host reference, or on a device
+//! with a key/value cache ([`generate_on`], the same bytes; an MoE model routes dropless either
+//! way: [`routed_for_generation`]), and the targets of its training sequences
 //! ([`shifted_targets`]: a sequence is a context window of [`crate::data::Batches`] with the byte
 //! after it, its targets the window shifted by one).
 
@@ -112,9 +114,9 @@ pub fn generate_samples(
     sample_texts(prompt, max_bytes, sampling, seed, samples, host)
 }
 
-/// [`generate_samples`] on `device`, one of `client`'s runtime's devices: the samples decoded together
-/// as one batch by a [`Decoder`] (the prompt's prefill, then one byte a sample per step against
-/// the key/value cache). Positions are absolute, so a cache cannot slide: once a text is longer
+/// [`generate_samples`] on `device`, one of `client`'s runtime's devices: the samples decoded
+/// together as one batch by a [`Decoder`] (the prompt's prefill, then one byte a sample per step
+/// against the key/value cache). Positions are absolute, so a cache cannot slide: once a text is longer
 /// than the context `T`, each byte's step is a prefill of the last `T` bytes, as the reference
 /// computes it.
 pub fn generate_on(
@@ -149,7 +151,7 @@ pub fn routed_for_generation(params: &TransformerParams) -> TransformerParams {
 /// Which positions of the samples' texts a [`Decoder`]'s caches hold: `text[start..start +
 /// cached]` of every sample (the texts grow together).
 #[derive(Debug, Default)]
-pub struct CachedWindow {
+struct CachedWindow {
     start: usize,
     cached: usize,
 }
@@ -157,7 +159,7 @@ pub struct CachedWindow {
 impl CachedWindow {
     /// Every text's logits for the byte after it: its last byte decoded against the cache
     /// where the rest of its window is there, else the window's last `T` bytes prefilled.
-    pub fn next(&mut self, decoder: &mut Decoder, texts: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+    fn next(&mut self, decoder: &mut Decoder, texts: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let n = texts.first().map_or(0, Vec::len);
         if n == 0 || texts.len() != decoder.batch() || texts.iter().any(|x| x.len() != n) {
             return Err(Error::InvalidArgument {
@@ -170,7 +172,7 @@ impl CachedWindow {
             });
         }
         let t = decoder.context();
-        let (from, at) = if n - self.start <= t && self.start + self.cached + 1 == n {
+        let (from, at) = if self.start + self.cached + 1 == n && n - self.start <= t {
             (n - 1, self.cached)
         } else {
             self.start = n.saturating_sub(t);

@@ -5,7 +5,8 @@
 //! [`crate::train::Trainer`].
 //!
 //! Files are safetensors ([`crate::train::Checkpoint`]); it trains on a corpus through
-//! [`crate::train::train`]; [`generate`] samples text from it; [`compare`] (Switch vs T5) and
+//! [`crate::train::train`]; [`generate`] samples text from it, on the host or on a device with a
+//! key/value cache ([`decoder`]); [`compare`] (Switch vs T5) and
 //! Branch-Train-Merge ([`crate::btm`], generic over the model) are the seeds' two comparisons on
 //! it. The step runs in f32:
 //! the attention kernel's f16 storage ([`crate::kernels::attention`], on devices with
