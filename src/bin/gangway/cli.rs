@@ -819,7 +819,7 @@ pub(crate) struct BenchArgs {
     #[command(subcommand)]
     pub(crate) compare: Option<BenchSub>,
     /// Suites to run [default: all]: matmul, attention, memory, dispatch, pipeline, moe,
-    /// transformer, btm, scaleout.
+    /// transformer, generate, btm, scaleout.
     #[arg(value_name = "SUITE")]
     pub(crate) suites: Vec<String>,
     /// Adapters to run on, by index or part of `name (backend)` [default: every adapter].
