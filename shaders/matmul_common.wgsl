@@ -24,9 +24,10 @@ struct Params {
     _pad2: u32,
 }
 
-// The epilogue's bits (1: relu, 2: add, 4: a relu's backward, 8: GELU's backward), specialised per pipeline
-// (Shader::pipeline_specialised), so that a matmul without an epilogue carries no branch for it
-// and one with an epilogue only its own.
+// The epilogue's bits: its stages, numbered in the order they run (1: relu, 2: add, 4: a relu's
+// backward, 8: GELU's backward, 32: GELU), and 16: keep the value before the last stage as a
+// second output. Specialised per pipeline (Shader::pipeline_specialised), so that a matmul
+// without an epilogue carries no branch for it and one with an epilogue only its own.
 const EPILOGUE: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -38,15 +39,32 @@ const EPILOGUE: u32 = 0u;
 // What an activation's backward reads: a relu's output, or GELU's input. Bound to the offsets
 // themselves when the epilogue takes no activation's backward (never read then).
 @group(0) @binding(7) var<storage, read> saved: array<Elem>;
+// A second output shaped like C (bit 16): the value before the epilogue's last stage, which the
+// caller needs as well: the relu's output before the add, the sum before a relu's backward, or
+// GELU's input. Bound to the device's unused buffer when the epilogue keeps nothing (never
+// written then).
+@group(0) @binding(8) var<storage, read_write> kept_out: array<Elem>;
+
+// Whether the value before `stage` is kept: keeping is asked, the stage runs, and no later one.
+fn keeps_before(stage: u32) -> bool {
+    return (EPILOGUE & 16u) != 0u && (EPILOGUE & stage) != 0u && (EPILOGUE & ~16u) < (stage << 1u);
+}
 
 // Element `at` of C, `v`, after the epilogue.
 fn epi(at: u32, v: Elem) -> Elem {
     var r = v;
+    if (keeps_before(1u)) { kept_out[at] = r; }
     if ((EPILOGUE & 1u) != 0u) { r = max(r, Elem(0)); }
+    if (keeps_before(2u)) { kept_out[at] = r; }
     if ((EPILOGUE & 2u) != 0u) { r = addend[at] + r; }
+    if (keeps_before(4u)) { kept_out[at] = r; }
     if ((EPILOGUE & 4u) != 0u) { r = select(Elem(0), r, saved[at] > Elem(0)); }
+    if (keeps_before(8u)) { kept_out[at] = r; }
     // elementwise.wgsl's gelu_backward, with the product as its gradient.
     if ((EPILOGUE & 8u) != 0u) { r = Elem(f32(r) * gelu_grad(f32(saved[at]))); }
+    if (keeps_before(32u)) { kept_out[at] = r; }
+    // elementwise.wgsl's gelu.
+    if ((EPILOGUE & 32u) != 0u) { r = Elem(gelu_of(f32(r))); }
     return r;
 }
 

@@ -372,10 +372,12 @@ fn larger_than_one_tile_in_every_dimension(device: &Device) {
 
 /// Every variant, transpose and float type, plain and grouped (uneven and empty groups, covering
 /// every row), on shapes that fill no tile: each epilogue (a relu, an addend, both, a relu's
-/// backward, an addend then a relu's backward), applied as the matmul stores, gives the bits of
-/// the matmul followed by elementwise's relu, add and relu backward (f16, which those kernels do
-/// not take: the host's, of the f16 product, to f16's rounding). An addend on groups that leave
-/// rows unwritten is refused.
+/// backward, an addend then a relu's backward, GELU's backward), applied as the matmul stores,
+/// gives the bits of the matmul followed by elementwise's relu, add, relu backward and GELU
+/// backward (f16, which those kernels do not take: the host's, of the f16 product, to f16's
+/// rounding); the keeping epilogues (a relu layer's residual sum, a sum and its relu's backward,
+/// GELU) give both of their outputs' unfused bits. An addend on groups that leave rows unwritten
+/// is refused.
 fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
     let mut rng = Rng::new(41);
     let transposes = [(false, false), (false, true), (true, false), (true, true)];
@@ -424,7 +426,8 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 let product = eager::run_one(&node(Epilogue::None), &[&a, &b]).unwrap();
                 // Elementwise kernels are f32 only: f16 epilogues are checked on the host, to
                 // f16's rounding.
-                let unfused: [(Epilogue, Vec<f32>); 6] = if dtype == DType::F32 {
+                let (unfused, gelu): ([(Epilogue, Vec<f32>); 6], Vec<f32>) = if dtype == DType::F32
+                {
                     let run = |op, x: &[&Tensor]| eager::run_one(&op, x).unwrap();
                     let relu = run(ElementwiseOp::Relu, &[&product]);
                     let sum = |x: &Tensor| run(ElementwiseOp::Add, &[&addend, x]);
@@ -432,7 +435,8 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                         let masked = run(ElementwiseOp::ReluBackward, &[&relu_out, g]);
                         masked.to_f32().unwrap()
                     };
-                    [
+                    let gelu = run(ElementwiseOp::Gelu, &[&product]).to_f32().unwrap();
+                    let unfused = [
                         (Epilogue::Relu, relu.to_f32().unwrap()),
                         (Epilogue::Add, sum(&product).to_f32().unwrap()),
                         (Epilogue::ReluAdd, sum(&relu).to_f32().unwrap()),
@@ -444,7 +448,8 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                                 .to_f32()
                                 .unwrap(),
                         ),
-                    ]
+                    ];
+                    (unfused, gelu)
                 } else {
                     let (p, r) = (product.to_f32().unwrap(), addend.to_f32().unwrap());
                     let relu: Vec<f32> = p.iter().map(|v| v.max(0.0)).collect();
@@ -461,7 +466,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                             .map(|(&v, &r)| if r > 0.0 { v } else { 0.0 })
                             .collect()
                     };
-                    [
+                    let unfused = [
                         (Epilogue::Relu, relu.clone()),
                         (Epilogue::Add, add(&p)),
                         (Epilogue::ReluAdd, add(&relu)),
@@ -471,9 +476,10 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                             Epilogue::GeluBackward,
                             gelu_backward(&p, &gelu_in.to_f32().unwrap()),
                         ),
-                    ]
+                    ];
+                    (unfused, gelu(&p))
                 };
-                for (epilogue, want) in unfused {
+                for (epilogue, want) in unfused.iter().cloned() {
                     let mut inputs = vec![&a, &b];
                     inputs.extend(epilogue.adds().then_some(&addend));
                     inputs.extend(epilogue.relu_backward().then_some(&relu_out));
@@ -489,10 +495,45 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                     }
                     checked += 1;
                 }
+                // The keeping epilogues: the plain epilogue's output, and as a second output the
+                // value before its last stage (the relu, the sum, or the product under GELU),
+                // each with the unfused bits.
+                let want = |e: Epilogue| -> &Vec<f32> {
+                    &unfused.iter().find(|(x, _)| *x == e).unwrap().1
+                };
+                let product = product.to_f32().unwrap();
+                for (keep, main, before_last) in [
+                    (
+                        Epilogue::ReluAddKeepRelu,
+                        want(Epilogue::ReluAdd),
+                        want(Epilogue::Relu),
+                    ),
+                    (
+                        Epilogue::AddReluBackwardKeepSum,
+                        want(Epilogue::AddReluBackward),
+                        want(Epilogue::Add),
+                    ),
+                    (Epilogue::GeluKeepInput, &gelu, &product),
+                ] {
+                    let mut inputs = vec![&a, &b];
+                    inputs.extend(keep.adds().then_some(&addend));
+                    inputs.extend(keep.relu_backward().then_some(&relu_out));
+                    let [out, kept] = eager::run_n(&node(keep), &inputs).unwrap();
+                    let what = format!("{variant:?} {keep:?} {shape:?} on {}", device.label());
+                    for (got, want) in [(out, main), (kept, before_last)] {
+                        let got = got.to_f32().unwrap();
+                        if dtype == DType::F32 {
+                            assert!(same_bits(&got, want), "{what}: fused differs from unfused");
+                        } else {
+                            assert_close(&what, &got, want, 2e-3);
+                        }
+                    }
+                    checked += 1;
+                }
             }
         }
     }
-    assert!(checked >= 6 * 2 * 3 * 4, "only {checked} cases ran");
+    assert!(checked >= 9 * 2 * 3 * 4, "only {checked} cases ran");
     // An addend where row groups leave rows unwritten (the rows before offsets[0]) is refused.
     let a = Tensor::from_f32(device, &[6, 4], DType::F32, &[1.0; 24]).unwrap();
     let b = Tensor::from_f32(device, &[4, 4], DType::F32, &[1.0; 16]).unwrap();
@@ -526,6 +567,17 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
 }
 
 /// `g · gelu'(x)` on the host in f32 (tanh form), rounded to f16: the f16 epilogue's reference.
+/// GELU (tanh form) of `x` on the host, rounded to f16.
+fn gelu(x: &[f32]) -> Vec<f32> {
+    let c = (2.0f32 / std::f32::consts::PI).sqrt();
+    x.iter()
+        .map(|&v| {
+            let t = (c * (v + 0.044715 * v * v * v)).tanh();
+            half::f16::from_f32(0.5 * v * (1.0 + t)).to_f32()
+        })
+        .collect()
+}
+
 fn gelu_backward(g: &[f32], x: &[f32]) -> Vec<f32> {
     let c = (2.0f32 / std::f32::consts::PI).sqrt();
     g.iter()

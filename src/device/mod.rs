@@ -48,6 +48,8 @@ struct DeviceInner {
     wait_timeout: Duration,
     /// GPU objects this device has created; see [`Device::objects_created`].
     objects: std::sync::atomic::AtomicU64,
+    /// See [`Device::unused_storage`]; made on first use.
+    unused_storage: Mutex<Option<wgpu::Buffer>>,
 }
 
 impl fmt::Debug for Device {
@@ -116,6 +118,7 @@ impl Device {
             memory: MemoryPool::new(label_for_pool, memory_budget),
             wait_timeout,
             objects: Default::default(),
+            unused_storage: Mutex::default(),
         }))
     }
 
@@ -282,6 +285,19 @@ impl Device {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         }))
+    }
+
+    /// A small storage buffer, made once per device, to bind where a kernel's writable binding is
+    /// never written by the pipeline at hand (WebGPU wants every binding bound, and a writable
+    /// one may not alias another binding of the dispatch). Nothing may read it.
+    pub fn unused_storage(&self) -> Result<wgpu::Buffer> {
+        let mut slot = (self.0.unused_storage.lock()).unwrap_or_else(PoisonError::into_inner);
+        if let Some(buffer) = &*slot {
+            return Ok(buffer.clone());
+        }
+        let buffer = self.storage_buffer("unused writable binding", 16)?;
+        *slot = Some(buffer.clone());
+        Ok(buffer)
     }
 
     /// A storage buffer holding `data`, checked against the limits.

@@ -103,6 +103,7 @@ impl Operands {
             epilogue: Default::default(),
             addend: None,
             saved: None,
+            kept: None,
         }
     }
 }

@@ -21,9 +21,11 @@
 //! router's kept tokens), past which the group's rows of op(A) are zero. Tiles wholly past it
 //! store zeros without reading, so the output is the unlimited one's, bit for bit.
 //!
-//! An [`Epilogue`] applies a relu, adds an array shaped like C, or takes a relu's or GELU's
-//! backward, to each output as it is stored: the launches of the elementwise kernels that would
-//! follow, saved, with their bits.
+//! An [`Epilogue`] applies a relu or GELU, adds an array shaped like C, or takes a relu's or
+//! GELU's backward, to each output as it is stored: the launches of the elementwise kernels that
+//! would follow, saved, with their bits. The keeping ones also store the value before their last
+//! stage as a second output (a relu's output beside the residual sum, a sum beside its relu's
+//! backward, GELU's input beside GELU), where the caller needs both.
 
 use super::{Kernel, Prepared, TensorType, check, sharding_rules};
 use super::{Shader, autotune};
@@ -453,21 +455,54 @@ pub enum Epilogue {
     AddReluBackward,
     /// `C · gelu'(x)`: GELU's backward of the product, `x` GELU's input.
     GeluBackward,
+    /// [`Self::ReluAdd`], with `max(C, 0)` kept as a second output: a relu layer whose output
+    /// the backward needs (for its mask) beside the residual sum.
+    ReluAddKeepRelu,
+    /// [`Self::AddReluBackward`], with `addend + C` kept as a second output: a gradient that
+    /// flows on around the relu (the residual stream's) beside its masked copy.
+    AddReluBackwardKeepSum,
+    /// `gelu(C)`, with C kept as a second output: a GELU layer, whose backward reads GELU's
+    /// input.
+    GeluKeepInput,
 }
 
 impl Epilogue {
     pub fn relu(self) -> bool {
-        matches!(self, Self::Relu | Self::ReluAdd)
+        matches!(self, Self::Relu | Self::ReluAdd | Self::ReluAddKeepRelu)
     }
 
     /// Whether it reads an addend.
     pub fn adds(self) -> bool {
-        matches!(self, Self::Add | Self::ReluAdd | Self::AddReluBackward)
+        matches!(
+            self,
+            Self::Add
+                | Self::ReluAdd
+                | Self::AddReluBackward
+                | Self::ReluAddKeepRelu
+                | Self::AddReluBackwardKeepSum
+        )
     }
 
     /// Whether it takes a relu's backward, reading the relu's output.
     pub fn relu_backward(self) -> bool {
-        matches!(self, Self::ReluBackward | Self::AddReluBackward)
+        matches!(
+            self,
+            Self::ReluBackward | Self::AddReluBackward | Self::AddReluBackwardKeepSum
+        )
+    }
+
+    /// Whether it keeps the value before its last stage (before the add, the relu's backward or
+    /// GELU) as the node's second output.
+    pub fn keeps(self) -> bool {
+        matches!(
+            self,
+            Self::ReluAddKeepRelu | Self::AddReluBackwardKeepSum | Self::GeluKeepInput
+        )
+    }
+
+    /// Whether it applies GELU.
+    pub fn gelu(self) -> bool {
+        self == Self::GeluKeepInput
     }
 
     /// Whether it takes GELU's backward, reading GELU's input.
@@ -491,10 +526,12 @@ impl Epilogue {
             | u32::from(self.adds()) << 1
             | u32::from(self.relu_backward()) << 2
             | u32::from(self.gelu_backward()) << 3
+            | u32::from(self.keeps()) << 4
+            | u32::from(self.gelu()) << 5
     }
 
     /// A name for errors: `+relu`, `+add`, `+relu+add`, `+relu backward`, `+add+relu backward`,
-    /// `+gelu backward`.
+    /// `+gelu backward`, and the keeping ones' names.
     pub fn suffix(self) -> &'static str {
         match self {
             Self::None => "",
@@ -504,6 +541,9 @@ impl Epilogue {
             Self::ReluBackward => "+relu backward",
             Self::AddReluBackward => "+add+relu backward",
             Self::GeluBackward => "+gelu backward",
+            Self::ReluAddKeepRelu => "+relu+add, keeping the relu",
+            Self::AddReluBackwardKeepSum => "+add+relu backward, keeping the sum",
+            Self::GeluKeepInput => "+gelu, keeping its input",
         }
     }
 }
@@ -583,6 +623,8 @@ pub struct MatmulArgs<'a> {
     /// adds, and `saved` the array an activation's backward reads (a relu's output, GELU's
     /// input), each shaped like C.
     pub epilogue: Epilogue,
+    /// Where a keeping epilogue writes its second output, shaped like C.
+    pub kept: Option<&'a Tensor>,
     pub addend: Option<&'a Tensor>,
     pub saved: Option<&'a Tensor>,
 }
@@ -663,6 +705,7 @@ pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
             args.epilogue.reads_saved(),
             args.saved,
         ),
+        ("matmul kept output", args.epilogue.keeps(), args.kept),
     ];
     for (what, wanted, given) in operands {
         match (wanted, given) {
@@ -798,6 +841,16 @@ fn encode_pass(
     let limits = args.limits.map_or(args.offsets, |l| l.counts);
     let addend = args.addend.unwrap_or(args.offsets);
     let saved = args.saved.unwrap_or(args.offsets);
+    // The kept output is written, so it may not alias another binding: the device's unused
+    // writable buffer stands in when there is none.
+    let unused;
+    let kept = match args.kept {
+        Some(t) => t.buffer(),
+        None => {
+            unused = device.unused_storage()?;
+            &unused
+        }
+    };
     // The epilogue is a constant of the pipeline, not a uniform: compiled in only where used.
     let pipeline = match args.epilogue {
         Epilogue::None => shader.pipeline(device, shape.dtype, entry)?,
@@ -817,6 +870,7 @@ fn encode_pass(
             (5, limits.buffer()),
             (6, addend.buffer()),
             (7, saved.buffer()),
+            (8, kept),
         ],
         grid,
     )
@@ -952,6 +1006,10 @@ impl Kernel for Matmul {
                 "an epilogue's operand lies as {operand}, the product as {product}"
             ));
         }
+        // A kept second output lies as the product does.
+        if self.epilogue.keeps() {
+            return Ok(vec![product.clone(), product.clone()]);
+        }
         Ok(out)
     }
 
@@ -1002,6 +1060,9 @@ impl Kernel for Matmul {
         for operand in &inputs[self.factors_and_limits()..] {
             check::expect_type("matmul epilogue operand", operand, &out)?;
         }
+        if self.epilogue.keeps() {
+            return Ok(vec![out.clone(), out]);
+        }
         Ok(vec![out])
     }
 
@@ -1011,7 +1072,7 @@ impl Kernel for Matmul {
         let offsets = self.offsets.clone().unwrap_or_else(|| vec![0, m as u32]);
         let groups = offsets.len().saturating_sub(1);
         let max_group_rows = check_offsets(&offsets, groups, m)?;
-        if self.epilogue.operands() > 0
+        if (self.epilogue.operands() > 0 || self.epilogue.keeps())
             && (offsets.first() != Some(&0) || offsets.last() != Some(&(m as u32)))
         {
             return Err(check::invalid(
@@ -1055,6 +1116,11 @@ impl Kernel for Matmul {
                 self.epilogue.reads_saved(),
                 usize::from(self.epilogue.adds()),
             )?,
+            kept: if self.epilogue.keeps() {
+                Some(check::output(y, 1)?)
+            } else {
+                None
+            },
         };
         encode(rec, &args).map(drop)
     }

@@ -19,8 +19,9 @@
 //! travels, the router's backward (with the load-balancing and z losses), the experts' input
 //! gradients and the all-to-all back, the expert weight gradients (summed one slot block at a
 //! time, so the sum does not depend on how many devices send blocks), and dispatch backward. It
-//! returns the input gradient and the three weight gradients; the caller owns accumulation over
-//! rounds. A pipeline schedule that splits the backward into B and W takes the same nodes in two
+//! returns the input gradient (and, where the caller names a relu under the layer, that relu's
+//! backward of it, in the same launch) and the three weight gradients; the caller owns
+//! accumulation over rounds. A pipeline schedule that splits the backward into B and W takes the same nodes in two
 //! parts: [`MoeFfn::backward_input`] (everything but the weight gradients) and
 //! [`MoeFfn::weight_grads`].
 //!
@@ -37,7 +38,6 @@
 //! not what the slots cost; the all-to-all, dispatch and the activation still move every slot.
 
 use super::exchange::{ExpertExchange, Moving};
-use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
@@ -54,7 +54,7 @@ pub(crate) use crate::train::step_program::MATMUL;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExpertActivation {
     Relu,
-    /// GELU, tanh form ([`ElementwiseOp::Gelu`]).
+    /// GELU, tanh form ([`crate::kernels::elementwise::ElementwiseOp::Gelu`]).
     Gelu,
 }
 
@@ -238,24 +238,25 @@ impl MoeFfn {
                 .send_to_experts(b, &at("all-to-all forward"), slots);
             let live = counts.arrived(live);
             let tokens = self.exchange.arrived(moving);
-            let w1 = |b: &mut ProgramBuilder, epilogue| {
-                let op = Matmul {
-                    epilogue,
-                    ..self.grouped(false)
-                };
-                Self::k(b, gang, &at("expert w1"), op, &[tokens, w.w1, live])
+            // The activation is the matmul's epilogue: a relu's backward needs only its output;
+            // GELU's backward needs its input, which the matmul keeps as a second output.
+            let epilogue = match self.activation {
+                ExpertActivation::Relu => Epilogue::Relu,
+                ExpertActivation::Gelu => Epilogue::GeluKeepInput,
             };
-            // A relu is the matmul's epilogue (the backward needs only its output); GELU's
-            // backward needs its input, which the matmul stores.
+            let op = Arc::new(Matmul {
+                epilogue,
+                ..self.grouped(false)
+            });
+            let (name, inputs) = (at("expert w1"), [tokens, w.w1, live]);
             let (pre, hidden) = match self.activation {
                 ExpertActivation::Relu => {
-                    let hidden = w1(b, Epilogue::Relu);
+                    let [hidden] = b.kernel(&name, gang, op, &inputs);
                     (hidden, hidden)
                 }
                 ExpertActivation::Gelu => {
-                    let pre = w1(b, Epilogue::None);
-                    let name = at("expert gelu");
-                    (pre, Self::k(b, gang, &name, ElementwiseOp::Gelu, &[pre]))
+                    let [hidden, pre] = b.kernel(&name, gang, op, &inputs);
+                    (pre, hidden)
                 }
             };
             let out = Self::k(
@@ -301,7 +302,8 @@ impl MoeFfn {
         residual: Option<Value>,
     ) -> (Value, MoeFfnGrads) {
         let sent = self.backward_send(b, gang, at, s, dy);
-        self.backward_rest(b, gang, at, s, w, dy, sent, residual)
+        let (dx, _, grads) = self.backward_rest(b, gang, at, s, w, dy, sent, residual, None);
+        (dx, grads)
     }
 
     /// The backward's first part: the slots' gradients, on their way to the experts' devices
@@ -336,6 +338,10 @@ impl MoeFfn {
     /// `dy`) comes while the slots travel to the experts, and the expert weight gradients while
     /// the input gradients travel back; the inputs' gradients, which the exchanges wait on, come
     /// first on each side.
+    ///
+    /// With `relu_below`, the output of a relu under the layer (whose output the layer's input
+    /// summed), the input gradient's last launch also takes that relu's backward of the gradient:
+    /// the second value returned (`dx` itself without one).
     #[allow(clippy::too_many_arguments)]
     pub fn backward_rest(
         &self,
@@ -347,13 +353,15 @@ impl MoeFfn {
         dy: Value,
         sent: Moving,
         residual: Option<Value>,
-    ) -> (Value, MoeFfnGrads) {
-        let (dx, kept, grads) = self.backward_inner(b, gang, at, s, w, dy, sent, residual, false);
+        relu_below: Option<Value>,
+    ) -> (Value, Value, MoeFfnGrads) {
+        let (dx, masked, kept, grads) =
+            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, relu_below), false);
         let grads = match grads {
             Some(g) => g,
             None => self.weight_grads(b, gang, at, &kept),
         };
-        (dx, grads)
+        (dx, masked, grads)
     }
 
     /// The backward without the weight gradients, for a schedule that splits the backward into
@@ -371,7 +379,8 @@ impl MoeFfn {
         residual: Option<Value>,
     ) -> (Value, MoeFfnDeferred) {
         let sent = self.backward_send(b, gang, at, s, dy);
-        let (dx, kept, _) = self.backward_inner(b, gang, at, s, w, dy, sent, residual, true);
+        let (dx, _, kept, _) =
+            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, None), true);
         (dx, kept)
     }
 
@@ -431,9 +440,9 @@ impl MoeFfn {
         w: &MoeFfnWeights,
         dy: Value,
         sent: Moving,
-        residual: Option<Value>,
+        (residual, relu_below): (Option<Value>, Option<Value>),
         defer: bool,
-    ) -> (Value, MoeFfnDeferred, Option<MoeFfnGrads>) {
+    ) -> (Value, Value, MoeFfnDeferred, Option<MoeFfnGrads>) {
         let [probs, routes, stats] = s.routing;
         // The gates' gradients are computed in the router backward's launch.
         let d_r = Self::k(
@@ -494,16 +503,32 @@ impl MoeFfn {
         inputs.extend(residual);
         let name = at("dispatch backward");
         let dx = Self::k(b, gang, &name, DispatchBackward(self.router), &inputs);
-        // dx + the router's input gradient, summed by its matmul as it stores.
+        // dx + the router's input gradient, summed by its matmul as it stores; with a relu below,
+        // its backward of the sum as well, in the same launch.
+        let name = at("router input grad");
+        let epilogue = match relu_below {
+            None => Epilogue::Add,
+            Some(_) => Epilogue::AddReluBackwardKeepSum,
+        };
         let add = Matmul {
-            epilogue: Epilogue::Add,
+            epilogue,
             ..self.matmul(false, true, None)
         };
-        let name = at("router input grad");
-        let dx = Self::k(b, gang, &name, add, &[d_r, w.router, dx]);
+        let mut inputs = vec![d_r, w.router, dx];
+        inputs.extend(relu_below);
+        let (dx, masked) = match relu_below {
+            None => {
+                let dx = Self::k(b, gang, &name, add, &inputs);
+                (dx, dx)
+            }
+            Some(_) => {
+                let [masked, sum] = b.kernel(&name, gang, Arc::new(add), &inputs);
+                (sum, masked)
+            }
+        };
         let grads = g_router
             .zip(expert_grads)
             .map(|(router, (w1, w2))| MoeFfnGrads { router, w1, w2 });
-        (dx, kept, grads)
+        (dx, masked, kept, grads)
     }
 }

@@ -99,8 +99,10 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let at = |what: &str| format!("r{r} b{l} {what}");
             let input = h;
             let w = x.params[ix.dense];
-            let dense = x.mm_then(&at("dense matmul"), h, w, false, false, relu, &[]);
-            let mid = x.add(&at("residual"), h, dense);
+            // The residual sum is the dense matmul's epilogue, which keeps the relu's output
+            // (for the backward's mask) beside it.
+            let keep = Epilogue::ReluAddKeepRelu;
+            let [mid, dense] = x.mm_keeping(&at("dense matmul"), h, w, keep, &[h]);
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
@@ -132,19 +134,24 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let gang = x.gang.clone();
             let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
             x.weight_grads_now();
-            let (d_mid, g) =
-                ffn.backward_rest(&mut x.b, &gang, &at, &moe, &weights, dh, sent, Some(dh));
+            // The dense relu's backward of d_mid is taken in the launch that sums d_mid.
+            let (d_mid, d_pre, g) = ffn.backward_rest(
+                &mut x.b,
+                &gang,
+                &at,
+                &moe,
+                &weights,
+                dh,
+                sent,
+                Some(dh),
+                Some(dense),
+            );
             // Every device computed its experts' gradients this round.
             let token_side = x.b.set_active(None);
             x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
             x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
             x.b.set_active(token_side);
             x.grad(ix.router, &at("accumulate router grad"), g.router);
-            let d_pre = x.k(
-                &at("dense relu backward"),
-                ElementwiseOp::ReluBackward,
-                &[dense, d_mid],
-            );
             // d_mid + the dense layer's input gradient, summed by its matmul; under the first
             // block, the stem relu's backward of that sum, taken as it stores.
             let (epilogue, operands) = match l {

@@ -332,22 +332,44 @@ impl<S> Builder<'_, S> {
         operands: &[Value],
     ) -> Value {
         let op = Matmul {
-            limits: None,
-            trans_a,
-            trans_b,
-            offsets: None,
-            choice: VariantChoice::SameSums(MATMUL),
-            f16_accumulate: false,
             epilogue,
+            ..Self::matmul(trans_a, trans_b)
         };
         let mut inputs = vec![a, b];
         inputs.extend_from_slice(operands);
         self.k(name, op, &inputs)
     }
 
-    pub fn add(&mut self, name: &str, x: Value, z: Value) -> Value {
+    /// The trainer's dense matmul, without an epilogue.
+    fn matmul(trans_a: bool, trans_b: bool) -> Matmul {
+        Matmul {
+            limits: None,
+            trans_a,
+            trans_b,
+            offsets: None,
+            choice: VariantChoice::SameSums(MATMUL),
+            f16_accumulate: false,
+            epilogue: Epilogue::None,
+        }
+    }
+
+    /// A matmul whose epilogue keeps a second output ([`Epilogue::keeps`]): `[C, kept]`.
+    pub fn mm_keeping(
+        &mut self,
+        name: &str,
+        a: Value,
+        b: Value,
+        epilogue: Epilogue,
+        operands: &[Value],
+    ) -> [Value; 2] {
+        let op = Matmul {
+            epilogue,
+            ..Self::matmul(false, false)
+        };
+        let mut inputs = vec![a, b];
+        inputs.extend_from_slice(operands);
         let gang = self.gang.clone();
-        self.b.add(name, &gang, x, z)
+        self.b.kernel(name, &gang, Arc::new(op), &inputs)
     }
 
     pub fn accumulate(&mut self, name: &str, acc: Value, x: Value) -> Value {

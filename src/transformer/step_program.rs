@@ -25,7 +25,6 @@
 use super::{FfnIndex, LayerIndex, TransformerConfig, VOCAB};
 use crate::Result;
 use crate::kernels::attention::default_scale;
-use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
     Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward, TensorType,
@@ -147,8 +146,9 @@ impl Builder<'_, StepShape<TransformerConfig>> {
         let (f, ln2) = self.norm(&at("ln2"), mid, ix.ln2);
         let (next, ffn) = match ix.ffn {
             FfnIndex::Dense { w1, w2 } => {
-                let pre = self.mm(&at("ffn w1"), f, self.params[w1], false, false);
-                let hidden = self.k(&at("ffn gelu"), ElementwiseOp::Gelu, &[pre]);
+                // GELU is the matmul's epilogue, which keeps its input for the backward.
+                let (gelu, w1) = (Epilogue::GeluKeepInput, self.params[w1]);
+                let [hidden, pre] = self.mm_keeping(&at("ffn w1"), f, w1, gelu, &[]);
                 let w2 = self.params[w2];
                 let h = self.mm_then(&at("ffn w2"), hidden, w2, false, false, add, &[mid]);
                 (h, FfnAct::Dense { pre, hidden })
@@ -292,8 +292,8 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                     };
                     let sent = ffn.backward_send(&mut x.b, &gang, &at, saved, dh);
                     x.weight_grads_now();
-                    let (df, g) =
-                        ffn.backward_rest(&mut x.b, &gang, &at, saved, &w, dh, sent, None);
+                    let (df, _, g) =
+                        ffn.backward_rest(&mut x.b, &gang, &at, saved, &w, dh, sent, None, None);
                     // Every device computed its experts' gradients this round.
                     let token_side = x.b.set_active(None);
                     x.grad(w2, &at("accumulate w2 grad"), g.w2);
