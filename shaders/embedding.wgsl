@@ -6,7 +6,7 @@ struct Params {
     context: u32, // C, ids per window
     cols: u32,    // d_e, embedding width
     vocab: u32,   // V, rows of the table
-    vocab2: u32,  // rows of the second table (embed_gather_sum)
+    vocab2: u32,  // rows of the second table (embed_gather_sum, embed_grad)
     pad0: u32,
     pad1: u32,
     pad2: u32,
@@ -67,22 +67,52 @@ const EG_TILE: u32 = 1024u;
 var<workgroup> eg_counts: array<u32, 64>;
 var<workgroup> eg_list: array<u32, 1024>;
 
-// Launched over ceil(V / EG_IDS) workgroups folded into a 2-D grid (`grid_1d`'s); extra ones
-// return at once, as a whole workgroup, so the barriers below stay in uniform control flow.
+// The second table's gradient (ids ctx2, vocab2 rows): written by the same launch, so that a
+// token's and its position's embeddings take one launch between them. Bound to the device's
+// unused buffer, and ctx2 to ctx, when there is no second table (vocab2 = 0: no block of it).
+@group(0) @binding(8) var<storage, read_write> d_table2: array<f32>;
+
+// Position q's id in the first table or the second.
+fn eg_id(q: u32, second: bool) -> u32 {
+    if (second) { return ctx2[q]; }
+    return ctx[q];
+}
+
+fn eg_load(at: u32, second: bool) -> f32 {
+    if (second) { return d_table2[at]; }
+    return d_table[at];
+}
+
+fn eg_store(at: u32, v: f32, second: bool) {
+    if (second) { d_table2[at] = v; } else { d_table[at] = v; }
+}
+
+// Launched over ceil(V / EG_IDS) + ceil(vocab2 / EG_IDS) workgroups folded into a 2-D grid
+// (`grid_1d`'s): the first table's blocks, then the second's. Which table, and extra workgroups'
+// early return, are the same for a whole workgroup, so the barriers below stay in uniform
+// control flow.
 @compute @workgroup_size(64)
 fn embed_grad(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) i: u32,
 ) {
-    let v0 = (wid.x + wid.y * groups.x) * EG_IDS;
-    if (v0 >= p.vocab) { return; }
+    let block = wid.x + wid.y * groups.x;
+    let first_blocks = (p.vocab + EG_IDS - 1u) / EG_IDS;
+    let second = block >= first_blocks;
+    var v0 = block * EG_IDS;
+    var vocab = p.vocab;
+    if (second) {
+        v0 = (block - first_blocks) * EG_IDS;
+        vocab = p.vocab2;
+    }
+    if (v0 >= vocab) { return; }
     let n = p.rows * p.context;
     let cols = p.cols;
     let outputs = EG_IDS * cols;
     for (var o = i; o < outputs; o += EG_WG) {
         let v = v0 + o / cols;
-        if (v < p.vocab) { d_table[v * cols + o % cols] = 0.0; }
+        if (v < vocab) { eg_store(v * cols + o % cols, 0.0, second); }
     }
     for (var t0 = 0u; t0 < n; t0 += EG_TILE) {
         let len = min(EG_TILE, n - t0);
@@ -93,7 +123,7 @@ fn embed_grad(
         // vocabulary may enter the list; no output owns them.
         var mine = 0u;
         for (var q = lo; q < hi; q++) {
-            if (ctx[q] - v0 < EG_IDS) { mine++; }
+            if (eg_id(q, second) - v0 < EG_IDS) { mine++; }
         }
         eg_counts[i] = mine;
         workgroupBarrier();
@@ -105,7 +135,7 @@ fn embed_grad(
             total += c;
         }
         for (var q = lo; q < hi; q++) {
-            if (ctx[q] - v0 < EG_IDS) {
+            if (eg_id(q, second) - v0 < EG_IDS) {
                 eg_list[at] = q;
                 at++;
             }
@@ -115,13 +145,13 @@ fn embed_grad(
         for (var o = i; o < outputs; o += EG_WG) {
             let v = v0 + o / cols;
             let j = o % cols;
-            if (v < p.vocab) {
-                var acc = d_table[v * cols + j];
+            if (v < vocab) {
+                var acc = eg_load(v * cols + j, second);
                 for (var s = 0u; s < total; s++) {
                     let q = eg_list[s];
-                    if (ctx[q] == v) { acc += d_embedded[q * cols + j]; }
+                    if (eg_id(q, second) == v) { acc += d_embedded[q * cols + j]; }
                 }
-                d_table[v * cols + j] = acc;
+                eg_store(v * cols + j, acc, second);
             }
         }
         // The next tile rewrites the counts and the list.

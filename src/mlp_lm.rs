@@ -179,7 +179,7 @@ fn build(shape: &StepShape<MlpLmConfig>, mode: Mode) -> Result<Program> {
             x.linear_backward_then(false, &at, "w3", W3, h2, d_logits, relu_backward, &[h2]);
         let d_pre1 = x.linear_backward_then(false, &at, "w2", W2, h1, d_pre2, relu_backward, &[h1]);
         let d_x = x.linear_backward(&at, "w1", W1, emb, d_pre1);
-        let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
+        let ge = x.k(&at("embed grad"), EmbedGrad::one(VOCAB), &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);
     }
     x.end(mode, bias, None)

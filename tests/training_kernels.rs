@@ -43,7 +43,7 @@ fn embed_gather(contexts: &Tensor, table: &Tensor) -> gangway::Result<Tensor> {
 }
 
 fn embed_grad(contexts: &Tensor, d_x: &Tensor, vocab: usize) -> gangway::Result<Tensor> {
-    eager::run_one(&EmbedGrad { vocab }, &[contexts, d_x])
+    eager::run_one(&EmbedGrad::one(vocab), &[contexts, d_x])
 }
 
 struct CrossEntropyOut {
@@ -272,6 +272,22 @@ fn embedding_gather_and_grad_match_the_reference(device: &Device) {
         let got = embed_grad(&ctx_t, &up(device, &[t, c * e], &dx), v).unwrap();
         let want = embedding::embed_grad_reference(&ctx, &dx, v, e).unwrap();
         assert_close("embed_grad", &got.to_f32().unwrap(), &want, 0.0);
+
+        // With second ids, both tables' gradients in one launch, each with its own bits.
+        let pair = EmbedGrad {
+            vocab: v,
+            second: Some(v.min(11)),
+        };
+        let dx_t = up(device, &[t, c * e], &dx);
+        let [g1, g2] = eager::run_n(&pair, &[&ctx_t, &dx_t, &ctx2_t]).unwrap();
+        assert_close("embed_grad pair, first", &g1.to_f32().unwrap(), &want, 0.0);
+        let want2 = embedding::embed_grad_reference(&ctx2, &dx, v.min(11), e).unwrap();
+        assert_close(
+            "embed_grad pair, second",
+            &g2.to_f32().unwrap(),
+            &want2,
+            0.0,
+        );
     }
 }
 
@@ -675,6 +691,17 @@ fn bad_inputs_are_typed_errors(adapters: &Adapters) {
         Err(Error::InvalidArgument { .. })
     ));
     assert!(shape_err(embed_grad(&u(&[3, 2]), &f(&[4, 6]), 256)));
+    // A second table's gradient wants its ids, shaped as the first's.
+    let pair = EmbedGrad {
+        vocab: 256,
+        second: Some(16),
+    };
+    let (ids, dx) = (u(&[4, 2]), f(&[4, 6]));
+    assert!(matches!(
+        eager::run_n::<2>(&pair, &[&ids, &dx]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(eager::run_n::<2>(&pair, &[&ids, &dx, &u(&[4, 3])]).is_err());
     assert!(dtype_err(
         cross_entropy(&f(&[3, 5]), &f(&[3])).map(|c| c.loss)
     ));

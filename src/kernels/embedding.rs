@@ -1,7 +1,8 @@
 //! Byte embeddings of context windows and their gradient (`shaders/embedding.wgsl`): the
 //! [`EmbedGather`] (with a second pair of ids and table, two tables' rows summed: a token's and
-//! its position's) and [`EmbedGrad`] kernel types (run them with [`crate::kernels::eager`] or as
-//! program nodes), and `*_reference`s in plain Rust.
+//! its position's) and [`EmbedGrad`] (with second ids, both tables' gradients in one launch)
+//! kernel types (run them with [`crate::kernels::eager`] or as program nodes), and
+//! `*_reference`s in plain Rust.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -85,14 +86,17 @@ fn encode_embed_gather(
 const IDS_PER_WORKGROUP: usize = 8;
 
 /// Records `d_table[v, j] = Σ_{(t,c): contexts[t,c] = v} d_x[t, c·d_e + j]` into `d_table`
-/// (`[V, d_e]`, overwritten). Each output adds its positions in ascending order from zero, with
-/// one writer and no float atomics; a workgroup lists a block of ids' positions once, so the
-/// positions are scanned `V / 8` times, not `V` (the shader says how).
+/// (`[V, d_e]`, overwritten), and where a second pair `(contexts2, d_table2)` is given, the same
+/// sum over `contexts2` into `d_table2` in the same launch (a token's and its position's
+/// embeddings). Each output adds its positions in ascending order from zero, with one writer and
+/// no float atomics; a workgroup lists a block of ids' positions once, so the positions are
+/// scanned `V / 8` times, not `V` (the shader says how).
 fn encode_embed_grad(
     encoder: &mut impl Recorder,
     contexts: &Tensor,
     d_x: &Tensor,
     d_table: &Tensor,
+    second: Option<(&Tensor, &Tensor)>,
 ) -> Result<()> {
     const WHAT: &str = "embed_grad";
     let device = d_table.device();
@@ -101,21 +105,40 @@ fn encode_embed_grad(
     expect(WHAT, contexts, device, DType::U32, &[t, c])?;
     expect(WHAT, d_x, device, DType::F32, &[t, c * e])?;
     expect(WHAT, d_table, device, DType::F32, &[v, e])?;
-    let params = Params::new(WHAT, [t, c, e, v])?;
+    let mut params = Params::new(WHAT, [t, c, e, v])?;
+    // Without a second table, its ids are the first's (read by no block) and its output the
+    // device's unused buffer (written by no block).
+    let unused;
+    let (contexts2, d_table2, v2) = match second {
+        Some((contexts2, d_table2)) => {
+            let (v2, _) = dims2(WHAT, d_table2)?;
+            expect(WHAT, contexts2, device, DType::U32, &[t, c])?;
+            expect(WHAT, d_table2, device, DType::F32, &[v2, e])?;
+            (contexts2.buffer(), d_table2.buffer(), v2)
+        }
+        None => {
+            unused = device.unused_storage()?;
+            (contexts.buffer(), &unused, 0)
+        }
+    };
+    params.vocab2 = to_u32(WHAT, v2)?;
     let bindings = [
         (1, contexts.buffer()),
         (4, d_x.buffer()),
         (5, d_table.buffer()),
+        (6, contexts2),
+        (8, d_table2),
     ];
-    // One workgroup per block of `IDS_PER_WORKGROUP` ids (the shader says why): `grid_1d`
-    // counts workgroups of `WORKGROUP` threads, so ask for that many threads per block.
+    // One workgroup per block of `IDS_PER_WORKGROUP` ids of either table (the shader says why):
+    // `grid_1d` counts workgroups of `WORKGROUP` threads, so ask for that many threads per block.
+    let blocks = v.div_ceil(IDS_PER_WORKGROUP) + v2.div_ceil(IDS_PER_WORKGROUP);
     EMBEDDING.encode_threads(
         encoder,
         device,
         WHAT,
         &params,
         &bindings,
-        v.div_ceil(IDS_PER_WORKGROUP) * crate::kernels::WORKGROUP,
+        blocks * crate::kernels::WORKGROUP,
     )
 }
 
@@ -208,10 +231,22 @@ impl Kernel for EmbedGather {
     }
 }
 
-/// `(contexts, d_x [T, C·E]) → [vocab, E]` as a program node.
+/// `(contexts, d_x [T, C·E]) → [vocab, E]` as a program node; with `second: Some(vocab2)`,
+/// `(contexts, d_x, contexts2) → ([vocab, E], [vocab2, E])`, both tables' gradients in one launch.
 #[derive(Debug, Clone)]
 pub struct EmbedGrad {
     pub vocab: usize,
+    pub second: Option<usize>,
+}
+
+impl EmbedGrad {
+    /// One table's gradient.
+    pub fn one(vocab: usize) -> Self {
+        Self {
+            vocab,
+            second: None,
+        }
+    }
 }
 
 impl Kernel for EmbedGrad {
@@ -219,7 +254,7 @@ impl Kernel for EmbedGrad {
         "embed_grad"
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 2)?;
+        check::arity(self.kind(), inputs, 2 + usize::from(self.second.is_some()))?;
         let (_, c) = check::rows_cols(self.kind(), &inputs[0])?;
         let (_, w) = check::rows_cols(self.kind(), &inputs[1])?;
         if c == 0 || !w.is_multiple_of(c) {
@@ -228,13 +263,18 @@ impl Kernel for EmbedGrad {
                 format!("width {w} for context {c}"),
             ));
         }
-        Ok(vec![TensorType::f32(&[self.vocab, w / c])])
+        let vocabs = std::iter::once(self.vocab).chain(self.second);
+        Ok(vocabs.map(|v| TensorType::f32(&[v, w / c])).collect())
     }
     fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
         sharding_rules::embed_grad(inputs, outputs)
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
-        encode_embed_grad(rec, &x[0], &x[1], check::output(y, 0)?)
+        let second = match self.second {
+            Some(_) => Some((&x[2], check::output(y, 1)?)),
+            None => None,
+        };
+        encode_embed_grad(rec, &x[0], &x[1], check::output(y, 0)?, second)
     }
 }
 

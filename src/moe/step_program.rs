@@ -175,7 +175,7 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             _ => dh,
         };
         let d_x = x.linear_backward(&at, "stem", W_IN, emb, d_pre);
-        let ge = x.k(&at("embed grad"), EmbedGrad { vocab: VOCAB }, &[ctx, d_x]);
+        let ge = x.k(&at("embed grad"), EmbedGrad::one(VOCAB), &[ctx, d_x]);
         x.grad(EMBED, &at("accumulate embed grad"), ge);
     }
     x.end(mode, bias, early)

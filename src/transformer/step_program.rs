@@ -340,18 +340,15 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             early = x.reduce_final_grads(mode, &expert, &[0, 1])?;
         }
         x.weight_grads_now();
-        let g_tok = x.k(
-            &at("token embedding grad"),
-            EmbedGrad { vocab: VOCAB },
-            &[ids, dh],
-        );
+        // Both tables' gradients in one launch.
+        let grads = EmbedGrad {
+            vocab: VOCAB,
+            second: Some(cfg.context),
+        };
+        let name = at("embedding grads");
+        let [g_tok, g_pos] =
+            x.b.kernel(&name, &gang, Arc::new(grads), &[ids, dh, positions]);
         x.grad(0, &at("accumulate token embedding grad"), g_tok);
-        let t = cfg.context;
-        let g_pos = x.k(
-            &at("position embedding grad"),
-            EmbedGrad { vocab: t },
-            &[positions, dh],
-        );
         x.grad(1, &at("accumulate position embedding grad"), g_pos);
     }
     x.end(mode, bias, early)
