@@ -1,8 +1,9 @@
 // Multi-head self-attention, forward and backward, FlashAttention-style: softmax(scale·QKᵀ)·V is
 // computed one tile of keys at a time with an online (running max, running sum) softmax, so the
 // T×T score matrix never exists in memory. The backward recomputes the probabilities from the
-// saved row logsumexp (FlashAttention-2): one pass for dQ (a thread per query row) and one for dK
-// and dV (a thread per key row), so every output element has exactly one writer (no atomics).
+// saved row logsumexp (FlashAttention-2): after a pass for each row's delta, one launch whose
+// first layer of workgroups makes dQ (a thread per query row) and whose second makes dK and dV (a
+// thread per key row), so every output element has exactly one writer (no atomics).
 //
 // Layout: q, k, v, out and their gradients are [B, T, H, Dh] (row-major; what a [B·T, H·Dh]
 // projection gives, so no transposes between the projections and attention); the row logsumexp
@@ -378,11 +379,7 @@ struct DqRow {
 
 // dQ[t] = scale · Σ_j P[t,j] (dO[t]·V[j] − delta[t]) K[j], with P recomputed from the saved lse.
 // Two queries per thread, as in the forward.
-@compute @workgroup_size(32)
-fn attention_backward_dq(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+fn backward_dq(wg: vec3<u32>, lid: u32) {
     let bh = wg.y;
     let row0 = wg.x * BLOCK_ROWS;
     let ta = row0 + lid;
@@ -460,11 +457,7 @@ fn attention_backward_dq(
 
 // dV[j] = Σ_t P[t,j] dO[t];  dK[j] = scale · Σ_t P[t,j] (dO[t]·V[j] − delta[t]) Q[t].
 // Two keys per thread: each query and output gradient loaded from the tiles serves both.
-@compute @workgroup_size(32)
-fn attention_backward_dkdv(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+fn backward_dkdv(wg: vec3<u32>, lid: u32) {
     let bh = wg.y;
     let row0 = wg.x * BLOCK_ROWS;
     let ja = row0 + lid;
@@ -549,5 +542,21 @@ fn attention_backward_dkdv(
             store_dk(at, c4, dk_b[c4] * p.scale);
             store_dv(at, c4, dv_b[c4]);
         }
+    }
+}
+
+// dQ, and dK with dV, in one launch: the grid's first z layer of workgroups takes query blocks,
+// the second key blocks. Neither reads what the other writes (both read the delta pass's stats),
+// and a workgroup's role is the same for all its invocations, so its barriers stay in uniform
+// control flow; the two share the tiles' workgroup memory.
+@compute @workgroup_size(32)
+fn attention_backward_grads(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    if (wg.z == 0u) {
+        backward_dq(wg, lid);
+    } else {
+        backward_dkdv(wg, lid);
     }
 }

@@ -3,7 +3,8 @@
 // x, y, dy, dx are [R, D]; gamma, beta and their gradients [D]; stats [R, 2] = (mean, rstd).
 //
 // One thread per row for the forward and dx (mean and variance in two passes, for stability), one
-// thread per column for dgamma and dbeta (a sum over the rows in row order). Every output element
+// thread per column for dgamma and dbeta (a sum over the rows in row order), the backward's in one
+// launch. Every output element
 // has one writer, and every sum runs in a fixed order. A 2-D grid of 256-thread workgroups, folded
 // back into one index, so long arrays fit under the per-dimension workgroup limit. Every binding
 // number has one meaning, so each entry point's auto layout holds exactly the bindings it names.
@@ -87,32 +88,17 @@ fn dx_at(r: u32, c: u32, sums: vec2<f32>) -> f32 {
     return rstd * (g - sums.x / n - xhat * sums.y / n);
 }
 
-@compute @workgroup_size(256)
-fn layer_norm_backward_dx(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-) {
-    let r = index(gid, groups);
-    if (r >= p.rows) {
-        return;
-    }
+// Row r of dx.
+fn dx_row(r: u32) {
     let sums = dx_sums(r);
     for (var c = 0u; c < p.cols; c++) {
         dx[r * p.cols + c] = dx_at(r, c, sums);
     }
 }
 
-// dx + addend: the gradient of a residual branch added to the norm's, in the launch that makes
-// the norm's (the one f32 add a separate accumulate would make).
-@compute @workgroup_size(256)
-fn layer_norm_backward_dx_add(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-) {
-    let r = index(gid, groups);
-    if (r >= p.rows) {
-        return;
-    }
+// Row r of dx + addend: the gradient of a residual branch added to the norm's, in the launch that
+// makes the norm's (the one f32 add a separate accumulate would make).
+fn dx_row_add(r: u32) {
     let sums = dx_sums(r);
     for (var c = 0u; c < p.cols; c++) {
         let at = r * p.cols + c;
@@ -121,15 +107,7 @@ fn layer_norm_backward_dx_add(
 }
 
 // d_gamma[c] = Σ_r dy[r, c] · x̂[r, c];  d_beta[c] = Σ_r dy[r, c].
-@compute @workgroup_size(256)
-fn layer_norm_backward_params(
-    @builtin(global_invocation_id) gid: vec3<u32>,
-    @builtin(num_workgroups) groups: vec3<u32>,
-) {
-    let c = index(gid, groups);
-    if (c >= p.cols) {
-        return;
-    }
+fn params_column(c: u32) {
     var dg = 0.0;
     var db = 0.0;
     for (var r = 0u; r < p.rows; r++) {
@@ -139,4 +117,31 @@ fn layer_norm_backward_params(
     }
     d_gamma[c] = dg;
     d_beta[c] = db;
+}
+
+// Thread i ≥ rows of the backward: column i − rows of the parameters' gradients, if there is one.
+fn params_after_rows(i: u32) {
+    if (i - p.rows < p.cols) { params_column(i - p.rows); }
+}
+
+// The whole backward in one launch of rows + cols threads: the first `rows` each write a row of
+// dx, the next `cols` each a column of d_gamma and d_beta. Neither reads what the other writes,
+// so no barrier is needed between them.
+@compute @workgroup_size(256)
+fn layer_norm_backward(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let i = index(gid, groups);
+    if (i < p.rows) { dx_row(i); } else { params_after_rows(i); }
+}
+
+// layer_norm_backward with dx + addend.
+@compute @workgroup_size(256)
+fn layer_norm_backward_add(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let i = index(gid, groups);
+    if (i < p.rows) { dx_row_add(i); } else { params_after_rows(i); }
 }

@@ -1,7 +1,8 @@
 //! Multi-head self-attention (`shaders/attention.wgsl`), FlashAttention-style: the forward keeps a
 //! running max and sum over tiles of keys (online softmax), so the `T × T` scores never exist in
 //! memory, and saves each row's logsumexp; the backward recomputes the probabilities from it
-//! (FlashAttention-2), one pass for `dQ` and one for `dK`, `dV`.
+//! (FlashAttention-2): a pass for each row's `dO·O`, then `dQ` and `dK`, `dV` in one launch (the
+//! grid's two layers of workgroups).
 //!
 //! - [`Attention`]: `(q, k, v) → (out, lse)`;
 //! - [`AttentionBackward`]: `(q, k, v, out, lse, d_out) → (dq, dk, dv)`;
@@ -300,11 +301,13 @@ fn encode_attention_backward(
         ],
         super::grid_1d(device, "attention_backward_delta", rows)?,
     )?;
+    // dQ (the grid's first z layer) and dK, dV (its second) in one launch.
+    let [x, y, _] = row_grid(&s, BLOCK_ROWS)?;
     ATTENTION.encode_specialised(
         encoder,
         device,
         dtype,
-        "attention_backward_dq",
+        "attention_backward_grads",
         &consts,
         &p,
         &[
@@ -314,26 +317,10 @@ fn encode_attention_backward(
             (7, d_out.buffer()),
             (10, stats.buffer()),
             (11, dq.buffer()),
-        ],
-        row_grid(&s, BLOCK_ROWS)?,
-    )?;
-    ATTENTION.encode_specialised(
-        encoder,
-        device,
-        dtype,
-        "attention_backward_dkdv",
-        &consts,
-        &p,
-        &[
-            (1, q.buffer()),
-            (2, k.buffer()),
-            (3, v.buffer()),
-            (7, d_out.buffer()),
-            (10, stats.buffer()),
             (12, dk.buffer()),
             (13, dv.buffer()),
         ],
-        row_grid(&s, BLOCK_ROWS)?,
+        [x, y, 2],
     )
 }
 

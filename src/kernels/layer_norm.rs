@@ -5,7 +5,8 @@
 //!   `y = (x − mean)·rstd·gamma + beta`, `rstd = 1/√(var + eps)` (biased variance, as PyTorch's
 //!   `nn.LayerNorm`), `stats` each row's `(mean, rstd)` for the backward;
 //! - [`LayerNormBackward`]: `(x, gamma, stats, dy[, addend]) → (dx [R, D], d_gamma [D],
-//!   d_beta [D])`; with an `addend` (a residual branch's gradient) `dx` is the norm's plus it.
+//!   d_beta [D])`, in one launch; with an `addend` (a residual branch's gradient) `dx` is the
+//!   norm's plus it.
 //!
 //! Rows split over devices: `y`, `stats` and `dx` split like `x`, and `d_gamma`, `d_beta` (sums
 //! over the rows) are partial sums over the axes that split them, to be all-reduced like any
@@ -104,30 +105,19 @@ fn encode_layer_norm_backward(
         (6, stats.buffer()),
         (7, dy.buffer()),
         (8, dx.buffer()),
+        (9, d_gamma.buffer()),
+        (10, d_beta.buffer()),
     ];
     let entry = match addend {
         Some(a) => {
             check::expect(WHAT, a, device, DType::F32, &[rows, cols])?;
             bindings.push((11, a.buffer()));
-            "layer_norm_backward_dx_add"
+            "layer_norm_backward_add"
         }
-        None => "layer_norm_backward_dx",
+        None => WHAT,
     };
-    LAYER_NORM.encode_threads(encoder, device, entry, &p, &bindings, rows)?;
-    LAYER_NORM.encode_threads(
-        encoder,
-        device,
-        "layer_norm_backward_params",
-        &p,
-        &[
-            (1, x.buffer()),
-            (6, stats.buffer()),
-            (7, dy.buffer()),
-            (9, d_gamma.buffer()),
-            (10, d_beta.buffer()),
-        ],
-        cols,
-    )
+    // One launch: a thread per row of dx, then one per column of the parameters' gradients.
+    LAYER_NORM.encode_threads(encoder, device, entry, &p, &bindings, rows + cols)
 }
 
 fn check_reference(what: &'static str, cols: usize, x: &[f32], vectors: &[&[f32]]) -> Result<()> {
