@@ -642,7 +642,7 @@ impl StepEnd<'_> {
     /// The all-reduces, `1/G` and Adam (training), or the packed gradients (`Mode::Grads`). The
     /// expert tensors' end comes between the dense all-reduce and its unpacking: their
     /// gradients are final on a one-axis mesh, so devices apply them while the dense sums
-    /// travel. `early`: a bucket whose all-reduce the step started before its end; the rest of
+    /// travel. With nothing to sum (one device), one Adam node takes every tensor. `early`: a bucket whose all-reduce the step started before its end; the rest of
     /// the replicated gradients go in one more.
     pub fn finish(
         &self,
@@ -676,15 +676,22 @@ impl StepEnd<'_> {
                 grads[p] = b.all_reduce_over(&name, grads[p], axis);
             }
         }
-        self.apply(b, &mut grads, &expert, mode);
-        for reducing in early.iter().chain(&late) {
-            self.unpack(b, &mut grads, reducing);
-            self.apply(b, &mut grads, &reducing.which, mode);
-        }
-        if late.is_none() {
-            // Nothing of the rest was summed: one device, or every replicated gradient went
-            // early (then the rest is empty).
-            self.apply(b, &mut grads, &rest, mode);
+        if early.is_none() && late.is_none() {
+            // Nothing is summed (one device): every tensor's Adam in one node, as few launches
+            // as the device allows.
+            let all: Vec<usize> = expert.iter().chain(&rest).copied().collect();
+            self.apply(b, &mut grads, &all, mode);
+        } else {
+            self.apply(b, &mut grads, &expert, mode);
+            for reducing in early.iter().chain(&late) {
+                self.unpack(b, &mut grads, reducing);
+                self.apply(b, &mut grads, &reducing.which, mode);
+            }
+            if late.is_none() {
+                // Nothing of the rest was summed: every replicated gradient went early (the rest
+                // is empty).
+                self.apply(b, &mut grads, &rest, mode);
+            }
         }
         if mode == Mode::Grads {
             let [packed] = b.kernel(
