@@ -29,9 +29,7 @@ const MIN_BIN_NS: u64 = 1_000;
 /// still gets its process. Flow events are written only for ids with exactly one `Out`
 /// and one `In` event (a trace cut mid-transfer loses the arrow, not its validity); each sits
 /// 1 ns inside its slice when the slice is long enough, so a viewer cannot bind it to a
-/// neighbouring slice that ends exactly where this one starts. A receive that seems to start
-/// before its send (the two ends are on two devices' clocks) has its arrow end at the send's
-/// time, inside the receiving slice, or has no arrow when it ended before the send began.
+/// neighbouring slice that ends exactly where this one starts.
 pub fn to_json(events: &[Event], tracks: &[Track]) -> Value {
     // Plain structs of numbers and strings always serialize.
     serde_json::to_value(Trace::of(events, tracks)).unwrap_or(Value::Null)
@@ -320,29 +318,15 @@ fn flows(events: &[Event], slots: &[usize]) -> Vec<Element<'static>> {
     let mut out = Vec::new();
     for (id, (outs, ins)) in ends {
         if let ([s], [f]) = (outs.as_slice(), ins.as_slice()) {
-            let (send, receive) = (&events[*s], &events[*f]);
-            // The two ends are on two devices' clocks, calibrated to within a fraction of a
-            // millisecond, so a receive can seem to start before its send: its end then moves
-            // to the send's time, still inside the receiving slice, or the arrow is not drawn
-            // (it would run back in time).
-            let at = anchor(send);
-            let to = anchor(receive).max(at);
-            if to > anchor(receive) && to >= receive.end_ns {
-                continue;
-            }
-            out.push(flow_point(id, "s", send, slots[*s], at));
-            out.push(flow_point(id, "f", receive, slots[*f], to));
+            out.push(flow_point(id, "s", &events[*s], slots[*s]));
+            out.push(flow_point(id, "f", &events[*f], slots[*f]));
         }
     }
     out
 }
 
-/// Where a flow binds to `e`'s slice: just inside its start.
-fn anchor(e: &Event) -> u64 {
-    e.start_ns + u64::from(e.duration_ns() >= 2)
-}
-
-fn flow_point(id: u64, ph: &'static str, e: &Event, slot: usize, anchor: u64) -> Element<'static> {
+fn flow_point(id: u64, ph: &'static str, e: &Event, slot: usize) -> Element<'static> {
+    let anchor = e.start_ns + u64::from(e.duration_ns() >= 2);
     Element::FlowPoint {
         ph,
         id,
