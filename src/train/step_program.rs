@@ -1,6 +1,6 @@
 //! The pieces every model's step program over a gang is built from: the step's modes and its
-//! shape ([`StepShape`]), the variables' names, `Builder` (kernels, matmuls, gradient
-//! accumulation, a linear layer's backward whose weight gradient may wait for the next send),
+//! shape ([`StepShape`]), the variables' names, `Builder` (kernels, matmuls with their epilogues,
+//! one of them keeping a second output, gradient accumulation, a linear layer's backward whose weight gradient may wait for the next send),
 //! `declare_params` (parameters and moments as variables, expert tensors split over the expert
 //! axis) and `StepEnd` (the all-reduces of the replicated gradients, started early as a bucket
 //! or at the end, `1/G` and Adam, the same for every model).
@@ -10,7 +10,8 @@
 //! weight gradient after the next expert layer's send ([`Builder::linear_backward_put_off`]), the
 //! replicated gradients that are final before the embeddings' backward start their all-reduce
 //! there ([`Builder::reduce_final_grads`], a bucket as DDP's), and the step's end applies Adam to
-//! the expert tensors while the rest of the dense sums travel ([`StepEnd::finish`]). None of this
+//! the expert tensors while the rest of the dense sums travel ([`StepEnd::finish`]; on one device,
+//! with nothing to sum, one Adam node steps every tensor). None of this
 //! changes a bit: the same products, each added to its accumulator in the same order.
 //!
 //! The models' own steps: [`crate::moe`]'s (`moe/step_program.rs`) and

@@ -21,6 +21,11 @@
 //! weight gradients off until that layer's slots are sent ([`Builder::linear_backward_put_off`]),
 //! so devices compute them while the all-to-all travels; each is the same product, added in the
 //! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
+//!
+//! The forward's pieces (`embed`, `attention_in`, `layer_rest`, `head`) are shared with
+//! [`super::decoder`], which runs the same layers with cached attention. Residual adds, GELU (which
+//! keeps its input for the backward) and GELU's backward are matmul epilogues; the two embedding
+//! gradients are one launch.
 
 use super::{FfnIndex, LayerIndex, TransformerConfig, VOCAB};
 use crate::Result;
