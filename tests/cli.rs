@@ -1184,6 +1184,28 @@ fn train_lm_then_generate_eval_export_and_import(_: &Adapters) {
     std::fs::write(&config_path, config.to_string()).unwrap();
     let from_foreign = fine_tune(&["--init", &foreign_path, "--config", &config_path]);
     assert_eq!(from_foreign, tuned);
+    // Weights NumPy wrote (scripts/foreign_weights.py, no gangway metadata) fine-tune from the
+    // command line: their config's sizes win over the flags, and the loss falls.
+    let numpy = gangway(&[
+        "train",
+        "lm",
+        "--steps",
+        "8",
+        "--batch",
+        "8",
+        "--json",
+        &json,
+        "--init",
+        &fixture_path("tests/fixtures/foreign/tiny.safetensors"),
+        "--config",
+        &fixture_path("tests/fixtures/foreign/tiny.config.json"),
+    ]);
+    assert!(numpy.contains("8 steps (to step 8), 320 tokens"), "{numpy}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["config"]["model"], 8, "{report}");
+    let losses = report_losses(&json);
+    assert!(losses[7] < losses[0] - 0.5, "{losses:?}");
     // Without the config, a foreign file's error says how to give it; a text shorter than the
     // context names the file and the length needed.
     let short = path("short.txt");

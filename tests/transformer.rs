@@ -2,7 +2,8 @@
 //! forward's per-token losses (untied and tied heads, dense and MoE layers, a sequence length no
 //! tile divides), every parameter tensor's gradient against central differences of the
 //! reference's loss, two devices (expert- and data-parallel) against one with the same routing
-//! groups, and bad inputs.
+//! groups, weights another tool wrote (NumPy, `scripts/foreign_weights.py`) fine-tuned from
+//! their reference gradient, and bad inputs.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -32,6 +33,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: a_resumed_run_takes_the_same_steps),
         case!(host: files_round_trip_and_damage_is_an_error),
         case!(device: exported_weights_give_the_same_logits),
+        case!(device: weights_written_by_numpy_fine_tune),
         case!(host: generation_is_deterministic_and_checked),
         case!(device: the_cache_gives_the_full_forwards_logits),
         case!(device: generation_on_the_device_follows_the_host_reference),
@@ -151,38 +153,116 @@ fn gradients_match_finite_differences(device: &Device) {
         .unwrap();
         let grads = trainer.grads(&tokens, &targets).unwrap();
         let data = (tokens, targets, groups);
-        for (t, spec) in cfg.param_specs().iter().enumerate() {
-            // A directional derivative per tensor: the sum over all its values carries far more
-            // signal than one value's central difference does in f32.
-            let dir: Vec<f32> = (0..spec.len()).map(|_| rng.symmetric()).collect();
-            let want: f64 = grads.tensors[t]
-                .iter()
-                .zip(&dir)
-                .map(|(g, d)| f64::from(*g) * f64::from(*d))
-                .sum();
-            let eps = 2e-3;
-            let (plus, minus) = (
-                moved_loss(&p, t, &dir, eps, &data),
-                moved_loss(&p, t, &dir, -eps, &data),
-            );
-            // Routing is discrete: a difference across a changed route is not a derivative.
-            if plus.kept != minus.kept || plus.dropped != minus.dropped {
-                eprintln!("{}: a route changed, skipped", spec.name);
-                continue;
-            }
-            let fd = (plus.loss - minus.loss) / (2.0 * f64::from(eps));
-            let err = (fd - want).abs();
-            eprintln!(
-                "tied {tied} {:22} analytic {want:+.6e}  finite difference {fd:+.6e}",
-                spec.name
-            );
+        assert_gradients_match(&p, &grads, &data, &mut rng, &format!("tied {tied}"));
+    }
+}
+
+/// Each tensor's gradient in `grads` against the central difference of the reference's loss at
+/// `p`, along a random direction: the sum over all its values carries far more signal than one
+/// value's central difference does in f32.
+fn assert_gradients_match(
+    p: &TransformerParams,
+    grads: &TransformerParams,
+    data: &Batch,
+    rng: &mut Rng,
+    label: &str,
+) {
+    for (t, spec) in p.config.param_specs().iter().enumerate() {
+        let dir: Vec<f32> = (0..spec.len()).map(|_| rng.symmetric()).collect();
+        let want: f64 = grads.tensors[t]
+            .iter()
+            .zip(&dir)
+            .map(|(g, d)| f64::from(*g) * f64::from(*d))
+            .sum();
+        let eps = 2e-3;
+        let (plus, minus) = (
+            moved_loss(p, t, &dir, eps, data),
+            moved_loss(p, t, &dir, -eps, data),
+        );
+        // Routing is discrete: a difference across a changed route is not a derivative.
+        if plus.kept != minus.kept || plus.dropped != minus.dropped {
+            eprintln!("{label} {}: a route changed, skipped", spec.name);
+            continue;
+        }
+        let fd = (plus.loss - minus.loss) / (2.0 * f64::from(eps));
+        let err = (fd - want).abs();
+        eprintln!(
+            "{label} {:22} analytic {want:+.6e}  finite difference {fd:+.6e}",
+            spec.name
+        );
+        assert!(
+            err <= 0.02 * want.abs() + 2e-4,
+            "{label} {}: analytic {want:e}, finite difference {fd:e}",
+            spec.name
+        );
+    }
+}
+
+/// The value `scripts/foreign_weights.py` wrote at row-major `index` of tensor `name` (its
+/// `value`, in f64 as NumPy computes it, then rounded to f32).
+fn numpy_value(name: &str, index: usize) -> f32 {
+    let phase = f64::from(name.bytes().map(u32::from).sum::<u32>() % 97) * 0.1;
+    let wave = (0.37 * index as f64 + phase).sin();
+    let v = if name.ends_with(".weight") {
+        1.0 + 0.3 * wave
+    } else if name.ends_with(".bias") {
+        0.3 * wave
+    } else {
+        0.4 * wave
+    };
+    v as f32
+}
+
+/// Issue 42's fine-tuning from another tool's weights: the fixture is NumPy's, written by
+/// `scripts/foreign_weights.py` under the guide's names with no gangway metadata. It loads with
+/// its config (each value where NumPy put it), step 1's gradient is the reference's at those
+/// weights, and training from them lowers the loss.
+fn weights_written_by_numpy_fine_tune(device: &Device) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/foreign");
+    let config: TransformerConfig =
+        serde_json::from_slice(&std::fs::read(format!("{dir}/tiny.config.json")).unwrap()).unwrap();
+    let bytes = std::fs::read(format!("{dir}/tiny.safetensors")).unwrap();
+    // Without its config it is not taken for a gangway file.
+    let err = TransformerCheckpoint::from_bytes(&bytes).unwrap_err();
+    assert!(err.to_string().contains("--config"), "{err}");
+    let loaded = TransformerCheckpoint::from_bytes_with(&bytes, Some(config)).unwrap();
+    assert!(loaded.train.is_none(), "weights, no optimizer state");
+    let p = loaded.params;
+    for (spec, t) in config.param_specs().iter().zip(&p.tensors) {
+        for (i, &v) in t.iter().enumerate() {
+            let want = numpy_value(&spec.name, i);
             assert!(
-                err <= 0.02 * want.abs() + 2e-4,
-                "tied {tied} {}: analytic {want:e}, finite difference {fd:e}",
+                (v - want).abs() <= 1e-6,
+                "{}[{i}] = {v}, the script wrote {want}",
                 spec.name
             );
         }
     }
+
+    let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
+    let mut rng = Rng::new(42);
+    let (tokens, targets) = batch(&config, 4, &mut rng);
+    let groups = 2;
+    let one = std::slice::from_ref(device);
+    let mut trainer =
+        TransformerTrainer::new(&client, one, &p, AdamConfig::new(0.01), groups).unwrap();
+    let grads = trainer.grads(&tokens, &targets).unwrap();
+    let data = (tokens, targets, groups);
+    assert_gradients_match(&p, &grads, &data, &mut rng, "numpy's weights");
+    let want = forward(&p, &data.0, &data.1, groups).unwrap().loss;
+    let mut losses = Vec::new();
+    for _ in 0..8 {
+        losses.push(trainer.step(&data.0, &data.1).unwrap().loss);
+    }
+    assert!(
+        (losses[0] - want).abs() <= 1e-4 * want.abs(),
+        "step 1's loss {} against the reference's {want} at the given weights",
+        losses[0]
+    );
+    assert!(
+        losses[7] < losses[0] - 0.1,
+        "Adam from the given weights should lower the loss: {losses:?}"
+    );
 }
 
 fn two_devices_follow_one_device(adapters: &Adapters) {
