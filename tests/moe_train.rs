@@ -217,7 +217,7 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
         for (kind, name) in [
             (EventKind::Kernel, "r0 b0 router"),
             (EventKind::Kernel, "r0 b1 expert w1"),
-            (EventKind::Kernel, "r0 b0 expert w2 grad"),
+            (EventKind::Kernel, "r0 b0 expert weight grads"),
             (EventKind::Transfer, "r0 b0 all-to-all forward"),
             (EventKind::Transfer, "r0 b1 all-to-all backward reverse"),
             (EventKind::Transfer, "all-reduce"),

@@ -12,9 +12,9 @@ use gangway::kernels::loss::mse_grad_reference;
 use gangway::kernels::optim::{AdamConfig, accumulate_reference, sgd_reference};
 use gangway::kernels::router::{self, RouterConfig, RouterLoss};
 use gangway::kernels::{
-    Accumulate, CombineBackwardSlots, CrossEntropy, DispatchBackward, EmbedGather, EmbedGrad,
-    ExpertWeightGrad, GateGrad, MseGrad, Router, RouterBackward, RowLogsumexp, Sgd, eager,
-    embedding, expert_grad, loss, moe_dispatch, optim,
+    Accumulate, CombineBackwardSlots, CrossEntropy, CrossEntropyPack, DispatchBackward,
+    EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, MseGrad, Router, RouterBackward,
+    RowLogsumexp, Sgd, TensorType, eager, embedding, expert_grad, loss, moe_dispatch, optim,
 };
 use gangway::{DType, Device, Error, Rng, Tensor};
 
@@ -23,10 +23,12 @@ fn main() -> std::process::ExitCode {
         case!(device: embedding_gather_and_grad_match_the_reference),
         case!(device: cross_entropy_and_logsumexp_match_the_reference),
         case!(device: cross_entropy_ignores_rows_whose_target_is_out_of_range),
+        case!(device: cross_entropy_pack_gives_the_losses_bits_then_the_inputs_words),
         case!(device: moe_backward_kernels_match_the_reference),
         case!(device: expert_weight_grad_matches_the_reference),
         case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
         case!(device: expert_weight_grad_skips_rows_past_each_blocks_live_count),
+        case!(device: paired_expert_weight_grads_give_each_products_bits),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(device: adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel),
         case!(device: one_adam_node_over_many_tensors_gives_each_tensors_bits),
@@ -71,6 +73,7 @@ fn expert_weight_grad(
         block,
         limits: None,
         axis: None,
+        paired: false,
     };
     eager::run_one(&kernel, &[a, b])
 }
@@ -323,6 +326,73 @@ fn cross_entropy_ignores_rows_whose_target_is_out_of_range(device: &Device) {
     assert!(loss::cross_entropy_reference(&[0.0; 3], &[3], 3).is_err());
 }
 
+/// The loss that writes the statistics pack: its row losses and gradient are the plain loss's,
+/// bit for bit, followed by each packed input's words as they are, for 0 to 4 inputs (one longer
+/// than the grid, so its threads copy more than a word each), at rows past one workgroup and
+/// none; more inputs, or 2-byte ones, are errors.
+fn cross_entropy_pack_gives_the_losses_bits_then_the_inputs_words(device: &Device) {
+    let mut rng = Rng::new(11);
+    let extras: Vec<Vec<u32>> = [5, 1000, 3, 17]
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| rng.below(u32::MAX as usize) as u32)
+                .collect()
+        })
+        .collect();
+    let extra_tensors: Vec<Tensor> = extras
+        .iter()
+        .map(|w| Tensor::from_u32(device, &[w.len()], w).unwrap())
+        .collect();
+    for (t, v, n) in [(300, 7, 4), (37, 256, 2), (1, 3, 0), (9, 3, 1)] {
+        let logits_host: Vec<f32> = rng.vec(t * v).iter().map(|x| x * 10.0).collect();
+        let logits = up(device, &[t, v], &logits_host);
+        let targets = Tensor::from_u32(device, &[t], &ids(&mut rng, t, v)).unwrap();
+        let plain = cross_entropy(&logits, &targets).unwrap();
+        let mut inputs = vec![&logits, &targets];
+        inputs.extend(&extra_tensors[..n]);
+        let [pack, d_logits] = eager::run_n(&CrossEntropyPack, &inputs).unwrap();
+        let mut want: Vec<u32> = plain
+            .loss
+            .to_f32()
+            .unwrap()
+            .iter()
+            .map(|l| l.to_bits())
+            .collect();
+        for w in &extras[..n] {
+            want.extend(w);
+        }
+        assert_eq!(pack.dtype(), DType::U32);
+        assert_eq!(pack.to_u32().unwrap(), want, "T={t} V={v}, {n} inputs");
+        let bits =
+            |x: &Tensor| -> Vec<u32> { x.to_f32().unwrap().iter().map(|g| g.to_bits()).collect() };
+        assert_eq!(bits(&d_logits), bits(&plain.d_logits), "T={t} V={v}");
+    }
+    // No rows: the pack is the inputs' words.
+    let logits = Tensor::zeros(device, &[0, 4], DType::F32).unwrap();
+    let targets = Tensor::zeros(device, &[0], DType::U32).unwrap();
+    let [pack, _] =
+        eager::run_n(&CrossEntropyPack, &[&logits, &targets, &extra_tensors[0]]).unwrap();
+    assert_eq!(pack.to_u32().unwrap(), extras[0]);
+
+    let logits = up(device, &[2, 3], &[1.0; 6]);
+    let targets = Tensor::from_u32(device, &[2], &[0, 1]).unwrap();
+    let mut five = vec![&logits, &targets];
+    five.extend(&extra_tensors);
+    five.push(&extra_tensors[0]);
+    let err = eager::run_n::<2>(&CrossEntropyPack, &five).unwrap_err();
+    assert!(err.to_string().contains("at most 4"), "{err}");
+    // A 2-byte input is refused by type, on any device.
+    let err = CrossEntropyPack
+        .outputs(&[
+            TensorType::f32(&[2, 3]),
+            TensorType::new(DType::U32, &[2]),
+            TensorType::new(DType::F16, &[4]),
+        ])
+        .unwrap_err();
+    assert!(err.to_string().contains("4-byte"), "{err}");
+}
+
 /// Routes random logits with the reference router, then checks every routing-driven kernel.
 fn check_moe_backward(device: &Device, tokens: usize, cfg: RouterConfig, d: usize, gpu: bool) {
     let label = format!("{cfg:?} T={tokens} d={d} on {}", device.label());
@@ -544,6 +614,7 @@ fn expert_weight_grad_skips_rows_past_each_blocks_live_count(device: &Device) {
         block: cap,
         limits,
         axis: None,
+        paired: false,
     };
     let counts = Tensor::from_u32(device, &[records.len()], &records).unwrap();
     let mut rng = Rng::new(31);
@@ -594,6 +665,67 @@ fn expert_weight_grad_skips_rows_past_each_blocks_live_count(device: &Device) {
     let short = Tensor::from_u32(device, &[4], &[1, 2, 3, 4]).unwrap();
     let err = eager::run_one(&node(Some(3)), &[&a, &b, &short]).unwrap_err();
     assert!(err.to_string().contains("live-row counts"), "{err}");
+}
+
+/// An expert layer's two weight gradients in one launch (`[G, d, h]` and `[G, h, d]`, over the
+/// same blocks and live rows): each output has the bits of its product run alone, with and
+/// without live-row counts; operands of other row counts are refused.
+fn paired_expert_weight_grads_give_each_products_bits(device: &Device) {
+    let (groups, per_group, cap, d, h) = (3, 2, 5, 6, 13);
+    let rows = groups * per_group * cap;
+    let live: Vec<u32> = [5, 0, 3, 1, 5, 2]
+        .iter()
+        .flat_map(|&c| [c, 99, 99])
+        .collect();
+    let counts = Tensor::from_u32(device, &[live.len()], &live).unwrap();
+    let offsets: Vec<u32> = (0..=groups).map(|g| (g * per_group * cap) as u32).collect();
+    let mut rng = Rng::new(41);
+    let x = up(device, &[rows, d], &rng.vec(rows * d));
+    let dh = up(device, &[rows, h], &rng.vec(rows * h));
+    let hid = up(device, &[rows, h], &rng.vec(rows * h));
+    let dy = up(device, &[rows, d], &rng.vec(rows * d));
+    let bits =
+        |t: &Tensor| -> Vec<u32> { t.to_f32().unwrap().iter().map(|v| v.to_bits()).collect() };
+    for limits in [None, Some(3)] {
+        let node = |paired| ExpertWeightGrad {
+            offsets: offsets.clone(),
+            block: cap,
+            limits,
+            axis: None,
+            paired,
+        };
+        let alone = |a: &Tensor, b: &Tensor| {
+            let mut inputs = vec![a, b];
+            if limits.is_some() {
+                inputs.push(&counts);
+            }
+            eager::run_one(&node(false), &inputs).unwrap()
+        };
+        let (w2, w1) = (alone(&hid, &dy), alone(&x, &dh));
+        let mut inputs = vec![&hid, &dy, &x, &dh];
+        if limits.is_some() {
+            inputs.push(&counts);
+        }
+        let [p2, p1] = eager::run_n(&node(true), &inputs).unwrap();
+        assert_eq!(p2.shape(), &[groups, h, d]);
+        assert_eq!(p1.shape(), &[groups, d, h]);
+        assert_eq!(bits(&p2), bits(&w2), "limits {limits:?}: the first product");
+        assert_eq!(
+            bits(&p1),
+            bits(&w1),
+            "limits {limits:?}: the second product"
+        );
+    }
+    let short = up(device, &[rows - 1, d], &rng.vec((rows - 1) * d));
+    let node = ExpertWeightGrad {
+        offsets,
+        block: cap,
+        limits: None,
+        axis: None,
+        paired: true,
+    };
+    let err = eager::run_n::<2>(&node, &[&hid, &dy, &short, &dh]).unwrap_err();
+    assert!(err.to_string().contains("rows"), "{err}");
 }
 
 fn adam_matches_the_reference_over_several_steps(device: &Device) {

@@ -1,7 +1,8 @@
 //! The expert weight gradient (`shaders/expert_grad.wgsl`): per row group `A_gᵀ·B_g`, the weight
-//! backward of the grouped matmul, summed in slot blocks so that a split over devices sums alike.
-//! [`ExpertWeightGrad`] is the kernel (with its own uniform `Params`); the reference is the
-//! matmul's on each group.
+//! backward of the grouped matmul, summed in slot blocks so that a split over devices sums alike;
+//! paired, two such products over the same row groups in one launch (an expert layer's two weight
+//! gradients). [`ExpertWeightGrad`] is the kernel (with its own uniform `Params`); the reference
+//! is the matmul's on each group.
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
@@ -21,7 +22,8 @@ struct Params {
     groups: u32,
     block: u32,
     limit_stride: u32,
-    _pad: [u32; 2],
+    inner2: u32,
+    cols2: u32,
 }
 
 pub const EXPERT_GRAD: Shader = Shader {
@@ -45,6 +47,10 @@ pub const EXPERT_GRAD: Shader = Shader {
 /// With `limits`, block `j` (rows `j·block ..`, so offsets must be multiples of `block`) has
 /// `limits.counts[j · stride]` live rows and the rest are zero rows of both `a` and `b` (empty
 /// expert slots): they are skipped, which changes no bit of the sums.
+///
+/// With `second` (`a2`, `b2`, `c2`, rows like `a`'s), the same launch computes `c2[g] = a2[g]ᵀ ·
+/// b2[g]` over the same groups, blocks and live rows, each output summed as alone.
+#[allow(clippy::too_many_arguments)]
 fn encode_expert_weight_grad(
     encoder: &mut impl Recorder,
     a: &Tensor,
@@ -53,25 +59,45 @@ fn encode_expert_weight_grad(
     block: usize,
     limits: Option<Limits<'_>>,
     c: &Tensor,
+    second: Option<[&Tensor; 3]>,
 ) -> Result<()> {
     const WHAT: &str = "expert_weight_grad";
     let device = a.device();
-    let (rows, inner) = dims2(WHAT, a)?;
-    let (_, n) = dims2(WHAT, b)?;
-    let groups = match *c.shape() {
-        [g, i, nn] if i == inner && nn == n => g,
-        _ => {
-            return Err(Error::ShapeMismatch {
-                what: WHAT,
-                expected: format!("[groups, {inner}, {n}]"),
-                got: format!("{:?}", c.shape()),
-            });
-        }
+    // `[rows, inner]`, `[rows, n]` and `[groups, inner, n]`, checked: `(rows, inner, n, groups)`.
+    let product = |a: &Tensor, b: &Tensor, c: &Tensor| -> Result<[usize; 4]> {
+        let (rows, inner) = dims2(WHAT, a)?;
+        let (_, n) = dims2(WHAT, b)?;
+        let groups = match *c.shape() {
+            [g, i, nn] if i == inner && nn == n => g,
+            _ => {
+                return Err(Error::ShapeMismatch {
+                    what: WHAT,
+                    expected: format!("[groups, {inner}, {n}]"),
+                    got: format!("{:?}", c.shape()),
+                });
+            }
+        };
+        expect(WHAT, a, device, DType::F32, &[rows, inner])?;
+        expect(WHAT, b, device, DType::F32, &[rows, n])?;
+        expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
+        to_u32(WHAT, groups * inner * n)?;
+        Ok([rows, inner, n, groups])
     };
-    expect(WHAT, a, device, DType::F32, &[rows, inner])?;
-    expect(WHAT, b, device, DType::F32, &[rows, n])?;
+    let [rows, inner, n, groups] = product(a, b, c)?;
+    let [inner2, n2] = match second {
+        None => [0, 0],
+        Some([a2, b2, c2]) => match product(a2, b2, c2)? {
+            [r, i, nn, g] if r == rows && g == groups => [i, nn],
+            [r, _, _, g] => {
+                return Err(Error::ShapeMismatch {
+                    what: WHAT,
+                    expected: format!("a second product of {rows} rows in {groups} groups"),
+                    got: format!("{r} rows in {g} groups"),
+                });
+            }
+        },
+    };
     expect(WHAT, offsets, device, DType::U32, &[groups + 1])?;
-    expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
     if let Some(l) = limits {
         if block == 0 {
             return Err(invalid(
@@ -88,19 +114,44 @@ fn encode_expert_weight_grad(
         groups: to_u32(WHAT, groups)?,
         block: to_u32(WHAT, block)?,
         limit_stride: to_u32(WHAT, limits.map_or(0, |l| l.stride))?,
-        _pad: [0; 2],
+        inner2: to_u32(WHAT, inner2)?,
+        cols2: to_u32(WHAT, n2)?,
     };
-    to_u32(WHAT, groups * inner * n)?;
-    // One invocation per 8 × 8 block of a group's outputs (the shader says why).
-    let invocations = groups * inner.div_ceil(8) * n.div_ceil(8);
+    // One invocation per 8 × 8 block of a group's outputs (the shader says why); a second
+    // product is the grid's second z layer.
+    let tiles = |inner: usize, n: usize| groups * inner.div_ceil(8) * n.div_ceil(8);
+    let mut grid = super::grid_1d(device, WHAT, tiles(inner, n).max(tiles(inner2, n2)))?;
+    // A single product binds its own operands in the second's places (never read) and the
+    // device's unused buffer as the second output (never written).
+    let unused = device.unused_storage()?;
+    let [a2, b2, c2] = match second {
+        Some([a2, b2, c2]) => {
+            grid[2] = 2;
+            [a2.buffer(), b2.buffer(), c2.buffer()]
+        }
+        None => [a.buffer(), b.buffer(), &unused],
+    };
     let bindings = [
         (20, a.buffer()),
         (21, b.buffer()),
         (22, c.buffer()),
+        (23, a2),
+        (24, b2),
+        (25, c2),
         (27, offsets.buffer()),
         (28, limits.map_or(offsets, |l| l.counts).buffer()),
     ];
-    EXPERT_GRAD.encode_threads(encoder, device, WHAT, &params, &bindings, invocations)
+    let paired = u32::from(second.is_some());
+    EXPERT_GRAD.encode_specialised(
+        encoder,
+        device,
+        DType::F32,
+        WHAT,
+        &[("PAIRED", paired)],
+        &params,
+        &bindings,
+        grid,
+    )
 }
 
 /// Reference of [`ExpertWeightGrad`]: the matmul reference (`trans_a`) on each row group.
@@ -132,7 +183,8 @@ pub fn expert_weight_grad_reference(
 
 /// `(a [R, I], b [R, N]) → [G, I, N]`: per row group of static `offsets` (`G + 1` values,
 /// non-decreasing, the last at most `R`) `aᵀ·b`, summed `block` rows at a time (0: a group at
-/// once; see `encode_expert_weight_grad`).
+/// once; see `encode_expert_weight_grad`). [`Self::paired`]: `(a, b, a2 [R, I2], b2 [R, N2]) →
+/// ([G, I, N], [G, I2, N2])`, both products in one launch, each output's bits as alone.
 #[derive(Debug, Clone)]
 pub struct ExpertWeightGrad {
     pub offsets: Vec<u32>,
@@ -144,6 +196,16 @@ pub struct ExpertWeightGrad {
     /// `{data, expert}` mesh): the gradient is then partial over those others. `None`: the groups
     /// split like the rows.
     pub axis: Option<&'static str>,
+    /// Two products over the same groups (inputs `a, b, a2, b2`, then the live-row counts),
+    /// one launch: an expert layer's two weight gradients.
+    pub paired: bool,
+}
+
+impl ExpertWeightGrad {
+    /// Operand inputs: 2, or 4 when paired.
+    fn operands(&self) -> usize {
+        if self.paired { 4 } else { 2 }
+    }
 }
 
 impl Kernel for ExpertWeightGrad {
@@ -151,17 +213,32 @@ impl Kernel for ExpertWeightGrad {
         "expert_weight_grad"
     }
     fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
-        match self.axis {
-            Some(axis) => sharding_rules::grouped_sums(inputs, axis),
-            None => sharding_rules::rows(inputs, outputs),
+        // Each product is laid out as alone: its operands, then the counts (if any).
+        let counts = inputs.get(self.operands()..).unwrap_or_default();
+        let mut rules = Vec::new();
+        for (k, out) in outputs.iter().enumerate() {
+            let Some(operands) = inputs.get(2 * k..2 * k + 2) else {
+                return Err(format!("{} inputs for {} products", inputs.len(), outputs.len()));
+            };
+            let mut own = operands.to_vec();
+            own.extend_from_slice(counts);
+            rules.extend(match self.axis {
+                Some(axis) => sharding_rules::grouped_sums(&own, axis)?,
+                None => sharding_rules::rows(&own, std::slice::from_ref(out))?,
+            });
         }
+        Ok(rules)
     }
     /// A transposed product too (aᵀ·b per group).
     fn transposed(&self) -> bool {
         true
     }
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
-        check::arity(self.kind(), inputs, 2 + usize::from(self.limits.is_some()))?;
+        check::arity(
+            self.kind(),
+            inputs,
+            self.operands() + usize::from(self.limits.is_some()),
+        )?;
         if self.limits.is_some()
             && (self.block == 0
                 || self
@@ -177,22 +254,38 @@ impl Kernel for ExpertWeightGrad {
                 ),
             ));
         }
-        let (rows, i) = check::rows_cols(self.kind(), &inputs[0])?;
-        let (_, n) = check::rows_cols(self.kind(), &inputs[1])?;
         let groups = self.offsets.len().saturating_sub(1);
         if groups == 0 {
             return Err(invalid(self.kind(), "needs at least one group".into()));
         }
+        let (rows, _) = check::rows_cols(self.kind(), &inputs[0])?;
         matmul::check_offsets(&self.offsets, groups, rows)?;
-        Ok(vec![TensorType::f32(&[groups, i, n])])
+        let mut out = Vec::new();
+        for pair in inputs[..self.operands()].chunks_exact(2) {
+            let (r, i) = check::rows_cols(self.kind(), &pair[0])?;
+            let (rb, n) = check::rows_cols(self.kind(), &pair[1])?;
+            if r != rows || rb != rows {
+                return Err(Error::ShapeMismatch {
+                    what: self.kind(),
+                    expected: format!("operands of {rows} rows, as the first"),
+                    got: format!("{r} and {rb} rows"),
+                });
+            }
+            out.push(TensorType::f32(&[groups, i, n]));
+        }
+        Ok(out)
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let c = check::output(y, 0)?;
         let offsets = Tensor::from_u32(c.device(), &[self.offsets.len()], &self.offsets)?;
         let limits = self.limits.map(|stride| Limits {
-            counts: &x[2],
+            counts: &x[self.operands()],
             stride,
         });
-        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, limits, c)
+        let second = match self.paired {
+            true => Some([&x[2], &x[3], check::output(y, 1)?]),
+            false => None,
+        };
+        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, limits, c, second)
     }
 }

@@ -1,13 +1,16 @@
-//! Losses (`shaders/loss.wgsl`): cross-entropy (per-row loss and the gradient of its mean), the row
-//! logsumexp of the router's z-loss, and the gradient of the mean squared error. Each is a
-//! [`Kernel`] type (run it with [`crate::kernels::eager`] or as a program node) with a
-//! `*_reference` in plain Rust.
+//! Losses (`shaders/loss.wgsl`): cross-entropy (per-row loss and the gradient of its mean), also
+//! with its row losses opening a statistics pack ([`CrossEntropyPack`]), the row logsumexp of the
+//! router's z-loss, and the gradient of the mean squared error. Each is a [`Kernel`] type (run it
+//! with [`crate::kernels::eager`] or as a program node) with a `*_reference` in plain Rust (the
+//! pack's is the cross-entropy's and the inputs' words).
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
 use crate::kernels::check::{self, dims2, expect, invalid, to_u32};
 use crate::kernels::embedding::check_ids;
+use crate::kernels::sharding_rules;
 use crate::kernels::{Kernel, Prepared, TensorType};
+use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result, Tensor};
 
 /// `Params` of `loss.wgsl`, field for field.
@@ -18,6 +21,7 @@ struct Params {
     cols: u32,
     alpha: f32,
     _pad: u32,
+    extra_len: [u32; 4],
 }
 
 impl Params {
@@ -27,6 +31,7 @@ impl Params {
             cols: to_u32(what, cols)?,
             alpha,
             _pad: 0,
+            extra_len: [0; 4],
         })
     }
 }
@@ -65,6 +70,63 @@ fn encode_cross_entropy(
         (9, d_logits.buffer()),
     ];
     LOSS.encode_threads(encoder, device, WHAT, &params, &bindings, t)
+}
+
+/// Records [`CrossEntropyPack`]: the cross-entropy of `logits` against `targets` into `d_logits`,
+/// its row losses (as their bits) into the first `T` words of `pack`, then each of `extras`' words.
+fn encode_cross_entropy_pack(
+    encoder: &mut impl Recorder,
+    logits: &Tensor,
+    targets: &Tensor,
+    extras: &[Tensor],
+    pack: &Tensor,
+    d_logits: &Tensor,
+) -> Result<()> {
+    const WHAT: &str = "cross_entropy_pack";
+    let device = logits.device();
+    let (t, v) = dims2(WHAT, logits)?;
+    expect(WHAT, logits, device, DType::F32, &[t, v])?;
+    expect(WHAT, targets, device, DType::U32, &[t])?;
+    expect(WHAT, d_logits, device, DType::F32, &[t, v])?;
+    if v == 0 {
+        return Err(invalid(WHAT, "logits have no columns".into()));
+    }
+    if extras.len() > CrossEntropyPack::MAX_EXTRAS {
+        return Err(invalid(
+            WHAT,
+            format!(
+                "{} inputs to pack, at most {}",
+                extras.len(),
+                CrossEntropyPack::MAX_EXTRAS
+            ),
+        ));
+    }
+    let mut params = Params::new(WHAT, t, v, 1.0 / t.max(1) as f32)?;
+    let mut words = t;
+    for (len, x) in params.extra_len.iter_mut().zip(extras) {
+        if x.device().id() != device.id() || x.dtype().size() != 4 {
+            return Err(invalid(
+                WHAT,
+                "packs 4-byte elements on the logits' device only".into(),
+            ));
+        }
+        *len = to_u32(WHAT, x.len())?;
+        words += x.len();
+    }
+    expect(WHAT, pack, device, DType::U32, &[words])?;
+    let mut bindings = vec![
+        (6, logits.buffer()),
+        (7, targets.buffer()),
+        (9, d_logits.buffer()),
+        (10, pack.buffer()),
+    ];
+    // An absent input is bound to the targets (read-only, and never read: its length is 0).
+    for k in 0..CrossEntropyPack::MAX_EXTRAS {
+        let x = extras.get(k).map_or(targets.buffer(), Tensor::buffer);
+        bindings.push((11 + k as u32, x));
+    }
+    // At least one thread, so that the inputs are copied when there are no rows.
+    LOSS.encode_threads(encoder, device, WHAT, &params, &bindings, t.max(1))
 }
 
 /// Reference of [`CrossEntropy`]: `(loss [T], d_logits [T, cols])`. Targets must be `< cols`.
@@ -156,6 +218,81 @@ impl Kernel for CrossEntropy {
             check::output(y, 0)?,
             check::output(y, 1)?,
         )
+    }
+}
+
+/// `[logits [T, V], targets [T], extras…] → [pack [T + Σ extras] u32, d_logits [T, V]]`:
+/// [`CrossEntropy`] whose row losses (their f32 bits) open a statistics pack, followed by the
+/// words of up to [`Self::MAX_EXTRAS`] more inputs of 4-byte elements, as [`super::Pack`] would
+/// lay them out: a step's statistics come back without a copy launch after the loss. The row
+/// losses and the gradient are [`CrossEntropy`]'s bit for bit (the same WGSL function).
+#[derive(Debug, Clone)]
+pub struct CrossEntropyPack;
+
+impl CrossEntropyPack {
+    /// Inputs a launch packs after the row losses: with the loss's four buffers, WebGPU's default
+    /// eight storage buffers per stage.
+    pub const MAX_EXTRAS: usize = 4;
+}
+
+impl Kernel for CrossEntropyPack {
+    fn kind(&self) -> &'static str {
+        "cross_entropy_pack"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        let extras = inputs.get(2..).unwrap_or_default();
+        if inputs.len() < 2 || extras.len() > Self::MAX_EXTRAS {
+            return Err(invalid(
+                self.kind(),
+                format!(
+                    "takes logits, targets and at most {} inputs to pack, got {} inputs",
+                    Self::MAX_EXTRAS,
+                    inputs.len()
+                ),
+            ));
+        }
+        if extras.iter().any(|t| t.dtype.size() != 4) {
+            return Err(invalid(self.kind(), "packs 4-byte elements only".into()));
+        }
+        let (t, v) = check::rows_cols(self.kind(), &inputs[0])?;
+        let words = t + extras.iter().map(TensorType::len).sum::<usize>();
+        Ok(vec![
+            TensorType::new(DType::U32, &[words]),
+            TensorType::f32(&[t, v]),
+        ])
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let extras = x.get(2..).unwrap_or_default();
+        let (Some(logits), Some(targets)) = (x.first(), x.get(1)) else {
+            return Err(invalid(self.kind(), "needs logits and targets".into()));
+        };
+        encode_cross_entropy_pack(
+            rec,
+            logits,
+            targets,
+            extras,
+            check::output(y, 0)?,
+            check::output(y, 1)?,
+        )
+    }
+    /// The pack lies as [`super::Pack`]'s of the row losses and the extra inputs; the gradient
+    /// by rows, as [`CrossEntropy`]'s.
+    fn shardings(
+        &self,
+        inputs: &[NamedSharding],
+        outputs: &[TensorType],
+    ) -> sharding_rules::Rule {
+        let (Some(loss_inputs), Some(pack), Some(d_logits)) =
+            (inputs.get(..2), outputs.first(), outputs.get(1))
+        else {
+            return Err("needs logits and targets".into());
+        };
+        // `rows` reads only the outputs' ranks: the row losses are one-dimensional, as the pack.
+        let ce = sharding_rules::rows(loss_inputs, &[pack.clone(), d_logits.clone()])?;
+        let mut packed = vec![ce[0].clone()];
+        packed.extend_from_slice(&inputs[2..]);
+        let pack = sharding_rules::pack(&packed)?;
+        Ok(vec![pack[0].clone(), ce[1].clone()])
     }
 }
 

@@ -61,7 +61,7 @@ pub use elementwise::ElementwiseOp;
 pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::ExpertWeightGrad;
 pub use layer_norm::{LayerNorm, LayerNormBackward};
-pub use loss::{CrossEntropy, MseGrad, RowLogsumexp};
+pub use loss::{CrossEntropy, CrossEntropyPack, MseGrad, RowLogsumexp};
 pub use matmul::{Epilogue, Matmul};
 pub use moe_dispatch::{Combine, CombineBackwardSlots, Dispatch, DispatchBackward, GateGrad};
 pub use optim::{Accumulate, Adam, Sgd};

@@ -17,8 +17,9 @@
 //! The backward follows the same route in reverse: the slots' gradients and the all-to-all to the
 //! experts ([`MoeFfn::backward_send`]); then, in an order that lets devices compute while data
 //! travels, the router's backward (with the load-balancing and z losses), the experts' input
-//! gradients and the all-to-all back, the expert weight gradients (summed one slot block at a
-//! time, so the sum does not depend on how many devices send blocks), and dispatch backward. It
+//! gradients and the all-to-all back, the expert weight gradients (both in one launch, each
+//! summed one slot block at a time, so the sum does not depend on how many devices send blocks),
+//! and dispatch backward. It
 //! returns the input gradient (and, where the caller names a relu under the layer, that relu's
 //! backward of it, in the same launch) and the three weight gradients; the caller owns
 //! accumulation over rounds. A pipeline schedule that splits the backward into B and W takes the same nodes in two
@@ -185,13 +186,15 @@ impl MoeFfn {
         }
     }
 
-    /// The expert weight gradient over slot blocks of one source each, each over its kept rows.
-    fn weight_grad(&self) -> ExpertWeightGrad {
+    /// The experts' two weight gradients over slot blocks of one source each, each over its kept
+    /// rows, in one launch.
+    fn weight_grads_kernel(&self) -> ExpertWeightGrad {
         ExpertWeightGrad {
             offsets: self.exchange.expert_offsets(),
             block: self.exchange.capacity,
             limits: Some(STAT_WORDS),
             axis: self.exchange.axis,
+            paired: true,
         }
     }
 
@@ -412,19 +415,12 @@ impl MoeFfn {
         at: Names,
         d: &MoeFfnDeferred,
     ) -> (Value, Value) {
-        let gw2 = Self::k(
-            b,
+        // dW2 first, as the products' order has been: hidden · d_o, then tokens · d_pre.
+        let [gw2, gw1] = b.kernel(
+            &at("expert weight grads"),
             gang,
-            &at("expert w2 grad"),
-            self.weight_grad(),
-            &[d.hidden, d.d_o, d.live],
-        );
-        let gw1 = Self::k(
-            b,
-            gang,
-            &at("expert w1 grad"),
-            self.weight_grad(),
-            &[d.tokens, d.d_pre, d.live],
+            Arc::new(self.weight_grads_kernel()),
+            &[d.hidden, d.d_o, d.tokens, d.d_pre, d.live],
         );
         (gw1, gw2)
     }

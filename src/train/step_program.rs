@@ -20,7 +20,9 @@
 use super::{GroupSplit, StepModel};
 use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::optim::AdamConfig;
-use crate::kernels::{Accumulate, Adam, CrossEntropy, Kernel, Matmul, Pack, TensorType, Unpack};
+use crate::kernels::{
+    Accumulate, Adam, CrossEntropy, CrossEntropyPack, Kernel, Matmul, Pack, TensorType, Unpack,
+};
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -277,7 +279,8 @@ impl<S> Builder<'_, S> {
 
     /// A round's loss: the cross-entropy of `logits` against `targets` (node `at("cross-entropy")`);
     /// returns the logits' gradient. Its results, in a forward pass and a training step alike: a
-    /// statistics pack, what [`super::layout::StatsLayout`] reads: the row losses, then per
+    /// statistics pack (written by the loss kernel itself, [`CrossEntropyPack`], with a pack node
+    /// `at("stats")` only for the inputs past its limit), what [`super::layout::StatsLayout`] reads: the row losses, then per
     /// expert layer its router's expert statistics (so evaluation reports what capacity
     /// dropped) and, in a training step, the row logsumexps of its router logits for the z-loss
     /// (`routers`: each layer's router statistics and logsumexps, both router outputs). A model
@@ -291,27 +294,54 @@ impl<S> Builder<'_, S> {
         routers: &[(Value, Value)],
     ) -> Value {
         let gang = self.gang.clone();
-        let ce = Arc::new(CrossEntropy);
-        let [row_loss, d_logits] =
-            self.b
-                .kernel(&at("cross-entropy"), &gang, ce, &[logits, targets]);
+        let mut extras = Vec::new();
+        for &(stats, lse) in routers {
+            extras.push(stats);
+            if mode == Mode::Train {
+                extras.push(lse);
+            }
+        }
         match mode {
             // Nothing to pack with the row losses: they are the pack's bytes as they are.
-            Mode::Forward | Mode::Train if routers.is_empty() => self.b.result(row_loss),
-            Mode::Forward | Mode::Train => {
-                let mut pack = vec![row_loss];
-                for &(stats, lse) in routers {
-                    pack.push(stats);
-                    if mode == Mode::Train {
-                        pack.push(lse);
-                    }
-                }
-                let stats = self.k(&at("stats"), Pack { dtype: DType::U32 }, &pack);
-                self.b.result(stats);
+            Mode::Forward | Mode::Train if routers.is_empty() => {
+                let [row_loss, d_logits] = self.b.kernel(
+                    &at("cross-entropy"),
+                    &gang,
+                    Arc::new(CrossEntropy),
+                    &[logits, targets],
+                );
+                self.b.result(row_loss);
+                d_logits
             }
-            Mode::Grads | Mode::Read(_) => {}
+            // The loss kernel writes the pack; past its inputs' limit a pack node adds the rest.
+            Mode::Forward | Mode::Train => {
+                let (first, rest) = extras.split_at(extras.len().min(CrossEntropyPack::MAX_EXTRAS));
+                let mut inputs = vec![logits, targets];
+                inputs.extend_from_slice(first);
+                let [mut pack, d_logits] = self.b.kernel(
+                    &at("cross-entropy"),
+                    &gang,
+                    Arc::new(CrossEntropyPack),
+                    &inputs,
+                );
+                if !rest.is_empty() {
+                    let mut more = vec![pack];
+                    more.extend_from_slice(rest);
+                    pack = self.k(&at("stats"), Pack { dtype: DType::U32 }, &more);
+                }
+                self.b.result(pack);
+                d_logits
+            }
+            Mode::Grads | Mode::Read(_) => {
+                let [_, d_logits] = self.b.kernel(
+                    &at("cross-entropy"),
+                    &gang,
+                    Arc::new(CrossEntropy),
+                    &[logits, targets],
+                );
+                d_logits
+            }
         }
-        d_logits
     }
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
