@@ -1,6 +1,7 @@
 // Switch/GShard router in two passes.
 //   topk:      per token, softmax over expert logits and the top-k experts (k = 1 or 2) with gates,
-//              and the logits' logsumexp.
+//              and the logits' logsumexp; topk_linear computes the token's logits first (x · w),
+//              in the launch that routes them.
 //   positions: per expert, each routed token's slot in that expert in token order, all first
 //              choices before any second choice (Switch priority); the slot decides whether the token
 //              fits the capacity; and the load-balancing statistics f_i and P_i.
@@ -13,7 +14,7 @@ struct Params {
     k: u32,
     capacity: u32,
     normalize: u32,
-    _pad0: u32,
+    model: u32, // topk_linear: the width of x's rows
     _pad1: u32,
     _pad2: u32,
 }
@@ -33,19 +34,53 @@ struct ExpertStat {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;
+// topk reads the logits; topk_linear writes them (the backward reads them), then reads them back.
+@group(0) @binding(1) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> probs: array<f32>;
 @group(0) @binding(3) var<storage, read_write> routes: array<Route>;
 @group(0) @binding(4) var<storage, read_write> stats: array<ExpertStat>;
 // Each token's logsumexp of its logits (the z-loss statistic): row_logsumexp's sum, in its order.
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 
+// topk_linear: the tokens' rows x [tokens, model] and the router's weights w [model, experts].
+@group(0) @binding(6) var<storage, read> x: array<f32>;
+@group(0) @binding(7) var<storage, read> w: array<f32>;
+
 @compute @workgroup_size(64, 1, 1)
 fn topk(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < p.tokens) {
+        route(gid.x);
+    }
+}
+
+// logits[t] = x[t] · w, then topk. Each logit is summed as matmul_vec4.wgsl sums an output of
+// x · w: four products of consecutive k added left to right, that added to the sum, k ascending
+// (a tail of fewer than four at the end where `model` is not a multiple of 4).
+@compute @workgroup_size(64, 1, 1)
+fn topk_linear(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.x;
     if (t >= p.tokens) {
         return;
     }
+    let xr = t * p.model;
+    let whole = p.model / 4u * 4u;
+    for (var e = 0u; e < p.experts; e++) {
+        var acc = 0.0;
+        for (var k = 0u; k < whole; k += 4u) {
+            acc += x[xr + k] * w[k * p.experts + e] + x[xr + k + 1u] * w[(k + 1u) * p.experts + e]
+                + x[xr + k + 2u] * w[(k + 2u) * p.experts + e]
+                + x[xr + k + 3u] * w[(k + 3u) * p.experts + e];
+        }
+        for (var k = whole; k < p.model; k++) {
+            acc += x[xr + k] * w[k * p.experts + e];
+        }
+        logits[t * p.experts + e] = acc;
+    }
+    route(t);
+}
+
+// Token t's softmax, top-k choices with their gates, and logsumexp, from its logits.
+fn route(t: u32) {
     let row = t * p.experts;
     var best = 0u;
     var best_logit = logits[row];

@@ -1,15 +1,15 @@
 //! The main demo: one expert-parallel Mixture-of-Experts layer, forward, over every device, as one
 //! program on the runtime.
 //!
-//! Each device routes its own tokens (router matmul, softmax, top-k, capacity) and dispatches
-//! them; the capacity-padded all-to-all ([`crate::moe::exchange`], the training step's) sends
-//! them to the experts' devices; each device runs its local experts with one grouped matmul; the
+//! Each device routes its own tokens (the router's logits, softmax, top-k, capacity, in the
+//! router's launches) and dispatches them; the capacity-padded all-to-all
+//! ([`crate::moe::exchange`], the training step's) sends them to the experts' devices; each device runs its local experts with one grouped matmul; the
 //! reverse all-to-all brings the results back and combine weights them by the gates. The result
 //! is checked against a plain-Rust computation of the same layer.
 
 use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::router::{self, ExpertStat, RouterConfig};
-use crate::kernels::{Combine, Dispatch, Matmul, Router, TensorType};
+use crate::kernels::{Combine, Dispatch, Matmul, RouterLinear, TensorType};
 use crate::moe::exchange::ExpertExchange;
 use crate::program::{CompileOptions, HostData, ProgramBuilder};
 use crate::sched::{Client, RunOptions};
@@ -94,9 +94,13 @@ pub fn run_expert_parallel(
         f16_accumulate: false,
         epilogue: crate::kernels::Epilogue::None,
     };
-    let [logits] = p.kernel("router matmul", &gang, Arc::new(matmul(None)), &[x, wr]);
-    let [probs, routes, stats, _lse] =
-        p.kernel("router", &gang, Arc::new(Router(router_cfg)), &[logits]);
+    // The router's linear layer is computed in the router's first launch.
+    let [_logits, probs, routes, stats, _lse] = p.kernel(
+        "router",
+        &gang,
+        Arc::new(RouterLinear(router_cfg)),
+        &[x, wr],
+    );
     let routing = [probs, routes, stats];
     let [slots] = p.kernel(
         "dispatch",

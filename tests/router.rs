@@ -1,4 +1,5 @@
-//! Router, dispatch and combine against the plain-Rust references on every adapter.
+//! Router, dispatch and combine against the plain-Rust references on every adapter; the router
+//! with its linear layer in its launch against the vec4 matmul and the router over its logits.
 
 #![allow(clippy::unwrap_used)]
 
@@ -6,9 +7,12 @@ mod common;
 
 use common::{assert_close, case};
 use gangway::kernels::eager;
+use gangway::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use gangway::kernels::moe_dispatch::{reference_combine, reference_dispatch};
 use gangway::kernels::router::{self, ExpertStat, Route, RouterConfig, load_balancing_loss};
-use gangway::kernels::{Combine, Dispatch, ElementwiseOp, Router, RowLogsumexp};
+use gangway::kernels::{
+    Combine, Dispatch, ElementwiseOp, Matmul, Router, RouterLinear, RowLogsumexp,
+};
 use gangway::{DType, Device, Error, Rng, Tensor};
 use proptest::prelude::*;
 
@@ -18,6 +22,7 @@ fn main() -> std::process::ExitCode {
         case!(device: forced_imbalance_drops_exactly_what_the_reference_drops),
         case!(device: ties_pick_the_lowest_expert),
         case!(device: bad_router_input_is_a_typed_error),
+        case!(device: the_router_linear_routes_the_vec4_matmuls_logits),
         case!(host: capacity_is_ceil_of_tokens_over_experts_times_factor),
     ])
 }
@@ -173,6 +178,63 @@ fn bad_router_input_is_a_typed_error(device: &Device) {
             "{why}: {err}"
         );
     }
+}
+
+/// [`RouterLinear`] computes `x · w` in its first launch: the logits have the vec4 matmul's bits
+/// where it takes the shape (its sums, four products at a time) and the reference's values
+/// where it does not (a width no multiple of 4), and the routing is the router's over them, bit
+/// for bit. Weights of another width are a shape error.
+fn the_router_linear_routes_the_vec4_matmuls_logits(device: &Device) {
+    let bits = |t: &Tensor| -> Vec<u32> {
+        match t.dtype() {
+            DType::U32 => t.to_u32().unwrap(),
+            _ => t.to_f32().unwrap().iter().map(|v| v.to_bits()).collect(),
+        }
+    };
+    for (tokens, d, cfg) in [
+        (37, 16, config(8, 2, 1.25)),
+        (300, 12, config(4, 1, 1.0)),
+        (5, 6, config(3, 1, 2.0)),
+    ] {
+        let label = format!("{cfg:?} T={tokens} d={d} on {}", device.label());
+        let mut rng = Rng::new(tokens as u64 + d as u64);
+        let (xs, ws) = (rng.vec(tokens * d), rng.vec(d * cfg.experts));
+        let x = Tensor::from_f32(device, &[tokens, d], DType::F32, &xs).unwrap();
+        let w = Tensor::from_f32(device, &[d, cfg.experts], DType::F32, &ws).unwrap();
+        let outs: [Tensor; 5] = eager::run_n(&RouterLinear(cfg), &[&x, &w]).unwrap();
+        let logits = &outs[0];
+        let vec4 = Matmul {
+            limits: None,
+            trans_a: false,
+            trans_b: false,
+            offsets: None,
+            choice: VariantChoice::Fixed(MatmulVariant::Vec4),
+            f16_accumulate: false,
+            epilogue: Epilogue::None,
+        };
+        match eager::run_one(&vec4, &[&x, &w]) {
+            Ok(want) => assert_eq!(bits(logits), bits(&want), "{label}: logits"),
+            Err(_) => {
+                let want: Vec<f32> = (0..tokens * cfg.experts)
+                    .map(|i| {
+                        let (t, e) = (i / cfg.experts, i % cfg.experts);
+                        (0..d)
+                            .map(|k| xs[t * d + k] * ws[k * cfg.experts + e])
+                            .sum()
+                    })
+                    .collect();
+                assert_close(&label, &logits.to_f32().unwrap(), &want, 1e-5);
+            }
+        }
+        let routed: [Tensor; 4] = eager::run_n(&Router(cfg), &[logits]).unwrap();
+        for (k, (got, want)) in outs[1..].iter().zip(&routed).enumerate() {
+            assert_eq!(bits(got), bits(want), "{label}: routing output {k}");
+        }
+    }
+    let x = Tensor::zeros(device, &[4, 8], DType::F32).unwrap();
+    let w = Tensor::zeros(device, &[6, 4], DType::F32).unwrap();
+    let err = eager::run(&RouterLinear(config(4, 1, 1.0)), &[&x, &w]).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
 }
 
 fn capacity_is_ceil_of_tokens_over_experts_times_factor() {

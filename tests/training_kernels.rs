@@ -14,7 +14,8 @@ use gangway::kernels::router::{self, RouterConfig, RouterLoss};
 use gangway::kernels::{
     Accumulate, CombineBackwardSlots, CrossEntropy, CrossEntropyPack, DispatchBackward,
     EmbedGather, EmbedGrad, ExpertWeightGrad, GateGrad, Kernel, MseGrad, Router, RouterBackward,
-    RowLogsumexp, Sgd, TensorType, eager, embedding, expert_grad, loss, moe_dispatch, optim,
+    RowLogsumexp, Sgd, TensorType, WeightGradPair, eager, embedding, expert_grad, loss,
+    moe_dispatch, optim,
 };
 use gangway::{DType, Device, Error, Rng, Tensor};
 
@@ -29,6 +30,7 @@ fn main() -> std::process::ExitCode {
         case!(device: expert_weight_grad_in_blocks_equals_accumulating_each_block),
         case!(device: expert_weight_grad_skips_rows_past_each_blocks_live_count),
         case!(device: paired_expert_weight_grads_give_each_products_bits),
+        case!(device: a_weight_grad_pair_gives_the_vec4_products_bits),
         case!(device: adam_matches_the_reference_over_several_steps),
         case!(device: adam_node_scales_the_gradient_with_the_bits_of_a_scaling_kernel),
         case!(device: one_adam_node_over_many_tensors_gives_each_tensors_bits),
@@ -726,6 +728,56 @@ fn paired_expert_weight_grads_give_each_products_bits(device: &Device) {
     };
     let err = eager::run_n::<2>(&node, &[&hid, &dy, &short, &dh]).unwrap_err();
     assert!(err.to_string().contains("rows"), "{err}");
+}
+
+/// Two linear layers' weight gradients in one launch ([`WeightGradPair`]): each has the bits of
+/// the `Aᵀ·B` matmul a step would run (vec4, and subgroup where the adapter has it), at row
+/// counts and widths no tile divides; operands of other row counts are a shape error.
+fn a_weight_grad_pair_gives_the_vec4_products_bits(device: &Device) {
+    use gangway::kernels::Matmul;
+    use gangway::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
+    let bits =
+        |t: &Tensor| -> Vec<u32> { t.to_f32().unwrap().iter().map(|v| v.to_bits()).collect() };
+    for (rows, (d, n), (d2, n2)) in [(37, (13, 12), (6, 8)), (300, (64, 8), (16, 64))] {
+        let mut rng = Rng::new(rows as u64);
+        let a = up(device, &[rows, d], &rng.vec(rows * d));
+        let b = up(device, &[rows, n], &rng.vec(rows * n));
+        let a2 = up(device, &[rows, d2], &rng.vec(rows * d2));
+        let b2 = up(device, &[rows, n2], &rng.vec(rows * n2));
+        let [g, g2] = eager::run_n(&WeightGradPair, &[&a, &b, &a2, &b2]).unwrap();
+        assert_eq!((g.shape(), g2.shape()), (&[d, n][..], &[d2, n2][..]));
+        for variant in [MatmulVariant::Vec4, MatmulVariant::Subgroup] {
+            let tn = Matmul {
+                limits: None,
+                trans_a: true,
+                trans_b: false,
+                offsets: None,
+                choice: VariantChoice::Fixed(variant),
+                f16_accumulate: false,
+                epilogue: Epilogue::None,
+            };
+            let (Ok(want), Ok(want2)) = (
+                eager::run_one(&tn, &[&a, &b]),
+                eager::run_one(&tn, &[&a2, &b2]),
+            ) else {
+                assert!(
+                    variant == MatmulVariant::Subgroup,
+                    "vec4 takes these shapes"
+                );
+                continue;
+            };
+            let label = format!("{variant:?} rows {rows} on {}", device.label());
+            assert_eq!(bits(&g), bits(&want), "{label}: the first product");
+            assert_eq!(bits(&g2), bits(&want2), "{label}: the second product");
+        }
+    }
+    let (a, b) = (
+        up(device, &[5, 4], &[1.0; 20]),
+        up(device, &[5, 4], &[1.0; 20]),
+    );
+    let short = up(device, &[4, 4], &[1.0; 16]);
+    let err = eager::run_n::<2>(&WeightGradPair, &[&a, &b, &short, &b]).unwrap_err();
+    assert!(matches!(err, Error::ShapeMismatch { .. }), "{err}");
 }
 
 fn adam_matches_the_reference_over_several_steps(device: &Device) {

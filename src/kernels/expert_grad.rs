@@ -63,12 +63,14 @@ fn encode_expert_weight_grad(
 ) -> Result<()> {
     const WHAT: &str = "expert_weight_grad";
     let device = a.device();
-    // `[rows, inner]`, `[rows, n]` and `[groups, inner, n]`, checked: `(rows, inner, n, groups)`.
+    // `[rows, inner]`, `[rows, n]` and `[groups, inner, n]` (or `[inner, n]`: one group),
+    // checked: `(rows, inner, n, groups)`.
     let product = |a: &Tensor, b: &Tensor, c: &Tensor| -> Result<[usize; 4]> {
         let (rows, inner) = dims2(WHAT, a)?;
         let (_, n) = dims2(WHAT, b)?;
         let groups = match *c.shape() {
             [g, i, nn] if i == inner && nn == n => g,
+            [i, nn] if i == inner && nn == n => 1,
             _ => {
                 return Err(Error::ShapeMismatch {
                     what: WHAT,
@@ -79,7 +81,7 @@ fn encode_expert_weight_grad(
         };
         expect(WHAT, a, device, DType::F32, &[rows, inner])?;
         expect(WHAT, b, device, DType::F32, &[rows, n])?;
-        expect(WHAT, c, device, DType::F32, &[groups, inner, n])?;
+        expect(WHAT, c, device, DType::F32, c.shape())?;
         to_u32(WHAT, groups * inner * n)?;
         Ok([rows, inner, n, groups])
     };
@@ -181,6 +183,29 @@ pub fn expert_weight_grad_reference(
         .collect()
 }
 
+/// The rows `R` of `operands` (pairs `a [R, I]`, `b [R, N]`, at least one) and each product's
+/// `[I, N]`; operands of other row counts than the first's are a shape error.
+fn products(kind: &'static str, operands: &[TensorType]) -> Result<(usize, Vec<[usize; 2]>)> {
+    let first = operands
+        .first()
+        .ok_or_else(|| invalid(kind, "no operands".into()))?;
+    let (rows, _) = check::rows_cols(kind, first)?;
+    let mut out = Vec::new();
+    for pair in operands.chunks_exact(2) {
+        let (r, i) = check::rows_cols(kind, &pair[0])?;
+        let (rb, n) = check::rows_cols(kind, &pair[1])?;
+        if r != rows || rb != rows {
+            return Err(Error::ShapeMismatch {
+                what: kind,
+                expected: format!("operands of {rows} rows, as the first"),
+                got: format!("{r} and {rb} rows"),
+            });
+        }
+        out.push([i, n]);
+    }
+    Ok((rows, out))
+}
+
 /// `(a [R, I], b [R, N]) → [G, I, N]`: per row group of static `offsets` (`G + 1` values,
 /// non-decreasing, the last at most `R`) `aᵀ·b`, summed `block` rows at a time (0: a group at
 /// once; see `encode_expert_weight_grad`). [`Self::paired`]: `(a, b, a2 [R, I2], b2 [R, N2]) →
@@ -258,22 +283,12 @@ impl Kernel for ExpertWeightGrad {
         if groups == 0 {
             return Err(invalid(self.kind(), "needs at least one group".into()));
         }
-        let (rows, _) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (rows, products) = products(self.kind(), &inputs[..self.operands()])?;
         matmul::check_offsets(&self.offsets, groups, rows)?;
-        let mut out = Vec::new();
-        for pair in inputs[..self.operands()].chunks_exact(2) {
-            let (r, i) = check::rows_cols(self.kind(), &pair[0])?;
-            let (rb, n) = check::rows_cols(self.kind(), &pair[1])?;
-            if r != rows || rb != rows {
-                return Err(Error::ShapeMismatch {
-                    what: self.kind(),
-                    expected: format!("operands of {rows} rows, as the first"),
-                    got: format!("{r} and {rb} rows"),
-                });
-            }
-            out.push(TensorType::f32(&[groups, i, n]));
-        }
-        Ok(out)
+        Ok(products
+            .into_iter()
+            .map(|[i, n]| TensorType::f32(&[groups, i, n]))
+            .collect())
     }
     fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
         let c = check::output(y, 0)?;
@@ -287,5 +302,43 @@ impl Kernel for ExpertWeightGrad {
             false => None,
         };
         encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, self.block, limits, c, second)
+    }
+}
+
+/// `(a [R, I], b [R, N], a2 [R, I2], b2 [R, N2]) → (aᵀ·b [I, N], a2ᵀ·b2 [I2, N2])`: two linear
+/// layers' weight gradients over the same rows in one launch, the paired expert weight gradient
+/// over one group of every row. Each output sums its rows in ascending order into one
+/// accumulator, as the vec4 and subgroup `Aᵀ·B` kernels do (`tests/training_kernels.rs` checks
+/// the bits where it runs), so a step may put it in place of two of their launches.
+#[derive(Debug, Clone)]
+pub struct WeightGradPair;
+
+impl Kernel for WeightGradPair {
+    fn kind(&self) -> &'static str {
+        "weight_grad_pair"
+    }
+    /// Each product as the matmul `Aᵀ·B` lays it out: partial sums over the axes splitting rows.
+    fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
+        let [a, b, a2, b2] = inputs else {
+            return Err(format!("{} inputs, a pair of products takes 4", inputs.len()));
+        };
+        let mut out = sharding_rules::matmul(&[a.clone(), b.clone()], true, false)?;
+        out.extend(sharding_rules::matmul(&[a2.clone(), b2.clone()], true, false)?);
+        Ok(out)
+    }
+    fn transposed(&self) -> bool {
+        true
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        check::arity(self.kind(), inputs, 4)?;
+        let (_, products) = products(self.kind(), inputs)?;
+        Ok(products.iter().map(|s| TensorType::f32(s)).collect())
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let c = check::output(y, 0)?;
+        let rows = to_u32(self.kind(), x[0].shape().first().copied().unwrap_or(0))?;
+        let offsets = Tensor::from_u32(c.device(), &[2], &[0, rows])?;
+        let second = Some([&x[2], &x[3], check::output(y, 1)?]);
+        encode_expert_weight_grad(rec, &x[0], &x[1], &offsets, 0, None, c, second)
     }
 }

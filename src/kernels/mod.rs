@@ -59,14 +59,14 @@ pub use attention::{Attention, AttentionBackward, AttentionNaive};
 pub use cached_attention::CachedAttention;
 pub use elementwise::ElementwiseOp;
 pub use embedding::{EmbedGather, EmbedGrad};
-pub use expert_grad::ExpertWeightGrad;
+pub use expert_grad::{ExpertWeightGrad, WeightGradPair};
 pub use layer_norm::{LayerNorm, LayerNormBackward};
 pub use loss::{CrossEntropy, CrossEntropyPack, MseGrad, RowLogsumexp};
 pub use matmul::{Epilogue, Matmul};
 pub use moe_dispatch::{Combine, CombineBackwardSlots, Dispatch, DispatchBackward, GateGrad};
 pub use optim::{Accumulate, Adam, Sgd};
 pub use pack::{Pack, Unpack};
-pub use router::{Router, RouterBackward};
+pub use router::{Router, RouterBackward, RouterLinear};
 
 use crate::DType;
 

@@ -44,7 +44,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
     Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad, Kernel, Matmul,
-    Router, RouterBackward,
+    RouterBackward, RouterLinear,
 };
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
@@ -209,18 +209,12 @@ impl MoeFfn {
         (x, residual): (Value, Option<Value>),
         w: &MoeFfnWeights,
     ) -> (Value, MoeFfnSaved) {
-        let logits = Self::k(
-            b,
-            gang,
-            &at("router matmul"),
-            self.matmul(false, false, None),
-            &[x, w.router],
-        );
-        let [probs, routes, stats, lse] = b.kernel(
+        // The router's linear layer is computed in the router's first launch.
+        let [logits, probs, routes, stats, lse] = b.kernel(
             &at("router"),
             gang,
-            Arc::new(Router(self.router)),
-            &[logits],
+            Arc::new(RouterLinear(self.router)),
+            &[x, w.router],
         );
         // The expert side runs on every device, whichever hold tokens this round. The kept
         // counts go first: they travel while the token side dispatches.
@@ -358,13 +352,55 @@ impl MoeFfn {
         residual: Option<Value>,
         relu_below: Option<Value>,
     ) -> (Value, Value, MoeFfnGrads) {
-        let (dx, masked, kept, grads) =
-            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, relu_below), false);
-        let grads = match grads {
-            Some(g) => g,
-            None => self.weight_grads(b, gang, at, &kept),
+        let (dx, masked, _, router, experts) = self.backward_inner(
+            b,
+            gang,
+            at,
+            s,
+            w,
+            dy,
+            sent,
+            (residual, relu_below),
+            Defer::Nothing,
+        );
+        let (Some(router), Some((w1, w2))) = (router, experts) else {
+            unreachable!("a backward deferring nothing computes every weight gradient")
         };
-        (dx, masked, grads)
+        (dx, masked, MoeFfnGrads { router, w1, w2 })
+    }
+
+    /// [`Self::backward_rest`] leaving the router's weight gradient to the caller: in its place,
+    /// its factors `(input, d_r)` (the gradient is `inputᵀ · d_r`), so that a step can put it
+    /// off and compute it beside another layer's (a step's paired weight gradients).
+    /// Returns `(dx, below, (input, d_r), (dW1, dW2))`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_rest_router_later(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        at: Names,
+        s: &MoeFfnSaved,
+        w: &MoeFfnWeights,
+        dy: Value,
+        sent: Moving,
+        residual: Option<Value>,
+        relu_below: Option<Value>,
+    ) -> (Value, Value, (Value, Value), (Value, Value)) {
+        let (dx, masked, kept, _, experts) = self.backward_inner(
+            b,
+            gang,
+            at,
+            s,
+            w,
+            dy,
+            sent,
+            (residual, relu_below),
+            Defer::Router,
+        );
+        let Some(experts) = experts else {
+            unreachable!("a backward deferring the router's gradient computes the experts'")
+        };
+        (dx, masked, (kept.input, kept.d_r), experts)
     }
 
     /// The backward without the weight gradients, for a schedule that splits the backward into
@@ -382,8 +418,8 @@ impl MoeFfn {
         residual: Option<Value>,
     ) -> (Value, MoeFfnDeferred) {
         let sent = self.backward_send(b, gang, at, s, dy);
-        let (dx, _, kept, _) =
-            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, None), true);
+        let (dx, _, kept, _, _) =
+            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, None), Defer::All);
         (dx, kept)
     }
 
@@ -425,7 +461,8 @@ impl MoeFfn {
         (gw1, gw2)
     }
 
-    /// [`Self::backward_rest`]'s nodes; with `defer`, without the weight gradients (`None`).
+    /// [`Self::backward_rest`]'s nodes, without the weight gradients `defer` names (`None`):
+    /// `(dx, below, what the deferred ones need, the router's, the experts')`.
     #[allow(clippy::too_many_arguments)]
     fn backward_inner(
         &self,
@@ -437,8 +474,14 @@ impl MoeFfn {
         dy: Value,
         sent: Moving,
         (residual, relu_below): (Option<Value>, Option<Value>),
-        defer: bool,
-    ) -> (Value, Value, MoeFfnDeferred, Option<MoeFfnGrads>) {
+        defer: Defer,
+    ) -> (
+        Value,
+        Value,
+        MoeFfnDeferred,
+        Option<Value>,
+        Option<(Value, Value)>,
+    ) {
         let [probs, routes, stats] = s.routing;
         // The gates' gradients are computed in the router backward's launch.
         let d_r = Self::k(
@@ -448,7 +491,7 @@ impl MoeFfn {
             RouterBackward(self.router, self.loss),
             &[s.logits, dy, s.expert_out, probs, routes, stats],
         );
-        let g_router = (!defer).then(|| {
+        let g_router = (defer == Defer::Nothing).then(|| {
             Self::k(
                 b,
                 gang,
@@ -491,7 +534,7 @@ impl MoeFfn {
                 d_pre,
                 live: s.live,
             };
-            let grads = (!defer).then(|| self.expert_weight_grads(b, gang, at, &kept));
+            let grads = (defer != Defer::All).then(|| self.expert_weight_grads(b, gang, at, &kept));
             (kept, grads, d_slots)
         });
         // The residual stream's gradient joins the dispatch's backward in its launch.
@@ -522,9 +565,16 @@ impl MoeFfn {
                 (sum, masked)
             }
         };
-        let grads = g_router
-            .zip(expert_grads)
-            .map(|(router, (w1, w2))| MoeFfnGrads { router, w1, w2 });
-        (dx, masked, kept, grads)
+        (dx, masked, kept, g_router, expert_grads)
     }
+}
+
+/// Which weight gradients a backward leaves out (to be computed later from what it keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Defer {
+    Nothing,
+    /// The router's: the caller computes it ([`MoeFfn::backward_rest_router_later`]).
+    Router,
+    /// All three ([`MoeFfn::backward_input`], then [`MoeFfn::weight_grads`]).
+    All,
 }

@@ -122,7 +122,9 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
         }
         // ---- backward
         // Each layer's weight gradient waits until the next expert layer's slots are sent
-        // (linear_backward_put_off), so devices compute it while they travel.
+        // (linear_backward_put_off), so devices compute it while they travel, and is computed
+        // beside the router's (put off too) in one launch: the pairs are (output, router of the
+        // last block), (dense of block l, router of block l - 1), ..., (dense of block 0, stem).
         let mut dh = x.linear_backward_put_off(true, &at, "output", w_out, last, d_logits);
         for l in (0..cfg.blocks).rev() {
             let ix = cfg.block_index(l);
@@ -133,9 +135,8 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
             let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
-            x.weight_grads_now();
             // The dense relu's backward of d_mid is taken in the launch that sums d_mid.
-            let (d_mid, d_pre, g) = ffn.backward_rest(
+            let (d_mid, d_pre, (r_input, d_r), (w1, w2)) = ffn.backward_rest_router_later(
                 &mut x.b,
                 &gang,
                 &at,
@@ -148,10 +149,11 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             );
             // Every device computed its experts' gradients this round.
             let token_side = x.b.set_active(None);
-            x.grad(ix.w2, &at("accumulate w2 grad"), g.w2);
-            x.grad(ix.w1, &at("accumulate w1 grad"), g.w1);
+            x.grad(ix.w2, &at("accumulate w2 grad"), w2);
+            x.grad(ix.w1, &at("accumulate w1 grad"), w1);
             x.b.set_active(token_side);
-            x.grad(ix.router, &at("accumulate router grad"), g.router);
+            x.put_off_weight_grad(&at, "router", ix.router, r_input, d_r);
+            x.weight_grads_now();
             // d_mid + the dense layer's input gradient, summed by its matmul; under the first
             // block, the stem relu's backward of that sum, taken as it stores.
             let (epilogue, operands) = match l {

@@ -1,6 +1,8 @@
 //! The pieces every model's step program over a gang is built from: the step's modes and its
 //! shape ([`StepShape`]), the variables' names, `Builder` (kernels, matmuls with their epilogues,
-//! one of them keeping a second output, gradient accumulation, a linear layer's backward whose weight gradient may wait for the next send),
+//! one of them keeping a second output, gradient accumulation, a linear layer's backward whose
+//! weight gradient may wait for the next send, and put-off weight gradients computed two at a
+//! time in one launch with the bits of the step's `Aᵀ·B` matmul),
 //! `declare_params` (parameters and moments as variables, expert tensors split over the expert
 //! axis) and `StepEnd` (the all-reduces of the replicated gradients, started early as a bucket
 //! or at the end, `1/G` and Adam, the same for every model).
@@ -22,6 +24,7 @@ use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::optim::AdamConfig;
 use crate::kernels::{
     Accumulate, Adam, CrossEntropy, CrossEntropyPack, Kernel, Matmul, Pack, TensorType, Unpack,
+    WeightGradPair,
 };
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
@@ -466,6 +469,23 @@ impl<S> Builder<'_, S> {
         let w = self.params[p];
         let name = at(&format!("{what} input grad"));
         let dx = self.mm_then(&name, dy, w, false, true, epilogue, operands);
+        self.put_off_weight_grad(at, what, p, x, dy);
+        if !put_off {
+            self.weight_grads_now();
+        }
+        dx
+    }
+
+    /// Puts off parameter `p`'s weight gradient `xᵀ · dy` until [`Self::weight_grads_now`] (nodes
+    /// `at("<what> weight grad")` and `at("accumulate <what> grad")`).
+    pub fn put_off_weight_grad(
+        &mut self,
+        at: &dyn Fn(&str) -> String,
+        what: &str,
+        p: usize,
+        x: Value,
+        dy: Value,
+    ) {
         self.later.push(LaterGrad {
             p,
             names: [
@@ -475,10 +495,6 @@ impl<S> Builder<'_, S> {
             x,
             dy,
         });
-        if !put_off {
-            self.weight_grads_now();
-        }
-        dx
     }
 
     /// In the last round of a step that sums gradients, once the backward has passed every
@@ -491,7 +507,8 @@ impl<S> Builder<'_, S> {
         expert: &[bool],
         not_yet: &[usize],
     ) -> Result<Option<Reducing>> {
-        if !matches!(mode, Mode::Train | Mode::Grads) {
+        // One device sums nothing: the put-off gradients wait for the next batch, to pair up.
+        if !matches!(mode, Mode::Train | Mode::Grads) || self.gang.len() < 2 {
             return Ok(None);
         }
         self.weight_grads_now();
@@ -520,11 +537,48 @@ impl<S> Builder<'_, S> {
         self.add_weight_grads(now);
     }
 
+    /// The products two at a time in one launch ([`WeightGradPair`], node `"<first> + <second>"`)
+    /// where both sum as the step's `Aᵀ·B` matmul does (their columns a multiple of 4, so vec4's
+    /// kernel takes them, and the rows alike); each then added to its accumulator in the order
+    /// they were put off.
     fn add_weight_grads(&mut self, grads: Vec<LaterGrad>) {
-        for g in grads {
-            let [product, accumulate] = &g.names;
-            let v = self.mm(product, g.x, g.dy, true, false);
-            self.grad(g.p, accumulate, v);
+        let pairs_as_matmul =
+            |b: &ProgramBuilder, g: &LaterGrad| b.ty(g.dy).shape.get(1).is_some_and(|n| n % 4 == 0);
+        let mut products = Vec::new();
+        let mut rest = grads.into_iter().peekable();
+        while let Some(g) = rest.next() {
+            let rows = |g: &LaterGrad| self.b.ty(g.x).shape.first().copied();
+            let pair = match rest.peek() {
+                Some(h)
+                    if pairs_as_matmul(&self.b, &g)
+                        && pairs_as_matmul(&self.b, h)
+                        && rows(&g) == rows(h) =>
+                {
+                    rest.next()
+                }
+                _ => None,
+            };
+            match pair {
+                Some(h) => {
+                    let name = format!("{} + {}", g.names[0], h.names[0]);
+                    let gang = self.gang.clone();
+                    let [a, b] = self.b.kernel(
+                        &name,
+                        &gang,
+                        Arc::new(WeightGradPair),
+                        &[g.x, g.dy, h.x, h.dy],
+                    );
+                    products.push((g, a));
+                    products.push((h, b));
+                }
+                None => {
+                    let v = self.mm(&g.names[0], g.x, g.dy, true, false);
+                    products.push((g, v));
+                }
+            }
+        }
+        for (g, v) in products {
+            self.grad(g.p, &g.names[1], v);
         }
     }
 }

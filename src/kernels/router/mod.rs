@@ -1,7 +1,10 @@
 //! The Switch/GShard router: softmax, top-k, capacity, Switch-priority positions, dropped tokens,
 //! per-expert counts and the two vectors of the load-balancing loss, and each token's logsumexp
-//! of its logits (the z-loss's). [`Router`] is the kernel a program node holds; its first three
-//! outputs (`probs`, `routes`, `stats`) are the last inputs of every routed kernel, which rebuild the `Routing` their launchers read and check it. [`Route`] and
+//! of its logits (the z-loss's). [`Router`] is the kernel a program node holds, and
+//! [`RouterLinear`] the same with the logits computed in its first launch from the tokens' rows
+//! and the router's weights (the summation of the vec4 matmul it replaces); the three routing
+//! outputs (`probs`, `routes`, `stats`) are the last inputs of every routed kernel, which rebuild
+//! the `Routing` their launchers read and check it. [`Route`] and
 //! [`ExpertStat`] read the words of `routes` and `stats` back. Its backward is in [`backward`];
 //! [`upload_routing`] puts a reference routing on a device as those three inputs.
 
@@ -132,7 +135,8 @@ struct Params {
     k: u32,
     capacity: u32,
     normalize: u32,
-    _pad: [u32; 3],
+    model: u32,
+    _pad: [u32; 2],
 }
 
 /// The router's outputs on the device, as the routed kernels' launchers read them (a node's last
@@ -157,10 +161,12 @@ impl Routing {
 }
 
 /// Records both passes of the router over `logits` into `routing`'s buffers and each token's
-/// logsumexp into `lse` (`[T]`).
+/// logsumexp into `lse` (`[T]`). With `linear` (`x [T, d]`, `w [d, E]`), the first pass writes
+/// `logits = x · w` before it routes them.
 fn encode_into(
     encoder: &mut impl Recorder,
     logits: &Tensor,
+    linear: Option<(&Tensor, &Tensor)>,
     routing: &Routing,
     lse: &Tensor,
 ) -> Result<()> {
@@ -187,23 +193,36 @@ fn encode_into(
         k: config.k as u32,
         capacity: to_u32(WHAT, capacity)?,
         normalize: u32::from(config.normalize_gates && config.k == 2),
-        _pad: [0; 3],
+        model: 0,
+        _pad: [0; 2],
     };
     let (probs, routes, stats) = (&routing.probs, &routing.routes, &routing.stats);
+    let mut bindings = vec![
+        (1, logits.buffer()),
+        (2, probs.buffer()),
+        (3, routes),
+        (5, lse.buffer()),
+    ];
+    let (entry, params) = match linear {
+        None => ("topk", params),
+        Some((x, w)) => {
+            let d = x.shape().get(1).copied().unwrap_or(0);
+            check::expect("router input", x, device, DType::F32, &[tokens, d])?;
+            check::expect("router weights", w, device, DType::F32, &[d, config.experts])?;
+            bindings.extend([(6, x.buffer()), (7, w.buffer())]);
+            let model = to_u32(WHAT, d)?;
+            ("topk_linear", Params { model, ..params })
+        }
+    };
     let uniform = device.uniform_buffer("router params", &params);
-    let topk = ROUTER.pipeline(device, DType::F32, "topk")?;
+    bindings.push((0, &uniform));
+    let topk = ROUTER.pipeline(device, DType::F32, entry)?;
     let positions = ROUTER.pipeline(device, DType::F32, "positions")?;
     device.encode_dispatch(
         encoder,
         "router topk",
         &topk,
-        &[
-            (0, &uniform),
-            (1, logits.buffer()),
-            (2, probs.buffer()),
-            (3, routes),
-            (5, lse.buffer()),
-        ],
+        &bindings,
         [to_u32(WHAT, tokens.div_ceil(64))?, 1, 1],
     )?;
     device.encode_dispatch(
@@ -412,7 +431,46 @@ impl Kernel for Router {
             check::output(y, 1)?,
             check::output(y, 2)?,
         );
-        encode_into(rec, &x[0], &r, check::output(y, 3)?)
+        encode_into(rec, &x[0], None, &r, check::output(y, 3)?)
+    }
+}
+
+/// `(x [T, d], w [d, E]) → (logits [T, E], probs, routes, stats, lse)`: the router linear layer
+/// `x · w` and [`Router`] over its logits, in the router's two launches (the first computes a
+/// token's logits, each summed as the vec4 matmul sums an output of `x · w`, then routes them).
+/// The logits come out too: the router's backward reads them.
+#[derive(Debug, Clone)]
+pub struct RouterLinear(pub RouterConfig);
+
+impl Kernel for RouterLinear {
+    fn kind(&self) -> &'static str {
+        "router"
+    }
+    fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+        check::arity(self.kind(), inputs, 2)?;
+        let (t, d) = check::rows_cols(self.kind(), &inputs[0])?;
+        let (dw, e) = check::rows_cols(self.kind(), &inputs[1])?;
+        if dw != d {
+            return Err(Error::ShapeMismatch {
+                what: "router weights",
+                expected: format!("[{d}, {e}]"),
+                got: format!("[{dw}, {e}]"),
+            });
+        }
+        let mut out = vec![TensorType::f32(&[t, e])];
+        out.extend(Router(self.0).outputs(&[TensorType::f32(&[t, e])])?);
+        Ok(out)
+    }
+    fn prepare(&self, x: &[Tensor], y: &[Tensor], rec: &mut Prepared) -> Result<()> {
+        let r = routing_of(
+            self.0,
+            check::output(y, 1)?,
+            check::output(y, 2)?,
+            check::output(y, 3)?,
+        );
+        let logits = check::output(y, 0)?;
+        let linear = Some((&x[0], &x[1]));
+        encode_into(rec, logits, linear, &r, check::output(y, 4)?)
     }
 }
 
