@@ -282,10 +282,11 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             let df = match (&a.ffn, ix.ffn) {
                 (FfnAct::Dense { pre, hidden }, FfnIndex::Dense { w1, w2 }) => {
                     let (pre, hidden) = (*pre, *hidden);
-                    // GELU's backward is the input gradient's epilogue.
+                    // GELU's backward is the input gradient's epilogue. The two weight
+                    // gradients are one launch, after w1's input gradient.
                     let gelu = Epilogue::GeluBackward;
                     let d_pre =
-                        x.linear_backward_then(false, &at, "ffn w2", w2, hidden, dh, gelu, &[pre]);
+                        x.linear_backward_then(true, &at, "ffn w2", w2, hidden, dh, gelu, &[pre]);
                     x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
                 }
                 (FfnAct::Moe(saved), FfnIndex::Moe { router, w1, w2 }) => {
@@ -311,10 +312,11 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             };
             // The FFN's residual gradient joins the norm's in its launch.
             let d_mid = x.norm_backward(&at("ln2 backward"), (a.mid, a.ln2, df), Some(dh), ix.ln2);
-            // The next send is layer l − 1's, when its FFN is an expert layer.
+            // The next send is layer l − 1's, when its FFN is an expert layer. The four
+            // projections' weight gradients wait at least for v's input gradient: they are two
+            // launches of two (out with q, k with v).
             let next_sends = l > 0 && cfg.is_moe(l - 1);
-            let d_o =
-                x.linear_backward_put_off(next_sends, &at, "attention out", ix.wo, a.o, d_mid);
+            let d_o = x.linear_backward_put_off(true, &at, "attention out", ix.wo, a.o, d_mid);
             let back = AttentionBackward {
                 heads,
                 causal,
@@ -328,9 +330,9 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                 &[a.q, a.k, a.v, a.o, a.lse, d_o],
             );
             // The q, k and v input gradients summed by the k and v matmuls as they store.
-            let mut da = x.linear_backward_put_off(next_sends, &at, "q", ix.wq, a.a, dq);
+            let mut da = x.linear_backward_put_off(true, &at, "q", ix.wq, a.a, dq);
             let add = Epilogue::Add;
-            da = x.linear_backward_then(next_sends, &at, "k", ix.wk, a.a, dk, add, &[da]);
+            da = x.linear_backward_then(true, &at, "k", ix.wk, a.a, dk, add, &[da]);
             da = x.linear_backward_then(next_sends, &at, "v", ix.wv, a.a, dv, add, &[da]);
             dh = x.norm_backward(
                 &at("ln1 backward"),
