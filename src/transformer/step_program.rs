@@ -20,7 +20,10 @@
 //! after a layer's attention, when the layer below is one), the backward puts those linear layers'
 //! weight gradients off until that layer's slots are sent ([`Builder::linear_backward_put_off`]),
 //! so devices compute them while the all-to-all travels; each is the same product, added in the
-//! same order. Elsewhere they come at once, while their inputs are still in a CPU device's caches.
+//! same order. Elsewhere they come soon, while their inputs are still in a CPU device's caches:
+//! a dense FFN's two after w1's input gradient, the four projections' after v's. Weight gradients
+//! that come together run two to a launch (the train step's paired weight gradients, with the
+//! bits of its `Aᵀ·B` matmul): out with q, k with v, w2 with w1.
 //!
 //! The forward's pieces (`embed`, `attention_in`, `layer_rest`, `head`) are shared with
 //! [`super::decoder`], which runs the same layers with cached attention. Residual adds, GELU (which
