@@ -74,35 +74,28 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
         if (p.limit_stride != 0u) {
             stop = min(stop, r0 + limits[(r0 / block) * p.limit_stride]);
         }
-        for (var r = r0; r < stop; r++) {
-            let ra = r * inner;
-            let rb = r * cols;
-            var x = vec4<f32>(wa[ra + ia.x], wa[ra + ia.y], wa[ra + ia.z], wa[ra + ia.w]);
-            var z = vec4<f32>(wa[ra + ja.x], wa[ra + ja.y], wa[ra + ja.z], wa[ra + ja.w]);
-            var lo = vec4<f32>(wb[rb + ib.x], wb[rb + ib.y], wb[rb + ib.z], wb[rb + ib.w]);
-            var hi = vec4<f32>(wb[rb + jb.x], wb[rb + jb.y], wb[rb + jb.z], wb[rb + jb.w]);
-            if (second) {
-                x = vec4<f32>(wa2[ra + ia.x], wa2[ra + ia.y], wa2[ra + ia.z], wa2[ra + ia.w]);
-                z = vec4<f32>(wa2[ra + ja.x], wa2[ra + ja.y], wa2[ra + ja.z], wa2[ra + ja.w]);
-                lo = vec4<f32>(wb2[rb + ib.x], wb2[rb + ib.y], wb2[rb + ib.z], wb2[rb + ib.w]);
-                hi = vec4<f32>(wb2[rb + jb.x], wb2[rb + jb.y], wb2[rb + jb.z], wb2[rb + jb.w]);
+        // The product is uniform over a workgroup: one loop or the other, each loading its own
+        // operands once (a branch inside the loop made a CPU driver load both).
+        if (second) {
+            for (var r = r0; r < stop; r++) {
+                let ra = r * inner;
+                let rb = r * cols;
+                let x = vec4<f32>(wa2[ra + ia.x], wa2[ra + ia.y], wa2[ra + ia.z], wa2[ra + ia.w]);
+                let z = vec4<f32>(wa2[ra + ja.x], wa2[ra + ja.y], wa2[ra + ja.z], wa2[ra + ja.w]);
+                let lo = vec4<f32>(wb2[rb + ib.x], wb2[rb + ib.y], wb2[rb + ib.z], wb2[rb + ib.w]);
+                let hi = vec4<f32>(wb2[rb + jb.x], wb2[rb + jb.y], wb2[rb + jb.z], wb2[rb + jb.w]);
+                add_outer(&part, x, z, lo, hi);
             }
-            part[0] += x.x * lo;
-            part[1] += x.y * lo;
-            part[2] += x.z * lo;
-            part[3] += x.w * lo;
-            part[4] += z.x * lo;
-            part[5] += z.y * lo;
-            part[6] += z.z * lo;
-            part[7] += z.w * lo;
-            part[8] += x.x * hi;
-            part[9] += x.y * hi;
-            part[10] += x.z * hi;
-            part[11] += x.w * hi;
-            part[12] += z.x * hi;
-            part[13] += z.y * hi;
-            part[14] += z.z * hi;
-            part[15] += z.w * hi;
+        } else {
+            for (var r = r0; r < stop; r++) {
+                let ra = r * inner;
+                let rb = r * cols;
+                let x = vec4<f32>(wa[ra + ia.x], wa[ra + ia.y], wa[ra + ia.z], wa[ra + ia.w]);
+                let z = vec4<f32>(wa[ra + ja.x], wa[ra + ja.y], wa[ra + ja.z], wa[ra + ja.w]);
+                let lo = vec4<f32>(wb[rb + ib.x], wb[rb + ib.y], wb[rb + ib.z], wb[rb + ib.w]);
+                let hi = vec4<f32>(wb[rb + jb.x], wb[rb + jb.y], wb[rb + jb.z], wb[rb + jb.w]);
+                add_outer(&part, x, z, lo, hi);
+            }
         }
         for (var j = 0u; j < 16u; j++) {
             acc[j] += part[j];
@@ -116,6 +109,27 @@ fn expert_weight_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
             store4(second, cols, out + row * cols, b0 + 4u, acc[j + 8u]);
         }
     }
+}
+
+// One row's outer products: part[j] += row a0 + j of A times B's columns b0..b0+3 (x, z: A's 8
+// values; lo, hi: B's two vec4s), part[j + 8] the same with b0+4..b0+7.
+fn add_outer(part: ptr<function, array<vec4<f32>, 16>>, x: vec4<f32>, z: vec4<f32>, lo: vec4<f32>, hi: vec4<f32>) {
+    (*part)[0] += x.x * lo;
+    (*part)[1] += x.y * lo;
+    (*part)[2] += x.z * lo;
+    (*part)[3] += x.w * lo;
+    (*part)[4] += z.x * lo;
+    (*part)[5] += z.y * lo;
+    (*part)[6] += z.z * lo;
+    (*part)[7] += z.w * lo;
+    (*part)[8] += x.x * hi;
+    (*part)[9] += x.y * hi;
+    (*part)[10] += x.z * hi;
+    (*part)[11] += x.w * hi;
+    (*part)[12] += z.x * hi;
+    (*part)[13] += z.y * hi;
+    (*part)[14] += z.z * hi;
+    (*part)[15] += z.w * hi;
 }
 
 // Columns col..col+3 of the output row at `base` (of wc2 when `second`), those before `cols`.
