@@ -243,7 +243,11 @@ impl Kernel for ExpertWeightGrad {
         let mut rules = Vec::new();
         for (k, out) in outputs.iter().enumerate() {
             let Some(operands) = inputs.get(2 * k..2 * k + 2) else {
-                return Err(format!("{} inputs for {} products", inputs.len(), outputs.len()));
+                return Err(format!(
+                    "{} inputs for {} products",
+                    inputs.len(),
+                    outputs.len()
+                ));
             };
             let mut own = operands.to_vec();
             own.extend_from_slice(counts);
@@ -320,10 +324,17 @@ impl Kernel for WeightGradPair {
     /// Each product as the matmul `Aᵀ·B` lays it out: partial sums over the axes splitting rows.
     fn shardings(&self, inputs: &[NamedSharding], _: &[TensorType]) -> sharding_rules::Rule {
         let [a, b, a2, b2] = inputs else {
-            return Err(format!("{} inputs, a pair of products takes 4", inputs.len()));
+            return Err(format!(
+                "{} inputs, a pair of products takes 4",
+                inputs.len()
+            ));
         };
         let mut out = sharding_rules::matmul(&[a.clone(), b.clone()], true, false)?;
-        out.extend(sharding_rules::matmul(&[a2.clone(), b2.clone()], true, false)?);
+        out.extend(sharding_rules::matmul(
+            &[a2.clone(), b2.clone()],
+            true,
+            false,
+        )?);
         Ok(out)
     }
     fn transposed(&self) -> bool {

@@ -277,11 +277,7 @@ impl Kernel for CrossEntropyPack {
     }
     /// The pack lies as [`super::Pack`]'s of the row losses and the extra inputs; the gradient
     /// by rows, as [`CrossEntropy`]'s.
-    fn shardings(
-        &self,
-        inputs: &[NamedSharding],
-        outputs: &[TensorType],
-    ) -> sharding_rules::Rule {
+    fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> sharding_rules::Rule {
         let (Some(loss_inputs), Some(pack), Some(d_logits)) =
             (inputs.get(..2), outputs.first(), outputs.get(1))
         else {

@@ -258,7 +258,11 @@ fn the_live_timeline_shows_the_kernels_of_training_started_from_the_panel() {
         .collect();
     let data = &h.state().live.data;
     for &device in &devices {
-        for name in ["r0 b0 router", "r0 b0 expert w1", "r0 b0 expert w2 grad"] {
+        for name in [
+            "r0 b0 router",
+            "r0 b0 expert w1",
+            "r0 b0 expert weight grads",
+        ] {
             assert!(
                 data.all_events().any(|e| e.device == device
                     && e.kind == gangway::trace::EventKind::Kernel

@@ -208,7 +208,13 @@ fn encode_into(
         Some((x, w)) => {
             let d = x.shape().get(1).copied().unwrap_or(0);
             check::expect("router input", x, device, DType::F32, &[tokens, d])?;
-            check::expect("router weights", w, device, DType::F32, &[d, config.experts])?;
+            check::expect(
+                "router weights",
+                w,
+                device,
+                DType::F32,
+                &[d, config.experts],
+            )?;
             bindings.extend([(6, x.buffer()), (7, w.buffer())]);
             let model = to_u32(WHAT, d)?;
             ("topk_linear", Params { model, ..params })
