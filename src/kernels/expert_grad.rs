@@ -125,13 +125,16 @@ fn encode_expert_weight_grad(
     let mut grid = super::grid_1d(device, WHAT, tiles(inner, n).max(tiles(inner2, n2)))?;
     // A single product binds its own operands in the second's places (never read) and the
     // device's unused buffer as the second output (never written).
-    let unused = device.unused_storage()?;
+    let unused;
     let [a2, b2, c2] = match second {
         Some([a2, b2, c2]) => {
             grid[2] = 2;
             [a2.buffer(), b2.buffer(), c2.buffer()]
         }
-        None => [a.buffer(), b.buffer(), &unused],
+        None => {
+            unused = device.unused_storage()?;
+            [a.buffer(), b.buffer(), &unused]
+        }
     };
     let bindings = [
         (20, a.buffer()),

@@ -500,14 +500,15 @@ impl<S> Builder<'_, S> {
     /// In the last round of a step that sums gradients, once the backward has passed every
     /// layer but those of `not_yet`: starts the all-reduce of the replicated gradients that are
     /// final (all but `not_yet`'s; the put-off ones are added first), so that it travels while the
-    /// rest of the backward runs (DDP's gradient buckets). [`StepEnd::finish`] takes the sums.
+    /// rest of the backward runs (DDP's gradient buckets). [`StepEnd::finish`] takes the sums. On
+    /// one device nothing is summed, so nothing is added: the put-off gradients wait for the next
+    /// [`Self::weight_grads_now`], where they can pair with the later ones.
     pub fn reduce_final_grads(
         &mut self,
         mode: Mode,
         expert: &[bool],
         not_yet: &[usize],
     ) -> Result<Option<Reducing>> {
-        // One device sums nothing: the put-off gradients wait for the next batch, to pair up.
         if !matches!(mode, Mode::Train | Mode::Grads) || self.gang.len() < 2 {
             return Ok(None);
         }
