@@ -1,12 +1,26 @@
 //! Writing files so that a crash, a kill or a full disk never leaves a half-written one behind:
-//! every file gangway writes for later reading (checkpoints, the autotune cache, bench reports)
-//! goes through [`write_atomic`], or [`write_new`] where an existing file must never be
-//! replaced (the viewer's saves, unless the user said to overwrite).
+//! every file gangway writes for later reading (checkpoints, the autotune and pipeline caches,
+//! bench reports) goes through [`write_atomic`], or [`write_new`] where an existing file must
+//! never be replaced (the viewer's saves, unless the user said to overwrite). And where gangway's
+//! caches live ([`cache_dir`]).
 
 use crate::{Error, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Environment variable naming the directory of gangway's caches.
+pub const CACHE_DIR_ENV: &str = "GANGWAY_CACHE_DIR";
+
+/// The directory of gangway's caches (the autotuner's choices, the drivers' compiled pipelines):
+/// `$GANGWAY_CACHE_DIR`, else `$XDG_CACHE_HOME/gangway`, else `~/.cache/gangway`; `None` when
+/// none of these is set. Nothing is created here.
+pub fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os(CACHE_DIR_ENV)
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("gangway")))
+        .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/gangway")))
+}
 
 /// Replaces `path` with `bytes`, all or nothing: the bytes go to a temporary file in the same
 /// directory (a rename is only atomic within one file system), which is flushed to disk, renamed

@@ -25,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(host: trace_sums_up_a_pipeline_trace_with_its_bubble),
         case!(host: trace_of_a_bad_file_is_a_one_line_error),
         case!(host: cli_reference_is_up_to_date),
+        case!(host: a_bad_pipeline_cache_setting_is_an_error_naming_it),
         case!(host: plan_prices_collectives_by_the_cheaper_algorithm),
         case!(host: the_optimum_bounds_every_one_chunk_schedule),
         case!(adapters: devices_verbose_lists_each_kernels_needs_against_the_limits)
@@ -269,6 +270,23 @@ fn interleaved_beats_1f1b_at_the_same_model_cost() {
     );
     assert_eq!((inter_ms, one_ms), (2.85, 3.3));
     assert!(inter.contains("50/50/50 µs per chunk op"), "{inter}");
+}
+
+/// `GANGWAY_PIPELINE_CACHE` takes `on` or `off`; anything else stops the command before it
+/// touches a device, naming the variable and the value.
+fn a_bad_pipeline_cache_setting_is_an_error_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .arg("devices")
+        .env("GANGWAY_PIPELINE_CACHE", "sometimes")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("GANGWAY_PIPELINE_CACHE") && err.contains("sometimes"),
+        "{err}"
+    );
 }
 
 /// `devices --verbose` under WebGPU's default limits: every adapter at 8 storage buffers, 16 KiB

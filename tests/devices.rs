@@ -1,10 +1,11 @@
-//! Discovery, virtual devices, meshes, and the autotuner: its clock and its on-disk cache.
+//! Discovery, virtual devices, meshes, the pipeline cache an adapter's devices share and keep on
+//! disk, and the autotuner: its clock and its on-disk cache.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::{Adapters, case};
+use common::{Adapters, Need, case};
 use gangway::device::{DiscoveryOptions, LimitsMode, parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::{self, Autotuner, Clock};
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
@@ -16,6 +17,8 @@ fn main() -> std::process::ExitCode {
         case!(host: bad_settings_are_typed_errors),
         case!(adapters: mesh_groups_follow_named_axes),
         case!(adapters: webgpu_limits_refuse_a_kernel_that_needs_more_naming_the_limit),
+        case!(adapters: pipeline_cache_is_kept_and_a_damaged_file_is_replaced)
+            .needs(Need::PipelineCache),
         case!(device: autotuner_measures_once_and_reuses_its_cache),
         case!(device: autotuner_times_on_the_gpu_clock_where_there_is_one),
     ])
@@ -187,6 +190,80 @@ fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
         host * 1e6,
         device.label()
     );
+}
+
+/// An adapter's two devices compile with the pipeline cache they share, kept in one file under
+/// the cache directory: written (gangway's header, then wgpu's data) once a pipeline was
+/// compiled, read by the next discovery, and a damaged file (garbage, or cut short) is no error:
+/// the kernels compile and compute as before, and the next save replaces the file whole. What the
+/// driver keeps in it is the driver's: lavapipe 22.3 keeps nothing, so this checks the file and
+/// the kernels' results, not that a compile was skipped.
+fn pipeline_cache_is_kept_and_a_damaged_file_is_replaced(adapters: &Adapters) {
+    let dir = common::scratch_path("pipeline-cache", &adapters.mesh(1)[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = DiscoveryOptions {
+        virtual_devices: 2,
+        pipeline_cache: Some(dir.clone()),
+        ..DiscoveryOptions::from_env().unwrap()
+    };
+    let source = "@group(0) @binding(0) var<storage, read_write> v: array<f32>;\n\
+                  @compute @workgroup_size(64)\n\
+                  fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+                      if id.x < arrayLength(&v) { v[id.x] = 3.0 * v[id.x] + 1.0; }\n}\n";
+    // The kernel on each device, checked against its reference.
+    let run_on = |devices: &[Device]| {
+        for d in devices {
+            let pipeline = d
+                .pipeline("pipeline-cache test", "main", true, || source.into())
+                .unwrap();
+            let x: Vec<f32> = (0..100).map(|i| i as f32 * 0.5).collect();
+            let t = gangway::Tensor::from_f32(d, &[100], DType::F32, &x).unwrap();
+            let mut encoder = d.encoder("pipeline-cache test");
+            d.encode_dispatch(
+                &mut encoder,
+                "x3+1",
+                &pipeline,
+                &[(0, t.buffer())],
+                [2, 1, 1],
+            )
+            .unwrap();
+            d.submit(encoder);
+            let got = t.to_f32().unwrap();
+            let want: Vec<f32> = x.iter().map(|v| 3.0 * v + 1.0).collect();
+            assert_eq!(got, want, "{}", d.label());
+        }
+    };
+    let first = adapters.discover(&opts);
+    let file = first[0].pipeline_cache_file().unwrap().to_path_buf();
+    assert!(
+        file.starts_with(dir.join("pipelines")),
+        "{}",
+        file.display()
+    );
+    assert_eq!(first[1].pipeline_cache_file(), Some(file.as_path()));
+    assert!(!file.exists(), "nothing compiled yet");
+    run_on(&first);
+    let kept = std::fs::read(&file).unwrap();
+    assert_eq!(&kept[..8], b"GWPIPEC\0");
+    let data_len = u64::from_le_bytes(kept[12..20].try_into().unwrap());
+    assert_eq!(kept.len() as u64, 24 + data_len);
+    assert_eq!(
+        &kept[24..32],
+        b"WGPUPLCH",
+        "wgpu's header follows gangway's"
+    );
+    drop(first);
+    // The next discovery reads it; then a damaged file, in two ways.
+    run_on(&adapters.discover(&opts));
+    for damage in [
+        b"not a pipeline cache".to_vec(),
+        kept[..kept.len() - 3].to_vec(),
+    ] {
+        std::fs::write(&file, &damage).unwrap();
+        run_on(&adapters.discover(&opts));
+        assert_eq!(std::fs::read(&file).unwrap(), kept, "replaced whole");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Under `GANGWAY_LIMITS=webgpu` a device has WebGPU's defaults, whatever its adapter offers; a

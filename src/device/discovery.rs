@@ -4,6 +4,7 @@
 use super::Device;
 use super::backends::{backends_to_string, parse_backends};
 use super::info::{DeviceFeatures, DeviceInfo, backend_name, device_type_name};
+use super::pipeline_cache::{AdapterPipelines, PIPELINE_CACHE_ENV};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -73,6 +74,10 @@ pub struct DiscoveryOptions {
     pub wait_timeout: std::time::Duration,
     /// The limits devices are created with [default: the adapter's].
     pub limits: LimitsMode,
+    /// Where the drivers' compiled pipelines are kept between processes (a file per adapter
+    /// under `pipelines/`) [default: none; from the environment: the cache directory, unless
+    /// `GANGWAY_PIPELINE_CACHE=off`]. An adapter's devices share them either way.
+    pub pipeline_cache: Option<std::path::PathBuf>,
 }
 
 impl Default for DiscoveryOptions {
@@ -83,15 +88,32 @@ impl Default for DiscoveryOptions {
             memory_budget: None,
             wait_timeout: std::time::Duration::from_secs(60),
             limits: LimitsMode::Adapter,
+            pipeline_cache: None,
         }
     }
 }
 
 impl DiscoveryOptions {
     /// Defaults overridden by `WGPU_BACKEND`, `GANGWAY_VIRTUAL_DEVICES`,
-    /// `GANGWAY_MEMORY_BUDGET`, `GANGWAY_WAIT_TIMEOUT` and `GANGWAY_LIMITS`.
+    /// `GANGWAY_MEMORY_BUDGET`, `GANGWAY_WAIT_TIMEOUT` and `GANGWAY_LIMITS`; the pipeline cache
+    /// kept in the cache directory ([`crate::fsutil::cache_dir`]) unless
+    /// `GANGWAY_PIPELINE_CACHE=off`.
     pub fn from_env() -> Result<Self> {
-        let mut opts = Self::default();
+        let pipeline_cache = match std::env::var(PIPELINE_CACHE_ENV).as_deref() {
+            Err(_) | Ok("on") => crate::fsutil::cache_dir(),
+            Ok("off") => None,
+            Ok(other) => {
+                return Err(Error::InvalidSetting {
+                    name: PIPELINE_CACHE_ENV,
+                    value: other.into(),
+                    reason: "expected `on` or `off`".into(),
+                });
+            }
+        };
+        let mut opts = Self {
+            pipeline_cache,
+            ..Self::default()
+        };
         if let Ok(mode) = std::env::var(LIMITS_ENV) {
             opts.limits = LimitsMode::parse(&mode)?;
         }
@@ -163,7 +185,10 @@ pub fn parse_bytes(name: &'static str, value: &str) -> Result<u64> {
 
 /// Features gangway turns on when an adapter offers them.
 fn wanted_features() -> wgpu::Features {
-    wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP
+    wgpu::Features::SHADER_F16
+        | wgpu::Features::TIMESTAMP_QUERY
+        | wgpu::Features::SUBGROUP
+        | wgpu::Features::PIPELINE_CACHE
 }
 
 /// Enumerates every adapter on the chosen backends and creates `virtual_devices` devices from each.
@@ -194,6 +219,7 @@ pub fn discover(opts: &DiscoveryOptions) -> Result<Vec<Device>> {
         let features = adapter.features() & wanted_features();
         let limits = opts.limits.request(&adapter.limits());
         let gl_lock = (ainfo.backend == wgpu::Backend::Gl).then(Arc::default);
+        let pipelines = AdapterPipelines::new(adapter, opts.pipeline_cache.as_deref());
         for virtual_index in 0..opts.virtual_devices {
             let info = DeviceInfo {
                 id: devices.len(),
@@ -230,6 +256,7 @@ pub fn discover(opts: &DiscoveryOptions) -> Result<Vec<Device>> {
                 device,
                 queue,
                 gl_lock.clone(),
+                pipelines.clone(),
                 budget,
                 opts.wait_timeout,
             ));

@@ -1,6 +1,8 @@
 //! Devices: discovery on every backend, virtual devices, device info and limits (the adapter's, or
 //! WebGPU's defaults) with what a kernel needs of them (`needs.rs`), and the few GPU operations
-//! everything else is built from (buffers, readback, cached pipelines, error capture), and the
+//! everything else is built from (buffers, readback, cached pipelines, error capture; the
+//! driver's compiled pipelines shared by an adapter's devices and kept on disk in
+//! `pipeline_cache.rs`), and the
 //! counts of what they did: kernel launches ([`launches`]) and GPU objects created
 //! ([`objects_created`]), per process and per device.
 
@@ -9,6 +11,7 @@ mod discovery;
 mod info;
 mod mesh_device;
 mod needs;
+mod pipeline_cache;
 mod pool;
 
 pub use backends::{backends_to_string, parse_backends};
@@ -20,9 +23,11 @@ pub use discovery::{
 pub use info::{DeviceFeatures, DeviceInfo, DeviceLimits};
 pub use mesh_device::{DeviceList, MeshDevice, RemoteDevice};
 pub use needs::KernelNeeds;
+pub use pipeline_cache::PIPELINE_CACHE_ENV;
 pub use pool::{MemoryStats, Reservation, WhenFull};
 
 use crate::{DType, Error, Result};
+use pipeline_cache::{AdapterPipelines, DeviceCache};
 use pool::MemoryPool;
 use std::collections::HashMap;
 use std::fmt;
@@ -39,7 +44,10 @@ struct DeviceInner {
     queue: wgpu::Queue,
     /// Set by wgpu's callbacks: a lost device, or a validation error nobody captured.
     failure: Arc<Mutex<Option<Error>>>,
-    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    pipelines: Mutex<Pipelines>,
+    /// The driver's compiled pipelines, shared with the adapter's other devices (and kept on
+    /// disk), where the backend has a pipeline cache.
+    adapter_pipelines: Option<Arc<AdapterPipelines>>,
     /// Shared by all devices of one GL adapter; see [`Device::serial`].
     gl_lock: Option<Arc<Mutex<()>>>,
     /// Held by every call that runs wgpu-core's `Device::maintain`; see [`Device::maintaining`].
@@ -50,6 +58,13 @@ struct DeviceInner {
     objects: std::sync::atomic::AtomicU64,
     /// See [`Device::unused_storage`]; made on first use.
     unused_storage: Mutex<Option<wgpu::Buffer>>,
+}
+
+/// A device's compiled pipelines by key, and the pipeline cache it compiles with.
+#[derive(Default)]
+struct Pipelines {
+    compiled: HashMap<String, wgpu::ComputePipeline>,
+    cache: DeviceCache,
 }
 
 impl fmt::Debug for Device {
@@ -71,6 +86,7 @@ impl Device {
         device: wgpu::Device,
         queue: wgpu::Queue,
         gl_lock: Option<Arc<Mutex<()>>>,
+        adapter_pipelines: Option<Arc<AdapterPipelines>>,
         memory_budget: u64,
         wait_timeout: Duration,
     ) -> Self {
@@ -113,6 +129,7 @@ impl Device {
             queue,
             failure,
             pipelines: Mutex::default(),
+            adapter_pipelines,
             gl_lock,
             maintain_lock: Mutex::default(),
             memory: MemoryPool::new(label_for_pool, memory_budget),
@@ -530,8 +547,21 @@ impl Device {
         self.0.memory.stats()
     }
 
+    /// Whether the driver's compiled pipelines are shared with the adapter's other devices (the
+    /// backend has a pipeline cache: Vulkan).
+    pub fn shares_pipelines(&self) -> bool {
+        self.0.adapter_pipelines.is_some()
+    }
+
+    /// The file the adapter's compiled pipelines are kept in between processes, if any (see
+    /// [`DiscoveryOptions::pipeline_cache`]).
+    pub fn pipeline_cache_file(&self) -> Option<&std::path::Path> {
+        self.0.adapter_pipelines.as_ref()?.path()
+    }
+
     /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`.
-    /// With `zero_workgroup_memory` off, the shader must write every workgroup element before it
+    /// Where the backend has a pipeline cache, the driver compiles with the one its adapter's
+    /// devices share (see `pipeline_cache.rs`). With `zero_workgroup_memory` off, the shader must write every workgroup element before it
     /// reads it (see [`crate::kernels::Shader::zero_workgroup_memory`]).
     ///
     /// Shader compilation errors come back as [`Error::Shader`] rather than a panic; an entry
@@ -545,12 +575,12 @@ impl Device {
         source: impl FnOnce() -> String,
     ) -> Result<wgpu::ComputePipeline> {
         let cache_key = format!("{key}::{entry}");
-        let mut cache = self
+        let mut pipelines = self
             .0
             .pipelines
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = cache.get(&cache_key) {
+        if let Some(p) = pipelines.compiled.get(&cache_key) {
             return Ok(p.clone());
         }
         let _serial = self.serial();
@@ -566,6 +596,8 @@ impl Device {
             &self.label(),
             &self.0.info.limits,
         )?;
+        let driver_cache = (self.0.adapter_pipelines.as_ref())
+            .map(|adapter| adapter.cache(&self.0.device, &mut pipelines.cache));
         let module = self
             .0
             .device
@@ -585,7 +617,7 @@ impl Device {
                     zero_initialize_workgroup_memory: zero_workgroup_memory,
                     ..Default::default()
                 },
-                cache: None,
+                cache: driver_cache.as_ref(),
             });
         if let Some(err) = pollster::block_on(scope.pop()) {
             return Err(self.loss_or(Error::Shader {
@@ -593,8 +625,11 @@ impl Device {
                 message: err.to_string(),
             }));
         }
+        if let Some(adapter) = &self.0.adapter_pipelines {
+            adapter.added(&mut pipelines.cache);
+        }
         self.created();
-        cache.insert(cache_key, pipeline.clone());
+        pipelines.compiled.insert(cache_key, pipeline.clone());
         Ok(pipeline)
     }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-pub const CACHE_DIR_ENV: &str = "GANGWAY_CACHE_DIR";
+pub use crate::fsutil::CACHE_DIR_ENV;
 pub const AUTOTUNE_ENV: &str = "GANGWAY_AUTOTUNE";
 
 /// Which clock a [`Measurement`] was taken on.
@@ -227,13 +227,9 @@ pub fn default_variant(device: &Device, shape: &MatmulShape) -> MatmulVariant {
     }
 }
 
-/// Where the cache lives, from the environment.
+/// Where the cache lives, from the environment ([`crate::fsutil::cache_dir`]).
 pub fn cache_path() -> Option<PathBuf> {
-    let dir = std::env::var_os(CACHE_DIR_ENV)
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("gangway")))
-        .or_else(|| std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/gangway")))?;
-    Some(dir.join("autotune.json"))
+    Some(crate::fsutil::cache_dir()?.join("autotune.json"))
 }
 
 /// Measured choices, keyed by [`bucket_key`], persisted as JSON.

@@ -33,6 +33,8 @@ pub enum Need {
     ConcurrentDevices,
     /// Subgroup operations with subgroups of at least 8 lanes (the subgroup matmul's need).
     Subgroups,
+    /// A pipeline cache (wgpu has one on Vulkan only).
+    PipelineCache,
 }
 
 impl Need {
@@ -48,6 +50,9 @@ impl Need {
             Need::Subgroups => (!device.info().features.subgroups
                 || device.info().subgroup_min_size < 8)
                 .then_some("no subgroups of 8 lanes or more"),
+            Need::PipelineCache => {
+                (!device.shares_pipelines()).then_some("no pipeline cache on this backend")
+            }
         }
     }
 }

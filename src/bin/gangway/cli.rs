@@ -73,8 +73,9 @@ pub(crate) enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Also each adapter's compute limits, and every kernel's needs against them (which
-        /// kernels each device can run; `GANGWAY_LIMITS=webgpu` gives WebGPU's defaults).
+        /// Also each adapter's compute limits and pipeline-cache file, and every kernel's needs
+        /// against the limits (which kernels each device can run; `GANGWAY_LIMITS=webgpu` gives
+        /// WebGPU's defaults).
         #[arg(long)]
         verbose: bool,
     },

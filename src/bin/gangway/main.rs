@@ -758,7 +758,8 @@ fn devices(local: &[Device], job: &Job, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Each adapter's compute limits, then every kernel entry point's needs against them.
+/// Each adapter's compute limits and where its compiled pipelines are kept, then every kernel
+/// entry point's needs against the limits.
 fn kernel_needs(local: &[Device]) -> Result<()> {
     // One column per adapter: its virtual devices have its limits.
     let adapters: Vec<&Device> = local
@@ -770,6 +771,11 @@ fn kernel_needs(local: &[Device]) -> Result<()> {
         .map(|d| {
             let l = &d.info().limits;
             let [x, y, z] = l.max_compute_workgroup_size;
+            let pipelines = match (d.shares_pipelines(), d.pipeline_cache_file()) {
+                (_, Some(file)) => file.display().to_string(),
+                (true, None) => "shared by its devices, not kept".into(),
+                (false, _) => "none on this backend".into(),
+            };
             vec![
                 d.info().adapter.to_string(),
                 d.label(),
@@ -777,6 +783,7 @@ fn kernel_needs(local: &[Device]) -> Result<()> {
                 l.max_compute_workgroup_storage_size.to_string(),
                 l.max_compute_invocations_per_workgroup.to_string(),
                 format!("{x}×{y}×{z}"),
+                pipelines,
             ]
         })
         .collect();
@@ -791,6 +798,7 @@ fn kernel_needs(local: &[Device]) -> Result<()> {
                 "workgroup memory (bytes)",
                 "invocations",
                 "workgroup size",
+                "pipeline cache",
             ],
             &rows
         )
