@@ -12,7 +12,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::execute::RunReport;
-use super::lower::{Lowered, Plan, Tag};
+use super::lower::{Flowing, Lowered, Plan, Tag};
 use super::simulate::{Costs, simulate_folded};
 use super::stage_model::StageModel;
 use crate::Result;
@@ -86,6 +86,8 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
     type Span = (u64, u64, Option<PipelineOp>);
     let mut spans: HashMap<(usize, String, Option<usize>), Span> = HashMap::new();
     let mut out = Vec::new();
+    // Each send's index in `out`, and the op that makes what it sends.
+    let mut sends: Vec<(usize, PipelineOp)> = Vec::new();
     for e in raw {
         if e.program != Some(program) {
             continue;
@@ -133,6 +135,13 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
                 let meta = EventMeta::transfer(lane(*stage))
                     .microbatch(*mb as u32)
                     .flow(f.id, f.role);
+                if f.role == FlowRole::Out {
+                    let producer = match what {
+                        Flowing::Activation => PipelineOp::Forward,
+                        Flowing::Gradient => PipelineOp::Backward,
+                    };
+                    sends.push((out.len(), producer));
+                }
                 out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
             }
             (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
@@ -153,24 +162,38 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
         }
         compute.push(meta.event(name, start, end));
     }
-    // A send's readback is queued behind the op that makes its tensor (parallel dispatch submits
-    // both at once): it starts, as a transfer, when that op's kernels end on its stage.
-    for e in out
-        .iter_mut()
-        .filter(|e| e.flow.is_some_and(|f| f.role == FlowRole::Out))
-    {
-        let ready = compute
-            .iter()
-            .filter(|c| c.device == e.device && c.end_ns <= e.end_ns)
+    start_sends_after_their_producers(&mut out, &sends, &compute);
+    out.extend(compute);
+    out.sort_by_key(|e| (e.start_ns, e.end_ns));
+    out
+}
+
+/// A send's readback is queued behind the op that makes its tensor (parallel dispatch submits
+/// both at once): it starts, as a transfer, when that op's kernels end. The op is the latest F
+/// (for an activation) or B (for a gradient) of the send's microbatch on its lane that ended
+/// before the send did; any op of the lane would not do: one that ran after the copy, while
+/// the sender's worker was late to record the read-back, would start the send after its
+/// receive had.
+fn start_sends_after_their_producers(
+    out: &mut [Event],
+    sends: &[(usize, PipelineOp)],
+    compute: &[Event],
+) {
+    for &(i, producer) in sends {
+        let e = &mut out[i];
+        let ready = (compute.iter())
+            .filter(|c| {
+                c.device == e.device
+                    && c.microbatch == e.microbatch
+                    && c.op == Some(producer)
+                    && c.end_ns <= e.end_ns
+            })
             .map(|c| c.end_ns)
             .max();
         if let Some(ready) = ready {
             e.start_ns = e.start_ns.max(ready);
         }
     }
-    out.extend(compute);
-    out.sort_by_key(|e| (e.start_ns, e.end_ns));
-    out
 }
 
 /// Time devices waited on the run's all-to-alls (MoE stages), summed over devices: `(waited,
@@ -273,6 +296,32 @@ mod tests {
     fn op(op: PipelineOp, lane: usize, mb: u32, start_ns: u64, ns: u64) -> Event {
         let meta = EventMeta::kernel(lane).microbatch(mb).op(op);
         meta.event(op.letter().into(), start_ns, start_ns + ns)
+    }
+
+    /// A send starts when the F that made its activation ended, not when a later op of its lane
+    /// did: here F of microbatch 4 ends (450) after the copy was read back and received (300),
+    /// before the sender recorded the read-back's end (500); so does a W of the same
+    /// microbatch.
+    #[test]
+    fn a_send_starts_after_its_own_producer_only() {
+        let send = EventMeta::transfer(0)
+            .microbatch(3)
+            .flow(1, FlowRole::Out)
+            .event("send act".into(), 100, 500);
+        let compute = vec![
+            op(PipelineOp::Forward, 0, 3, 50, 150),
+            op(PipelineOp::WeightGrad, 0, 3, 210, 190),
+            op(PipelineOp::Forward, 0, 4, 200, 250),
+            op(PipelineOp::Forward, 1, 3, 300, 100),
+            op(PipelineOp::Backward, 0, 3, 600, 50),
+        ];
+        let mut out = vec![send.clone()];
+        start_sends_after_their_producers(&mut out, &[(0, PipelineOp::Forward)], &compute);
+        assert_eq!((out[0].start_ns, out[0].end_ns), (200, 500));
+        // No producer found: the send keeps its own start.
+        let mut out = vec![send];
+        start_sends_after_their_producers(&mut out, &[(0, PipelineOp::Backward)], &compute);
+        assert_eq!(out[0].start_ns, 100);
     }
 
     /// Two lanes, two microbatches, two chunk ops each (a V): the share is twice each chunk
