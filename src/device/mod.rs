@@ -1,8 +1,8 @@
 //! Devices: discovery on every backend, virtual devices, device info and limits (the adapter's, or
 //! WebGPU's defaults) with what a kernel needs of them (`needs.rs`), and the few GPU operations
-//! everything else is built from (buffers, readback, cached pipelines, error capture; the
-//! driver's compiled pipelines shared by an adapter's devices and kept on disk in
-//! `pipeline_cache.rs`), and the
+//! everything else is built from (buffers, readback, cached pipelines, error capture; each
+//! shader parsed once per process in `parsed.rs`, and the driver's compiled pipelines shared by
+//! an adapter's devices and kept on disk in `pipeline_cache.rs`), and the
 //! counts of what they did: kernel launches ([`launches`]) and GPU objects created
 //! ([`objects_created`]), per process and per device.
 
@@ -11,6 +11,7 @@ mod discovery;
 mod info;
 mod mesh_device;
 mod needs;
+mod parsed;
 mod pipeline_cache;
 mod pool;
 
@@ -559,8 +560,8 @@ impl Device {
         self.0.adapter_pipelines.as_ref()?.path()
     }
 
-    /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`.
-    /// Where the backend has a pipeline cache, the driver compiles with the one its adapter's
+    /// A compute pipeline for `entry` in `source`, compiled once per device and cached by `key`,
+    /// from the process's one parse of `source`. Where the backend has a pipeline cache, the driver compiles with the one its adapter's
     /// devices share (see `pipeline_cache.rs`). With `zero_workgroup_memory` off, the shader must write every workgroup element before it
     /// reads it (see [`crate::kernels::Shader::zero_workgroup_memory`]).
     ///
@@ -598,12 +599,19 @@ impl Device {
         )?;
         let driver_cache = (self.0.adapter_pipelines.as_ref())
             .map(|adapter| adapter.cache(&self.0.device, &mut pipelines.cache));
+        // The text's one parse in this process (the needs above read it too).
+        let parsed = parsed::module(&source).map_err(|message| Error::Shader {
+            shader: cache_key.clone(),
+            message,
+        })?;
         let module = self
             .0
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(key),
-                source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
+                source: wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(naga::Module::clone(
+                    &parsed,
+                ))),
             });
         let pipeline = self
             .0

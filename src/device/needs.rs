@@ -71,8 +71,7 @@ impl KernelNeeds {
             shader: "(needs)".into(),
             message,
         };
-        let module =
-            naga::front::wgsl::parse_str(source).map_err(|e| invalid(e.emit_to_string(source)))?;
+        let module = super::parsed::module(source).map_err(invalid)?;
         let info = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
             naga::valid::Capabilities::all(),
