@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The check to run on a machine with a real GPU, from a prebuilt release binary: no Rust
-# toolchain and no network needed. In under 8 minutes it
+# toolchain and no network needed. In under 10 minutes it
 #   1. says what the Vulkan stack lacks, if anything (loader, ICD files, NVIDIA's ICD);
 #   2. lists the devices, and stops with a plain error if the only adapters are software ones
 #      (llvmpipe/lavapipe, SwiftShader): a software adapter is never reported as the GPU;
@@ -10,7 +10,11 @@
 #      shapes) on the first hardware adapter, writing JSON and Markdown with the fraction of FP32
 #      peak (give --peak-gflops through GANGWAY_PEAK_GFLOPS where the built-in table lacks it);
 #   5. runs the quick matmul, attention and MoE suites again on a device created with only
-#      WebGPU's guaranteed limits (GANGWAY_LIMITS=webgpu), as a browser or small GPU would give.
+#      WebGPU's guaranteed limits (GANGWAY_LIMITS=webgpu), as a browser or small GPU would give;
+#   6. the host's cost: the dispatch suite (gangway against raw wgpu, tracing off and on) on 4
+#      virtual devices of the adapter, and the CPU to start and run one MoE step on 4 Vulkan
+#      devices twice, with an empty pipeline cache and then with the one the first start
+#      filled (autotuning off in both, so only the driver's compiled pipelines differ).
 #
 #   scripts/gpu-check.sh [BINARY] [OUT_DIR]     (defaults: target/release/gangway, gpu-check)
 #
@@ -97,5 +101,15 @@ if [ -f "$out/webgpu-limits.md" ]; then
   log "webgpu-limits: $((cases - 1)) cases, $(grep -c '| failed |' "$out/webgpu-limits.md") failed, \
 $(grep -c '| skipped |' "$out/webgpu-limits.md") skipped"
 fi
+step dispatch 120 "$bin" --virtual-devices 4 bench dispatch --adapters "$gpu" \
+  --json "$out/dispatch.json" --markdown "$out/dispatch.md"
+pipelines=$(mktemp -d)
+for start in empty filled; do
+  step "start-$start" 90 env GANGWAY_CACHE_DIR="$pipelines" GANGWAY_AUTOTUNE=off bash -c \
+    'TIMEFORMAT="CPU %U s user, %S s sys, %R s wall"; time "$@" > /dev/null' _ \
+    "$bin" --backends vulkan --virtual-devices 4 train moe --devices 4 --steps 1 --eval-every 0
+  log "start-$start: $(tail -1 "$out/start-$start.out")"
+done
+log "pipeline cache after: $(ls -l "$pipelines"/pipelines 2>/dev/null | tail -n +2 | tr '\n' ' ')"
 log "wrote: $(cd "$out" && ls | tr '\n' ' ')"
 exit $status
