@@ -101,11 +101,11 @@ if [ -f "$out/webgpu-limits.md" ]; then
   log "webgpu-limits: $((cases - 1)) cases, $(grep -c '| failed |' "$out/webgpu-limits.md") failed, \
 $(grep -c '| skipped |' "$out/webgpu-limits.md") skipped"
 fi
-step dispatch 120 "$bin" --virtual-devices 4 bench dispatch --adapters "$gpu" \
+step dispatch 60 "$bin" --virtual-devices 4 bench dispatch --adapters "$gpu" \
   --json "$out/dispatch.json" --markdown "$out/dispatch.md"
 pipelines=$(mktemp -d)
 for start in empty filled; do
-  step "start-$start" 90 env GANGWAY_CACHE_DIR="$pipelines" GANGWAY_AUTOTUNE=off bash -c \
+  step "start-$start" 45 env GANGWAY_CACHE_DIR="$pipelines" GANGWAY_AUTOTUNE=off bash -c \
     'TIMEFORMAT="CPU %U s user, %S s sys, %R s wall"; time "$@" > /dev/null' _ \
     "$bin" --backends vulkan --virtual-devices 4 train moe --devices 4 --steps 1 --eval-every 0
   log "start-$start: $(tail -1 "$out/start-$start.out")"
