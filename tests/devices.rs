@@ -194,7 +194,8 @@ fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
 
 /// An adapter's two devices compile with the pipeline cache they share, kept in one file under
 /// the cache directory: written (gangway's header, then wgpu's data) once a pipeline was
-/// compiled, read by the next discovery, and a damaged file (garbage, or cut short) is no error:
+/// compiled, read by the next discovery, and a damaged file (garbage, cut short, or over a
+/// gibibyte) is no error:
 /// the kernels compile and compute as before, and the next save replaces the file whole. What the
 /// driver keeps in it is the driver's: lavapipe 22.3 keeps nothing, so this checks the file and
 /// the kernels' results, not that a compile was skipped.
@@ -263,6 +264,13 @@ fn pipeline_cache_is_kept_and_a_damaged_file_is_replaced(adapters: &Adapters) {
         run_on(&adapters.discover(&opts));
         assert_eq!(std::fs::read(&file).unwrap(), kept, "replaced whole");
     }
+    // One past a gibibyte (a sparse file, which the size check skips unread) likewise.
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len((1 << 30) + 1)
+        .unwrap();
+    run_on(&adapters.discover(&opts));
+    assert_eq!(std::fs::read(&file).unwrap(), kept, "replaced whole");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -18,9 +18,9 @@
 //! version, length, CRC-32) before wgpu's data, written atomically when the data first changes,
 //! then at most every [`SAVE_EVERY`] (a driver's data can be megabytes, and a start-up compiles
 //! dozens of pipelines per device), and when the adapter's last device is dropped.
-//! A file that fails any check is ignored and replaced by the next save; one that cannot be
-//! written costs a compile in the next process, not this one's run, so write errors are dropped.
-//! `GANGWAY_PIPELINE_CACHE=off` keeps nothing on disk.
+//! A file that fails any check (or is over a gibibyte) is ignored and replaced by the next save;
+//! one that cannot be written costs a compile in the next process, not this one's run, so write
+//! errors are dropped. `GANGWAY_PIPELINE_CACHE=off` keeps nothing on disk.
 
 use crate::fsutil;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,9 @@ const VERSION: u32 = 1;
 const HEADER: usize = 8 + 4 + 8 + 4;
 /// The least time between two saves of one adapter's file.
 const SAVE_EVERY: Duration = Duration::from_secs(2);
+/// A file larger than this is not read (drivers keep megabytes; a damaged size field or a
+/// stray file must not take the memory).
+const LARGEST_FILE: u64 = 1 << 30;
 
 /// One adapter's pipeline-cache data, shared by its devices.
 #[derive(Debug)]
@@ -71,6 +74,7 @@ impl AdapterPipelines {
         let path = dir.map(|d| d.join("pipelines").join(format!("{key}.bin")));
         let data = path
             .as_deref()
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() <= LARGEST_FILE))
             .and_then(|p| std::fs::read(p).ok())
             .and_then(|bytes| decode(&bytes).map(Arc::from));
         Some(Arc::new(Self {
