@@ -8,6 +8,8 @@ mod common;
 use common::{Adapters, Need, case};
 use gangway::device::{DiscoveryOptions, LimitsMode, parse_backends, parse_virtual_devices};
 use gangway::kernels::autotune::{self, Autotuner, Clock};
+use gangway::kernels::eager;
+use gangway::kernels::elementwise::{self, ElementwiseOp};
 use gangway::kernels::matmul::{MatmulShape, MatmulVariant};
 use gangway::{DType, Device, Error, Mesh, MeshError};
 
@@ -207,31 +209,18 @@ fn pipeline_cache_is_kept_and_a_damaged_file_is_replaced(adapters: &Adapters) {
         pipeline_cache: Some(dir.clone()),
         ..DiscoveryOptions::from_env().unwrap()
     };
-    let source = "@group(0) @binding(0) var<storage, read_write> v: array<f32>;\n\
-                  @compute @workgroup_size(64)\n\
-                  fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
-                      if id.x < arrayLength(&v) { v[id.x] = 3.0 * v[id.x] + 1.0; }\n}\n";
-    // The kernel on each device, checked against its reference.
+    // The project's affine kernel on each device, checked against its reference.
+    let op = ElementwiseOp::Affine {
+        scale: 3.0,
+        shift: 1.0,
+        repeat: 1,
+    };
     let run_on = |devices: &[Device]| {
         for d in devices {
-            let pipeline = d
-                .pipeline("pipeline-cache test", "main", true, || source.into())
-                .unwrap();
             let x: Vec<f32> = (0..100).map(|i| i as f32 * 0.5).collect();
             let t = gangway::Tensor::from_f32(d, &[100], DType::F32, &x).unwrap();
-            let mut encoder = d.encoder("pipeline-cache test");
-            d.encode_dispatch(
-                &mut encoder,
-                "x3+1",
-                &pipeline,
-                &[(0, t.buffer())],
-                [2, 1, 1],
-            )
-            .unwrap();
-            d.submit(encoder);
-            let got = t.to_f32().unwrap();
-            let want: Vec<f32> = x.iter().map(|v| 3.0 * v + 1.0).collect();
-            assert_eq!(got, want, "{}", d.label());
+            let got = eager::run_one(&op, &[&t]).unwrap().to_f32().unwrap();
+            assert_eq!(got, elementwise::reference(op, &x, None), "{}", d.label());
         }
     };
     let first = adapters.discover(&opts);

@@ -10,8 +10,8 @@
 //! generation; the later one's data then wins and the other's pipeline is compiled again when next
 //! needed: a cache miss, never a wrong pipeline.
 //!
-//! What a driver keeps is up to it: Mesa 22.3's lavapipe keeps nothing (its data is a header of
-//! 32 bytes), so on the development machine this changes no compile; NVIDIA's and newer Mesa's
+//! What a driver keeps is up to it: Mesa 22.3's lavapipe keeps nothing (its data is 96 bytes,
+//! wgpu's header and Vulkan's), so on the development machine this changes no compile; NVIDIA's and newer Mesa's
 //! drivers keep their compiled code.
 //!
 //! The file is `<cache dir>/pipelines/<wgpu's key of the adapter>.bin`: gangway's header (magic,
@@ -51,7 +51,7 @@ pub(crate) struct AdapterPipelines {
 #[derive(Debug, Default)]
 struct Newest {
     /// What the last device to add to its cache got from it (or the file's data).
-    data: Option<Arc<[u8]>>,
+    data: Option<Vec<u8>>,
     /// Counts the changes of `data`.
     generation: u64,
     /// The generation the file holds.
@@ -76,7 +76,7 @@ impl AdapterPipelines {
             .as_deref()
             .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() <= LARGEST_FILE))
             .and_then(|p| std::fs::read(p).ok())
-            .and_then(|bytes| decode(&bytes).map(Arc::from));
+            .and_then(|bytes| decode(&bytes).map(<[u8]>::to_vec));
         Some(Arc::new(Self {
             path,
             newest: Mutex::new(Newest {
@@ -120,7 +120,7 @@ impl AdapterPipelines {
         }
         newest.generation += 1;
         *generation = newest.generation;
-        newest.data = Some(Arc::from(data));
+        newest.data = Some(data);
         if newest.saved_at.is_none_or(|at| at.elapsed() >= SAVE_EVERY) {
             self.save(&mut newest);
         }

@@ -1,5 +1,6 @@
 //! Measuring a pipelined run: the runtime's events turned into the pipeline's view (one
-//! compute event per op, sends and receives with their flows, waits), and the report's
+//! compute event per op, sends and receives with their flows, a send starting when the op that
+//! made its tensor ended, waits), and the report's
 //! measured op costs and bubble ([`crate::trace::pipeline_bubble`], the one bubble computation
 //! the CLI, the bench and the viewer share) beside the simulation under those costs. Lanes are
 //! stages, or with a [`super::Fold`] the devices the stages share; an op's event spans its
@@ -127,21 +128,20 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
             ) => {
                 // Only the flow ends are the pipeline's transfers (not uploads of arguments).
                 let Some(f) = e.flow else { continue };
-                let verb = if f.role == FlowRole::Out {
-                    "send"
-                } else {
-                    "recv"
+                let verb = match (f.role, what) {
+                    (FlowRole::Out, Flowing::Activation) => {
+                        sends.push((out.len(), PipelineOp::Forward));
+                        "send"
+                    }
+                    (FlowRole::Out, Flowing::Gradient) => {
+                        sends.push((out.len(), PipelineOp::Backward));
+                        "send"
+                    }
+                    (FlowRole::In, _) => "recv",
                 };
                 let meta = EventMeta::transfer(lane(*stage))
                     .microbatch(*mb as u32)
                     .flow(f.id, f.role);
-                if f.role == FlowRole::Out {
-                    let producer = match what {
-                        Flowing::Activation => PipelineOp::Forward,
-                        Flowing::Gradient => PipelineOp::Backward,
-                    };
-                    sends.push((out.len(), producer));
-                }
                 out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
             }
             (Tag::Recv { stage, what, mb }, EventKind::Wait) => {
