@@ -155,6 +155,10 @@ pub enum Error {
         root_value: String,
         more: usize,
     },
+
+    /// The live stream ([`crate::live`]): a bad frame, a refused attach, a closed connection.
+    #[error("live stream: {0}")]
+    Live(#[from] LiveError),
 }
 
 /// `Result` with gangway's [`Error`].
@@ -365,4 +369,37 @@ pub enum MeshError {
     },
     #[error("cannot read axes from {text:?}: {reason} (write them as `data=2,expert=2`)")]
     Parse { text: String, reason: String },
+}
+
+// ---- The live stream: serving a job's records over TCP, and reading them.
+
+/// What went wrong on a live connection ([`crate::live`]), by what a client may do about it: a
+/// refusal will not change on retry, a closed or failed connection may.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LiveError {
+    /// A frame broke the framing rules or held no record of this protocol.
+    #[error("bad frame: {reason}")]
+    BadFrame { reason: String },
+    /// A well-formed record that the protocol does not allow here (an event before the hello).
+    #[error("protocol violation: {reason}")]
+    Protocol { reason: String },
+    /// The server answered the attach with `refused`.
+    #[error("the server refused the attach: {reason}")]
+    Refused { reason: String },
+    /// The peer closed the connection.
+    #[error("{peer} closed the connection")]
+    Closed { peer: String },
+    /// A socket call failed (connect, read, write, bind); the kind says which failure.
+    #[error("{what}: {message}")]
+    Io {
+        what: String,
+        kind: std::io::ErrorKind,
+        message: String,
+    },
+    /// Serving a non-loopback address without a token.
+    #[error(
+        "{addr} is not a loopback address: serving it needs a token (ServeOptions::token; \
+         live::generate_token makes one), and across untrusted networks an SSH tunnel"
+    )]
+    TokenNeeded { addr: String },
 }

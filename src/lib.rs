@@ -20,6 +20,8 @@
 //!   smallest). The workloads: [`pipeline`], [`btm`] (over any model), [`moe_layer`] (the demo);
 //!   [`bench`] and [`plan`]: measuring them, and predicting them at scale; [`trace`]: what
 //!   happened, when.
+//! - [`live`]: any job watched while it runs: its hello, trace events, metrics and end served
+//!   over TCP to bounded per-client queues, and the one client that reads them.
 
 pub mod bench;
 pub mod btm;
@@ -30,6 +32,7 @@ mod error;
 pub mod fsutil;
 pub mod job;
 pub mod kernels;
+pub mod live;
 pub mod mesh;
 pub mod mlp_lm;
 pub mod moe;

@@ -710,14 +710,7 @@ fn exported_weights_give_the_same_logits(device: &Device) {
     let host = logits(&p, one_seq).unwrap();
     let gpu = a.token_nats(one_seq, &targets[..cfg.context]).unwrap();
     for (t, row) in host.chunks_exact(VOCAB).enumerate() {
-        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let lse = f64::from(m)
-            + row
-                .iter()
-                .map(|&v| f64::from(v - m).exp())
-                .sum::<f64>()
-                .ln();
-        let want = lse - f64::from(row[targets[t] as usize]);
+        let want = common::cross_entropy(row, targets[t] as usize);
         assert!(
             (gpu[t] - want).abs() < 1e-4 * want.abs().max(1.0),
             "token {t}"

@@ -13,6 +13,7 @@ mod check;
 mod export;
 mod import;
 mod imported;
+mod stream;
 
 pub use check::{ChromeSummary, check};
 pub use export::{to_json, to_string};
@@ -21,6 +22,7 @@ pub use imported::{
     BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, PRODUCER,
     ThreadRow, process_label,
 };
+pub use stream::TraceStream;
 
 use super::event::Lane;
 

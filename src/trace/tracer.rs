@@ -32,6 +32,9 @@ pub struct Tracer {
 
 struct Inner {
     epoch: Instant,
+    /// Whether emitted events are kept for [`Tracer::events`] (a streaming tracer only hands
+    /// them to its subscribers, so a long job's memory does not grow with its events).
+    keeps: bool,
     next_flow_id: AtomicU64,
     state: Mutex<State>,
     /// Where every event also goes ([`Tracer::forwarding_to`]).
@@ -59,8 +62,19 @@ impl Tracer {
     /// A tracer of its own (recording, with its own subscribers) that also hands every event to
     /// `to`: a run keeps its events this way while they still reach the process's stream.
     pub fn forwarding_to(to: &Tracer) -> Self {
+        Self::with(to, true)
+    }
+
+    /// A tracer that hands every event to its subscribers (and `to`) and keeps none: what a job
+    /// served live without `--trace` uses, so its memory stays flat however long it runs.
+    pub fn streaming() -> Self {
+        Self::with(&Self::off(), false)
+    }
+
+    fn with(to: &Tracer, keeps: bool) -> Self {
         Self {
             inner: Some(Arc::new(Inner {
+                keeps,
                 epoch: process_epoch(),
                 next_flow_id: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
@@ -105,7 +119,9 @@ impl Tracer {
             inner.forward.emit_with(|| e.clone());
             let mut state = inner.lock();
             state.subscribers.retain(|tx| tx.send(e.clone()).is_ok());
-            state.events.push(e);
+            if inner.keeps {
+                state.events.push(e);
+            }
         }
     }
 
@@ -152,7 +168,8 @@ impl Tracer {
         rx
     }
 
-    /// A copy of everything recorded so far, in emission order.
+    /// A copy of everything recorded so far, in emission order (nothing for a
+    /// [`streaming`](Self::streaming) tracer).
     pub fn events(&self) -> Vec<Event> {
         self.inner
             .as_ref()

@@ -128,7 +128,8 @@ pub fn generate_on(
     seed: u64,
     samples: usize,
 ) -> Result<Vec<Vec<u8>>> {
-    check_samples(samples)?;
+    sampling.check()?;
+    check_request(prompt.len(), max_bytes, samples)?;
     let mut decoder = Decoder::new(client, device, &checkpoint.params, samples)?;
     let mut window = CachedWindow::default();
     let device_logits =
@@ -202,6 +203,33 @@ fn check_samples(samples: usize) -> Result<()> {
     Ok(())
 }
 
+/// The most bytes generation holds at once over all samples, prompts included: each held byte
+/// costs 5 bytes of host memory (the text as ids, and the output), so this is 320 MiB.
+pub const MAX_HELD_BYTES: usize = 1 << 26;
+
+/// The most bytes each of `samples` texts after a prompt of `prompt` bytes may draw: what keeps
+/// every text, prompt and all, within [`MAX_HELD_BYTES`] (0 when even the prompts do not fit).
+pub fn max_new_bytes(prompt: usize, samples: usize) -> usize {
+    (MAX_HELD_BYTES / samples.max(1)).saturating_sub(prompt.max(1))
+}
+
+/// Refuses a request whose texts would not fit [`MAX_HELD_BYTES`], before anything is
+/// allocated for it.
+fn check_request(prompt: usize, max_bytes: usize, samples: usize) -> Result<()> {
+    check_samples(samples)?;
+    let most = max_new_bytes(prompt, samples);
+    if max_bytes > most {
+        return Err(Error::InvalidArgument {
+            what: "generate",
+            reason: format!(
+                "{samples} texts of {max_bytes} bytes after a {prompt}-byte prompt are more than \
+                 the {MAX_HELD_BYTES} bytes generation holds at once: at most {most} bytes each"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `samples` texts after `prompt` (an empty one starts from a newline, as a document would, not
 /// printed), `max_bytes` each: every step `logits` gives each text's logits for its next byte,
 /// and sample `i` draws from them with its own generator, seeded `seed + i`.
@@ -214,7 +242,7 @@ fn sample_texts(
     mut logits: impl FnMut(&[Vec<u32>]) -> Result<Vec<Vec<f32>>>,
 ) -> Result<Vec<Vec<u8>>> {
     sampling.check()?;
-    check_samples(samples)?;
+    check_request(prompt.len(), max_bytes, samples)?;
     let mut start: Vec<u32> = prompt.iter().map(|&b| u32::from(b)).collect();
     if start.is_empty() {
         start.push(u32::from(b'\n'));

@@ -56,10 +56,12 @@
 //! every expert.
 
 pub mod compare;
+pub mod config_file;
 pub mod decoder;
 pub mod generate;
 pub mod params;
 pub mod reference;
+pub mod score;
 mod step_program;
 
 pub use params::{FfnIndex, LayerIndex};
@@ -106,17 +108,24 @@ pub struct TransformerConfig {
     pub experts: usize,
     /// `K`: 1 (Switch) or 2 (GShard).
     pub top_k: usize,
+    /// Optional in a file (1.25): [`config_file`] lists the optional fields and their defaults.
+    #[serde(default = "config_file::default_capacity_factor")]
     pub capacity_factor: f32,
+    #[serde(default = "config_file::default_normalize_gates")]
     pub normalize_gates: bool,
     /// α of the load-balancing loss.
+    #[serde(default = "config_file::default_aux_alpha")]
     pub aux_alpha: f32,
     /// β of the router z-loss.
+    #[serde(default)]
     pub z_loss: f32,
     /// The output head is the token embedding, transposed.
     pub tied: bool,
     /// LayerNorm's epsilon.
+    #[serde(default = "config_file::default_eps")]
     pub eps: f32,
-    /// Seeds [`TransformerParams::init`].
+    /// Seeds [`TransformerParams::init`] (and the order of training batches).
+    #[serde(default)]
     pub seed: u64,
 }
 
@@ -163,6 +172,10 @@ impl TransformerConfig {
 
 /// The most layers a config may have.
 pub const MAX_LAYERS: usize = 1024;
+
+/// The most parameters a config may have: 2^30, 4 GiB of f32 (a training run holds four such
+/// copies on the host).
+pub const MAX_PARAMS: usize = 1 << 30;
 
 impl TransformerConfig {
     /// Whether layer `l`'s FFN is an expert layer.
@@ -248,7 +261,8 @@ impl TransformerConfig {
             [VOCAB, d, 1],
             [t, d, 1],
             [d, d, 1],
-            [e, d, ff],
+            [1, d, ff],
+            [e, d, self.expert_width()],
             [d, VOCAB, 1],
         ];
         let fits = shapes.iter().all(|s| {
@@ -259,6 +273,18 @@ impl TransformerConfig {
         if !fits || self.layers > MAX_LAYERS {
             return Err(bad(format!(
                 "sizes too large (each tensor under 2^32 values, at most {MAX_LAYERS} layers): {self:?}"
+            )));
+        }
+        // Each tensor fits u32 and there are at most 11 per layer, so the sum cannot overflow.
+        let params: usize = self
+            .param_specs()
+            .iter()
+            .map(|s| s.shape.iter().product::<usize>())
+            .sum();
+        if params > MAX_PARAMS {
+            return Err(bad(format!(
+                "{params} parameters are more than the {MAX_PARAMS} a model may have (its f32 \
+                 weights, gradients and Adam's moments are held on the host): {self:?}"
             )));
         }
         Ok(())
@@ -327,9 +353,11 @@ impl StepModel for TransformerConfig {
         (windows, targets)
     }
 
-    /// Sequences of `T` bytes, `T` apart (at most `n`, spread evenly), so every validation byte
-    /// after the first of each document is scored once, with as much context as its position in
-    /// its sequence gives it.
+    /// Sequences of `T` bytes, `T` apart: at most `n`, the first of every `⌊available / n⌋`-th
+    /// (so with fewer than `2n` available, simply the first `n`). With every sequence picked,
+    /// each validation byte after the first of each document is scored once, with as much
+    /// context as its position in its sequence gives it, up to the last whole sequence
+    /// (`transformer::score` scores the bytes after it for `eval lm`).
     fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<(Vec<Window>, usize)> {
         let t = self.context;
         let all: Vec<(Vec<u32>, u32)> = valid.windows(t, t)?.collect();

@@ -93,3 +93,15 @@ pub fn report_losses(path: impl AsRef<std::path::Path>) -> Vec<f64> {
         .map(|l| l.as_f64().unwrap())
         .collect()
 }
+
+/// The cross-entropy (nats) of `target` under one row of logits, in f64 from the max.
+pub fn cross_entropy(row: &[f32], target: usize) -> f64 {
+    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = f64::from(m)
+        + row
+            .iter()
+            .map(|&v| f64::from(v - m).exp())
+            .sum::<f64>()
+            .ln();
+    lse - f64::from(row[target])
+}

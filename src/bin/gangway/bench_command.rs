@@ -148,6 +148,7 @@ pub fn bench_suites(
                 save_error = Some(e);
             }
             if let Some(result) = report.results.last() {
+                crate::live_command::bench_case(result);
                 let text = format!(
                     "[{index}/{total}] {} · {} · {adapter}: {}",
                     result.suite,

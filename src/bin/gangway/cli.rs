@@ -8,6 +8,12 @@ use gangway::device::{parse_backends, parse_virtual_devices};
 use gangway::pipeline::ScheduleKind;
 use std::path::PathBuf;
 
+// The live stream's flags and commands (`--live`, `watch`, `trace record`). The path is
+// explicit so that the fuzz target, which includes this file by path, finds it too.
+#[path = "cli/live.rs"]
+mod live;
+pub(crate) use live::{AttachArgs, LiveArgs, TraceSub, WatchArgs};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gangway",
@@ -21,6 +27,8 @@ pub(crate) struct Cli {
     /// chrome://tracing). Commands that dispatch nothing through the runtime write only the devices.
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) live: LiveArgs,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -100,6 +108,9 @@ pub(crate) enum Command {
     /// traces each device's kernels against transfers, each program's kernels per run,
     /// and the pipeline bubble.
     Trace(TraceArgs),
+    /// Watch a job served with `--live`, from a terminal: its step, loss, tokens/s, each device's
+    /// utilization and the events dropped, once a second; exits with the job's status when it ends.
+    Watch(WatchArgs),
     /// Sample text from a trained Transformer (`train lm`'s checkpoint or exported weights): on the
     /// first device against a key/value cache, or on the host with `--host`.
     Generate(GenerateArgs),
@@ -164,9 +175,13 @@ pub(crate) struct PlanArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct TraceArgs {
+    #[command(subcommand)]
+    pub(crate) record: Option<TraceSub>,
     /// The trace file.
-    pub(crate) file: PathBuf,
+    #[arg(required = true)]
+    pub(crate) file: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -386,6 +401,10 @@ pub(crate) struct TrainLmArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// The ids of the flags given on the command line (not defaulted), filled in by `main` from
+    /// clap's matches: with --init or --resume, a given flag is applied or reported as ignored.
+    #[arg(skip)]
+    pub(crate) given: Vec<String>,
 }
 
 /// How an MoE model routes when it is scored (`eval lm`, and training's validation).
@@ -417,9 +436,15 @@ pub(crate) struct EvalLmArgs {
     /// Sequences per batch.
     #[arg(long, default_value_t = 8)]
     pub(crate) batch: usize,
-    /// Score at most this many sequences of the model's context, spread over the file.
+    /// Score at most this many sequences of the model's context, spread over the file (all of
+    /// them when the file holds no more; then every byte after the first is scored).
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_sequences: usize,
+    /// Score whole sequences only, leaving out the bytes after the last one (fewer than the
+    /// context), as gangway did before; by default a last window ending at the file's end scores
+    /// them.
+    #[arg(long)]
+    pub(crate) whole_windows: bool,
     #[command(flatten)]
     pub(crate) eval_capacity: EvalCapacityArg,
     /// Print JSON instead of text.
@@ -432,8 +457,12 @@ pub(crate) struct GenerateArgs {
     /// A `train lm` checkpoint or exported weights.
     #[arg(long)]
     pub(crate) checkpoint: PathBuf,
-    #[arg(long, default_value = "")]
+    /// The text to continue (an empty prompt starts the model after a newline).
+    #[arg(long, default_value = "", conflicts_with = "prompt_file")]
     pub(crate) prompt: String,
+    /// Read the prompt's bytes from this file, as they are: any bytes, UTF-8 or not.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) prompt_file: Option<PathBuf>,
     /// 0 takes the most likely byte each time.
     #[arg(long, default_value_t = 0.8)]
     pub(crate) temperature: f32,
@@ -444,6 +473,8 @@ pub(crate) struct GenerateArgs {
     /// (after --top-k) [default: 1].
     #[arg(long, value_name = "P")]
     pub(crate) top_p: Option<f32>,
+    /// Bytes to draw after the prompt, for each sample (at most what keeps every sample's text
+    /// within 64 MiB in all; more is refused, naming the most).
     #[arg(long, default_value_t = 200)]
     pub(crate) max_bytes: usize,
     /// Texts to draw after the prompt, sample i with seed --seed + i, each printed under a

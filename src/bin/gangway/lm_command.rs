@@ -12,11 +12,11 @@ use crate::{
     corpus_of, finish_training, first_devices, print_groups, progress, write_json, write_out,
 };
 use anyhow::{Context, Result, bail};
-use gangway::data::{Corpus, Document};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
-use gangway::train::{Progress, TrainOptions, evaluate, resume, train};
+use gangway::train::{Progress, TrainOptions, resume, train};
 use gangway::transformer::generate::{Sampling, generate_on, generate_samples};
+use gangway::transformer::score::score_text;
 use gangway::transformer::{
     TransformerCheckpoint, TransformerConfig, TransformerParams, TransformerTrainer,
 };
@@ -24,13 +24,25 @@ use std::io::Write;
 
 impl TransformerArgs {
     fn config(&self) -> Result<TransformerConfig> {
+        self.check_arch()?;
+        let config = self.unchecked_config();
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn check_arch(&self) -> Result<()> {
         if self.arch == ArchArg::Window {
             bail!(
                 "the context-window MLP trains with `gangway train moe`; `train lm` trains the \
                  Transformer (--arch transformer)"
             );
         }
-        let config = TransformerConfig {
+        Ok(())
+    }
+
+    /// The configuration the flags say, not validated (to compare with a file's).
+    fn unchecked_config(&self) -> TransformerConfig {
+        TransformerConfig {
             context: self.context,
             model: self.d_model,
             heads: self.heads,
@@ -50,29 +62,140 @@ impl TransformerArgs {
             tied: self.tied,
             seed: self.seed,
             ..TransformerConfig::default()
-        };
-        config.validate()?;
-        Ok(config)
+        }
     }
+
+    /// `file` with the training settings given on the command line (`given`: clap ids) in place
+    /// of its own (the capacity factor's `dropless` made E/K for the file's E and K).
+    fn training_settings(&self, file: &TransformerConfig, given: &[String]) -> TransformerConfig {
+        let given = |id: &str| given.iter().any(|g| g == id);
+        let mut c = *file;
+        if given("capacity_factor") {
+            c.capacity_factor =
+                crate::cli::capacity_factor(self.capacity_factor, c.experts, c.top_k);
+        }
+        if given("aux_alpha") {
+            c.aux_alpha = self.aux_alpha;
+        }
+        if given("z_loss") {
+            c.z_loss = self.z_loss;
+        }
+        if given("seed") {
+            c.seed = self.seed;
+        }
+        c
+    }
+}
+
+/// The flags of a model's training settings (the rest of [`TransformerArgs`]' model flags are
+/// its sizes): given beside `--init`, they apply to the weights given.
+const TRAINING_FLAGS: &[&str] = &["capacity_factor", "aux_alpha", "z_loss", "seed"];
+
+/// Each model flag's clap id with the value `c` has for it.
+fn flag_values(c: &TransformerConfig) -> [(&'static str, String); 14] {
+    [
+        ("layers", c.layers.to_string()),
+        ("d_model", c.model.to_string()),
+        ("heads", c.heads.to_string()),
+        ("context", c.context.to_string()),
+        ("hidden", c.hidden.to_string()),
+        ("expert_hidden", c.expert_hidden.to_string()),
+        ("moe_every", c.moe_every.to_string()),
+        ("experts", c.experts.to_string()),
+        ("top_k", c.top_k.to_string()),
+        ("tied", c.tied.to_string()),
+        ("capacity_factor", c.capacity_factor.to_string()),
+        ("aux_alpha", c.aux_alpha.to_string()),
+        ("z_loss", c.z_loss.to_string()),
+        ("seed", c.seed.to_string()),
+    ]
+}
+
+/// The flag as typed, from its clap id.
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+/// `(flag, value, file's)` for each flag whose value in `new` differs from `file`'s, among
+/// the flags `pick` keeps.
+fn differences(
+    new: &TransformerConfig,
+    file: &TransformerConfig,
+    pick: impl Fn(&str) -> bool,
+) -> Vec<(String, String, String)> {
+    flag_values(new)
+        .into_iter()
+        .zip(flag_values(file))
+        .filter(|((id, value), (_, was))| pick(id) && value != was)
+        .map(|((id, value), (_, was))| (flag(id), value, was))
+        .collect()
+}
+
+/// One line for each model flag given on the command line (not in `keep`) whose value differs
+/// from `file`'s: `ignored: --layers 4, the file has 2`. The capacity factor is compared as
+/// the file's E and K make it.
+fn given_model_flags(args: &TrainLmArgs, file: &TransformerConfig, keep: &[&str]) -> Vec<String> {
+    let mut flags = args.model.unchecked_config();
+    flags.capacity_factor =
+        crate::cli::capacity_factor(args.model.capacity_factor, file.experts, file.top_k);
+    let given = |id: &str| !keep.contains(&id) && args.given.iter().any(|g| g == id);
+    differences(&flags, file, given)
+        .into_iter()
+        .map(|(flag, value, was)| format!("ignored: {flag} {value}, the file has {was}"))
+        .collect()
 }
 
 pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let devices = &crate::mesh_of(runtime, args.devices, args.mesh.as_deref())?;
     let corpus = corpus_of(&args.corpus)?;
     let client = runtime.client("train lm", 1);
+    args.model.check_arch()?;
     let (start, checkpoint) = match (&args.resume, &args.init) {
         (Some(path), _) => {
             let checkpoint = TransformerCheckpoint::load(path)?;
             eprintln!("resuming after step {}", checkpoint.step());
+            let file = *checkpoint.config();
+            let mut ignored = given_model_flags(args, &file, &[]);
+            if let Some(state) = &checkpoint.train {
+                let given = |id: &str| args.given.iter().any(|g| g == id);
+                if given("lr") && args.lr != state.adam.lr {
+                    ignored.push(format!(
+                        "ignored: --lr {}, the file has {}",
+                        args.lr, state.adam.lr
+                    ));
+                }
+                if let Some(groups) = args.groups.filter(|&g| g != state.groups) {
+                    ignored.push(format!(
+                        "ignored: --groups {groups}, the file has {}",
+                        state.groups
+                    ));
+                }
+            }
+            for line in ignored {
+                eprintln!("{line} ({} continues with its own)", path.display());
+            }
             (checkpoint.params.clone(), Some(checkpoint))
         }
         (None, Some(path)) => {
             let config = args.config.as_deref().map(config_file).transpose()?;
-            let weights = TransformerCheckpoint::load_with(path, config)?;
+            let mut weights = TransformerCheckpoint::load_with(path, config)?;
             eprintln!(
                 "starting from the weights in {}, with fresh optimizer state",
                 path.display()
             );
+            // Sizes are the weights'; how to train them is the command line's where it says.
+            let file = weights.params.config;
+            let applied = args.model.training_settings(&file, &args.given);
+            for line in given_model_flags(args, &file, TRAINING_FLAGS) {
+                eprintln!("{line} (the weights' own size is kept)");
+            }
+            for (flag, value, was) in
+                differences(&applied, &file, |id| TRAINING_FLAGS.contains(&id))
+            {
+                eprintln!("{flag} {value}: applied (the file's setting was {was})");
+            }
+            applied.validate()?;
+            weights.params.config = applied;
             (weights.params, None)
         }
         (None, None) => (TransformerParams::init(args.model.config()?)?, None),
@@ -114,6 +237,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     };
     let pb = progress::bar(u64::from(args.steps));
     let show = |p: &Progress| {
+        crate::live_command::training_step(p, args.lr);
         pb.set_position(u64::from(p.step));
         pb.set_message(format!(
             "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
@@ -168,8 +292,12 @@ struct EvalReport {
     sequences: usize,
     sequences_picked: usize,
     sequences_scored: usize,
-    /// Bytes predicted and scored.
+    /// Bytes predicted and scored: every byte after the first, unless --whole-windows or
+    /// --max-sequences left some out.
     bytes_scored: usize,
+    /// Of those, the bytes after the last whole sequence, scored by a window ending at the
+    /// file's end (0 with --whole-windows).
+    tail_bytes: usize,
     /// The capacity factor the expert layers scored with (the model's, or --eval-capacity's).
     capacity_factor: f32,
     /// Of the router choices of the bytes scored, the share that capacity dropped; absent for a
@@ -181,15 +309,16 @@ struct EvalReport {
 }
 
 pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
+    if args.max_sequences == 0 {
+        bail!("--max-sequences must be at least 1: it is the most sequences of the file scored");
+    }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1: it is the sequences scored together");
+    }
     let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
     let bytes =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let len = bytes.len();
-    let corpus = Corpus::from_documents(vec![Document::new(
-        "eval",
-        args.file.display().to_string(),
-        bytes,
-    )]);
     let context = checkpoint.config().context;
     let devices = &runtime.mesh()[..1];
     let client = runtime.client("eval lm", 1);
@@ -198,15 +327,24 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
     let c = params.config;
     let mut trainer = TransformerTrainer::new(&client, devices, params, adam, 1)?;
     trainer.set_eval_capacity(args.eval_capacity.factor(c.experts, c.top_k))?;
-    let eval = evaluate(&trainer, &corpus, args.max_sequences, args.batch)?;
+    let name = args.file.display().to_string();
+    let score = score_text(
+        &trainer,
+        (&name, &bytes),
+        args.max_sequences,
+        args.batch,
+        args.whole_windows,
+    )?;
+    let eval = score.evaluation;
     let report = EvalReport {
-        file: args.file.display().to_string(),
+        file: name,
         bytes: len,
         context,
         sequences: eval.available,
         sequences_picked: eval.picked,
         sequences_scored: eval.scored,
         bytes_scored: eval.bytes,
+        tail_bytes: score.tail_bytes,
         capacity_factor: trainer.eval_capacity().unwrap_or(c.capacity_factor),
         dropped_fraction: eval.dropped_fraction,
         nats_per_byte: eval.bits_per_byte * std::f64::consts::LN_2,
@@ -215,8 +353,12 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        let tail = match report.tail_bytes {
+            0 => String::new(),
+            n => format!(" and the last {n} bytes by a window ending at the file's end"),
+        };
         println!(
-            "{}: {:.4} nats per byte, {:.4} bits per byte ({} bytes scored in {} sequences, \
+            "{}: {:.4} nats per byte, {:.4} bits per byte ({} bytes scored in {} sequences{tail}, \
              context {context})",
             report.file,
             report.nats_per_byte,
@@ -242,16 +384,33 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
 }
 
 /// `generate`: on the runtime's first device (the samples decoded together against a
-/// key/value cache), or with `runtime` `None` (`--host`) by the plain-Rust reference.
+/// key/value cache), or with `runtime` `None` (`--host`) by the plain-Rust reference. A request
+/// past what generation holds is refused before the model loads, naming the flags; a batch of
+/// samples too large for the device is refused naming `--samples`.
 pub(crate) fn generate_text(runtime: Option<&Runtime>, args: &GenerateArgs) -> Result<()> {
+    use gangway::transformer::generate::{MAX_HELD_BYTES, max_new_bytes};
+    let prompt = match &args.prompt_file {
+        Some(path) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+        None => args.prompt.as_bytes().to_vec(),
+    };
+    let (bytes, seed, samples) = (args.max_bytes, args.seed, args.samples);
+    if samples == 0 {
+        bail!("--samples must be at least 1");
+    }
+    let most = max_new_bytes(prompt.len(), samples);
+    if bytes > most {
+        bail!(
+            "--max-bytes {bytes} with --samples {samples}: generation holds at most \
+             {MAX_HELD_BYTES} bytes of text at once, prompts included, so at most {most} bytes \
+             a sample (fewer samples, or a shorter prompt, allow more)"
+        );
+    }
     let checkpoint = TransformerCheckpoint::load(&args.checkpoint)?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
     };
-    let prompt = args.prompt.as_bytes();
-    let (bytes, seed, samples) = (args.max_bytes, args.seed, args.samples);
     let texts = match runtime {
         Some(runtime) => {
             let client = runtime.client("generate", 1);
@@ -259,21 +418,33 @@ pub(crate) fn generate_text(runtime: Option<&Runtime>, args: &GenerateArgs) -> R
             generate_on(
                 (&client, device),
                 &checkpoint,
-                prompt,
+                &prompt,
                 bytes,
                 sampling,
                 seed,
                 samples,
-            )?
+            )
+            .map_err(|e| match e {
+                // The decoder's buffers grow with the samples decoded together.
+                gangway::Error::LimitExceeded { .. } | gangway::Error::MemoryBudget { .. }
+                    if samples > 1 =>
+                {
+                    anyhow::anyhow!(
+                        "--samples {samples}: the samples are decoded together, and their \
+                         buffers do not fit the device ({e}); ask for fewer"
+                    )
+                }
+                e => e.into(),
+            })?
         }
-        None => generate_samples(&checkpoint, prompt, bytes, sampling, seed, samples)?,
+        None => generate_samples(&checkpoint, &prompt, bytes, sampling, seed, samples)?,
     };
     let mut stdout = std::io::stdout().lock();
     for (i, out) in texts.iter().enumerate() {
         if texts.len() > 1 {
             writeln!(stdout, "[sample {i}]")?;
         }
-        stdout.write_all(args.prompt.as_bytes())?;
+        stdout.write_all(&prompt)?;
         stdout.write_all(out)?;
         stdout.write_all(b"\n")?;
     }
@@ -297,7 +468,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<()> {
 fn config_file(path: &std::path::Path) -> Result<TransformerConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text)
+    TransformerConfig::from_json(&text)
         .with_context(|| format!("{} is not a Transformer configuration", path.display()))
 }
 

@@ -44,6 +44,7 @@ use bench_command::{bench_compare, bench_suites};
 
 mod cli;
 use cli::*;
+mod live_command;
 mod lm_command;
 mod pipeline_command;
 use pipeline_command::pipeline;
@@ -51,6 +52,7 @@ mod plan_command;
 mod progress;
 mod settings;
 mod trace_command;
+mod trace_file;
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
@@ -99,7 +101,10 @@ fn main() -> std::process::ExitCode {
     quiet_on_closed_stdout();
     let command = Cli::command();
     let matches = command.clone().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::Train(TrainCommand::Lm(args)) = &mut cli.command {
+        args.given = given_flags(&matches);
+    }
     let job = match Job::from_env() {
         Ok(job) => job,
         Err(e) => {
@@ -121,7 +126,16 @@ fn main() -> std::process::ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|()| run(cli, &job))
         .and_then(|()| Ok(job.finish()?));
+    live_command::finish(&result, || match &result {
+        Err(e) => one_line(e),
+        Ok(()) => String::new(),
+    });
     match result {
+        // `gangway watch` ends with the job's own status.
+        Err(e) if e.downcast_ref::<WatchedExit>().is_some() => {
+            let code = e.downcast_ref::<WatchedExit>().map_or(1, |w| w.0);
+            std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if job.size() > 1 => job.abort(&format!(
             "gangway rank {} ({}): error: {}",
@@ -134,6 +148,26 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The ids of the innermost subcommand's flags that the command line (or the environment) gave,
+/// as opposed to clap's defaults.
+fn given_flags(matches: &clap::ArgMatches) -> Vec<String> {
+    let mut m = matches;
+    while let Some((_, sub)) = m.subcommand() {
+        m = sub;
+    }
+    m.ids()
+        .filter(|id| {
+            matches!(
+                m.value_source(id.as_str()),
+                Some(
+                    clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable
+                )
+            )
+        })
+        .map(|id| id.as_str().to_owned())
+        .collect()
 }
 
 /// A panic on any thread of a rank ends the whole job at once, with one line naming the rank:
@@ -194,12 +228,38 @@ fn one_line(e: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
+/// The exit code of the job `gangway watch` watched, when not 0.
+#[derive(Debug)]
+struct WatchedExit(i32);
+
+impl std::fmt::Display for WatchedExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the watched job ended with exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for WatchedExit {}
+
 fn run(cli: Cli, job: &Job) -> Result<()> {
-    let tracer = if cli.trace.is_some() {
-        Tracer::new()
-    } else {
-        Tracer::off()
+    // `--trace` keeps every event for the file; `--live` alone only streams them.
+    let tracer = match (&cli.trace, &cli.live.live) {
+        (Some(_), _) => Tracer::new(),
+        (None, Some(_)) => Tracer::streaming(),
+        (None, None) => Tracer::off(),
     };
+    live_command::serve(&cli.live, &tracer, job)?;
+    // Rank 0 writes the file; a pipeline writes its own view at the end (its stages, not the
+    // devices), so it is not streamed.
+    let streamed = cli
+        .trace
+        .as_deref()
+        .filter(|_| prints() && !matches!(cli.command, Command::Pipeline(_)));
+    if let Some(path) = streamed {
+        trace_file::start(path, &tracer)?;
+    }
+    if streamed.is_some() || cli.live.live.is_some() {
+        trace_file::on_interrupt();
+    }
     let mut names: Vec<Track> = Vec::new();
     let mut discover = || -> Result<Vec<Device>> {
         let found = cli.devices.discover()?;
@@ -207,6 +267,8 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             .iter()
             .map(|d| Track::device(d.id(), d.label()))
             .collect();
+        live_command::set_devices(&found, &names, job);
+        trace_file::set_tracks(&names);
         Ok(found)
     };
     // The commands that run work: the process's one runtime over every device found (and the
@@ -268,7 +330,15 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             lm_command::btm_lm(&runtime(&tracer)?, args)?
         }
         Command::Eval(EvalCommand::Btm(args)) => eval_btm(&runtime(&tracer)?, &args.btm)?,
+        Command::Trace(TraceArgs {
+            record: Some(TraceSub::Record { attach, out, force }),
+            ..
+        }) => live_command::record(attach, out, *force)?,
         Command::Trace(args) => trace_command::trace(args)?,
+        Command::Watch(args) => match live_command::watch(args)? {
+            0 => {}
+            code => return Err(WatchedExit(code).into()),
+        },
         Command::Plan(args) => plan_command::plan(args)?,
         Command::Pipeline(args) => {
             // A run's trace is the pipeline's view (stages, F/B/W), written by `pipeline`.
@@ -280,6 +350,8 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             names = pipeline(args, runtime.as_ref(), &tracer)?;
         }
     }
+    // The streamed file is closed whole before the export replaces it.
+    trace_file::stop();
     if let Some(path) = &cli.trace {
         let events = tracer.take_events();
         // Under mpirun every rank's events, on rank 0's clock, one process per (rank, device);
@@ -382,6 +454,7 @@ fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
     };
     let pb = progress::bar(u64::from(args.steps));
     let show = |p: &gangway::train::Progress| {
+        crate::live_command::training_step(p, args.lr);
         pb.set_position(u64::from(p.step));
         pb.set_message(format!(
             "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%  expert spread (cv) {:.2}",

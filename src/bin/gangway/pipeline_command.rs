@@ -94,6 +94,10 @@ fn pipeline_run(args: &PipelineArgs, runtime: &Runtime, tracer: &Tracer) -> Resu
     println!("simulated with this run's op times:");
     print!("{}", report.simulated.timeline(args.width));
     let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
+    crate::live_command::metric(gangway::live::Metric::now(
+        "pipeline/bubble",
+        report.measured_bubble,
+    ));
     println!(
         "bubble: {:.1}% measured, {:.1}% simulated, {} textbook",
         report.measured_bubble * 100.0,

@@ -1,5 +1,5 @@
 //! `gangway trace FILE [--json]`: a Chrome trace summed up ([`TraceSummary`]) as text, or as
-//! JSON for scripts.
+//! JSON for scripts. (`gangway trace record`, saving a live job's stream, is `live_command`'s.)
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -12,12 +12,14 @@ use gangway::trace::summary::TraceSummary;
 use crate::cli::TraceArgs;
 
 pub(crate) fn trace(args: &TraceArgs) -> Result<()> {
+    let Some(file) = &args.file else {
+        anyhow::bail!("gangway trace needs a trace file, or `record ADDR --out FILE`");
+    };
     let t0 = Instant::now();
-    let bytes = std::fs::read(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let trace = chrome::read(&bytes)
         .map_err(anyhow::Error::msg)
-        .with_context(|| args.file.display().to_string())?;
+        .with_context(|| file.display().to_string())?;
     let summary = TraceSummary::of(&trace, args.top);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -26,7 +28,7 @@ pub(crate) fn trace(args: &TraceArgs) -> Result<()> {
     }
     eprintln!(
         "read {} in {:.2} s",
-        args.file.display(),
+        file.display(),
         t0.elapsed().as_secs_f64()
     );
     Ok(())

@@ -52,7 +52,7 @@ struct Trace<'a> {
 
 /// Who wrote the trace; [`PRODUCER`] makes it gangway's dialect.
 #[derive(Serialize)]
-struct OtherData {
+pub(super) struct OtherData {
     producer: &'static str,
     version: &'static str,
 }
@@ -60,7 +60,7 @@ struct OtherData {
 /// One trace event of the format.
 #[derive(Serialize)]
 #[serde(untagged)]
-enum Element<'a> {
+pub(super) enum Element<'a> {
     Metadata {
         ph: &'static str,
         name: &'static str,
@@ -101,7 +101,7 @@ enum Element<'a> {
 
 #[derive(Serialize)]
 #[serde(untagged)]
-enum MetadataArgs {
+pub(super) enum MetadataArgs {
     Process { name: String, track: TrackArgs },
     Name { name: String },
     SortIndex { sort_index: u64 },
@@ -109,7 +109,7 @@ enum MetadataArgs {
 
 /// A process's [`Track`] beside its name: what it is, as the import reads it back.
 #[derive(Serialize)]
-struct TrackArgs {
+pub(super) struct TrackArgs {
     kind: TrackKind,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     stages: Vec<usize>,
@@ -118,7 +118,7 @@ struct TrackArgs {
 }
 
 #[derive(Serialize)]
-struct SliceArgs {
+pub(super) struct SliceArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     program: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,7 +132,7 @@ struct SliceArgs {
 }
 
 #[derive(Serialize)]
-struct CounterArgs {
+pub(super) struct CounterArgs {
     #[serde(rename = "busy %")]
     busy_percent: f64,
 }
@@ -150,27 +150,7 @@ impl<'a> Trace<'a> {
                 .find(|t| t.id == device)
                 .cloned()
                 .unwrap_or_else(|| Track::unnamed(device));
-            out.push(metadata(
-                device,
-                None,
-                "process_name",
-                MetadataArgs::Process {
-                    name: track.label,
-                    track: TrackArgs {
-                        kind: track.kind,
-                        stages: track.stages,
-                        rank: track.rank,
-                    },
-                },
-            ));
-            out.push(metadata(
-                device,
-                None,
-                "process_sort_index",
-                MetadataArgs::SortIndex {
-                    sort_index: device as u64,
-                },
-            ));
+            out.extend(process(track));
         }
 
         let threads: BTreeSet<(usize, Lane, usize)> = events
@@ -179,25 +159,7 @@ impl<'a> Trace<'a> {
             .map(|(e, &slot)| (e.device, e.lane, slot))
             .collect();
         for (device, lane, slot) in threads {
-            let tid = thread_id(lane, slot);
-            let name = match slot {
-                0 => lane.name().to_string(),
-                k => format!("{} (overlap {k})", lane.name()),
-            };
-            // Overflow threads sort right after their lane's own thread.
-            let sort_index = thread_id(lane, 0) * 1_000_000 + slot as u64;
-            out.push(metadata(
-                device,
-                Some(tid),
-                "thread_name",
-                MetadataArgs::Name { name },
-            ));
-            out.push(metadata(
-                device,
-                Some(tid),
-                "thread_sort_index",
-                MetadataArgs::SortIndex { sort_index },
-            ));
+            out.extend(thread(device, lane, slot));
         }
 
         // Slices before flows: viewers bind a flow to the slice open on its thread at its time.
@@ -213,13 +175,71 @@ impl<'a> Trace<'a> {
         out.extend(flows(events, &slots));
         out.extend(counters(events, &devices));
         Trace {
-            other_data: OtherData {
-                producer: PRODUCER,
-                version: env!("CARGO_PKG_VERSION"),
-            },
+            other_data: other_data(),
             trace_events: out,
             display_time_unit: "ms",
         }
+    }
+}
+
+/// A process's two metadata events: its name and [`Track`], and its sort index.
+pub(super) fn process(track: Track) -> [Element<'static>; 2] {
+    let device = track.id;
+    [
+        metadata(
+            device,
+            None,
+            "process_name",
+            MetadataArgs::Process {
+                name: track.label,
+                track: TrackArgs {
+                    kind: track.kind,
+                    stages: track.stages,
+                    rank: track.rank,
+                },
+            },
+        ),
+        metadata(
+            device,
+            None,
+            "process_sort_index",
+            MetadataArgs::SortIndex {
+                sort_index: device as u64,
+            },
+        ),
+    ]
+}
+
+/// A thread's two metadata events: the lane's name (with its overflow slot) and its sort index.
+pub(super) fn thread(device: usize, lane: Lane, slot: usize) -> [Element<'static>; 2] {
+    let tid = thread_id(lane, slot);
+    let name = match slot {
+        0 => lane.name().to_string(),
+        k => format!("{} (overlap {k})", lane.name()),
+    };
+    // Overflow threads sort right after their lane's own thread.
+    let sort_index = thread_id(lane, 0) * 1_000_000 + slot as u64;
+    [
+        metadata(
+            device,
+            Some(tid),
+            "thread_name",
+            MetadataArgs::Name { name },
+        ),
+        metadata(
+            device,
+            Some(tid),
+            "thread_sort_index",
+            MetadataArgs::SortIndex { sort_index },
+        ),
+    ]
+}
+
+/// gangway's marker, as the import reads it.
+pub(super) fn other_data() -> OtherData {
+    OtherData {
+        producer: PRODUCER,
+        version: env!("CARGO_PKG_VERSION"),
     }
 }
 
@@ -228,7 +248,7 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1_000.0
 }
 
-fn metadata(
+pub(super) fn metadata(
     pid: usize,
     tid: Option<u64>,
     name: &'static str,
@@ -285,7 +305,7 @@ fn assign_slots(events: &[Event]) -> Vec<usize> {
     slots
 }
 
-fn complete(e: &Event, slot: usize) -> Element<'_> {
+pub(super) fn complete(e: &Event, slot: usize) -> Element<'_> {
     Element::Complete {
         ph: "X",
         name: &e.name,
@@ -325,7 +345,7 @@ fn flows(events: &[Event], slots: &[usize]) -> Vec<Element<'static>> {
     out
 }
 
-fn flow_point(id: u64, ph: &'static str, e: &Event, slot: usize) -> Element<'static> {
+pub(super) fn flow_point(id: u64, ph: &'static str, e: &Event, slot: usize) -> Element<'static> {
     let anchor = e.start_ns + u64::from(e.duration_ns() >= 2);
     Element::FlowPoint {
         ph,

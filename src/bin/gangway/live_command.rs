@@ -1,0 +1,328 @@
+//! Live jobs: `--live ADDR` serves this process's trace events, metrics and end over TCP
+//! ([`gangway::live::LiveServer`]: the job never waits on a client), and the commands that
+//! attach through the one library client ([`gangway::live::LiveClient`]): `gangway watch` (a
+//! terminal view, once a second) and `gangway trace record` (the stream saved as a trace).
+//!
+//! The process's server is one global ([`SERVER`]), so that every command's progress callback
+//! can publish its metrics ([`metric`]) without threading it through; with no `--live` each call
+//! is one atomic load. Under `mpirun` rank 0 serves its own devices' events and the job's
+//! metrics; the other ranks do not forward theirs yet (their devices are in the hello, their
+//! events are in the `--trace` file gathered at the end).
+
+use crate::cli::{AttachArgs, LiveArgs, WatchArgs};
+use anyhow::{Context, Result, bail};
+use gangway::live::{
+    End, EndStatus, Hello, LiveClient, LiveDevice, LiveServer, Metric, Record, Recording,
+    ServeOptions,
+};
+use gangway::trace::{Event, Tracer, Track};
+use gangway::{Device, Job};
+use std::collections::BTreeMap;
+use std::net::ToSocketAddrs;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// This process's server, when it serves (`--live`).
+static SERVER: OnceLock<LiveServer> = OnceLock::new();
+
+/// Whether this process serves live.
+pub(crate) fn serving() -> bool {
+    SERVER.get().is_some()
+}
+
+/// Starts serving at `args.live` (rank 0 of a job, or the only process), streaming `tracer`'s
+/// events; the first line on stderr names the bound address (and a token made for a
+/// non-loopback address). Nothing happens without `--live`.
+pub(crate) fn serve(args: &LiveArgs, tracer: &Tracer, job: &Job) -> Result<()> {
+    let Some(addr) = &args.live else {
+        return Ok(());
+    };
+    if !job.is_root() {
+        return Ok(());
+    }
+    let loopback = addr
+        .to_socket_addrs()
+        .with_context(|| format!("--live {addr}: not an address"))?
+        .all(|a| a.ip().is_loopback());
+    let made = (!loopback && args.live_token.is_none()).then(gangway::live::generate_token);
+    let token = args.live_token.clone().or(made.clone());
+    let mut hello = Hello::for_this_process();
+    hello.ranks = job.size();
+    let options = ServeOptions {
+        token,
+        ..ServeOptions::default()
+    };
+    let server = LiveServer::bind(addr.as_str(), options, hello)
+        .with_context(|| format!("--live {addr}"))?;
+    std::eprintln!("live: serving this job at {}", server.local_addr());
+    if let Some(token) = made {
+        std::eprintln!("live: clients need the token {token} (--token, or GANGWAY_LIVE_TOKEN)");
+    }
+    server.attach_tracer(job.rank(), tracer)?;
+    let _ = SERVER.set(server);
+    Ok(())
+}
+
+/// Tells clients that attach from now on which devices the job runs on.
+pub(crate) fn set_devices(devices: &[Device], tracks: &[Track], job: &Job) {
+    let Some(server) = SERVER.get() else {
+        return;
+    };
+    let mut hello = Hello::for_this_process();
+    hello.ranks = job.size();
+    hello.hosts = vec![job.host()];
+    hello.devices = devices
+        .iter()
+        .zip(tracks)
+        .map(|(d, track)| LiveDevice {
+            id: d.id(),
+            rank: job.rank(),
+            host: job.host(),
+            adapter: d.info().name.clone(),
+            backend: d.info().backend.clone(),
+            track: track.clone(),
+        })
+        .collect();
+    if let Err(e) = server.update_hello(hello) {
+        std::eprintln!("live: the hello could not be updated: {e}");
+    }
+}
+
+/// Streams `metric` to the clients, when serving.
+pub(crate) fn metric(metric: Metric) {
+    if let Some(server) = SERVER.get() {
+        server.publish_metric(metric);
+    }
+}
+
+/// The training metrics of one step: loss and its parts, tokens/s, the learning rate, the
+/// dropped fraction, each expert's load, and validation when the step evaluated.
+pub(crate) fn training_step(p: &gangway::train::Progress, lr: f32) {
+    if !serving() {
+        return;
+    }
+    let s = &p.stats;
+    let step = u64::from(s.step);
+    for (name, value) in [
+        ("train/loss", s.loss),
+        ("train/ce", s.ce),
+        ("train/aux_loss", s.aux),
+        ("train/z_loss", s.z),
+        ("train/tokens_per_s", p.tokens_per_s),
+        ("train/lr", f64::from(lr)),
+        ("train/dropped_fraction", s.dropped_fraction),
+        ("train/step_seconds", s.seconds),
+    ] {
+        metric(Metric::now(name, value).at_step(step));
+    }
+    for (e, &load) in s.tokens_per_expert.iter().enumerate() {
+        metric(
+            Metric::now("train/expert_load", load as f64)
+                .at_step(step)
+                .label("expert", e.to_string()),
+        );
+    }
+    if let Some(bpb) = p.valid_bpb {
+        metric(Metric::now("train/valid_bpb", bpb).at_step(step));
+    }
+}
+
+/// One finished bench case: its median seconds (labelled by suite, case and adapter index), or
+/// nothing for a case that did not run.
+pub(crate) fn bench_case(result: &gangway::bench::report::CaseResult) {
+    let Some(stats) = &result.stats else {
+        return;
+    };
+    metric(
+        Metric::now("bench/median_s", stats.median_s)
+            .label("suite", result.suite.clone())
+            .label("case", result.case.clone())
+            .label("adapter", result.adapter.to_string()),
+    );
+}
+
+/// Sends the end (the exit code and the error, if any) and lets the clients drain.
+pub(crate) fn finish(result: &Result<()>, error_line: impl FnOnce() -> String) {
+    let Some(server) = SERVER.get() else {
+        return;
+    };
+    let end = match result {
+        Ok(()) => End::ok(),
+        Err(_) => End::error(1, error_line()),
+    };
+    server.finish(end);
+}
+
+/// Ctrl-C: the end a client gets says so (exit code 130).
+pub(crate) fn interrupted() {
+    if let Some(server) = SERVER.get() {
+        server.finish(End::error(130, "interrupted (Ctrl-C)"));
+    }
+}
+
+fn connect(args: &AttachArgs) -> Result<LiveClient> {
+    LiveClient::connect(
+        args.addr.as_str(),
+        args.token.as_deref(),
+        Duration::from_secs(args.connect_timeout.max(1)),
+    )
+    .with_context(|| format!("attaching to {}", args.addr))
+}
+
+/// `gangway trace record ADDR --out FILE`: every record until the job ends (or the connection
+/// closes), written as a Chrome trace.
+pub(crate) fn record(args: &AttachArgs, out: &Path, force: bool) -> Result<()> {
+    if out.exists() && !force {
+        bail!("{} exists: pass --force to replace it", out.display());
+    }
+    let mut client = connect(args)?;
+    let mut recording = Recording::new(client.hello().clone());
+    std::eprintln!("recording {} into {}", args.addr, out.display());
+    let result = client.record_until_end(&mut recording);
+    gangway::fsutil::write_atomic(out, recording.to_chrome_trace().as_bytes())
+        .with_context(|| format!("writing {}", out.display()))?;
+    std::eprintln!(
+        "wrote {} events and {} metrics to {} ({} events dropped by the job for this client){}",
+        recording.events.len(),
+        recording.metrics.len(),
+        out.display(),
+        recording.dropped_events,
+        match &recording.end {
+            Some(end) => format!("; the job ended: {}", describe(end)),
+            None => "; the connection closed before the job's end".into(),
+        }
+    );
+    result.with_context(|| format!("reading {}", args.addr))?;
+    Ok(())
+}
+
+fn describe(end: &End) -> String {
+    match (end.status, &end.error) {
+        (EndStatus::Ok, _) => "ok".into(),
+        (EndStatus::Error, Some(e)) => format!("error (exit {}): {e}", end.exit_code),
+        (EndStatus::Error, None) => format!("error (exit {})", end.exit_code),
+    }
+}
+
+/// What `watch` shows: the latest metrics and each device's busy time in the last second.
+struct Snapshot {
+    latest: BTreeMap<String, Metric>,
+    busy_ns: BTreeMap<usize, u64>,
+    window_ns: u64,
+    events: u64,
+}
+
+/// `gangway watch ADDR`: a snapshot a second (one with `--once`) until the job ends; the exit
+/// code is the job's.
+pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
+    let mut client = connect(&args.attach)?;
+    let hello = client.hello().clone();
+    println!(
+        "attached to {} (gangway {}, pid {}): {}",
+        args.attach.addr,
+        hello.version,
+        hello.pid,
+        hello.command.join(" ")
+    );
+    let mut recording = Recording::new(hello);
+    let mut snap = Snapshot {
+        latest: BTreeMap::new(),
+        busy_ns: BTreeMap::new(),
+        window_ns: 1_000_000_000,
+        events: 0,
+    };
+    let mut next = Instant::now() + Duration::from_secs(1);
+    loop {
+        let record = match client.recv(Duration::from_millis(100)) {
+            Ok(r) => r,
+            Err(gangway::Error::Live(gangway::live::LiveError::Closed { .. })) => {
+                print_snapshot(&snap, &recording);
+                println!("the connection closed before the job's end");
+                return Ok(1);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(record) = record {
+            take(&mut snap, &record);
+            let ended = recording.push(record);
+            // Events are summed as they come; a watcher keeps none of them.
+            recording.events.clear();
+            recording.event_ranks.clear();
+            recording.metrics.clear();
+            if ended {
+                print_snapshot(&snap, &recording);
+                let end = recording.end.as_ref().map(describe).unwrap_or_default();
+                println!("the job ended: {end}");
+                return Ok(recording.end.map_or(1, |e| e.exit_code));
+            }
+        }
+        if Instant::now() >= next {
+            print_snapshot(&snap, &recording);
+            if args.once {
+                return Ok(0);
+            }
+            snap.busy_ns.clear();
+            next = Instant::now() + Duration::from_secs(1);
+        }
+    }
+}
+
+fn take(snap: &mut Snapshot, record: &Record) {
+    match record {
+        Record::Metric(m) => {
+            snap.latest.insert(m.name.clone(), m.clone());
+        }
+        Record::Event { event, .. } => {
+            snap.events += 1;
+            if is_busy(event) {
+                *snap.busy_ns.entry(event.device).or_default() += event.duration_ns();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_busy(e: &Event) -> bool {
+    e.is_device_work()
+}
+
+fn print_snapshot(snap: &Snapshot, recording: &Recording) {
+    let value = |name: &str| snap.latest.get(name).map(|m| m.value);
+    let step = snap
+        .latest
+        .get("train/loss")
+        .and_then(|m| m.step)
+        .map_or("-".into(), |s| s.to_string());
+    let mut line = format!("step {step}");
+    if let Some(loss) = value("train/loss") {
+        line.push_str(&format!("  loss {loss:.4}"));
+    }
+    if let Some(tps) = value("train/tokens_per_s") {
+        line.push_str(&format!("  {tps:.0} tok/s"));
+    }
+    if let Some(bpb) = value("train/valid_bpb") {
+        line.push_str(&format!("  valid {bpb:.3} bpb"));
+    }
+    if let Some(d) = value("train/dropped_fraction") {
+        line.push_str(&format!("  dropped {:.1}%", d * 100.0));
+    }
+    let devices: Vec<String> = recording
+        .hello
+        .devices
+        .iter()
+        .map(|d| {
+            let busy = snap.busy_ns.get(&d.track.id).copied().unwrap_or(0);
+            let u = (busy as f64 / snap.window_ns as f64).min(1.0);
+            format!("{} {:.0}%", d.track.id, u * 100.0)
+        })
+        .collect();
+    if !devices.is_empty() {
+        line.push_str(&format!("  utilization [{}]", devices.join(", ")));
+    }
+    line.push_str(&format!(
+        "  events {}  dropped events {}",
+        snap.events, recording.dropped_events
+    ));
+    println!("{line}");
+}
