@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""What a watcher costs a job: host CPU per step of `gangway train moe`, alone and with
-`--live` and a `gangway watch` attached, on D devices (virtual devices of one adapter).
+"""What serving live and a watcher cost a job: host CPU per step of `gangway train moe`
+alone, with `--live` and no watcher, and with `--live` and a `gangway watch` attached, on D
+devices (virtual devices of one adapter).
 
-Runs are interleaved (alone, watched, alone, watched, ...) so that load on a shared machine
-moves both sides; each run's CPU is the job's own user + system time (os.wait4), divided by
-its steps. Prints each pair and the median ratio watched / alone. The watcher's own CPU is not
-counted: it is another process, possibly on another machine.
+Runs are interleaved (alone, served, watched, alone, ...) so that load on a shared machine
+moves every side; each run's CPU is the job's own user + system time (os.wait4), divided by
+its steps. Prints each triple and the medians of the per-triple ratios. The watcher's own CPU
+is not counted: it is another process, possibly on another machine.
 
     python3 scripts/live_overhead.py --gangway target/release/gangway --devices 1 4 --runs 5
 """
@@ -38,6 +39,14 @@ def alone(args):
     return cpu_of(proc)
 
 
+def served(args):
+    proc = subprocess.Popen(
+        [args[0], "--live", "127.0.0.1:0", *args[1:]],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return cpu_of(proc)
+
+
 def watched(gangway, args):
     proc = subprocess.Popen(
         [args[0], "--live", "127.0.0.1:0", *args[1:]],
@@ -65,20 +74,23 @@ def main():
     a = p.parse_args()
     print(f"# {time.strftime('%Y-%m-%d')}, {a.gangway}, {a.backend}, {a.steps} steps, "
           f"{a.runs} interleaved pairs")
-    print("| D | CPU per step alone (ms, median) | watched (ms, median) | ratio (median of pairs) |")
-    print("| --- | --- | --- | --- |")
+    print("| D | CPU per step alone (ms) | served, no watcher | watched | served / alone | "
+          "watched / served |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for d in a.devices:
         args = job_args(a.gangway, a.backend, d, a.steps)
-        pairs = []
+        runs = []
         for _ in range(a.runs):
             base = alone(args) / a.steps
-            live = watched(a.gangway, args) / a.steps
-            pairs.append((base, live))
-            print(f"  D={d}: alone {base * 1e3:.2f} ms, watched {live * 1e3:.2f} ms, "
-                  f"{live / base:.3f}x", file=sys.stderr)
-        ratio = statistics.median(l / b for b, l in pairs)
-        print(f"| {d} | {statistics.median(b for b, _ in pairs) * 1e3:.2f} | "
-              f"{statistics.median(l for _, l in pairs) * 1e3:.2f} | {ratio:.3f}x |")
+            live = served(args) / a.steps
+            seen = watched(a.gangway, args) / a.steps
+            runs.append((base, live, seen))
+            print(f"  D={d}: alone {base * 1e3:.2f} ms, served {live * 1e3:.2f} ms, "
+                  f"watched {seen * 1e3:.2f} ms", file=sys.stderr)
+        med = statistics.median
+        print(f"| {d} | {med(r[0] for r in runs) * 1e3:.2f} | {med(r[1] for r in runs) * 1e3:.2f} "
+              f"| {med(r[2] for r in runs) * 1e3:.2f} | {med(r[1] / r[0] for r in runs):.3f}x "
+              f"| {med(r[2] / r[1] for r in runs):.3f}x |")
 
 
 if __name__ == "__main__":

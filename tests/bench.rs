@@ -22,6 +22,8 @@ fn main() -> std::process::ExitCode {
         case!(host: bad_input_gets_one_line_errors),
         case!(adapters: an_unknown_adapter_gets_a_one_line_error).span(Span::All),
         case!(device: a_terminal_gets_a_progress_bar),
+        case!(host: two_machines_reports_compare_by_adapter_name),
+        case!(device: a_real_slowdown_is_flagged),
     ])
 }
 
@@ -198,7 +200,15 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
     );
     assert!(!stderr.contains('\r'));
 
-    // A report compared with itself: every case paired, none flagged.
+    // The kernel suites and dispatch took their samples in rounds.
+    assert_eq!(
+        report.settings.in_rounds,
+        ["matmul", "attention", "memory", "dispatch"]
+    );
+    assert_eq!(report.settings.slowdown, None);
+
+    // A report compared with itself: every case paired, none flagged; --quick's 3 samples a
+    // side are too few to judge.
     let same = gangway(&[
         "bench",
         "compare",
@@ -209,13 +219,14 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
     assert!(same.status.success(), "{table}");
     assert!(
         table.contains(&format!(
-            "{} within noise",
+            "0 faster, 0 slower, 0 no change, {} too few samples",
             report.results.iter().filter(|r| r.is_ok()).count()
         )),
         "{table}"
     );
+    assert!(table.contains("lies beyond ±5%"), "{table}");
     assert!(
-        !table.contains("FASTER") && !table.contains("SLOWER"),
+        !table.contains("| FASTER |") && !table.contains("| SLOWER |"),
         "{table}"
     );
 
@@ -244,26 +255,25 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
         one_line_error(&ambiguous, "several adapters");
     }
 
-    // Twice as slow everywhere: flagged, and --fail-on-slower fails.
-    let mut slow = report.clone();
-    for r in &mut slow.results {
-        if let Some(s) = &mut r.stats {
-            *s = gangway::bench::report::Stats::new(
-                s.timing,
-                s.warmup,
-                s.samples_s
-                    .iter()
-                    .map(|x| x * s.max_s / s.min_s * 2.0)
-                    .collect(),
-            );
+    // Twice as slow everywhere (each case given 6 samples around its median): flagged, and
+    // --fail-on-slower fails.
+    let widened = |k: f64| {
+        let mut r = report.clone();
+        for c in &mut r.results {
+            if let Some(s) = &mut c.stats {
+                let samples = (0..6).map(|i| s.median_s * k * (1.0 + 0.01 * i as f64));
+                *s = gangway::bench::report::Stats::new(s.timing, s.warmup, samples.collect());
+            }
         }
-    }
-    let slow_path = temp("slow.json");
-    std::fs::write(&slow_path, slow.to_json()).unwrap();
+        r
+    };
+    let (base_path, slow_path) = (temp("base.json"), temp("slow.json"));
+    std::fs::write(&base_path, widened(1.0).to_json()).unwrap();
+    std::fs::write(&slow_path, widened(2.0).to_json()).unwrap();
     let args = [
         "bench",
         "compare",
-        json.to_str().unwrap(),
+        base_path.to_str().unwrap(),
         slow_path.to_str().unwrap(),
     ];
     let out = gangway(&args);
@@ -397,4 +407,195 @@ fn a_terminal_gets_a_progress_bar(device: &Device) {
     assert!(all.contains("] 0/2 memory · stream"), "{all:?}");
     assert!(all.contains("\x1b["), "no terminal redraw: {all:?}");
     assert!(all.contains("[2/2] memory · stream"), "{all:?}");
+}
+
+/// A report of `cases` (name, samples) on `adapters` (index, name), every case on each adapter.
+fn synthetic(adapters: &[(usize, &str)], cases: &[(&str, Vec<f64>)]) -> Report {
+    use gangway::bench::report::{
+        AdapterRecord, Build, CaseResult, Machine, Settings, Stats, Timing,
+    };
+    Report {
+        schema: gangway::bench::report::SCHEMA.into(),
+        schema_version: gangway::bench::report::SCHEMA_VERSION,
+        gangway: Build::current(),
+        timestamp: "2026-12-07T00:00:00Z".into(),
+        machine: Machine::current(),
+        settings: Settings {
+            suites: vec!["matmul".into()],
+            quick: false,
+            sampling: gangway::bench::Sampling {
+                warmup: 2,
+                samples: 6,
+            },
+            command: Vec::new(),
+            in_rounds: vec!["matmul".into()],
+            slowdown: None,
+        },
+        adapters: adapters
+            .iter()
+            .map(|&(index, name)| AdapterRecord {
+                index,
+                name: name.into(),
+                backend: "vulkan".into(),
+                device_type: "discrete-gpu".into(),
+                driver: String::new(),
+                driver_info: String::new(),
+                virtual_devices: 1,
+                timestamp_query: true,
+                peak: None,
+            })
+            .collect(),
+        results: adapters
+            .iter()
+            .flat_map(|&(index, _)| {
+                cases.iter().map(move |(case, samples)| CaseResult {
+                    reason: None,
+                    stats: Some(Stats::new(Timing::Gpu, 2, samples.clone())),
+                    ..CaseResult::not_run(
+                        "matmul",
+                        case.to_string(),
+                        index,
+                        Status::Ok,
+                        String::new(),
+                    )
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Two machines' reports whose adapters differ in name and order, compared by name through the
+/// CLI (`--new-adapter 4090`: not an index there, so a name); ambiguous and unknown names are
+/// one-line errors listing the report's adapters.
+fn two_machines_reports_compare_by_adapter_name() {
+    let around = |m: f64| {
+        (0..6)
+            .map(|i| m * (1.0 + 0.01 * i as f64))
+            .collect::<Vec<f64>>()
+    };
+    let old = synthetic(
+        &[
+            (0, "llvmpipe (LLVM 15.0.6, 256 bits)"),
+            (1, "AMD Radeon RX 7900 XTX"),
+        ],
+        &[
+            ("square 1024 f32 tiled", around(2e-3)),
+            ("square 512 f32 tiled", around(4e-4)),
+        ],
+    );
+    let new = synthetic(
+        &[
+            (0, "NVIDIA GeForce RTX 4090"),
+            (1, "lavapipe"),
+            (2, "llvmpipe (LLVM 15.0.6, 256 bits)"),
+        ],
+        &[
+            ("square 1024 f32 tiled", around(1e-3)),
+            ("square 512 f32 tiled", around(4.04e-4)),
+        ],
+    );
+    let (a, b) = (temp("machine-a.json"), temp("machine-b.json"));
+    std::fs::write(&a, old.to_json()).unwrap();
+    std::fs::write(&b, new.to_json()).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let compare = |old: &str, new: &str| {
+        gangway(&[
+            "bench",
+            "compare",
+            a,
+            b,
+            "--any-adapter",
+            "--old-adapter",
+            old,
+            "--new-adapter",
+            new,
+        ])
+    };
+    let out = compare("radeon", "4090");
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}{}", text(&out.stderr));
+    assert!(
+        table.contains(
+            "| matmul | square 1024 f32 tiled | AMD Radeon RX 7900 XTX (vulkan) → NVIDIA GeForce RTX 4090 (vulkan) | 2.05 ms | 1.03 ms | 0.500× |"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("| FASTER |"), "{table}");
+    // 1% apart: inside the noise threshold.
+    assert!(table.contains("1 faster, 0 slower, 1 no change"), "{table}");
+    // By index still, where the number is one: the same pairing.
+    let by_index = text(&compare("1", "0").stdout);
+    assert_eq!(by_index, table);
+    // Names in either order, any case.
+    let llvm = compare("LLVMPIPE", "llvm");
+    assert!(llvm.status.success(), "{}", text(&llvm.stderr));
+    one_line_error(
+        &compare("radeon", "pipe"),
+        "matches several adapters (1 lavapipe (vulkan), 2 llvmpipe",
+    );
+    one_line_error(
+        &compare("intel", "4090"),
+        "no adapter matches \"intel\"; the report has 0 llvmpipe",
+    );
+}
+
+/// `GANGWAY_BENCH_SLOWDOWN` (test-only) really makes every sample slower: compared with a plain
+/// run, the slowed cases are SLOWER (none FASTER) and the report says it was slowed.
+fn a_real_slowdown_is_flagged(device: &Device) {
+    let index = device.info().adapter.to_string();
+    let run = |name: &str, slowdown: Option<&str>| {
+        let json = temp(&format!("{name}-{index}.json"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gangway"));
+        command.args([
+            "bench",
+            "memory",
+            "--quick",
+            "--adapters",
+            &index,
+            "--samples",
+            "6",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        if let Some(f) = slowdown {
+            command.env("GANGWAY_BENCH_SLOWDOWN", f);
+        }
+        let out = command.output().unwrap();
+        (out, json)
+    };
+    let (out, plain) = run("plain", None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (out, slowed) = run("slowed", Some("10"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = Report::load(&slowed).unwrap();
+    assert_eq!(report.settings.slowdown, Some(10.0));
+    assert!(
+        report.results.iter().filter(|r| r.is_ok()).count() >= 2,
+        "{report:?}"
+    );
+    let args = [
+        "bench",
+        "compare",
+        plain.to_str().unwrap(),
+        slowed.to_str().unwrap(),
+    ];
+    let out = gangway(&args);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    // No speed is asserted: 10× is far beyond this machine's noise, yet a burst of load on the
+    // plain run could still hide one case, so one SLOWER case (and none FASTER) must show.
+    let slower = table.matches("| SLOWER |").count();
+    assert!(slower >= 1 && !table.contains("| FASTER |"), "{table}");
+    assert!(
+        table.contains(&format!("0 faster, {slower} slower")),
+        "{table}"
+    );
+    assert!(table.contains("SLOWED DOWN 10× on purpose"), "{table}");
+    one_line_error(
+        &gangway(&[&args[..], &["--fail-on-slower"]].concat()),
+        "got slower",
+    );
+    // A value that is no factor is refused, not ignored.
+    let (out, _) = run("bad", Some("fast"));
+    one_line_error(&out, "GANGWAY_BENCH_SLOWDOWN=\"fast\"");
 }

@@ -114,9 +114,7 @@ fn args_with(command: &[&str], base: &[(&str, String)], flag: &str, value: &str)
 fn every_numeric_flag_at_its_largest_is_an_error_or_a_bounded_run(_: &Adapters) {
     let dir = std::env::temp_dir().join(format!("gangway-limits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let text: Vec<u8> = (0..4000)
-        .map(|i| b"the gangway runs on every GPU. "[i % 31])
-        .collect();
+    let text = text_of(4000);
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, &text).unwrap();
     let corpus = corpus.display().to_string();
@@ -386,4 +384,32 @@ fn small_items_name_their_flags(dir: &Path, ckpt: &str, corpus: &str) {
         err.contains("--samples 100000: the samples are decoded together"),
         "{err}"
     );
+    // A validation part too short for the end's evaluation fails before the first step (it
+    // failed after the last one, without the final checkpoint): a million steps never start.
+    let small = dir.join("small.txt");
+    std::fs::write(&small, text_of(700)).unwrap();
+    let (code, err) = stderr_of(
+        dir,
+        &[
+            s("train"),
+            s("lm"),
+            s("--steps"),
+            s("1000000"),
+            s("--groups"),
+            s("2"),
+            s("--batch"),
+            s("2"),
+            s("--corpus"),
+            small.display().to_string(),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("fewer than the 2 routing groups"), "{err}");
+}
+
+/// `n` bytes of plain text.
+fn text_of(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| b"the gangway runs on every GPU. "[i % 31])
+        .collect()
 }

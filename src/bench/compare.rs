@@ -1,27 +1,24 @@
-//! `gangway bench compare old.json new.json`: each case's median ratio, flagged when the change is
-//! beyond the noise.
-//!
-//! Noise is judged from the samples' spread: a change is flagged only when the two runs' sample
-//! ranges `[min, max]` do not overlap. With n samples on each side and nothing changed, every
-//! ordering of the 2n samples is equally likely, so a false flag has probability
-//! `2 / C(2n, n)`: 10% at 3 + 3 samples, 0.8% at 5 + 5 (the default), 0.02% at 8 + 8. Fewer than
-//! 3 samples on either side are not judged.
+//! `gangway bench compare old.json new.json`: each case's median ratio, with its interval, each
+//! side's spread, and a verdict called only beyond the noise ([`noise`](super::noise) has the
+//! rule: a 95% rank-based interval of the ratio that must lie wholly beyond a noise threshold;
+//! fewer than 5 samples a side are not judged).
 
 use super::host::HostCost;
+use super::noise::{Call, Rule, relative_mad};
 use super::report::{CaseResult, Report, Stats, Status, number, seconds};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// Fewest samples per side for a verdict.
-pub const MIN_SAMPLES: usize = 3;
+pub use super::noise::MIN_SAMPLES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Faster,
     Slower,
-    /// The sample ranges overlap.
+    /// No change beyond the noise: the ratio's interval reaches inside the noise threshold.
     WithinNoise,
+    /// Fewer than [`MIN_SAMPLES`] on a side: not judged.
     TooFewSamples,
     /// One side has no numbers (failed or skipped).
     NotMeasured,
@@ -32,8 +29,8 @@ impl Verdict {
         match self {
             Verdict::Faster => "FASTER",
             Verdict::Slower => "SLOWER",
-            Verdict::WithinNoise => "within noise",
-            Verdict::TooFewSamples => "too few samples to judge",
+            Verdict::WithinNoise => "no change",
+            Verdict::TooFewSamples => "too few samples",
             Verdict::NotMeasured => "not measured",
         }
     }
@@ -50,6 +47,11 @@ pub struct CaseComparison {
     /// `new median / old median` (per unit of work when the two did different amounts): below 1
     /// is faster.
     pub time_ratio: Option<f64>,
+    /// The 95% interval of `time_ratio` the verdict rests on, where the samples give one.
+    pub ratio_interval: Option<[f64; 2]>,
+    /// Each side's spread: its samples' median absolute deviation over their median.
+    pub old_spread: Option<f64>,
+    pub new_spread: Option<f64>,
     pub verdict: Verdict,
     /// Why a side was not measured.
     pub note: String,
@@ -77,6 +79,28 @@ pub enum Pairing {
 }
 
 type Key = (String, String, String);
+
+/// The columns of [`Comparison::table`].
+pub const COMPARE_COLUMNS: [&str; 11] = [
+    "suite",
+    "case",
+    "adapter",
+    "old median",
+    "new median",
+    "new/old",
+    "95% interval",
+    "spread old / new",
+    "verdict",
+    "host per run, old -> new",
+    "note",
+];
+
+/// Each side's spread (median absolute deviation over the median) as `±2.1% / ±3.4%`.
+pub fn spreads(old: Option<f64>, new: Option<f64>) -> String {
+    let one =
+        |s: Option<f64>| s.map_or_else(|| "–".to_string(), |s| format!("±{}%", number(s * 100.0)));
+    format!("{} / {}", one(old), one(new))
+}
 
 fn keyed(report: &Report, pairing: Pairing) -> Result<BTreeMap<Key, usize>, String> {
     let mut map = BTreeMap::new();
@@ -111,8 +135,18 @@ fn ok(r: &CaseResult) -> Option<&Stats> {
     r.stats.as_ref().filter(|_| r.status == Status::Ok)
 }
 
-/// Pairs the cases of two reports and judges each change.
+/// Pairs the cases of two reports and judges each change by the default [`Rule`].
 pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Comparison, String> {
+    compare_with(old, new, pairing, Rule::default())
+}
+
+/// Pairs the cases of two reports and judges each change by `rule`.
+pub fn compare_with(
+    old: &Report,
+    new: &Report,
+    pairing: Pairing,
+    rule: Rule,
+) -> Result<Comparison, String> {
     let (a, b) = (keyed(old, pairing)?, keyed(new, pairing)?);
     let mut cases = Vec::new();
     for (key, &i) in &a {
@@ -126,7 +160,7 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
                 new.adapter_label(n.adapter)
             ),
         };
-        let (verdict, time_ratio, note) = match (ok(o), ok(n)) {
+        let (verdict, time_ratio, ratio_interval, note) = match (ok(o), ok(n)) {
             (Some(so), Some(sn)) => {
                 // Different sizes (other --runs, --tokens, ...): compare time per unit of work.
                 let amount =
@@ -138,16 +172,15 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
                 } else {
                     (1.0 / ao, 1.0 / an)
                 };
-                let verdict =
-                    if so.samples_s.len() < MIN_SAMPLES || sn.samples_s.len() < MIN_SAMPLES {
-                        Verdict::TooFewSamples
-                    } else if sn.max_s * kn < so.min_s * ko {
-                        Verdict::Faster
-                    } else if sn.min_s * kn > so.max_s * ko {
-                        Verdict::Slower
-                    } else {
-                        Verdict::WithinNoise
-                    };
+                let scaled =
+                    |s: &Stats, k: f64| s.samples_s.iter().map(|x| x * k).collect::<Vec<_>>();
+                let judgement = rule.judge(&scaled(so, ko), &scaled(sn, kn));
+                let verdict = match judgement.call {
+                    Call::Faster => Verdict::Faster,
+                    Call::Slower => Verdict::Slower,
+                    Call::NoChange => Verdict::WithinNoise,
+                    Call::TooFewSamples => Verdict::TooFewSamples,
+                };
                 let mut notes = Vec::new();
                 if so.timing != sn.timing {
                     notes.push(format!(
@@ -162,6 +195,7 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
                 (
                     verdict,
                     Some(sn.median_s * kn / (so.median_s * ko)),
+                    judgement.interval,
                     notes.join("; "),
                 )
             }
@@ -180,7 +214,7 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
                     .flatten()
                     .collect::<Vec<_>>()
                     .join("; ");
-                (Verdict::NotMeasured, None, note)
+                (Verdict::NotMeasured, None, None, note)
             }
         };
         cases.push(CaseComparison {
@@ -190,6 +224,9 @@ pub fn compare(old: &Report, new: &Report, pairing: Pairing) -> Result<Compariso
             old_median_s: ok(o).map(|s| s.median_s),
             new_median_s: ok(n).map(|s| s.median_s),
             time_ratio,
+            ratio_interval,
+            old_spread: ok(o).and_then(|s| relative_mad(&s.samples_s)),
+            new_spread: ok(n).and_then(|s| relative_mad(&s.samples_s)),
             verdict,
             note,
             old_host: o.host,
@@ -247,26 +284,16 @@ impl Comparison {
                     c.old_median_s.map_or_else(dash, seconds),
                     c.new_median_s.map_or_else(dash, seconds),
                     c.time_ratio.map_or_else(dash, |r| format!("{r:.3}×")),
+                    c.ratio_interval
+                        .map_or_else(dash, |[lo, hi]| format!("{lo:.3}–{hi:.3}")),
+                    spreads(c.old_spread, c.new_spread),
                     c.verdict.name().to_string(),
                     host_change(c.old_host.as_ref(), c.new_host.as_ref()),
                     c.note.replace('|', "/"),
                 ]
             })
             .collect();
-        let mut out = crate::table::markdown_table(
-            &[
-                "suite",
-                "case",
-                "adapter",
-                "old median",
-                "new median",
-                "new/old",
-                "verdict",
-                "host per run, old -> new",
-                "note",
-            ],
-            &rows,
-        );
+        let mut out = crate::table::markdown_table(&COMPARE_COLUMNS, &rows);
         for (which, keys) in [("old", &self.only_old), ("new", &self.only_new)] {
             if !keys.is_empty() {
                 out.push_str(&format!("\nonly in {which}: {}\n", keys.join(", ")));
@@ -301,6 +328,8 @@ mod tests {
                     samples: 3,
                 },
                 command: Vec::new(),
+                in_rounds: Vec::new(),
+                slowdown: None,
             },
             adapters: vec![AdapterRecord::fake(0, adapter)],
             results: cases
@@ -329,27 +358,32 @@ mod tests {
     }
 
     #[test]
-    fn changes_beyond_the_spread_are_flagged_and_others_are_not() {
+    fn changes_beyond_the_noise_are_flagged_and_others_are_not() {
+        let base: &[f64] = &[1.0, 1.02, 0.98, 1.01, 0.99];
+        let times = |k: f64| base.iter().map(|x| x * k).collect::<Vec<_>>();
+        let (slow, fast, small) = (times(1.25), times(0.8), times(1.03));
         let old = report(
             "gpu",
             &[
-                ("same", &[1.0, 1.1, 0.9]),
-                ("slower", &[1.0, 1.05, 0.95]),
-                ("faster", &[1.0, 1.05, 0.95]),
-                ("noisy", &[1.0, 2.0, 0.5]),
-                ("few", &[1.0, 1.0]),
-                ("gone", &[1.0, 1.0, 1.0]),
+                ("same", base),
+                ("slower", base),
+                ("faster", base),
+                ("small", base),
+                ("noisy", &[1.0, 2.0, 0.5, 1.5, 0.7]),
+                ("few", &[1.0, 1.0, 1.0]),
+                ("gone", base),
             ],
         );
         let new = report(
             "gpu",
             &[
-                ("same", &[1.05, 0.95, 1.0]),
-                ("slower", &[1.2, 1.25, 1.3]),
-                ("faster", &[0.5, 0.55, 0.6]),
-                ("noisy", &[1.5, 1.9, 1.4]),
+                ("same", &[1.01, 0.99, 1.0, 1.02, 0.98]),
+                ("slower", &slow),
+                ("faster", &fast),
+                ("small", &small),
+                ("noisy", &[1.5, 1.9, 1.4, 0.9, 1.2]),
                 ("few", &[2.0, 2.0, 2.0]),
-                ("added", &[1.0, 1.0, 1.0]),
+                ("added", base),
             ],
         );
         let c = compare(&old, &new, Pairing::SameAdapter).unwrap();
@@ -358,19 +392,34 @@ mod tests {
         assert_eq!(get("same"), Some(Verdict::WithinNoise));
         assert_eq!(get("slower"), Some(Verdict::Slower));
         assert_eq!(get("faster"), Some(Verdict::Faster));
+        // 3%: certain, but under the 5% threshold.
+        assert_eq!(get("small"), Some(Verdict::WithinNoise));
         assert_eq!(get("noisy"), Some(Verdict::WithinNoise));
         assert_eq!(get("few"), Some(Verdict::TooFewSamples));
         assert_eq!(c.only_old, vec!["matmul / gone / gpu (vulkan)"]);
         assert_eq!(c.only_new, vec!["matmul / added / gpu (vulkan)"]);
         let slower = c.cases.iter().find(|c| c.case == "slower").unwrap();
         assert!((slower.time_ratio.unwrap() - 1.25).abs() < 1e-9);
-        assert!(c.table().contains("| SLOWER |"));
+        let [lo, hi] = slower.ratio_interval.unwrap();
+        assert!(1.05 < lo && lo <= 1.25 && 1.25 <= hi, "[{lo}, {hi}]");
+        assert!((slower.old_spread.unwrap() - 0.01).abs() < 1e-9);
+        let few = c.cases.iter().find(|c| c.case == "few").unwrap();
+        assert_eq!(few.ratio_interval, None);
+        let table = c.table();
+        assert!(table.contains("| SLOWER |"), "{table}");
+        assert!(table.contains("| too few samples |"), "{table}");
+        assert!(table.contains("| ±1.00% / ±1.00% |"), "{table}");
+        // A threshold above the change: not called.
+        let lax = Rule::with_percent(30.0).unwrap();
+        let lax = compare_with(&old, &new, Pairing::SameAdapter, lax).unwrap();
+        let slower = lax.cases.iter().find(|c| c.case == "slower").unwrap();
+        assert_eq!(slower.verdict, Verdict::WithinNoise);
     }
 
     #[test]
     fn other_adapters_pair_only_when_asked() {
-        let old = report("gpu a", &[("x", &[1.0, 1.0, 1.0])]);
-        let new = report("gpu b", &[("x", &[3.0, 3.0, 3.0])]);
+        let old = report("gpu a", &[("x", &[1.0; 5])]);
+        let new = report("gpu b", &[("x", &[3.0; 5])]);
         let same = compare(&old, &new, Pairing::SameAdapter).unwrap();
         assert!(same.cases.is_empty());
         let any = compare(&old, &new, Pairing::AnyAdapter).unwrap();
@@ -383,9 +432,39 @@ mod tests {
     }
 
     #[test]
+    fn adapters_are_picked_by_index_else_by_name() {
+        let mut r = report("NVIDIA GeForce RTX 4090", &[("x", &[1.0; 5])]);
+        r.adapters
+            .push(AdapterRecord::fake(1, "llvmpipe (LLVM 15.0.6, 256 bits)"));
+        r.adapters.push(AdapterRecord::fake(2, "lavapipe"));
+        let mut other = r.results[0].clone();
+        other.adapter = 1;
+        r.results.push(other);
+        let name = |p: &str| r.only_adapter(p).map(|o| o.adapters[0].name.clone());
+        assert_eq!(name("0").unwrap(), "NVIDIA GeForce RTX 4090");
+        assert_eq!(name("1").unwrap(), "llvmpipe (LLVM 15.0.6, 256 bits)");
+        // Not an index here: a part of a name, any case.
+        assert_eq!(name("4090").unwrap(), "NVIDIA GeForce RTX 4090");
+        assert_eq!(name("nvidia").unwrap(), "NVIDIA GeForce RTX 4090");
+        assert_eq!(name("LAVAPIPE").unwrap(), "lavapipe");
+        assert_eq!(r.only_adapter("1").unwrap().results.len(), 1);
+        // 15 is no index, and part of one name.
+        assert_eq!(name("15").unwrap(), "llvmpipe (LLVM 15.0.6, 256 bits)");
+        let ambiguous = name("pipe").unwrap_err();
+        assert!(ambiguous.contains("several adapters"), "{ambiguous}");
+        assert!(ambiguous.contains("1 llvmpipe") && ambiguous.contains("2 lavapipe"));
+        let none = name("radeon").unwrap_err();
+        assert!(none.contains("no adapter matches \"radeon\""), "{none}");
+        assert!(
+            none.contains("0 NVIDIA GeForce RTX 4090 (vulkan)"),
+            "{none}"
+        );
+    }
+
+    #[test]
     fn different_amounts_of_work_compare_per_unit() {
-        let mut old = report("gpu", &[("x", &[1.0, 1.1, 0.9])]);
-        let mut new = report("gpu", &[("x", &[2.0, 2.1, 1.9])]);
+        let mut old = report("gpu", &[("x", &[1.0, 1.1, 0.9, 1.05, 0.95])]);
+        let mut new = report("gpu", &[("x", &[2.0, 2.1, 1.9, 2.1, 1.9])]);
         old.results[0].work = Some(Work::new(10.0, WorkUnit::Computation));
         new.results[0].work = Some(Work::new(20.0, WorkUnit::Computation));
         let c = compare(&old, &new, Pairing::SameAdapter).unwrap();

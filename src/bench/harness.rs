@@ -131,38 +131,127 @@ pub struct Sampling {
     pub samples: usize,
 }
 
-/// Measures `bench`: prepare, `warmup` untimed runs, then `samples` (at least one) timed ones.
-/// The benchmark's own times are used only when every sample has one, all by the same clock;
-/// otherwise the host wall times. The host's launches, CPU and switches are counted over the
-/// samples ([`HostCost`], per run).
+/// Measures `bench`: prepare, `warmup` untimed runs, then `samples` (at least one) timed ones,
+/// back to back ([`Sampler`] one sample at a time, for samples taken in rounds across cases).
 pub fn measure(bench: &mut dyn Benchmark, sampling: Sampling) -> Result<(Stats, Extras)> {
-    bench.prepare()?;
-    for _ in 0..sampling.warmup {
-        bench.run()?;
-        bench.sync()?;
+    let mut sampler = Sampler::prepare(bench, sampling)?;
+    for _ in 0..sampling.samples.max(1) {
+        sampler.sample(bench)?;
     }
-    let n = sampling.samples.max(1);
-    let (mut wall, mut own) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let before = Snapshot::now();
-    for _ in 0..n {
+    sampler.finish(bench)
+}
+
+/// The environment variable of the test-only slowdown ([`slowdown`]).
+pub const SLOWDOWN_VAR: &str = "GANGWAY_BENCH_SLOWDOWN";
+
+/// Test-only: the factor `GANGWAY_BENCH_SLOWDOWN` asks every sample to take (a number above 1,
+/// say `1.2`), for checking that `bench compare` flags a real slowdown. `None` when unset; an
+/// unreadable or out-of-range value is an error rather than silently ignored.
+pub fn slowdown() -> Result<Option<f64>> {
+    let Ok(v) = std::env::var(SLOWDOWN_VAR) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && (1.0..=100.0).contains(&f) => Ok((f > 1.0).then_some(f)),
+        _ => Err(crate::Error::InvalidArgument {
+            what: "bench",
+            reason: format!("{SLOWDOWN_VAR}={v:?}: a factor from 1 to 100 (test-only)"),
+        }),
+    }
+}
+
+/// Busy-waits on the calling thread for `seconds` and returns the time it took by the host clock
+/// (at least `seconds`: more when the thread was preempted).
+fn spin(seconds: f64) -> f64 {
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// One case being measured a sample at a time: [`Sampler::prepare`] prepares it, each
+/// [`Sampler::sample`] times one run (the first after the warm-up runs), [`Sampler::finish`]
+/// gives the statistics. The runner takes the samples of several cases in rounds
+/// ([`super::run`]), so a burst of load lands on one sample of each case rather than on every
+/// sample of one.
+///
+/// The benchmark's own times are used only when every sample has one, all by the same clock;
+/// otherwise the host wall times. The host's launches, CPU and switches are counted around each
+/// sample and averaged ([`HostCost`], per run).
+///
+/// With [`slowdown`] set (test-only), each sample really takes that factor longer: after the run,
+/// the caller's thread spins for the rest, and the spin's measured duration is added to the
+/// sample (to the benchmark's own time, or within the wall time).
+#[derive(Debug)]
+pub struct Sampler {
+    warmup: usize,
+    /// Warm-up runs still to do before the first sample.
+    pending: usize,
+    wall: Vec<f64>,
+    own: Vec<Timed>,
+    host: Vec<HostCost>,
+    slowdown: Option<f64>,
+}
+
+impl Sampler {
+    /// Prepares `bench` (untimed); its warm-up runs come right before its first sample.
+    pub fn prepare(bench: &mut dyn Benchmark, sampling: Sampling) -> Result<Self> {
+        let slowdown = slowdown()?;
+        bench.prepare()?;
+        Ok(Self {
+            warmup: sampling.warmup,
+            pending: sampling.warmup,
+            wall: Vec::new(),
+            own: Vec::new(),
+            host: Vec::new(),
+            slowdown,
+        })
+    }
+
+    /// Times one run.
+    pub fn sample(&mut self, bench: &mut dyn Benchmark) -> Result<()> {
+        while self.pending > 0 {
+            self.pending -= 1;
+            bench.run()?;
+            bench.sync()?;
+        }
+        let before = Snapshot::starting();
         let start = Instant::now();
         bench.run()?;
-        let t = bench.sync()?;
-        wall.push(start.elapsed().as_secs_f64());
-        own.extend(t);
-    }
-    let host = before.per_run(&Snapshot::now(), n);
-    let (timing, samples) = match own.first() {
-        Some(first) if own.len() == wall.len() && own.iter().all(|t| t.timing == first.timing) => {
-            (first.timing, own.iter().map(|t| t.seconds).collect())
+        let mut t = bench.sync()?;
+        if let Some(factor) = self.slowdown {
+            let took = t.map_or_else(|| start.elapsed().as_secs_f64(), |t| t.seconds);
+            let spun = spin((factor - 1.0) * took);
+            if let Some(t) = &mut t {
+                t.seconds += spun;
+            }
         }
-        _ => (Timing::Wall, wall),
-    };
-    let extras = Extras {
-        host: Some(host),
-        ..bench.extras()?
-    };
-    Ok((Stats::new(timing, sampling.warmup, samples), extras))
+        self.wall.push(start.elapsed().as_secs_f64());
+        let host = before.per_run(&Snapshot::ending(), 1);
+        self.host.push(host);
+        self.own.extend(t);
+        Ok(())
+    }
+
+    /// The samples' statistics, and the benchmark's extras with the host's cost per run.
+    pub fn finish(self, bench: &mut dyn Benchmark) -> Result<(Stats, Extras)> {
+        let (timing, samples) = match self.own.first() {
+            Some(first)
+                if self.own.len() == self.wall.len()
+                    && self.own.iter().all(|t| t.timing == first.timing) =>
+            {
+                (first.timing, self.own.iter().map(|t| t.seconds).collect())
+            }
+            _ => (Timing::Wall, self.wall),
+        };
+        let extras = Extras {
+            host: Some(HostCost::mean(&self.host)),
+            ..bench.extras()?
+        };
+        Ok((Stats::new(timing, self.warmup, samples), extras))
+    }
 }
 
 /// The error of a benchmark run before it was prepared.

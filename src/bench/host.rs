@@ -43,6 +43,29 @@ pub struct HostCost {
 }
 
 impl HostCost {
+    /// The mean of per-run costs (one per sample, when the samples were not back to back); each
+    /// optional count only where every one has it. Nothing gives zero launches.
+    pub fn mean(costs: &[HostCost]) -> HostCost {
+        let n = costs.len().max(1) as f64;
+        let all = |f: fn(&HostCost) -> Option<f64>| -> Option<f64> {
+            costs
+                .iter()
+                .map(f)
+                .sum::<Option<f64>>()
+                .filter(|_| !costs.is_empty())
+                .map(|s| s / n)
+        };
+        HostCost {
+            launches: costs.iter().map(|c| c.launches).sum::<f64>() / n,
+            runtime_cpu_s: all(|c| c.runtime_cpu_s),
+            driver_cpu_s: all(|c| c.driver_cpu_s),
+            voluntary_switches: all(|c| c.voluntary_switches),
+            involuntary_switches: all(|c| c.involuntary_switches),
+            runtime_switches: all(|c| c.runtime_switches),
+            gpu_objects: all(|c| c.gpu_objects),
+        }
+    }
+
     /// Runtime CPU microseconds per launch.
     pub fn runtime_us_per_launch(&self) -> Option<f64> {
         let cpu = self.runtime_cpu_s?;
@@ -107,7 +130,33 @@ impl Snapshot {
         Self {
             launches: crate::device::launches(),
             objects: crate::device::objects_created(),
-            threads: threads(),
+            threads: threads(None),
+        }
+    }
+
+    /// The counters at the start of a short window (one sample) that [`Snapshot::ending`]
+    /// closes. Linux brings a running thread's CPU time up to date only when it stops running,
+    /// so a snapshot of the busy caller would lag by whatever it did since it last waited
+    /// (reading these very counters, a few hundred µs in a debug build), and that would land
+    /// in the window. So the caller's counters are read last, right after a 1 ns sleep.
+    pub fn starting() -> Self {
+        Self {
+            launches: crate::device::launches(),
+            objects: crate::device::objects_created(),
+            threads: threads(Some(Caller::Last)),
+        }
+    }
+
+    /// The counters at the end of a window [`Snapshot::starting`] opened: the caller's switches
+    /// read first, then its CPU time after the same sleep (whose switch is thus not counted),
+    /// then the other threads'.
+    pub fn ending() -> Self {
+        let launches = crate::device::launches();
+        let objects = crate::device::objects_created();
+        Self {
+            launches,
+            objects,
+            threads: threads(Some(Caller::First)),
         }
     }
 
@@ -155,13 +204,58 @@ impl Snapshot {
     }
 }
 
-/// Every live thread's counters, from `/proc/self/task`.
-fn threads() -> Option<HashMap<u64, ThreadCounts>> {
+/// Where a window's snapshot reads the calling thread ([`Snapshot::starting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    First,
+    Last,
+}
+
+/// One thread's counters from its `schedstat` and `status`; `None` when it has ended. With
+/// `sleep_between`, the status (switches) is read, then the thread sleeps 1 ns (so Linux brings
+/// its CPU time up to date), then the schedstat.
+fn read_thread(dir: &std::path::Path, ours: bool, sleep: Option<Caller>) -> Option<ThreadCounts> {
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
+    let nap = || std::thread::sleep(std::time::Duration::from_nanos(1));
+    let (schedstat, status) = match sleep {
+        None => (read("schedstat")?, read("status")?),
+        Some(Caller::Last) => {
+            nap();
+            (read("schedstat")?, read("status")?)
+        }
+        Some(Caller::First) => {
+            let status = read("status")?;
+            nap();
+            (read("schedstat")?, status)
+        }
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some(ThreadCounts {
+        cpu_ns: schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        voluntary: field("voluntary_ctxt_switches:"),
+        involuntary: field("nonvoluntary_ctxt_switches:"),
+        ours,
+    })
+}
+
+/// Every live thread's counters, from `/proc/self/task`; `caller`: read the calling thread first
+/// or last, with the sleep of [`read_thread`].
+fn threads(caller: Option<Caller>) -> Option<HashMap<u64, ThreadCounts>> {
     let pid = std::process::id() as u64;
-    let caller = crate::sched::threads::current_thread_id();
+    let me = crate::sched::threads::current_thread_id();
     let runtime = crate::sched::threads::runtime_thread_ids();
     let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let mut out = HashMap::new();
+    let mut others = Vec::new();
+    let mut mine = None;
     for task in tasks.flatten() {
         let Some(tid) = task
             .file_name()
@@ -170,31 +264,31 @@ fn threads() -> Option<HashMap<u64, ThreadCounts>> {
         else {
             continue;
         };
-        // A thread may end between the listing and the reads: it is left out.
-        let read = |file: &str| std::fs::read_to_string(task.path().join(file)).ok();
-        let (Some(schedstat), Some(status)) = (read("schedstat"), read("status")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        out.insert(
-            tid,
-            ThreadCounts {
-                cpu_ns: schedstat
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0),
-                voluntary: field("voluntary_ctxt_switches:"),
-                involuntary: field("nonvoluntary_ctxt_switches:"),
-                ours: tid == pid || Some(tid) == caller || runtime.contains(&tid),
-            },
-        );
+        let ours = tid == pid || Some(tid) == me || runtime.contains(&tid);
+        if caller.is_some() && Some(tid) == me {
+            mine = Some((tid, task.path(), ours));
+        } else {
+            others.push((tid, task.path(), ours));
+        }
     }
+    let mut out = HashMap::new();
+    let mut read_mine = |out: &mut HashMap<u64, ThreadCounts>| {
+        if let Some((tid, dir, ours)) = mine.take()
+            && let Some(c) = read_thread(&dir, ours, caller)
+        {
+            out.insert(tid, c);
+        }
+    };
+    if caller == Some(Caller::First) {
+        read_mine(&mut out);
+    }
+    // A thread may end between the listing and the reads: it is left out.
+    for (tid, dir, ours) in others {
+        if let Some(c) = read_thread(&dir, ours, None) {
+            out.insert(tid, c);
+        }
+    }
+    read_mine(&mut out);
     Some(out)
 }
 
@@ -222,5 +316,36 @@ mod tests {
             // The sleep was the caller's own switch.
             assert!(cost.runtime_switches.unwrap_or(0.0) >= 1.0, "{cost:?}");
         }
+    }
+
+    /// A window opened and closed around busy work counts that work, and an empty window
+    /// counts next to nothing: the caller's own reading and its 1 ns sleeps stay out.
+    #[test]
+    fn a_windows_snapshots_keep_their_own_cost_out() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        let before = Snapshot::starting();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let busy = before.per_run(&Snapshot::ending(), 1);
+        assert!(busy.runtime_cpu_s.unwrap_or(0.0) > 0.003, "{busy:?}");
+        // The fewest of a few tries: other tests share the cores and may preempt one.
+        let empty = (0..5)
+            .map(|_| {
+                let before = Snapshot::starting();
+                before.per_run(&Snapshot::ending(), 1)
+            })
+            .min_by(|a, b| a.runtime_cpu_s.partial_cmp(&b.runtime_cpu_s).unwrap())
+            .unwrap();
+        assert!(empty.runtime_cpu_s.unwrap_or(1.0) < 200e-6, "{empty:?}");
+        assert_eq!(
+            empty.voluntary_switches.map(|v| v <= 1.0),
+            Some(true),
+            "{empty:?}"
+        );
     }
 }

@@ -21,6 +21,7 @@ pub mod machine;
 pub mod matmul;
 pub mod memory;
 pub mod moe;
+pub mod noise;
 pub mod peak;
 pub mod pipeline;
 pub mod pipeline_moe;

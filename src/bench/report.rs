@@ -92,6 +92,15 @@ pub struct Settings {
     /// The command line that ran the benchmarks (sizes and all), when run from the CLI.
     #[serde(default)]
     pub command: Vec<String>,
+    /// The suites whose samples were taken in rounds across their cases (each round one run of
+    /// every case); the others ran each case's samples back to back. Empty in reports from
+    /// before rounds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_rounds: Vec<String>,
+    /// Test-only: every sample was made this factor slower on purpose (`GANGWAY_BENCH_SLOWDOWN`).
+    /// Absent in real runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown: Option<f64>,
 }
 
 /// One physical adapter the suites ran on.
@@ -398,13 +407,16 @@ impl Report {
             .map_or_else(|| format!("adapter {index}"), AdapterRecord::label)
     }
 
-    /// This report with only the results of the one adapter `pattern` picks: its index, or a
-    /// case-insensitive part of `name (backend)`. None or several matching is an error.
+    /// This report with only the results of the one adapter `pattern` picks ([`pick`]): its
+    /// index, or a case-insensitive part of `name (backend)` (a number that is no adapter's
+    /// index is read as a part of a name). None or several matching is an error naming the
+    /// report's adapters.
     pub fn only_adapter(&self, pattern: &str) -> std::result::Result<Report, String> {
-        let matching: Vec<&AdapterRecord> = self
-            .adapters
-            .iter()
-            .filter(|a| picks(pattern, a.index, &a.label()))
+        let labels: Vec<(usize, String)> =
+            self.adapters.iter().map(|a| (a.index, a.label())).collect();
+        let matching: Vec<&AdapterRecord> = pick(pattern, &labels)
+            .into_iter()
+            .map(|k| &self.adapters[k])
             .collect();
         let labels = |v: &[&AdapterRecord]| {
             v.iter()
@@ -518,13 +530,22 @@ pub fn note_text(r: &CaseResult) -> String {
         .replace('|', "/")
 }
 
-/// Whether `pattern` picks an adapter: it is the adapter's index, or a case-insensitive part of
-/// its `name (backend)` label.
-pub fn picks(pattern: &str, index: usize, label: &str) -> bool {
-    pattern.parse::<usize>().map_or_else(
-        |_| label.to_lowercase().contains(&pattern.to_lowercase()),
-        |i| index == i,
-    )
+/// Which of `labels` (each adapter's index and `name (backend)`) `pattern` picks, as positions
+/// in `labels`: the adapter of that index when `pattern` is a number some adapter has as its
+/// index; otherwise every adapter whose label contains `pattern`, case-insensitively. So `0`
+/// picks by index, and `4090`, `NVIDIA` or `lavapipe` by name.
+pub fn pick(pattern: &str, labels: &[(usize, String)]) -> Vec<usize> {
+    let by_index: Vec<usize> = pattern.trim().parse::<usize>().map_or_else(
+        |_| Vec::new(),
+        |i| (0..labels.len()).filter(|&k| labels[k].0 == i).collect(),
+    );
+    if !by_index.is_empty() {
+        return by_index;
+    }
+    let p = pattern.to_lowercase();
+    (0..labels.len())
+        .filter(|&k| labels[k].1.to_lowercase().contains(&p))
+        .collect()
 }
 
 /// A duration for people: µs, ms or s with three significant figures.

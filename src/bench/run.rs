@@ -1,15 +1,20 @@
-//! Runs suites on adapters into one [`Report`]: every suite's cases on every chosen adapter, each
-//! case measured by [`measure`]. A case that fails (or panics) becomes a `failed` row with its
-//! reason, and the rest still run.
+//! Runs suites on adapters into one [`Report`]: every suite's cases on every chosen adapter. A case
+//! that fails (or panics) becomes a `failed` row with its reason, and the rest still run.
+//!
+//! Samples are taken in rounds where the suite allows it ([`Suite::in_rounds`]): every case of the
+//! suite is prepared, then round r runs each case once (its warm-up runs before its first sample),
+//! so a burst of load on a shared machine moves one sample of every case instead of all the
+//! samples of one case (which no comparison of two runs could then tell from a change). The
+//! training suites still run one case at a time.
 
-use super::harness::{Sampling, measure};
+use super::harness::{Sampler, Sampling, slowdown};
 use super::machine::utc_now;
 use super::peak::peak_for;
 use super::report::{
     AdapterRecord, Baseline, Build, CaseResult, Machine, Report, SCHEMA, SCHEMA_VERSION, Settings,
-    Status, picks,
+    Status, pick,
 };
-use super::suite::{Planned, Suite, SuiteOptions};
+use super::suite::{Planned, ROUNDS_BYTES, Suite, SuiteOptions};
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -98,8 +103,9 @@ impl Adapter {
     }
 }
 
-/// Groups devices by adapter and keeps those `patterns` choose: an adapter index, or a
-/// case-insensitive part of `name (backend)`. No patterns choose all. A pattern matching no
+/// Groups devices by adapter and keeps those `patterns` choose ([`pick`]): an adapter index, or
+/// a case-insensitive part of `name (backend)` (a number no adapter has as its index is read as a
+/// part of a name). No patterns choose all. A pattern matching no
 /// adapter is an error naming the adapters there are.
 pub fn select_adapters(devices: &[Device], patterns: &[String]) -> Result<Vec<Adapter>> {
     let mut adapters: Vec<Adapter> = Vec::new();
@@ -115,13 +121,12 @@ pub fn select_adapters(devices: &[Device], patterns: &[String]) -> Result<Vec<Ad
     if patterns.is_empty() {
         return Ok(adapters);
     }
-    let matches = |a: &Adapter, p: &str| picks(p, a.index, &a.label());
+    let labels: Vec<(usize, String)> = adapters.iter().map(|a| (a.index, a.label())).collect();
+    let mut chosen = vec![false; adapters.len()];
     for p in patterns {
-        if !adapters.iter().any(|a| matches(a, p)) {
-            let found: Vec<String> = adapters
-                .iter()
-                .map(|a| format!("{} {}", a.index, a.label()))
-                .collect();
+        let picked = pick(p, &labels);
+        if picked.is_empty() {
+            let found: Vec<String> = labels.iter().map(|(i, l)| format!("{i} {l}")).collect();
             return Err(Error::InvalidArgument {
                 what: "bench",
                 reason: format!(
@@ -134,8 +139,10 @@ pub fn select_adapters(devices: &[Device], patterns: &[String]) -> Result<Vec<Ad
                 ),
             });
         }
+        picked.into_iter().for_each(|k| chosen[k] = true);
     }
-    adapters.retain(|a| patterns.iter().any(|p| matches(a, p)));
+    let mut chosen = chosen.into_iter();
+    adapters.retain(|_| chosen.next().unwrap_or(false));
     Ok(adapters)
 }
 
@@ -147,6 +154,14 @@ pub enum Progress<'a> {
         total: usize,
         suite: &'a str,
         case: &'a str,
+        adapter: &'a str,
+    },
+    /// Round `round` (from 1) of `rounds` of a suite measured in rounds is starting: one sample
+    /// of each of its prepared cases.
+    Round {
+        round: usize,
+        rounds: usize,
+        suite: &'a str,
         adapter: &'a str,
     },
     /// A case is done: it is the last result of `report`, the report so far (to save partial
@@ -196,6 +211,13 @@ pub fn run(
             quick: o.quick,
             sampling: o.sampling,
             command: o.command.clone(),
+            in_rounds: o
+                .suites
+                .iter()
+                .filter(|s| s.in_rounds())
+                .map(|s| s.name().to_string())
+                .collect(),
+            slowdown: slowdown()?,
         },
         adapters: records.clone(),
         results: Vec::new(),
@@ -232,29 +254,64 @@ pub fn run(
             }]
         });
         let mut baselines = Vec::new();
-        for case in cases {
-            index += 1;
-            let name = case.case();
-            progress(Progress::Started {
-                index,
-                total,
-                suite: suite.name(),
-                case: &name,
-                adapter: &label,
+        for group in groups(cases, suite.in_rounds()) {
+            let from = index;
+            let measured = measure_cases(suite.name(), group, rec, o.sampling, |step| match step {
+                Step::Preparing(case) => {
+                    index += 1;
+                    progress(Progress::Started {
+                        index,
+                        total,
+                        suite: suite.name(),
+                        case,
+                        adapter: &label,
+                    });
+                }
+                Step::Round(round, rounds) => progress(Progress::Round {
+                    round,
+                    rounds,
+                    suite: suite.name(),
+                    adapter: &label,
+                }),
             });
-            let (r, baseline) = measure_case(suite.name(), case, rec, o.sampling);
-            baselines.push((report.results.len(), baseline));
-            report.results.push(r);
-            progress(Progress::Finished {
-                index,
-                total,
-                adapter: &label,
-                report: &report,
-            });
+            for (k, (r, baseline)) in measured.into_iter().enumerate() {
+                baselines.push((report.results.len(), baseline));
+                report.results.push(r);
+                progress(Progress::Finished {
+                    index: from + k + 1,
+                    total,
+                    adapter: &label,
+                    report: &report,
+                });
+            }
         }
         link_baselines(&mut report.results[first..], first, &baselines);
     }
     Ok(report)
+}
+
+/// The cases of one suite in the groups measured together: one group of cases holding at most
+/// [`ROUNDS_BYTES`] between them when `in_rounds`, else each case alone.
+fn groups(cases: Vec<Planned>, in_rounds: bool) -> Vec<Vec<Planned>> {
+    let mut out: Vec<Vec<Planned>> = Vec::new();
+    let mut bytes = 0.0;
+    for case in cases {
+        let b = match &case {
+            Planned::Run(b) => b.work().bytes.unwrap_or(0.0),
+            _ => 0.0,
+        };
+        match out.last_mut() {
+            Some(last) if in_rounds && bytes + b <= ROUNDS_BYTES => {
+                bytes += b;
+                last.push(case);
+            }
+            _ => {
+                bytes = b;
+                out.push(vec![case]);
+            }
+        }
+    }
+    out
 }
 
 /// Measures one planned case into its result (failed, with the reason, when it errs or panics);
@@ -265,30 +322,126 @@ pub fn measure_case(
     adapter: &AdapterRecord,
     sampling: Sampling,
 ) -> (CaseResult, Option<String>) {
-    let mut bench = match case {
-        Planned::Skip { case, reason } => {
-            let r = CaseResult::not_run(suite, case, adapter.index, Status::Skipped, reason);
-            return (r, None);
-        }
-        Planned::Failed { case, reason } => {
-            let r = CaseResult::not_run(suite, case, adapter.index, Status::Failed, reason);
-            return (r, None);
-        }
-        Planned::Run(bench) => bench,
+    let mut measured = measure_cases(suite, vec![case], adapter, sampling, |_| {});
+    measured.remove(0)
+}
+
+/// A case on its way through [`measure_cases`].
+enum State {
+    Done(Box<CaseResult>),
+    Live(Box<dyn super::Benchmark>, Sampler),
+    Failed(Box<dyn super::Benchmark>, Error),
+    /// Only while a live case is turned into a failed one.
+    Taken,
+}
+
+/// Runs `f`, a panic becoming an error naming `name`.
+fn guarded<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(Error::panicked(name.to_string(), &*p)))
+}
+
+/// Where [`measure_cases`] is.
+#[derive(Debug, Clone, Copy)]
+pub enum Step<'a> {
+    /// Preparing this case.
+    Preparing(&'a str),
+    /// Round `.0` (from 1) of `.1` is starting (told only when several cases are live).
+    Round(usize, usize),
+}
+
+/// Measures `cases` together: each prepared (`step` is told its name first), then
+/// `sampling.samples` rounds (`step` is told each, from 1, when more than one case is live),
+/// each running every case that has not failed once, its first sample after its warm-up. One
+/// case alone is the back-to-back loop. Returns each case's result and baseline, in order.
+pub fn measure_cases(
+    suite: &str,
+    cases: Vec<Planned>,
+    adapter: &AdapterRecord,
+    sampling: Sampling,
+    mut step: impl FnMut(Step<'_>),
+) -> Vec<(CaseResult, Option<String>)> {
+    let done = |case, status, why| {
+        State::Done(Box::new(CaseResult::not_run(
+            suite,
+            case,
+            adapter.index,
+            status,
+            why,
+        )))
     };
-    let name = bench.case();
-    let measured = catch_unwind(AssertUnwindSafe(|| measure(bench.as_mut(), sampling)))
-        .unwrap_or_else(|p| Err(Error::panicked(name.clone(), &*p)));
-    let result = match measured {
-        Ok((stats, extras)) => {
-            CaseResult::measured(suite, name, adapter, bench.work(), stats, extras)
+    let mut states: Vec<State> = Vec::new();
+    for case in cases {
+        step(Step::Preparing(&case.case()));
+        states.push(match case {
+            Planned::Skip { case, reason } => done(case, Status::Skipped, reason),
+            Planned::Failed { case, reason } => done(case, Status::Failed, reason),
+            Planned::Run(mut bench) => {
+                match guarded(&bench.case(), || Sampler::prepare(bench.as_mut(), sampling)) {
+                    Ok(sampler) => State::Live(bench, sampler),
+                    Err(e) => State::Failed(bench, e),
+                }
+            }
+        });
+    }
+    let rounds = sampling.samples.max(1);
+    let live = states
+        .iter()
+        .filter(|s| matches!(s, State::Live(..)))
+        .count();
+    for r in 1..=rounds {
+        if live > 1 {
+            step(Step::Round(r, rounds));
         }
-        Err(e) => CaseResult {
+        for state in &mut states {
+            let State::Live(bench, sampler) = state else {
+                continue;
+            };
+            if let Err(e) = guarded(&bench.case(), || sampler.sample(bench.as_mut())) {
+                let taken = std::mem::replace(state, State::Taken);
+                if let State::Live(bench, _) = taken {
+                    *state = State::Failed(bench, e);
+                }
+            }
+        }
+    }
+    let failed = |bench: Box<dyn super::Benchmark>, e: Error| {
+        let r = CaseResult {
             work: Some(bench.work()),
-            ..CaseResult::not_run(suite, name, adapter.index, Status::Failed, e.to_string())
-        },
+            ..CaseResult::not_run(
+                suite,
+                bench.case(),
+                adapter.index,
+                Status::Failed,
+                e.to_string(),
+            )
+        };
+        (r, bench.baseline())
     };
-    (result, bench.baseline())
+    states
+        .into_iter()
+        .map(|state| match state {
+            State::Done(r) => (*r, None),
+            State::Taken => unreachable!("a case left taken"),
+            State::Failed(bench, e) => failed(bench, e),
+            State::Live(mut bench, sampler) => {
+                match guarded(&bench.case(), || sampler.finish(bench.as_mut())) {
+                    Ok((stats, extras)) => {
+                        let r = CaseResult::measured(
+                            suite,
+                            bench.case(),
+                            adapter,
+                            bench.work(),
+                            stats,
+                            extras,
+                        );
+                        (r, bench.baseline())
+                    }
+                    Err(e) => failed(bench, e),
+                }
+            }
+        })
+        .collect()
 }
 
 /// Fills each case's speed-up over its baseline (same suite, adapter and run).
@@ -406,5 +559,125 @@ mod tests {
         let (r, _) = measure_case("s", skip, &adapter(None), SAMPLING);
         assert_eq!(r.status, Status::Skipped);
         assert!(r.stats.is_none());
+    }
+
+    /// Logs what it is asked to do into a shared list.
+    struct Logged {
+        name: &'static str,
+        log: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+        fail_at: Option<usize>,
+        runs: usize,
+    }
+
+    impl Benchmark for Logged {
+        fn case(&self) -> String {
+            self.name.into()
+        }
+        fn work(&self) -> Work {
+            Work::new(1.0, WorkUnit::Computation)
+        }
+        fn prepare(&mut self) -> Result<()> {
+            self.log.borrow_mut().push(format!("prepare {}", self.name));
+            Ok(())
+        }
+        fn run(&mut self) -> Result<()> {
+            self.runs += 1;
+            self.log
+                .borrow_mut()
+                .push(format!("{}{}", self.name, self.runs));
+            if Some(self.runs) == self.fail_at {
+                return Err(Error::DeviceLost {
+                    device: "fake".into(),
+                    reason: "test".into(),
+                });
+            }
+            Ok(())
+        }
+        fn sync(&mut self) -> Result<Option<Timed>> {
+            Ok(Some(Timed::gpu(self.runs as f64)))
+        }
+    }
+
+    #[test]
+    fn rounds_take_one_sample_of_each_case_in_turn() {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let case = |name, fail_at| {
+            Planned::Run(Box::new(Logged {
+                name,
+                log: log.clone(),
+                fail_at,
+                runs: 0,
+            }))
+        };
+        let cases = vec![
+            case("a", None),
+            Planned::skip("s".into(), "not here".into()),
+            case("b", Some(3)),
+            case("c", None),
+        ];
+        let mut steps = Vec::new();
+        let results = measure_cases("s", cases, &adapter(None), SAMPLING, |s| {
+            steps.push(format!("{s:?}"))
+        });
+        // Every case prepared first; each case's 2 warm-up runs right before its first sample;
+        // then one run of each case a round. b fails in round 1 (its third run) and drops out.
+        assert_eq!(
+            log.borrow().join(" "),
+            "prepare a prepare b prepare c a1 a2 a3 b1 b2 b3 c1 c2 c3 a4 c4 a5 c5"
+        );
+        assert_eq!(steps.len(), 4 + 3, "{steps:?}");
+        assert_eq!(steps[4], "Round(1, 3)");
+        let names: Vec<(&str, Status)> = results
+            .iter()
+            .map(|(r, _)| (r.case.as_str(), r.status))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("a", Status::Ok),
+                ("s", Status::Skipped),
+                ("b", Status::Failed),
+                ("c", Status::Ok)
+            ]
+        );
+        // The samples are the runs after the warm-up.
+        assert_eq!(
+            results[0].0.stats.as_ref().unwrap().samples_s,
+            [3.0, 4.0, 5.0]
+        );
+        assert!(results[2].0.reason.as_ref().unwrap().contains("was lost"));
+    }
+
+    #[test]
+    fn suites_split_into_groups_by_their_bytes() {
+        let big = |name: &'static str| {
+            struct Big(&'static str);
+            impl Benchmark for Big {
+                fn case(&self) -> String {
+                    self.0.into()
+                }
+                fn work(&self) -> Work {
+                    Work::new(1.0, WorkUnit::Flop).with_bytes(0.6 * ROUNDS_BYTES)
+                }
+                fn prepare(&mut self) -> Result<()> {
+                    Ok(())
+                }
+                fn run(&mut self) -> Result<()> {
+                    Ok(())
+                }
+                fn sync(&mut self) -> Result<Option<Timed>> {
+                    Ok(None)
+                }
+            }
+            Planned::Run(Box::new(Big(name)))
+        };
+        let sizes = |g: Vec<Vec<Planned>>| g.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(
+            sizes(groups(vec![big("a"), big("b"), big("c")], true)),
+            [1, 1, 1]
+        );
+        let skip = || Planned::skip("s".into(), "not here".into());
+        assert_eq!(sizes(groups(vec![skip(), big("a"), skip()], true)), [3]);
+        assert_eq!(sizes(groups(vec![skip(), skip()], false)), [1, 1]);
     }
 }

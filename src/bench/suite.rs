@@ -79,6 +79,19 @@ impl Suite {
         }
     }
 
+    /// Whether the suite's cases are measured in rounds ([`super::run`]): all prepared at once
+    /// (their buffers and programs alive together, up to [`ROUNDS_BYTES`]), then sampled one run
+    /// each per round. The kernel suites and `dispatch` are. The training suites (`pipeline`,
+    /// `moe`, `transformer`, `generate`, `btm`, `scaleout`) are not: each case holds a model, its
+    /// optimiser state and several devices' buffers, and its runs change that state, so their
+    /// cases still run one after the other, each case's samples back to back.
+    pub fn in_rounds(self) -> bool {
+        matches!(
+            self,
+            Suite::Matmul | Suite::Attention | Suite::Memory | Suite::Dispatch
+        )
+    }
+
     pub fn from_name(name: &str) -> Result<Suite> {
         Suite::ALL
             .into_iter()
@@ -125,6 +138,10 @@ impl Suite {
         })
     }
 }
+
+/// The most device memory (the cases' compulsory bytes, [`super::Work::bytes`]) the cases of one
+/// round may hold at once; a suite with more is measured in several groups, each in rounds.
+pub const ROUNDS_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// A case to run, or one that cannot run here and why.
 pub enum Planned {

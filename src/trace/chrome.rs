@@ -1,4 +1,5 @@
-//! Chrome trace-event JSON: export for Perfetto and `chrome://tracing`, a structure check, and
+//! Chrome trace-event JSON: export for Perfetto and `chrome://tracing` (whole, or as the
+//! events come: [`TraceStream`], which a killed job leaves readable), a structure check, and
 //! import of gangway's traces and other tools' ([`ChromeTrace`]).
 //!
 //! Layout: `otherData.producer` is [`PRODUCER`], the marker the import tells gangway's traces

@@ -408,6 +408,21 @@ impl<M: StepModel> TrainingRun<M> {
         };
         trainer.set_dispatch(opts.dispatch);
         trainer.set_eval_capacity(opts.eval_capacity)?;
+        // The run ends with an evaluation: a validation part too short for one batch of it is
+        // an error now, not after the last step.
+        let (picked, _) = config.eval_windows(&split.valid, opts.eval_units)?;
+        if picked.len() < trainer.groups() {
+            return Err(Error::InvalidArgument {
+                what: "train",
+                reason: format!(
+                    "the validation part holds {} evaluation windows of {} bytes, fewer than \
+                     the {} routing groups one evaluation batch needs: give more text",
+                    picked.len(),
+                    config.window(),
+                    trainer.groups()
+                ),
+            });
+        }
         let mut batches = Batches::owned(split.train, config.window(), opts.batch, opts.data_seed)?;
         // The saved run drew its steps' batches: draw past them so the data continues, not
         // repeats.
@@ -558,6 +573,13 @@ impl<M: StepModel> TrainingRun<M> {
     pub fn report(mut self) -> Result<TrainReport<M>> {
         let opts = &self.opts;
         let seconds = self.began.elapsed().as_secs_f64();
+        // The trained state is saved before anything else can fail.
+        if let Some(path) = &opts.checkpoint {
+            let checkpoint = self.trainer.checkpoint()?;
+            if self.trainer.client().job().is_root() {
+                checkpoint.save(path)?;
+            }
+        }
         let last = evaluate(&self.trainer, &self.valid, opts.eval_units, opts.batch)?;
         let valid_bpb = last.bits_per_byte;
         let last_step = self.trainer.steps();
@@ -565,12 +587,6 @@ impl<M: StepModel> TrainingRun<M> {
             self.valid_bpbs.push((last_step, valid_bpb));
         }
         let params = self.trainer.params()?;
-        if let Some(path) = &opts.checkpoint {
-            let checkpoint = self.trainer.checkpoint()?;
-            if self.trainer.client().job().is_root() {
-                checkpoint.save(path)?;
-            }
-        }
         let done = self.done;
         let tokens = u64::from(done) * self.batch_rows();
         Ok(TrainReport {

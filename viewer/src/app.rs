@@ -6,6 +6,7 @@ use egui::{Key, RichText, Ui};
 use gangway::pipeline::figure::Theme;
 use serde::{Deserialize, Serialize};
 
+use crate::attach_view::AttachTab;
 use crate::bubble_lab::BubbleLab;
 use crate::devices_panel;
 use crate::dispatch_compare::DispatchCompare;
@@ -24,16 +25,18 @@ pub enum Tab {
     Dispatch,
     Files,
     Moe,
+    Attached,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::BubbleLab,
         Tab::Live,
         Tab::Devices,
         Tab::Dispatch,
         Tab::Files,
         Tab::Moe,
+        Tab::Attached,
     ];
 
     pub fn title(self) -> &'static str {
@@ -44,6 +47,7 @@ impl Tab {
             Tab::Dispatch => "Dispatch comparison",
             Tab::Moe => "MoE training",
             Tab::Files => "Files",
+            Tab::Attached => "Attached",
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct Settings {
     pub projector: bool,
     /// Files opened lately, newest first.
     pub recent: Vec<PathBuf>,
+    /// Addresses of jobs attached to lately (HOST:PORT), newest first; never their tokens.
+    pub recent_attach: Vec<String>,
 }
 
 /// The storage key of [`Settings`].
@@ -96,6 +102,8 @@ pub struct ViewerApp {
     pub compare: DispatchCompare,
     pub moe: MoePanel,
     pub files: FilesTab,
+    /// Jobs of other processes followed over the live protocol.
+    pub attached: AttachTab,
     pub settings: Settings,
     /// The theme last applied to the context (`Some(projector)`), so it is set on change only.
     applied_theme: Option<bool>,
@@ -121,6 +129,7 @@ impl ViewerApp {
             compare: DispatchCompare::default(),
             moe: MoePanel::default(),
             files: FilesTab::default(),
+            attached: AttachTab::default(),
             settings: Settings::default(),
             applied_theme: None,
             frame_stats: options.frame_stats.then(FrameStats::default),
@@ -137,6 +146,15 @@ impl ViewerApp {
             self.settings = saved;
         }
         self.files.set_recent(self.settings.recent.clone());
+        self.attached
+            .set_recent(self.settings.recent_attach.clone());
+    }
+
+    /// Follows the job served at `addr` (HOST:PORT) on the Attached tab, with `token` if the
+    /// server wants one (`--attach`).
+    pub fn attach_to(&mut self, addr: &str, token: Option<String>, ctx: Option<egui::Context>) {
+        self.attached.attach(addr, token, ctx);
+        self.tab = Tab::Attached;
     }
 
     /// Opens `path` on the Files tab.
@@ -190,6 +208,8 @@ impl ViewerApp {
             );
         }
         self.live.poll();
+        // Every frame, whatever tab is shown: the readers' channels are drained here.
+        self.attached.poll(Some(ui.ctx()));
 
         egui::Panel::top("tabs").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
@@ -234,6 +254,7 @@ impl ViewerApp {
             Tab::Moe => {
                 egui::ScrollArea::vertical().show(ui, |ui| self.moe.ui(ui, &self.hub));
             }
+            Tab::Attached => self.attached.ui(ui),
             Tab::Files => {
                 let lab = self.lab.result.as_ref().ok().map(|r| &r.data);
                 self.files.ui(ui, &self.live.data, lab);
@@ -254,6 +275,7 @@ impl eframe::App for ViewerApp {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         self.settings.recent = self.files.recent.clone();
+        self.settings.recent_attach = self.attached.recent.clone();
         if let Ok(json) = serde_json::to_string(&self.settings) {
             storage.set_string(SETTINGS_KEY, json);
         }

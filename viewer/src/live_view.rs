@@ -32,6 +32,29 @@ pub enum Workload {
     Off,
 }
 
+/// One utilization sample a device (busy time over the [`WINDOW_NS`] before `now`, of `recent`
+/// device work) appended to its series, which keeps its newest [`MAX_SAMPLES`]: the Live tab's
+/// measure, and an attached job's.
+pub fn sample_utilization(
+    series: &mut BTreeMap<usize, VecDeque<[f64; 2]>>,
+    recent: &[Event],
+    devices: impl IntoIterator<Item = usize>,
+    now: u64,
+) {
+    let from = now.saturating_sub(WINDOW_NS);
+    for d in devices
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let u = BusyTime::of(recent, d).utilization(from..now);
+        let s = series.entry(d).or_default();
+        s.push_back([now as f64 / 1e9, u]);
+        if s.len() > MAX_SAMPLES {
+            s.pop_front();
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct LiveView {
     pub runner: Option<LiveRunner>,
@@ -188,17 +211,13 @@ impl LiveView {
         while self.recent.front().is_some_and(|e| e.end_ns < from) {
             self.recent.pop_front();
         }
-        let events: Vec<Event> = self.recent.iter().cloned().collect();
-        let devices: std::collections::BTreeSet<usize> =
-            self.data.tracks().iter().map(|t| t.device).collect();
-        for d in devices {
-            let u = BusyTime::of(&events, d).utilization(from..now);
-            let series = self.utilization.entry(d).or_default();
-            series.push_back([now as f64 / 1e9, u]);
-            if series.len() > MAX_SAMPLES {
-                series.pop_front();
-            }
-        }
+        let devices = self.data.tracks().iter().map(|t| t.device);
+        sample_utilization(
+            &mut self.utilization,
+            self.recent.make_contiguous(),
+            devices,
+            now,
+        );
     }
 
     /// Latest utilization of `device`, in `[0, 1]`.

@@ -25,6 +25,12 @@ struct Args {
     /// Print frame-rate statistics to stderr about once a second while the window draws.
     #[arg(long)]
     frame_stats: bool,
+    /// Attach to a job served with `--live` at HOST:PORT (repeatable: several jobs at once).
+    #[arg(long, value_name = "HOST:PORT")]
+    attach: Vec<String>,
+    /// The token of the jobs attached to (their `--live-token`), for a server not on loopback.
+    #[arg(long, env = "GANGWAY_LIVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// A Chrome trace or `gangway bench --json` report to open.
     #[arg(value_name = "FILE.json")]
     file: Option<PathBuf>,
@@ -59,6 +65,9 @@ fn main() -> anyhow::Result<()> {
             }
             if let Some(path) = args.file {
                 app.open_file(path);
+            }
+            for addr in &args.attach {
+                app.attach_to(addr, args.token.clone(), Some(cc.egui_ctx.clone()));
             }
             Ok(Box::new(app))
         }),

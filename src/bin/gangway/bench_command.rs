@@ -4,7 +4,9 @@
 use crate::progress;
 use crate::{BenchArgs, DTypeArg};
 use anyhow::{Context, Result, bail};
-use gangway::bench::compare::{Pairing, Verdict, compare};
+use gangway::bench::compare::{Pairing, Verdict, compare_with};
+use gangway::bench::harness::SLOWDOWN_VAR;
+use gangway::bench::noise::Rule;
 use gangway::bench::report::{Status, number, seconds};
 use gangway::bench::run::{Progress, run};
 use gangway::bench::{BenchOptions, Report, Suite, select_adapters};
@@ -134,6 +136,16 @@ pub fn bench_suites(
             pb.set_position(index as u64 - 1);
             pb.set_message(format!("{suite} · {case} · {adapter}"));
         }
+        Progress::Round {
+            round,
+            rounds,
+            suite,
+            adapter,
+        } => {
+            if let Some(pb) = &pb {
+                pb.set_message(format!("{suite} · round {round} of {rounds} · {adapter}"));
+            }
+        }
         Progress::Finished {
             index,
             total,
@@ -212,27 +224,33 @@ pub fn bench_compare(
     } else {
         Pairing::SameAdapter
     };
-    let c = compare(&a, &b, pairing).map_err(anyhow::Error::msg)?;
-    println!(
-        "old: gangway {} ({}) at {} on {}\nnew: gangway {} ({}) at {} on {}\n",
-        a.gangway.version,
-        a.gangway.git,
-        a.timestamp,
-        a.machine.cpu,
-        b.gangway.version,
-        b.gangway.git,
-        b.timestamp,
-        b.machine.cpu
-    );
+    let rule = Rule::default();
+    let c = compare_with(&a, &b, pairing, rule).map_err(anyhow::Error::msg)?;
+    for (side, r) in [("old", &a), ("new", &b)] {
+        let adapters: Vec<String> = r.adapters.iter().map(|a| a.label()).collect();
+        println!(
+            "{side}: gangway {} ({}) at {} on {}, {}, {} samples a case{}",
+            r.gangway.version,
+            r.gangway.git,
+            r.timestamp,
+            r.machine.cpu,
+            adapters.join(", "),
+            r.settings.sampling.samples,
+            r.settings.slowdown.map_or_else(String::new, |f| format!(
+                ", SLOWED DOWN {f}× on purpose ({SLOWDOWN_VAR}, test-only)"
+            ))
+        );
+    }
+    println!();
     print!("{}", c.table());
     println!(
-        "\n{} faster, {} slower, {} within noise, {} too few samples, {} not measured. Flagged only \
-         when the sample ranges do not overlap.",
+        "\n{} faster, {} slower, {} no change, {} too few samples, {} not measured. {}",
         c.count(Verdict::Faster),
         c.count(Verdict::Slower),
         c.count(Verdict::WithinNoise),
         c.count(Verdict::TooFewSamples),
-        c.count(Verdict::NotMeasured)
+        c.count(Verdict::NotMeasured),
+        rule.describe()
     );
     if c.cases.is_empty() {
         bail!("no case is in both reports (different adapters? try --any-adapter)");

@@ -854,7 +854,8 @@ pub(crate) struct BenchArgs {
     /// transformer, generate, btm, scaleout.
     #[arg(value_name = "SUITE")]
     pub(crate) suites: Vec<String>,
-    /// Adapters to run on, by index or part of `name (backend)` [default: every adapter].
+    /// Adapters to run on, by index or part of `name (backend)` (a number that is no adapter's
+    /// index is read as part of a name) [default: every adapter].
     #[arg(long, value_delimiter = ',')]
     pub(crate) adapters: Vec<String>,
     /// Every suite on tiny sizes (well under a minute), 1 warm-up run and 3 samples.
@@ -869,7 +870,8 @@ pub(crate) struct BenchArgs {
     /// Untimed runs per case [default: 2, --quick 1].
     #[arg(long)]
     pub(crate) warmup: Option<usize>,
-    /// Timed runs per case [default: 5, --quick 3].
+    /// Timed runs per case, taken in rounds across the cases of matmul, attention, memory and
+    /// dispatch [default: 5, --quick 3; `bench compare` judges 5 or more].
     #[arg(long)]
     pub(crate) samples: Option<usize>,
     /// The adapters' FP32 peak, GFLOP/s (overrides the built-in table).
@@ -925,7 +927,9 @@ pub(crate) struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchSub {
-    /// Each case's median ratio between two reports, flagged when beyond the samples' spread.
+    /// Each case's median ratio between two reports, with its 95% interval and each side's
+    /// spread; FASTER or SLOWER only when the whole interval lies beyond ±5% (fewer than 5
+    /// samples a side: too few samples).
     Compare {
         old: PathBuf,
         new: PathBuf,
@@ -933,10 +937,11 @@ pub(crate) enum BenchSub {
         /// must then hold each case once: pick one adapter with --old-adapter / --new-adapter).
         #[arg(long)]
         any_adapter: bool,
-        /// Exit with status 1 when a case got slower beyond the noise.
+        /// Exit with status 1 when a case is SLOWER (beyond the noise).
         #[arg(long)]
         fail_on_slower: bool,
-        /// Only this adapter of the old report (index or part of `name (backend)`).
+        /// Only this adapter of the old report: its index, or a case-insensitive part of
+        /// `name (backend)` (a number that is no adapter's index, like 4090, is read as a name).
         #[arg(long, value_name = "ADAPTER")]
         old_adapter: Option<String>,
         /// Only this adapter of the new report.

@@ -578,7 +578,7 @@ fn print_comparison(
             });
             let mut cells = vec![
                 name,
-                format!("{:.3} ms", row.sim.makespan_ns as f64 / 1e6),
+                makespan(row.sim.makespan_ns),
                 format!("{:.1}%", row.sim.bubble_fraction * 100.0),
                 format!("{:.1}%", row.sim.bubble_over_ideal() * 100.0),
                 format!("{} µs", us(idle_max)),
@@ -624,6 +624,16 @@ fn print_comparison(
     }
 }
 
+/// A `--compare` makespan: µs to a tenth under a millisecond (28.5 µs and 29.5 µs, not both
+/// 0.029 ms), ms to the microsecond from there.
+fn makespan(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    }
+}
+
 /// Writes `figure` as SVG to `path`, all or nothing.
 fn write_figure(
     path: &std::path::Path,
@@ -641,4 +651,19 @@ fn write_figure(
         format!("{:?}", args.theme).to_lowercase()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::makespan;
+
+    #[test]
+    fn compare_times_under_a_millisecond_are_in_microseconds() {
+        assert_eq!(makespan(28_500), "28.5 µs");
+        assert_eq!(makespan(29_500), "29.5 µs");
+        assert_eq!(makespan(999_940), "999.9 µs");
+        assert_eq!(makespan(1_000_000), "1.000 ms");
+        assert_eq!(makespan(5_300_000), "5.300 ms");
+        assert_eq!(makespan(0), "0.0 µs");
+    }
 }

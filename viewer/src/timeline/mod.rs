@@ -1,5 +1,7 @@
 //! A zoomable, pannable timeline of trace events: the model (`data`), the time ↔ pixel
 //! transform (`view`), the rows as texels (`raster`) and the widget (`draw`).
+//!
+//! Each uses only those before it: `view` → `data` → `raster` → `draw`.
 
 pub mod data;
 pub mod draw;
