@@ -178,6 +178,7 @@ mod tests {
             "eval lm checkpoint",
             "eval lm file",
             "generate checkpoint",
+            "generate prompt_file",
             "export checkpoint",
             "import weights",
             "import config",
