@@ -59,13 +59,7 @@ fn run(dir: &Path, args: &[String]) -> Outcome {
             };
         }
         if start.elapsed() > DEADLINE {
-            let status =
-                std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-            let rss_kib = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0);
+            let rss_kib = common::rss_kib(child.id());
             let _ = child.kill();
             let _ = child.wait();
             return Outcome::Running { rss_kib };

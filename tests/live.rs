@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{case, report_losses};
+use common::{case, report_losses, rss_kib};
 use gangway::Device;
 use gangway::live::{LiveClient, Record, Recording};
 use std::io::{BufRead, BufReader, Write};
@@ -182,16 +182,6 @@ fn a_served_job_streams_its_devices_events_and_losses(device: &Device) {
     let trace = gangway::trace::chrome::read(&std::fs::read(&record_out).unwrap()).unwrap();
     assert!(trace.events.len() > 100, "{} events", trace.events.len());
     let _ = std::fs::remove_dir_all(&d);
-}
-
-/// The resident memory of `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 fn bad_clients_leave_the_job_as_it_was(device: &Device) {

@@ -1,7 +1,9 @@
-//! The [`Benchmark`] trait and the loop that measures one: prepare once (untimed), warm up, then
-//! time samples. A sample is one `run` + `sync`; its time is what the benchmark measured itself
-//! (from the runtime's trace: a kernel's GPU timestamps, or a step's span) when it did, else the
-//! host wall time around both calls.
+//! The [`Benchmark`] trait and what measures one: prepare once (untimed), warm up, then time
+//! samples, all back to back ([`measure`]) or one at a time ([`Sampler`], which the runner drives
+//! in rounds across a suite's cases). A sample is one `run` + `sync`; its time is what the
+//! benchmark measured itself (from the runtime's trace: a kernel's GPU timestamps, or a step's
+//! span) when it did, else the host wall time around both calls. The host's cost is counted in a
+//! window around each sample. A test-only knob ([`slowdown`]) makes every sample really longer.
 
 use super::host::{HostCost, Snapshot};
 use super::report::{Stats, Timing};

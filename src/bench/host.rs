@@ -1,5 +1,8 @@
-//! The host's cost of a benchmark's runs: kernel launches, CPU time and context switches over the
-//! timed samples, per run ([`HostCost`]). On a real GPU a small kernel takes microseconds, and
+//! The host's cost of a benchmark's runs: kernel launches, CPU time and context switches in a
+//! window around each timed sample ([`Snapshot::starting`] and [`Snapshot::ending`]), averaged
+//! per run ([`HostCost::mean`]). A window reads the calling thread's CPU time after a 1 ns sleep,
+//! because Linux brings a running thread's time up to date only when it stops; without it the
+//! reading's own cost landed in the window. On a real GPU a small kernel takes microseconds, and
 //! what is left of a step is this.
 //!
 //! CPU time and switches are read per thread from Linux's `/proc/self/task` (`schedstat`: time on
@@ -125,15 +128,6 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The counters now; the calling thread counts as gangway's.
-    pub fn now() -> Self {
-        Self {
-            launches: crate::device::launches(),
-            objects: crate::device::objects_created(),
-            threads: threads(None),
-        }
-    }
-
     /// The counters at the start of a short window (one sample) that [`Snapshot::ending`]
     /// closes. Linux brings a running thread's CPU time up to date only when it stops running,
     /// so a snapshot of the busy caller would lag by whatever it did since it last waited
@@ -143,7 +137,7 @@ impl Snapshot {
         Self {
             launches: crate::device::launches(),
             objects: crate::device::objects_created(),
-            threads: threads(Some(Caller::Last)),
+            threads: threads(Caller::Last),
         }
     }
 
@@ -156,7 +150,7 @@ impl Snapshot {
         Self {
             launches,
             objects,
-            threads: threads(Some(Caller::First)),
+            threads: threads(Caller::First),
         }
     }
 
@@ -211,9 +205,9 @@ enum Caller {
     Last,
 }
 
-/// One thread's counters from its `schedstat` and `status`; `None` when it has ended. With
-/// `sleep_between`, the status (switches) is read, then the thread sleeps 1 ns (so Linux brings
-/// its CPU time up to date), then the schedstat.
+/// One thread's counters from its `schedstat` and `status`; `None` when it has ended. For the
+/// calling thread (`sleep`), a 1 ns sleep (so Linux brings its CPU time up to date) comes before
+/// both reads ([`Caller::Last`]) or between the status and the schedstat ([`Caller::First`]).
 fn read_thread(dir: &std::path::Path, ours: bool, sleep: Option<Caller>) -> Option<ThreadCounts> {
     let read = |file: &str| std::fs::read_to_string(dir.join(file)).ok();
     let nap = || std::thread::sleep(std::time::Duration::from_nanos(1));
@@ -249,7 +243,7 @@ fn read_thread(dir: &std::path::Path, ours: bool, sleep: Option<Caller>) -> Opti
 
 /// Every live thread's counters, from `/proc/self/task`; `caller`: read the calling thread first
 /// or last, with the sleep of [`read_thread`].
-fn threads(caller: Option<Caller>) -> Option<HashMap<u64, ThreadCounts>> {
+fn threads(caller: Caller) -> Option<HashMap<u64, ThreadCounts>> {
     let pid = std::process::id() as u64;
     let me = crate::sched::threads::current_thread_id();
     let runtime = crate::sched::threads::runtime_thread_ids();
@@ -265,7 +259,7 @@ fn threads(caller: Option<Caller>) -> Option<HashMap<u64, ThreadCounts>> {
             continue;
         };
         let ours = tid == pid || Some(tid) == me || runtime.contains(&tid);
-        if caller.is_some() && Some(tid) == me {
+        if Some(tid) == me {
             mine = Some((tid, task.path(), ours));
         } else {
             others.push((tid, task.path(), ours));
@@ -274,12 +268,12 @@ fn threads(caller: Option<Caller>) -> Option<HashMap<u64, ThreadCounts>> {
     let mut out = HashMap::new();
     let mut read_mine = |out: &mut HashMap<u64, ThreadCounts>| {
         if let Some((tid, dir, ours)) = mine.take()
-            && let Some(c) = read_thread(&dir, ours, caller)
+            && let Some(c) = read_thread(&dir, ours, Some(caller))
         {
             out.insert(tid, c);
         }
     };
-    if caller == Some(Caller::First) {
+    if caller == Caller::First {
         read_mine(&mut out);
     }
     // A thread may end between the listing and the reads: it is left out.
@@ -300,14 +294,14 @@ mod tests {
     /// switch. Linux only (elsewhere only launches are counted).
     #[test]
     fn the_callers_work_and_waits_are_counted() {
-        let before = Snapshot::now();
+        let before = Snapshot::starting();
         let start = std::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < std::time::Duration::from_millis(60) {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
-        let cost = before.per_run(&Snapshot::now(), 1);
+        let cost = before.per_run(&Snapshot::ending(), 1);
         if cfg!(target_os = "linux") {
             let cpu = cost.runtime_cpu_s.unwrap_or(0.0);
             // Other tests share the two cores: a fraction of the 60 ms is enough.

@@ -105,3 +105,13 @@ pub fn cross_entropy(row: &[f32], target: usize) -> f64 {
             .ln();
     lse - f64::from(row[target])
 }
+
+/// The resident memory of process `pid`, in KiB (0 where `/proc` cannot tell).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

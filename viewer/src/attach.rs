@@ -20,19 +20,18 @@
 //! reading while [`MAX_PENDING`] records wait for a UI that draws no frames (a hidden window):
 //! the server then drops records for this viewer, counts them and tells it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gangway::live::{End, EndStatus, Hello, LiveClient, LiveError, Metric, Record, Recording};
-use gangway::trace::Event;
 
 use crate::background::{self, Job, Sink, Stream};
 use crate::live::REPAINT_EVERY;
-use crate::live_view::{WINDOW_NS, sample_utilization};
 use crate::timeline::{TimeAxis, TimelineData, TimelineState};
+use crate::utilization::Utilization;
 
 /// How long the reader waits before trying a failed or lost connection again.
 pub const RETRY: Duration = Duration::from_secs(2);
@@ -262,10 +261,8 @@ pub struct Attachment {
     /// The last minute of events, for the timeline.
     pub data: TimelineData,
     pub timeline: TimelineState,
-    /// Device work of the last window, for utilization.
-    recent: VecDeque<Event>,
-    /// Per device, `(seconds on the job's clock, utilization)`.
-    pub utilization: BTreeMap<usize, VecDeque<[f64; 2]>>,
+    /// Each device's utilization, on the job's clock.
+    pub utilization: Utilization,
     /// Metric name → labels in words ("" for none, "expert 3") → series.
     pub series: BTreeMap<String, BTreeMap<String, Series>>,
     clock: ProducerClock,
@@ -298,8 +295,7 @@ impl Attachment {
                 follow_live: true,
                 ..TimelineState::default()
             },
-            recent: VecDeque::new(),
-            utilization: BTreeMap::new(),
+            utilization: Utilization::default(),
             series: BTreeMap::new(),
             clock: ProducerClock::new(),
             last_sample: None,
@@ -457,7 +453,6 @@ impl Attachment {
         self.forgotten_metrics = 0;
         self.dropped_before = (0, 0);
         self.data.clear();
-        self.recent.clear();
         self.utilization.clear();
         self.series.clear();
         self.clock = ProducerClock::new();
@@ -503,9 +498,7 @@ impl Attachment {
                     }
                     self.clock.saw(end);
                     self.newest_event_end = self.newest_event_end.max(end);
-                    if event.is_device_work() {
-                        self.recent.push_back(event.clone());
-                    }
+                    self.utilization.push(&event);
                     arrived.push(event.clone());
                     self.record(Record::Event { rank, event });
                 }
@@ -614,26 +607,14 @@ impl Attachment {
         let Some(now) = self.clock.now() else {
             return;
         };
-        let from = now.saturating_sub(WINDOW_NS);
-        while self.recent.front().is_some_and(|e| e.end_ns < from) {
-            self.recent.pop_front();
-        }
-        let mut devices: BTreeSet<usize> = self.data.lanes.keys().copied().collect();
-        devices.extend(self.data.tracks().iter().map(|t| t.device));
-        sample_utilization(
-            &mut self.utilization,
-            self.recent.make_contiguous(),
-            devices,
-            now,
-        );
+        let devices = self.data.lanes.keys().copied();
+        let tracks = self.data.tracks().iter().map(|t| t.device);
+        self.utilization.sample(now, devices.chain(tracks));
     }
 
     /// Latest utilization of `device`, in `[0, 1]`.
     pub fn current(&self, device: usize) -> Option<f64> {
-        self.utilization
-            .get(&device)
-            .and_then(|s| s.back())
-            .map(|p| p[1])
+        self.utilization.current(device)
     }
 
     /// The newest value of the metric `name` (no labels).

@@ -511,7 +511,7 @@ fn utilization_ui(ui: &mut Ui, job: &Attachment) {
             .get(&d)
             .map_or_else(|| format!("device {d}"), |t| t.label.clone())
     };
-    let lines = crate::devices_panel::before_now(&job.utilization)
+    let lines = crate::devices_panel::before_now(&job.utilization.series)
         .into_iter()
         .map(|(d, points)| (labels(d), points))
         .collect::<Vec<_>>();

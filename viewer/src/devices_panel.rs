@@ -60,7 +60,7 @@ pub fn ui(ui: &mut Ui, hub: &DeviceHub, live: &LiveView) {
     if live.runner.is_none() {
         ui.weak("start the workload on the Live timeline tab to measure utilization");
     }
-    let lines = before_now(&live.utilization)
+    let lines = before_now(&live.utilization.series)
         .into_iter()
         .map(|(device, points)| {
             let label = infos

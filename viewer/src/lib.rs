@@ -29,5 +29,6 @@ pub mod live_view;
 pub mod moe_panel;
 pub mod theme;
 pub mod timeline;
+pub mod utilization;
 
 pub use app::{Options, Settings, Tab, ViewerApp};

@@ -1,24 +1,22 @@
 //! The live tab's state: events streamed from the background workload into a timeline, with
 //! follow-live and pause, and per-device utilization sampled over a sliding window.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use egui::Ui;
 use gangway::sched::DispatchMode;
-use gangway::trace::{BusyTime, Event, Tracer};
+use gangway::trace::{Event, Tracer};
 use std::sync::mpsc::{Receiver, TryRecvError};
 
 use crate::live::{DeviceHub, LiveRunner};
 use crate::timeline::{self, TimeAxis, TimelineData, TimelineState, format_ns};
+use crate::utilization::Utilization;
 
-/// Length of the utilization window.
-pub const WINDOW_NS: u64 = 1_000_000_000;
+pub use crate::utilization::WINDOW_NS;
 /// Label of every utilization readout: what the number is, exactly.
 pub const UTILIZATION_LABEL: &str = "utilization = busy time / 1 s sliding window";
 /// Events kept on the live timeline (older ones are forgotten).
 const KEEP_NS: u64 = 60_000_000_000;
-/// Utilization samples kept per device (about 2 minutes at 4 per second).
-const MAX_SAMPLES: usize = 480;
 
 /// When the background workload runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,29 +30,6 @@ pub enum Workload {
     Off,
 }
 
-/// One utilization sample a device (busy time over the [`WINDOW_NS`] before `now`, of `recent`
-/// device work) appended to its series, which keeps its newest [`MAX_SAMPLES`]: the Live tab's
-/// measure, and an attached job's.
-pub fn sample_utilization(
-    series: &mut BTreeMap<usize, VecDeque<[f64; 2]>>,
-    recent: &[Event],
-    devices: impl IntoIterator<Item = usize>,
-    now: u64,
-) {
-    let from = now.saturating_sub(WINDOW_NS);
-    for d in devices
-        .into_iter()
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        let u = BusyTime::of(recent, d).utilization(from..now);
-        let s = series.entry(d).or_default();
-        s.push_back([now as f64 / 1e9, u]);
-        if s.len() > MAX_SAMPLES {
-            s.pop_front();
-        }
-    }
-}
-
 #[derive(Debug)]
 pub struct LiveView {
     pub runner: Option<LiveRunner>,
@@ -66,10 +41,8 @@ pub struct LiveView {
     pub paused: bool,
     /// Events that arrived while paused, for the timeline on resume.
     held: VecDeque<Event>,
-    /// Device work of the last window, for utilization.
-    recent: VecDeque<Event>,
-    /// Per device, `(seconds since start, utilization)`.
-    pub utilization: BTreeMap<usize, VecDeque<[f64; 2]>>,
+    /// Each device's utilization, from the events that arrive.
+    pub utilization: Utilization,
     last_sample_ns: u64,
     pub error: Option<String>,
     /// The stream every real run traces into (the app runtime's tracer: the live workload, MoE
@@ -90,8 +63,7 @@ impl Default for LiveView {
             },
             paused: false,
             held: VecDeque::new(),
-            recent: VecDeque::new(),
-            utilization: BTreeMap::new(),
+            utilization: Utilization::default(),
             last_sample_ns: 0,
             error: None,
             stream: None,
@@ -177,9 +149,7 @@ impl LiveView {
         for _ in 0..200_000 {
             match events.try_recv() {
                 Ok(e) => {
-                    if e.is_device_work() {
-                        self.recent.push_back(e.clone());
-                    }
+                    self.utilization.push(&e);
                     arrived.push(e);
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
@@ -207,25 +177,13 @@ impl LiveView {
     }
 
     fn sample(&mut self, now: u64) {
-        let from = now.saturating_sub(WINDOW_NS);
-        while self.recent.front().is_some_and(|e| e.end_ns < from) {
-            self.recent.pop_front();
-        }
         let devices = self.data.tracks().iter().map(|t| t.device);
-        sample_utilization(
-            &mut self.utilization,
-            self.recent.make_contiguous(),
-            devices,
-            now,
-        );
+        self.utilization.sample(now, devices);
     }
 
     /// Latest utilization of `device`, in `[0, 1]`.
     pub fn current(&self, device: usize) -> Option<f64> {
-        self.utilization
-            .get(&device)
-            .and_then(|s| s.back())
-            .map(|p| p[1])
+        self.utilization.current(device)
     }
 
     pub fn ui(&mut self, ui: &mut Ui, hub: &DeviceHub) {

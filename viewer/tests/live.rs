@@ -50,7 +50,8 @@ fn live_workload_streams_events_and_measures_utilization() {
     let mut live = LiveView::default();
     live.start(&hub, None);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while (live.data.len() < 50 || live.utilization.is_empty()) && Instant::now() < deadline {
+    while (live.data.len() < 50 || live.utilization.series.is_empty()) && Instant::now() < deadline
+    {
         live.poll();
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -230,16 +231,20 @@ fn pausing_the_view_keeps_measuring_utilization() {
     };
     show(&mut h, Tab::Live);
     step_until(&mut h, "utilization samples", |a| {
-        a.live.utilization.get(&0).is_some_and(|s| s.len() >= 2)
+        a.live
+            .utilization
+            .series
+            .get(&0)
+            .is_some_and(|s| s.len() >= 2)
     });
     h.get_by_label("pause").click();
     h.step();
-    let paused_at = h.state().live.utilization[&0].back().unwrap()[0];
+    let paused_at = h.state().live.utilization.series[&0].back().unwrap()[0];
     let count = h.state().live.data.len();
     step_for(&mut h, Duration::from_secs(2));
     let live = &h.state().live;
     assert_eq!(live.data.len(), count, "the paused timeline changed");
-    let during: Vec<f64> = live.utilization[&0]
+    let during: Vec<f64> = live.utilization.series[&0]
         .iter()
         .filter(|p| p[0] > paused_at)
         .map(|p| p[1])

@@ -15,7 +15,7 @@ use gangway::live::{
     End, EndStatus, Hello, LiveClient, LiveDevice, LiveServer, Metric, Record, Recording,
     ServeOptions,
 };
-use gangway::trace::{Event, Tracer, Track};
+use gangway::trace::{Tracer, Track};
 use gangway::{Device, Job};
 use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
@@ -205,11 +205,13 @@ fn describe(end: &End) -> String {
     }
 }
 
-/// What `watch` shows: the latest metrics and each device's busy time in the last second.
+/// How often `watch` prints; each device's utilization is its busy time over this.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// What `watch` shows: the latest metrics and each device's busy time since the last line.
 struct Snapshot {
     latest: BTreeMap<String, Metric>,
     busy_ns: BTreeMap<usize, u64>,
-    window_ns: u64,
     events: u64,
 }
 
@@ -229,10 +231,9 @@ pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
     let mut snap = Snapshot {
         latest: BTreeMap::new(),
         busy_ns: BTreeMap::new(),
-        window_ns: 1_000_000_000,
         events: 0,
     };
-    let mut next = Instant::now() + Duration::from_secs(1);
+    let mut next = Instant::now() + WATCH_EVERY;
     loop {
         let record = match client.recv(Duration::from_millis(100)) {
             Ok(r) => r,
@@ -263,7 +264,7 @@ pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
                 return Ok(0);
             }
             snap.busy_ns.clear();
-            next = Instant::now() + Duration::from_secs(1);
+            next = Instant::now() + WATCH_EVERY;
         }
     }
 }
@@ -275,16 +276,12 @@ fn take(snap: &mut Snapshot, record: &Record) {
         }
         Record::Event { event, .. } => {
             snap.events += 1;
-            if is_busy(event) {
+            if event.is_device_work() {
                 *snap.busy_ns.entry(event.device).or_default() += event.duration_ns();
             }
         }
         _ => {}
     }
-}
-
-fn is_busy(e: &Event) -> bool {
-    e.is_device_work()
 }
 
 fn print_snapshot(snap: &Snapshot, recording: &Recording) {
@@ -313,7 +310,7 @@ fn print_snapshot(snap: &Snapshot, recording: &Recording) {
         .iter()
         .map(|d| {
             let busy = snap.busy_ns.get(&d.track.id).copied().unwrap_or(0);
-            let u = (busy as f64 / snap.window_ns as f64).min(1.0);
+            let u = (busy as f64 / WATCH_EVERY.as_nanos() as f64).min(1.0);
             format!("{} {:.0}%", d.track.id, u * 100.0)
         })
         .collect();

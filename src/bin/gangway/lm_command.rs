@@ -1,7 +1,9 @@
 //! The Transformer's commands: `train lm` (through `gangway::train`, on the devices `--mesh`
 //! lays out; from fresh weights, a checkpoint it resumes, or given weights it fine-tunes with
-//! `--init`), `eval lm` (every sequence it picks, saying how many and at which capacity),
-//! `generate`, `export` and `import`, and its two comparisons: `eval moe-vs-dense`, and `eval
+//! `--init`, applying the training settings given beside it and naming the size flags it
+//! ignores), `eval lm` (every byte after the first by default: `transformer::score`, saying how
+//! many and at which capacity),
+//! `generate` (its size flags bounded before the model loads), `export` and `import`, and its two comparisons: `eval moe-vs-dense`, and `eval
 //! btm --arch transformer` (the generic `gangway::btm::experiment`).
 
 use crate::cli::{

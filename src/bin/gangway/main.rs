@@ -1,5 +1,7 @@
 //! The `gangway` command line: dispatch, the process's one runtime, the trace written for
-//! `--trace` (its lanes' [`Track`]s gathered over ranks), and the bodies of the commands without
+//! `--trace` (streamed as the job runs by `trace_file.rs`, then written whole with its lanes'
+//! [`Track`]s gathered over ranks), the job served with `--live` (`live_command.rs`, which also
+//! holds `watch` and `trace record`), and the bodies of the commands without
 //! a module of their own (`devices`, `demo`, training and BTM), with what they share (device
 //! selection, corpus loading, the training summary, file writes). `pipeline`, `bench`, `plan`,
 //! `trace` and the language-model commands have modules of their own. Under `mpirun` (built with

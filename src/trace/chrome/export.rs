@@ -2,7 +2,8 @@
 //! `otherData` marker, a process per lane named and typed by its [`Track`] (the `track` arg),
 //! threads per lane with overflow threads for overlapping slices, each slice's ids and pipeline
 //! op in its args, flow points for complete transfer pairs, and a utilization counter per
-//! device.
+//! device. Its elements and their builders (a process's and a thread's metadata, a slice, a flow
+//! point) are also what [`super::TraceStream`] writes one at a time.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
