@@ -15,9 +15,9 @@ use gangway::live::{
     End, EndStatus, Hello, LiveClient, LiveDevice, LiveServer, Metric, Record, Recording,
     ServeOptions,
 };
-use gangway::trace::{Tracer, Track};
+use gangway::trace::{BusyTime, Event, Tracer, Track};
 use gangway::{Device, Job};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -205,13 +205,18 @@ fn describe(end: &End) -> String {
     }
 }
 
-/// How often `watch` prints; each device's utilization is its busy time over this.
+/// How often `watch` prints, and the window of each device's utilization: its busy time over
+/// the last this much of the job's clock (up to the newest event), so a watcher that joined late
+/// measures the job's last second, not the history it was sent.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-/// What `watch` shows: the latest metrics and each device's busy time since the last line.
+/// What `watch` shows: the latest metrics, and the device work of the job's last window.
 struct Snapshot {
     latest: BTreeMap<String, Metric>,
-    busy_ns: BTreeMap<usize, u64>,
+    /// Device work ending in the window before `newest_ns`.
+    recent: VecDeque<Event>,
+    /// The latest end of any event: the job's clock as far as the stream tells it.
+    newest_ns: u64,
     events: u64,
 }
 
@@ -230,7 +235,8 @@ pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
     let mut recording = Recording::new(hello);
     let mut snap = Snapshot {
         latest: BTreeMap::new(),
-        busy_ns: BTreeMap::new(),
+        recent: VecDeque::new(),
+        newest_ns: 0,
         events: 0,
     };
     let mut next = Instant::now() + WATCH_EVERY;
@@ -238,7 +244,7 @@ pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
         let record = match client.recv(Duration::from_millis(100)) {
             Ok(r) => r,
             Err(gangway::Error::Live(gangway::live::LiveError::Closed { .. })) => {
-                print_snapshot(&snap, &recording);
+                print_snapshot(&mut snap, &recording);
                 println!("the connection closed before the job's end");
                 return Ok(1);
             }
@@ -252,18 +258,17 @@ pub(crate) fn watch(args: &WatchArgs) -> Result<i32> {
             recording.event_ranks.clear();
             recording.metrics.clear();
             if ended {
-                print_snapshot(&snap, &recording);
+                print_snapshot(&mut snap, &recording);
                 let end = recording.end.as_ref().map(describe).unwrap_or_default();
                 println!("the job ended: {end}");
                 return Ok(recording.end.map_or(1, |e| e.exit_code));
             }
         }
         if Instant::now() >= next {
-            print_snapshot(&snap, &recording);
+            print_snapshot(&mut snap, &recording);
             if args.once {
                 return Ok(0);
             }
-            snap.busy_ns.clear();
             next = Instant::now() + WATCH_EVERY;
         }
     }
@@ -276,15 +281,20 @@ fn take(snap: &mut Snapshot, record: &Record) {
         }
         Record::Event { event, .. } => {
             snap.events += 1;
+            snap.newest_ns = snap.newest_ns.max(event.clamped_end_ns());
             if event.is_device_work() {
-                *snap.busy_ns.entry(event.device).or_default() += event.duration_ns();
+                snap.recent.push_back(event.clone());
+            }
+            let from = snap.newest_ns.saturating_sub(WATCH_EVERY.as_nanos() as u64);
+            while snap.recent.front().is_some_and(|e| e.end_ns < from) {
+                snap.recent.pop_front();
             }
         }
         _ => {}
     }
 }
 
-fn print_snapshot(snap: &Snapshot, recording: &Recording) {
+fn print_snapshot(snap: &mut Snapshot, recording: &Recording) {
     let value = |name: &str| snap.latest.get(name).map(|m| m.value);
     let step = snap
         .latest
@@ -304,13 +314,14 @@ fn print_snapshot(snap: &Snapshot, recording: &Recording) {
     if let Some(d) = value("train/dropped_fraction") {
         line.push_str(&format!("  dropped {:.1}%", d * 100.0));
     }
+    let window = snap.newest_ns.saturating_sub(WATCH_EVERY.as_nanos() as u64)..snap.newest_ns;
+    let recent = snap.recent.make_contiguous();
     let devices: Vec<String> = recording
         .hello
         .devices
         .iter()
         .map(|d| {
-            let busy = snap.busy_ns.get(&d.track.id).copied().unwrap_or(0);
-            let u = (busy as f64 / WATCH_EVERY.as_nanos() as f64).min(1.0);
+            let u = BusyTime::of(recent, d.track.id).utilization(window.clone());
             format!("{} {:.0}%", d.track.id, u * 100.0)
         })
         .collect();
