@@ -402,4 +402,10 @@ pub enum LiveError {
          live::generate_token makes one), and across untrusted networks an SSH tunnel"
     )]
     TokenNeeded { addr: String },
+    /// A rank forwarding to rank 0's server had no answer to its clock probe.
+    #[error(
+        "rank {rank}: rank 0 answered no clock probe within {waited_ms} ms: does it serve the job \
+         live (the same --live on every rank)?"
+    )]
+    RootSilent { rank: usize, waited_ms: u64 },
 }

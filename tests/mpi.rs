@@ -1,14 +1,22 @@
 //! The `gangway` binary under `mpirun` (OpenMPI; built with the `mpi` feature): one global mesh
 //! over the ranks' devices, training over 2 and 4 ranks that equals one process, the same over
 //! two emulated hosts (network namespaces joined by a veth pair, TCP only), the job ending
-//! within seconds, with a line naming the rank, when a rank is killed, stops, or fails, and a
-//! job whose ranks were given different settings refusing to start.
+//! within seconds, with a line naming the rank, when a rank is killed, stops, or fails, a
+//! job whose ranks were given different settings refusing to start, and a job served live
+//! through one address (rank 0's) with every rank's devices on one clock, on one host and over
+//! two emulated hosts (`mpi/live.rs`).
 //!
 //! Every `mpirun` runs under a timeout. As root on a small machine OpenMPI needs
 //! `OMPI_ALLOW_RUN_AS_ROOT*`, `--bind-to none`, oversubscription and yielding when idle: set here.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "mpi/live.rs"]
+mod live;
+
+use live::{
+    a_live_job_of_two_ranks_is_one_address, a_live_job_over_two_emulated_hosts_is_one_address,
+};
 
 use common::case;
 use std::io::Read;
@@ -27,21 +35,23 @@ fn main() -> std::process::ExitCode {
         case!(host: two_emulated_hosts_train_as_one_process_does),
         case!(host: btm_branches_each_train_on_their_own_rank),
         case!(host: a_pipeline_spreads_its_stages_over_ranks),
+        case!(host: a_live_job_of_two_ranks_is_one_address),
+        case!(host: a_live_job_over_two_emulated_hosts_is_one_address),
     ])
 }
 
-const BIN: &str = env!("CARGO_BIN_EXE_gangway");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_gangway");
 
 /// What a finished `mpirun` left.
-struct Ran {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-    took: Duration,
+pub(crate) struct Ran {
+    pub(crate) ok: bool,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) took: Duration,
 }
 
 /// `mpirun` with the settings a root user on a 2-core machine needs.
-fn mpirun(extra: &[&str]) -> Command {
+pub(crate) fn mpirun(extra: &[&str]) -> Command {
     let mut c = Command::new("mpirun");
     c.args(["--bind-to", "none", "--oversubscribe"])
         .args(extra)
@@ -54,7 +64,7 @@ fn mpirun(extra: &[&str]) -> Command {
 }
 
 /// Whether `mpirun` is here at all (it is in CI: `.ci/run` installs OpenMPI).
-fn have_mpirun(test: &str) -> bool {
+pub(crate) fn have_mpirun(test: &str) -> bool {
     let found = Command::new("mpirun")
         .arg("--version")
         .stdout(Stdio::null())
@@ -73,16 +83,27 @@ fn have_mpirun(test: &str) -> bool {
 
 /// Waits for `child` at most `limit`, killing it past that; what it printed.
 fn finish(mut child: Child, limit: Duration, what: &str) -> Ran {
-    let start = Instant::now();
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
+    let mut err = child.stderr.take().unwrap();
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = err.read_to_string(&mut s);
+        s
+    });
+    finish_reading(child, err_reader, limit, what)
+}
+
+/// [`finish`], its stderr read by `err_reader`.
+pub(crate) fn finish_reading(
+    mut child: Child,
+    err_reader: std::thread::JoinHandle<String>,
+    limit: Duration,
+    what: &str,
+) -> Ran {
+    let start = Instant::now();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
         s
     });
     let status = loop {
@@ -105,7 +126,7 @@ fn finish(mut child: Child, limit: Duration, what: &str) -> Ran {
     }
 }
 
-fn run_ok(mut c: Command, limit: Duration, what: &str) -> Ran {
+pub(crate) fn run_ok(mut c: Command, limit: Duration, what: &str) -> Ran {
     let ran = finish(c.spawn().unwrap(), limit, what);
     assert!(
         ran.ok,
@@ -115,7 +136,7 @@ fn run_ok(mut c: Command, limit: Duration, what: &str) -> Ran {
     ran
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gangway-mpi-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -126,7 +147,7 @@ fn train_args(json: &Path) -> Vec<String> {
     train_steps(json, 4)
 }
 
-fn train_steps(json: &Path, steps: usize) -> Vec<String> {
+pub(crate) fn train_steps(json: &Path, steps: usize) -> Vec<String> {
     let steps = steps.to_string();
     [
         "train",
@@ -426,8 +447,8 @@ fn ranks_given_other_settings_refuse_to_start() {
 }
 
 /// Two network namespaces joined by a veth pair, removed when dropped.
-struct Hosts {
-    names: [String; 2],
+pub(crate) struct Hosts {
+    pub(crate) names: [String; 2],
     addrs: [&'static str; 2],
 }
 
@@ -510,69 +531,86 @@ impl Drop for Hosts {
     }
 }
 
-/// `mpirun` in namespace A, its second rank started in namespace B by a launcher script given
-/// as OpenMPI's remote agent (instead of ssh), the two talking TCP over the veth pair only.
+impl Hosts {
+    /// Two emulated hosts, or `None` (the test skipped, saying why) where namespaces cannot be
+    /// made; in CI (`GANGWAY_REQUIRE_ADAPTER=1`) that is a failure.
+    pub(crate) fn make_or_skip(test: &str) -> Option<Hosts> {
+        match Hosts::make() {
+            Ok(h) => Some(h),
+            Err(why) => {
+                assert!(
+                    std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
+                    "cannot make network namespaces: {why}"
+                );
+                eprintln!("{test}: skipped, {why}");
+                None
+            }
+        }
+    }
+
+    /// `mpirun` in namespace A, over a slot in each namespace: its second rank is started in
+    /// namespace B by a launcher script given as OpenMPI's remote agent (instead of ssh), the
+    /// two talking TCP over the veth pair only. The ranks' programs follow (`-np 2 BIN ...`).
+    pub(crate) fn mpirun(&self, dir: &Path) -> Command {
+        let launcher = dir.join("launch.sh");
+        // ssh's calling convention: host, then the command line for a shell there.
+        std::fs::write(
+            &launcher,
+            format!(
+                "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n  {b}) exec ip netns exec {nb} sh -c \"$*\" ;;\n  *) exec sh -c \"$*\" ;;\nesac\n",
+                b = self.addrs[1],
+                nb = self.names[1],
+            ),
+        )
+        .unwrap();
+        Command::new("chmod")
+            .args(["+x", launcher.to_str().unwrap()])
+            .status()
+            .unwrap();
+        let hostfile = dir.join("hosts");
+        std::fs::write(
+            &hostfile,
+            format!("{} slots=1\n{} slots=1\n", self.addrs[0], self.addrs[1]),
+        )
+        .unwrap();
+        let net = "10.231.7.0/30";
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[0], "mpirun"])
+            .args(["--bind-to", "none", "--oversubscribe"])
+            .args(["--hostfile", hostfile.to_str().unwrap()])
+            .args(["--mca", "plm_rsh_agent", launcher.to_str().unwrap()])
+            .args(["--mca", "btl", "tcp,self"])
+            .args(["--mca", "btl_tcp_if_include", net])
+            .args(["--mca", "oob_tcp_if_include", net])
+            .args(forwarded(&[
+                "PATH",
+                "XDG_RUNTIME_DIR",
+                "OMPI_MCA_mpi_yield_when_idle",
+            ]))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_mpi_yield_when_idle", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+}
+
+/// Training over two emulated hosts equals one process.
 fn two_emulated_hosts_train_as_one_process_does() {
     if !have_mpirun("two hosts") {
         return;
     }
-    let hosts = match Hosts::make() {
-        Ok(h) => h,
-        Err(why) => {
-            assert!(
-                std::env::var("GANGWAY_REQUIRE_ADAPTER").as_deref() != Ok("1"),
-                "cannot make network namespaces: {why}"
-            );
-            eprintln!("two_emulated_hosts: skipped, {why}");
-            return;
-        }
+    let Some(hosts) = Hosts::make_or_skip("two_emulated_hosts") else {
+        return;
     };
     let dir = scratch("hosts");
     let want = one_process_losses(&dir);
-    let launcher = dir.join("launch.sh");
-    // ssh's calling convention: host, then the command line for a shell there.
-    std::fs::write(
-        &launcher,
-        format!(
-            "#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n  {b}) exec ip netns exec {nb} sh -c \"$*\" ;;\n  *) exec sh -c \"$*\" ;;\nesac\n",
-            b = hosts.addrs[1],
-            nb = hosts.names[1],
-        ),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .args(["+x", launcher.to_str().unwrap()])
-        .status()
-        .unwrap();
-    let hostfile = dir.join("hosts");
-    std::fs::write(
-        &hostfile,
-        format!("{} slots=1\n{} slots=1\n", hosts.addrs[0], hosts.addrs[1]),
-    )
-    .unwrap();
     let json = dir.join("hosts.json");
-    let net = "10.231.7.0/30";
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &hosts.names[0], "mpirun"])
-        .args(["--bind-to", "none", "--oversubscribe", "-np", "2"])
-        .args(["--hostfile", hostfile.to_str().unwrap()])
-        .args(["--mca", "plm_rsh_agent", launcher.to_str().unwrap()])
-        .args(["--mca", "btl", "tcp,self"])
-        .args(["--mca", "btl_tcp_if_include", net])
-        .args(["--mca", "oob_tcp_if_include", net])
-        .args(forwarded(&[
-            "PATH",
-            "XDG_RUNTIME_DIR",
-            "OMPI_MCA_mpi_yield_when_idle",
-        ]))
-        .arg(BIN)
+    let mut c = hosts.mpirun(&dir);
+    c.args(["-np", "2", BIN])
         .args(["--backends", "vulkan", "--virtual-devices", "2"])
-        .args(train_args(&json))
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(train_args(&json));
     run_ok(c, Duration::from_secs(240), "two hosts");
     let got = common::report_losses(&json);
     for (step, (a, b)) in want.iter().zip(&got).enumerate() {

@@ -177,6 +177,10 @@ impl Transport for Mpi {
         self.shared.sink.set(sink);
     }
 
+    fn set_live_sink(&self, sink: Sink) {
+        self.shared.sink.set_live(sink);
+    }
+
     fn all_gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
         let generation = {
             let mut g = lock(&self.generation);

@@ -51,12 +51,17 @@ pub enum Message {
     /// The sender's part of run `run` failed with the error `reason`: the run ends on every
     /// rank, instead of waiting for data the sender will not send.
     Failed { run: RunKey, reason: String },
+    /// What watching the job live sends between ranks (a rank's events and metrics for rank 0's
+    /// server, and the clock probes that align them: `crate::live::forward`), opaque here. It
+    /// goes to the transport's live sink, never to the runtime's.
+    Live(Vec<u8>),
 }
 
 const DATA: u8 = 1;
 const ADMIT: u8 = 2;
 const HEARTBEAT: u8 = 3;
 const FAILED: u8 = 4;
+const LIVE: u8 = 5;
 /// Kind byte, client, seq, program, node, shard.
 const DATA_HEADER: usize = 1 + 8 + 8 + 8 + 4 + 4;
 
@@ -93,6 +98,12 @@ impl Message {
                 out.extend_from_slice(&run.client.to_le_bytes());
                 out.extend_from_slice(&run.seq.to_le_bytes());
                 out.extend_from_slice(reason.as_bytes());
+                out
+            }
+            Message::Live(bytes) => {
+                let mut out = Vec::with_capacity(1 + bytes.len());
+                out.push(LIVE);
+                out.extend_from_slice(bytes);
                 out
             }
         }
@@ -137,6 +148,7 @@ impl Message {
                 },
                 reason: String::from_utf8_lossy(&bytes[17..]).into_owned(),
             }),
+            Some(&LIVE) => Ok(Message::Live(bytes[1..].to_vec())),
             _ => Err(bad("unknown kind")),
         }
     }
@@ -148,10 +160,16 @@ pub type Sink = Arc<dyn Fn(usize, Message) + Send + Sync>;
 /// The sink once set, and the messages that came before it.
 type Slot = (Option<Sink>, VecDeque<(usize, Message)>);
 
-/// A transport's sink, and what arrived before it was set (handed over when it is).
+/// The most [`Message::Live`] messages kept while no live sink is set: a rank 0 that does not
+/// serve never sets one, and what its ranks forward must not grow without bound there.
+const EARLY_LIVE: usize = 1024;
+
+/// A transport's two sinks, the runtime's and the live stream's ([`Message::Live`]), and what
+/// arrived for each before it was set (handed over when it is).
 #[derive(Default)]
 pub struct SinkSlot {
     slot: Mutex<Slot>,
+    live: Mutex<Slot>,
 }
 
 impl std::fmt::Debug for SinkSlot {
@@ -160,15 +178,24 @@ impl std::fmt::Debug for SinkSlot {
     }
 }
 
+fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl SinkSlot {
-    fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Sets the runtime's sink and hands it what came before, in order.
+    pub fn set(&self, sink: Sink) {
+        Self::set_in(&self.slot, sink);
     }
 
-    /// Sets the sink and hands it what came before, in order.
-    pub fn set(&self, sink: Sink) {
+    /// Sets the live sink ([`Message::Live`]) and hands it what came before, in order.
+    pub fn set_live(&self, sink: Sink) {
+        Self::set_in(&self.live, sink);
+    }
+
+    fn set_in(slot: &Mutex<Slot>, sink: Sink) {
         let early: Vec<(usize, Message)> = {
-            let mut s = self.lock();
+            let mut s = lock(slot);
             s.0 = Some(sink.clone());
             s.1.drain(..).collect()
         };
@@ -177,14 +204,21 @@ impl SinkSlot {
         }
     }
 
-    /// Hands `m` from rank `from` to the sink, or keeps it until there is one.
+    /// Hands `m` from rank `from` to its sink, or keeps it until there is one (live messages
+    /// up to [`EARLY_LIVE`]; the runtime's all, since a rank's run waits for them).
     pub fn deliver(&self, from: usize, m: Message) {
+        let (slot, cap) = match m {
+            Message::Live(_) => (&self.live, EARLY_LIVE),
+            _ => (&self.slot, usize::MAX),
+        };
         let sink = {
-            let mut s = self.lock();
+            let mut s = lock(slot);
             match &s.0 {
                 Some(sink) => sink.clone(),
                 None => {
-                    s.1.push_back((from, m));
+                    if s.1.len() < cap {
+                        s.1.push_back((from, m));
+                    }
                     return;
                 }
             }
@@ -205,6 +239,8 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     /// Sets where messages from other ranks go; those that came before are handed over at once,
     /// in arrival order.
     fn set_sink(&self, sink: Sink);
+    /// Sets where [`Message::Live`] messages go instead (see [`SinkSlot`]).
+    fn set_live_sink(&self, sink: Sink);
     /// Every rank's `bytes`, in rank order, on every rank. A set-up and tear-down collective:
     /// call it when no run spanning ranks is in flight.
     fn all_gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>>;
@@ -257,6 +293,8 @@ mod tests {
                 run,
                 reason: String::new(),
             },
+            Message::Live(b"{\"events\":[]}".to_vec()),
+            Message::Live(Vec::new()),
         ] {
             assert_eq!(Message::decode(0, &m.encode()).unwrap(), m);
         }

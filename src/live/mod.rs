@@ -7,9 +7,13 @@
 //! has a bounded queue, and what it loses is counted and told to it in a `dropped` record.
 //! Plain threads and `std::net`: the producer is synchronous, and a server costs two threads
 //! per client, one accepting, and one per tracer it streams ([`LiveServer::attach_tracer`]).
+//!
+//! A job of several ranks has one address: rank 0 serves, and the other ranks forward their
+//! events and metrics to it over the job's transport, on rank 0's clock ([`forward`]).
 
 pub mod client;
 mod connection;
+pub mod forward;
 pub mod protocol;
 pub mod server;
 #[cfg(test)]
@@ -17,6 +21,7 @@ mod tests;
 
 pub use crate::error::LiveError;
 pub use client::{LiveClient, Recording};
+pub use forward::{ClockEstimate, Forwarder};
 pub use protocol::{
     Attach, End, EndStatus, FrameDecoder, Hello, LiveDevice, MAX_FRAME, MeshAxis, Metric,
     PROTOCOL_VERSION, Record,

@@ -186,9 +186,20 @@ impl Hello {
         }
     }
 
-    /// The lanes of the devices, for a trace of the stream's events.
+    /// The lanes of the devices, for a trace of the stream's events; in a job of several ranks
+    /// each titled by its rank, as the trace gathered at a job's end titles them.
     pub fn tracks(&self) -> Vec<Track> {
-        self.devices.iter().map(|d| d.track.clone()).collect()
+        self.devices
+            .iter()
+            .map(|d| {
+                let mut track = d.track.clone();
+                if self.ranks > 1 {
+                    track.label = format!("rank {}: {}", d.rank, track.label);
+                    track.rank = Some(d.rank);
+                }
+                track
+            })
+            .collect()
     }
 }
 

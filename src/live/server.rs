@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::connection::{Client, Lane, accept_loop};
+use super::forward::RanksDone;
 use super::protocol::{self, End, EventRef, Hello, Metric, Record};
 use crate::error::{LiveError, Result};
 use crate::trace::{Event, Tracer};
@@ -89,7 +90,7 @@ impl Default for ServeOptions {
 /// Serves one process's stream until [`finish`](Self::finish) or drop. Publishing never blocks
 /// on a client.
 pub struct LiveServer {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     local_addr: SocketAddr,
 }
 
@@ -103,6 +104,8 @@ pub(super) struct Shared {
     pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
     /// Whether a record too large for a frame was reported (once is enough).
     pub(super) told_oversize: AtomicBool,
+    /// The job's other ranks that finished forwarding (`forward.rs`).
+    pub(super) ranks_done: RanksDone,
 }
 
 pub(super) struct State {
@@ -154,6 +157,7 @@ impl LiveServer {
             }),
             threads: Mutex::new(Vec::new()),
             told_oversize: AtomicBool::new(false),
+            ranks_done: RanksDone::default(),
         });
         let accepting = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -197,21 +201,7 @@ impl LiveServer {
 
     /// Streams one metric to every client and keeps it for late ones.
     pub fn publish_metric(&self, metric: Metric) {
-        if let Some(frame) = self.shared.frame(&Record::Metric(metric)) {
-            let mut state = self.shared.lock();
-            if state.end.is_some() {
-                return;
-            }
-            state.metrics.push_back(Arc::clone(&frame));
-            let cap = self.shared.options.history_metrics;
-            while state.metrics.len() > cap {
-                state.metrics.pop_front();
-            }
-            let buffer = self.shared.options.client_buffer;
-            state
-                .clients
-                .retain(|c| c.offer(Lane::Metric, &frame, buffer));
-        }
+        self.shared.publish_metric(metric);
     }
 
     /// Streams every event `tracer` emits from now on as `rank`'s, from a thread of the
@@ -335,7 +325,25 @@ impl Shared {
         }
     }
 
-    fn publish_events(&self, rank: usize, events: &[Event]) {
+    pub(super) fn publish_metric(&self, metric: Metric) {
+        if let Some(frame) = self.frame(&Record::Metric(metric)) {
+            let mut state = self.lock();
+            if state.end.is_some() {
+                return;
+            }
+            state.metrics.push_back(Arc::clone(&frame));
+            let cap = self.options.history_metrics;
+            while state.metrics.len() > cap {
+                state.metrics.pop_front();
+            }
+            let buffer = self.options.client_buffer;
+            state
+                .clients
+                .retain(|c| c.offer(Lane::Metric, &frame, buffer));
+        }
+    }
+
+    pub(super) fn publish_events(&self, rank: usize, events: &[Event]) {
         // Serialise outside the lock: it is the only slow part.
         let frames: Vec<Frame> = events
             .iter()

@@ -171,7 +171,7 @@ impl Remote {
                     None => Routed::Nothing,
                 }
             }
-            Message::Admit { .. } | Message::Heartbeat => Routed::Nothing,
+            Message::Admit { .. } | Message::Heartbeat | Message::Live(_) => Routed::Nothing,
         }
     }
 

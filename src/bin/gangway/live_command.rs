@@ -5,28 +5,36 @@
 //!
 //! The process's server is one global ([`SERVER`]), so that every command's progress callback
 //! can publish its metrics ([`metric`]) without threading it through; with no `--live` each call
-//! is one atomic load. Under `mpirun` rank 0 serves its own devices' events and the job's
-//! metrics; the other ranks do not forward theirs yet (their devices are in the hello, their
-//! events are in the `--trace` file gathered at the end).
+//! is one atomic load. Under `mpirun` the job has one address: rank 0 serves, and once the mesh
+//! is formed ([`join_mesh`]) every other rank forwards its events and metrics to it over the
+//! job's transport ([`FORWARDER`], [`gangway::live::Forwarder`]), on rank 0's clock.
 
 use crate::cli::{AttachArgs, LiveArgs, WatchArgs};
 use anyhow::{Context, Result, bail};
 use gangway::live::{
-    End, EndStatus, Hello, LiveClient, LiveDevice, LiveServer, Metric, Record, Recording,
-    ServeOptions,
+    End, EndStatus, Forwarder, Hello, LiveClient, LiveDevice, LiveServer, Metric, Record,
+    Recording, ServeOptions,
 };
+use gangway::mesh::Mesh;
 use gangway::trace::{BusyTime, Event, Tracer, Track};
-use gangway::{Device, Job};
+use gangway::{Device, Job, MeshDevice};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// This process's server, when it serves (`--live`).
 static SERVER: OnceLock<LiveServer> = OnceLock::new();
+/// What a rank other than 0 forwards through, once the mesh is formed (`--live` under mpirun).
+static FORWARDER: OnceLock<Forwarder> = OnceLock::new();
+/// Whether this rank (not 0) forwards to rank 0's server: `--live` was given.
+static FORWARDS: AtomicBool = AtomicBool::new(false);
 
-/// Whether this process serves live.
+/// Whether this process serves live (rank 0 of a job, or the only process). The job's own
+/// metrics (a training step's loss, the same on every rank of an SPMD job) are published by it
+/// alone.
 pub(crate) fn serving() -> bool {
     SERVER.get().is_some()
 }
@@ -39,6 +47,7 @@ pub(crate) fn serve(args: &LiveArgs, tracer: &Tracer, job: &Job) -> Result<()> {
         return Ok(());
     };
     if !job.is_root() {
+        FORWARDS.store(true, Ordering::Relaxed);
         return Ok(());
     }
     let loopback = addr
@@ -60,9 +69,100 @@ pub(crate) fn serve(args: &LiveArgs, tracer: &Tracer, job: &Job) -> Result<()> {
         std::eprintln!("live: clients need the token {token} (--token, or GANGWAY_LIVE_TOKEN)");
     }
     server.attach_tracer(job.rank(), tracer)?;
+    server.serve_ranks(job)?;
     let _ = SERVER.set(server);
     Ok(())
 }
+
+/// Once the job's mesh is formed (a job of several ranks): rank 0 names every rank's devices in
+/// its hello, lanes numbered as in the trace gathered at the end (rank r's device i after the
+/// devices of the ranks before r); every other rank measures its clock against rank 0's and
+/// forwards `tracer`'s events from now on.
+pub(crate) fn join_mesh(mesh: &Mesh, tracer: &Tracer, job: &Job) -> Result<()> {
+    if job.size() < 2 {
+        return Ok(());
+    }
+    // Each rank's devices take as many lanes as its largest device id needs.
+    let mut lanes = vec![0usize; job.size()];
+    let rank_of = |d: &MeshDevice| d.remote_rank().unwrap_or(job.rank());
+    for d in mesh.devices() {
+        if let Some(l) = lanes.get_mut(rank_of(d)) {
+            *l = (*l).max(d.info().id + 1);
+        }
+    }
+    let base = |rank: usize| lanes[..rank.min(lanes.len())].iter().sum::<usize>();
+    if FORWARDS.load(Ordering::Relaxed) {
+        if let Some(forwarder) = Forwarder::start(job, tracer, base(job.rank()))? {
+            let clock = forwarder.clock();
+            std::eprintln!(
+                "live: rank {} forwards to rank 0's server; its trace clock is {:+.1} µs to rank \
+                 0's (± {:.1} µs, half the best of {} probes' round trips)",
+                job.rank(),
+                clock.to_root_ns as f64 / 1e3,
+                clock.round_trip_ns as f64 / 2e3,
+                gangway::live::forward::PROBES
+            );
+            let _ = FORWARDER.set(forwarder);
+        }
+        return Ok(());
+    }
+    let Some(server) = SERVER.get() else {
+        return Ok(());
+    };
+    let mut hello = Hello::for_this_process();
+    hello.ranks = job.size();
+    hello.hosts = vec![String::new(); job.size()];
+    hello.devices = mesh
+        .devices()
+        .iter()
+        .map(|d| {
+            let (rank, info) = (rank_of(d), d.info());
+            let host = match d {
+                MeshDevice::Remote(r) => r.host.clone(),
+                MeshDevice::Local(_) => job.host(),
+            };
+            if let Some(h) = hello.hosts.get_mut(rank) {
+                h.clone_from(&host);
+            }
+            let id = base(rank) + info.id;
+            let mut track = Track::device(id, info.label());
+            track.rank = Some(rank);
+            LiveDevice {
+                id,
+                rank,
+                host,
+                adapter: info.name.clone(),
+                backend: info.backend.clone(),
+                track,
+            }
+        })
+        .collect();
+    if let Err(e) = server.update_hello(hello) {
+        std::eprintln!("live: the hello could not be updated: {e}");
+    }
+    Ok(())
+}
+
+/// At the end of a job of several ranks, before its last collective: each rank other than 0
+/// forwards what is left and says it is done; rank 0 waits for them (a few seconds at most),
+/// so its `end` comes after every rank's last event.
+pub(crate) fn ranks_done(job: &Job) {
+    if let Some(forwarder) = FORWARDER.get() {
+        forwarder.finish();
+    }
+    if let Some(server) = SERVER.get()
+        && job.size() > 1
+        && !server.await_ranks(job.size(), RANKS_GRACE)
+    {
+        std::eprintln!(
+            "live: not every rank said it was done forwarding within {RANKS_GRACE:?}; the stream \
+             ends without the rest"
+        );
+    }
+}
+
+/// How long rank 0 waits at the end for the other ranks' last forwarded events.
+const RANKS_GRACE: Duration = Duration::from_secs(5);
 
 /// Tells clients that attach from now on which devices the job runs on.
 pub(crate) fn set_devices(devices: &[Device], tracks: &[Track], job: &Job) {
@@ -89,10 +189,13 @@ pub(crate) fn set_devices(devices: &[Device], tracks: &[Track], job: &Job) {
     }
 }
 
-/// Streams `metric` to the clients, when serving.
+/// Streams `metric` to the clients, when serving; on another rank it is forwarded to rank 0,
+/// labelled with its rank.
 pub(crate) fn metric(metric: Metric) {
     if let Some(server) = SERVER.get() {
         server.publish_metric(metric);
+    } else if let Some(forwarder) = FORWARDER.get() {
+        forwarder.metric(metric);
     }
 }
 

@@ -100,6 +100,10 @@ impl ModelArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    // The trace clock starts with the process. Ranks launched at different moments (over ssh,
+    // say) then count from different epochs, and what puts their events on one axis (the live
+    // forwarder's probes, the gathered trace's offsets) must align them, which the tests see.
+    gangway::trace::process_epoch();
     quiet_on_closed_stdout();
     let command = Cli::command();
     let matches = command.clone().get_matches();
@@ -352,6 +356,7 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
             names = pipeline(args, runtime.as_ref(), &tracer)?;
         }
     }
+    live_command::ranks_done(job);
     // The streamed file is closed whole before the export replaces it.
     trace_file::stop();
     if let Some(path) = &cli.trace {
@@ -396,14 +401,16 @@ fn write_out(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
 /// The process's one runtime over every device found, as a part of `job`: every workload of a
 /// command runs on it. `tracer` gets every run's events, as they happen.
 fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Runtime> {
-    Ok(Runtime::new(
+    let runtime = Runtime::new(
         devices.to_vec(),
         RuntimeOptions {
             tracer: tracer.clone(),
             job: job.clone(),
             ..RuntimeOptions::default()
         },
-    )?)
+    )?;
+    live_command::join_mesh(runtime.mesh(), tracer, job)?;
+    Ok(runtime)
 }
 
 fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
