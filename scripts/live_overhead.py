@@ -6,7 +6,8 @@ devices (virtual devices of one adapter).
 Runs are interleaved (alone, served, watched, alone, ...) so that load on a shared machine
 moves every side; each run's CPU is the job's own user + system time (os.wait4), divided by
 its steps. Prints each triple and the medians of the per-triple ratios. The watcher's own CPU
-is not counted: it is another process, possibly on another machine.
+is not counted: it is another process, possibly on another machine. `--metrics-only` serves
+with `--live-metrics-only` (no tracer, no events).
 
     python3 scripts/live_overhead.py --gangway target/release/gangway --devices 1 4 --runs 5
 """
@@ -39,9 +40,12 @@ def alone(args):
     return cpu_of(proc)
 
 
+LIVE = ["--live", "127.0.0.1:0"]
+
+
 def served(args):
     proc = subprocess.Popen(
-        [args[0], "--live", "127.0.0.1:0", *args[1:]],
+        [args[0], *LIVE, *args[1:]],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     return cpu_of(proc)
@@ -49,7 +53,7 @@ def served(args):
 
 def watched(gangway, args):
     proc = subprocess.Popen(
-        [args[0], "--live", "127.0.0.1:0", *args[1:]],
+        [args[0], *LIVE, *args[1:]],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     first = proc.stderr.readline().strip()
@@ -71,9 +75,12 @@ def main():
     p.add_argument("--devices", type=int, nargs="+", default=[1, 4])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--metrics-only", action="store_true")
     a = p.parse_args()
+    if a.metrics_only:
+        LIVE.append("--live-metrics-only")
     print(f"# {time.strftime('%Y-%m-%d')}, {a.gangway}, {a.backend}, {a.steps} steps, "
-          f"{a.runs} interleaved pairs")
+          f"{a.runs} interleaved triples, serving {' '.join(LIVE)}")
     print("| D | CPU per step alone (ms) | served, no watcher | watched | served / alone | "
           "watched / served |")
     print("| --- | --- | --- | --- | --- | --- |")

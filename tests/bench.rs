@@ -249,7 +249,7 @@ fn quick_runs_every_suite_on_every_adapter_and_matches_the_schema(machine: &Adap
         &last,
     ]);
     assert!(cross.status.success(), "{}", text(&cross.stderr));
-    assert!(text(&cross.stdout).contains(" → "));
+    assert!(text(&cross.stdout).contains(" -> "));
     if report.adapters.len() > 1 {
         let ambiguous = gangway(&["bench", "compare", j, j, "--any-adapter"]);
         one_line_error(&ambiguous, "several adapters");
@@ -516,7 +516,7 @@ fn two_machines_reports_compare_by_adapter_name() {
     assert!(out.status.success(), "{table}{}", text(&out.stderr));
     assert!(
         table.contains(
-            "| matmul | square 1024 f32 tiled | AMD Radeon RX 7900 XTX (vulkan) → NVIDIA GeForce RTX 4090 (vulkan) | 2.05 ms | 1.03 ms | 0.500× |"
+            "| matmul | square 1024 f32 tiled | AMD Radeon RX 7900 XTX (vulkan) -> NVIDIA GeForce RTX 4090 (vulkan) | 2.05 ms | 1.03 ms | 0.500× |"
         ),
         "{table}"
     );
@@ -526,6 +526,28 @@ fn two_machines_reports_compare_by_adapter_name() {
     // By index still, where the number is one: the same pairing.
     let by_index = text(&compare("1", "0").stdout);
     assert_eq!(by_index, table);
+    // An adapter chosen on each side pairs by case without --any-adapter, and the suite's
+    // geometric mean sums it up (0.500× and 1.01×).
+    let chosen = gangway(&[
+        "bench",
+        "compare",
+        a,
+        b,
+        "--old-adapter",
+        "radeon",
+        "--new-adapter",
+        "4090",
+    ]);
+    let chosen = text(&chosen.stdout);
+    assert_eq!(chosen, table, "the same comparison");
+    assert!(
+        chosen.contains("paired by suite and case, across adapters"),
+        "{chosen}"
+    );
+    assert!(
+        chosen.contains("geometric mean of new/old per suite: matmul 0.71"),
+        "{chosen}"
+    );
     // Names in either order, any case.
     let llvm = compare("LLVMPIPE", "llvm");
     assert!(llvm.status.success(), "{}", text(&llvm.stderr));

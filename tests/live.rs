@@ -4,6 +4,8 @@
 //! - the hello names the job's devices, kernel events come for each, and the `train/loss`
 //!   metrics are the job's own losses, bit for bit (its `--json` report);
 //! - a client attaching late gets the hello and the whole metric history;
+//! - served `--live-metrics-only`, the job streams the same losses, says in its hello that no
+//!   event comes, and sends none;
 //! - a client that never reads, one that sends garbage and one with a wrong token leave the
 //!   job's losses bit-equal to a run without `--live`, its memory bounded and its exit code 0;
 //! - `gangway watch` exits with the job's status, and `gangway trace record` saves the stream
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(device: a_served_job_streams_its_devices_events_and_losses),
+        case!(device: a_job_served_metrics_only_streams_its_losses_and_no_event),
         case!(device: bad_clients_leave_the_job_as_it_was),
         case!(device: a_killed_or_interrupted_job_leaves_a_trace_that_opens),
     ])
@@ -181,6 +184,26 @@ fn a_served_job_streams_its_devices_events_and_losses(device: &Device) {
     assert!(status.success(), "{status:?}");
     let trace = gangway::trace::chrome::read(&std::fs::read(&record_out).unwrap()).unwrap();
     assert!(trace.events.len() > 100, "{} events", trace.events.len());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn a_job_served_metrics_only_streams_its_losses_and_no_event(device: &Device) {
+    let d = dir("metrics-only", device);
+    let json = d.join("report.json");
+    let (addr, child) = serve(&train_args(device, 12, &json), &["--live-metrics-only"]);
+    let mut client = connect(&addr, None);
+    let mut recording = Recording::new(client.hello().clone());
+    client.record_until_end(&mut recording).unwrap();
+    wait_ok(child);
+    assert!(!recording.hello.events, "{:?}", recording.hello);
+    assert_eq!(recording.hello.devices.len(), 2);
+    assert!(
+        recording.events.is_empty(),
+        "{} events",
+        recording.events.len()
+    );
+    let streamed: Vec<f64> = recording.series("train/loss").map(|m| m.value).collect();
+    assert_eq!(streamed, report_losses(&json));
     let _ = std::fs::remove_dir_all(&d);
 }
 

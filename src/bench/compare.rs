@@ -154,8 +154,9 @@ pub fn compare_with(
         let (o, n) = (&old.results[i], &new.results[j]);
         let adapter = match pairing {
             Pairing::SameAdapter => key.2.clone(),
+            // ASCII: the viewer's font has no arrow.
             Pairing::AnyAdapter => format!(
-                "{} → {}",
+                "{} -> {}",
                 old.adapter_label(o.adapter),
                 new.adapter_label(n.adapter)
             ),
@@ -269,7 +270,119 @@ pub fn host_change(old: Option<&HostCost>, new: Option<&HostCost>) -> String {
     parts.join(", ")
 }
 
+/// Which adapter each side of a comparison takes, and how the two sides' cases pair: what
+/// `bench compare`'s flags say, and the viewer's choices.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sides {
+    /// The old report's adapter: an index, or part of its name ([`Report::only_adapter`]);
+    /// `None` takes them all.
+    pub old_adapter: Option<String>,
+    pub new_adapter: Option<String>,
+    /// Pair by suite and case alone, whatever the adapters (two machines).
+    pub any_adapter: bool,
+}
+
+impl Sides {
+    /// Narrows each report to its adapter, pairs their cases ([`Self::pairing`]) and judges
+    /// each change by `rule`.
+    pub fn compare(
+        &self,
+        old: &Report,
+        new: &Report,
+        rule: Rule,
+    ) -> Result<(Comparison, Pairing), String> {
+        let narrow = |r: &Report, pick: &Option<String>, side: &str| match pick {
+            Some(p) => r.only_adapter(p).map_err(|e| format!("{side}: {e}")),
+            None => Ok(r.clone()),
+        };
+        let (old, new) = (
+            narrow(old, &self.old_adapter, "old")?,
+            narrow(new, &self.new_adapter, "new")?,
+        );
+        let pairing = self.pairing(&old, &new);
+        Ok((compare_with(&old, &new, pairing, rule)?, pairing))
+    }
+
+    /// How the (narrowed) reports pair: by adapter when they share one (one machine, two
+    /// versions) unless told otherwise; by suite and case alone when asked, when each side was
+    /// narrowed to one adapter, or when the two hold one adapter each and not the same one (two
+    /// machines).
+    pub fn pairing(&self, old: &Report, new: &Report) -> Pairing {
+        let labels = |r: &Report| -> Vec<String> { r.adapters.iter().map(|a| a.label()).collect() };
+        let (a, b) = (labels(old), labels(new));
+        let shared = a.iter().any(|l| b.contains(l));
+        let narrowed = self.old_adapter.is_some() && self.new_adapter.is_some();
+        if self.any_adapter || narrowed || (!shared && a.len() == 1 && b.len() == 1) {
+            Pairing::AnyAdapter
+        } else {
+            Pairing::SameAdapter
+        }
+    }
+}
+
+impl Pairing {
+    /// What the pairing means, for a line above a comparison.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Pairing::SameAdapter => "paired by suite, case and adapter",
+            Pairing::AnyAdapter => "paired by suite and case, across adapters",
+        }
+    }
+}
+
+/// One suite's cases in a comparison, summed up as the field compares GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SuiteMean {
+    pub suite: String,
+    /// The geometric mean of the suite's `new/old` time ratios: below 1 is faster.
+    pub time_ratio: f64,
+    /// The cases it is over: those both sides measured.
+    pub cases: usize,
+}
+
 impl Comparison {
+    /// Per suite, in order of first appearance: the geometric mean of its cases' time ratios.
+    pub fn suite_means(&self) -> Vec<SuiteMean> {
+        let mut means: Vec<(String, f64, usize)> = Vec::new();
+        for c in &self.cases {
+            let Some(r) = c.time_ratio.filter(|r| r.is_finite() && *r > 0.0) else {
+                continue;
+            };
+            match means.iter_mut().find(|(s, _, _)| *s == c.suite) {
+                Some((_, logs, n)) => {
+                    *logs += r.ln();
+                    *n += 1;
+                }
+                None => means.push((c.suite.clone(), r.ln(), 1)),
+            }
+        }
+        means
+            .into_iter()
+            .map(|(suite, logs, cases)| SuiteMean {
+                suite,
+                time_ratio: (logs / cases as f64).exp(),
+                cases,
+            })
+            .collect()
+    }
+
+    /// [`Self::suite_means`] in one line: `matmul 0.512× (20 cases), moe 1.01× (6 cases)`.
+    pub fn suite_means_line(&self) -> String {
+        self.suite_means()
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {:.3}× ({} case{})",
+                    m.suite,
+                    m.time_ratio,
+                    m.cases,
+                    if m.cases == 1 { "" } else { "s" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The Markdown table, then the cases found in one report only.
     pub fn table(&self) -> String {
         let dash = || "–".to_string();
@@ -427,7 +540,7 @@ mod tests {
         assert!(
             any.cases[0]
                 .adapter
-                .contains("gpu a (vulkan) → gpu b (vulkan)")
+                .contains("gpu a (vulkan) -> gpu b (vulkan)")
         );
     }
 
@@ -482,5 +595,75 @@ mod tests {
         let c = compare(&old, &new, Pairing::SameAdapter).unwrap();
         assert_eq!(c.cases[0].verdict, Verdict::NotMeasured);
         assert!(c.cases[0].note.contains("device lost"));
+    }
+
+    /// Two machines: one report of two adapters, the other of one by another name.
+    fn two_machines() -> (Report, Report) {
+        let five = |t: f64| [t, t * 1.01, t * 0.99, t * 1.02, t * 0.98];
+        let mut old = report("llvmpipe", &[("a", &five(2.0)), ("b", &five(8.0))]);
+        let mut second = report("lavapipe", &[("a", &five(9.0)), ("b", &five(9.0))]);
+        second.adapters[0].index = 1;
+        for r in &mut second.results {
+            r.adapter = 1;
+        }
+        old.adapters.extend(second.adapters);
+        old.results.extend(second.results);
+        let new = report(
+            "NVIDIA GeForce RTX 4090",
+            &[("a", &five(1.0)), ("b", &five(2.0))],
+        );
+        (old, new)
+    }
+
+    #[test]
+    fn two_machines_pair_by_case_once_each_side_has_one_adapter() {
+        let (old, new) = two_machines();
+        let rule = Rule::default();
+        // Nothing chosen: the old report has two adapters, no pairing by case is possible.
+        let (c, pairing) = Sides::default().compare(&old, &new, rule).unwrap();
+        assert_eq!((pairing, c.cases.len()), (Pairing::SameAdapter, 0));
+        assert_eq!((c.only_old.len(), c.only_new.len()), (4, 2));
+        // The old side narrowed by name: one adapter each, so by case.
+        let sides = Sides {
+            old_adapter: Some("llvm".into()),
+            ..Sides::default()
+        };
+        let (c, pairing) = sides.compare(&old, &new, rule).unwrap();
+        assert_eq!(pairing, Pairing::AnyAdapter);
+        assert_eq!(c.cases.len(), 2);
+        assert_eq!(
+            c.cases[0].adapter,
+            "llvmpipe (vulkan) -> NVIDIA GeForce RTX 4090 (vulkan)"
+        );
+        let means = c.suite_means();
+        assert_eq!((means.len(), means[0].cases), (1, 2));
+        // a: 1/2, b: 2/8: the geometric mean of 0.5 and 0.25.
+        assert!((means[0].time_ratio - (0.5f64 * 0.25).sqrt()).abs() < 1e-2);
+        assert!(
+            c.suite_means_line().starts_with("matmul 0.35"),
+            "{}",
+            c.suite_means_line()
+        );
+        // By index on both sides, and a name that matches nothing is an error naming the side.
+        let sides = Sides {
+            old_adapter: Some("1".into()),
+            new_adapter: Some("4090".into()),
+            any_adapter: false,
+        };
+        let (c, _) = sides.compare(&old, &new, rule).unwrap();
+        assert!(
+            c.cases[0].adapter.starts_with("lavapipe"),
+            "{:?}",
+            c.cases[0]
+        );
+        let sides = Sides {
+            new_adapter: Some("radeon".into()),
+            ..Sides::default()
+        };
+        let e = sides.compare(&old, &new, rule).unwrap_err();
+        assert!(e.starts_with("new: no adapter matches"), "{e}");
+        // One machine: a shared adapter pairs by adapter.
+        let (c, pairing) = Sides::default().compare(&old, &old, rule).unwrap();
+        assert_eq!((pairing, c.cases.len()), (Pairing::SameAdapter, 4));
     }
 }

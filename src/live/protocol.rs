@@ -103,6 +103,14 @@ pub struct Hello {
     /// The wall-clock time of the trace epoch, in nanoseconds since the Unix epoch: every
     /// `*_ns` time of the stream counts from it.
     pub epoch_unix_ns: u64,
+    /// Whether the stream carries trace events; false for a job served metrics only (`gangway
+    /// --live-metrics-only`), which then runs without a tracer. Absent means true.
+    #[serde(default = "carries_events")]
+    pub events: bool,
+}
+
+fn carries_events() -> bool {
+    true
 }
 
 /// One named axis of the job's mesh.
@@ -183,6 +191,7 @@ impl Hello {
             mesh: Vec::new(),
             devices: Vec::new(),
             epoch_unix_ns: epoch_unix_ns(),
+            events: true,
         }
     }
 

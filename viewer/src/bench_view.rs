@@ -293,7 +293,7 @@ const COMPARE_COLUMNS: [(&str, bool); 9] = [
 /// (say, "compared per unit of work" when the two did different amounts). A table of its own at
 /// most `max_height` tall whose header stays put while its rows scroll; only the rows in view
 /// are laid out. `only_changed`: just the cases beyond the noise. Below it, the cases found in
-/// one report only.
+/// one report only, each list collapsed under its count.
 pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_height: f32) {
     let rows: Vec<([String; COMPARE_COLUMNS.len()], Verdict)> = c
         .cases
@@ -372,13 +372,18 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                 }
             });
         });
+    // Collapsed: two machines' reports can differ by a hundred cases, which would fill the
+    // screen as a paragraph.
     for (which, keys) in [("old", &c.only_old), ("new", &c.only_new)] {
         if !keys.is_empty() {
-            ui.label(format!(
-                "only in {which} ({}): {}",
-                keys.len(),
-                keys.join(", ")
-            ));
+            egui::CollapsingHeader::new(format!("only in {which} ({})", keys.len()))
+                .id_salt(("only in", which))
+                .default_open(false)
+                .show(ui, |ui| {
+                    for key in keys.iter() {
+                        ui.label(key);
+                    }
+                });
         }
     }
 }

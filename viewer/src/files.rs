@@ -29,12 +29,12 @@ use std::time::{Duration, Instant};
 
 use egui::Ui;
 use gangway::bench::Report;
-use gangway::bench::compare::{Comparison, Pairing, Verdict, compare};
 use gangway::trace::chrome::{ChromeTrace, Dialect, Document, Id, InstantScope, process_label};
 use gangway::trace::{Event, Lane, Track};
 use serde_json::Value;
 
 use crate::background::{Job, drop_elsewhere, spawn};
+use crate::bench_compare::{Asked, BenchCompare};
 pub use gangway::trace::PipelineBubble;
 
 use crate::timeline::{self, CounterRow, FlowPoint, InstantMark, TimelineData, TimelineState};
@@ -336,7 +336,8 @@ enum Done {
         result: Result<Loaded, String>,
     },
     Saved(Result<String, String>),
-    Compared(Result<Comparison, String>),
+    /// The report to compare with, read.
+    Compared(Result<Report, String>),
 }
 
 /// File I/O under way on a worker thread.
@@ -382,11 +383,8 @@ pub struct FilesTab {
     pub save_what: SaveWhat,
     /// The suite shown of an opened report.
     pub suite: String,
-    /// A second report to compare the opened one with.
-    pub compare_path: String,
-    pub comparison: Option<Result<Comparison, String>>,
-    /// Show only compared cases beyond the noise.
-    pub only_changed: bool,
+    /// The opened report's comparison with another.
+    pub compare: BenchCompare,
     /// Files opened lately, newest first, at most [`RECENT_MAX`]; the app persists them (set
     /// with [`FilesTab::set_recent`]).
     pub recent: Vec<PathBuf>,
@@ -414,9 +412,7 @@ impl Default for FilesTab {
             timeline: TimelineState::default(),
             save_what: SaveWhat::Live,
             suite: String::new(),
-            compare_path: "old.json".into(),
-            comparison: None,
-            only_changed: false,
+            compare: BenchCompare::default(),
             recent: Vec::new(),
             work: None,
             dialog: None,
@@ -667,7 +663,7 @@ impl FilesTab {
                         drop_elsewhere(old);
                     }
                     self.timeline = TimelineState::default();
-                    self.comparison = None;
+                    self.compare.new_report_opened();
                 }
                 Err(e) => {
                     // A recent file that is gone leaves the list.
@@ -678,7 +674,7 @@ impl FilesTab {
                 }
             },
             Done::Saved(result) => self.message = Some(result),
-            Done::Compared(result) => self.comparison = Some(result),
+            Done::Compared(result) => self.compare.loaded(result),
         }
     }
 
@@ -689,7 +685,7 @@ impl FilesTab {
             return;
         }
         let current = match purpose {
-            Purpose::Compare => &self.compare_path,
+            Purpose::Compare => &self.compare.path,
             Purpose::Open => &self.path,
             Purpose::SaveAs => &self.save_path,
         };
@@ -760,7 +756,7 @@ impl FilesTab {
         };
         match purpose {
             Purpose::Open => self.open(path),
-            Purpose::Compare => self.compare_path = path.display().to_string(),
+            Purpose::Compare => self.compare.path = path.display().to_string(),
             Purpose::SaveAs => {
                 self.save_path = path.display().to_string();
                 self.save_pending = true;
@@ -821,13 +817,12 @@ impl FilesTab {
         });
     }
 
-    /// Compares the opened report with the one at the compare path, in the background.
-    fn compare(&mut self, new: Report) {
-        let old = PathBuf::from(self.compare_path.trim());
+    /// Reads the report at `old` to compare the opened one with, in the background.
+    fn compare(&mut self, old: PathBuf) {
         self.start(
             format!("comparing with {}", old.display()),
             true,
-            move || Done::Compared(compare_file(&old, &new)),
+            move || Done::Compared(Report::load(&old).map_err(|e| e.to_string())),
         );
     }
 
@@ -992,15 +987,12 @@ impl FilesTab {
     fn content_ui(&mut self, ui: &mut Ui) {
         let idle = self.work.is_none();
         let no_dialog = self.dialog.is_none();
-        let mut compare_with = None;
-        let mut browse_old = false;
+        let mut asked = Asked::Nothing;
         let Self {
             loaded,
             loaded_from,
-            compare_path,
-            comparison,
+            compare,
             suite,
-            only_changed,
             timeline: timeline_state,
             ..
         } = self;
@@ -1050,53 +1042,15 @@ impl FilesTab {
                         if let Some(from) = loaded_from {
                             ui.weak(format!("file: {}", from.display()));
                         }
-                        ui.horizontal(|ui| {
-                            ui.label("compare with (old):");
-                            ui.add(egui::TextEdit::singleline(compare_path).desired_width(300.0))
-                                .labelled_by(ui.label("old report path").id);
-                            if ui.add_enabled(idle, egui::Button::new("Compare")).clicked() {
-                                compare_with = Some(report.as_ref().clone());
-                            }
-                            if ui
-                                .add_enabled(idle && no_dialog, egui::Button::new("Browse old…"))
-                                .clicked()
-                            {
-                                browse_old = true;
-                            }
-                        });
-                        match comparison {
-                            Some(Ok(c)) => {
-                                ui.horizontal(|ui| {
-                                    ui.label(format!(
-                                        "compared: {} cases, {} faster, {} slower beyond the noise",
-                                        c.cases.len(),
-                                        c.count(Verdict::Faster),
-                                        c.count(Verdict::Slower)
-                                    ));
-                                    ui.checkbox(only_changed, "only beyond the noise");
-                                });
-                                let height =
-                                    (ui.ctx().content_rect().height() * 0.3).clamp(120.0, 360.0);
-                                crate::bench_view::show_comparison(ui, c, *only_changed, height);
-                                ui.separator();
-                            }
-                            Some(Err(e)) => {
-                                ui.colored_label(
-                                    ui.visuals().error_fg_color,
-                                    format!("error: {e}"),
-                                );
-                            }
-                            None => {}
-                        }
+                        asked = compare.ui(ui, report, idle, no_dialog);
                         crate::bench_view::show(ui, report, suite);
                     });
             }
         }
-        if let Some(report) = compare_with {
-            self.compare(report);
-        }
-        if browse_old {
-            self.browse(Purpose::Compare);
+        match asked {
+            Asked::Nothing => {}
+            Asked::Load(old) => self.compare(old),
+            Asked::Browse => self.browse(Purpose::Compare),
         }
     }
 }
@@ -1104,10 +1058,4 @@ impl FilesTab {
 /// What the lanes of `data` are, as the exporter takes them.
 fn tracks_of(data: &TimelineData) -> Vec<Track> {
     data.lanes.values().cloned().collect()
-}
-
-/// Compares the report at `old` with `new`.
-fn compare_file(old: &Path, new: &Report) -> Result<Comparison, String> {
-    let old = Report::load(old).map_err(|e| e.to_string())?;
-    compare(&old, new, Pairing::SameAdapter)
 }

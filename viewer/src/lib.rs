@@ -9,7 +9,8 @@
 //! - [`dispatch_compare`]: sequential vs parallel dispatch of the same program;
 //! - [`moe_panel`]: MoE training on the devices: loss, aux loss, dropped fraction, tokens per
 //!   expert per step;
-//! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` reports ([`bench_view`]);
+//! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` reports ([`bench_view`]),
+//!   compared with another report, of this machine or another ([`bench_compare`]);
 //! - [`attach_view`] + [`attach`]: jobs of other processes served with `--live`, followed over
 //!   the live protocol: their timeline, devices, utilization and training metrics.
 
@@ -17,6 +18,7 @@ pub mod app;
 pub mod attach;
 pub mod attach_view;
 pub mod background;
+pub mod bench_compare;
 pub mod bench_view;
 pub mod bubble_lab;
 pub mod devices_panel;

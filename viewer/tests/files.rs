@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT, Queryable};
 use gangway::pipeline::{Costs, Schedule, ScheduleKind, Simulation, simulate};
 use gangway::trace::{Clock, Event, EventKind, Lane, Track, TrackKind};
 use gangway_viewer::files::{Loaded, RECENT_MAX, interpret, pipeline_bubble};
 use gangway_viewer::{Tab, ViewerApp};
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gangway-viewer-test-{}", std::process::id()));
@@ -184,7 +184,7 @@ fn bench_reports_open_and_compare() {
     h.get_by_label("memory: GB/s per case (higher is better)");
     assert!(h.query_all_by_label_contains("stream 2x+1").count() >= n);
     // Compared with itself: every case paired, nothing beyond the noise.
-    h.state_mut().files.compare_path = path.display().to_string();
+    h.state_mut().files.compare.path = path.display().to_string();
     h.run();
     h.get_by_label("Compare").click();
     h.step();
@@ -193,7 +193,7 @@ fn bench_reports_open_and_compare() {
         "compared: {n} cases, 0 faster, 0 slower beyond the noise"
     ));
     // A bad second file is an error in the UI.
-    h.state_mut().files.compare_path = "/nonexistent/old.json".into();
+    h.state_mut().files.compare.path = "/nonexistent/old.json".into();
     h.run();
     h.get_by_label("Compare").click();
     h.step();
@@ -309,7 +309,7 @@ fn the_comparison_table_scrolls_and_the_chart_stays_visible() {
     let path = dev_report();
     let mut h = open_in_ui(&path);
     h.get_by_label("opened benchmark report: 112 results on 2 adapter(s)");
-    h.state_mut().files.compare_path = path.display().to_string();
+    h.state_mut().files.compare.path = path.display().to_string();
     h.run();
     h.get_by_label("Compare").click();
     h.step();
@@ -337,8 +337,8 @@ fn the_comparison_table_scrolls_and_the_chart_stays_visible() {
     );
     assert!(first.iter().all(|r| r.bottom() <= chart.top()));
     // The last compared case is out of view until the table is scrolled to its end.
-    let comparison = match &h.state().files.comparison {
-        Some(Ok(c)) => c.clone(),
+    let comparison = match h.state().files.compare.shown() {
+        Some(Ok((c, _))) => c.clone(),
         other => panic!("{other:?}"),
     };
     let last = comparison.cases.last().unwrap();
@@ -370,7 +370,7 @@ fn the_comparison_table_scrolls_and_the_chart_stays_visible() {
         assert_eq!(h.get_by_label("new/old").rect(), header);
         // In view: above the table's bottom, 30% of the window (and the spacing) below its
         // header.
-        if let Some(row) = lowest(&h).filter(|r| r.bottom() <= header.bottom() + 0.3 * 700.0 + 7.0)
+        if let Some(row) = lowest(&h).filter(|r| r.bottom() <= header.bottom() + 0.25 * 700.0 + 7.0)
         {
             scrolled_to = Some(row);
             break;
@@ -745,4 +745,102 @@ fn click_and_time_frames(h: &mut Harness<'static, ViewerApp>, button: &str) -> (
         last = Instant::now();
     }
     (frames, longest)
+}
+
+/// Issue 57: two machines' reports, their adapters differing in name and in number (the old one
+/// has llvmpipe on Vulkan as 0 and on GL as 1; the new one a single "NVIDIA GeForce RTX 4090",
+/// its cases twice as fast as Vulkan llvmpipe's). Before, the viewer paired them by adapter only:
+/// "compared: 0 cases", and a paragraph of "only in" keys.
+#[test]
+fn two_machines_reports_compare_by_choosing_an_adapter_a_side() {
+    let old_path = dev_report();
+    let mut new: Value =
+        serde_json::from_str(&std::fs::read_to_string(&old_path).unwrap()).unwrap();
+    new["adapters"] = json!([{
+        "index": 0, "name": "NVIDIA GeForce RTX 4090", "backend": "vulkan",
+        "device_type": "discrete", "driver": "nvidia", "driver_info": "560.35",
+        "virtual_devices": 1, "timestamp_query": true, "peak": null
+    }]);
+    let results: Vec<Value> = new["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["adapter"] == 0)
+        .cloned()
+        .map(|mut r| {
+            if let Some(stats) = r.get_mut("stats").filter(|s| s.is_object()) {
+                for key in ["min_s", "median_s", "max_s"] {
+                    stats[key] = json!(stats[key].as_f64().unwrap() / 2.0);
+                }
+                let halved: Vec<f64> = stats["samples_s"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() / 2.0)
+                    .collect();
+                stats["samples_s"] = json!(halved);
+            }
+            r
+        })
+        .collect();
+    let cases = results.len();
+    let measured = results.iter().filter(|r| r["status"] == "ok").count();
+    new["results"] = json!(results);
+    let new_path = temp("machine-b.json", &new.to_string());
+    let mut h = open_in_ui(&new_path);
+    h.state_mut().files.compare.path = old_path.display().to_string();
+    h.run();
+    h.get_by_label("Compare").click();
+    h.step();
+    settle(&mut h);
+    // Every adapter of the old report: nothing pairs, and the keys are collapsed.
+    h.get_by_label("compared: 0 cases, 0 faster, 0 slower beyond the noise");
+    h.get_by_label_contains("no case is in both reports");
+    h.get_by_label("only in old (112)");
+    assert!(
+        h.query_by_label_contains("square 256 f32 naive / llvmpipe")
+            .is_none()
+    );
+    // Its llvmpipe, chosen by its index as the combo box sets it: paired by case.
+    h.state_mut().files.compare.sides.old_adapter = Some("0".into());
+    h.run();
+    h.get_by_label("paired by suite and case, across adapters");
+    h.get_by_label(&format!(
+        "compared: {cases} cases, {measured} faster, 0 slower beyond the noise"
+    ));
+    let means = {
+        let node = h.get_by_label_contains("geometric mean of new/old per suite: ");
+        let node = node.accesskit_node();
+        node.value().or_else(|| node.label()).unwrap_or_default()
+    };
+    assert!(means.contains("matmul 0.500×"), "{means}");
+    assert!(
+        h.query_all_by_label_contains(
+            "llvmpipe (LLVM 15.0.6, 256 bits) (vulkan) -> NVIDIA GeForce RTX 4090 (vulkan)"
+        )
+        .count()
+            > 0,
+        "the table's adapter column names both sides"
+    );
+    // The same choice made through the old side's combo box, which lists its adapters.
+    h.state_mut().files.compare.sides.old_adapter = None;
+    h.run();
+    h.get_by_label("compared: 0 cases, 0 faster, 0 slower beyond the noise");
+    h.query_all_by_label("old adapter:")
+        .find(|n| n.accesskit_node().role() == egui::accesskit::Role::ComboBox)
+        .expect("the old side's combo box")
+        .click();
+    h.run();
+    h.get_by_label("1 llvmpipe (LLVM 15.0.6, 256 bits) (gl)");
+    h.get_by_label("0 llvmpipe (LLVM 15.0.6, 256 bits) (vulkan)")
+        .click();
+    h.run();
+    assert_eq!(
+        h.state().files.compare.sides.old_adapter.as_deref(),
+        Some("0")
+    );
+    h.get_by_label(&format!(
+        "compared: {cases} cases, {measured} faster, 0 slower beyond the noise"
+    ));
+    let _ = std::fs::remove_file(&new_path);
 }

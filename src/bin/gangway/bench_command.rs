@@ -4,7 +4,7 @@
 use crate::progress;
 use crate::{BenchArgs, DTypeArg};
 use anyhow::{Context, Result, bail};
-use gangway::bench::compare::{Pairing, Verdict, compare_with};
+use gangway::bench::compare::{Sides, Verdict};
 use gangway::bench::harness::SLOWDOWN_VAR;
 use gangway::bench::noise::Rule;
 use gangway::bench::report::{Status, number, seconds};
@@ -209,23 +209,14 @@ pub fn bench_compare(
     any_adapter: bool,
     fail_on_slower: bool,
 ) -> Result<()> {
-    let load = |(path, adapter): (&PathBuf, Option<&str>)| -> Result<Report> {
-        let report = Report::load(path)?;
-        match adapter {
-            None => Ok(report),
-            Some(p) => report
-                .only_adapter(p)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
-        }
-    };
-    let (a, b) = (load(files[0])?, load(files[1])?);
-    let pairing = if any_adapter {
-        Pairing::AnyAdapter
-    } else {
-        Pairing::SameAdapter
+    let (a, b) = (Report::load(files[0].0)?, Report::load(files[1].0)?);
+    let sides = Sides {
+        old_adapter: files[0].1.map(str::to_string),
+        new_adapter: files[1].1.map(str::to_string),
+        any_adapter,
     };
     let rule = Rule::default();
-    let c = compare_with(&a, &b, pairing, rule).map_err(anyhow::Error::msg)?;
+    let (c, pairing) = sides.compare(&a, &b, rule).map_err(anyhow::Error::msg)?;
     for (side, r) in [("old", &a), ("new", &b)] {
         let adapters: Vec<String> = r.adapters.iter().map(|a| a.label()).collect();
         println!(
@@ -241,6 +232,7 @@ pub fn bench_compare(
             ))
         );
     }
+    println!("{}", pairing.describe());
     println!();
     print!("{}", c.table());
     println!(
@@ -252,8 +244,17 @@ pub fn bench_compare(
         c.count(Verdict::NotMeasured),
         rule.describe()
     );
+    if !c.suite_means().is_empty() {
+        println!(
+            "geometric mean of new/old per suite: {}",
+            c.suite_means_line()
+        );
+    }
     if c.cases.is_empty() {
-        bail!("no case is in both reports (different adapters? try --any-adapter)");
+        bail!(
+            "no case is in both reports (different adapters? choose one a side with \
+             --old-adapter and --new-adapter, or pass --any-adapter)"
+        );
     }
     if fail_on_slower && c.count(Verdict::Slower) > 0 {
         bail!("{} case(s) got slower", c.count(Verdict::Slower));

@@ -935,6 +935,8 @@ pub(crate) enum BenchSub {
         new: PathBuf,
         /// Pair cases by suite and case alone, whatever the adapter (two machines; each report
         /// must then hold each case once: pick one adapter with --old-adapter / --new-adapter).
+        /// Without it, cases pair by adapter when the reports share one, and by case alone when
+        /// each side has (or was narrowed to) one adapter.
         #[arg(long)]
         any_adapter: bool,
         /// Exit with status 1 when a case is SLOWER (beyond the noise).

@@ -31,6 +31,8 @@ static SERVER: OnceLock<LiveServer> = OnceLock::new();
 static FORWARDER: OnceLock<Forwarder> = OnceLock::new();
 /// Whether this rank (not 0) forwards to rank 0's server: `--live` was given.
 static FORWARDS: AtomicBool = AtomicBool::new(false);
+/// Whether the stream carries trace events (not `--live-metrics-only`).
+static EVENTS: AtomicBool = AtomicBool::new(true);
 
 /// Whether this process serves live (rank 0 of a job, or the only process). The job's own
 /// metrics (a training step's loss, the same on every rank of an SPMD job) are published by it
@@ -56,8 +58,8 @@ pub(crate) fn serve(args: &LiveArgs, tracer: &Tracer, job: &Job) -> Result<()> {
         .all(|a| a.ip().is_loopback());
     let made = (!loopback && args.live_token.is_none()).then(gangway::live::generate_token);
     let token = args.live_token.clone().or(made.clone());
-    let mut hello = Hello::for_this_process();
-    hello.ranks = job.size();
+    EVENTS.store(!args.live_metrics_only, Ordering::Relaxed);
+    let hello = hello(job);
     let options = ServeOptions {
         token,
         ..ServeOptions::default()
@@ -68,7 +70,9 @@ pub(crate) fn serve(args: &LiveArgs, tracer: &Tracer, job: &Job) -> Result<()> {
     if let Some(token) = made {
         std::eprintln!("live: clients need the token {token} (--token, or GANGWAY_LIVE_TOKEN)");
     }
-    server.attach_tracer(job.rank(), tracer)?;
+    if EVENTS.load(Ordering::Relaxed) {
+        server.attach_tracer(job.rank(), tracer)?;
+    }
     server.serve_ranks(job)?;
     let _ = SERVER.set(server);
     Ok(())
@@ -109,8 +113,7 @@ pub(crate) fn join_mesh(mesh: &Mesh, tracer: &Tracer, job: &Job) -> Result<()> {
     let Some(server) = SERVER.get() else {
         return Ok(());
     };
-    let mut hello = Hello::for_this_process();
-    hello.ranks = job.size();
+    let mut hello = hello(job);
     hello.hosts = vec![String::new(); job.size()];
     hello.devices = mesh
         .devices()
@@ -164,13 +167,20 @@ pub(crate) fn ranks_done(job: &Job) {
 /// How long rank 0 waits at the end for the other ranks' last forwarded events.
 const RANKS_GRACE: Duration = Duration::from_secs(5);
 
+/// The hello of this job, devices aside.
+fn hello(job: &Job) -> Hello {
+    let mut hello = Hello::for_this_process();
+    hello.ranks = job.size();
+    hello.events = EVENTS.load(Ordering::Relaxed);
+    hello
+}
+
 /// Tells clients that attach from now on which devices the job runs on.
 pub(crate) fn set_devices(devices: &[Device], tracks: &[Track], job: &Job) {
     let Some(server) = SERVER.get() else {
         return;
     };
-    let mut hello = Hello::for_this_process();
-    hello.ranks = job.size();
+    let mut hello = hello(job);
     hello.hosts = vec![job.host()];
     hello.devices = devices
         .iter()
@@ -428,12 +438,17 @@ fn print_snapshot(snap: &mut Snapshot, recording: &Recording) {
             format!("{} {:.0}%", d.track.id, u * 100.0)
         })
         .collect();
-    if !devices.is_empty() {
-        line.push_str(&format!("  utilization [{}]", devices.join(", ")));
+    if !recording.hello.events {
+        // Served with --live-metrics-only: no events, so no utilization to measure.
+        line.push_str("  (metrics only: no events)");
+    } else {
+        if !devices.is_empty() {
+            line.push_str(&format!("  utilization [{}]", devices.join(", ")));
+        }
+        line.push_str(&format!(
+            "  events {}  dropped events {}",
+            snap.events, recording.dropped_events
+        ));
     }
-    line.push_str(&format!(
-        "  events {}  dropped events {}",
-        snap.events, recording.dropped_events
-    ));
     println!("{line}");
 }

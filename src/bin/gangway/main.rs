@@ -247,11 +247,12 @@ impl std::fmt::Display for WatchedExit {
 impl std::error::Error for WatchedExit {}
 
 fn run(cli: Cli, job: &Job) -> Result<()> {
-    // `--trace` keeps every event for the file; `--live` alone only streams them.
+    // `--trace` keeps every event for the file; `--live` alone only streams them, and with
+    // `--live-metrics-only` there is nothing to trace.
     let tracer = match (&cli.trace, &cli.live.live) {
         (Some(_), _) => Tracer::new(),
-        (None, Some(_)) => Tracer::streaming(),
-        (None, None) => Tracer::off(),
+        (None, Some(_)) if !cli.live.live_metrics_only => Tracer::streaming(),
+        (None, _) => Tracer::off(),
     };
     live_command::serve(&cli.live, &tracer, job)?;
     // Rank 0 writes the file; a pipeline writes its own view at the end (its stages, not the

@@ -1,4 +1,4 @@
-//! The live stream's flags (`--live`, `--live-token`) and the commands that attach to a job
+//! The live stream's flags (`--live`, `--live-token`, `--live-metrics-only`) and the commands that attach to a job
 //! served with them (`watch`, `trace record`): definitions only, as the rest of `cli.rs`.
 
 use clap::{Args, Subcommand};
@@ -22,6 +22,10 @@ pub(crate) struct LiveArgs {
         hide_env_values = true
     )]
     pub(crate) live_token: Option<String>,
+    /// With --live: serve the job's metrics (and its hello and end) but no trace events, so
+    /// the job runs without a tracer and serving costs next to nothing.
+    #[arg(long, global = true, requires = "live")]
+    pub(crate) live_metrics_only: bool,
 }
 
 /// Attaching to a job served with `--live`.
