@@ -415,6 +415,25 @@ fn the_figure_exports_as_svg_and_png() {
     assert!(svg.contains("makespan") && svg.trim_end().ends_with("</svg>"));
     h.get_by_label_contains("wrote ");
 
+    // Again to the same path: nothing is written until the user confirms.
+    std::fs::write(dir.join("fig.svg"), "kept").unwrap();
+    h.get_by_label("Export SVG").click();
+    h.run();
+    h.get_by_label_contains("fig.svg exists. Replace it?");
+    assert!(!h.state().lab.exporter.is_busy());
+    h.get_by_label("Cancel").click();
+    h.run();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("fig.svg")).unwrap(),
+        "kept"
+    );
+    assert!(h.query_by_label_contains("Replace it?").is_none());
+    h.get_by_label("Export SVG").click();
+    h.run();
+    export(&mut h, "Overwrite");
+    let again = std::fs::read_to_string(dir.join("fig.svg")).unwrap();
+    assert_eq!(again, svg, "replaced, once confirmed");
+
     export(&mut h, "Export PNG");
     let png = image::open(dir.join("fig.png")).unwrap().to_rgba8();
     let (layout, _) = h.state().lab.layout.as_ref().unwrap();
@@ -922,5 +941,64 @@ fn the_lab_shows_the_gap_to_the_optimum_under_the_same_memory() {
     assert!(
         h.query_by_label_contains("optimal under this memory")
             .is_none()
+    );
+}
+
+/// Issue 57: the glosses beside V-Half's, V-Min's and zb-auto's figures said "about 1/2" and
+/// "about 1/3" of 1F1B's activations beside peaks of 3 and 2 of 4, and ZB-H1's bubble for
+/// zb-auto whatever the costs. Each is computed from the simulation beside it now.
+#[test]
+fn the_formula_line_says_what_the_simulation_beside_it_shows() {
+    let mut h = common::harness([1400.0, 1000.0]);
+    let line = |h: &egui_kittest::Harness<'static, gangway_viewer::ViewerApp>| {
+        let lab = &h.state().lab;
+        gangway_viewer::bubble_lab::formula_line(&lab.params, lab.result.as_ref().unwrap().row())
+    };
+    let held = |h: &egui_kittest::Harness<'static, gangway_viewer::ViewerApp>| {
+        let row = h.state().lab.result.as_ref().unwrap().row().clone();
+        row.peak_microbatches().into_iter().fold(0.0f64, f64::max)
+    };
+    for kind in ["V-Half", "V-Min"] {
+        h.get_by_label(kind).click();
+        h.run();
+        let most = held(&h);
+        let text = line(&h);
+        assert!(
+            text.contains(&format!(
+                "it holds at most {most} of 1F1B's 4 activations a stage"
+            )),
+            "{kind}: {text}"
+        );
+        h.get_by_label_contains(&format!("it holds at most {most} of 1F1B's"));
+    }
+    // zb-auto at F = B = W with free transfers: its simulated bubble against ZB-H1's formula.
+    h.get_by_label("ZB auto").click();
+    h.run();
+    let bubble = h
+        .state()
+        .lab
+        .result
+        .as_ref()
+        .unwrap()
+        .row()
+        .sim
+        .bubble_fraction;
+    let text = line(&h);
+    let zb_h1 = 3.0 / (3.0 * 8.0 + 3.0);
+    if (bubble - zb_h1).abs() < 1e-9 {
+        assert!(
+            text.contains("its plan has ZB-H1's bubble, (p - 1) / (3m + p - 1) = 3/27"),
+            "{text}"
+        );
+    } else {
+        assert!(text.contains("against ZB-H1's 3/27"), "{text}");
+    }
+    // Other costs: no ZB-H1 formula, the activations it holds.
+    common::set_slider(&mut h, "B", 2.0);
+    let text = line(&h);
+    assert!(!text.contains("ZB-H1"), "{text}");
+    assert!(
+        text.contains("of 1F1B's 4 activations a stage here"),
+        "{text}"
     );
 }

@@ -816,3 +816,35 @@ fn a_million_event_trace_file_opens_fast() {
     assert_eq!(flow(3, 5), Some((1, 40, FlowRole::In)));
     assert!(open < Duration::from_secs(20), "open_bytes took {open:?}");
 }
+
+/// Issue 57: a pipeline op's block and hover counted its microbatch from 0 ("F0", "microbatch
+/// 0") under a lab figure that counts from 1. An event's `microbatch` stays an index; people
+/// read it from 1.
+#[test]
+fn pipeline_ops_count_microbatches_from_one() {
+    let data = TimelineData::from_events((0..2u32).map(|mb| {
+        EventMeta::kernel(0)
+            .op(gangway::trace::PipelineOp::Forward)
+            .microbatch(mb)
+            .event(
+                "F".into(),
+                u64::from(mb) * 10_000,
+                u64::from(mb) * 10_000 + 8_000,
+            )
+    }));
+    let mut h = timeline_harness([800.0, 120.0], data, TimelineState::default());
+    h.run();
+    let texts = common::painted_texts(&h.output().shapes);
+    for block in ["F1", "F2"] {
+        assert!(texts.iter().any(|t| t == block), "{block}: {texts:?}");
+    }
+    assert!(!texts.iter().any(|t| t == "F0"), "{texts:?}");
+    // The first block, hovered: its microbatch counted from 1 too.
+    let (_, corner) = common::painted_text_positions(&h.output().shapes)
+        .into_iter()
+        .find(|(t, _)| t == "F1")
+        .unwrap();
+    h.hover_at(corner + egui::vec2(4.0, 4.0));
+    h.run();
+    h.get_by_label("microbatch 1");
+}

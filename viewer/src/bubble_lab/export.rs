@@ -1,8 +1,10 @@
 //! Exporting the lab's figure for slides: SVG from the figure's layout (the same drawing the
 //! CLI's `gangway pipeline --svg` writes), and PNG from that SVG drawn off screen, so the whole
 //! figure comes out however much of it the window shows. Drawing, encoding and writing happen
-//! off the UI thread, and every file is written all-or-nothing
-//! ([`gangway::fsutil::write_atomic`]), so a kill mid-write leaves the old file or none.
+//! off the UI thread, and every file is written all-or-nothing: a new file with
+//! [`gangway::fsutil::write_new`], which never replaces one, and an existing one only once the
+//! user confirmed, with [`gangway::fsutil::write_atomic`] (as the files tab saves), so a kill
+//! mid-write leaves the old file or none.
 
 use std::path::PathBuf;
 
@@ -10,12 +12,31 @@ use gangway::pipeline::figure::{Layout, svg};
 
 use crate::background::{self, Job};
 
+/// What an export writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Svg,
+    /// The whole figure drawn off screen at [`PNG_SCALE`] pixels per figure unit.
+    Png,
+}
+
+impl Format {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Svg => "svg",
+            Format::Png => "png",
+        }
+    }
+}
+
 /// An export being written, and the outcome of the last one.
 #[derive(Debug, Default)]
 pub struct Exporter {
     pending: Option<Job<Result<PathBuf, String>>>,
     /// The last export: the path written, or why it failed.
     pub last: Option<Result<PathBuf, String>>,
+    /// An export to a file that exists, waiting for the user to confirm replacing it.
+    pub confirm: Option<(Format, PathBuf)>,
 }
 
 impl Exporter {
@@ -23,17 +44,30 @@ impl Exporter {
         self.pending.is_some()
     }
 
-    /// Writes `layout` as SVG to `path` in the background.
-    pub fn svg(&mut self, layout: &Layout, path: PathBuf, ctx: &egui::Context) {
+    /// Writes the whole figure of `layout` as `format` to `path` in the background, however
+    /// much of it the window shows. A path that exists is written only with `overwrite` (the
+    /// user confirmed); otherwise the export waits for that ([`Self::confirm`]).
+    pub fn export(
+        &mut self,
+        layout: &Layout,
+        format: Format,
+        path: PathBuf,
+        overwrite: bool,
+        ctx: &egui::Context,
+    ) {
+        if !overwrite && path.exists() {
+            self.confirm = Some((format, path));
+            return;
+        }
+        self.confirm = None;
         let text = svg(layout);
-        self.spawn(ctx, move || write(&path, text.as_bytes()));
-    }
-
-    /// Writes the whole figure of `layout` as PNG to `path` in the background, drawn off screen
-    /// at `PNG_SCALE` pixels per figure unit: however much of it the window shows.
-    pub fn png(&mut self, layout: &Layout, path: PathBuf, ctx: &egui::Context) {
-        let text = svg(layout);
-        self.spawn(ctx, move || write(&path, &png_of_svg(&text, PNG_SCALE)?));
+        self.spawn(ctx, move || {
+            let bytes = match format {
+                Format::Svg => text.into_bytes(),
+                Format::Png => png_of_svg(&text, PNG_SCALE)?,
+            };
+            write(&path, &bytes, overwrite)
+        });
     }
 
     /// Picks up a finished export; true when one arrived.
@@ -58,10 +92,8 @@ impl Exporter {
     }
 }
 
-fn write(path: &std::path::Path, bytes: &[u8]) -> Result<PathBuf, String> {
-    gangway::fsutil::write_atomic(path, bytes)
-        .map(|()| path.to_path_buf())
-        .map_err(|e| e.to_string())
+fn write(path: &std::path::Path, bytes: &[u8], overwrite: bool) -> Result<PathBuf, String> {
+    crate::files::write_file(path, bytes, overwrite).map(|()| path.to_path_buf())
 }
 
 /// Pixels per figure unit of an exported PNG: crisp on a projector's 1080p or 4K.

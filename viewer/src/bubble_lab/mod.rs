@@ -33,9 +33,9 @@ use gangway::sched::Runtime;
 use gangway::trace::Lane;
 
 pub use device_run::{DeviceRun, RunShape, run_blocker, run_on_devices};
-pub use export::{Exporter, PNG_SCALE, png_of_svg};
+pub use export::{Exporter, Format, PNG_SCALE, png_of_svg};
 pub use player::Player;
-pub use simulate::{LabResult, compute, formula_text, label};
+pub use simulate::{LabResult, compute, formula_line, formula_text, label};
 
 use crate::background::{self, Job};
 use crate::live::DeviceHub;
@@ -482,15 +482,7 @@ impl BubbleLab {
         let p = &self.params;
         ui.separator();
         ui.horizontal_wrapped(|ui| {
-            ui.label(
-                RichText::new(formula_text(
-                    p.kind,
-                    p.stages,
-                    p.microbatches,
-                    row.schedule.chunks,
-                ))
-                .monospace(),
-            );
+            ui.label(RichText::new(formula_line(p, row)).monospace());
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(
@@ -771,26 +763,46 @@ impl BubbleLab {
                 .labelled_by(ui.label("(path)").id);
             let busy = self.exporter.is_busy();
             let path = PathBuf::from(self.export_path.trim());
-            if ui
-                .add_enabled(!busy, Button::new("Export SVG"))
-                .on_hover_text("the figure as shown, as SVG (same as gangway pipeline --svg)")
-                .clicked()
-                && let Some((layout, _)) = &self.layout
-            {
-                self.exporter
-                    .svg(layout, path.with_extension("svg"), ui.ctx());
-            }
-            if ui
-                .add_enabled(!busy, Button::new("Export PNG"))
-                .on_hover_text("the whole figure as an image, drawn off screen at 2× its size")
-                .clicked()
-                && let Some((layout, _)) = &self.layout
-            {
-                self.exporter
-                    .png(layout, path.with_extension("png"), ui.ctx());
+            for (format, hover) in [
+                (
+                    Format::Svg,
+                    "the figure as shown, as SVG (same as gangway pipeline --svg)",
+                ),
+                (
+                    Format::Png,
+                    "the whole figure as an image, drawn off screen at 2× its size",
+                ),
+            ] {
+                let name = format!("Export {}", format.extension().to_uppercase());
+                if ui
+                    .add_enabled(!busy, Button::new(name))
+                    .on_hover_text(hover)
+                    .clicked()
+                    && let Some((layout, _)) = &self.layout
+                {
+                    let target = path.with_extension(format.extension());
+                    self.exporter
+                        .export(layout, format, target, false, ui.ctx());
+                }
             }
             if busy {
                 ui.spinner();
+            }
+            if let Some((format, target)) = self.exporter.confirm.clone() {
+                ui.colored_label(
+                    ui.visuals().warn_fg_color,
+                    format!("{} exists. Replace it?", target.display()),
+                );
+                if ui.button("Overwrite").clicked()
+                    && let Some((layout, _)) = &self.layout
+                {
+                    self.exporter.export(layout, format, target, true, ui.ctx());
+                } else if ui.button("Cancel").clicked() {
+                    // Nothing written, nothing to report: the file is as it was.
+                    self.exporter.confirm = None;
+                    self.exporter.last = None;
+                }
+                return;
             }
             match &self.exporter.last {
                 Some(Ok(p)) => {

@@ -101,21 +101,12 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
             3 * m + q
         ),
-        ScheduleKind::ZbAuto => format!(
-            "no closed form (planned for F, B, W and the transfers under the memory limit); at \
-             F = B = W with free transfers and p activations a stage it is ZB-H1, bubble \
-             {q}/{}",
-            3 * m + q
-        ),
-        ScheduleKind::VHalf | ScheduleKind::VMin => format!(
-            "no closed form (the paper's building block, repeated); it holds about {} of \
-             1F1B's activations",
-            if kind == ScheduleKind::VHalf {
-                "1/2"
-            } else {
-                "1/3"
-            }
-        ),
+        ScheduleKind::ZbAuto => {
+            "no closed form (planned for F, B, W and the transfers under the memory limit)".into()
+        }
+        ScheduleKind::VHalf | ScheduleKind::VMin => {
+            "no closed form (the paper's building block, repeated)".into()
+        }
         ScheduleKind::ZbV => format!(
             "no closed form (planned greedily for F, B, W); at F = B = W idle per stage >= \
              (p - 1) chunk ops = {q} half-stage F"
@@ -137,6 +128,55 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
              B_full = B + W",
             2 * q
         ),
+    }
+}
+
+/// The formula line the lab shows beside `row`, the simulation of `params`: the textbook
+/// formula with this shape's numbers ([`formula_text`]), and, for the schedules without one,
+/// what the numbers beside it say: how many activations a stage holds here against 1F1B's
+/// (V-Half, V-Min, zb-auto), and, where ZB-H1's formula holds (F = B = W, free transfers, even
+/// stages), whether zb-auto's simulated bubble is ZB-H1's.
+pub fn formula_line(params: &LabParams, row: &FigureRow) -> String {
+    let (p, m) = (params.stages, params.microbatches);
+    let text = formula_text(params.kind, p, m, row.schedule.chunks);
+    let held = row.peak_microbatches().into_iter().fold(0.0f64, f64::max);
+    // 1F1B's first stage holds p microbatches' activations (fewer with fewer microbatches).
+    let one_f_one_b = p.min(m) as f64;
+    let against = format!(
+        "it holds at most {} of 1F1B's {} activations a stage here ({:.2}×)",
+        (held * 100.0).round() / 100.0,
+        p.min(m),
+        held / one_f_one_b.max(1.0)
+    );
+    match params.kind {
+        ScheduleKind::VHalf | ScheduleKind::VMin => format!("{text}; {against}"),
+        ScheduleKind::ZbAuto => {
+            let even = params.forward == params.backward && params.backward == params.weight_grad;
+            if !(even && params.latency == 0.0 && params.slow_factor <= 1) {
+                return format!("{text}; {against}");
+            }
+            // Where ZB-H1's formula holds, say whether this plan meets it, from its simulation.
+            let q = p.saturating_sub(1);
+            let zb_h1 = q as f64 / (3 * m + q) as f64;
+            let bubble = row.sim.bubble_fraction;
+            let held = (held * 100.0).round() / 100.0;
+            if (bubble - zb_h1).abs() < 1e-9 {
+                format!(
+                    "{text}; here (F = B = W, free transfers) its plan has ZB-H1's bubble, \
+                     (p - 1) / (3m + p - 1) = {q}/{}, holding at most {held} activations a stage",
+                    3 * m + q
+                )
+            } else {
+                format!(
+                    "{text}; here (F = B = W, free transfers) its bubble is {:.1}% against \
+                     ZB-H1's {q}/{} = {:.1}%, holding at most {held} activations a stage",
+                    bubble * 100.0,
+                    3 * m + q,
+                    zb_h1 * 100.0
+                )
+            }
+        }
+        _ => text,
     }
 }
 

@@ -253,15 +253,16 @@ impl TimelineData {
     }
 
     /// The text on an event's block: a pipeline op's letter, microbatch and chunk ("F3",
-    /// "B5.c1" for "B.c1" of microbatch 5), as the lab numbers its blocks; any other event's
-    /// name, and an op already named with its number ("F0"), as it is.
+    /// "B5.c1" for "B.c1" of microbatch 5), the microbatch counted from 1 as the lab numbers its
+    /// blocks (an event's `microbatch` is an index, from 0); any other event's name, and an op
+    /// already named with its number ("F0"), as it is.
     pub fn bar_label<'a>(&self, e: &'a Event) -> std::borrow::Cow<'a, str> {
         if let (Some(op), Some(mb)) = (PipelineOp::of(e), e.microbatch)
             && let Some(rest) = e.name.strip_prefix(op.letter())
             && (rest.is_empty() || rest.starts_with('.'))
         {
             // The op's letter, its microbatch, and the chunk its name shows.
-            return format!("{}{mb}{rest}", op.letter()).into();
+            return format!("{}{}{rest}", op.letter(), u64::from(mb) + 1).into();
         }
         e.name.as_str().into()
     }

@@ -38,7 +38,8 @@ pub(super) fn event_tooltip(
         }
     }
     if let Some(mb) = e.microbatch {
-        ui.label(format!("microbatch {mb}"));
+        // Counted from 1, as the lab's blocks and the block's own label are.
+        ui.label(format!("microbatch {}", u64::from(mb) + 1));
     }
     ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
     match origin {
