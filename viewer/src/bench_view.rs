@@ -1,14 +1,15 @@
 //! A `gangway bench --json` report: what ran where, a bar chart of each suite's derived figure
-//! per case and adapter (every case named under it, turned upright; a bar's hover names its
-//! case, adapter and value; the wheel scrolls the page, a double-click resets the view, a new
-//! report starts afresh), and the suite's table with each case's note and metrics as the CLI
+//! per case and adapter (every case named under it, turned upright, a long name shortened in
+//! its middle; a bar's hover names its case, adapter and value in a tooltip that stays on
+//! screen; a log axis where the values span more than 10×; the wheel scrolls the page, a
+//! double-click resets the view, a new report starts afresh), and the suite's table with each case's note and metrics as the CLI
 //! prints them; optionally beside a second report, compared: each case's ratio, verdict and
 //! note (as `gangway bench compare` prints it), and the cases found in one report only.
 
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
 use gangway::bench::Report;
-use gangway::bench::compare::{Comparison, Verdict, host_change};
+use gangway::bench::compare::{Comparison, Verdict, host_change, spreads};
 use gangway::bench::host::HostCost;
 use gangway::bench::report::{Status, TABLE_COLUMNS, note_text, number, seconds};
 
@@ -79,6 +80,13 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
         .find_map(|r| r.figure.as_ref().map(|f| f.unit.clone()))
         .unwrap_or_default();
     let width = 0.8 / report.adapters.len().max(1) as f64;
+    let values: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.figure.as_ref().map(|f| f.value))
+        .collect();
+    let scale = Scale::for_values(&values);
+    // Every bar, for the hover: (case index, adapter slot, value).
+    let mut placed: Vec<(usize, usize, f64)> = Vec::new();
     let charts: Vec<BarChart> = report
         .adapters
         .iter()
@@ -88,36 +96,57 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
                 .iter()
                 .filter(|r| r.adapter == a.index)
                 .filter_map(|r| {
-                    let x = cases.iter().position(|c| *c == r.case)? as f64;
+                    let x = cases.iter().position(|c| *c == r.case)?;
                     let value = r.figure.as_ref()?.value;
+                    placed.push((x, k, value));
+                    let (base, height) = scale.bar(value);
                     Some(
-                        Bar::new(x - 0.4 + width * (k as f64 + 0.5), value)
+                        Bar::new(x as f64 - 0.4 + width * (k as f64 + 0.5), height)
+                            .base_offset(base)
                             .width(width)
                             .name(&r.case),
                     )
                 })
                 .collect();
-            // The hover names the bar: egui_plot's default says the value only.
-            let (adapter, unit) = (a.label(), unit.clone());
-            BarChart::new(a.label(), bars).element_formatter(Box::new(move |bar, _| {
-                format!("{}\n{adapter}\n{} {unit}", bar.name, number(bar.value))
-            }))
+            // Hovers are drawn by `bar_hover` as tooltips, which stay on screen: egui_plot's
+            // own label is clipped at the plot's edges.
+            BarChart::new(a.label(), bars).allow_hover(false)
         })
         .collect();
-    ui.label(format!("{suite}: {unit} per case (higher is better)"));
+    let scale_word = match scale {
+        Scale::Linear => "",
+        Scale::Log { .. } => ", log scale: the values span more than 10×",
+    };
+    ui.label(format!(
+        "{suite}: {unit} per case (higher is better){scale_word}"
+    ));
     let plot = Plot::new(("bench", suite.as_str(), report_generation(ui, report)))
         .legend(Legend::default())
         .height(240.0)
-        .y_axis_label(unit)
-        .include_y(0.0)
+        .y_axis_label(unit.clone())
         // A grid line on every case; their names are drawn below the plot, turned upright,
         // since egui_plot drops every horizontal label wider than a case's slot.
         .x_grid_spacer(case_marks)
         .x_axis_formatter(|_, _| String::new());
+    let plot = match scale {
+        Scale::Linear => plot.include_y(0.0),
+        Scale::Log { floor } => plot
+            .include_y(floor)
+            .y_grid_spacer(egui_plot::log_grid_spacer(10))
+            .y_axis_formatter(|mark, _| number(10f64.powf(mark.value))),
+    };
     let shown = wheel_scrolls_the_page(plot).show(ui, |plot| {
         for c in charts {
             plot.bar_chart(c);
         }
+    });
+    bar_hover(&shown, &placed, width, |x, k, value| {
+        let adapter = report
+            .adapters
+            .get(k)
+            .map(|a| a.label())
+            .unwrap_or_default();
+        format!("{}\n{adapter}\n{} {unit}", cases[x], number(value))
     });
     case_names(ui, &shown.transform, &cases);
     // A region of its own: a suite with many cases scrolls here, not the page.
@@ -210,8 +239,87 @@ fn report_generation(ui: &Ui, report: &Report) -> u64 {
     })
 }
 
+/// How a suite's chart draws its values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scale {
+    Linear,
+    /// Bars of `log10(value)` from `floor` (a power of ten at or below the smallest value):
+    /// where the values span more than 10×, a linear axis flattens the small ones to nothing.
+    Log {
+        floor: f64,
+    },
+}
+
+impl Scale {
+    fn for_values(values: &[f64]) -> Scale {
+        let positive = values.iter().copied().filter(|v| *v > 0.0 && v.is_finite());
+        let (lo, hi) = positive.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        if hi > 10.0 * lo {
+            Scale::Log {
+                floor: lo.log10().floor(),
+            }
+        } else {
+            Scale::Linear
+        }
+    }
+
+    /// A bar's base and height, in the plot's units.
+    fn bar(self, value: f64) -> (f64, f64) {
+        match self {
+            Scale::Linear => (0.0, value),
+            Scale::Log { floor } if value > 0.0 => (floor, value.log10() - floor),
+            Scale::Log { floor } => (floor, 0.0),
+        }
+    }
+}
+
+/// The hovered bar's text (`text(case, adapter slot, value)`) as a tooltip at the pointer,
+/// which egui keeps on screen. A bar is found by the case slot and the adapter's share of it
+/// under the pointer: `placed` holds each bar's case index, adapter slot and value.
+fn bar_hover(
+    shown: &egui_plot::PlotResponse<()>,
+    placed: &[(usize, usize, f64)],
+    width: f64,
+    text: impl Fn(usize, usize, f64) -> String,
+) {
+    let Some(pointer) = shown.response.hover_pos() else {
+        return;
+    };
+    let at = shown.transform.value_from_position(pointer);
+    let case = at.x.round();
+    if case < 0.0 {
+        return;
+    }
+    let slot = ((at.x - case + 0.4) / width).floor();
+    let Some(&(x, k, value)) = placed
+        .iter()
+        .find(|(x, k, _)| *x as f64 == case && *k as f64 == slot)
+    else {
+        return;
+    };
+    shown.response.clone().on_hover_ui_at_pointer(|ui| {
+        ui.label(text(x, k, value));
+    });
+}
+
 /// Longest case name drawn under the chart, in characters (the hover has the whole name).
 const CASE_NAME_CHARS: usize = 32;
+
+/// `name` within `max` characters: whole, or its start and its end about an ellipsis, so that
+/// neighbours that differ at the end ("… tiled", "… naive") still read apart.
+pub fn middle_ellipsis(name: &str, max: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= max || max < 3 {
+        return name.to_owned();
+    }
+    let tail = (max - 1) / 2;
+    let head = max - 1 - tail;
+    let start: String = chars[..head].iter().collect();
+    let end: String = chars[chars.len() - tail..].iter().collect();
+    format!("{}…{}", start.trim_end(), end.trim_start())
+}
 
 /// The case names under the chart, each turned upright under its case (reading upwards, ending
 /// at the axis), every k-th one where the cases are closer than a line of text.
@@ -221,13 +329,8 @@ fn case_names(ui: &mut Ui, transform: &egui_plot::PlotTransform, cases: &[&str])
     let galleys: Vec<_> = cases
         .iter()
         .map(|c| {
-            let name = if c.chars().count() > CASE_NAME_CHARS {
-                let short: String = c.chars().take(CASE_NAME_CHARS - 1).collect();
-                format!("{}…", short.trim_end())
-            } else {
-                (*c).to_owned()
-            };
-            ui.painter().layout_no_wrap(name, font.clone(), color)
+            ui.painter()
+                .layout_no_wrap(middle_ellipsis(c, CASE_NAME_CHARS), font.clone(), color)
         })
         .collect();
     let tall = galleys.iter().map(|g| g.size().x).fold(0.0, f32::max);
@@ -276,18 +379,23 @@ fn case_marks(input: GridInput) -> Vec<GridMark> {
         .collect()
 }
 
-/// Columns of the comparison table; `true`: a number, right-aligned.
-const COMPARE_COLUMNS: [(&str, bool); 9] = [
+/// Columns of the comparison table (the CLI's, `gangway::bench::compare::COMPARE_COLUMNS`);
+/// `true`: a number, right-aligned.
+const COMPARE_COLUMNS: [(&str, bool); 11] = [
     ("suite", false),
     ("case", false),
     ("adapter", false),
     ("old", true),
     ("new", true),
     ("new/old", true),
+    ("95% interval", true),
+    ("spread old / new", true),
     ("verdict", false),
     ("host per run, old -> new", false),
     ("note", false),
 ];
+/// The verdict's column, coloured.
+const VERDICT_COLUMN: usize = 8;
 
 /// Two reports' cases side by side: the ratio, whether it is beyond the noise, and the note
 /// (say, "compared per unit of work" when the two did different amounts). A table of its own at
@@ -308,6 +416,9 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                     k.old_median_s.map_or("–".into(), seconds),
                     k.new_median_s.map_or("–".into(), seconds),
                     k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")),
+                    k.ratio_interval
+                        .map_or("–".into(), |[lo, hi]| format!("{lo:.3}–{hi:.3}")),
+                    spreads(k.old_spread, k.new_spread),
                     k.verdict.name().to_string(),
                     host_change(k.old_host.as_ref(), k.new_host.as_ref()),
                     k.note.clone(),
@@ -358,8 +469,10 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                             table_row(ui, &widths, row_h, r % 2 == 1, |i, ui| {
                                 let text = cells[i].as_str();
                                 match (i, verdict) {
-                                    (6, Verdict::Faster) => ui.colored_label(faster, text),
-                                    (6, Verdict::Slower) => {
+                                    (VERDICT_COLUMN, Verdict::Faster) => {
+                                        ui.colored_label(faster, text)
+                                    }
+                                    (VERDICT_COLUMN, Verdict::Slower) => {
                                         ui.colored_label(ui.visuals().error_fg_color, text)
                                     }
                                     _ => ui.label(text),

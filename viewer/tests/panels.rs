@@ -168,6 +168,16 @@ fn negative_numbers(h: &Harness<'static, gangway_viewer::ViewerApp>) -> Vec<Stri
         .collect()
 }
 
+/// The plain numbers painted (the chart's axis labels), in increasing order.
+fn axis_numbers(h: &Harness<'static, gangway_viewer::ViewerApp>) -> Vec<f64> {
+    let mut v: Vec<f64> = common::painted_texts(&h.output().shapes)
+        .into_iter()
+        .filter_map(|t| t.trim().parse::<f64>().ok())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
 /// A point inside the bench chart: below its title line, in the middle.
 fn in_the_chart(h: &Harness<'static, gangway_viewer::ViewerApp>) -> egui::Pos2 {
     let title = h
@@ -231,6 +241,10 @@ fn the_bench_chart_resets_on_double_click_and_for_a_new_report() {
     let mut h = common::open_in_app(&dev_report(), [1400.0, 1000.0]);
     h.get_by_label("dispatch").click();
     h.run();
+    // The axis' numbers as drawn on the data: a pan changes them (on this suite's log axis a
+    // pan up shows no negative number, only smaller powers of ten).
+    let fitted = axis_numbers(&h);
+    assert!(fitted.len() >= 2, "{fitted:?}");
     let drag_up = |h: &mut Harness<'static, gangway_viewer::ViewerApp>| {
         let start = in_the_chart(h);
         h.hover_at(start);
@@ -244,7 +258,11 @@ fn the_bench_chart_resets_on_double_click_and_for_a_new_report() {
         h.drop_at(start - egui::vec2(0.0, 180.0));
         h.run_ok();
         h.run_ok();
-        assert!(!negative_numbers(h).is_empty(), "the drag did not pan");
+        let panned = axis_numbers(h);
+        assert!(
+            !panned.is_empty() && panned[0] < fitted[0],
+            "the drag did not pan: {fitted:?} -> {panned:?}"
+        );
     };
     drag_up(&mut h);
     let at = in_the_chart(&h);
@@ -266,10 +284,10 @@ fn the_bench_chart_resets_on_double_click_and_for_a_new_report() {
         }
     }
     h.run_ok();
-    assert!(
-        negative_numbers(&h).is_empty(),
-        "{:?}",
-        negative_numbers(&h)
+    assert_eq!(
+        axis_numbers(&h),
+        fitted,
+        "the double-click brings the data back"
     );
 
     drag_up(&mut h);
@@ -289,11 +307,7 @@ fn the_bench_chart_resets_on_double_click_and_for_a_new_report() {
     h.run_ok();
     h.get_by_label("dispatch").click();
     h.run_ok();
-    assert!(
-        negative_numbers(&h).is_empty(),
-        "{:?}",
-        negative_numbers(&h)
-    );
+    assert_eq!(axis_numbers(&h), fitted, "a new report starts afresh");
 }
 
 /// Issue 38: about 40 cases sat on an axis labelled only "case", and the hover gave the value
@@ -325,15 +339,23 @@ fn the_bench_chart_names_its_cases_on_the_axis_and_in_the_hover() {
             _ => None,
         })
         .collect();
-    // Whole, or abbreviated with "…" when long (the hover has the whole name).
+    // Whole, or shortened in its middle when long, its start and its end kept (the hover has
+    // the whole name).
     for c in &cases {
         assert!(
             painted.iter().any(|t| t == c
-                || t.strip_suffix('…')
-                    .is_some_and(|a| a.len() >= 20 && c.starts_with(a))),
-            "{c} is not named under the chart"
+                || t.split_once('…')
+                    .is_some_and(|(a, b)| a.len() >= 10 && c.starts_with(a) && c.ends_with(b))),
+            "{c} is not named under the chart: {painted:?}"
         );
     }
+    // No two of them read the same.
+    let mut distinct = painted.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), painted.len(), "{painted:?}");
+    // The dispatch suite's figures span far more than 10×: a log axis, and said so.
+    h.get_by_label_contains("log scale: the values span more than 10×");
     // Hover a bar. The bars' x is not known to the test: sweep across the chart low down,
     // where the pipeline suite's bars (all of a size) are, until a bar's hover text shows.
     h.get_by_label("pipeline").click();
@@ -500,4 +522,23 @@ fn the_moe_caption_states_its_shares_on_one_basis() {
     assert_eq!(h.query_all_by_label_contains("even share").count(), 1);
     // The stated arithmetic holds: ceil(1.25 × 32) is the capacity drawn.
     assert_eq!((1.25f64 * 32.0).ceil() as usize, ran.expert_capacity());
+}
+
+/// Issue 57: the chart cut long case names at their end, where the kernel's name is, so five
+/// "grouped …" neighbours read the same; now the middle goes.
+#[test]
+fn long_case_names_lose_their_middle() {
+    use gangway_viewer::bench_view::middle_ellipsis;
+    assert_eq!(
+        middle_ellipsis("square 256 f32 naive", 32),
+        "square 256 f32 naive"
+    );
+    let a = middle_ellipsis("grouped 8 experts 512x512 f32 tiled", 24);
+    let b = middle_ellipsis("grouped 8 experts 512x512 f32 naive", 24);
+    assert_ne!(a, b);
+    assert_eq!(a.chars().count(), 24, "{a}");
+    assert!(
+        a.starts_with("grouped 8 ") && a.ends_with("f32 tiled"),
+        "{a}"
+    );
 }
