@@ -528,25 +528,38 @@ fn two_machines_reports_compare_by_adapter_name() {
     assert_eq!(by_index, table);
     // An adapter chosen on each side pairs by case without --any-adapter, and the suite's
     // geometric mean sums it up (0.500× and 1.01×).
-    let chosen = gangway(&[
-        "bench",
-        "compare",
-        a,
-        b,
-        "--old-adapter",
-        "radeon",
-        "--new-adapter",
-        "4090",
-    ]);
-    let chosen = text(&chosen.stdout);
-    assert_eq!(chosen, table, "the same comparison");
+    let chosen = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "compare",
+            a,
+            b,
+            "--old-adapter",
+            "radeon",
+            "--new-adapter",
+            "4090",
+        ];
+        args.extend_from_slice(extra);
+        text(&gangway(&args).stdout)
+    };
+    let plain = chosen(&[]);
+    assert_eq!(plain, table, "the same comparison");
     assert!(
-        chosen.contains("paired by suite and case, across adapters"),
-        "{chosen}"
+        plain.contains("paired by suite and case, across adapters"),
+        "{plain}"
     );
     assert!(
-        chosen.contains("geometric mean of new/old per suite: matmul 0.71"),
-        "{chosen}"
+        plain.contains("geometric mean of new/old per suite: matmul 0.71"),
+        "{plain}"
+    );
+    // A noise threshold of 100% (a change must more than double, or more than halve, the
+    // time): halving it is within the noise; past 100% is an error.
+    let wide = chosen(&["--noise-threshold", "100"]);
+    assert!(wide.contains("0 faster, 0 slower, 2 no change"), "{wide}");
+    assert!(wide.contains("lies beyond ±100%"), "{wide}");
+    one_line_error(
+        &gangway(&["bench", "compare", a, b, "--noise-threshold", "101"]),
+        "--noise-threshold takes a percentage from 0 to 100, got 101",
     );
     // Names in either order, any case.
     let llvm = compare("LLVMPIPE", "llvm");

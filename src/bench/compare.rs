@@ -97,8 +97,7 @@ pub const COMPARE_COLUMNS: [&str; 11] = [
 
 /// Each side's spread (median absolute deviation over the median) as `±2.1% / ±3.4%`.
 pub fn spreads(old: Option<f64>, new: Option<f64>) -> String {
-    let one =
-        |s: Option<f64>| s.map_or_else(|| "–".to_string(), |s| format!("±{}%", number(s * 100.0)));
+    let one = |s: Option<f64>| s.map_or_else(|| "–".to_string(), |s| format!("±{:.1}%", s * 100.0));
     format!("{} / {}", one(old), one(new))
 }
 
@@ -521,7 +520,7 @@ mod tests {
         let table = c.table();
         assert!(table.contains("| SLOWER |"), "{table}");
         assert!(table.contains("| too few samples |"), "{table}");
-        assert!(table.contains("| ±1.00% / ±1.00% |"), "{table}");
+        assert!(table.contains("| ±1.0% / ±1.0% |"), "{table}");
         // A threshold above the change: not called.
         let lax = Rule::with_percent(30.0).unwrap();
         let lax = compare_with(&old, &new, Pairing::SameAdapter, lax).unwrap();

@@ -312,6 +312,17 @@ impl RunState {
         }
     }
 
+    /// The id linking a transfer's send and receive events: unique per run, node and shard.
+    pub fn flow_id(&self, node: usize, shard: usize) -> Option<u64> {
+        // A run of the job is the same run on every rank: its key, so the two ends of a
+        // transfer between ranks pair up in the gathered trace.
+        let base = self.key.map_or(self.id, |k| {
+            (k.client.rotate_left(21) ^ k.seq) & ((1 << 43) - 1)
+        });
+        (node < 1 << 12 && shard < 1 << 8)
+            .then_some((base << 20) | ((node as u64) << 8) | shard as u64)
+    }
+
     /// `meta` with this run's program, `node` and microbatch ids.
     pub fn event_meta(&self, meta: EventMeta, node: usize) -> EventMeta {
         let m = meta.program(self.exec.id()).node(node as u32);

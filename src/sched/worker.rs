@@ -709,7 +709,7 @@ impl<'a> Worker<'a> {
                 let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
                 let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
-                if let Some(id) = flow_id(run, mail_node, shard) {
+                if let Some(id) = run.flow_id(mail_node, shard) {
                     meta = meta.flow(id, FlowRole::In);
                 }
                 trace.finish(start, meta, || format!("recv {}", n.name));
@@ -924,7 +924,7 @@ impl<'a> Worker<'a> {
                 let start = run.submitted_ns[node][shard].load(Ordering::Acquire);
                 let mut meta = run.event_meta(EventMeta::transfer(self.device.id()), node);
                 if role == (Role::Send { shard })
-                    && let Some(id) = flow_id(&run, node, shard)
+                    && let Some(id) = run.flow_id(node, shard)
                 {
                     meta = meta.flow(id, FlowRole::Out);
                 }
@@ -992,14 +992,4 @@ impl<'a> Worker<'a> {
         }
         Ok(())
     }
-}
-
-/// The id linking a transfer's send and receive events: unique per run, node and shard.
-fn flow_id(run: &RunState, node: usize, shard: usize) -> Option<u64> {
-    // A run of the job is the same run on every rank: its key, so the two ends of a transfer
-    // between ranks pair up in the gathered trace.
-    let base = run.key.map_or(run.id, |k| {
-        (k.client.rotate_left(21) ^ k.seq) & ((1 << 43) - 1)
-    });
-    (node < 1 << 12 && shard < 1 << 8).then_some((base << 20) | ((node as u64) << 8) | shard as u64)
 }

@@ -45,6 +45,10 @@ DISPLAY=$display XDG_CONFIG_HOME=$work/config XDG_DATA_HOME=$work/data \
   "$viewer" --attach "$addr" >/dev/null 2>"$work/viewer.err" &
 pid=$!
 sleep 10
+# The pointer away from the timeline, so no hover text is drawn (Xvfb starts it mid-screen).
+if command -v xdotool >/dev/null; then
+  DISPLAY=$display xdotool mousemove 5 790
+fi
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }

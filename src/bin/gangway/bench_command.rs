@@ -208,14 +208,15 @@ pub fn bench_compare(
     files: [(&PathBuf, Option<&str>); 2],
     any_adapter: bool,
     fail_on_slower: bool,
+    noise_threshold_percent: f64,
 ) -> Result<()> {
+    let rule = Rule::with_percent(noise_threshold_percent).map_err(anyhow::Error::msg)?;
     let (a, b) = (Report::load(files[0].0)?, Report::load(files[1].0)?);
     let sides = Sides {
         old_adapter: files[0].1.map(str::to_string),
         new_adapter: files[1].1.map(str::to_string),
         any_adapter,
     };
-    let rule = Rule::default();
     let (c, pairing) = sides.compare(&a, &b, rule).map_err(anyhow::Error::msg)?;
     for (side, r) in [("old", &a), ("new", &b)] {
         let adapters: Vec<String> = r.adapters.iter().map(|a| a.label()).collect();

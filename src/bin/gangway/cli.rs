@@ -949,6 +949,11 @@ pub(crate) enum BenchSub {
         /// Only this adapter of the new report.
         #[arg(long, value_name = "ADAPTER")]
         new_adapter: Option<String>,
+        /// The noise threshold, in percent: a change is FASTER or SLOWER only when its whole
+        /// interval lies beyond it (from 0 to 100; measure what two identical runs differ by on
+        /// your machine, and set it there).
+        #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
+        noise_threshold: f64,
     },
     /// Print the JSON Schema of the report `--json` writes.
     Schema,

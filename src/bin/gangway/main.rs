@@ -298,10 +298,12 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
                 fail_on_slower,
                 old_adapter,
                 new_adapter,
+                noise_threshold,
             }) => bench_compare(
                 [(old, old_adapter.as_deref()), (new, new_adapter.as_deref())],
                 *any_adapter,
                 *fail_on_slower,
+                *noise_threshold,
             )?,
             Some(BenchSub::Schema) => println!(
                 "{}",
