@@ -93,6 +93,39 @@ pub struct Progress {
     pub valid_bpb: Option<f64>,
 }
 
+impl Progress {
+    /// The step as live metrics (`crate::live`), as every trainer serves them: the loss and
+    /// its parts, tokens/s, the learning rate `lr`, the dropped fraction, the step's seconds,
+    /// each expert's load (labelled `expert`), and validation when the step evaluated.
+    pub fn metrics(&self, lr: f32) -> Vec<crate::live::Metric> {
+        use crate::live::Metric;
+        let s = &self.stats;
+        let step = u64::from(s.step);
+        let mut out: Vec<Metric> = [
+            ("train/loss", s.loss),
+            ("train/ce", s.ce),
+            ("train/aux_loss", s.aux),
+            ("train/z_loss", s.z),
+            ("train/tokens_per_s", self.tokens_per_s),
+            ("train/lr", f64::from(lr)),
+            ("train/dropped_fraction", s.dropped_fraction),
+            ("train/step_seconds", s.seconds),
+        ]
+        .into_iter()
+        .map(|(name, value)| Metric::now(name, value).at_step(step))
+        .collect();
+        out.extend(s.tokens_per_expert.iter().enumerate().map(|(e, &load)| {
+            Metric::now("train/expert_load", load as f64)
+                .at_step(step)
+                .label("expert", e.to_string())
+        }));
+        if let Some(bpb) = self.valid_bpb {
+            out.push(Metric::now("train/valid_bpb", bpb).at_step(step));
+        }
+        out
+    }
+}
+
 /// The outcome of a run.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(bound = "M: StepModel")]

@@ -199,7 +199,7 @@ impl ViewerApp {
         // The comparison measures dispatch, the lab's run measures its bubble and MoE training
         // measures tokens/s: keep the live workload off the devices meanwhile.
         self.lab.poll();
-        self.live.attach(&self.hub);
+        self.live.attach(&self.hub, Some(ui.ctx().clone()));
         self.moe.poll();
         if let Some(r) = &self.live.runner {
             r.hold.store(

@@ -4,7 +4,8 @@
 //! - [`bubble_lab`]: pipeline schedules on the cost-model simulator (works without any GPU), and
 //!   the same schedule run for real on the devices, measured beside the simulation;
 //! - [`live_view`] + [`live`]: the chain program running in the background on the real devices,
-//!   its trace events streamed onto a [`timeline`];
+//!   every run of the app's runtime served live on loopback and followed onto a [`timeline`]
+//!   through that stream, as another process's job is;
 //! - [`devices_panel`]: adapters, virtual splits, utilization (busy time / sliding window);
 //! - [`dispatch_compare`]: sequential vs parallel dispatch of the same program;
 //! - [`moe_panel`]: MoE training on the devices: loss, aux loss, dropped fraction, tokens per

@@ -1,18 +1,22 @@
 //! Real work on the real devices, in the background: discover devices and start the app's one
-//! [`Runtime`] over them (traced: every run's events stream to the UI through
-//! [`Tracer::subscribe`]), then run the chain program (one tiny kernel per device, Pathways
-//! Fig. 4/7) over and over as one of its clients.
+//! [`Runtime`] over them, traced and **served live** on a loopback port ([`DeviceHub::served_at`]):
+//! every run's events reach the Live tab through the same stream a job of another process serves
+//! (`gangway::live`), which `gangway watch`, `gangway trace record` and other viewers can follow
+//! too ([`follow`]). Then run the chain program (one tiny kernel per device, Pathways Fig. 4/7)
+//! over and over as one of its clients.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use gangway::live::{Hello, LiveClient, LiveDevice, LiveServer, Record, ServeOptions};
 use gangway::program::{CompileOptions, Executable, ProgramBuilder};
 use gangway::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
-use gangway::trace::{Event, Tracer};
+use gangway::trace::{Event, Tracer, Track};
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
-use crate::background::{self, Job};
+use crate::background::{self, Job, Sink, Stream};
 
 /// Elements each chain kernel touches.
 const CHAIN_LEN: usize = 4096;
@@ -43,6 +47,35 @@ pub enum Discovery {
 pub struct DeviceHub {
     state: Arc<Mutex<Discovery>>,
     runtime: Arc<Mutex<Option<Runtime>>>,
+    /// The runtime's stream, served on loopback; or why it is not.
+    server: Arc<Mutex<Option<Result<Arc<LiveServer>, String>>>>,
+}
+
+/// Events of the viewer's own runs a late follower gets first: the Live tab's minute at the
+/// chain's rate, and a bound on what the viewer holds for followers.
+const SERVED_HISTORY: usize = 20_000;
+
+/// Serves `runtime`'s events on a free loopback port, its hello naming `devices`.
+fn serve_runs(runtime: &Runtime, devices: &[Device]) -> gangway::Result<LiveServer> {
+    let mut hello = Hello::for_this_process();
+    hello.devices = devices
+        .iter()
+        .map(|d| LiveDevice {
+            id: d.id(),
+            rank: 0,
+            host: String::new(),
+            adapter: d.info().name.clone(),
+            backend: d.info().backend.clone(),
+            track: Track::device(d.id(), d.label()),
+        })
+        .collect();
+    let options = ServeOptions {
+        history_events: SERVED_HISTORY,
+        ..ServeOptions::default()
+    };
+    let server = LiveServer::bind("127.0.0.1:0", options, hello)?;
+    server.attach_tracer(0, runtime.tracer())?;
+    Ok(server)
 }
 
 impl DeviceHub {
@@ -56,9 +89,11 @@ impl DeviceHub {
     pub fn discover_with(ctx: Option<egui::Context>, virtual_devices: Option<usize>) -> Self {
         let state = Arc::new(Mutex::new(Discovery::Pending));
         let runtime = Arc::new(Mutex::new(None));
+        let server = Arc::new(Mutex::new(None));
         let hub = Self {
             state: state.clone(),
             runtime: runtime.clone(),
+            server: server.clone(),
         };
         // Its result is the hub's state: the job itself is not polled.
         let spawned = background::spawn("gangway-discover", ctx, move || {
@@ -76,6 +111,10 @@ impl DeviceHub {
                         ..RuntimeOptions::default()
                     };
                     let started = Runtime::new(devices.clone(), traced)?;
+                    let served = serve_runs(&started, &devices)
+                        .map(Arc::new)
+                        .map_err(|e| format!("the viewer's runs are not served: {e}"));
+                    *server.lock().unwrap_or_else(PoisonError::into_inner) = Some(served);
                     *runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
                     Ok(devices)
                 })
@@ -95,7 +134,23 @@ impl DeviceHub {
         Self {
             state: Arc::new(Mutex::new(Discovery::Unavailable(reason.into()))),
             runtime: Arc::default(),
+            server: Arc::default(),
         }
+    }
+
+    /// The server of the runtime's stream, for the metrics of the viewer's own runs.
+    pub fn server(&self) -> Option<Arc<LiveServer>> {
+        let server = self.server.lock().unwrap_or_else(PoisonError::into_inner);
+        server.as_ref().and_then(|s| s.as_ref().ok().cloned())
+    }
+
+    /// Where the runtime's stream is served (loopback), once the runtime exists; or why it is
+    /// not served.
+    pub fn served_at(&self) -> Option<Result<SocketAddr, String>> {
+        let server = self.server.lock().unwrap_or_else(PoisonError::into_inner);
+        server
+            .as_ref()
+            .map(|s| s.as_ref().map(|s| s.local_addr()).map_err(Clone::clone))
     }
 
     /// The app's runtime, once devices were found.
@@ -208,7 +263,7 @@ pub struct LiveRunner {
 impl LiveRunner {
     /// Starts running the chain on the runtime's devices forever (until dropped), in batches of 8
     /// runs with a short rest between, so a 2-core machine stays usable.
-    pub fn start(runtime: Runtime, mode: DispatchMode, ctx: Option<egui::Context>) -> Self {
+    pub fn start(runtime: Runtime, mode: DispatchMode) -> Self {
         let tracer = runtime.tracer().clone();
         let hold = Arc::new(AtomicBool::new(false));
         let last_poll_ns = Arc::new(AtomicU64::new(tracer.now_ns()));
@@ -221,7 +276,7 @@ impl LiveRunner {
                     || now.saturating_sub(last_poll_ns.load(Ordering::Relaxed)) > UNPOLLED_NS
             };
             background::spawn("gangway-live", None, move || {
-                work(&runtime, mode, &held, &stop, ctx)
+                work(&runtime, mode, &held, &stop)
             })
         };
         let (job, not_started) = match job {
@@ -276,7 +331,6 @@ fn work(
     mode: DispatchMode,
     held: &dyn Fn(u64) -> bool,
     stop: &AtomicBool,
-    ctx: Option<egui::Context>,
 ) -> Result<(), String> {
     let tracer = runtime.tracer();
     let result = (|| -> gangway::Result<()> {
@@ -288,14 +342,83 @@ fn work(
                 continue;
             }
             run_chain(&client, &exec, mode, 8, false)?;
-            // The subscriber has every event; the tracer's own copy would only grow.
+            // The server has every event; the tracer's own copy would only grow. (The Live
+            // tab's follower asks for the frames, as the events reach it.)
             drop(tracer.take_events());
-            if let Some(ctx) = &ctx {
-                ctx.request_repaint_after(REPAINT_EVERY);
-            }
             std::thread::sleep(Duration::from_millis(30));
         }
         Ok(())
     })();
     result.map_err(|e| e.to_string())
+}
+
+/// Follows the stream served at `addr` on a thread of its own: its events in batches, at most
+/// one every [`REPAINT_EVERY`] (each asks for a frame), until the handle is dropped. A
+/// connection that fails or is lost is tried again every second; the thread's result says
+/// why it stopped.
+pub fn follow(addr: SocketAddr, ctx: Option<egui::Context>) -> Result<Follower, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let stream = background::spawn_stream("gangway-viewer-follow", ctx, move |sink| {
+        follow_until(addr, &s, sink)
+    })?;
+    Ok(Follower { stream, stop })
+}
+
+/// A stream being followed ([`follow`]); dropping it stops the thread within 50 ms.
+#[derive(Debug)]
+pub struct Follower {
+    pub stream: Stream<Vec<Event>, String>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn follow_until(addr: SocketAddr, stop: &AtomicBool, sink: &Sink<Vec<Event>>) -> String {
+    // The end of the newest event taken: connected again, the server's history repeats what
+    // came before, which is skipped.
+    let mut newest: Option<u64> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let seen = newest;
+        let mut client = match LiveClient::connect(addr, None, Duration::from_secs(5)) {
+            Ok(c) => c,
+            Err(_) => {
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        let mut batch = Vec::new();
+        let mut sent = Instant::now();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return "stopped".into();
+            }
+            match client.recv(Duration::from_millis(50)) {
+                Ok(Some(Record::Event { event, .. })) => {
+                    let end = event.clamped_end_ns();
+                    if seen.is_some_and(|n| end <= n) {
+                        continue;
+                    }
+                    newest = Some(newest.map_or(end, |n| n.max(end)));
+                    batch.push(event);
+                }
+                Ok(Some(Record::End(_))) => return "the stream ended".into(),
+                Ok(_) => {}
+                // Lost: what came is sent, and the connection is made again.
+                Err(_) => break,
+            }
+            if !batch.is_empty() && (sent.elapsed() >= REPAINT_EVERY || batch.len() >= 8192) {
+                sink.send(std::mem::take(&mut batch));
+                sent = Instant::now();
+            }
+        }
+        if !batch.is_empty() {
+            sink.send(batch);
+        }
+    }
+    "stopped".into()
 }

@@ -1,14 +1,15 @@
-//! The live tab's state: events streamed from the background workload into a timeline, with
-//! follow-live and pause, and per-device utilization sampled over a sliding window.
+//! The live tab's state: events of the viewer's own runs (the background workload, MoE training,
+//! the lab's runs), followed through the live stream the app serves them on
+//! ([`crate::live::follow`]), as any other process's job is, into a timeline with follow-live and
+//! pause, and per-device utilization sampled over a sliding window.
 
 use std::collections::VecDeque;
 
 use egui::Ui;
 use gangway::sched::DispatchMode;
 use gangway::trace::{Event, Tracer};
-use std::sync::mpsc::{Receiver, TryRecvError};
 
-use crate::live::{DeviceHub, LiveRunner};
+use crate::live::{DeviceHub, Follower, LiveRunner, follow};
 use crate::timeline::{self, TimeAxis, TimelineData, TimelineState, format_ns};
 use crate::utilization::Utilization;
 
@@ -45,9 +46,10 @@ pub struct LiveView {
     pub utilization: Utilization,
     last_sample_ns: u64,
     pub error: Option<String>,
-    /// The stream every real run traces into (the app runtime's tracer: the live workload, MoE
-    /// training, ...), subscribed to once the runtime exists ([`Self::attach`]).
-    stream: Option<(Tracer, Receiver<Event>)>,
+    /// The stream every real run traces into (the app runtime's, served on loopback: the live
+    /// workload, MoE training, ...), followed once the runtime exists ([`Self::attach`]), with
+    /// the runtime's tracer for the clock.
+    stream: Option<(Tracer, Follower)>,
 }
 
 impl Default for LiveView {
@@ -74,13 +76,20 @@ impl Default for LiveView {
 impl LiveView {
     /// Follows the hub's runtime's event stream, once the hub has a runtime: every run on it
     /// appears here. Call every frame (cheap once attached).
-    pub fn attach(&mut self, hub: &DeviceHub) {
-        if self.stream.is_none()
-            && let Some(runtime) = hub.runtime()
-        {
-            let tracer = runtime.tracer().clone();
-            let events = tracer.subscribe();
-            self.stream = Some((tracer, events));
+    pub fn attach(&mut self, hub: &DeviceHub, ctx: Option<egui::Context>) {
+        if self.stream.is_some() {
+            return;
+        }
+        let (Some(runtime), Some(served)) = (hub.runtime(), hub.served_at()) else {
+            return;
+        };
+        match served.and_then(|addr| follow(addr, ctx)) {
+            Ok(follower) => self.stream = Some((runtime.tracer().clone(), follower)),
+            Err(e) => {
+                if self.error.is_none() {
+                    self.error = Some(e);
+                }
+            }
         }
     }
 
@@ -124,8 +133,8 @@ impl LiveView {
         let Some(runtime) = hub.runtime() else {
             return false;
         };
-        self.attach(hub);
-        self.runner = Some(LiveRunner::start(runtime, DispatchMode::Parallel, ctx));
+        self.attach(hub, ctx);
+        self.runner = Some(LiveRunner::start(runtime, DispatchMode::Parallel));
         true
     }
 
@@ -134,10 +143,10 @@ impl LiveView {
         if let Some(e) = self.runner.as_mut().and_then(LiveRunner::error) {
             self.error = Some(e);
         }
-        let Some((tracer, events)) = &self.stream else {
+        let Some((tracer, follower)) = &self.stream else {
             return;
         };
-        // The subscription has every event; the tracer's own copy would only grow.
+        // The server has every event; the tracer's own copy would only grow.
         drop(tracer.take_events());
         let now = tracer.now_ns();
         if let Some(r) = &self.runner {
@@ -145,15 +154,17 @@ impl LiveView {
         }
         // Drained even while paused: utilization is measured from every event, and the
         // channel must not grow.
-        let mut arrived = Vec::new();
-        for _ in 0..200_000 {
-            match events.try_recv() {
-                Ok(e) => {
-                    self.utilization.push(&e);
-                    arrived.push(e);
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
+        let (batches, ended) = follower.stream.poll("following the viewer's runs");
+        if let Some(why) = ended {
+            self.error = Some(format!(
+                "the live stream stopped: {}",
+                why.unwrap_or_else(|e| e)
+            ));
+            self.stream = None;
+        }
+        let arrived: Vec<Event> = batches.into_iter().flatten().collect();
+        for e in &arrived {
+            self.utilization.push(e);
         }
         if self.paused {
             self.held.extend(arrived);
@@ -226,6 +237,18 @@ impl LiveView {
              tab until Stop). Drag pans, ctrl+scroll zooms about the mouse, \
              click a bar zooms to it, double-click resets.",
         );
+        match hub.served_at() {
+            Some(Ok(addr)) => {
+                ui.weak(format!(
+                    "this viewer's runs are served live at {addr}, the stream shown here: \
+                     `gangway watch {addr}` or another viewer's Attach follows them too"
+                ));
+            }
+            Some(Err(e)) => {
+                ui.colored_label(ui.visuals().error_fg_color, e);
+            }
+            None => {}
+        }
         if let Some(e) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("workload error: {e}"));
         }

@@ -14,6 +14,7 @@ use egui_plot::{
 };
 use gangway::Device;
 use gangway::data::Corpus;
+use gangway::live::LiveServer;
 use gangway::moe::{MoeLmConfig, MoeLmParams};
 use gangway::sched::Runtime;
 use gangway::train::StepStats;
@@ -229,7 +230,14 @@ impl MoePanel {
     }
 
     /// Starts training the current settings on the first `settings.devices` of `runtime`'s.
-    pub fn start(&mut self, runtime: Runtime, ctx: Option<egui::Context>) {
+    /// Each step's metrics are also published on `served`, the stream of the viewer's runs
+    /// (`gangway watch` and other viewers see the loss as they see a CLI job's).
+    pub fn start(
+        &mut self,
+        runtime: Runtime,
+        served: Option<Arc<LiveServer>>,
+        ctx: Option<egui::Context>,
+    ) {
         let devices = runtime.devices();
         if self.running.is_some() {
             return;
@@ -253,7 +261,13 @@ impl MoePanel {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         let spawned = background::spawn_stream("gangway-moe-train", ctx, move |sink| {
+            let lr = settings.options(thread_stop.clone()).lr;
             run_training(&runtime, &devices, settings, thread_stop, |p| {
+                if let Some(server) = &served {
+                    for m in p.metrics(lr) {
+                        server.publish_metric(m);
+                    }
+                }
                 sink.send(p.clone());
             })
         });
@@ -301,11 +315,12 @@ impl MoePanel {
                 format!("MoE training is off: real runs are off: {why}"),
             );
         }
-        self.controls_ui(ui, &discovery, hub.runtime());
+        self.controls_ui(ui, &discovery, hub);
         self.run_ui(ui);
     }
 
-    fn controls_ui(&mut self, ui: &mut Ui, discovery: &Discovery, runtime: Option<Runtime>) {
+    fn controls_ui(&mut self, ui: &mut Ui, discovery: &Discovery, hub: &DeviceHub) {
+        let runtime = hub.runtime();
         let running = self.is_running();
         let found = match discovery {
             Discovery::Found(d) => d.len(),
@@ -357,7 +372,7 @@ impl MoePanel {
                 && blocker.is_none()
                 && let Some(runtime) = runtime
             {
-                self.start(runtime, Some(ui.ctx().clone()));
+                self.start(runtime, hub.server(), Some(ui.ctx().clone()));
             }
             let stop = ui.add_enabled(running && !self.is_stopping(), Button::new("Stop"));
             if stop

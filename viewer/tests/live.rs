@@ -49,6 +49,13 @@ fn live_workload_streams_events_and_measures_utilization() {
     }
     let mut live = LiveView::default();
     live.start(&hub, None);
+    // What the Live tab shows is the stream the viewer serves: another client of that address
+    // gets the same devices and kernels.
+    let addr = hub.served_at().unwrap().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let mut client =
+        gangway::live::LiveClient::connect(addr, None, Duration::from_secs(10)).unwrap();
+    assert_eq!(client.hello().devices.len(), hub.devices().unwrap().len());
     let deadline = Instant::now() + Duration::from_secs(60);
     while (live.data.len() < 50 || live.utilization.series.is_empty()) && Instant::now() < deadline
     {
@@ -65,6 +72,16 @@ fn live_workload_streams_events_and_measures_utilization() {
     );
     let u = live.current(0).unwrap();
     assert!((0.0..=1.0).contains(&u), "{u}");
+    let mut kernels = 0;
+    while kernels == 0 {
+        match client.recv(Duration::from_secs(5)).unwrap() {
+            Some(gangway::live::Record::Event { event, .. }) => {
+                kernels += usize::from(event.kind == EventKind::Kernel);
+            }
+            Some(_) => {}
+            None => panic!("the served stream sent no kernel"),
+        }
+    }
 }
 
 #[test]
@@ -159,7 +176,8 @@ fn stop_stops_the_workload_until_start() {
     h.state_mut().live.timeline.follow_live = false;
     h.get_by_label("Stop workload").click();
     h.step();
-    step_for(&mut h, Duration::from_millis(300));
+    // The stream's last batch comes within its 250 ms batching after the last run.
+    step_for(&mut h, Duration::from_millis(800));
     let count = h.state().live.data.len();
     step_for(&mut h, Duration::from_secs(1));
     let live = &h.state().live;

@@ -116,6 +116,30 @@ fn a_short_run_shows_loss_aux_dropped_and_tokens_per_expert() {
     assert_eq!(report.steps, 8);
     let last = moe.history.last().unwrap().clone();
 
+    // The run is one more source of the viewer's stream: a client of the address it is served
+    // at (a late one: the run is over) gets its losses, bit for bit, and its kernels.
+    let addr = h.state().hub.served_at().unwrap().unwrap();
+    let mut client =
+        gangway::live::LiveClient::connect(addr, None, Duration::from_secs(10)).unwrap();
+    let mut got = gangway::live::Recording::new(client.hello().clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kernel = |got: &gangway::live::Recording| {
+        got.events
+            .iter()
+            .any(|e| e.kind == gangway::trace::EventKind::Kernel)
+    };
+    // The history comes metrics first, then the events.
+    while (got.series("train/loss").count() < 8 || !kernel(&got)) && Instant::now() < deadline {
+        if let Some(r) = client.recv(Duration::from_millis(100)).unwrap() {
+            got.push(r);
+        }
+    }
+    let streamed: Vec<f64> = got.series("train/loss").map(|m| m.value).collect();
+    let losses: Vec<f64> = moe.history.iter().map(|s| s.loss).collect();
+    assert_eq!(streamed, losses);
+    assert!(!got.hello.devices.is_empty());
+    assert!(kernel(&got), "no kernel in the served history");
+
     h.get_by_label("run: 2 experts, top-1, capacity 1.25, 1 device, 8 steps of 32 tokens");
     h.get_by_label_contains("finished 8 steps in ");
     h.get_by_label(&format!("loss (ce): {:.3}", last.ce));

@@ -172,7 +172,7 @@ fn readme_bench_screenshot() {
     );
     h.run();
     h.get_by_label_contains("opened benchmark report: 112 results on 2 adapter(s)");
-    h.get_by_label("matmul: GFLOP/s per case (higher is better)");
+    h.get_by_label_contains("matmul: GFLOP/s per case (higher is better)");
     h.remove_cursor();
     h.run();
     save_screenshot(&mut h, "viewer-bench.png", [1280, 800]);

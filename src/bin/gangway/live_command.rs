@@ -209,35 +209,13 @@ pub(crate) fn metric(metric: Metric) {
     }
 }
 
-/// The training metrics of one step: loss and its parts, tokens/s, the learning rate, the
-/// dropped fraction, each expert's load, and validation when the step evaluated.
+/// The training metrics of one step ([`gangway::train::Progress::metrics`]).
 pub(crate) fn training_step(p: &gangway::train::Progress, lr: f32) {
     if !serving() {
         return;
     }
-    let s = &p.stats;
-    let step = u64::from(s.step);
-    for (name, value) in [
-        ("train/loss", s.loss),
-        ("train/ce", s.ce),
-        ("train/aux_loss", s.aux),
-        ("train/z_loss", s.z),
-        ("train/tokens_per_s", p.tokens_per_s),
-        ("train/lr", f64::from(lr)),
-        ("train/dropped_fraction", s.dropped_fraction),
-        ("train/step_seconds", s.seconds),
-    ] {
-        metric(Metric::now(name, value).at_step(step));
-    }
-    for (e, &load) in s.tokens_per_expert.iter().enumerate() {
-        metric(
-            Metric::now("train/expert_load", load as f64)
-                .at_step(step)
-                .label("expert", e.to_string()),
-        );
-    }
-    if let Some(bpb) = p.valid_bpb {
-        metric(Metric::now("train/valid_bpb", bpb).at_step(step));
+    for m in p.metrics(lr) {
+        metric(m);
     }
 }
 
