@@ -6,9 +6,10 @@
 //! reads the output and its gradient and writes three gradients). `--dtype f16` stores q, k, v
 //! and the outputs in f16 (cases named `… f16`; skipped where the adapter has no f16).
 
-use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
-use super::suite::Planned;
+use super::harness::{Benchmark, Timed, unprepared};
+use super::planned::Planned;
 use super::traced::TracedProgram;
+use super::work::{Work, WorkUnit};
 use crate::kernels::attention::AttentionShape;
 use crate::kernels::{Attention, AttentionNaive, Kernel, TensorType, eager};
 use crate::program::{ProgramBuilder, Variables};

@@ -4,8 +4,9 @@
 //! A sample is the wall time of the whole branch phase (training, and a small validation pass
 //! per ELM); tokens are training tokens.
 
-use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
-use super::suite::Planned;
+use super::harness::{Blocking, BlockingRun};
+use super::planned::Planned;
+use super::work::{Work, WorkUnit};
 use crate::btm::branch;
 use crate::data::Corpus;
 use crate::moe::{MoeLmConfig, MoeLmParams};

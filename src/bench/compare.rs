@@ -3,9 +3,10 @@
 //! rule: a 95% rank-based interval of the ratio that must lie wholly beyond a noise threshold;
 //! fewer than 5 samples a side are not judged).
 
+use super::format::{number, seconds};
 use super::host::HostCost;
 use super::noise::{Call, Rule, relative_mad};
-use super::report::{CaseResult, Report, Stats, Status, number, seconds};
+use super::report::{CaseResult, Report, Stats, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -422,8 +423,8 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::harness::{Sampling, Work, WorkUnit};
     use crate::bench::report::{AdapterRecord, Build, Machine, Settings, Timing};
+    use crate::bench::work::{Sampling, Work, WorkUnit};
 
     fn report(adapter: &str, cases: &[(&str, &[f64])]) -> Report {
         Report {

@@ -22,8 +22,10 @@
 //! its own runs and puts it back after, the tracing cases likewise their kernel timing.
 
 use super::dispatch_raw::RawCalls;
-use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
-use super::suite::Planned;
+pub use super::dispatch_raw::TINY;
+use super::harness::{Blocking, BlockingRun, Extras};
+use super::planned::Planned;
+use super::work::{Work, WorkUnit};
 use crate::program::{CompileOptions, Executable, Program, ProgramBuilder};
 use crate::sched::{Client, DispatchMode, Policy, RunOptions, Runtime};
 use crate::trace::{EventMeta, Tracer};
@@ -31,8 +33,6 @@ use crate::{Device, Result};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Elements each tiny kernel touches.
-pub const TINY: usize = 256;
 /// Computations of the granularity cases.
 const GRANULARITY: usize = 128;
 

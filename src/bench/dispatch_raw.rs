@@ -9,10 +9,12 @@
 //! several devices hands each stage's result to the next device through the host, as gangway's
 //! transfers do, one device after the other.
 
-use super::dispatch::TINY;
 use super::harness::BlockingRun;
 use crate::kernels::{ElementwiseOp, Kernel, Prepared};
 use crate::{DType, Device, Result, Tensor};
+
+/// Elements each tiny kernel touches.
+pub const TINY: usize = 256;
 
 /// One device's part of a call: its input, its kernels' commands and its result.
 struct Stage {

@@ -9,10 +9,11 @@
 //! decodes the same steps for one sequence as the host generates: a whole forward of the
 //! window per byte. Decoding `B` sequences is compared to it.
 
-use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
+use super::harness::{Blocking, BlockingRun, Extras};
 use super::moe::Data;
-use super::suite::Planned;
+use super::planned::Planned;
 use super::transformer::TransformerBenchOptions;
+use super::work::{Work, WorkUnit};
 use crate::device::{DeviceList, MeshDevice};
 use crate::sched::{Client, Runtime};
 use crate::transformer::decoder::Decoder;

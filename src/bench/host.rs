@@ -84,7 +84,7 @@ impl HostCost {
     /// driver CPU, 210 switches (40 gangway's)`, and the GPU objects created where there were
     /// any.
     pub fn summary(&self) -> String {
-        use super::report::{number, seconds};
+        use super::format::{number, seconds};
         let mut parts = vec![format!("{} launches", number(self.launches))];
         if let Some(cpu) = self.runtime_cpu_s {
             let per = self

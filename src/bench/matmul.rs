@@ -6,9 +6,10 @@
 //! compulsory traffic of reading A and B and writing C once). With f16 operands, each variant
 //! that can also sums in f16 (`MatmulShape::f16_accumulate`), as a case of its own.
 
-use super::harness::{Benchmark, Timed, Work, WorkUnit, unprepared};
-use super::suite::Planned;
+use super::harness::{Benchmark, Timed, unprepared};
+use super::planned::Planned;
 use super::traced::TracedProgram;
+use super::work::{Work, WorkUnit};
 use crate::kernels::autotune::Operands;
 use crate::kernels::matmul::{MatmulShape, MatmulVariant, VariantChoice};
 use crate::kernels::{Matmul, TensorType};

@@ -5,9 +5,10 @@
 //! its fraction of peak is a fraction of the memory bandwidth. After the samples the output is
 //! checked against the host.
 
-use super::harness::{Benchmark, Extras, Timed, Work, WorkUnit, unprepared};
-use super::suite::Planned;
+use super::harness::{Benchmark, Extras, Timed, unprepared};
+use super::planned::Planned;
 use super::traced::TracedProgram;
+use super::work::{Work, WorkUnit};
 use crate::kernels::TensorType;
 use crate::program::{ProgramBuilder, Variables};
 use crate::sched::Runtime;

@@ -45,8 +45,9 @@
 //! the note says which). The trace-derived shares are medians over every step, warm-up included.
 //! FLOPs are the usual model estimate `6 · active parameters · tokens`.
 
-use super::harness::{Blocking, BlockingRun, Extras, Work, WorkUnit};
-use super::suite::Planned;
+use super::harness::{Blocking, BlockingRun, Extras};
+use super::planned::Planned;
+use super::work::{Work, WorkUnit};
 use crate::data::{Batches, Corpus};
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;

@@ -3,8 +3,8 @@
 //! needs `--peak-gflops` / `--peak-gbps`. Software adapters have no entry: their peak is the
 //! host CPU's, which depends on its clock and vector units.
 
-use super::harness::Work;
 use super::report::{Bound, Peak, Roofline};
+use super::work::Work;
 
 /// (name pattern, FP32 GFLOP/s, GB/s). Patterns match whole words of the adapter name, most
 /// specific first (an H100 PCIe before other H100s).
@@ -97,7 +97,7 @@ pub fn place(work: &Work, seconds: f64, peak: &Peak) -> (Option<f64>, Option<Roo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::harness::WorkUnit;
+    use crate::bench::work::WorkUnit;
 
     #[test]
     fn names_match_whole_words_most_specific_first() {

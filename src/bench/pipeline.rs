@@ -5,9 +5,10 @@
 //! each compared with itself at a device per stage. Then the MoE cases
 //! ([`super::pipeline_moe`]): DualPipe(V) with F&B overlapped or not.
 
-use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
+use super::harness::{Blocking, BlockingRun, Extras, Timed};
+use super::planned::Planned;
 use super::report::Timing;
-use super::suite::Planned;
+use super::work::{Work, WorkUnit};
 use crate::pipeline::workload::{PipelineResult, PreparedCase, ROWS, WIDTH, layers};
 use crate::pipeline::{Fold, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};

@@ -5,9 +5,10 @@
 //! no compute covered (the `exposed` metrics), both measured from the trace. Every step is checked
 //! against the same layers at one stage on one pair.
 
-use super::harness::{Blocking, BlockingRun, Extras, Timed, Work, WorkUnit};
+use super::harness::{Blocking, BlockingRun, Extras, Timed};
+use super::planned::Planned;
 use super::report::Timing;
-use super::suite::Planned;
+use super::work::{Work, WorkUnit};
 use crate::pipeline::workload::{PreparedMoeCase, moe_config};
 use crate::pipeline::{Fold, RunReport, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};

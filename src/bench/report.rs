@@ -3,8 +3,9 @@
 //! machines and versions can be compared (`gangway bench compare`). `schemas/bench-report.json` is
 //! the same schema as a JSON Schema document, generated from these types.
 
-use super::harness::{Sampling, Work};
+use super::format::{number, seconds};
 use super::host::HostCost;
+use super::work::{Sampling, Work};
 use crate::{Error, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -546,33 +547,4 @@ pub fn pick(pattern: &str, labels: &[(usize, String)]) -> Vec<usize> {
     (0..labels.len())
         .filter(|&k| labels[k].1.to_lowercase().contains(&p))
         .collect()
-}
-
-/// A duration for people: µs, ms or s with three significant figures.
-pub fn seconds(s: f64) -> String {
-    if s < 1e-3 {
-        format!("{} µs", number(s * 1e6))
-    } else if s < 1.0 {
-        format!("{} ms", number(s * 1e3))
-    } else {
-        format!("{} s", number(s))
-    }
-}
-
-/// Three significant figures, without exponent for everyday magnitudes.
-pub fn number(v: f64) -> String {
-    let a = v.abs();
-    if a == 0.0 || !v.is_finite() {
-        format!("{v}")
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else if a >= 1e-3 {
-        format!("{v:.4}")
-    } else {
-        format!("{v:.2e}")
-    }
 }

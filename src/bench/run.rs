@@ -7,14 +7,16 @@
 //! samples of one case (which no comparison of two runs could then tell from a change). The
 //! training suites still run one case at a time.
 
-use super::harness::{Sampler, Sampling, slowdown};
+use super::harness::{Sampler, slowdown};
 use super::machine::utc_now;
 use super::peak::peak_for;
+use super::planned::Planned;
 use super::report::{
     AdapterRecord, Baseline, Build, CaseResult, Machine, Report, SCHEMA, SCHEMA_VERSION, Settings,
     Status, pick,
 };
-use super::suite::{Planned, ROUNDS_BYTES, Suite, SuiteOptions};
+use super::suite::{ROUNDS_BYTES, Suite, SuiteOptions};
+use super::work::Sampling;
 use crate::sched::Runtime;
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -471,7 +473,8 @@ fn link_baselines(results: &mut [CaseResult], first: usize, baselines: &[(usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::harness::{Benchmark, Extras, Timed, Work, WorkUnit};
+    use crate::bench::harness::{Benchmark, Extras, Timed};
+    use crate::bench::work::{Work, WorkUnit};
 
     /// Counts its runs; fails or panics on request.
     struct Fake {

@@ -15,9 +15,10 @@
 //!
 //! Every rank runs every case (the job's runs are SPMD); rank 0 writes the report.
 
-use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
+use super::harness::{Blocking, BlockingRun};
 use super::moe::{MoeBenchOptions, train_case};
-use super::suite::Planned;
+use super::planned::Planned;
+use super::work::{Work, WorkUnit};
 use crate::sched::Runtime;
 use crate::{Job, Result};
 

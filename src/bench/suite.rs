@@ -1,7 +1,7 @@
 //! The suites `gangway bench` runs, and how each plans its cases on one adapter. Planning is cheap
 //! (nothing runs on the device), so the number of cases is known before the first one runs.
 
-use super::harness::Benchmark;
+use super::planned::Planned;
 use super::{
     attention, btm, dispatch, generate, matmul, memory, moe, pipeline, scaleout, transformer,
 };
@@ -142,51 +142,6 @@ impl Suite {
 /// The most device memory (the cases' compulsory bytes, [`super::Work::bytes`]) the cases of one
 /// round may hold at once; a suite with more is measured in several groups, each in rounds.
 pub const ROUNDS_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
-
-/// A case to run, or one that cannot run here and why.
-pub enum Planned {
-    Run(Box<dyn Benchmark>),
-    Skip {
-        case: String,
-        reason: String,
-    },
-    /// The suite could not even plan its cases (bad sizes, missing data).
-    Failed {
-        case: String,
-        reason: String,
-    },
-}
-
-impl std::fmt::Debug for Planned {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Planned::Run(b) => write!(f, "Run({})", b.case()),
-            Planned::Skip { case, reason } => write!(f, "Skip({case}: {reason})"),
-            Planned::Failed { case, reason } => write!(f, "Failed({case}: {reason})"),
-        }
-    }
-}
-
-impl Planned {
-    pub fn skip(case: String, reason: String) -> Self {
-        Planned::Skip { case, reason }
-    }
-
-    /// Skips `case`, which needs `need` devices of an adapter that has `has`.
-    pub fn too_few_devices(case: String, need: usize, has: usize) -> Self {
-        Self::skip(
-            case,
-            format!("needs {need} devices, the adapter has {has} (raise --virtual-devices)"),
-        )
-    }
-
-    pub fn case(&self) -> String {
-        match self {
-            Planned::Run(b) => b.case(),
-            Planned::Skip { case, .. } | Planned::Failed { case, .. } => case.clone(),
-        }
-    }
-}
 
 /// Every suite's sizes.
 #[derive(Debug, Clone)]

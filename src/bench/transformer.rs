@@ -5,9 +5,10 @@
 //! virtual devices, the MoE model with its devices on one axis against a `{data: 2, expert: 2}`
 //! mesh.
 
-use super::harness::{Blocking, BlockingRun, Work, WorkUnit};
+use super::harness::{Blocking, BlockingRun};
 use super::moe::Data;
-use super::suite::Planned;
+use super::planned::Planned;
+use super::work::{Work, WorkUnit};
 use crate::Mesh;
 use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;

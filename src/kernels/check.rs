@@ -1,9 +1,9 @@
 //! What every kernel checks, in one place: the number of inputs, 2-d shapes, dtypes, devices, the
-//! output buffers a program handed it, sizes that must fit a shader's u32, and a routing's
-//! buffers. Shared by the [`super::Kernel`] implementations beside each shader.
+//! output buffers a program handed it, and sizes that must fit a shader's u32. Shared by the
+//! [`super::Kernel`] implementations beside each shader; a routing's buffers are checked beside
+//! the router (`router::routing_dims`), which builds on these.
 
 use super::TensorType;
-use super::router::{ExpertStat, Route, Routing};
 use crate::{Device, Error, Result, Tensor};
 
 pub(crate) fn invalid(what: &'static str, reason: String) -> Error {
@@ -82,38 +82,4 @@ pub(crate) fn output(outputs: &[Tensor], i: usize) -> Result<&Tensor> {
     outputs
         .get(i)
         .ok_or_else(|| invalid("kernel node", format!("no output {i}")))
-}
-
-/// Checks a routing's buffers against its sizes and `device`; returns `(tokens, k, capacity)`.
-pub(crate) fn routing_dims(
-    what: &'static str,
-    routing: &Routing,
-    device: &Device,
-) -> Result<[usize; 3]> {
-    if routing.device() != device {
-        return Err(Error::DeviceMismatch {
-            what,
-            a: device.label(),
-            b: routing.device().label(),
-        });
-    }
-    routing.config.validate()?;
-    let k = routing.config.k;
-    let need = (routing.tokens * k * std::mem::size_of::<Route>()) as u64;
-    if routing.routes.size() < need {
-        return Err(invalid(
-            what,
-            format!("routes hold {} bytes, need {need}", routing.routes.size()),
-        ));
-    }
-    let stats = (routing.config.experts * std::mem::size_of::<ExpertStat>()) as u64;
-    if routing.stats.size() < stats {
-        return Err(invalid(
-            what,
-            format!("stats hold {} bytes, need {stats}", routing.stats.size()),
-        ));
-    }
-    to_u32(what, routing.tokens * k)?;
-    to_u32(what, routing.config.experts * routing.capacity)?;
-    Ok([routing.tokens, k, routing.capacity])
 }

@@ -17,12 +17,12 @@
 //! module and lists its shaders in [`ALL_SHADERS`]. Re-exporting the type here is a convenience,
 //! not a requirement.
 
-pub mod autotune;
 mod check;
 pub mod eager;
 pub mod pack;
 mod prepared;
 pub mod sharding_rules;
+mod tensor_type;
 
 /// The registry: each kernel module, with the shaders it owns (each a [`Shader`] beside its
 /// launchers). One line here is all a new kernel module adds to this file; it declares the
@@ -52,7 +52,8 @@ kernel_modules! {
     layer_norm: [LAYER_NORM],
 }
 
-pub use prepared::{Kernel, Prepared, TensorType};
+pub use prepared::{Kernel, Prepared};
+pub use tensor_type::TensorType;
 
 // Every kernel a program node can hold, each a type beside its shader's launcher.
 pub use attention::{Attention, AttentionBackward, AttentionNaive};
@@ -62,7 +63,7 @@ pub use embedding::{EmbedGather, EmbedGrad};
 pub use expert_grad::{ExpertWeightGrad, WeightGradPair};
 pub use layer_norm::{LayerNorm, LayerNormBackward};
 pub use loss::{CrossEntropy, CrossEntropyPack, MseGrad, RowLogsumexp};
-pub use matmul::{Epilogue, Matmul};
+pub use matmul::{Epilogue, Matmul, autotune};
 pub use moe_dispatch::{Combine, CombineBackwardSlots, Dispatch, DispatchBackward, GateGrad};
 pub use optim::{Accumulate, Adam, Sgd};
 pub use pack::{Pack, Unpack};

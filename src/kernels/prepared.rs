@@ -4,51 +4,11 @@
 //! dispatch through [`crate::device::encode_pass`], the one place a dispatch is recorded. Nothing
 //! here knows the scheduler: the program layer builds on it.
 
+use super::sharding_rules::{self, Rule};
+use super::tensor_type::TensorType;
 use crate::device::Recorder;
 use crate::named_sharding::NamedSharding;
-use crate::{DType, Result, Tensor};
-
-/// Element type and per-shard shape of a value.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TensorType {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-}
-
-impl TensorType {
-    pub fn new(dtype: DType, shape: &[usize]) -> Self {
-        Self {
-            dtype,
-            shape: shape.to_vec(),
-        }
-    }
-
-    pub fn f32(shape: &[usize]) -> Self {
-        Self::new(DType::F32, shape)
-    }
-
-    pub fn u32(shape: &[usize]) -> Self {
-        Self::new(DType::U32, shape)
-    }
-
-    pub fn len(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn bytes(&self) -> u64 {
-        (self.len() * self.dtype.size()) as u64
-    }
-}
-
-impl std::fmt::Display for TensorType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{:?}", self.dtype.name(), self.shape)
-    }
-}
+use crate::{Result, Tensor};
 
 /// A kernel a program can hold as a node: a pure description (shapes, constants), lowered onto a
 /// device's buffers once at compile time.
@@ -66,13 +26,9 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
     fn prepare(&self, inputs: &[Tensor], outputs: &[Tensor], rec: &mut Prepared) -> Result<()>;
     /// How the outputs (of `outputs` types) lie over the gang given the inputs' layouts, or why
     /// running shard by shard would not compute the kernel for these layouts. The default is the
-    /// rule of kernels that work row by row ([`super::sharding_rules::rows`]).
-    fn shardings(
-        &self,
-        inputs: &[NamedSharding],
-        outputs: &[TensorType],
-    ) -> super::sharding_rules::Rule {
-        super::sharding_rules::rows(inputs, outputs)
+    /// rule of kernels that work row by row ([`sharding_rules::rows`]).
+    fn shardings(&self, inputs: &[NamedSharding], outputs: &[TensorType]) -> Rule {
+        sharding_rules::rows(inputs, outputs)
     }
     /// Whether the kernel runs transposed matmuls (reported by the benches: they are slower).
     fn transposed(&self) -> bool {

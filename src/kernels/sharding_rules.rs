@@ -4,7 +4,7 @@
 //! refuses layouts for which it would compute something else (a nonlinear kernel over partial
 //! sums, factors split differently along a contracted dimension).
 
-use super::TensorType;
+use super::tensor_type::TensorType;
 use crate::named_sharding::NamedSharding;
 
 pub type Rule = std::result::Result<Vec<NamedSharding>, String>;

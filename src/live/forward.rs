@@ -19,14 +19,15 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TrySendError};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::protocol::Metric;
-use super::server::{LiveServer, POLL, Shared};
+use super::server::LiveServer;
+use super::shared::{POLL, Shared};
 use crate::error::{LiveError, Result};
 use crate::job::Job;
 use crate::job::transport::{Message, Transport};
@@ -280,13 +281,6 @@ fn pump(
         }
         forward(batch);
     }
-}
-
-/// Rank 0's side: which ranks said they are done.
-#[derive(Default)]
-pub(super) struct RanksDone {
-    done: Mutex<Vec<usize>>,
-    changed: Condvar,
 }
 
 impl LiveServer {

@@ -15,7 +15,9 @@ pub mod client;
 mod connection;
 pub mod forward;
 pub mod protocol;
+mod queue;
 pub mod server;
+mod shared;
 #[cfg(test)]
 mod tests;
 

@@ -4,9 +4,11 @@
 //! chunk a stage, under a memory limit, it is the automatic zero-bubble scheduler (`zb-auto`,
 //! [`Schedule::for_costs_within`]).
 
-use super::orders::{self, ChunkTimes, ComputeOrder, ListShape, ZbVChoices};
-use super::schedule::{Schedule, ScheduleKind};
+use super::orders::{self, ChunkTimes, ListShape, ZbVChoices};
+use super::schedule::Schedule;
+use super::schedule_kind::ScheduleKind;
 use super::simulate::{Costs, simulate};
+use super::step::ComputeOrder;
 use super::validate::validate;
 use crate::error::ScheduleError;
 

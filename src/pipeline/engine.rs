@@ -18,7 +18,8 @@ use std::collections::{HashMap, VecDeque};
 use crate::trace::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
 use super::fold::op_name;
-use super::schedule::{Layout, Op, OpKind, Schedule};
+use super::schedule::{Layout, Op, Schedule};
+use super::schedule_kind::OpKind;
 use crate::error::ScheduleError;
 
 /// Durations of each op kind in nanoseconds.

@@ -26,51 +26,14 @@ use std::sync::Arc;
 
 use super::fold::Fold;
 use super::lower::{Plan, lower, weight_var};
-use super::measure::{all_to_all_waits, report, stage_events};
+use super::measure::{RunReport, all_to_all_waits, report, stage_events};
 use super::schedule::Schedule;
-use super::simulate::{Costs, Simulation};
 use super::stage_model::Microbatch;
 use super::stage_model::StageModel;
 use crate::device::DeviceList;
 use crate::program::{CompileOptions, HostData, Variables};
 use crate::sched::{Client, RunOptions};
-use crate::trace::Event;
-use crate::trace::Track;
 use crate::{DType, Error, Result, Tensor};
-
-/// What one pipelined training step did and how long it took.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    /// Weights after the SGD step, per layer (row-major `[in, out]`).
-    pub weights: Vec<Vec<f32>>,
-    /// Mean over microbatches of each one's mean squared error, before the step.
-    pub loss: f32,
-    /// Every event of the run, by start time; `device` is the stage index, or its device's when
-    /// folded (see the module docs).
-    pub events: Vec<Event>,
-    /// What each lane is: a stage (`stage s: <device label>`), or folded, a device or a gang of
-    /// devices with the stages it holds (`device d (stages …): <label>`), for
-    /// [`crate::trace::chrome::to_json`].
-    pub tracks: Vec<Track>,
-    /// From the first F/B/W start to the last F/B/W end, over all stages.
-    pub makespan_ns: u64,
-    /// Mean measured F, B and W per op (per chunk); without split backward, `backward_ns` is the
-    /// whole B (weight gradient included) and `weight_grad_ns` is 0, as [`Costs`] expects. The
-    /// latency is the mean transfer (the send's readback + the receive's upload; waits are
-    /// excluded) with infinite bandwidth; `activation_bytes` is the largest stage-boundary
-    /// activation.
-    pub measured: Costs,
-    /// Idle compute time over `devices × makespan`, from the compute-lane F/B/W events
-    /// ([`crate::trace::pipeline_bubble`]).
-    pub measured_bubble: f64,
-    /// [`super::simulate_folded`] of the same schedule and fold under [`RunReport::measured`].
-    pub simulated: Simulation,
-    /// Time the devices waited on all-to-alls (an MoE model's), summed over devices, and the
-    /// part of it in which the device computed nothing: the communication no compute hid
-    /// (0 and 0 for the MLP, which has none).
-    pub all_to_all_wait_ns: u64,
-    pub all_to_all_exposed_ns: u64,
-}
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
 /// microbatch) with learning rate `lr`, as one run of `client`: stage `s` runs on gang

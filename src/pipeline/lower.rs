@@ -34,7 +34,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use super::fold::{Fold, op_name};
-use super::schedule::{OpKind, Schedule};
+use super::schedule::Schedule;
+use super::schedule_kind::OpKind;
 use super::simulate::{Costs, simulate_folded};
 use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};

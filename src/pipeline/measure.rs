@@ -1,6 +1,6 @@
 //! Measuring a pipelined run: the runtime's events turned into the pipeline's view (one
 //! compute event per op, sends and receives with their flows, a send starting when the op that
-//! made its tensor ended, waits), and the report's
+//! made its tensor ended, waits), and the run's report ([`RunReport`]) with its
 //! measured op costs and bubble ([`crate::trace::pipeline_bubble`], the one bubble computation
 //! the CLI, the bench and the viewer share) beside the simulation under those costs. Lanes are
 //! stages, or with a [`super::Fold`] the devices the stages share; an op's event spans its
@@ -12,9 +12,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::execute::RunReport;
 use super::lower::{Flowing, Lowered, Plan, Tag};
-use super::simulate::{Costs, simulate_folded};
+use super::simulate::{Costs, Simulation, simulate_folded};
 use super::stage_model::StageModel;
 use crate::Result;
 use crate::program::{Op, Program};
@@ -22,6 +21,40 @@ use crate::trace::{
     Event, EventKind, EventMeta, FlowRole, Lane, PipelineOp, Track, TrackKind, exposed_wait_ns,
     pipeline_bubble,
 };
+
+/// What one pipelined training step did and how long it took.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Weights after the SGD step, per layer (row-major `[in, out]`).
+    pub weights: Vec<Vec<f32>>,
+    /// Mean over microbatches of each one's mean squared error, before the step.
+    pub loss: f32,
+    /// Every event of the run, by start time; `device` is the stage index, or its device's when
+    /// folded (see the module docs).
+    pub events: Vec<Event>,
+    /// What each lane is: a stage (`stage s: <device label>`), or folded, a device or a gang of
+    /// devices with the stages it holds (`device d (stages …): <label>`), for
+    /// [`crate::trace::chrome::to_json`].
+    pub tracks: Vec<Track>,
+    /// From the first F/B/W start to the last F/B/W end, over all stages.
+    pub makespan_ns: u64,
+    /// Mean measured F, B and W per op (per chunk); without split backward, `backward_ns` is the
+    /// whole B (weight gradient included) and `weight_grad_ns` is 0, as [`Costs`] expects. The
+    /// latency is the mean transfer (the send's readback + the receive's upload; waits are
+    /// excluded) with infinite bandwidth; `activation_bytes` is the largest stage-boundary
+    /// activation.
+    pub measured: Costs,
+    /// Idle compute time over `devices × makespan`, from the compute-lane F/B/W events
+    /// ([`crate::trace::pipeline_bubble`]).
+    pub measured_bubble: f64,
+    /// [`simulate_folded`] of the same schedule and fold under [`RunReport::measured`].
+    pub simulated: Simulation,
+    /// Time the devices waited on all-to-alls (an MoE model's), summed over devices, and the
+    /// part of it in which the device computed nothing: the communication no compute hid
+    /// (0 and 0 for the MLP, which has none).
+    pub all_to_all_wait_ns: u64,
+    pub all_to_all_exposed_ns: u64,
+}
 
 /// Mean costs of a pipelined run's ops, from its events in the pipeline's view (a run's report
 /// has them, and so does the trace `gangway --trace FILE pipeline --run` writes): F, B and W per

@@ -1,6 +1,7 @@
 //! The model pipelined training runs: a bias-free MLP with ReLU between layers (not after the
 //! last) and a mean-squared-error loss, plus its plain-Rust training step, the reference a
-//! pipelined run on devices must reproduce.
+//! pipelined run on devices must reproduce, and its stages as program nodes (its
+//! [`StageModel`]).
 //!
 //! Layer `i` maps `widths[i]` to `widths[i + 1]`; its weight is row-major `[widths[i],
 //! widths[i + 1]]` and a microbatch of `rows` rows computes `z = h · W`. The loss of one
@@ -9,7 +10,10 @@
 
 use std::ops::Range;
 
-use super::stage_model::Microbatch;
+use super::stage_model::{Grads, Microbatch, Param, StageModel};
+use crate::kernels::matmul::{MatmulVariant, VariantChoice};
+use crate::kernels::{ElementwiseOp, Matmul};
+use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result, Rng};
 
 /// Layer widths and the seed of the initial weights.
@@ -236,6 +240,130 @@ fn matmul_a_bt(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
         }
     }
     c
+}
+
+/// The MLP's matmuls: the naive kernel, whose sums the host reference repeats.
+const NAIVE: MatmulVariant = MatmulVariant::Naive;
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_node(
+    b: &mut ProgramBuilder,
+    gang: &[usize],
+    name: &str,
+    a: Value,
+    w: Value,
+    ta: bool,
+    tb: bool,
+) -> Value {
+    let op = Matmul {
+        limits: None,
+        trans_a: ta,
+        trans_b: tb,
+        offsets: None,
+        choice: VariantChoice::SameSums(NAIVE),
+        f16_accumulate: false,
+        epilogue: crate::kernels::Epilogue::None,
+    };
+    b.kernel1(name, gang, op, &[a, w])
+}
+
+/// The MLP: `z = h · W` per layer, ReLU between layers. A layer's backward takes the gradient of
+/// its pre-activation `z` and returns its predecessor's (the ReLU's backward is folded in).
+impl StageModel for Mlp {
+    /// The layer's input.
+    type Saved = Value;
+    /// The layer's input and its output's gradient.
+    type Kept = (Value, Value);
+
+    fn layers(&self) -> usize {
+        Mlp::layers(self)
+    }
+
+    fn gang(&self) -> usize {
+        1
+    }
+
+    fn width(&self, l: usize) -> usize {
+        self.widths[l]
+    }
+
+    fn rows(&self, mb: &Microbatch) -> Result<usize> {
+        Mlp::rows(self, mb)
+    }
+
+    fn params(&self, layer: usize) -> Vec<Param> {
+        vec![Param {
+            name: "",
+            shape: self.layer_shape(layer).to_vec(),
+            experts: false,
+        }]
+    }
+
+    fn initial(&self, layer: usize) -> Vec<&[f32]> {
+        vec![&self.weights[layer]]
+    }
+
+    fn forward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        h: Value,
+    ) -> (Value, Value) {
+        let z = matmul_node(b, gang, &format!("F{layer}"), h, w[0], false, false);
+        let out = if layer + 1 < Mlp::layers(self) {
+            b.relu(&format!("relu{layer}"), gang, z)
+        } else {
+            z
+        };
+        (out, h)
+    }
+
+    fn backward(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        w: &[Value],
+        h: Value,
+        dz: Value,
+        split: bool,
+    ) -> (Option<Value>, Grads<(Value, Value)>) {
+        let grads = if split {
+            Grads::Later((h, dz))
+        } else {
+            Grads::Now(self.weight_grads(b, gang, layer, (h, dz)))
+        };
+        let dx = (layer > 0).then(|| {
+            let dh = matmul_node(b, gang, &format!("dX{layer}"), dz, w[0], false, true);
+            b.kernel1(
+                &format!("relu_backward{layer}"),
+                gang,
+                ElementwiseOp::ReluBackward,
+                &[h, dh],
+            )
+        });
+        (dx, grads)
+    }
+
+    fn weight_grads(
+        &self,
+        b: &mut ProgramBuilder,
+        gang: &[usize],
+        layer: usize,
+        (h, dz): (Value, Value),
+    ) -> Vec<Value> {
+        vec![matmul_node(
+            b,
+            gang,
+            &format!("dW{layer}"),
+            h,
+            dz,
+            true,
+            false,
+        )]
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! microbatches are added in another order). The router's parameter is replicated over a gang;
 //! its per-device gradients are summed over the gang before the update.
 
-use super::execute::RunReport;
+use super::measure::RunReport;
 use super::schedule::Schedule;
 use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};

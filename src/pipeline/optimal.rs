@@ -24,9 +24,10 @@
 //! A search that passes its node budget stops with the best schedule found and says it is not
 //! proven. [`super::Schedule::for_costs`]'s plans and the patterns are the starting bound.
 
-use super::orders::{ComputeOrder, Step};
-use super::schedule::{OpKind, Schedule, ScheduleKind};
+use super::schedule::Schedule;
+use super::schedule_kind::{OpKind, ScheduleKind};
 use super::simulate::Costs;
+use super::step::{ComputeOrder, Step};
 use crate::error::ScheduleError;
 use std::collections::HashMap;
 

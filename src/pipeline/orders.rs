@@ -7,31 +7,8 @@
 
 use std::collections::VecDeque;
 
-use super::schedule::{OpKind, ScheduleKind};
-
-/// One compute op of a stage's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Step {
-    pub kind: OpKind,
-    pub mb: usize,
-    pub chunk: usize,
-    /// An F overlapped with the B after it (F&B).
-    pub overlapped: bool,
-    /// A W that belongs to the B right before it (a full backward, split only for the data).
-    pub glued: bool,
-}
-
-impl Step {
-    pub(crate) fn new(kind: OpKind, mb: usize, chunk: usize) -> Step {
-        Step {
-            kind,
-            mb,
-            chunk,
-            overlapped: false,
-            glued: false,
-        }
-    }
-}
+use super::schedule_kind::{OpKind, ScheduleKind};
+use super::step::{ComputeOrder, Step};
 
 fn f(mb: usize, chunk: usize) -> Step {
     Step::new(OpKind::Forward, mb, chunk)
@@ -44,9 +21,6 @@ fn b(mb: usize, chunk: usize) -> Step {
 fn w(mb: usize, chunk: usize) -> Step {
     Step::new(OpKind::WeightGrad, mb, chunk)
 }
-
-/// The compute ops in the order `stage` runs them.
-pub(crate) type ComputeOrder = Vec<Step>;
 
 /// Every stage's compute order, stage by stage. ZB-V's list scheduler plans all stages in one
 /// run, so it runs once, not once per stage.

@@ -1,6 +1,6 @@
 //! What a pipeline stage computes, as program nodes: [`StageModel`], the one interface the
-//! lowering ([`super::lower`]) drives, and its implementation for the MLP ([`Mlp`]); the MoE
-//! stack's is in [`super::moe_stack`].
+//! lowering ([`super::lower`]) drives. Each model implements it beside itself: the MLP in
+//! [`super::mlp`], the MoE stack in [`super::moe_stack`].
 //!
 //! A model is a stack of layers with one activation between consecutive ones; each virtual stage
 //! holds a contiguous block of layers. A stage runs on a gang of devices with each microbatch's
@@ -8,9 +8,6 @@
 //! (then each device's gradient is a partial sum over its rows, all-reduced before the update)
 //! or split over the gang by its first axis (experts, whose gradients are whole where they live).
 
-use super::mlp::Mlp;
-use crate::kernels::matmul::{MatmulVariant, VariantChoice};
-use crate::kernels::{ElementwiseOp, Matmul};
 use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result};
 
@@ -140,120 +137,4 @@ pub(super) fn split_layers(
             range
         })
         .collect())
-}
-
-/// The MLP's matmuls: the naive kernel, whose sums the host reference repeats.
-const NAIVE: MatmulVariant = MatmulVariant::Naive;
-
-#[allow(clippy::too_many_arguments)]
-fn matmul(
-    b: &mut ProgramBuilder,
-    gang: &[usize],
-    name: &str,
-    a: Value,
-    w: Value,
-    ta: bool,
-    tb: bool,
-) -> Value {
-    let op = Matmul {
-        limits: None,
-        trans_a: ta,
-        trans_b: tb,
-        offsets: None,
-        choice: VariantChoice::SameSums(NAIVE),
-        f16_accumulate: false,
-        epilogue: crate::kernels::Epilogue::None,
-    };
-    b.kernel1(name, gang, op, &[a, w])
-}
-
-/// The MLP: `z = h · W` per layer, ReLU between layers. A layer's backward takes the gradient of
-/// its pre-activation `z` and returns its predecessor's (the ReLU's backward is folded in).
-impl StageModel for Mlp {
-    /// The layer's input.
-    type Saved = Value;
-    /// The layer's input and its output's gradient.
-    type Kept = (Value, Value);
-
-    fn layers(&self) -> usize {
-        Mlp::layers(self)
-    }
-
-    fn gang(&self) -> usize {
-        1
-    }
-
-    fn width(&self, l: usize) -> usize {
-        self.widths[l]
-    }
-
-    fn rows(&self, mb: &Microbatch) -> Result<usize> {
-        Mlp::rows(self, mb)
-    }
-
-    fn params(&self, layer: usize) -> Vec<Param> {
-        vec![Param {
-            name: "",
-            shape: self.layer_shape(layer).to_vec(),
-            experts: false,
-        }]
-    }
-
-    fn initial(&self, layer: usize) -> Vec<&[f32]> {
-        vec![&self.weights[layer]]
-    }
-
-    fn forward(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        layer: usize,
-        w: &[Value],
-        h: Value,
-    ) -> (Value, Value) {
-        let z = matmul(b, gang, &format!("F{layer}"), h, w[0], false, false);
-        let out = if layer + 1 < Mlp::layers(self) {
-            b.relu(&format!("relu{layer}"), gang, z)
-        } else {
-            z
-        };
-        (out, h)
-    }
-
-    fn backward(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        layer: usize,
-        w: &[Value],
-        h: Value,
-        dz: Value,
-        split: bool,
-    ) -> (Option<Value>, Grads<(Value, Value)>) {
-        let grads = if split {
-            Grads::Later((h, dz))
-        } else {
-            Grads::Now(self.weight_grads(b, gang, layer, (h, dz)))
-        };
-        let dx = (layer > 0).then(|| {
-            let dh = matmul(b, gang, &format!("dX{layer}"), dz, w[0], false, true);
-            b.kernel1(
-                &format!("relu_backward{layer}"),
-                gang,
-                ElementwiseOp::ReluBackward,
-                &[h, dh],
-            )
-        });
-        (dx, grads)
-    }
-
-    fn weight_grads(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        layer: usize,
-        (h, dz): (Value, Value),
-    ) -> Vec<Value> {
-        vec![matmul(b, gang, &format!("dW{layer}"), h, dz, true, false)]
-    }
 }

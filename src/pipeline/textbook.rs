@@ -23,7 +23,7 @@
 //! 1F1B and ZB-H1 hold `p` at stage 0 (DeepSeek's `PP`), DualPipe `p + 1`, DualPipeV `2p + 1`
 //! chunks of half a stage (`PP + 1` with `PP = 2p`).
 
-use super::schedule::ScheduleKind;
+use super::schedule_kind::ScheduleKind;
 use super::simulate::Costs;
 
 /// A schedule's textbook figures at one shape and cost.

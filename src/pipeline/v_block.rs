@@ -9,8 +9,8 @@
 //! `eager_execution_time` of their V-Half/V-Min scheduler), and at F = B = W give the makespans it
 //! gives (tests in `orders.rs`).
 
-use super::orders::{ComputeOrder, Step};
-use super::schedule::{OpKind, ScheduleKind};
+use super::schedule_kind::{OpKind, ScheduleKind};
+use super::step::{ComputeOrder, Step};
 
 /// Per op type, its slots by microbatch: 0 F chunk 0, 1 F chunk 1, 2 B chunk 1, 3 B chunk 0,
 /// then the Ws: one list (4), or split by chunk (4: chunk 1's, 5: chunk 0's).

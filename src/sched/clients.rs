@@ -6,8 +6,8 @@
 //! it ever had, in memory and in every admission's scan. The counts of freed clients are kept
 //! per name, so [`ClientTable::stats`] still covers every run.
 
+use super::options::ClientStats;
 use super::run::RunState;
-use super::runtime::ClientStats;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 

@@ -1,13 +1,25 @@
 //! Running programs, Pathways-style: a resource manager lends slices of devices, one gang
 //! scheduler orders every sharded computation, and per-device workers dispatch sequentially or with
 //! parallel asynchronous dispatch; a caller waiting on its own one-device run drives it itself
-//! while the device's worker is idle. `state.rs` holds what the runtime and the workers share (and
-//! admission); `runtime.rs` the handles clients hold; `worker.rs` a device's loop and its state,
-//! which a caller may borrow; `record.rs` the command buffers; `threads.rs` which threads are the
-//! runtime's.
-
+//! while the device's worker is idle.
+//!
+//! The files point one way, each using only those listed before it:
+//! - plain parts: `clock.rs` (a device's GPU clock), `reduce.rs`, `threads.rs` (which threads
+//!   are the runtime's), `timestamps.rs`, `resources.rs` (slices), `options.rs` (the runtime's
+//!   options, admission policy and client stats);
+//! - `run.rs`: one submitted run's state, its roles per device and its pre-recorded buffers;
+//! - `mailbox.rs`: what a device's worker is handed and holds (completions, inbox, tasks, its
+//!   doorbell and its state between turns);
+//! - `record.rs`: recording a role's command buffer; `remote.rs`: the link to other ranks;
+//!   `clients.rs`: the client table;
+//! - `state.rs`: what the runtime and the workers share, and admission;
+//! - `worker/`: a device's loop (`mod.rs`), a caller driving its own run (`drive.rs`), GPU
+//!   callbacks (`callbacks.rs`);
+//! - `runtime.rs`: the handles clients hold, on top.
 mod clients;
 mod clock;
+mod mailbox;
+mod options;
 mod record;
 mod reduce;
 mod remote;
@@ -19,7 +31,8 @@ pub mod threads;
 mod timestamps;
 mod worker;
 
+pub use options::{ClientStats, Policy, RuntimeOptions};
 pub use resources::{ResourceManager, Slice, SliceRequest};
 pub use run::{DispatchMode, RunOptions};
-pub use runtime::{Client, ClientStats, Policy, RunHandle, Runtime, RuntimeOptions};
+pub use runtime::{Client, RunHandle, Runtime};
 pub use state::{GANG_ORDER_KEEP, GangRecord};

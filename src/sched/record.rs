@@ -3,21 +3,11 @@
 //! completion to the device's worker. Parallel dispatch records a device's whole part of an
 //! untraced run into one buffer where nothing in it waits ([`record_together`]).
 
-use super::run::{Role, RunState};
-use super::worker::{Completion, Inbox};
+use super::mailbox::{Completion, Inbox};
+use super::run::{Recorded, Role, RunState};
 use crate::trace::EventMeta;
 use crate::{Device, Error, Result};
 use std::sync::Arc;
-
-/// A recorded command buffer and the number of completion callbacks it will fire.
-#[derive(Debug)]
-pub(crate) struct Recorded {
-    /// `None`: the role's commands (and callbacks) are in an earlier role's buffer.
-    pub commands: Option<wgpu::CommandBuffer>,
-    pub callbacks: usize,
-    /// The timestamp pair the kernel writes, resolved later by the device's worker.
-    pub stamp: Option<u32>,
-}
 
 fn missing(run: &RunState, node: usize, what: &str) -> Error {
     Error::Program {

@@ -1,7 +1,6 @@
 //! One run of an executable in flight: its mailboxes (the futures of transferred buffers), its
 //! pre-encoded command buffers, and the bookkeeping that says when it is done.
 
-use super::record::Recorded;
 use crate::job::transport::{Message, RunKey, Transport};
 use crate::program::{Executable, HostData, Op};
 use crate::trace::{EventMeta, Tracer};
@@ -553,4 +552,14 @@ impl RunState {
         }
         Ok(results)
     }
+}
+
+/// A recorded command buffer and the number of completion callbacks it will fire.
+#[derive(Debug)]
+pub(crate) struct Recorded {
+    /// `None`: the role's commands (and callbacks) are in an earlier role's buffer.
+    pub commands: Option<wgpu::CommandBuffer>,
+    pub callbacks: usize,
+    /// The timestamp pair the kernel writes, resolved later by the device's worker.
+    pub stamp: Option<u32>,
 }

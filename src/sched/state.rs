@@ -6,17 +6,16 @@
 //! (the runtime) and a finished run (a worker).
 
 use super::clients::ClientTable;
+use super::mailbox::{Bell, Core, Inbox, Task};
+use super::options::{Policy, RuntimeOptions};
 use super::remote::{Remote, Routed};
 use super::run::RunState;
-use super::runtime::{Policy, RuntimeOptions};
-use super::worker::{Core, Inbox, Task};
 use crate::Device;
 use crate::job::transport::RunKey;
 use crate::mesh::Mesh;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Gangs each device remembers for [`super::Runtime::gang_order`]. Every gang added 40 bytes for
 /// good: the viewer's live workload grew by about 14 MB a minute.
@@ -67,7 +66,7 @@ pub(crate) struct Shared {
     /// a dozen futile thread switches per one-device run in a runtime of four devices.
     pub bells: Vec<Bell>,
     /// Per worker: its state, held by its thread during a turn or by a caller driving its own
-    /// run ([`super::worker::drive`]).
+    /// run (`worker::drive`).
     pub cores: Vec<Mutex<Core>>,
     /// Per worker: a panic to raise when it next serves a task ([`Runtime::inject_panic`]).
     pub injected_panics: Vec<Mutex<Option<String>>>,
@@ -75,35 +74,6 @@ pub(crate) struct Shared {
     pub(super) opts: RuntimeOptions,
     /// Whether traced kernels are timed with GPU timestamps ([`Runtime::set_gpu_timestamps`]).
     pub(super) gpu_timestamps: AtomicBool,
-}
-
-/// A worker's doorbell: rung when it may have something to do, waited on when it has nothing.
-/// A ring while the worker is busy is kept, so a wake between its last look at its queue and
-/// its wait is never lost.
-#[derive(Debug, Default)]
-pub(crate) struct Bell {
-    rung: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Bell {
-    pub fn ring(&self) {
-        *self.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.cv.notify_one();
-    }
-
-    /// Returns once rung (at once if it was rung since the last wait) or after `timeout`.
-    pub fn wait(&self, timeout: Duration) {
-        let mut rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
-        if !*rung {
-            rung = self
-                .cv
-                .wait_timeout(rung, timeout)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        *rung = false;
-    }
 }
 
 impl Shared {

@@ -1,54 +1,12 @@
-//! Pipeline ops in a trace, and its bubble. [`PipelineOp`] is what an event says it is
-//! ([`Event::op`], set by the simulator and the pipeline executor, carried in a Chrome trace as
-//! the slice's `op` arg); a kernel's name is never read for it. The bubble is idle compute time
-//! over `stages × makespan`, the figure the simulator reports as
+//! A pipeline trace's bubble, found from its events' [`PipelineOp`]s, never from their names.
+//! The bubble is idle compute time over `stages × makespan`, the figure the simulator reports as
 //! `pipeline::Simulation::bubble_fraction` and a real run as
 //! `pipeline::RunReport::measured_bubble`, measured from any trace that holds pipeline ops. The
 //! viewer's Files tab and `gangway trace` both use this one.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::event::{Event, EventKind, Lane};
-
-/// Which pipeline op an event is, as its producer (the simulator, the pipeline executor) said
-/// in [`Event::op`]; its name is for people and is never read for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PipelineOp {
-    Forward,
-    Backward,
-    WeightGrad,
-}
-
-impl PipelineOp {
-    pub const ALL: [PipelineOp; 3] = [
-        PipelineOp::Forward,
-        PipelineOp::Backward,
-        PipelineOp::WeightGrad,
-    ];
-
-    /// `F`, `B` or `W`: the letter on the timelines, and the Chrome trace's `op` arg.
-    pub const fn letter(self) -> &'static str {
-        match self {
-            PipelineOp::Forward => "F",
-            PipelineOp::Backward => "B",
-            PipelineOp::WeightGrad => "W",
-        }
-    }
-
-    /// The op a [`PipelineOp::letter`] stands for.
-    pub fn of_letter(letter: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|op| op.letter() == letter)
-    }
-
-    /// The op an event is: a kernel on a compute lane whose [`Event::op`] is set.
-    pub fn of(e: &Event) -> Option<Self> {
-        if e.kind == EventKind::Kernel && e.lane == Lane::Compute {
-            e.op
-        } else {
-            None
-        }
-    }
-}
+use super::event::{Event, PipelineOp};
 
 /// The bubble of a pipeline trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]

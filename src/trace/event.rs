@@ -1,12 +1,13 @@
 //! One traced interval: a kernel, a transfer, host encoding or a wait, on one lane of one device.
+//! A pipeline op's event says which op it is ([`PipelineOp`], set by the simulator and the
+//! pipeline executor, carried in a Chrome trace as the slice's `op` arg); its name is never read
+//! for it.
 //!
 //! Times are nanoseconds on the host clock since the process's trace epoch
 //! ([`super::process_epoch`]). GPU times taken from
 //! timestamp queries are mapped onto that clock before they become events; [`Clock`] says which.
 
 use serde::{Deserialize, Serialize};
-
-use super::bubble::PipelineOp;
 
 /// What an event spent its time on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -142,5 +143,45 @@ impl Event {
     /// Whether this event occupies its device (a kernel or a transfer).
     pub fn is_device_work(&self) -> bool {
         self.kind.is_device_work()
+    }
+}
+
+/// Which pipeline op an event is, as its producer (the simulator, the pipeline executor) said
+/// in [`Event::op`]; its name is for people and is never read for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PipelineOp {
+    Forward,
+    Backward,
+    WeightGrad,
+}
+
+impl PipelineOp {
+    pub const ALL: [PipelineOp; 3] = [
+        PipelineOp::Forward,
+        PipelineOp::Backward,
+        PipelineOp::WeightGrad,
+    ];
+
+    /// `F`, `B` or `W`: the letter on the timelines, and the Chrome trace's `op` arg.
+    pub const fn letter(self) -> &'static str {
+        match self {
+            PipelineOp::Forward => "F",
+            PipelineOp::Backward => "B",
+            PipelineOp::WeightGrad => "W",
+        }
+    }
+
+    /// The op a [`PipelineOp::letter`] stands for.
+    pub fn of_letter(letter: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|op| op.letter() == letter)
+    }
+
+    /// The op an event is: a kernel on a compute lane whose [`Event::op`] is set.
+    pub fn of(e: &Event) -> Option<Self> {
+        if e.kind == EventKind::Kernel && e.lane == Lane::Compute {
+            e.op
+        } else {
+            None
+        }
     }
 }

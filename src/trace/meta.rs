@@ -1,7 +1,7 @@
 //! Everything about an event except its name and times, so call sites can build it once and
 //! hand it to [`Tracer::record`](super::Tracer::record) without allocating when tracing is off.
 
-use super::bubble::PipelineOp;
+use super::event::PipelineOp;
 use super::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 
 /// An event template: device, lane, kind, ids, clock and flow.

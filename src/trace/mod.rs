@@ -17,8 +17,8 @@ pub mod tracer;
 pub mod track;
 pub mod utilization;
 
-pub use bubble::{PipelineBubble, PipelineOp, pipeline_bubble};
-pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+pub use bubble::{PipelineBubble, pipeline_bubble};
+pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane, PipelineOp};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch};
 pub use track::{Track, TrackKind};

@@ -13,6 +13,9 @@ use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Pairing, Sides, Verdict};
 use gangway::bench::noise::Rule;
 
+/// A comparison and how its cases paired, or why it could not be made.
+type Outcome = Result<(Comparison, Pairing), String>;
+
 /// What the comparison's controls ask of the files tab.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Asked {
@@ -36,7 +39,7 @@ pub struct BenchCompare {
     pub only_changed: bool,
     /// The comparison under [`Self::sides`], and the sides it was made for: stale when they
     /// differ, or `None` once a report changed.
-    result: Option<(Sides, Result<(Comparison, Pairing), String>)>,
+    result: Option<(Sides, Outcome)>,
 }
 
 impl Default for BenchCompare {
@@ -54,8 +57,8 @@ impl Default for BenchCompare {
 impl BenchCompare {
     /// The old report was read (or not): compare with it from now on, with the old side's
     /// adapter choice cleared (it named the previous report's adapters).
-    pub fn loaded(&mut self, old: Result<Report, String>) {
-        self.old = Some(old.map(Arc::new));
+    pub fn loaded(&mut self, old: Result<Box<Report>, String>) {
+        self.old = Some(old.map(|r| Arc::new(*r)));
         self.sides.old_adapter = None;
         self.result = None;
     }

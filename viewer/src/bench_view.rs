@@ -10,8 +10,9 @@ use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
 use gangway::bench::Report;
 use gangway::bench::compare::{Comparison, Verdict, host_change, spreads};
+use gangway::bench::format::{number, seconds};
 use gangway::bench::host::HostCost;
-use gangway::bench::report::{Status, TABLE_COLUMNS, note_text, number, seconds};
+use gangway::bench::report::{Status, TABLE_COLUMNS, note_text};
 
 /// The suites of a report, in run order.
 pub fn suites(report: &Report) -> Vec<String> {

@@ -125,7 +125,7 @@ enum Done {
     },
     Saved(Result<String, String>),
     /// The report to compare with, read.
-    Compared(Result<Report, String>),
+    Compared(Result<Box<Report>, String>),
 }
 
 /// File I/O under way on a worker thread.
@@ -610,7 +610,7 @@ impl FilesTab {
         self.start(
             format!("comparing with {}", old.display()),
             true,
-            move || Done::Compared(Report::load(&old).map_err(|e| e.to_string())),
+            move || Done::Compared(Report::load(&old).map(Box::new).map_err(|e| e.to_string())),
         );
     }
 

@@ -40,6 +40,9 @@ pub enum Discovery {
     Unavailable(String),
 }
 
+/// The runtime's stream on loopback, or why it could not be served.
+type Served = Result<Arc<LiveServer>, String>;
+
 /// Discovers devices on a background thread so the window opens at once, and owns the app's one
 /// runtime over them: every real run (the live workload, the dispatch comparison, the lab's run,
 /// MoE training) is a client of it, so they share the devices in one gang order and one clock.
@@ -48,7 +51,7 @@ pub struct DeviceHub {
     state: Arc<Mutex<Discovery>>,
     runtime: Arc<Mutex<Option<Runtime>>>,
     /// The runtime's stream, served on loopback; or why it is not.
-    server: Arc<Mutex<Option<Result<Arc<LiveServer>, String>>>>,
+    server: Arc<Mutex<Option<Served>>>,
 }
 
 /// Events of the viewer's own runs a late follower gets first: the Live tab's minute at the

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use gangway::bench::report::seconds;
+use gangway::bench::format::seconds;
 use gangway::trace::chrome;
 use gangway::trace::summary::TraceSummary;
 

@@ -6,8 +6,9 @@
 
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::check::{self, dims2, expect, routing_dims, to_u32};
+use crate::kernels::check::{self, dims2, expect, to_u32};
 use crate::kernels::moe_dispatch::{gather_reference, scatter_reference, slots_of, tokens_of};
+use crate::kernels::router::routing_dims;
 use crate::kernels::router::{Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};
 use crate::kernels::{Kernel, Prepared, TensorType};

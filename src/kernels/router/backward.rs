@@ -4,9 +4,10 @@
 //! layer output's gradient and the experts' outputs), with [`router_backward_reference`] in plain
 //! Rust.
 
+use super::routing_dims;
 use crate::device::Recorder;
 use crate::kernels::Shader;
-use crate::kernels::check::{self, expect, invalid, routing_dims, to_u32};
+use crate::kernels::check::{self, expect, invalid, to_u32};
 use crate::kernels::loss::max_and_sum;
 use crate::kernels::router::{ExpertStat, Route, RouterConfig, Routing};
 use crate::kernels::router::{routed_tokens, routing_of};

@@ -514,5 +514,39 @@ pub fn upload_routing(
     ])
 }
 
+/// Checks a routing's buffers against its sizes and `device`; returns `(tokens, k, capacity)`.
+pub(crate) fn routing_dims(
+    what: &'static str,
+    routing: &Routing,
+    device: &Device,
+) -> Result<[usize; 3]> {
+    if routing.device() != device {
+        return Err(Error::DeviceMismatch {
+            what,
+            a: device.label(),
+            b: routing.device().label(),
+        });
+    }
+    routing.config.validate()?;
+    let k = routing.config.k;
+    let need = (routing.tokens * k * std::mem::size_of::<Route>()) as u64;
+    if routing.routes.size() < need {
+        return Err(check::invalid(
+            what,
+            format!("routes hold {} bytes, need {need}", routing.routes.size()),
+        ));
+    }
+    let stats = (routing.config.experts * std::mem::size_of::<ExpertStat>()) as u64;
+    if routing.stats.size() < stats {
+        return Err(check::invalid(
+            what,
+            format!("stats hold {} bytes, need {stats}", routing.stats.size()),
+        ));
+    }
+    to_u32(what, routing.tokens * k)?;
+    to_u32(what, routing.config.experts * routing.capacity)?;
+    Ok([routing.tokens, k, routing.capacity])
+}
+
 pub mod backward;
 pub use backward::*;

@@ -2,7 +2,7 @@
 //! and the legend, in pixels.
 
 use super::super::fold::lane_word;
-use super::super::schedule::OpKind;
+use super::super::schedule_kind::OpKind;
 use super::layout::{Anchor, Layout, PlacedBlock, Shape, text_width};
 use super::style::{
     BACKWARD, CURSOR, FORWARD, MEMORY, Rgba, Style, Theme, WEIGHT_GRAD, block_color,

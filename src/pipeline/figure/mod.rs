@@ -25,7 +25,8 @@
 use crate::trace::PipelineOp;
 
 use super::fold::Fold;
-use super::schedule::{OpKind, Schedule, ScheduleKind};
+use super::schedule::Schedule;
+use super::schedule_kind::{OpKind, ScheduleKind};
 use super::simulate::{Costs, Simulation, simulate_folded};
 use crate::error::ScheduleError;
 

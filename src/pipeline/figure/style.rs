@@ -1,7 +1,7 @@
 //! The figure's look: themes, the one palette (F, B, W; the viewer's timeline uses it too),
 //! and each theme's sizes and colours.
 
-use super::super::schedule::OpKind;
+use super::super::schedule_kind::OpKind;
 
 /// Which look: the viewer's dark one, or a light one for slides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{FLOW_NAME, PRODUCER, UTILIZATION_COUNTER, thread_id};
-use crate::trace::bubble::PipelineOp;
+use crate::trace::PipelineOp;
 use crate::trace::event::{Event, FlowRole, Lane};
 use crate::trace::track::{Track, TrackKind};
 use crate::trace::utilization::{BusyTime, span};

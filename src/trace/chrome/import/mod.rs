@@ -44,7 +44,7 @@ use reader::{EventFields, Fields, Read, Scalar, Shape, Top, TrackMeta};
 use super::imported::{
     BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, ThreadRow,
 };
-use crate::trace::bubble::PipelineOp;
+use crate::trace::PipelineOp;
 use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
 use crate::trace::track::{Track, TrackKind};
 

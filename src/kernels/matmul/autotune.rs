@@ -8,8 +8,9 @@
 //! Cache file: `$GANGWAY_CACHE_DIR/autotune.json` (else `$XDG_CACHE_HOME/gangway/`, else
 //! `~/.cache/gangway/`). `GANGWAY_AUTOTUNE=off` skips measuring and uses a per-device-type default.
 
-use super::matmul::{MatmulArgs, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice, encode};
-use super::{Prepared, eager};
+use super::super::{Prepared, eager};
+use super::encode::{MatmulArgs, MatmulOptions, check_args, encode_variant};
+use super::variant::{MatmulShape, MatmulVariant, VariantChoice};
 use crate::{Device, Error, Result, Rng, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -123,7 +124,9 @@ pub fn measure(
 ) -> Result<Measurement> {
     let operands = Operands::random(device, shape)?;
     let mut prepared = Prepared::new();
-    encode(&mut prepared, &operands.args(variant))?;
+    let args = operands.args(variant);
+    let shape = check_args(&args)?;
+    encode_variant(&mut prepared, device, &args, &shape, variant)?;
     let on_gpu = || eager::gpu_seconds(device, "matmul timing", &prepared);
     let on_host = || {
         let start = Instant::now();
@@ -386,4 +389,21 @@ fn with_global<T>(f: impl FnOnce(&mut Autotuner) -> Result<T>) -> Result<T> {
         None => slot.insert(Autotuner::open(cache_path())?),
     };
     f(tuner)
+}
+
+impl VariantChoice {
+    /// The variant this choice runs for `shape` on `device`.
+    pub(super) fn resolve(self, device: &Device, shape: &MatmulShape) -> Result<MatmulVariant> {
+        match self {
+            Self::Fixed(v) => Ok(v),
+            Self::Auto => choose(device, shape),
+            Self::SameSums(v) => match choose_among(device, shape, v.same_sums()) {
+                Ok(v) => Ok(v),
+                // Measuring only picks the faster of kernels with the same bits: where its
+                // second set of operands would pass the device's limits, take the first that fits.
+                Err(Error::LimitExceeded { .. }) => Ok(first_able(device, shape, v.same_sums())),
+                Err(e) => Err(e),
+            },
+        }
+    }
 }
