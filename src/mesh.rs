@@ -1,10 +1,14 @@
 //! The one mesh, after JAX's `Mesh(devices, axis_names)`: devices in an n-d, row-major grid with
 //! named axes (`data`, `expert`, `stage`, ...). The same type is the job's global mesh (every
 //! rank's devices: [`crate::sched::Runtime::mesh`], [`crate::Job::mesh`]) and a local view of it
-//! ([`Mesh::local`]); a gang is a sub-mesh ([`Mesh::sub`]); its shape ([`MeshShape`]) is what a
-//! program's gang is laid out as and what a [`crate::NamedSharding`] names axes of. A mesh is a
-//! [`DeviceList`], so every workload that takes devices takes one, and the trainer reads its
-//! `{data, expert}` axes. Errors are [`MeshError`]s.
+//! ([`Mesh::local`]). Its shape ([`MeshShape`]) is what a program's gang is laid out as and what a
+//! [`crate::NamedSharding`] names axes of. A mesh is a [`DeviceList`], so every workload that
+//! takes devices takes one, and the trainer reads its `{data, expert}` axes.
+//!
+//! What is not so yet: a program's gang is a list of device indices with its [`MeshShape`] beside
+//! it in the builder, not a sub-mesh, and workloads take a [`DeviceList`] rather than a `Mesh`;
+//! [`Mesh::sub`], [`Mesh::groups`] and [`Mesh::device`] (slices of a mesh along an axis) serve
+//! tests and callers outside the library. Errors are [`MeshError`]s.
 
 use crate::device::{DeviceList, MeshDevice};
 pub use crate::error::MeshError;

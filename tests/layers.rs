@@ -144,8 +144,10 @@ impl Crate {
     fn read(root: &Path) -> Crate {
         let mut list = Vec::new();
         rust_files(root, &mut list);
-        let files: BTreeMap<ModPath, PathBuf> =
-            list.iter().map(|f| (module_of(root, f), f.clone())).collect();
+        let files: BTreeMap<ModPath, PathBuf> = list
+            .iter()
+            .map(|f| (module_of(root, f), f.clone()))
+            .collect();
         let mut reexports = BTreeMap::new();
         for (module, file) in &files {
             if !is_folder_face(file) {
@@ -342,7 +344,11 @@ fn a_circle_is_found_where_there_is_one() {
 #[test]
 fn no_source_file_is_over_a_thousand_lines() {
     let mut long = Vec::new();
-    for dir in ROOTS.iter().copied().chain(["tests", "viewer/tests", "examples"]) {
+    for dir in ROOTS
+        .iter()
+        .copied()
+        .chain(["tests", "viewer/tests", "examples"])
+    {
         let root = root(dir);
         if !root.exists() {
             continue;
@@ -350,7 +356,10 @@ fn no_source_file_is_over_a_thousand_lines() {
         let mut files = Vec::new();
         rust_files(&root, &mut files);
         for f in files {
-            let lines = std::fs::read_to_string(&f).expect("source file").lines().count();
+            let lines = std::fs::read_to_string(&f)
+                .expect("source file")
+                .lines()
+                .count();
             if lines > MAX_LINES {
                 long.push(format!("{} ({lines} lines)", f.display()));
             }

@@ -1,7 +1,7 @@
 //! Running kernels now, outside any program: the one place in `kernels` that blocks on the GPU.
-//! Tests, the autotuner and the blocking conveniences of each kernel module go through here, and
-//! [`run`] runs the same [`Kernel`] objects that program nodes hold, so what a test checks is
-//! what a program runs. [`gpu_seconds`] times recorded commands on the device's own clock, with
+//! No kernel module blocks; the tests, the benches and the autotuner come here, and [`run`] runs
+//! the same [`Kernel`] objects that program nodes hold, so what a test checks is what a program
+//! runs. [`gpu_seconds`] times recorded commands on the device's own clock, with
 //! the timestamp writes the runtime's traced kernels use.
 
 use super::{Kernel, Prepared, TensorType};

@@ -162,7 +162,6 @@ impl Shader {
         format!("{prelude}{}{}", self.common.concat(), self.source)
     }
 
-    /// Cache key of one instantiation.
     /// What each entry point of this shader needs of a device's limits ([`KernelNeeds`]), in
     /// f32 at the constants as written (launchers that specialise them keep within these: see
     /// each shader's constants). In the order the entry points are declared.
@@ -170,6 +169,7 @@ impl Shader {
         crate::device::KernelNeeds::of_all(&self.instantiate(DType::F32))
     }
 
+    /// Cache key of one instantiation.
     pub fn key(&self, dtype: DType) -> String {
         format!("{}<{}>", self.name, dtype.name())
     }

@@ -28,11 +28,6 @@ pub enum Fold {
     RoundRobin { devices: usize },
 }
 
-/// What a timeline's lane is: a `"device"` when stages share devices (folded), else a `"stage"`.
-pub fn lane_word(folded: bool) -> &'static str {
-    if folded { "device" } else { "stage" }
-}
-
 impl Fold {
     /// Parses the CLI's `--fold`: `blocks` or `round-robin`, onto `devices` devices.
     pub fn parse(placement: &str, devices: usize) -> Result<Fold, ScheduleError> {

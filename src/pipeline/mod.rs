@@ -4,7 +4,9 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `schedule.rs` | [`ScheduleKind`], [`Placement`], [`Op`], [`Schedule`] and its shape rules |
+//! | `schedule_kind.rs` | [`ScheduleKind`], [`Placement`] and [`OpKind`]: the names of things in a schedule |
+//! | `step.rs` | one compute op of a stage's order, and a stage's order: what the generators produce |
+//! | `schedule.rs` | [`Op`], [`Schedule`] and its shape rules |
 //! | `orders.rs` | each kind's compute order (the generators), the zero-bubble list scheduler among them |
 //! | `v_block.rs` | V-Half and V-Min: the paper's building blocks, their Ws, and its squeeze |
 //! | `cost_aware.rs` | [`Schedule::for_costs_within`]: ZB-V and zb-auto planned for the costs they will meet, zb-auto under a memory limit |
@@ -13,15 +15,16 @@
 //! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
+//! | `optimal.rs` | [`optimal`]: the shortest one-chunk schedule under a memory limit, by branch and bound, and how far its search reached |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
-//! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives, and the MLP's; the `Microbatch` every stage model trains on |
-//! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step |
+//! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives; the `Microbatch` every stage model trains on |
+//! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step, its stages as nodes |
 //! | `moe_stack.rs` | [`MoeStack`]: residual MoE layers with each stage a gang of devices (experts and rows split over it), whose F&B pairs can hide their all-to-alls |
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
-//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured (and the costs a run's events measure, [`measured_share`]) |
+//! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured into a [`RunReport`] (and the costs a run's events measure, [`measured_share`]) |
 //!
-//! The schedule side (`schedule`, `orders`, `cost_aware`, `validate`, `engine`, `simulate`,
-//! `textbook`) knows nothing of wgpu.
+//! The schedule side (`schedule_kind`, `step`, `schedule`, `orders`, `v_block`, `cost_aware`,
+//! `validate`, `engine`, `simulate`, `textbook`, `optimal`) knows nothing of wgpu.
 //!
 //! A model is cut into `p` stages (one per device, or several to a device with a [`Fold`]), optionally each into `v` chunks; a batch is
 //! cut into `m` microbatches. A [`Schedule`] lists, for each stage, the order in which it runs
@@ -70,7 +73,7 @@ pub use ascii::{timeline, timeline_named};
 pub use engine::OpAt;
 pub use execute::execute;
 pub use figure::{Figure, FigureRow, Theme};
-pub use fold::{Fold, lane_word};
+pub use fold::Fold;
 pub use link::Link;
 pub use measure::{RunReport, measured_chunk_costs, measured_share};
 pub use mlp::{Mlp, MlpConfig, StepResult};

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use crate::trace::Event;
+use crate::trace::{Event, TrackKind};
 
 use super::ascii;
 use super::engine::{self, OpAt, Timing};
@@ -164,7 +164,7 @@ impl Simulation {
     /// [`ascii::timeline`].
     pub fn timeline(&self, width: usize) -> String {
         let window: Range<u64> = 0..self.makespan_ns;
-        let name = super::fold::lane_word(self.devices < self.stages);
+        let name = TrackKind::of_pipeline(self.devices < self.stages).word();
         ascii::timeline_named(&self.events, self.devices, name, window, width)
     }
 }

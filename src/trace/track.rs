@@ -37,6 +37,16 @@ impl TrackKind {
         }
     }
 
+    /// The lanes of a pipeline's timeline: its devices when stages share them (folded), else its
+    /// stages.
+    pub const fn of_pipeline(folded: bool) -> TrackKind {
+        if folded {
+            TrackKind::Device
+        } else {
+            TrackKind::Stage
+        }
+    }
+
     /// The kind a [`TrackKind::word`] names.
     pub fn of_word(word: &str) -> Option<TrackKind> {
         Self::ALL.into_iter().find(|k| k.word() == word)

@@ -16,8 +16,12 @@
 //! with nothing to sum, one Adam node steps every tensor). None of this
 //! changes a bit: the same products, each added to its accumulator in the same order.
 //!
-//! The models' own steps: [`crate::moe`]'s (`moe/step_program.rs`) and
-//! [`crate::transformer`]'s (`transformer/step_program.rs`).
+//! `Builder::begin` lays the step's gang out as the `{data, expert}` mesh of its [`StepShape`]
+//! (one `expert` axis when there is no data parallelism).
+//!
+//! The models' own steps: [`crate::moe`]'s (`moe/step_program.rs`), [`crate::transformer`]'s
+//! (`transformer/step_program.rs`, and its cached decoding in `transformer/decoder.rs`) and
+//! [`crate::mlp_lm`]'s (`mlp_lm.rs`).
 
 use super::{GroupSplit, StepModel};
 use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};

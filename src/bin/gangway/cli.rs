@@ -1,7 +1,7 @@
-//! The command line's definitions (clap derive), apart from the command bodies (`main.rs`, and
-//! beside it `bench_command.rs`, `lm_command.rs` for the Transformer's, `plan_command.rs`,
-//! `trace_command.rs`), so that the fuzz target `fuzz/fuzz_targets/cli.rs` parses arguments with
-//! exactly these.
+//! The command line's definitions (clap derive), the live stream's in `cli/live.rs`, apart from
+//! the command bodies (`main.rs` and the `*_command.rs` files beside it: bench, live, lm,
+//! pipeline, plan, trace), so that the fuzz target `fuzz/fuzz_targets/cli.rs` parses arguments
+//! with exactly these.
 
 use clap::{Args, Parser, Subcommand};
 use gangway::device::{parse_backends, parse_virtual_devices};

@@ -7,7 +7,7 @@
 //! schedule's gap to it. Returns what the trace's lanes are, for `--trace`.
 
 use anyhow::{Context, Result, bail};
-use gangway::pipeline::{ScheduleKind, lane_word, percent};
+use gangway::pipeline::{ScheduleKind, percent};
 use gangway::sched::Runtime;
 use gangway::trace::{Tracer, Track, TrackKind};
 
@@ -391,7 +391,7 @@ pub(crate) fn pipeline(
         percent(textbook),
     );
     println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
-    let per = lane_word(fold.shares(args.stages));
+    let per = TrackKind::of_pipeline(fold.shares(args.stages)).word();
     println!(
         "peak activations per {per}: {:?} chunk activations ({} per microbatch through a stage)",
         sim.peak_activations, passes

@@ -1,13 +1,13 @@
 //! Laying a [`Figure`] out: rows, lanes, blocks, bubbles, labels, memory bars, the time axis
 //! and the legend, in pixels.
 
-use super::super::fold::lane_word;
 use super::super::schedule_kind::OpKind;
 use super::layout::{Anchor, Layout, PlacedBlock, Shape, text_width};
 use super::style::{
     BACKWARD, CURSOR, FORWARD, MEMORY, Rgba, Style, Theme, WEIGHT_GRAD, block_color,
 };
 use super::{Figure, FigureRow, Unit, trim_number};
+use crate::trace::TrackKind;
 
 pub(super) struct Builder<'a> {
     pub(super) fig: &'a Figure,
@@ -474,7 +474,7 @@ impl<'a> Builder<'a> {
                 items.push((Swatch::Block(color, None), format!("{what} {c}{shade}")));
             }
         }
-        let per = lane_word(folded);
+        let per = TrackKind::of_pipeline(folded).word();
         items.push((
             Swatch::Memory,
             format!("peak activations per {per} (microbatches)"),

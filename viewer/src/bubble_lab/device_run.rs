@@ -4,8 +4,9 @@
 
 use gangway::Device;
 use gangway::pipeline::workload::{PipelineResult, PreparedCase};
-use gangway::pipeline::{Costs, Fold, Schedule, ScheduleKind, lane_word};
+use gangway::pipeline::{Costs, Fold, Schedule, ScheduleKind};
 use gangway::sched::Runtime;
+use gangway::trace::TrackKind;
 
 use super::{LabParams, label};
 use crate::live::Discovery;
@@ -111,7 +112,7 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
         e.end_ns = e.end_ns.saturating_sub(t0);
         e
     }));
-    let lane = lane_word(shape.fold.shares(shape.stages));
+    let lane = TrackKind::of_pipeline(shape.fold.shares(shape.stages)).word();
     data.device_prefix = Some(lane.into());
     data.lanes = report.tracks.into_iter().map(|t| (t.id, t)).collect();
     Ok(DeviceRun {

@@ -28,9 +28,9 @@ use std::path::PathBuf;
 
 use egui::{Button, Key, RichText, Slider, Ui};
 use gangway::pipeline::figure::{Figure, FigureRow, Layout, Theme};
-use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, lane_word, percent};
+use gangway::pipeline::{Costs, Fold, OpKind, ScheduleKind, percent};
 use gangway::sched::Runtime;
-use gangway::trace::Lane;
+use gangway::trace::{Lane, TrackKind};
 
 pub use device_run::{DeviceRun, RunShape, run_blocker, run_on_devices};
 pub use export::{Exporter, Format, PNG_SCALE, png_of_svg};
@@ -539,7 +539,7 @@ impl BubbleLab {
             });
         }
         ui.horizontal_wrapped(|ui| {
-            let per = lane_word(row.folded());
+            let per = TrackKind::of_pipeline(row.folded()).word();
             ui.label(format!("peak activations per {per}: {}", row.peak_text()))
                 .on_hover_text(
                     "microbatches' worth of a stage's activations, as the bars show (a chunk of \

@@ -3,8 +3,8 @@
 //! shortest one-chunk schedule under the same memory (`gangway::pipeline::optimal`).
 
 use gangway::pipeline::figure::{Figure, FigureRow};
-use gangway::pipeline::{ScheduleKind, bubble_formula, lane_word};
-use gangway::trace::Lane;
+use gangway::pipeline::{ScheduleKind, bubble_formula};
+use gangway::trace::{Lane, TrackKind};
 
 use super::LabParams;
 use crate::timeline::TimelineData;
@@ -220,7 +220,7 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
             .filter(|e| e.lane == Lane::Compute)
             .cloned(),
     );
-    let lane = lane_word(figure.rows[0].folded());
+    let lane = TrackKind::of_pipeline(figure.rows[0].folded()).word();
     data.device_prefix = Some(lane.into());
     let optimum = optimum(p, &figure.rows[0]);
     Ok(LabResult {
