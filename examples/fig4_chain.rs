@@ -1,10 +1,10 @@
-//! Pathways Fig. 4: a three-stage chain, A on device 0 → B on device 1 → C on device 2, run with
-//! parallel asynchronous dispatch and checked against the host.
+//! Pathways Fig. 4: the three-stage chain (`gangway::program::chain`, `x + 1` per stage) on
+//! devices 0, 1 and 2, run with parallel asynchronous dispatch and checked against the host.
 //!
 //! `cargo run --release --example fig4_chain` (three devices: real, or virtual with
 //! `GANGWAY_VIRTUAL_DEVICES=3`).
 
-use gangway::program::{CompileOptions, ProgramBuilder};
+use gangway::program::{CompileOptions, chain, chain_reference};
 use gangway::sched::{ResourceManager, RunOptions, Runtime, RuntimeOptions, SliceRequest};
 use gangway::{DiscoveryOptions, discover};
 use std::sync::Arc;
@@ -15,13 +15,7 @@ fn main() -> anyhow::Result<()> {
     let slice = manager.acquire(&SliceRequest::Devices(3.min(devices.len())))?;
     let last = slice.devices().len() - 1;
 
-    let mut p = ProgramBuilder::new("fig4");
-    let x = p.arg(&[0], 1024);
-    let a = p.affine("A", &[0], x, 2.0, 1.0);
-    let b = p.affine("B", &[1.min(last)], a, 0.5, -3.0);
-    let c = p.relu("C", &[last], b);
-    p.result(c);
-    let program = p.build()?;
+    let program = chain(&[0, 1.min(last), last], 1024)?;
 
     let exec = Arc::new(program.compile(slice.devices(), CompileOptions::default())?);
     let runtime = Runtime::new(devices, RuntimeOptions::default())?;
@@ -29,10 +23,7 @@ fn main() -> anyhow::Result<()> {
     let input: Vec<f32> = (0..1024).map(|i| i as f32 / 100.0 - 5.0).collect();
     let out = client.run(&exec, vec![input.clone()], RunOptions::default())?;
 
-    let want: Vec<f32> = input
-        .iter()
-        .map(|v| ((v * 2.0 + 1.0) * 0.5 - 3.0).max(0.0))
-        .collect();
+    let want = chain_reference(&input, 3);
     let err = out[0]
         .iter()
         .zip(&want)

@@ -6,7 +6,6 @@
 
 mod common;
 
-use common::programs::chain_program;
 use common::{Adapters, case};
 
 use gangway::kernels::matmul::VariantChoice;
@@ -36,7 +35,9 @@ fn fresh_devices(adapters: &Adapters, count: usize) -> Vec<Device> {
 }
 
 fn chain(devices: &[Device], a: usize, b: usize) -> Arc<Executable> {
-    let exec = chain_program(a, b).compile(devices, CompileOptions::default());
+    let exec = gangway::program::chain(&[a, b], 256)
+        .unwrap()
+        .compile(devices, CompileOptions::default());
     Arc::new(exec.unwrap())
 }
 

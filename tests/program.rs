@@ -5,9 +5,8 @@
 mod common;
 
 use common::{Adapters, Span, case};
-use gangway::kernels::elementwise::{ElementwiseOp, reference};
 use gangway::kernels::{Accumulate, TensorType};
-use gangway::program::{CompileOptions, Program, ProgramBuilder};
+use gangway::program::{CompileOptions, Program, ProgramBuilder, chain, chain_reference};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::{Device, Rng};
 use std::sync::Arc;
@@ -36,44 +35,18 @@ fn compile(p: &Program, devices: &[Device]) -> Arc<gangway::program::Executable>
     Arc::new(p.compile(devices, CompileOptions::default()).unwrap())
 }
 
-/// A → B → C, each on the next device (wrapping), with a length that is not a multiple of 256, on
-/// two virtual devices of each adapter.
+/// The chain (Pathways' Fig. 4) over three stages, each on the next device (wrapping), with a
+/// length that is not a multiple of 256, on two virtual devices of each adapter.
 fn fig4_chain_matches_the_host_in_both_modes(adapters: &Adapters) {
     let devices = &adapters.mesh(2);
     let n = devices.len();
     let len = 1000;
-    let mut p = ProgramBuilder::new("fig4");
-    let x = p.arg(&[0], len);
-    let a = p.affine("A", &[0], x, 2.0, 1.0);
-    let b = p.affine("B", &[1 % n], a, 0.5, -3.0);
-    let c = p.relu("C", &[2 % n], b);
-    p.result(c);
-    let prog = p.build().unwrap();
+    let prog = chain(&[0, 1 % n, 2 % n], len).unwrap();
     let exec = compile(&prog, devices);
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
     let client = runtime.client("test", 1);
     let input = Rng::new(3).vec(len);
-    let want = reference(
-        ElementwiseOp::Relu,
-        &reference(
-            ElementwiseOp::Affine {
-                scale: 0.5,
-                shift: -3.0,
-                repeat: 1,
-            },
-            &reference(
-                ElementwiseOp::Affine {
-                    scale: 2.0,
-                    shift: 1.0,
-                    repeat: 1,
-                },
-                &input,
-                None,
-            ),
-            None,
-        ),
-        None,
-    );
+    let want = chain_reference(&input, 3);
     for mode in MODES {
         for _ in 0..3 {
             let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();

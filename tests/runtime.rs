@@ -6,8 +6,7 @@
 mod common;
 
 use common::programs::{
-    assert_consistent_order, chain_program, exchange_program, mixed_program, mixed_reference,
-    run_exchanges,
+    assert_consistent_order, exchange_program, mixed_program, mixed_reference, run_exchanges,
 };
 use common::{Adapters, Need, Span, case};
 use gangway::device::WhenFull;
@@ -200,7 +199,8 @@ fn a_lost_device_fails_its_programs_and_spares_the_others(adapters: &Adapters) {
     let other_client = runtime.client("other", 1);
     let chain = |a: usize, b: usize| {
         Arc::new(
-            chain_program(a, b)
+            gangway::program::chain(&[a, b], 256)
+                .unwrap()
                 .compile(&devices, CompileOptions::default())
                 .unwrap(),
         )

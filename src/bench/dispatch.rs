@@ -26,7 +26,7 @@ pub use super::dispatch_raw::TINY;
 use super::harness::{Blocking, BlockingRun, Extras};
 use super::planned::Planned;
 use super::work::{Work, WorkUnit};
-use crate::program::{CompileOptions, Executable, Program, ProgramBuilder};
+use crate::program::{CompileOptions, Executable, Program, ProgramBuilder, chain};
 use crate::sched::{Client, DispatchMode, Policy, RunOptions, Runtime};
 use crate::trace::{EventMeta, Tracer};
 use crate::{Device, Result};
@@ -62,16 +62,6 @@ impl DispatchOptions {
             ..Self::standard()
         }
     }
-}
-
-fn chain(stages: usize) -> Result<Program> {
-    let mut p = ProgramBuilder::new(format!("chain x{stages}"));
-    let mut v = p.arg(&[0], TINY);
-    for s in 0..stages {
-        v = p.affine(&format!("stage {s}"), &[s], v, 1.0, 1.0);
-    }
-    p.result(v);
-    p.build()
 }
 
 /// A compiled program and a client: one case's state.
@@ -203,7 +193,12 @@ fn chain_case(
         calls: 1,
     };
     let bench = case(chain_name(stages, mode.name()), stages * runs, move || {
-        compile(chain(stages)?, &devices, stages.max(2), how)
+        compile(
+            chain(&(0..stages).collect::<Vec<_>>(), TINY)?,
+            &devices,
+            stages.max(2),
+            how,
+        )
     });
     Planned::Run(Box::new(bench.compared_to(chain_name(stages, RAW))))
 }
@@ -245,7 +240,7 @@ fn granularity_case(
         GRANULARITY,
         move || {
             let (program, calls) = match kind {
-                "OpByOp" => (chain(1)?, GRANULARITY),
+                "OpByOp" => (chain(&[0], TINY)?, GRANULARITY),
                 "Chained" => {
                     let mut p = ProgramBuilder::new("chained x128");
                     let mut v = p.arg(&[0], TINY);
@@ -361,7 +356,7 @@ fn shares_case(runtime: &Runtime, device: &Device, shares: [u32; 4], runs: usize
                 .map(|&s| {
                     Ok((
                         runtime.client(&format!("share {s}"), s),
-                        Arc::new(chain(1)?.compile(&device, opts)?),
+                        Arc::new(chain(&[0], TINY)?.compile(&device, opts)?),
                     ))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -442,7 +437,12 @@ fn tracing_case(
             runs,
             calls: 1,
         };
-        let mut chain = compile(chain(stages)?, &devices, stages.max(2), how)?;
+        let mut chain = compile(
+            chain(&(0..stages).collect::<Vec<_>>(), TINY)?,
+            &devices,
+            stages.max(2),
+            how,
+        )?;
         chain.trace = (mode != "off").then_some(on);
         Ok(Traced {
             chain,

@@ -5,16 +5,6 @@ use gangway::program::{Program, ProgramBuilder};
 use gangway::sched::GangRecord;
 use std::collections::HashMap;
 
-/// `x + 1` on device `a`, then `+ 1` on device `b`: 256 values crossing between two devices.
-pub fn chain_program(a: usize, b: usize) -> Program {
-    let mut p = ProgramBuilder::new(format!("chain {a}->{b}"));
-    let x = p.arg(&[a], 256);
-    let y = p.affine("A", &[a], x, 1.0, 1.0);
-    let z = p.affine("B", &[b], y, 1.0, 1.0);
-    p.result(z);
-    p.build().expect("a valid chain program")
-}
-
 /// `x * 2 + c`, then an all-to-all over the gang: the exchange a client's program does.
 pub fn exchange_program(gang: &[usize], shard: usize, c: f32) -> Program {
     let mut p = ProgramBuilder::new(format!("exchange {gang:?}"));

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gangway::live::{Hello, LiveClient, LiveDevice, LiveServer, Record, ServeOptions};
-use gangway::program::{CompileOptions, Executable, ProgramBuilder};
+use gangway::program::{CompileOptions, Executable};
 use gangway::sched::{Client, DispatchMode, RunOptions, Runtime, RuntimeOptions};
 use gangway::trace::{Event, Tracer, Track};
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
@@ -193,13 +193,7 @@ impl DeviceHub {
 /// `in_flight` concurrent runs.
 pub fn chain(devices: &[Device], in_flight: usize) -> gangway::Result<Arc<Executable>> {
     let stages = devices.len().clamp(1, 4);
-    let mut p = ProgramBuilder::new(format!("chain x{stages}"));
-    let mut v = p.arg(&[0], CHAIN_LEN);
-    for s in 0..stages {
-        v = p.affine(&format!("stage {s}"), &[s], v, 1.0, 1.0);
-    }
-    p.result(v);
-    let program = p.build()?;
+    let program = gangway::program::chain(&(0..stages).collect::<Vec<_>>(), CHAIN_LEN)?;
     Ok(Arc::new(program.compile(
         devices,
         CompileOptions {

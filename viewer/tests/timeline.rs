@@ -621,8 +621,10 @@ fn pan_frames<S>(h: &mut Harness<'_, S>, x: f32, y: f32, frames: usize, dx: f32)
 
 /// Issue 15: a trace of 1M events opens (indexing and the first frame) in under 2 s and pans at
 /// 30 fps or better on lavapipe. The numbers are printed (`--nocapture`), with the frame time of
-/// an empty window of the same size (the harness's own render and read-back) for scale; the
-/// asserted bounds are loose so a busy 2-core CI machine does not fail them.
+/// an empty window of the same size (the harness's own render and read-back) for scale. The
+/// bounds are loose, and relative to that floor measured in the same run where it is slow: a
+/// busy 2-core machine doubled both the floor and the frames (98 and 210 ms at 1600 × 900)
+/// and failed an absolute 200 ms.
 #[test]
 fn a_million_events_open_and_pan_fast() {
     let events = synthetic_trace(8, 62_500);
@@ -703,7 +705,8 @@ fn a_million_events_open_and_pan_fast() {
         let panned = h.state().1.view.unwrap();
         assert!(panned.start_ns > fitted.start_ns, "the drag did not pan");
         report(&format!("1M events {size:?}, all in view"), &whole);
-        results.push((mean_ms(&whole), 200.0));
+        let floor_ms = mean_ms(&floor);
+        results.push((mean_ms(&whole), (4.0 * floor_ms).max(200.0)));
         for zoom in [100.0, 3_000.0] {
             let mut zoomed = panned;
             zoomed.zoom_about(zoom, size[0] / 2.0);
@@ -712,7 +715,7 @@ fn a_million_events_open_and_pan_fast() {
             let near = pan_frames(&mut h, size[0] - 100.0, y, 30, 8.0);
             report(&format!("1M events {size:?}, zoomed {zoom}x"), &near);
             // Zoomed in, wide bars are shapes with names: looser.
-            results.push((mean_ms(&near), 400.0));
+            results.push((mean_ms(&near), (6.0 * floor_ms).max(400.0)));
         }
     }
     assert!(
