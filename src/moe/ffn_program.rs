@@ -154,6 +154,40 @@ impl MoeFfn {
 /// Node names are `at(what)`.
 pub type Names<'a> = &'a dyn Fn(&str) -> String;
 
+/// One call of the layer's backward, as each of its parts takes it: where it runs, what the
+/// forward saved, the weights, the output's gradient, and what the caller joins to the input's
+/// gradient.
+#[derive(Clone, Copy)]
+pub struct BackwardCall<'a> {
+    pub gang: &'a [usize],
+    pub at: Names<'a>,
+    pub saved: &'a MoeFfnSaved,
+    pub weights: &'a MoeFfnWeights,
+    /// The gradient of the layer's output.
+    pub dy: Value,
+    /// The residual stream's gradient, summed into the input's (`residual + dispatch grad +
+    /// router input grad`, in that order).
+    pub residual: Option<Value>,
+    /// The output of a relu under the layer (whose output the layer's input summed): the input
+    /// gradient's last launch also takes that relu's backward of the gradient
+    /// ([`MoeFfn::backward_rest`]).
+    pub relu_below: Option<Value>,
+}
+
+impl std::fmt::Debug for BackwardCall<'_> {
+    /// Everything but the naming function.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackwardCall")
+            .field("gang", &self.gang)
+            .field("saved", self.saved)
+            .field("weights", self.weights)
+            .field("dy", &self.dy)
+            .field("residual", &self.residual)
+            .field("relu_below", &self.relu_below)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MoeFfn {
     fn k(
         b: &mut ProgramBuilder,
@@ -283,23 +317,12 @@ impl MoeFfn {
         (y, saved)
     }
 
-    /// The gradient of the layer's input given its output's `dy`, added to `residual` when the
-    /// caller has one (the residual stream's gradient: `residual + dispatch grad + router input
-    /// grad`, summed in that order), and the weight gradients: [`Self::backward_send`], then
+    /// The gradient of the layer's input given its output's (`cx.dy`), with `cx.residual` added
+    /// where the caller has one, and the weight gradients: [`Self::backward_send`], then
     /// [`Self::backward_rest`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn backward(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        w: &MoeFfnWeights,
-        dy: Value,
-        residual: Option<Value>,
-    ) -> (Value, MoeFfnGrads) {
-        let sent = self.backward_send(b, gang, at, s, dy);
-        let (dx, _, grads) = self.backward_rest(b, gang, at, s, w, dy, sent, residual, None);
+    pub fn backward(&self, b: &mut ProgramBuilder, cx: &BackwardCall<'_>) -> (Value, MoeFfnGrads) {
+        let sent = self.backward_send(b, cx);
+        let (dx, _, grads) = self.backward_rest(b, cx, sent);
         (dx, grads)
     }
 
@@ -307,14 +330,14 @@ impl MoeFfn {
     /// (for [`Self::backward_rest`]). A caller
     /// that has work independent of the layer (a weight gradient of the layer above) puts it
     /// between this and [`Self::backward_rest`], where devices run it while the slots travel.
-    pub fn backward_send(
-        &self,
-        b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        dy: Value,
-    ) -> Moving {
+    pub fn backward_send(&self, b: &mut ProgramBuilder, cx: &BackwardCall<'_>) -> Moving {
+        let BackwardCall {
+            gang,
+            at,
+            saved: s,
+            dy,
+            ..
+        } = *cx;
         let [probs, routes, stats] = s.routing;
         let d_out = Self::k(
             b,
@@ -339,30 +362,13 @@ impl MoeFfn {
     /// With `relu_below`, the output of a relu under the layer (whose output the layer's input
     /// summed), the input gradient's last launch also takes that relu's backward of the gradient:
     /// the second value returned (`dx` itself without one).
-    #[allow(clippy::too_many_arguments)]
     pub fn backward_rest(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        w: &MoeFfnWeights,
-        dy: Value,
+        cx: &BackwardCall<'_>,
         sent: Moving,
-        residual: Option<Value>,
-        relu_below: Option<Value>,
     ) -> (Value, Value, MoeFfnGrads) {
-        let (dx, masked, _, router, experts) = self.backward_inner(
-            b,
-            gang,
-            at,
-            s,
-            w,
-            dy,
-            sent,
-            (residual, relu_below),
-            Defer::Nothing,
-        );
+        let (dx, masked, _, router, experts) = self.backward_inner(b, cx, sent, Defer::Nothing);
         let (Some(router), Some((w1, w2))) = (router, experts) else {
             unreachable!("a backward deferring nothing computes every weight gradient")
         };
@@ -373,30 +379,13 @@ impl MoeFfn {
     /// its factors `(input, d_r)` (the gradient is `inputᵀ · d_r`), so that a step can put it
     /// off and compute it beside another layer's (a step's paired weight gradients).
     /// Returns `(dx, below, (input, d_r), (dW1, dW2))`.
-    #[allow(clippy::too_many_arguments)]
     pub fn backward_rest_router_later(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        w: &MoeFfnWeights,
-        dy: Value,
+        cx: &BackwardCall<'_>,
         sent: Moving,
-        residual: Option<Value>,
-        relu_below: Option<Value>,
     ) -> (Value, Value, (Value, Value), (Value, Value)) {
-        let (dx, masked, kept, _, experts) = self.backward_inner(
-            b,
-            gang,
-            at,
-            s,
-            w,
-            dy,
-            sent,
-            (residual, relu_below),
-            Defer::Router,
-        );
+        let (dx, masked, kept, _, experts) = self.backward_inner(b, cx, sent, Defer::Router);
         let Some(experts) = experts else {
             unreachable!("a backward deferring the router's gradient computes the experts'")
         };
@@ -406,20 +395,13 @@ impl MoeFfn {
     /// The backward without the weight gradients, for a schedule that splits the backward into
     /// B (the input gradient, on the critical path) and W ([`Self::weight_grads`] of what this
     /// keeps, later): the same nodes as [`Self::backward`] but the three weight-gradient ones.
-    #[allow(clippy::too_many_arguments)]
     pub fn backward_input(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        w: &MoeFfnWeights,
-        dy: Value,
-        residual: Option<Value>,
+        cx: &BackwardCall<'_>,
     ) -> (Value, MoeFfnDeferred) {
-        let sent = self.backward_send(b, gang, at, s, dy);
-        let (dx, _, kept, _, _) =
-            self.backward_inner(b, gang, at, s, w, dy, sent, (residual, None), Defer::All);
+        let sent = self.backward_send(b, cx);
+        let (dx, _, kept, _, _) = self.backward_inner(b, cx, sent, Defer::All);
         (dx, kept)
     }
 
@@ -463,17 +445,11 @@ impl MoeFfn {
 
     /// [`Self::backward_rest`]'s nodes, without the weight gradients `defer` names (`None`):
     /// `(dx, below, what the deferred ones need, the router's, the experts')`.
-    #[allow(clippy::too_many_arguments)]
     fn backward_inner(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
-        at: Names,
-        s: &MoeFfnSaved,
-        w: &MoeFfnWeights,
-        dy: Value,
+        cx: &BackwardCall<'_>,
         sent: Moving,
-        (residual, relu_below): (Option<Value>, Option<Value>),
         defer: Defer,
     ) -> (
         Value,
@@ -482,6 +458,15 @@ impl MoeFfn {
         Option<Value>,
         Option<(Value, Value)>,
     ) {
+        let BackwardCall {
+            gang,
+            at,
+            saved: s,
+            weights: w,
+            dy,
+            residual,
+            relu_below,
+        } = *cx;
         let [probs, routes, stats] = s.routing;
         // The gates' gradients are computed in the router backward's launch.
         let d_r = Self::k(

@@ -25,7 +25,7 @@
 //! replicated gradients final before the stem's and the embedding's backward start their
 //! all-reduce there.
 
-use super::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
+use super::ffn_program::{BackwardCall, ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights};
 use super::params::{BlockIndex, EMBED, W_IN};
 use super::{MoeLmConfig, VOCAB};
 use crate::Result;
@@ -134,19 +134,19 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
             let gang = x.gang.clone();
-            let sent = ffn.backward_send(&mut x.b, &gang, &at, &moe, dh);
             // The dense relu's backward of d_mid is taken in the launch that sums d_mid.
-            let (d_mid, d_pre, (r_input, d_r), (w1, w2)) = ffn.backward_rest_router_later(
-                &mut x.b,
-                &gang,
-                &at,
-                &moe,
-                &weights,
-                dh,
-                sent,
-                Some(dh),
-                Some(dense),
-            );
+            let cx = BackwardCall {
+                gang: &gang,
+                at: &at,
+                saved: &moe,
+                weights: &weights,
+                dy: dh,
+                residual: Some(dh),
+                relu_below: Some(dense),
+            };
+            let sent = ffn.backward_send(&mut x.b, &cx);
+            let (d_mid, d_pre, (r_input, d_r), (w1, w2)) =
+                ffn.backward_rest_router_later(&mut x.b, &cx, sent);
             // Every device computed its experts' gradients this round.
             let token_side = x.b.set_active(None);
             x.grad(ix.w2, &at("accumulate w2 grad"), w2);

@@ -20,7 +20,7 @@ use super::{Fold, ScheduleKind};
 use crate::device::DeviceList;
 use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::moe::ffn_program::{
-    ExpertActivation, MoeFfn, MoeFfnDeferred, MoeFfnSaved, MoeFfnWeights,
+    BackwardCall, ExpertActivation, MoeFfn, MoeFfnDeferred, MoeFfnSaved, MoeFfnWeights,
 };
 use crate::program::{ProgramBuilder, Value};
 use crate::sched::Client;
@@ -260,13 +260,20 @@ impl StageModel for MoeStack {
         let at = |what: &str| format!("L{layer} {what}");
         let w = Self::weights_of(w);
         // The residual's gradient is dy itself: the layer's input gradient adds to it.
+        let cx = BackwardCall {
+            gang,
+            at: &at,
+            saved: &saved,
+            weights: &w,
+            dy,
+            residual: Some(dy),
+            relu_below: None,
+        };
         if split {
-            let (dx, kept) = self
-                .ffn
-                .backward_input(b, gang, &at, &saved, &w, dy, Some(dy));
+            let (dx, kept) = self.ffn.backward_input(b, &cx);
             (Some(dx), Grads::Later(kept))
         } else {
-            let (dx, g) = self.ffn.backward(b, gang, &at, &saved, &w, dy, Some(dy));
+            let (dx, g) = self.ffn.backward(b, &cx);
             (Some(dx), Grads::Now(vec![g.router, g.w1, g.w2]))
         }
     }

@@ -37,7 +37,9 @@ use crate::kernels::matmul::Epilogue;
 use crate::kernels::{
     Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward, TensorType,
 };
-use crate::moe::ffn_program::{ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights, Names};
+use crate::moe::ffn_program::{
+    BackwardCall, ExpertActivation, MoeFfn, MoeFfnSaved, MoeFfnWeights, Names,
+};
 use crate::program::{Program, Value};
 use crate::train::StepShape;
 use crate::train::step_program::{Builder, Mode};
@@ -299,10 +301,18 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                         w1: x.params[w1],
                         w2: x.params[w2],
                     };
-                    let sent = ffn.backward_send(&mut x.b, &gang, &at, saved, dh);
+                    let cx = BackwardCall {
+                        gang: &gang,
+                        at: &at,
+                        saved,
+                        weights: &w,
+                        dy: dh,
+                        residual: None,
+                        relu_below: None,
+                    };
+                    let sent = ffn.backward_send(&mut x.b, &cx);
                     x.weight_grads_now();
-                    let (df, _, g) =
-                        ffn.backward_rest(&mut x.b, &gang, &at, saved, &w, dh, sent, None, None);
+                    let (df, _, g) = ffn.backward_rest(&mut x.b, &cx, sent);
                     // Every device computed its experts' gradients this round.
                     let token_side = x.b.set_active(None);
                     x.grad(w2, &at("accumulate w2 grad"), g.w2);
