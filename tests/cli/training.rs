@@ -36,7 +36,7 @@ pub(super) fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_:
     ];
     first.extend(tiny);
     let out = gangway(&first);
-    assert!(out.contains("3 steps, 96 tokens"), "{out}");
+    assert!(out.contains("3 steps (to step 3), 96 tokens"), "{out}");
     assert!(out.contains("bits per byte; unigram byte model"), "{out}");
     assert!(
         out.contains("spread of kept tokens over the experts (cv)"),
@@ -74,7 +74,7 @@ pub(super) fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_:
     ];
     again.extend(tiny);
     let out = gangway(&again);
-    assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    assert!(out.contains("2 steps (to step 5), 64 tokens"), "{out}");
     // Fine-tuning (issue 42): the checkpoint's weights with fresh optimizer state start below a
     // fresh model's first loss; --init and --resume together are refused.
     let fresh_first = report["losses"][0].as_f64().unwrap();
@@ -89,7 +89,7 @@ pub(super) fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_:
     tune.extend(["--json", json.to_str().unwrap()]);
     tune.extend(tiny);
     let out = gangway(&tune);
-    assert!(out.contains("2 steps, 64 tokens"), "{out}");
+    assert!(out.contains("2 steps (to step 2), 64 tokens"), "{out}");
     let tuned_first = report_losses(&json)[0];
     assert!(
         tuned_first < fresh_first,
@@ -127,7 +127,7 @@ pub(super) fn train_moe_reports_bits_per_byte_and_resumes_from_its_checkpoint(_:
         dealt.extend(tiny);
         let out = gangway(&dealt);
         assert!(out.contains(want), "{out}");
-        assert!(out.contains("2 steps, 64 tokens"), "{out}");
+        assert!(out.contains("2 steps (to step 2), 64 tokens"), "{out}");
     }
     for (balance, says) in [
         ("3,0", "at least one routing group"),

@@ -346,10 +346,34 @@ pub(crate) struct TransformerArgs {
 pub(crate) struct TrainLmArgs {
     #[command(flatten)]
     pub(crate) model: TransformerArgs,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) steps: u32,
+    /// Sequences per step over all devices.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) batch: usize,
+    /// Validation sequences scored at each evaluation.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) eval_sequences: usize,
+    /// With --init: the Transformer configuration (JSON, as `gangway import --config` takes it)
+    /// of a file without gangway's metadata.
+    #[arg(long, value_name = "JSON", requires = "init")]
+    pub(crate) config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) train: TrainArgs,
+    /// The ids of the flags given on the command line (not defaulted), filled in by `main` from
+    /// clap's matches: with --init or --resume, a given flag is applied or reported as ignored.
+    #[arg(skip)]
+    pub(crate) given: Vec<String>,
+}
+
+/// The flags every `train` command shares, whatever its model: where it runs, what it reads,
+/// how it evaluates, checkpoints, resumes, starts from weights, reports and dispatches.
+#[derive(Args, Debug)]
+pub(crate) struct TrainArgs {
     /// Devices to use (the first N found; the experts are split over them).
     #[arg(long, default_value_t = 1)]
     pub(crate) devices: usize,
-    /// Routing groups per batch [default: one per device].
+    /// Routing groups per batch [default: one per device, or the checkpoint's].
     #[arg(long)]
     pub(crate) groups: Option<usize>,
     /// The devices as a mesh of named axes, row-major: `data=A,expert=B` makes A rows that each
@@ -362,11 +386,6 @@ pub(crate) struct TrainLmArgs {
     /// groups, and so the losses, are those of an even split.
     #[arg(long, default_value = "even")]
     pub(crate) balance: gangway::train::Balance,
-    #[arg(long, default_value_t = 200)]
-    pub(crate) steps: u32,
-    /// Sequences per step over all devices.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) batch: usize,
     #[arg(long, default_value_t = 3e-3)]
     pub(crate) lr: f32,
     /// Text files or directories to train on [default: the bundled corpora, all domains].
@@ -377,34 +396,29 @@ pub(crate) struct TrainLmArgs {
     pub(crate) eval_every: u32,
     #[command(flatten)]
     pub(crate) eval_capacity: EvalCapacityArg,
-    /// Validation sequences scored at each evaluation.
-    #[arg(long, default_value_t = 64)]
-    pub(crate) eval_sequences: usize,
     /// Save a resumable checkpoint (safetensors) here every --checkpoint-every steps and at
     /// the end.
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
     #[arg(long, default_value_t = 100)]
     pub(crate) checkpoint_every: u32,
-    /// Continue from this checkpoint (its model sizes, Adam setting and groups win).
+    /// Continue from this checkpoint (its model sizes, Adam setting and groups win over the
+    /// flags).
     #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
     /// Start from the weights in this file, with fresh optimizer state and the step count at 0:
-    /// fine-tuning. A checkpoint, `gangway export`'s weights, or another tool's safetensors with
-    /// --config. Its model sizes win over the flags.
+    /// fine-tuning. A checkpoint (or for `train lm`, `gangway export`'s weights, or another
+    /// tool's safetensors with --config). Its model sizes win over the flags.
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     pub(crate) init: Option<PathBuf>,
-    /// With --init: the Transformer configuration (JSON, as `gangway import --config` takes it)
-    /// of a file without gangway's metadata.
-    #[arg(long, value_name = "JSON", requires = "init")]
-    pub(crate) config: Option<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
-    /// The ids of the flags given on the command line (not defaulted), filled in by `main` from
-    /// clap's matches: with --init or --resume, a given flag is applied or reported as ignored.
-    #[arg(skip)]
-    pub(crate) given: Vec<String>,
+    /// How the runtime dispatches each step: parallel asynchronous dispatch (every command
+    /// buffer recorded up front), or sequential (a node is prepared once its predecessor ran),
+    /// to compare.
+    #[arg(long, value_enum, default_value = "parallel")]
+    pub(crate) dispatch: DispatchArg,
 }
 
 /// How an MoE model routes when it is scored (`eval lm`, and training's validation).
@@ -579,57 +593,13 @@ pub(crate) struct BtmArgs {
 pub(crate) struct TrainMoeArgs {
     #[command(flatten)]
     pub(crate) model: ModelArgs,
-    /// Devices to use (the first N found; the experts are split over them).
-    #[arg(long, default_value_t = 1)]
-    pub(crate) devices: usize,
     #[arg(long, default_value_t = 300)]
     pub(crate) steps: u32,
     /// Tokens per step over all devices.
     #[arg(long, default_value_t = 128)]
     pub(crate) batch: usize,
-    #[arg(long, default_value_t = 3e-3)]
-    pub(crate) lr: f32,
-    /// Text files or directories to train on [default: the bundled corpora, all domains].
-    #[arg(long, num_args = 1..)]
-    pub(crate) corpus: Vec<PathBuf>,
-    /// Evaluate validation bits per byte every N steps (0: only at the end).
-    #[arg(long, default_value_t = 0)]
-    pub(crate) eval_every: u32,
     #[command(flatten)]
-    pub(crate) eval_capacity: EvalCapacityArg,
-    /// Save a checkpoint here every --checkpoint-every steps and at the end.
-    #[arg(long)]
-    pub(crate) checkpoint: Option<PathBuf>,
-    #[arg(long, default_value_t = 100)]
-    pub(crate) checkpoint_every: u32,
-    /// Continue from this checkpoint (its model sizes win over the flags).
-    #[arg(long)]
-    pub(crate) resume: Option<PathBuf>,
-    /// Start from the weights of this checkpoint, with fresh optimizer state and the step count
-    /// at 0: fine-tuning. Its model sizes win over the flags.
-    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
-    pub(crate) init: Option<PathBuf>,
-    /// Write the report as JSON here.
-    #[arg(long)]
-    pub(crate) json: Option<PathBuf>,
-    /// How the runtime dispatches each step: parallel asynchronous dispatch (every command
-    /// buffer recorded up front), or sequential (a node is prepared once its predecessor ran),
-    /// to compare.
-    #[arg(long, value_enum, default_value = "parallel")]
-    pub(crate) dispatch: DispatchArg,
-    /// Routing groups per batch [default: one per device, or the checkpoint's].
-    #[arg(long)]
-    pub(crate) groups: Option<usize>,
-    /// The devices as a mesh of named axes, row-major: `data=A,expert=B` makes A rows that each
-    /// hold every expert once (the all-to-alls run within rows, expert gradients are all-reduced
-    /// over data) [default: one axis]
-    #[arg(long, value_name = "AXES")]
-    pub(crate) mesh: Option<String>,
-    /// How the groups are dealt to the devices: `even`, `measured` (by each device's speed,
-    /// timed on the first batch, if that runs faster), or groups per device (`6,2`). The
-    /// groups, and so the losses, are those of an even split.
-    #[arg(long, default_value = "even")]
-    pub(crate) balance: gangway::train::Balance,
+    pub(crate) train: TrainArgs,
 }
 
 /// `--dispatch`'s values.

@@ -1,6 +1,6 @@
-//! The Transformer's commands: `train lm` (through `gangway::train`, on the devices `--mesh`
-//! lays out; from fresh weights, a checkpoint it resumes, or given weights it fine-tunes with
-//! `--init`, applying the training settings given beside it and naming the size flags it
+//! The Transformer's commands: `train lm` (its plan for the one training body,
+//! `train_command.rs`: from fresh weights, a checkpoint it resumes, or given weights it fine-tunes
+//! with `--init`, applying the training settings given beside it and naming the size flags it
 //! ignores), `eval lm` (every byte after the first by default: `transformer::score`, saying how
 //! many and at which capacity),
 //! `generate` (its size flags bounded before the model loads), `export` and `import`, and its two comparisons: `eval moe-vs-dense`, and `eval
@@ -10,13 +10,12 @@ use crate::cli::{
     ArchArg, EvalBtmArgs, EvalLmArgs, ExportArgs, GenerateArgs, ImportArgs, MoeVsDenseArgs,
     TrainLmArgs, TransformerArgs,
 };
-use crate::{
-    corpus_of, finish_training, first_devices, print_groups, progress, write_json, write_out,
-};
+use crate::train_command::{Plan, train};
+use crate::{corpus_of, first_devices, progress, write_json, write_out};
 use anyhow::{Context, Result, bail};
 use gangway::kernels::optim::AdamConfig;
 use gangway::sched::Runtime;
-use gangway::train::{Progress, TrainOptions, resume, train};
+use gangway::train::TrainOptions;
 use gangway::transformer::generate::{Sampling, generate_on, generate_samples};
 use gangway::transformer::score::score_text;
 use gangway::transformer::{
@@ -147,26 +146,27 @@ fn given_model_flags(args: &TrainLmArgs, file: &TransformerConfig, keep: &[&str]
         .collect()
 }
 
+/// `gangway train lm`: the Transformer, fresh, resumed (`--resume`, naming the flags the file
+/// overrides), or fine-tuned from given weights (`--init`, applying the training settings given
+/// beside them), through the one training command ([`crate::train_command::train`]).
 pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
-    let devices = &crate::mesh_of(runtime, args.devices, args.mesh.as_deref())?;
-    let corpus = corpus_of(&args.corpus)?;
-    let client = runtime.client("train lm", 1);
+    let shared = &args.train;
+    let corpus = corpus_of(&shared.corpus)?;
     args.model.check_arch()?;
-    let (start, checkpoint) = match (&args.resume, &args.init) {
+    let (start, checkpoint) = match (&shared.resume, &shared.init) {
         (Some(path), _) => {
             let checkpoint = TransformerCheckpoint::load(path)?;
-            eprintln!("resuming after step {}", checkpoint.step());
             let file = *checkpoint.config();
             let mut ignored = given_model_flags(args, &file, &[]);
             if let Some(state) = &checkpoint.train {
                 let given = |id: &str| args.given.iter().any(|g| g == id);
-                if given("lr") && args.lr != state.adam.lr {
+                if given("lr") && shared.lr != state.adam.lr {
                     ignored.push(format!(
                         "ignored: --lr {}, the file has {}",
-                        args.lr, state.adam.lr
+                        shared.lr, state.adam.lr
                     ));
                 }
-                if let Some(groups) = args.groups.filter(|&g| g != state.groups) {
+                if let Some(groups) = shared.groups.filter(|&g| g != state.groups) {
                     ignored.push(format!(
                         "ignored: --groups {groups}, the file has {}",
                         state.groups
@@ -205,9 +205,9 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let c = start.config;
     let groups = match checkpoint.as_ref().and_then(|k| k.train.as_ref()) {
         Some(t) => t.groups,
-        None => args.groups.unwrap_or(devices.len()),
+        None => shared.groups.unwrap_or(shared.devices),
     };
-    eprintln!(
+    let about = format!(
         "Transformer: {} parameters, {} layers of width {} ({} heads, context {}), {} expert \
          layers of {} experts (top-{}) over {} devices, {} routing groups; {} KiB of text in {:?}",
         start.count(),
@@ -218,7 +218,7 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
         c.moe_layers(),
         c.experts,
         c.top_k,
-        devices.len(),
+        shared.devices,
         groups,
         corpus.len_bytes() >> 10,
         corpus.domains()
@@ -226,60 +226,21 @@ pub(crate) fn train_lm(runtime: &Runtime, args: &TrainLmArgs) -> Result<()> {
     let opts = TrainOptions {
         steps: args.steps,
         batch: args.batch,
-        lr: args.lr,
-        eval_every: args.eval_every,
         eval_units: args.eval_sequences,
-        eval_capacity: args.eval_capacity.factor(c.experts, c.top_k),
-        checkpoint: args.checkpoint.clone(),
-        checkpoint_every: args.checkpoint_every,
+        eval_capacity: shared.eval_capacity.factor(c.experts, c.top_k),
         data_seed: c.seed.wrapping_add(1),
-        balance: args.balance.clone(),
         groups: Some(groups),
         ..TrainOptions::default()
     };
-    let pb = progress::bar(u64::from(args.steps));
-    let show = |p: &Progress| {
-        crate::live_command::training_step(p, args.lr);
-        pb.set_position(u64::from(p.step));
-        pb.set_message(format!(
-            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%",
-            p.stats.step,
-            p.stats.loss,
-            p.tokens_per_s,
-            p.stats.dropped_fraction * 100.0,
-        ));
-        if let Some(b) = p.valid_bpb {
-            progress::line(
-                &pb,
-                format!("step {}: valid {b:.3} bits per byte", p.stats.step),
-            );
-        }
+    let plan = Plan {
+        name: "train lm",
+        start,
+        checkpoint,
+        about,
+        routed: c.moe_layers() > 0,
+        opts,
     };
-    let report = match &checkpoint {
-        Some(k) => resume(&client, devices, &corpus, k, &opts, show)?,
-        None => train(&client, devices, &corpus, &start, &opts, show)?,
-    };
-    pb.finish();
-    let first = report.ces.first().copied().unwrap_or(f64::NAN);
-    let last = report.ces.last().copied().unwrap_or(f64::NAN);
-    println!(
-        "{} steps (to step {}), {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
-        report.steps,
-        report.last_step,
-        report.tokens,
-        report.seconds,
-        report.tokens_per_s,
-        report.devices
-    );
-    print_groups(&report.split, &report.balancing, report.calibration_seconds);
-    println!("training cross-entropy: {first:.3} → {last:.3} nats");
-    finish_training(
-        report.valid_bpb,
-        report.unigram_bpb,
-        args.checkpoint.as_deref(),
-    );
-    write_json(args.json.as_deref(), &report)?;
-    Ok(())
+    train(runtime, shared, &corpus, plan)
 }
 
 /// What `eval lm --json` prints.

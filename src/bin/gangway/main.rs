@@ -1,10 +1,11 @@
 //! The `gangway` command line: dispatch, the process's one runtime, the trace written for
 //! `--trace` (streamed as the job runs by `trace_file.rs`, then written whole with its lanes'
 //! [`Track`]s gathered over ranks), the job served with `--live` (`live_command.rs`, which also
-//! holds `watch` and `trace record`), and the bodies of the commands without
-//! a module of their own (`devices`, `demo`, training and BTM), with what they share (device
-//! selection, corpus loading, the training summary, file writes). `pipeline`, `bench`, `plan`,
-//! `trace` and the language-model commands have modules of their own. Under `mpirun` (built with
+//! holds `watch` and `trace record`), and the bodies of the commands without a module of their
+//! own (`devices`, `demo`, BTM), with what they share (device selection, corpus loading, the
+//! training summary, file writes). `train moe` and `train lm` share one body
+//! (`train_command.rs`); `pipeline`, `bench`, `plan`, `trace` and the language-model commands
+//! have modules of their own. Under `mpirun` (built with
 //! the `mpi` feature) every rank runs the same command over the job's global mesh, after the
 //! ranks agreed on their settings (`settings.rs`: a rank started with others ends the job);
 //! rank 0 alone prints and writes files. `devices --verbose` adds each kernel's needs against
@@ -55,6 +56,7 @@ mod progress;
 mod settings;
 mod trace_command;
 mod trace_file;
+mod train_command;
 
 impl DeviceArgs {
     fn discover(&self) -> Result<Vec<Device>> {
@@ -321,7 +323,9 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
                 bench_suites(&runtime, &found, args, &tracer)?
             }
         },
-        Command::Train(TrainCommand::Moe(args)) => train_moe(&runtime(&tracer)?, args)?,
+        Command::Train(TrainCommand::Moe(args)) => {
+            train_command::train_moe(&runtime(&tracer)?, args)?
+        }
         Command::Train(TrainCommand::Lm(args)) => lm_command::train_lm(&runtime(&tracer)?, args)?,
         Command::Eval(EvalCommand::Lm(args)) => lm_command::eval_lm(&runtime(&tracer)?, args)?,
         Command::Eval(EvalCommand::MoeVsDense(args)) => {
@@ -414,104 +418,6 @@ fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Run
     )?;
     live_command::join_mesh(runtime.mesh(), tracer, job)?;
     Ok(runtime)
-}
-
-fn train_moe(runtime: &Runtime, args: &TrainMoeArgs) -> Result<()> {
-    // Under mpirun: every rank's devices, rank by rank.
-    use gangway::moe::{MoeLmConfig, MoeLmParams};
-    use gangway::train::Checkpoint;
-    use gangway::train::{TrainOptions, resume, train};
-    let devices = &mesh_of(runtime, args.devices, args.mesh.as_deref())?;
-    let corpus = corpus_of(&args.corpus)?;
-    let checkpoint = args
-        .resume
-        .as_deref()
-        .map(Checkpoint::<MoeLmConfig>::load)
-        .transpose()?;
-    let start = match (&checkpoint, &args.init) {
-        (Some(c), _) => c.params.clone(),
-        (None, Some(path)) => {
-            eprintln!(
-                "starting from the weights in {}, with fresh optimizer state",
-                path.display()
-            );
-            Checkpoint::<MoeLmConfig>::load(path)?.params
-        }
-        (None, None) => MoeLmParams::init(args.model.config())?,
-    };
-    let c = start.config;
-    eprintln!(
-        "MoE LM: {} parameters, {} experts (top-{}, capacity factor {}) over {} devices; {} KiB of text in {:?}",
-        start.count(),
-        c.experts,
-        c.top_k,
-        c.capacity_factor,
-        devices.len(),
-        corpus.len_bytes() >> 10,
-        corpus.domains()
-    );
-    let opts = TrainOptions {
-        steps: args.steps,
-        batch: args.batch,
-        lr: args.lr,
-        eval_every: args.eval_every,
-        eval_capacity: args.eval_capacity.factor(c.experts, c.top_k),
-        checkpoint: args.checkpoint.clone(),
-        checkpoint_every: args.checkpoint_every,
-        data_seed: args.model.seed.wrapping_add(1),
-        dispatch: args.dispatch.into(),
-        groups: args.groups,
-        balance: args.balance.clone(),
-        ..TrainOptions::default()
-    };
-    let pb = progress::bar(u64::from(args.steps));
-    let show = |p: &gangway::train::Progress| {
-        crate::live_command::training_step(p, args.lr);
-        pb.set_position(u64::from(p.step));
-        pb.set_message(format!(
-            "(step {})  loss {:.3}  {:.0} tok/s  dropped {:.1}%  expert spread (cv) {:.2}",
-            p.stats.step,
-            p.stats.loss,
-            p.tokens_per_s,
-            p.stats.dropped_fraction * 100.0,
-            p.stats.expert_cv()
-        ));
-        if let Some(b) = p.valid_bpb {
-            progress::line(
-                &pb,
-                format!("step {}: valid {b:.3} bits per byte", p.stats.step),
-            );
-        }
-    };
-    let client = runtime.client("train moe", 1);
-    let report = match &checkpoint {
-        Some(c) => {
-            eprintln!("resuming after step {}", c.step());
-            resume(&client, devices, &corpus, c, &opts, show)?
-        }
-        None => train(&client, devices, &corpus, &start, &opts, show)?,
-    };
-    pb.finish();
-    let first = report.ces.first().copied().unwrap_or(f64::NAN);
-    let last = report.ces.last().copied().unwrap_or(f64::NAN);
-    println!(
-        "{} steps, {} tokens in {:.1} s ({:.0} tokens/s) on {} devices",
-        report.steps, report.tokens, report.seconds, report.tokens_per_s, report.devices
-    );
-    print_groups(&report.split, &report.balancing, report.calibration_seconds);
-    println!("training cross-entropy: {first:.3} → {last:.3} nats");
-    println!(
-        "mean dropped fraction: {:.2}%; mean spread of kept tokens over the experts (cv): {:.3}",
-        report.mean_dropped_fraction * 100.0,
-        report.mean_expert_cv
-    );
-    finish_training(
-        report.valid_bpb,
-        report.unigram_bpb,
-        args.checkpoint.as_deref(),
-    );
-    write_json(args.json.as_deref(), &report)?;
-    Ok(())
 }
 
 /// How a training command dealt its routing groups, and what balancing measured.
