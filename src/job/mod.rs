@@ -274,7 +274,7 @@ impl Job {
         let mut base = 0;
         for (rank, (rank_events, rank_names)) in all.into_iter().enumerate() {
             let shift = offsets.get(rank).map_or(0, |o| o.to_root_ns);
-            let at = |t: u64| (i128::from(t) + i128::from(shift)).max(0) as u64;
+            let at = |t: u64| crate::trace::shifted_ns(t, shift);
             let devices = rank_names
                 .iter()
                 .map(|t| t.id + 1)

@@ -331,6 +331,17 @@ fn mse_scale(n: usize) -> f32 {
     if n == 0 { 0.0 } else { 2.0 / n as f32 }
 }
 
+/// The mean squared error of `y` against `target`, summed in f64: the loss whose gradient
+/// [`MseGrad`] computes (0 for no values).
+pub fn mse_reference(y: &[f32], target: &[f32]) -> f32 {
+    let sum: f64 = y
+        .iter()
+        .zip(target)
+        .map(|(&y, &t)| f64::from(y - t).powi(2))
+        .sum();
+    (sum / y.len().max(1) as f64) as f32
+}
+
 /// Reference of [`MseGrad`].
 pub fn mse_grad_reference(y: &[f32], target: &[f32]) -> Vec<f32> {
     let scale = mse_scale(y.len());

@@ -98,7 +98,7 @@ impl ClockEstimate {
     }
 
     fn shift(&self, t_ns: u64) -> u64 {
-        (i128::from(t_ns) + i128::from(self.to_root_ns)).clamp(0, i128::from(u64::MAX)) as u64
+        crate::trace::shifted_ns(t_ns, self.to_root_ns)
     }
 }
 

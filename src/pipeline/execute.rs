@@ -33,6 +33,7 @@ use super::stage_model::StageModel;
 use crate::device::DeviceList;
 use crate::program::{CompileOptions, HostData, Variables};
 use crate::sched::{Client, RunOptions};
+use crate::trace::shifted_ns;
 use crate::{DType, Error, Result, Tensor};
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
@@ -121,10 +122,11 @@ pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<
     if job.size() > 1 {
         // Every rank's stages, on rank 0's clock.
         let offsets = job.clock_offsets(3)?;
+        // Not `Job::gather_trace`: the lanes are already the job's stages (not a rank's own
+        // devices to renumber), and every rank reports the whole run.
         let shift = offsets.get(job.rank()).map_or(0, |o| o.to_root_ns);
         for e in &mut events {
-            let at = |t: u64| (i128::from(t) + i128::from(shift)).max(0) as u64;
-            (e.start_ns, e.end_ns) = (at(e.start_ns), at(e.end_ns));
+            (e.start_ns, e.end_ns) = (shifted_ns(e.start_ns, shift), shifted_ns(e.end_ns, shift));
         }
         events = job.all_gather(&events)?.into_iter().flatten().collect();
         events.sort_by_key(|e| (e.start_ns, e.end_ns));
@@ -145,19 +147,12 @@ pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<
             });
         }
     }
-    let mut losses = Vec::with_capacity(plan.batch.len());
-    for (y, mb) in results
+    let losses = results
         .get(lowered.weights.len()..)
         .unwrap_or_default()
         .iter()
         .zip(plan.batch)
-    {
-        let sum: f64 = y
-            .iter()
-            .zip(&mb.target)
-            .map(|(&y, &t)| f64::from(y - t).powi(2))
-            .sum();
-        losses.push((sum / y.len().max(1) as f64) as f32);
-    }
+        .map(|(y, mb)| plan.model.loss(y, &mb.target))
+        .collect();
     report(plan, weights, losses, events, waits)
 }

@@ -146,13 +146,7 @@ impl Mlp {
         let acts = self.forward(mb)?;
         let layers = self.layers();
         let y = &acts[layers];
-        let n = y.len() as f64;
-        let loss = y
-            .iter()
-            .zip(&mb.target)
-            .map(|(&y, &t)| f64::from(y - t).powi(2))
-            .sum::<f64>()
-            / n;
+        let loss = crate::kernels::loss::mse_reference(y, &mb.target);
         let mut dz = crate::kernels::loss::mse_grad_reference(y, &mb.target);
         let mut grads = vec![Vec::new(); layers];
         for i in (0..layers).rev() {
@@ -167,7 +161,7 @@ impl Mlp {
                 );
             }
         }
-        Ok((loss as f32, grads))
+        Ok((loss, grads))
     }
 
     /// One training step over `batch`: gradients accumulated over the microbatches, then

@@ -109,6 +109,16 @@ pub trait StageModel {
         layer: usize,
         kept: Self::Kept,
     ) -> Vec<Value>;
+    /// The loss of a microbatch's output `y` against its target, on the host: what a run
+    /// reports. The default, the mean squared error, is the MLP's and the MoE stack's.
+    fn loss(&self, y: &[f32], target: &[f32]) -> f32 {
+        crate::kernels::loss::mse_reference(y, target)
+    }
+    /// The gradient of [`Self::loss`] with respect to the output, as a node on the last stage's
+    /// `gang`: where the lowering turns the last forward into the first backward.
+    fn loss_grad(&self, b: &mut ProgramBuilder, gang: &[usize], y: Value, target: Value) -> Value {
+        b.kernel1("mse_grad", gang, crate::kernels::MseGrad, &[y, target])
+    }
 }
 
 /// Layers of each of `virtual_stages` consecutive model slices of a `layers`-layer model:

@@ -20,7 +20,7 @@ pub mod utilization;
 pub use bubble::{PipelineBubble, pipeline_bubble};
 pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane, PipelineOp};
 pub use meta::EventMeta;
-pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch};
+pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch, shifted_ns};
 pub use track::{Track, TrackKind};
 pub use utilization::{
     BusyTime, exposed_wait_ns, overlap_ns, span, utilization, utilization_series,

@@ -24,6 +24,12 @@ pub fn ns_since_epoch(t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(process_epoch()).as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A trace time moved by `by_ns` (onto another process's clock: a rank's onto rank 0's),
+/// clamped to the trace's range: the one shift every merge of several clocks uses.
+pub fn shifted_ns(t_ns: u64, by_ns: i64) -> u64 {
+    (i128::from(t_ns) + i128::from(by_ns)).clamp(0, i128::from(u64::MAX)) as u64
+}
+
 /// Records events and streams them to subscribers. Clones share one recording.
 #[derive(Clone, Default)]
 pub struct Tracer {
