@@ -17,6 +17,7 @@
 //! sqrt(3 / fan_in)` in parameter order (the embedding's fan-in is 1). With no expert layers
 //! every parameter is replicated: the devices are data-parallel only.
 
+use crate::kernels::matmul::Activation;
 use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::kernels::{EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
@@ -165,7 +166,7 @@ fn build(shape: &StepShape<MlpLmConfig>, mode: Mode) -> Result<Program> {
         x.b.set_active(shape.split.active(r));
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         // Relus are their matmuls' epilogues: the backward needs only their outputs.
-        let (relu, w1, w2) = (Epilogue::Relu, x.params[W1], x.params[W2]);
+        let (relu, w1, w2) = (Epilogue::relu(), x.params[W1], x.params[W2]);
         let h1 = x.mm_then(&at("w1 matmul"), emb, w1, false, false, relu, &[]);
         let h2 = x.mm_then(&at("w2 matmul"), h1, w2, false, false, relu, &[]);
         let logits = x.mm(&at("w3 matmul"), h2, x.params[W3], false, false);
@@ -174,7 +175,7 @@ fn build(shape: &StepShape<MlpLmConfig>, mode: Mode) -> Result<Program> {
             continue;
         }
         // Each relu's backward is the epilogue of the input gradient's matmul above it.
-        let relu_backward = Epilogue::ReluBackward;
+        let relu_backward = Epilogue::backward_of(Activation::Relu);
         let d_pre2 =
             x.linear_backward_then(false, &at, "w3", W3, h2, d_logits, relu_backward, &[h2]);
         let d_pre1 = x.linear_backward_then(false, &at, "w2", W2, h1, d_pre2, relu_backward, &[h1]);

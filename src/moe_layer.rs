@@ -92,7 +92,7 @@ pub fn run_expert_parallel(
         offsets,
         choice: VariantChoice::SameSums(MatmulVariant::Vec4),
         f16_accumulate: false,
-        epilogue: crate::kernels::Epilogue::None,
+        epilogue: crate::kernels::Epilogue::NONE,
     };
     // The router's linear layer is computed in the router's first launch.
     let [_logits, probs, routes, stats, _lse] = p.kernel(

@@ -177,7 +177,7 @@ fn autotuner_times_on_the_gpu_clock_where_there_is_one(device: &Device) {
                 limits: None,
                 choice: gangway::kernels::matmul::VariantChoice::Fixed(variant),
                 f16_accumulate: false,
-                epilogue: gangway::kernels::Epilogue::None,
+                epilogue: gangway::kernels::Epilogue::NONE,
             };
             let start = std::time::Instant::now();
             gangway::kernels::eager::run_one(&kernel, &[args.a, args.b]).unwrap();

@@ -194,7 +194,7 @@ fn a_device_destroyed_with_work_queued_reports_the_loss_not_a_validation_error(
                 limits: None,
                 choice: VariantChoice::Auto,
                 f16_accumulate: false,
-                epilogue: gangway::kernels::Epilogue::None,
+                epilogue: gangway::kernels::Epilogue::NONE,
             },
             &[&x, &x],
         )

@@ -6,6 +6,7 @@
 mod common;
 
 use common::{Need, assert_close, case};
+use gangway::kernels::matmul::Activation;
 use gangway::kernels::matmul::{
     self, Matmul, MatmulOptions, MatmulShape, MatmulVariant, VariantChoice,
 };
@@ -27,7 +28,7 @@ fn grouped_matmul(
         limits: None,
         choice: options.variant,
         f16_accumulate: options.f16_accumulate,
-        epilogue: gangway::kernels::Epilogue::None,
+        epilogue: gangway::kernels::Epilogue::NONE,
     };
     eager::run_one(&kernel, &[a, b])
 }
@@ -41,7 +42,7 @@ fn plain_matmul(a: &Tensor, b: &Tensor, options: MatmulOptions) -> gangway::Resu
         limits: None,
         choice: options.variant,
         f16_accumulate: options.f16_accumulate,
-        epilogue: gangway::kernels::Epilogue::None,
+        epilogue: gangway::kernels::Epilogue::NONE,
     };
     eager::run_one(&kernel, &[a, b])
 }
@@ -423,7 +424,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                     f16_accumulate: false,
                     epilogue,
                 };
-                let product = eager::run_one(&node(Epilogue::None), &[&a, &b]).unwrap();
+                let product = eager::run_one(&node(Epilogue::NONE), &[&a, &b]).unwrap();
                 // Elementwise kernels are f32 only: f16 epilogues are checked on the host, to
                 // f16's rounding.
                 let (unfused, gelu): ([(Epilogue, Vec<f32>); 6], Vec<f32>) = if dtype == DType::F32
@@ -437,13 +438,19 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                     };
                     let gelu = run(ElementwiseOp::Gelu, &[&product]).to_f32().unwrap();
                     let unfused = [
-                        (Epilogue::Relu, relu.to_f32().unwrap()),
-                        (Epilogue::Add, sum(&product).to_f32().unwrap()),
-                        (Epilogue::ReluAdd, sum(&relu).to_f32().unwrap()),
-                        (Epilogue::ReluBackward, relu_backward(&product)),
-                        (Epilogue::AddReluBackward, relu_backward(&sum(&product))),
+                        (Epilogue::relu(), relu.to_f32().unwrap()),
+                        (Epilogue::add(), sum(&product).to_f32().unwrap()),
+                        (Epilogue::relu().and_add(), sum(&relu).to_f32().unwrap()),
                         (
-                            Epilogue::GeluBackward,
+                            Epilogue::backward_of(Activation::Relu),
+                            relu_backward(&product),
+                        ),
+                        (
+                            Epilogue::add().and_backward_of(Activation::Relu),
+                            relu_backward(&sum(&product)),
+                        ),
+                        (
+                            Epilogue::backward_of(Activation::Gelu),
                             run(ElementwiseOp::GeluBackward, &[&gelu_in, &product])
                                 .to_f32()
                                 .unwrap(),
@@ -467,13 +474,19 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                             .collect()
                     };
                     let unfused = [
-                        (Epilogue::Relu, relu.clone()),
-                        (Epilogue::Add, add(&p)),
-                        (Epilogue::ReluAdd, add(&relu)),
-                        (Epilogue::ReluBackward, relu_backward(p.clone())),
-                        (Epilogue::AddReluBackward, relu_backward(add(&p))),
+                        (Epilogue::relu(), relu.clone()),
+                        (Epilogue::add(), add(&p)),
+                        (Epilogue::relu().and_add(), add(&relu)),
                         (
-                            Epilogue::GeluBackward,
+                            Epilogue::backward_of(Activation::Relu),
+                            relu_backward(p.clone()),
+                        ),
+                        (
+                            Epilogue::add().and_backward_of(Activation::Relu),
+                            relu_backward(add(&p)),
+                        ),
+                        (
+                            Epilogue::backward_of(Activation::Gelu),
                             gelu_backward(&p, &gelu_in.to_f32().unwrap()),
                         ),
                     ];
@@ -482,8 +495,12 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 for (epilogue, want) in unfused.iter().cloned() {
                     let mut inputs = vec![&a, &b];
                     inputs.extend(epilogue.adds().then_some(&addend));
-                    inputs.extend(epilogue.relu_backward().then_some(&relu_out));
-                    inputs.extend(epilogue.gelu_backward().then_some(&gelu_in));
+                    inputs.extend(
+                        (epilogue.backward_of == Some(Activation::Relu)).then_some(&relu_out),
+                    );
+                    inputs.extend(
+                        (epilogue.backward_of == Some(Activation::Gelu)).then_some(&gelu_in),
+                    );
                     assert_eq!(inputs.len(), 2 + epilogue.operands());
                     let fused = eager::run_one(&node(epilogue), &inputs).unwrap();
                     let got = fused.to_f32().unwrap();
@@ -504,20 +521,21 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
                 let product = product.to_f32().unwrap();
                 for (keep, main, before_last) in [
                     (
-                        Epilogue::ReluAddKeepRelu,
-                        want(Epilogue::ReluAdd),
-                        want(Epilogue::Relu),
+                        Epilogue::relu().and_add().keeping(),
+                        want(Epilogue::relu().and_add()),
+                        want(Epilogue::relu()),
                     ),
                     (
-                        Epilogue::AddReluBackwardKeepSum,
-                        want(Epilogue::AddReluBackward),
-                        want(Epilogue::Add),
+                        Epilogue::add().and_backward_of(Activation::Relu).keeping(),
+                        want(Epilogue::add().and_backward_of(Activation::Relu)),
+                        want(Epilogue::add()),
                     ),
-                    (Epilogue::GeluKeepInput, &gelu, &product),
+                    (Epilogue::gelu().keeping(), &gelu, &product),
                 ] {
                     let mut inputs = vec![&a, &b];
                     inputs.extend(keep.adds().then_some(&addend));
-                    inputs.extend(keep.relu_backward().then_some(&relu_out));
+                    inputs
+                        .extend((keep.backward_of == Some(Activation::Relu)).then_some(&relu_out));
                     let [out, kept] = eager::run_n(&node(keep), &inputs).unwrap();
                     let what = format!("{variant:?} {keep:?} {shape:?} on {}", device.label());
                     for (got, want) in [(out, main), (kept, before_last)] {
@@ -545,13 +563,13 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
         limits: None,
         choice: VariantChoice::Fixed(MatmulVariant::Naive),
         f16_accumulate: false,
-        epilogue: Epilogue::Add,
+        epilogue: Epilogue::add(),
     };
     let err = eager::run_one(&uncovering, &[&a, &b, &addend]).unwrap_err();
     assert!(err.to_string().contains("covering all 6 rows"), "{err}");
     // So is a relu's backward there.
     let masking = Matmul {
-        epilogue: Epilogue::ReluBackward,
+        epilogue: Epilogue::backward_of(Activation::Relu),
         ..uncovering.clone()
     };
     let err = eager::run_one(&masking, &[&a, &b, &addend]).unwrap_err();
@@ -560,7 +578,7 @@ fn epilogues_give_the_bits_of_the_kernels_they_replace(device: &Device) {
     assert!(eager::run_one(&uncovering, &[&a, &b]).is_err());
     let full = Matmul {
         offsets: None,
-        epilogue: Epilogue::AddReluBackward,
+        epilogue: Epilogue::add().and_backward_of(Activation::Relu),
         ..uncovering
     };
     assert!(eager::run_one(&full, &[&a, &b, &addend]).is_err());
@@ -765,7 +783,7 @@ fn live_row_limits_skip_empty_slots_without_changing_a_bit(device: &Device) {
                     limits,
                     choice: VariantChoice::Fixed(variant),
                     f16_accumulate: false,
-                    epilogue: gangway::kernels::Epilogue::None,
+                    epilogue: gangway::kernels::Epilogue::NONE,
                 };
                 let what = format!(
                     "{variant:?} {weights}x{blocks} blocks of {cap}, n {n} k {k}, trans ({trans_a}, {trans_b}) on {}",

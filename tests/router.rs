@@ -210,7 +210,7 @@ fn the_router_linear_routes_the_vec4_matmuls_logits(device: &Device) {
             offsets: None,
             choice: VariantChoice::Fixed(MatmulVariant::Vec4),
             f16_accumulate: false,
-            epilogue: Epilogue::None,
+            epilogue: Epilogue::NONE,
         };
         match eager::run_one(&vec4, &[&x, &w]) {
             Ok(want) => assert_eq!(bits(logits), bits(&want), "{label}: logits"),

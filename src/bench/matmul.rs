@@ -258,7 +258,7 @@ impl Benchmark for MatmulBench {
             offsets: (s.groups > 1).then(|| self.offsets.clone()),
             choice: VariantChoice::Fixed(self.variant),
             f16_accumulate: self.shape.f16_accumulate,
-            epilogue: crate::kernels::Epilogue::None,
+            epilogue: crate::kernels::Epilogue::NONE,
         });
         let [c] = p.kernel("matmul", &[0], kernel, &[a, b]);
         p.result(c);

@@ -39,7 +39,7 @@
 //! not what the slots cost; the all-to-all, dispatch and the activation still move every slot.
 
 use super::exchange::{ExpertExchange, Moving};
-use crate::kernels::matmul::{Epilogue, MatmulVariant, VariantChoice};
+use crate::kernels::matmul::{Activation, Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
 use crate::kernels::{
@@ -207,7 +207,7 @@ impl MoeFfn {
             offsets,
             choice: VariantChoice::SameSums(self.matmul),
             f16_accumulate: false,
-            epilogue: Epilogue::None,
+            epilogue: Epilogue::NONE,
         }
     }
 
@@ -272,8 +272,8 @@ impl MoeFfn {
             // The activation is the matmul's epilogue: a relu's backward needs only its output;
             // GELU's backward needs its input, which the matmul keeps as a second output.
             let epilogue = match self.activation {
-                ExpertActivation::Relu => Epilogue::Relu,
-                ExpertActivation::Gelu => Epilogue::GeluKeepInput,
+                ExpertActivation::Relu => Epilogue::relu(),
+                ExpertActivation::Gelu => Epilogue::gelu().keeping(),
             };
             let op = Arc::new(Matmul {
                 epilogue,
@@ -492,8 +492,8 @@ impl MoeFfn {
             // The activation's backward is the input gradient's epilogue: a relu's reads its
             // output, GELU's its input.
             let (epilogue, saved) = match self.activation {
-                ExpertActivation::Relu => (Epilogue::ReluBackward, s.hidden),
-                ExpertActivation::Gelu => (Epilogue::GeluBackward, s.pre),
+                ExpertActivation::Relu => (Epilogue::backward_of(Activation::Relu), s.hidden),
+                ExpertActivation::Gelu => (Epilogue::backward_of(Activation::Gelu), s.pre),
             };
             let op = Matmul {
                 epilogue,
@@ -531,8 +531,8 @@ impl MoeFfn {
         // its backward of the sum as well, in the same launch.
         let name = at("router input grad");
         let epilogue = match relu_below {
-            None => Epilogue::Add,
-            Some(_) => Epilogue::AddReluBackwardKeepSum,
+            None => Epilogue::add(),
+            Some(_) => Epilogue::add().and_backward_of(Activation::Relu).keeping(),
         };
         let add = Matmul {
             epilogue,

@@ -29,6 +29,7 @@ use super::ffn_program::{BackwardCall, ExpertActivation, MoeFfn, MoeFfnSaved, Mo
 use super::params::{BlockIndex, EMBED, W_IN};
 use super::{MoeLmConfig, VOCAB};
 use crate::Result;
+use crate::kernels::matmul::Activation;
 use crate::kernels::{ElementwiseOp, EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::{Program, Value};
 use crate::train::StepShape;
@@ -90,7 +91,7 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
         // ---- forward
         let emb = x.k(&at("embed"), EmbedGather, &[ctx, x.params[EMBED]]);
         // Relus are their matmuls' epilogues: the backward needs only their outputs.
-        let (relu, w_in) = (Epilogue::Relu, x.params[W_IN]);
+        let (relu, w_in) = (Epilogue::relu(), x.params[W_IN]);
         let stem = x.mm_then(&at("stem matmul"), emb, w_in, false, false, relu, &[]);
         let mut h = stem;
         let mut acts = Vec::with_capacity(cfg.blocks);
@@ -101,7 +102,7 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             let w = x.params[ix.dense];
             // The residual sum is the dense matmul's epilogue, which keeps the relu's output
             // (for the backward's mask) beside it.
-            let keep = Epilogue::ReluAddKeepRelu;
+            let keep = Epilogue::relu().and_add().keeping();
             let [mid, dense] = x.mm_keeping(&at("dense matmul"), h, w, keep, &[h]);
             let ffn = x.ffn();
             let weights = x.moe_weights(&ix);
@@ -157,8 +158,11 @@ pub(super) fn build(shape: &StepShape<MoeLmConfig>, mode: Mode) -> Result<Progra
             // d_mid + the dense layer's input gradient, summed by its matmul; under the first
             // block, the stem relu's backward of that sum, taken as it stores.
             let (epilogue, operands) = match l {
-                0 => (Epilogue::AddReluBackward, vec![d_mid, stem]),
-                _ => (Epilogue::Add, vec![d_mid]),
+                0 => (
+                    Epilogue::add().and_backward_of(Activation::Relu),
+                    vec![d_mid, stem],
+                ),
+                _ => (Epilogue::add(), vec![d_mid]),
             };
             let (put_off, w) = (true, ix.dense);
             dh =

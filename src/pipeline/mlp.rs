@@ -256,7 +256,7 @@ fn matmul_node(
         offsets: None,
         choice: VariantChoice::SameSums(NAIVE),
         f16_accumulate: false,
-        epilogue: crate::kernels::Epilogue::None,
+        epilogue: crate::kernels::Epilogue::NONE,
     };
     b.kernel1(name, gang, op, &[a, w])
 }

@@ -352,7 +352,7 @@ impl<S> Builder<'_, S> {
     }
 
     pub fn mm(&mut self, name: &str, a: Value, b: Value, trans_a: bool, trans_b: bool) -> Value {
-        self.mm_then(name, a, b, trans_a, trans_b, Epilogue::None, &[])
+        self.mm_then(name, a, b, trans_a, trans_b, Epilogue::NONE, &[])
     }
 
     /// `op(a) · op(b)`, then `epilogue` as the kernel stores it, given its `operands` (the
@@ -387,7 +387,7 @@ impl<S> Builder<'_, S> {
             offsets: None,
             choice: VariantChoice::SameSums(MATMUL),
             f16_accumulate: false,
-            epilogue: Epilogue::None,
+            epilogue: Epilogue::NONE,
         }
     }
 
@@ -451,7 +451,7 @@ impl<S> Builder<'_, S> {
         x: Value,
         dy: Value,
     ) -> Value {
-        self.linear_backward_then(put_off, at, what, p, x, dy, Epilogue::None, &[])
+        self.linear_backward_then(put_off, at, what, p, x, dy, Epilogue::NONE, &[])
     }
 
     /// [`Self::linear_backward_put_off`], with the input gradient's matmul given `epilogue` and

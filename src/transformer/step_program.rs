@@ -33,7 +33,7 @@
 use super::{FfnIndex, LayerIndex, TransformerConfig, VOCAB};
 use crate::Result;
 use crate::kernels::attention::default_scale;
-use crate::kernels::matmul::Epilogue;
+use crate::kernels::matmul::{Activation, Epilogue};
 use crate::kernels::{
     Attention, AttentionBackward, EmbedGather, EmbedGrad, LayerNorm, LayerNormBackward, TensorType,
 };
@@ -151,13 +151,13 @@ impl Builder<'_, StepShape<TransformerConfig>> {
     ) -> (Value, [Value; 3], FfnAct) {
         let gang = self.gang.clone();
         // Residual connections are their matmuls' epilogues: h + o · Wo.
-        let (add, wo) = (Epilogue::Add, self.params[ix.wo]);
+        let (add, wo) = (Epilogue::add(), self.params[ix.wo]);
         let mid = self.mm_then(&at("attention out"), o, wo, false, false, add, &[h]);
         let (f, ln2) = self.norm(&at("ln2"), mid, ix.ln2);
         let (next, ffn) = match ix.ffn {
             FfnIndex::Dense { w1, w2 } => {
                 // GELU is the matmul's epilogue, which keeps its input for the backward.
-                let (gelu, w1) = (Epilogue::GeluKeepInput, self.params[w1]);
+                let (gelu, w1) = (Epilogue::gelu().keeping(), self.params[w1]);
                 let [hidden, pre] = self.mm_keeping(&at("ffn w1"), f, w1, gelu, &[]);
                 let w2 = self.params[w2];
                 let h = self.mm_then(&at("ffn w2"), hidden, w2, false, false, add, &[mid]);
@@ -289,7 +289,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
                     let (pre, hidden) = (*pre, *hidden);
                     // GELU's backward is the input gradient's epilogue. The two weight
                     // gradients are one launch, after w1's input gradient.
-                    let gelu = Epilogue::GeluBackward;
+                    let gelu = Epilogue::backward_of(Activation::Gelu);
                     let d_pre =
                         x.linear_backward_then(true, &at, "ffn w2", w2, hidden, dh, gelu, &[pre]);
                     x.linear_backward(&at, "ffn w1", w1, a.f, d_pre)
@@ -344,7 +344,7 @@ pub(super) fn build(shape: &StepShape<TransformerConfig>, mode: Mode) -> Result<
             );
             // The q, k and v input gradients summed by the k and v matmuls as they store.
             let mut da = x.linear_backward_put_off(true, &at, "q", ix.wq, a.a, dq);
-            let add = Epilogue::Add;
+            let add = Epilogue::add();
             da = x.linear_backward_then(true, &at, "k", ix.wk, a.a, dk, add, &[da]);
             da = x.linear_backward_then(next_sends, &at, "v", ix.wv, a.a, dv, add, &[da]);
             dh = x.norm_backward(

@@ -230,7 +230,7 @@ pub(super) fn a_weight_grad_pair_gives_the_vec4_products_bits(device: &Device) {
                 offsets: None,
                 choice: VariantChoice::Fixed(variant),
                 f16_accumulate: false,
-                epilogue: Epilogue::None,
+                epilogue: Epilogue::NONE,
             };
             let (Ok(want), Ok(want2)) = (
                 eager::run_one(&tn, &[&a, &b]),

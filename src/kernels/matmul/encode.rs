@@ -90,6 +90,9 @@ pub struct MatmulArgs<'a> {
 /// Checks the operands and returns the shape they describe.
 pub fn check_args(args: &MatmulArgs<'_>) -> Result<MatmulShape> {
     const WHAT: &str = "matmul";
+    if let Some(why) = args.epilogue.unsupported() {
+        return Err(check::invalid(WHAT, why.to_string()));
+    }
     let (a, b, c) = (args.a, args.b, args.c);
     let device = a.device();
     for t in [b, c, args.offsets] {
@@ -302,7 +305,7 @@ fn encode_pass(
     };
     // The epilogue is a constant of the pipeline, not a uniform: compiled in only where used.
     let pipeline = match args.epilogue {
-        Epilogue::None => shader.pipeline(device, shape.dtype, entry)?,
+        Epilogue::NONE => shader.pipeline(device, shape.dtype, entry)?,
         e => shader.pipeline_specialised(device, shape.dtype, entry, &[("EPILOGUE", e.bits())])?,
     };
     let uniform = device.uniform_buffer("matmul params", &params(shape, args.limits));

@@ -42,7 +42,7 @@ mod reference;
 mod shaders;
 mod variant;
 pub use encode::{Limits, MatmulArgs, MatmulOptions, check_args};
-pub use epilogue::Epilogue;
+pub use epilogue::{Activation, Epilogue};
 pub use reference::{check_offsets, reference};
 pub use shaders::*;
 pub use variant::{MatmulShape, MatmulVariant, VariantChoice};
@@ -109,7 +109,7 @@ impl Kernel for Matmul {
             inputs
         };
         let out = sharding_rules::matmul(factors, self.trans_a, self.trans_b)?;
-        if self.epilogue == Epilogue::None {
+        if self.epilogue == Epilogue::NONE {
             return Ok(out);
         }
         let product = &out[0];
@@ -138,6 +138,9 @@ impl Kernel for Matmul {
 
     fn outputs(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
         let what = self.kind();
+        if let Some(why) = self.epilogue.unsupported() {
+            return Err(check::invalid(what, why.to_string()));
+        }
         check::arity(
             what,
             inputs,

@@ -85,7 +85,7 @@ fn kernel_nodes_are_typed_and_bad_shapes_are_build_errors() {
             offsets: None,
             choice: VariantChoice::SameSums(MatmulVariant::Tiled),
             f16_accumulate: false,
-            epilogue: crate::kernels::Epilogue::None,
+            epilogue: crate::kernels::Epilogue::NONE,
         })
     };
     let mut p = ProgramBuilder::new("typed");
@@ -170,7 +170,7 @@ fn matmul_nodes_keep_their_operands_float_type() {
         offsets: None,
         choice: VariantChoice::SameSums(MatmulVariant::Tiled),
         f16_accumulate: false,
-        epilogue: crate::kernels::Epilogue::None,
+        epilogue: crate::kernels::Epilogue::NONE,
     });
     let f16 = |shape: &[usize]| TensorType::new(DType::F16, shape);
     let mut p = ProgramBuilder::new("f16 matmul");
@@ -205,7 +205,7 @@ fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
             offsets: None,
             choice: VariantChoice::SameSums(MatmulVariant::Tiled),
             f16_accumulate: false,
-            epilogue: crate::kernels::Epilogue::None,
+            epilogue: crate::kernels::Epilogue::NONE,
         })
     };
     for all_reduce in [true, false] {
