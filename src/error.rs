@@ -282,6 +282,10 @@ pub enum ScheduleError {
 
     #[error("{kind} cannot take this shape: {reason}")]
     Shape { kind: &'static str, reason: String },
+    /// The exact search for the optimum cannot take the setting (too large, blocking sends,
+    /// uneven or folded stages).
+    #[error("{reason}")]
+    BeyondTheSearch { reason: String },
 
     #[error(
         "{stages} stages x {microbatches} microbatches x {chunks} chunks is about {ops} ops, \

@@ -15,6 +15,7 @@
 //! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
+//! | `study.rs` | [`study`]: one schedule planned, simulated, its lanes, its textbook bubble, its optimum and gap, which the CLI and the lab only present |
 //! | `optimal.rs` | [`optimal`]: the shortest one-chunk schedule under a memory limit, by branch and bound, and how far its search reached |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
 //! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives; the `Microbatch` every stage model trains on |
@@ -63,6 +64,7 @@ mod schedule_kind;
 mod simulate;
 mod stage_model;
 mod step;
+mod study;
 mod textbook;
 mod v_block;
 mod validate;
@@ -83,5 +85,8 @@ pub use schedule::{MAX_OPS, Op, Schedule};
 pub use schedule_kind::{OpKind, Placement, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
 pub use stage_model::Microbatch;
+pub use study::{
+    Found, SEARCH_BUDGET, Search, Spec, Study, Unbounded, beyond_search, gap, lanes, study,
+};
 pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};

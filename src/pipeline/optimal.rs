@@ -36,7 +36,7 @@ pub const MAX_STAGES: usize = 4;
 pub const MAX_MICROBATCHES: usize = 6;
 
 /// Nodes a search may visit before it stops unproven.
-const NODE_BUDGET: u64 = 20_000_000;
+pub(super) const NODE_BUDGET: u64 = 20_000_000;
 
 /// Time-vectors kept per state for the dominance test, at most.
 const TABLE_LIMIT: usize = 4_000_000;

@@ -281,7 +281,7 @@ pub(crate) fn pipeline(
     runtime: Option<&Runtime>,
     tracer: &Tracer,
 ) -> Result<Vec<Track>> {
-    use gangway::pipeline::{Figure, Schedule, bubble_formula, simulate_folded};
+    use gangway::pipeline::{Figure, ScheduleError, Search, Spec, Unbounded};
     if args.memory_limit.is_some()
         && !(args.optimal || args.compare || args.schedule == ScheduleKind::ZbAuto)
     {
@@ -309,19 +309,7 @@ pub(crate) fn pipeline(
         gangway::fsutil::check_writable(path).context("cannot write the SVG figure")?;
     }
     let fold = args.fold();
-    let device_of = fold.devices_of(args.stages)?;
-    let names = if fold.shares(args.stages) {
-        (0..fold.device_count(args.stages))
-            .map(|d| {
-                let held = (0..args.stages).filter(|&s| device_of[s] == d).collect();
-                Track::holding(d, TrackKind::Device, held, format!("device {d}"))
-            })
-            .collect()
-    } else {
-        (0..args.stages)
-            .map(|s| Track::holding(s, TrackKind::Stage, vec![s], format!("stage {s}")))
-            .collect()
-    };
+    let names = gangway::pipeline::lanes(args.stages, fold)?;
     if args.compare {
         let kinds = if args.schedules.is_empty() {
             ScheduleKind::ALL.to_vec()
@@ -345,18 +333,29 @@ pub(crate) fn pipeline(
         }
         return Ok(names);
     }
-    let chunks = args.schedule.chunks(args.chunks);
-    let costs = share.per_chunk(args.schedule.passes(args.chunks));
-    let schedule = Schedule::for_costs_within(
-        args.schedule,
-        args.stages,
-        args.microbatches,
-        chunks,
-        &costs,
-        args.memory_limit,
-    )?;
+    let study = gangway::pipeline::study(&Spec {
+        kind: args.schedule,
+        stages: args.stages,
+        microbatches: args.microbatches,
+        chunks: args.chunks,
+        share,
+        memory_limit: args.memory_limit,
+        stage_costs: args.stage_costs.clone(),
+        fold,
+        search: if args.optimal {
+            Search::UnderTheLimit
+        } else {
+            Search::Off
+        },
+    })
+    .map_err(|e| match e {
+        ScheduleError::BeyondTheSearch { reason } => anyhow::anyhow!("--optimal: {reason}"),
+        e => e.into(),
+    })?;
+    let (row, costs) = (study.row(), study.costs);
+    let (schedule, sim) = (&row.schedule, &row.sim);
+    let chunks = schedule.chunks;
     let passes = schedule.passes();
-    let sim = simulate_folded(&schedule, &costs, &args.stage_costs, fold)?;
     let us = |ns: u64| ns as f64 / 1e3;
     let per_chunk = if passes > 1 {
         format!(
@@ -382,13 +381,12 @@ pub(crate) fn pipeline(
     print_stage_costs(&args.stage_costs);
     print_fold(fold, args.stages);
     print!("{}", sim.timeline(args.width));
-    let textbook = bubble_formula(args.schedule, args.stages, args.microbatches, chunks);
     println!(
         "bubble: {:.1}% of total time, {:.1}% over the ideal time (textbook at F = B = W with \
          free transfers: {})",
         sim.bubble_fraction * 100.0,
         sim.bubble_over_ideal() * 100.0,
-        percent(textbook),
+        percent(study.textbook),
     );
     println!("makespan: {:.3} ms", sim.makespan_ns as f64 / 1e6);
     let per = TrackKind::of_pipeline(fold.shares(args.stages)).word();
@@ -397,13 +395,17 @@ pub(crate) fn pipeline(
         sim.peak_activations, passes
     );
     println!("parameter copies: {}", schedule.kind.parameter_copies());
-    if let Some(best) = optimum(args, &share, false)? {
-        println!("{}", describe_optimum(&best, args.memory_limit));
-        match gap(&best, &schedule, sim.makespan_ns) {
-            Some(g) => println!("{}'s gap to it: {g}", args.schedule.name()),
-            None => println!(
+    if let Some(found) = &study.optimum {
+        println!("{}", describe_optimum(&found.optimum, found.memory));
+        match found.gap {
+            Ok(g) => println!("{}'s gap to it: {:+.1}%", args.schedule.name(), g * 100.0),
+            Err(Unbounded::Chunks) => println!(
                 "(the optimum is over one-chunk schedules: {} has {chunks} chunks a stage, so it \
                  may be shorter)",
+                args.schedule.name()
+            ),
+            Err(Unbounded::Memory) => println!(
+                "({} holds more activations a stage than the optimum may, so it may be shorter)",
                 args.schedule.name()
             ),
         }
@@ -412,17 +414,7 @@ pub(crate) fn pipeline(
         tracer.emit(e.clone());
     }
     if let Some(path) = &args.svg {
-        let figure = Figure::single(
-            args.schedule,
-            args.stages,
-            args.microbatches,
-            chunks,
-            &costs,
-            args.memory_limit,
-            &args.stage_costs,
-            fold,
-        )?;
-        write_figure(path, &figure, args)?;
+        write_figure(path, &study.figure, args)?;
     }
     Ok(names)
 }
@@ -475,14 +467,17 @@ fn optimum(
     share: &gangway::pipeline::Costs,
     quiet_refusal: bool,
 ) -> Result<Option<gangway::pipeline::Optimum>> {
-    use gangway::pipeline::{beyond_the_search, optimal};
+    use gangway::pipeline::{beyond_search, optimal};
     if !args.optimal && !quiet_refusal {
         return Ok(None);
     }
-    let uneven = !args.stage_costs.is_empty() || args.fold().shares(args.stages);
-    let why_not = beyond_the_search(args.stages, args.microbatches, share).or_else(|| {
-        uneven.then(|| "the exact search takes even stages, one device each".to_string())
-    });
+    let why_not = beyond_search(
+        args.stages,
+        args.microbatches,
+        share,
+        &args.stage_costs,
+        args.fold(),
+    );
     match why_not {
         Some(_) if quiet_refusal => Ok(None),
         Some(why) => bail!("--optimal: {why}"),
@@ -509,21 +504,6 @@ fn describe_optimum(best: &gangway::pipeline::Optimum, memory: Option<usize>) ->
         },
         best.nodes
     )
-}
-
-/// How much longer `schedule` is than the optimum, where the optimum bounds it: one chunk a
-/// stage, and no more activations than the optimum was allowed.
-fn gap(
-    best: &gangway::pipeline::Optimum,
-    schedule: &gangway::pipeline::Schedule,
-    makespan_ns: u64,
-) -> Option<String> {
-    (schedule.chunks == 1).then(|| {
-        format!(
-            "{:+.1}%",
-            (makespan_ns as f64 / best.makespan_ns.max(1) as f64 - 1.0) * 100.0
-        )
-    })
 }
 
 /// The schedules of a `--compare` side by side: both bubble conventions (idle share of the
@@ -570,11 +550,8 @@ fn print_comparison(
             let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
             let units = |chunks: f64| format!("{}", chunks);
             let to_optimum = optimum.map(|best| {
-                // A schedule holding more than the optimum was allowed is not bounded by it.
-                let within = args.memory_limit.is_none_or(|k| peak <= k as f64);
-                gap(best, s, row.sim.makespan_ns)
-                    .filter(|_| within)
-                    .unwrap_or_else(|| "—".to_owned())
+                gangway::pipeline::gap(best, args.memory_limit, row)
+                    .map_or_else(|_| "—".to_owned(), |g| format!("{:+.1}%", g * 100.0))
             });
             let mut cells = vec![
                 name,

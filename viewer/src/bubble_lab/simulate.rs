@@ -1,9 +1,10 @@
-//! The lab's simulation: the schedule's figure, the compared schedules on one time axis, the
-//! textbook formula with the shape's numbers in it, and where the setting is small enough the
-//! shortest one-chunk schedule under the same memory (`gangway::pipeline::optimal`).
+//! The lab's simulation: the schedule studied (`gangway::pipeline::study`: its figure, its
+//! textbook bubble, and where the setting is small enough the shortest one-chunk schedule under
+//! its own peak memory), the compared schedules on one time axis, and the textbook formula with
+//! the shape's numbers in it.
 
 use gangway::pipeline::figure::{Figure, FigureRow};
-use gangway::pipeline::{ScheduleKind, bubble_formula};
+use gangway::pipeline::{ScheduleKind, Search, Spec};
 use gangway::trace::{Lane, TrackKind};
 
 use super::LabParams;
@@ -40,35 +41,6 @@ pub struct OptimumLine {
 /// Nodes the lab's search may visit: it runs as the sliders move, so it must be quick; past
 /// this the line says the optimum is not proven.
 const OPTIMUM_BUDGET: u64 = 30_000;
-
-/// The optimum under the memory of `row`'s schedule, where the exact search takes the setting
-/// (p ≤ 4, m ≤ 6, even stages, one device each, sends beside compute).
-fn optimum(p: &LabParams, row: &FigureRow) -> Option<OptimumLine> {
-    use gangway::pipeline::{beyond_the_search, optimal_within};
-    let costs = p.share_costs();
-    let even = p.stage_scale().is_empty() && !row.folded();
-    if !even || beyond_the_search(p.stages, p.microbatches, &costs).is_some() {
-        return None;
-    }
-    let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
-    let memory = (peak.ceil() as usize).max(1);
-    let best = optimal_within(
-        p.stages,
-        p.microbatches,
-        &costs.per_chunk(1),
-        Some(memory),
-        OPTIMUM_BUDGET,
-    )
-    .ok()?;
-    let gap = (row.schedule.chunks == 1)
-        .then(|| row.sim.makespan_ns as f64 / best.makespan_ns.max(1) as f64 - 1.0);
-    Some(OptimumLine {
-        makespan_ns: best.makespan_ns,
-        memory,
-        proven: best.proven,
-        gap,
-    })
-}
 
 impl LabResult {
     /// The schedule, its simulation and its peak activations: the figure's one row.
@@ -180,26 +152,22 @@ pub fn formula_line(params: &LabParams, row: &FigureRow) -> String {
     }
 }
 
-/// Runs the schedule and simulation for `p`.
+/// Studies the schedule for `p` (`gangway::pipeline::study`), and compares it with the others.
 pub fn compute(p: &LabParams) -> Result<LabResult, String> {
-    let v = p.effective_chunks();
-    let figure = Figure::single(
-        p.kind,
-        p.stages,
-        p.microbatches,
-        v,
-        &p.share_costs().per_chunk(p.kind.passes(v)),
-        p.memory,
-        &p.stage_scale(),
-        p.fold(),
-    )
+    let study = gangway::pipeline::study(&Spec {
+        kind: p.kind,
+        stages: p.stages,
+        microbatches: p.microbatches,
+        chunks: p.chunks.max(2),
+        share: p.share_costs(),
+        memory_limit: p.memory,
+        stage_costs: p.stage_scale(),
+        fold: p.fold(),
+        search: Search::AtItsPeak {
+            budget: OPTIMUM_BUDGET,
+        },
+    })
     .map_err(|e| e.to_string())?;
-    if figure.rows.len() != 1 {
-        return Err(format!(
-            "a figure of one schedule has {} rows",
-            figure.rows.len()
-        ));
-    }
     let comparison = Figure::compare(
         &p.compared_kinds(),
         p.stages,
@@ -212,21 +180,25 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     )
     .map_err(|e| e.to_string());
     // Transfers are free here (zero-length): show compute lanes only.
+    let row = study.row();
     let mut data = TimelineData::from_events(
-        figure.rows[0]
-            .sim
+        row.sim
             .events
             .iter()
             .filter(|e| e.lane == Lane::Compute)
             .cloned(),
     );
-    let lane = TrackKind::of_pipeline(figure.rows[0].folded()).word();
-    data.device_prefix = Some(lane.into());
-    let optimum = optimum(p, &figure.rows[0]);
+    data.device_prefix = Some(TrackKind::of_pipeline(row.folded()).word().into());
+    let optimum = study.optimum.as_ref().map(|found| OptimumLine {
+        makespan_ns: found.optimum.makespan_ns,
+        memory: found.memory.unwrap_or(0),
+        proven: found.optimum.proven,
+        gap: found.gap.ok(),
+    });
     Ok(LabResult {
-        textbook: bubble_formula(p.kind, p.stages, p.microbatches, v),
+        textbook: study.textbook,
         data,
-        figure,
+        figure: study.figure,
         comparison,
         optimum,
     })
