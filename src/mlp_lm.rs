@@ -18,11 +18,10 @@
 //! every parameter is replicated: the devices are data-parallel only.
 
 use crate::kernels::matmul::Activation;
-use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::kernels::{EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
 use crate::train::step_program::{Builder, Mode};
-use crate::train::{ParamSpec, Params, StepModel, StepShape};
+use crate::train::{ExpertRouting, ParamSpec, Params, StepModel, StepShape};
 use crate::{Error, Result, Rng};
 use serde::{Deserialize, Serialize};
 
@@ -103,29 +102,9 @@ impl StepModel for MlpLmConfig {
         vec![false; 4]
     }
 
-    fn experts(&self) -> usize {
-        0
-    }
-
-    fn expert_layers(&self) -> usize {
-        0
-    }
-
-    /// Unused: the model routes nothing.
-    fn router(&self) -> RouterConfig {
-        RouterConfig {
-            experts: 1,
-            k: 1,
-            capacity_factor: 1.0,
-            normalize_gates: false,
-        }
-    }
-
-    fn router_loss(&self) -> RouterLoss {
-        RouterLoss {
-            alpha: 0.0,
-            z_loss: 0.0,
-        }
+    /// Dense: it routes nothing.
+    fn routing(&self) -> Option<ExpertRouting> {
+        None
     }
 
     fn unit_rows(&self) -> usize {

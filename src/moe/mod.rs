@@ -66,7 +66,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::Program;
 use crate::train::step_program::Mode;
-use crate::train::{Checkpoint, StepModel, StepShape};
+use crate::train::{Checkpoint, ExpertRouting, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -224,20 +224,8 @@ impl StepModel for MoeLmConfig {
         MoeLmConfig::expert_tensors(self)
     }
 
-    fn experts(&self) -> usize {
-        self.experts
-    }
-
-    fn expert_layers(&self) -> usize {
-        self.blocks
-    }
-
-    fn router(&self) -> RouterConfig {
-        MoeLmConfig::router(self)
-    }
-
-    fn router_loss(&self) -> RouterLoss {
-        MoeLmConfig::router_loss(self)
+    fn routing(&self) -> Option<ExpertRouting> {
+        ExpertRouting::of(self.blocks, self.router(), self.router_loss())
     }
 
     fn unit_rows(&self) -> usize {

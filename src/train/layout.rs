@@ -3,10 +3,11 @@
 //! ([`gather_read`], [`unpack_grads`]), and the sums of a step's statistics packs
 //! ([`StatsLayout`]).
 
+use super::ExpertRouting;
 use super::GroupSplit;
 use super::step_program::{m_var, param_var, v_var};
 use crate::device::MeshDevice;
-use crate::kernels::router::{ExpertStat, RouterConfig, STAT_WORDS, load_balancing_loss};
+use crate::kernels::router::{ExpertStat, RouterLoss, STAT_WORDS, load_balancing_loss};
 use crate::program::Variables;
 use crate::sched::Client;
 use crate::{DType, Error, Result, Tensor};
@@ -35,18 +36,18 @@ pub(crate) struct RoundSums {
 /// not a forward pass's), the row logsumexps of its logits.
 pub(crate) struct StatsLayout {
     pub rows: usize,
-    /// Expert layers.
-    pub layers: usize,
-    pub router: RouterConfig,
-    pub aux_alpha: f32,
-    pub z_loss: f32,
+    /// The model's expert layers and their router; `None`: a dense model, rows only.
+    pub routing: Option<ExpertRouting>,
     pub logsumexps: bool,
 }
 
 impl StatsLayout {
     /// Words of one pack.
     pub fn words(&self) -> usize {
-        self.rows + self.layers * (self.router.experts * STAT_WORDS + self.lse_words())
+        self.rows
+            + self.routing.map_or(0, |r| {
+                r.layers * (r.router.experts * STAT_WORDS + self.lse_words())
+            })
     }
 
     fn lse_words(&self) -> usize {
@@ -67,7 +68,19 @@ impl StatsLayout {
         split: &GroupSplit,
         mut rows_of: impl FnMut(usize, &[f32]),
     ) -> Result<RoundSums> {
-        let (layers, experts, tg) = (self.layers, self.router.experts, self.rows);
+        let (layers, experts, k, loss) = match self.routing {
+            Some(r) => (r.layers, r.router.experts, r.router.k, r.loss),
+            None => (
+                0,
+                0,
+                0,
+                RouterLoss {
+                    alpha: 0.0,
+                    z_loss: 0.0,
+                },
+            ),
+        };
+        let tg = self.rows;
         let mut sums = RoundSums {
             kept: vec![vec![0; experts]; layers],
             dropped: vec![0; layers],
@@ -99,9 +112,9 @@ impl StatsLayout {
                     for (acc, s) in sums.kept[l].iter_mut().zip(&stats) {
                         *acc += s.kept as usize;
                     }
-                    sums.dropped[l] += (tg * self.router.k).saturating_sub(kept);
-                    let aux = f64::from(load_balancing_loss(&stats, self.aux_alpha));
-                    let z = f64::from(self.z_loss)
+                    sums.dropped[l] += (tg * k).saturating_sub(kept);
+                    let aux = f64::from(load_balancing_loss(&stats, loss.alpha));
+                    let z = f64::from(loss.z_loss)
                         * lse.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
                         / tg as f64;
                     sums.aux_sum += aux;

@@ -74,11 +74,8 @@ pub trait StepModel:
     /// axis (which counts [`Self::experts`]).
     fn expert_tensors(&self) -> Vec<bool>;
 
-    /// Experts per expert layer.
-    fn experts(&self) -> usize;
-
-    /// Expert layers (0: a dense model).
-    fn expert_layers(&self) -> usize;
+    /// How the model routes tokens to its experts; `None` for a dense model (no expert layer).
+    fn routing(&self) -> Option<ExpertRouting>;
 
     /// The same model with its expert layers' capacity factor set to `factor` (what evaluation
     /// may route with: [`Trainer::set_eval_capacity`]). A dense model is itself.
@@ -86,10 +83,6 @@ pub trait StepModel:
         let _ = factor;
         *self
     }
-
-    /// The router and its losses' weights, shared by every expert layer.
-    fn router(&self) -> RouterConfig;
-    fn router_loss(&self) -> RouterLoss;
 
     /// Token rows of one batch unit.
     fn unit_rows(&self) -> usize;
@@ -137,6 +130,29 @@ pub trait StepModel:
     /// are not, and [`Checkpoint::from_bytes`] reads them as safetensors).
     fn read_legacy(_bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
         None
+    }
+}
+
+/// How a model routes tokens to experts: what the trainer needs to split its expert tensors and
+/// read its routers' statistics. Every expert layer has the same router.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExpertRouting {
+    /// Expert layers: at least one.
+    pub layers: usize,
+    /// The router (its expert count, top-k and capacity factor).
+    pub router: RouterConfig,
+    /// The weights of the router's losses.
+    pub loss: RouterLoss,
+}
+
+impl ExpertRouting {
+    /// The routing of `layers` expert layers of `router`, or `None` for no expert layer.
+    pub fn of(layers: usize, router: RouterConfig, loss: RouterLoss) -> Option<Self> {
+        (layers > 0).then_some(ExpertRouting {
+            layers,
+            router,
+            loss,
+        })
     }
 }
 

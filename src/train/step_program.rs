@@ -119,8 +119,8 @@ impl<M: StepModel> StepShape<M> {
             .zip(self.config.expert_tensors())
             .map(|(spec, is_expert)| {
                 let mut shape = spec.shape;
-                if is_expert {
-                    shape[0] = self.config.experts() / along;
+                if let (true, Some(r)) = (is_expert, self.config.routing()) {
+                    shape[0] = r.router.experts / along;
                 }
                 shape
             })

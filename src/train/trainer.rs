@@ -183,10 +183,12 @@ impl<M: StepModel> Trainer<M> {
         let n = devices.len();
         check_gang(M::NAME, client, &devices, groups)?;
         let along = n / data;
-        if cfg.expert_layers() > 0 && !cfg.experts().is_multiple_of(along) {
+        if let Some(r) = cfg.routing()
+            && !r.router.experts.is_multiple_of(along)
+        {
             return Err(invalid(format!(
                 "{} experts cannot be split evenly over the {along} devices of a data row",
-                cfg.experts()
+                r.router.experts
             )));
         }
         // Checks the Adam settings now rather than at the first step.
@@ -498,30 +500,32 @@ impl<M: StepModel> Trainer<M> {
         } = pending;
         let (results, mut trace) = handle.wait_traced()?;
         let cfg = self.config;
-        let router = cfg.router();
+        let routing = cfg.routing();
         let group_rows = self.group_rows(units);
-        let layers = cfg.expert_layers();
+        let layers = routing.map_or(0, |r| r.layers);
         let sums = self
             .stats_layout(group_rows, Mode::Train)
             .sums(&results, &self.split)?;
         let g = self.groups as f64;
         let (ce, aux, z) = (sums.ce_sum / rows as f64, sums.aux_sum / g, sums.z_sum / g);
+        // A dense model has no expert layer: none of these is read then.
+        let (k, experts) = routing.map_or((0, 0), |r| (r.router.k, r.router.experts));
         let blocks: Vec<RoutingStats> = (0..layers)
             .map(|l| RoutingStats {
-                capacity: router.capacity(group_rows),
+                capacity: routing.map_or(0, |r| r.router.capacity(group_rows)),
                 tokens_per_expert: sums.kept[l].clone(),
                 dropped: sums.dropped[l],
-                dropped_fraction: sums.dropped[l] as f64 / (rows * router.k) as f64,
+                dropped_fraction: sums.dropped[l] as f64 / (rows * k) as f64,
                 aux_loss: (sums.block_aux[l] / g) as f32,
                 z_loss: (sums.block_z[l] / g) as f32,
             })
             .collect();
-        let choices = rows * router.k * layers;
+        let choices = rows * k * layers;
         let dropped: usize = sums.dropped.iter().sum();
         let tokens_per_expert = if layers == 0 {
             Vec::new()
         } else {
-            (0..router.experts)
+            (0..experts)
                 .map(|e| sums.kept.iter().map(|k| k[e]).sum())
                 .collect()
         };
@@ -594,7 +598,7 @@ impl<M: StepModel> Trainer<M> {
             }
         })?;
         Ok(ForwardPass {
-            choices: targets.len() * self.config.router().k * layout.layers,
+            choices: targets.len() * self.config.routing().map_or(0, |r| r.router.k * r.layers),
             dropped: sums.dropped.iter().sum(),
             nats,
         })
@@ -603,13 +607,9 @@ impl<M: StepModel> Trainer<M> {
     /// How a round's statistics pack lies in a `mode` program, at `rows` token rows a routing
     /// group.
     fn stats_layout(&self, rows: usize, mode: Mode) -> StatsLayout {
-        let loss = self.config.router_loss();
         StatsLayout {
             rows,
-            layers: self.config.expert_layers(),
-            router: self.config.router(),
-            aux_alpha: loss.alpha,
-            z_loss: loss.z_loss,
+            routing: self.config.routing(),
             logsumexps: mode == Mode::Train,
         }
     }

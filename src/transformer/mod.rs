@@ -79,7 +79,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::{HostData, Program};
 use crate::train::step_program::Mode;
-use crate::train::{ParamSpec, StepModel, StepShape};
+use crate::train::{ExpertRouting, ParamSpec, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -318,20 +318,8 @@ impl StepModel for TransformerConfig {
         TransformerConfig::expert_tensors(self)
     }
 
-    fn experts(&self) -> usize {
-        self.experts
-    }
-
-    fn expert_layers(&self) -> usize {
-        self.moe_layers()
-    }
-
-    fn router(&self) -> RouterConfig {
-        TransformerConfig::router(self)
-    }
-
-    fn router_loss(&self) -> RouterLoss {
-        TransformerConfig::router_loss(self)
+    fn routing(&self) -> Option<ExpertRouting> {
+        ExpertRouting::of(self.moe_layers(), self.router(), self.router_loss())
     }
 
     fn unit_rows(&self) -> usize {
