@@ -21,7 +21,7 @@ use crate::kernels::matmul::Activation;
 use crate::kernels::{EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
 use crate::train::step_program::{Builder, Mode};
-use crate::train::{ExpertRouting, ParamSpec, Params, StepModel, StepShape};
+use crate::train::{Batcher, ExpertRouting, ParamSpec, Params, StepModel, StepShape};
 use crate::{Error, Result, Rng};
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,12 @@ impl StepModel for MlpLmConfig {
         None
     }
 
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
+        build(shape, mode)
+    }
+}
+
+impl Batcher for MlpLmConfig {
     fn unit_rows(&self) -> usize {
         1
     }
@@ -121,10 +127,6 @@ impl StepModel for MlpLmConfig {
 
     fn check_batch(&self, contexts: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
         crate::train::check_window_batch("mlp lm batch", self.context, contexts, targets, groups)
-    }
-
-    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
-        build(shape, mode)
     }
 }
 

@@ -66,7 +66,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::Program;
 use crate::train::step_program::Mode;
-use crate::train::{Checkpoint, ExpertRouting, StepModel, StepShape};
+use crate::train::{Batcher, Checkpoint, ExpertRouting, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -228,6 +228,16 @@ impl StepModel for MoeLmConfig {
         ExpertRouting::of(self.blocks, self.router(), self.router_loss())
     }
 
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
+        step_program::build(shape, mode)
+    }
+
+    fn read_legacy(bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
+        legacy::read(bytes)
+    }
+}
+
+impl Batcher for MoeLmConfig {
     fn unit_rows(&self) -> usize {
         1
     }
@@ -242,13 +252,5 @@ impl StepModel for MoeLmConfig {
 
     fn check_batch(&self, contexts: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
         crate::train::check_window_batch("moe lm batch", self.context, contexts, targets, groups)
-    }
-
-    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
-        step_program::build(shape, mode)
-    }
-
-    fn read_legacy(bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
-        legacy::read(bytes)
     }
 }

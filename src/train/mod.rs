@@ -3,8 +3,9 @@
 //!
 //! A model supplies what is its own: its parameters' names and shapes and how they start, which
 //! of them are expert tensors (split over the devices by their first axis, the rest replicated),
-//! how a batch unit is drawn from a corpus, checked and laid out for the devices, and its step as
-//! one compiled program (built with [`step_program`]'s builder, whose step end is the same for
+//! how it routes ([`ExpertRouting`], none for a dense model), how a batch unit is drawn from a
+//! corpus, checked and laid out for the devices (its [`Batcher`]), and its step as one compiled
+//! program (built with [`step_program`]'s builder, whose step end is the same for
 //! every model). The trainer owns the rest: the devices as a list or a [`crate::Mesh`]
 //! (`{data, expert}`), the parameters and Adam's moments as program variables on them (`layout`),
 //! the compiled programs per mode, batch and split, how the routing groups are dealt to the
@@ -12,7 +13,7 @@
 //! back ([`StepStats`]), checkpoints in one format, safetensors ([`Checkpoint`]), and the training
 //! loop ([`run`]: [`train`], [`resume`], [`evaluate`]). The MoE LM ([`crate::moe`]), the
 //! Transformer ([`crate::transformer`]) and the MLP LM ([`crate::mlp_lm`]) are the models here; a
-//! new model is a `StepModel` and nothing else.
+//! new model is a `StepModel` (with its `Batcher`) and nothing else.
 //!
 //! Batches are *units* the model names (the MoE LM's are tokens with their context windows, the
 //! Transformer's whole sequences), each of a fixed number of token rows; a batch of `U` units is
@@ -44,10 +45,48 @@ use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::program::Program;
 use step_program::Mode;
 
+/// How a model draws its batches from a corpus, after burn's `Batcher`: the unit a batch counts
+/// (a window predicting the byte after it, or a whole sequence), the rows and input words of
+/// one, how a batch is made from the units' windows and checked, and which windows an
+/// evaluation scores. A part of every [`StepModel`].
+pub trait Batcher {
+    /// Token rows of one batch unit.
+    fn unit_rows(&self) -> usize;
+
+    /// Input words of one token row (the MoE LM's context window; 1 for a token).
+    fn row_inputs(&self) -> usize;
+
+    /// Bytes of context each batch unit draws from a corpus: a unit is a window of this many
+    /// bytes and the byte after it ([`crate::data::Batches`]).
+    fn window(&self) -> usize;
+
+    /// A batch's inputs and targets from its units' windows (`window()` bytes each, one after
+    /// another) and the byte after each. By default a window is one token row that predicts the
+    /// byte after it.
+    fn batch_from(&self, windows: Vec<u32>, next: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
+        (windows, next)
+    }
+
+    /// The windows (with the byte after each) an evaluation scores on `valid`: about `n`,
+    /// spread over it, and how many windows `valid` holds to pick from. By default windows `W/n`
+    /// apart among the `W` windows of stride 1, so that every part of every document is seen.
+    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<(Vec<Window>, usize)> {
+        let w = self.window();
+        let all = valid.window_count(w);
+        let stride = (all / n.max(1)).max(1);
+        Ok((valid.windows(w, stride)?.collect(), all))
+    }
+
+    /// Checks a batch (`inputs`: `row_inputs` words per row, `targets`: one per row) for
+    /// `groups` routing groups; returns its units.
+    fn check_batch(&self, inputs: &[u32], targets: &[u32], groups: usize) -> Result<usize>;
+}
+
 /// A model the [`Trainer`] trains: implemented by its config type, whose values name one model's
 /// sizes.
 pub trait StepModel:
-    Copy
+    Batcher
+    + Copy
     + Default
     + std::fmt::Debug
     + PartialEq
@@ -83,37 +122,6 @@ pub trait StepModel:
         let _ = factor;
         *self
     }
-
-    /// Token rows of one batch unit.
-    fn unit_rows(&self) -> usize;
-
-    /// Input words of one token row (the MoE LM's context window; 1 for a token).
-    fn row_inputs(&self) -> usize;
-
-    /// Bytes of context each batch unit draws from a corpus: a unit is a window of this many
-    /// bytes and the byte after it ([`crate::data::Batches`]).
-    fn window(&self) -> usize;
-
-    /// A batch's inputs and targets from its units' windows (`window()` bytes each, one after
-    /// another) and the byte after each. By default a window is one token row that predicts the
-    /// byte after it.
-    fn batch_from(&self, windows: Vec<u32>, next: Vec<u32>) -> (Vec<u32>, Vec<u32>) {
-        (windows, next)
-    }
-
-    /// The windows (with the byte after each) an evaluation scores on `valid`: about `n`,
-    /// spread over it, and how many windows `valid` holds to pick from. By default windows `W/n`
-    /// apart among the `W` windows of stride 1, so that every part of every document is seen.
-    fn eval_windows(&self, valid: &Corpus, n: usize) -> Result<(Vec<Window>, usize)> {
-        let w = self.window();
-        let all = valid.window_count(w);
-        let stride = (all / n.max(1)).max(1);
-        Ok((valid.windows(w, stride)?.collect(), all))
-    }
-
-    /// Checks a batch (`inputs`: `row_inputs` words per row, `targets`: one per row) for
-    /// `groups` routing groups; returns its units.
-    fn check_batch(&self, inputs: &[u32], targets: &[u32], groups: usize) -> Result<usize>;
 
     /// The step program of `mode` for `shape`. Its arguments: [`Self::leading_args`]' values,
     /// then per round the devices' inputs and targets, then for training the step's Adam bias

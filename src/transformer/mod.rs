@@ -79,7 +79,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::{HostData, Program};
 use crate::train::step_program::Mode;
-use crate::train::{ExpertRouting, ParamSpec, StepModel, StepShape};
+use crate::train::{Batcher, ExpertRouting, ParamSpec, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -322,6 +322,19 @@ impl StepModel for TransformerConfig {
         ExpertRouting::of(self.moe_layers(), self.router(), self.router_loss())
     }
 
+    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
+        step_program::build(shape, mode)
+    }
+
+    /// Every device's rows' positions in their sequences.
+    fn leading_args(&self, devices: usize, rows: usize) -> Vec<HostData> {
+        let t = self.context;
+        let positions: Vec<u32> = (0..devices * rows).map(|i| (i % t) as u32).collect();
+        vec![positions.into()]
+    }
+}
+
+impl Batcher for TransformerConfig {
     fn unit_rows(&self) -> usize {
         self.context
     }
@@ -355,16 +368,5 @@ impl StepModel for TransformerConfig {
 
     fn check_batch(&self, tokens: &[u32], targets: &[u32], groups: usize) -> Result<usize> {
         reference::check_batch(self, tokens, targets, groups)
-    }
-
-    fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
-        step_program::build(shape, mode)
-    }
-
-    /// Every device's rows' positions in their sequences.
-    fn leading_args(&self, devices: usize, rows: usize) -> Vec<HostData> {
-        let t = self.context;
-        let positions: Vec<u32> = (0..devices * rows).map(|i| (i % t) as u32).collect();
-        vec![positions.into()]
     }
 }

@@ -8,7 +8,7 @@
 use super::TransformerTrainer;
 use crate::Result;
 use crate::data::Corpus;
-use crate::train::{Evaluation, StepModel, evaluate};
+use crate::train::{Batcher, Evaluation, evaluate};
 
 /// What [`score_text`] scored.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
