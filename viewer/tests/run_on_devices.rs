@@ -107,6 +107,16 @@ fn one_f_one_b_p2_m2_runs_on_devices_beside_the_simulation() {
         );
     }
     assert_eq!(run.data.device_prefix.as_deref(), Some("stage"));
+    // In a 1280 × 820 window the measured timeline shows every lane, none behind its own
+    // scrolling: the page scrolls instead.
+    h.set_size(egui::vec2(1280.0, 820.0));
+    h.run_ok();
+    let run = h.state().lab.measured.as_ref().unwrap().1.as_ref().unwrap();
+    assert!(run.timeline.every_row);
+    assert!(
+        !run.timeline.clipped,
+        "the measured timeline hid rows at 1280 × 820"
+    );
 
     // Changing the controls keeps the result, labelled as not matching them.
     common::set_slider(&mut h, "microbatches m", 4.0);

@@ -887,6 +887,9 @@ impl BubbleLab {
             format_ns(c.weight_grad_ns as f64),
             format_ns(c.latency_ns as f64)
         ));
+        // The lab's page scrolls: the measured run shows all its lanes, the pipeline's whole
+        // shape at once (at 1280 × 820 the room left under the figure held about 3).
+        run.timeline.every_row = true;
         timeline::timeline(ui, "bubble-lab-measured", &run.data, &mut run.timeline);
     }
 }

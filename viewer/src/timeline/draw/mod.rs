@@ -55,7 +55,7 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     let rows_h: f32 = placed.last().map_or(0.0, |p| p.y + p.h);
     let content = look.axis_h + rows_h.max(look.row_h) + 4.0;
     let room = ui.available_height();
-    let height = if room.is_finite() {
+    let height = if room.is_finite() && !state.every_row {
         content.min(room.max(look.axis_h + MIN_ROWS_SHOWN * look.row_h + 4.0))
     } else {
         content
@@ -71,6 +71,7 @@ pub fn timeline(ui: &mut Ui, id: &str, data: &TimelineData, state: &mut Timeline
     let bar_w = bar_rect.width();
     state.last_width = bar_w;
     let max_scroll = (content - height).max(0.0);
+    state.clipped = max_scroll > 0.0;
 
     let span = data.span();
     state.refit(span.clone(), bar_w);

@@ -41,6 +41,12 @@ pub struct TimelineState {
     pub scroll_y: f32,
     /// Draw flow arrows (on by default).
     pub show_flows: bool,
+    /// Show every row at its height, however little room is left below: for a timeline inside
+    /// a scrolling page (the lab's measured run), whose page scrolls instead of the widget.
+    pub every_row: bool,
+    /// Whether the last frame hid rows behind the widget's own scrolling (less room than
+    /// rows).
+    pub clipped: bool,
 }
 
 /// What a fitted view was fitted to (see [`TimelineState::fitted`]).
@@ -63,6 +69,8 @@ impl Default for TimelineState {
             fitted: None,
             scroll_y: 0.0,
             show_flows: true,
+            every_row: false,
+            clipped: false,
         }
     }
 }
