@@ -1,7 +1,9 @@
 //! `gangway bench compare old.json new.json`: each case's median ratio, with its interval, each
 //! side's spread, and a verdict called only beyond the noise ([`noise`](super::noise) has the
 //! rule: a 95% rank-based interval of the ratio that must lie wholly beyond a noise threshold;
-//! fewer than 5 samples a side are not judged).
+//! fewer than 5 samples a side are not judged). Two reports pair by case on the adapters each
+//! side names ([`Sides`]: by index, by name, or any, so two machines' GPUs compare), and each
+//! suite gets the geometric mean of its ratios ([`Comparison::suite_means`]).
 
 use super::format::{number, seconds};
 use super::host::HostCost;

@@ -85,8 +85,6 @@ pub use schedule::{MAX_OPS, Op, Schedule};
 pub use schedule_kind::{OpKind, Placement, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};
 pub use stage_model::Microbatch;
-pub use study::{
-    Found, SEARCH_BUDGET, Search, Spec, Study, Unbounded, beyond_search, gap, lanes, study,
-};
+pub use study::{Found, Search, Spec, Study, Unbounded, beyond_search, gap, lanes, study};
 pub use textbook::{Textbook, bubble_formula, percent, textbook};
 pub use validate::{Validation, validate};

@@ -4,16 +4,13 @@
 //! viewer's lab only present a [`Study`]; neither plans, simulates or searches itself.
 
 use super::fold::Fold;
-use super::optimal::{Optimum, beyond_the_search, optimal_within};
+use super::optimal::{NODE_BUDGET, Optimum, beyond_the_search, optimal_within};
 use super::schedule_kind::ScheduleKind;
 use super::simulate::Costs;
 use super::textbook::bubble_formula;
 use crate::error::ScheduleError;
 use crate::pipeline::figure::{Figure, FigureRow};
 use crate::trace::{Track, TrackKind};
-
-/// The nodes the exact search visits unless told otherwise ([`super::optimal`]'s budget).
-pub const SEARCH_BUDGET: u64 = super::optimal::NODE_BUDGET;
 
 /// What to study: a schedule kind at a shape, under a model share's costs.
 #[derive(Debug, Clone)]
@@ -176,7 +173,7 @@ pub fn study(spec: &Spec) -> Result<Study, ScheduleError> {
             if let Some(reason) = why_not() {
                 return Err(ScheduleError::BeyondTheSearch { reason });
             }
-            (spec.memory_limit, SEARCH_BUDGET)
+            (spec.memory_limit, NODE_BUDGET)
         }
         Search::AtItsPeak { budget } => {
             if why_not().is_some() {

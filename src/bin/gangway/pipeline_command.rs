@@ -4,7 +4,8 @@
 //! the simulation. Costs come from `--costs-us` or a pipelined run's trace (`--costs-from`), and
 //! ZB-V is planned for them. `--optimal`, and `--compare` wherever the setting is small enough,
 //! add the shortest one-chunk schedule there is ([`gangway::pipeline::optimal`]) and each
-//! schedule's gap to it. Returns what the trace's lanes are, for `--trace`.
+//! schedule's gap to it. One schedule is the library's [`gangway::pipeline::study`], which this
+//! only prints. Returns what the trace's lanes are, for `--trace`.
 
 use anyhow::{Context, Result, bail};
 use gangway::pipeline::{ScheduleKind, percent};

@@ -88,11 +88,6 @@ impl Epilogue {
         Self { keep: true, ..self }
     }
 
-    /// Whether it does anything to the product.
-    pub fn is_none(self) -> bool {
-        self == Self::NONE
-    }
-
     /// Why the shader cannot run it: keeping needs a stage to keep the value before.
     pub fn unsupported(self) -> Option<&'static str> {
         let stages = self.activation.is_some() || self.add || self.backward_of.is_some();
