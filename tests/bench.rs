@@ -516,7 +516,7 @@ fn two_machines_reports_compare_by_adapter_name() {
     assert!(out.status.success(), "{table}{}", text(&out.stderr));
     assert!(
         table.contains(
-            "| matmul | square 1024 f32 tiled | AMD Radeon RX 7900 XTX (vulkan) -> NVIDIA GeForce RTX 4090 (vulkan) | 2.05 ms | 1.03 ms | 0.500× |"
+            "| matmul | square 1024 f32 tiled | AMD Radeon RX 7900 XTX (vulkan) -> NVIDIA GeForce RTX 4090 (vulkan) | 2.00 ms | 1.00 ms | 0.500× |"
         ),
         "{table}"
     );

@@ -1,7 +1,7 @@
-//! `gangway bench compare old.json new.json`: each case's median ratio, with its interval, each
-//! side's spread, and a verdict called only beyond the noise ([`noise`](super::noise) has the
-//! rule: a 95% rank-based interval of the ratio that must lie wholly beyond a noise threshold;
-//! fewer than 5 samples a side are not judged). Two reports pair by case on the adapters each
+//! `gangway bench compare old.json new.json`: each case's ratio of the two runs' fastest samples,
+//! the noise threshold it had to clear, each side's spread, and a verdict called only beyond the
+//! noise ([`noise`](super::noise) has the rule: the fastest samples' ratio beyond 5% or the runs'
+//! own noise, the larger; fewer than 5 samples a side are not judged). Two reports pair by case on the adapters each
 //! side names ([`Sides`]: by index, by name, or any, so two machines' GPUs compare), and each
 //! suite gets the geometric mean of its ratios ([`Comparison::suite_means`]).
 
@@ -19,7 +19,7 @@ pub use super::noise::MIN_SAMPLES;
 pub enum Verdict {
     Faster,
     Slower,
-    /// No change beyond the noise: the ratio's interval reaches inside the noise threshold.
+    /// No change beyond the noise: the ratio lies inside the noise threshold.
     WithinNoise,
     /// Fewer than [`MIN_SAMPLES`] on a side: not judged.
     TooFewSamples,
@@ -45,13 +45,14 @@ pub struct CaseComparison {
     pub suite: String,
     pub case: String,
     pub adapter: String,
-    pub old_median_s: Option<f64>,
-    pub new_median_s: Option<f64>,
-    /// `new median / old median` (per unit of work when the two did different amounts): below 1
-    /// is faster.
+    /// Each side's fastest sample: the least disturbed, what the verdict compares.
+    pub old_fastest_s: Option<f64>,
+    pub new_fastest_s: Option<f64>,
+    /// `new fastest / old fastest` (per unit of work when the two did different amounts): below
+    /// 1 is faster.
     pub time_ratio: Option<f64>,
-    /// The 95% interval of `time_ratio` the verdict rests on, where the samples give one.
-    pub ratio_interval: Option<[f64; 2]>,
+    /// The noise threshold the ratio had to clear (0.05: ±5%), where judged.
+    pub noise: Option<f64>,
     /// Each side's spread: its samples' median absolute deviation over their median.
     pub old_spread: Option<f64>,
     pub new_spread: Option<f64>,
@@ -88,10 +89,10 @@ pub const COMPARE_COLUMNS: [&str; 11] = [
     "suite",
     "case",
     "adapter",
-    "old median",
-    "new median",
+    "old fastest",
+    "new fastest",
     "new/old",
-    "95% interval",
+    "noise",
     "spread old / new",
     "verdict",
     "host per run, old -> new",
@@ -102,6 +103,11 @@ pub const COMPARE_COLUMNS: [&str; 11] = [
 pub fn spreads(old: Option<f64>, new: Option<f64>) -> String {
     let one = |s: Option<f64>| s.map_or_else(|| "–".to_string(), |s| format!("±{:.1}%", s * 100.0));
     format!("{} / {}", one(old), one(new))
+}
+
+/// A noise threshold as `±5.0%`.
+pub fn noise_text(noise: f64) -> String {
+    format!("±{:.1}%", noise * 100.0)
 }
 
 fn keyed(report: &Report, pairing: Pairing) -> Result<BTreeMap<Key, usize>, String> {
@@ -163,7 +169,7 @@ pub fn compare_with(
                 new.adapter_label(n.adapter)
             ),
         };
-        let (verdict, time_ratio, ratio_interval, note) = match (ok(o), ok(n)) {
+        let (verdict, time_ratio, noise, note) = match (ok(o), ok(n)) {
             (Some(so), Some(sn)) => {
                 // Different sizes (other --runs, --tokens, ...): compare time per unit of work.
                 let amount =
@@ -197,8 +203,8 @@ pub fn compare_with(
                 }
                 (
                     verdict,
-                    Some(sn.median_s * kn / (so.median_s * ko)),
-                    judgement.interval,
+                    Some(sn.min_s * kn / (so.min_s * ko)),
+                    judgement.noise,
                     notes.join("; "),
                 )
             }
@@ -224,10 +230,10 @@ pub fn compare_with(
             suite: key.0.clone(),
             case: key.1.clone(),
             adapter,
-            old_median_s: ok(o).map(|s| s.median_s),
-            new_median_s: ok(n).map(|s| s.median_s),
+            old_fastest_s: ok(o).map(|s| s.min_s),
+            new_fastest_s: ok(n).map(|s| s.min_s),
             time_ratio,
-            ratio_interval,
+            noise,
             old_spread: ok(o).and_then(|s| relative_mad(&s.samples_s)),
             new_spread: ok(n).and_then(|s| relative_mad(&s.samples_s)),
             verdict,
@@ -396,11 +402,10 @@ impl Comparison {
                     c.suite.clone(),
                     c.case.clone(),
                     c.adapter.clone(),
-                    c.old_median_s.map_or_else(dash, seconds),
-                    c.new_median_s.map_or_else(dash, seconds),
+                    c.old_fastest_s.map_or_else(dash, seconds),
+                    c.new_fastest_s.map_or_else(dash, seconds),
                     c.time_ratio.map_or_else(dash, |r| format!("{r:.3}×")),
-                    c.ratio_interval
-                        .map_or_else(dash, |[lo, hi]| format!("{lo:.3}–{hi:.3}")),
+                    c.noise.map_or_else(dash, noise_text),
                     spreads(c.old_spread, c.new_spread),
                     c.verdict.name().to_string(),
                     host_change(c.old_host.as_ref(), c.new_host.as_ref()),
@@ -496,7 +501,8 @@ mod tests {
                 ("slower", &slow),
                 ("faster", &fast),
                 ("small", &small),
-                ("noisy", &[1.5, 1.9, 1.4, 0.9, 1.2]),
+                // 1.2× the fastest, but the two fastest lie 40% (old) and 50% (new) apart.
+                ("noisy", &[0.6, 1.9, 1.4, 0.9, 1.2]),
                 ("few", &[2.0, 2.0, 2.0]),
                 ("added", base),
             ],
@@ -515,11 +521,14 @@ mod tests {
         assert_eq!(c.only_new, vec!["matmul / added / gpu (vulkan)"]);
         let slower = c.cases.iter().find(|c| c.case == "slower").unwrap();
         assert!((slower.time_ratio.unwrap() - 1.25).abs() < 1e-9);
-        let [lo, hi] = slower.ratio_interval.unwrap();
-        assert!(1.05 < lo && lo <= 1.25 && 1.25 <= hi, "[{lo}, {hi}]");
+        assert_eq!(slower.noise, Some(0.05));
+        let noisy = c.cases.iter().find(|c| c.case == "noisy").unwrap();
+        assert!((noisy.time_ratio.unwrap() - 1.2).abs() < 1e-9);
+        assert!((noisy.noise.unwrap() - 0.5).abs() < 1e-9);
         assert!((slower.old_spread.unwrap() - 0.01).abs() < 1e-9);
         let few = c.cases.iter().find(|c| c.case == "few").unwrap();
-        assert_eq!(few.ratio_interval, None);
+        assert_eq!(few.noise, None);
+        assert!((few.time_ratio.unwrap() - 2.0).abs() < 1e-9);
         let table = c.table();
         assert!(table.contains("| SLOWER |"), "{table}");
         assert!(table.contains("| too few samples |"), "{table}");
@@ -579,7 +588,7 @@ mod tests {
     #[test]
     fn different_amounts_of_work_compare_per_unit() {
         let mut old = report("gpu", &[("x", &[1.0, 1.1, 0.9, 1.05, 0.95])]);
-        let mut new = report("gpu", &[("x", &[2.0, 2.1, 1.9, 2.1, 1.9])]);
+        let mut new = report("gpu", &[("x", &[2.0, 2.2, 1.8, 2.1, 1.9])]);
         old.results[0].work = Some(Work::new(10.0, WorkUnit::Computation));
         new.results[0].work = Some(Work::new(20.0, WorkUnit::Computation));
         let c = compare(&old, &new, Pairing::SameAdapter).unwrap();

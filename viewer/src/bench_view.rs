@@ -9,7 +9,7 @@
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
 use gangway::bench::Report;
-use gangway::bench::compare::{Comparison, Verdict, host_change, spreads};
+use gangway::bench::compare::{Comparison, Verdict, host_change, noise_text, spreads};
 use gangway::bench::format::{number, seconds};
 use gangway::bench::host::HostCost;
 use gangway::bench::report::{Status, TABLE_COLUMNS, note_text};
@@ -386,10 +386,10 @@ const COMPARE_COLUMNS: [(&str, bool); 11] = [
     ("suite", false),
     ("case", false),
     ("adapter", false),
-    ("old", true),
-    ("new", true),
+    ("old fastest", true),
+    ("new fastest", true),
     ("new/old", true),
-    ("95% interval", true),
+    ("noise", true),
     ("spread old / new", true),
     ("verdict", false),
     ("host per run, old -> new", false),
@@ -414,11 +414,10 @@ pub fn show_comparison(ui: &mut Ui, c: &Comparison, only_changed: bool, max_heig
                     k.suite.clone(),
                     k.case.clone(),
                     k.adapter.clone(),
-                    k.old_median_s.map_or("–".into(), seconds),
-                    k.new_median_s.map_or("–".into(), seconds),
+                    k.old_fastest_s.map_or("–".into(), seconds),
+                    k.new_fastest_s.map_or("–".into(), seconds),
                     k.time_ratio.map_or("–".into(), |r| format!("{r:.3}×")),
-                    k.ratio_interval
-                        .map_or("–".into(), |[lo, hi]| format!("{lo:.3}–{hi:.3}")),
+                    k.noise.map_or("–".into(), noise_text),
                     spreads(k.old_spread, k.new_spread),
                     k.verdict.name().to_string(),
                     host_change(k.old_host.as_ref(), k.new_host.as_ref()),

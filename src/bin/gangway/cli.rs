@@ -897,9 +897,9 @@ pub(crate) struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum BenchSub {
-    /// Each case's median ratio between two reports, with its 95% interval and each side's
-    /// spread; FASTER or SLOWER only when the whole interval lies beyond ±5% (fewer than 5
-    /// samples a side: too few samples).
+    /// Each case's ratio between two reports, of each run's fastest sample (the least disturbed),
+    /// with each side's spread; FASTER or SLOWER only when it lies beyond ±5% or beyond a run's
+    /// own noise, the larger (fewer than 5 samples a side: too few samples).
     Compare {
         old: PathBuf,
         new: PathBuf,
@@ -919,9 +919,9 @@ pub(crate) enum BenchSub {
         /// Only this adapter of the new report.
         #[arg(long, value_name = "ADAPTER")]
         new_adapter: Option<String>,
-        /// The noise threshold, in percent: a change is FASTER or SLOWER only when its whole
-        /// interval lies beyond it (from 0 to 100; measure what two identical runs differ by on
-        /// your machine, and set it there).
+        /// The noise threshold, in percent: a change is FASTER or SLOWER only when its ratio lies
+        /// beyond it, and beyond each run's own noise, the gap between its two fastest samples
+        /// (from 0 to 100).
         #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
         noise_threshold: f64,
     },
