@@ -21,7 +21,9 @@ use crate::kernels::matmul::Activation;
 use crate::kernels::{EmbedGather, EmbedGrad, Epilogue, TensorType};
 use crate::program::Program;
 use crate::train::step_program::{Builder, Mode};
-use crate::train::{Batcher, ExpertRouting, ParamSpec, Params, StepModel, StepShape};
+use crate::train::{
+    Batcher, ExpertRouting, LegacyFormats, ParamSpec, Params, StepModel, StepShape,
+};
 use crate::{Error, Result, Rng};
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +113,9 @@ impl StepModel for MlpLmConfig {
         build(shape, mode)
     }
 }
+
+/// No older formats: its first files were safetensors.
+impl LegacyFormats for MlpLmConfig {}
 
 impl Batcher for MlpLmConfig {
     fn unit_rows(&self) -> usize {

@@ -1,6 +1,6 @@
 //! The MoE LM's files from before every model saved safetensors ([`crate::train::checkpoint`]):
 //! `GWMOELM` weights and `GWMOETR` training checkpoints. [`read`] loads both as they are (the
-//! MoE LM's [`crate::train::StepModel::read_legacy`]), so `--resume` and `eval btm` keep working
+//! MoE LM's [`crate::train::LegacyFormats::read_legacy`]), so `--resume` and `eval btm` keep working
 //! on old files; anything saved from then on is safetensors. Nothing writes these formats but
 //! this module's tests.
 //!

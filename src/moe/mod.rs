@@ -66,7 +66,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::Program;
 use crate::train::step_program::Mode;
-use crate::train::{Batcher, Checkpoint, ExpertRouting, StepModel, StepShape};
+use crate::train::{Batcher, Checkpoint, ExpertRouting, LegacyFormats, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -231,7 +231,9 @@ impl StepModel for MoeLmConfig {
     fn build_step(shape: &StepShape<Self>, mode: Mode) -> Result<Program> {
         step_program::build(shape, mode)
     }
+}
 
+impl LegacyFormats for MoeLmConfig {
     fn read_legacy(bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
         legacy::read(bytes)
     }

@@ -22,8 +22,9 @@
 //! atomically ([`crate::fsutil::write_atomic`]): a run killed mid-save leaves the old file or the
 //! new one, whole.
 //!
-//! A model may also read files of its own older formats ([`StepModel::read_legacy`]: the MoE LM's
-//! `GWMOELM` and `GWMOETR` files load as they are, and are saved as safetensors from then on).
+//! A model may also read files of its own older formats, the loader's hook
+//! ([`LegacyFormats::read_legacy`]: the MoE LM's `GWMOELM` and `GWMOETR` files load as they are,
+//! and are saved as safetensors from then on).
 
 use super::{Params, StepModel};
 use crate::kernels::optim::{self, AdamConfig};
@@ -57,6 +58,16 @@ pub struct TrainState<M> {
 pub struct Checkpoint<M> {
     pub params: Params<M>,
     pub train: Option<TrainState<M>>,
+}
+
+/// The checkpoint loader's hook for a model's own older file formats, which
+/// [`Checkpoint::from_bytes`] tries before safetensors. A model without any implements it empty.
+pub trait LegacyFormats: Sized {
+    /// Reads `bytes` when they are a file of one of the model's own older formats (`None`: they
+    /// are not, and [`Checkpoint::from_bytes`] reads them as safetensors).
+    fn read_legacy(_bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
+        None
+    }
 }
 
 impl<M: StepModel> Checkpoint<M> {

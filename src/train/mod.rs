@@ -29,7 +29,7 @@ mod stats;
 pub mod step_program;
 mod trainer;
 
-pub use checkpoint::{Checkpoint, TrainState};
+pub use checkpoint::{Checkpoint, LegacyFormats, TrainState};
 pub use params::{ParamSpec, Params};
 pub use run::{
     Evaluation, Progress, TrainOptions, TrainReport, TrainingRun, evaluate, resume, train,
@@ -86,6 +86,7 @@ pub trait Batcher {
 /// sizes.
 pub trait StepModel:
     Batcher
+    + LegacyFormats
     + Copy
     + Default
     + std::fmt::Debug
@@ -132,12 +133,6 @@ pub trait StepModel:
     /// `devices` devices of `rows` token rows each (the Transformer's positions).
     fn leading_args(&self, _devices: usize, _rows: usize) -> Vec<crate::program::HostData> {
         Vec::new()
-    }
-
-    /// Reads `bytes` when they are a file of one of the model's own older formats (`None`: they
-    /// are not, and [`Checkpoint::from_bytes`] reads them as safetensors).
-    fn read_legacy(_bytes: &[u8]) -> Option<Result<Checkpoint<Self>>> {
-        None
     }
 }
 

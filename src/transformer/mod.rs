@@ -79,7 +79,7 @@ use crate::kernels::router::RouterConfig;
 use crate::kernels::router::RouterLoss;
 use crate::program::{HostData, Program};
 use crate::train::step_program::Mode;
-use crate::train::{Batcher, ExpertRouting, ParamSpec, StepModel, StepShape};
+use crate::train::{Batcher, ExpertRouting, LegacyFormats, ParamSpec, StepModel, StepShape};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -333,6 +333,9 @@ impl StepModel for TransformerConfig {
         vec![positions.into()]
     }
 }
+
+/// No older formats: the Transformer's first files were safetensors.
+impl LegacyFormats for TransformerConfig {}
 
 impl Batcher for TransformerConfig {
     fn unit_rows(&self) -> usize {
