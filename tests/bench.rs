@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: an_unknown_adapter_gets_a_one_line_error).span(Span::All),
         case!(device: a_terminal_gets_a_progress_bar),
         case!(host: two_machines_reports_compare_by_adapter_name),
+        case!(host: several_reports_side_by_side),
         case!(device: a_real_slowdown_is_flagged),
     ])
 }
@@ -633,4 +634,59 @@ fn a_real_slowdown_is_flagged(device: &Device) {
     // A value that is no factor is refused, not ignored.
     let (out, _) = run("bad", Some("fast"));
     one_line_error(&out, "GANGWAY_BENCH_SLOWDOWN=\"fast\"");
+}
+
+/// Issue 57: several machines' reports side by side, a column per machine and adapter.
+fn several_reports_side_by_side() {
+    let one = |adapter: &str, t: f64| {
+        synthetic(
+            &[(0, adapter)],
+            &[
+                ("square 512 f32 tiled", vec![t; 5]),
+                ("square 1024 f32 tiled", vec![8.0 * t; 5]),
+            ],
+        )
+    };
+    let paths: Vec<PathBuf> = [("llvmpipe", 4e-3), ("RTX 4090", 1e-3), ("M2", 2e-3)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, t))| {
+            let p = temp(&format!("side-{i}.json"));
+            std::fs::write(&p, one(a, t).to_json()).unwrap();
+            p
+        })
+        .collect();
+    let args: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    let out = gangway(&[&["bench", "side-by-side"], &args[..]].concat());
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{table}{}", text(&out.stderr));
+    assert!(
+        table.contains(&format!("column 2: {}: RTX 4090 (vulkan)", args[1])),
+        "{table}"
+    );
+    assert!(
+        table.contains("| suite | case | column 1 | column 2 | column 3 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "| matmul | square 512 f32 tiled | 4.00 ms (1.000×) | 1.00 ms (0.250×) | 2.00 ms (0.500×) |"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("| matmul | geometric mean of × | 1.000× (2 cases) | 0.250× (2 cases) | 0.500× (2 cases) |"),
+        "{table}"
+    );
+    // One report is no side by side; an unknown suite and a missing file are errors.
+    let out = gangway(&["bench", "side-by-side", args[0]]);
+    assert!(!out.status.success());
+    one_line_error(
+        &gangway(&[&["bench", "side-by-side", "--suites", "moe"], &args[..]].concat()),
+        "no report has the suite \"moe\"; they have: matmul",
+    );
+    one_line_error(
+        &gangway(&["bench", "side-by-side", args[0], "/nonexistent/x.json"]),
+        "/nonexistent/x.json",
+    );
 }

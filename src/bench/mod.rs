@@ -6,7 +6,9 @@
 //!   [`pipeline`] (with [`pipeline_moe`]), [`moe`], [`transformer`], [`generate`], [`btm`] and
 //!   [`scaleout`] plan their cases.
 //! - [`run`]: every suite on every chosen adapter into one [`Report`].
-//! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports.
+//! - [`report`]: the versioned JSON schema and its Markdown table; [`compare`] pairs two reports
+//!   ([`noise`]: when a change is called); [`side_by_side`] lays several out, a column per
+//!   machine and adapter.
 //! - [`peak`]: theoretical peaks and the roofline.
 
 pub mod attention;
@@ -30,6 +32,7 @@ pub mod planned;
 pub mod report;
 pub mod run;
 pub mod scaleout;
+pub mod side_by_side;
 pub mod suite;
 mod traced;
 pub mod transformer;

@@ -5,10 +5,11 @@
 # workload, the runtime's workers) and resident memory every 10 s, and prints each minute's CPU
 # share of one core and RSS at its end.
 #
-#   viewer/scripts/measure-live-budget.sh [MINUTES] [WIDTHxHEIGHT] [TAB_X]
+#   viewer/scripts/measure-live-budget.sh [MINUTES] [WIDTHxHEIGHT] [TAB_X] [VIEWER ARGS...]
 #
 # MINUTES defaults to 10, the window to 1280x800; TAB_X is where the tab's label is (x, in
-# pixels, at y 19: the default layout's). Needs Xvfb and xdotool (Debian: xvfb, xdotool); build
+# pixels, at y 19: the default layout's). Arguments after those go to the viewer: the
+# README's command is `... 10 1280x800 200 --virtual-devices 2`. Needs Xvfb and xdotool (Debian: xvfb, xdotool); build
 # the viewer first with `cargo build --release -p gangway-viewer`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +18,7 @@ viewer=target/release/gangway-viewer
 minutes=${1:-10}
 size=${2:-1280x800}
 tab_x=${3:-200}
+shift $(( $# < 3 ? $# : 3 ))
 [ -x "$viewer" ] || { echo "build it first: cargo build --release -p gangway-viewer" >&2; exit 1; }
 for tool in Xvfb xdotool; do
   command -v "$tool" >/dev/null || { echo "needs $tool (Debian: xvfb, xdotool)" >&2; exit 1; }
@@ -29,7 +31,7 @@ Xvfb "$display" -screen 0 "${size}x24" >/dev/null 2>&1 &
 sleep 1
 export DISPLAY=$display XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$work}
 # A fresh config directory: no remembered tab, theme or window size.
-XDG_CONFIG_HOME=$work/config XDG_DATA_HOME=$work/data "$viewer" &
+XDG_CONFIG_HOME=$work/config XDG_DATA_HOME=$work/data "$viewer" "$@" &
 pid=$!
 sleep 8
 xdotool mousemove "$tab_x" 19 click 1

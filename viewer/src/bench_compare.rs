@@ -22,6 +22,9 @@ pub enum Asked {
     Nothing,
     /// Read the report at this path, off the UI thread, and hand it to [`BenchCompare::loaded`].
     Load(PathBuf),
+    /// Read the report at this path, off the UI thread, and add it side by side
+    /// ([`crate::bench_side_by_side::BenchSideBySide::added`]).
+    Add(PathBuf),
     /// Choose the path in a file dialog.
     Browse,
 }
@@ -29,7 +32,7 @@ pub enum Asked {
 /// The comparison of the opened report (new) with another (old).
 #[derive(Debug)]
 pub struct BenchCompare {
-    /// The old report's path.
+    /// The other report's path: the old one to compare with, or one to add side by side.
     pub path: String,
     /// The old report once read, or why it could not be.
     pub old: Option<Result<Arc<Report>, String>>,
@@ -90,16 +93,29 @@ impl BenchCompare {
     /// The controls and the comparison. `idle`: no file work under way; `dialog_free`: no file
     /// dialog open.
     pub fn ui(&mut self, ui: &mut Ui, new: &Report, idle: bool, dialog_free: bool) -> Asked {
+        // One path for another report, two uses: compare with it (as the old side), or add it
+        // side by side ([`crate::bench_side_by_side`]).
         let mut asked = Asked::Nothing;
         ui.horizontal(|ui| {
-            ui.label("compare with (old):");
+            ui.label("another report:");
             ui.add(egui::TextEdit::singleline(&mut self.path).desired_width(300.0))
-                .labelled_by(ui.label("old report path").id);
-            if ui.add_enabled(idle, egui::Button::new("Compare")).clicked() {
+                .labelled_by(ui.label("report path").id);
+            if ui
+                .add_enabled(idle, egui::Button::new("Compare"))
+                .on_hover_text("compare the opened report (new) with this one (old)")
+                .clicked()
+            {
                 asked = Asked::Load(PathBuf::from(self.path.trim()));
             }
             if ui
-                .add_enabled(idle && dialog_free, egui::Button::new("Browse old…"))
+                .add_enabled(idle, egui::Button::new("Add side by side"))
+                .on_hover_text("show this report's columns beside the opened one's")
+                .clicked()
+            {
+                asked = Asked::Add(PathBuf::from(self.path.trim()));
+            }
+            if ui
+                .add_enabled(idle && dialog_free, egui::Button::new("Browse…"))
                 .clicked()
             {
                 asked = Asked::Browse;

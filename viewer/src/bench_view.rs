@@ -2,9 +2,11 @@
 //! per case and adapter (every case named under it, turned upright, a long name shortened in
 //! its middle; a bar's hover names its case, adapter and value in a tooltip that stays on
 //! screen; a log axis where the values span more than 10×; the wheel scrolls the page, a
-//! double-click resets the view, a new report starts afresh), and the suite's table with each case's note and metrics as the CLI
-//! prints them; optionally beside a second report, compared: each case's ratio, verdict and
-//! note (as `gangway bench compare` prints it), and the cases found in one report only.
+//! double-click resets the view, a new report starts afresh), and the suite's table with each
+//! case's note and metrics as the CLI prints them; optionally beside a second report, compared:
+//! each case's ratio, verdict and note (as `gangway bench compare` prints it), and the cases
+//! found in one report only; or with several reports side by side, a table with a column per
+//! machine and adapter, and a bar per column in the chart.
 
 use egui::{Align, Color32, Layout, Rect, Sense, TextStyle, Ui, UiBuilder, Vec2};
 use egui_plot::{Bar, BarChart, GridInput, GridMark, Legend, Plot};
@@ -13,6 +15,7 @@ use gangway::bench::compare::{Comparison, Verdict, host_change, noise_text, spre
 use gangway::bench::format::{number, seconds};
 use gangway::bench::host::HostCost;
 use gangway::bench::report::{Status, TABLE_COLUMNS, note_text};
+use gangway::bench::side_by_side::SideBySide;
 
 /// The suites of a report, in run order.
 pub fn suites(report: &Report) -> Vec<String> {
@@ -25,8 +28,10 @@ pub fn suites(report: &Report) -> Vec<String> {
     out
 }
 
-/// Header, suite picker, chart and table. `suite` is the picked suite (kept by the caller).
-pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
+/// Header, suite picker, chart and table. `suite` is the picked suite (kept by the caller);
+/// `beside`: the report with others side by side, whose table is shown and whose columns the
+/// chart draws instead of the report's adapters.
+pub fn show(ui: &mut Ui, report: &Report, suite: &mut String, beside: Option<&SideBySide>) {
     let m = &report.machine;
     ui.label(format!(
         "gangway {} ({}) · {} · {} {} · {} ({} cores)",
@@ -70,48 +75,92 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
         .iter()
         .filter(|r| &r.suite == suite)
         .collect();
-    let mut cases: Vec<&str> = Vec::new();
-    for r in &rows {
-        if !cases.contains(&r.case.as_str()) {
-            cases.push(&r.case);
+    // The chart's bars: a series per adapter of the report, or per column of the reports side
+    // by side; each bar (case index, value).
+    let (cases, unit, series): (Vec<&str>, String, Vec<Series>) = match beside {
+        Some(s) => {
+            ui.separator();
+            ui.strong(format!(
+                "{suite} side by side: {} columns, one per machine and adapter",
+                s.columns.len()
+            ));
+            let height = (ui.ctx().content_rect().height() * 0.3).clamp(120.0, 360.0);
+            crate::bench_side_by_side::show_table(ui, s, suite, height);
+            let rows: Vec<_> = s.rows.iter().filter(|r| &r.suite == suite).collect();
+            let series = s
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    let bars = rows
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(x, r)| Some((x, r.cells[k].figure()?.value)))
+                        .collect();
+                    (c.heading(), bars)
+                })
+                .collect();
+            (
+                rows.iter().map(|r| r.case.as_str()).collect(),
+                s.unit(suite).unwrap_or_default().to_owned(),
+                series,
+            )
         }
-    }
-    let unit = rows
+        None => {
+            let mut cases: Vec<&str> = Vec::new();
+            for r in &rows {
+                if !cases.contains(&r.case.as_str()) {
+                    cases.push(&r.case);
+                }
+            }
+            let unit = rows
+                .iter()
+                .find_map(|r| r.figure.as_ref().map(|f| f.unit.clone()))
+                .unwrap_or_default();
+            let series = report
+                .adapters
+                .iter()
+                .map(|a| {
+                    let bars = rows
+                        .iter()
+                        .filter(|r| r.adapter == a.index)
+                        .filter_map(|r| {
+                            let x = cases.iter().position(|c| *c == r.case)?;
+                            Some((x, r.figure.as_ref()?.value))
+                        })
+                        .collect();
+                    (a.label(), bars)
+                })
+                .collect();
+            (cases, unit, series)
+        }
+    };
+    let width = 0.8 / series.len().max(1) as f64;
+    let values: Vec<f64> = series
         .iter()
-        .find_map(|r| r.figure.as_ref().map(|f| f.unit.clone()))
-        .unwrap_or_default();
-    let width = 0.8 / report.adapters.len().max(1) as f64;
-    let values: Vec<f64> = rows
-        .iter()
-        .filter_map(|r| r.figure.as_ref().map(|f| f.value))
+        .flat_map(|(_, bars)| bars.iter().map(|(_, v)| *v))
         .collect();
     let scale = Scale::for_values(&values);
-    // Every bar, for the hover: (case index, adapter slot, value).
+    // Every bar, for the hover: (case index, series slot, value).
     let mut placed: Vec<(usize, usize, f64)> = Vec::new();
-    let charts: Vec<BarChart> = report
-        .adapters
+    let charts: Vec<BarChart> = series
         .iter()
         .enumerate()
-        .map(|(k, a)| {
-            let bars = rows
+        .map(|(k, (label, bars))| {
+            let bars = bars
                 .iter()
-                .filter(|r| r.adapter == a.index)
-                .filter_map(|r| {
-                    let x = cases.iter().position(|c| *c == r.case)?;
-                    let value = r.figure.as_ref()?.value;
+                .map(|&(x, value)| {
                     placed.push((x, k, value));
                     let (base, height) = scale.bar(value);
-                    Some(
-                        Bar::new(x as f64 - 0.4 + width * (k as f64 + 0.5), height)
-                            .base_offset(base)
-                            .width(width)
-                            .name(&r.case),
-                    )
+                    Bar::new(x as f64 - 0.4 + width * (k as f64 + 0.5), height)
+                        .base_offset(base)
+                        .width(width)
+                        .name(cases[x])
                 })
                 .collect();
             // Hovers are drawn by `bar_hover` as tooltips, which stay on screen: egui_plot's
             // own label is clipped at the plot's edges.
-            BarChart::new(a.label(), bars).allow_hover(false)
+            BarChart::new(label.clone(), bars).allow_hover(false)
         })
         .collect();
     let scale_word = match scale {
@@ -121,14 +170,24 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
     ui.label(format!(
         "{suite}: {unit} per case (higher is better){scale_word}"
     ));
-    let plot = Plot::new(("bench", suite.as_str(), report_generation(ui, report)))
-        .legend(Legend::default())
-        .height(240.0)
-        .y_axis_label(unit.clone())
-        // A grid line on every case; their names are drawn below the plot, turned upright,
-        // since egui_plot drops every horizontal label wider than a case's slot.
-        .x_grid_spacer(case_marks)
-        .x_axis_formatter(|_, _| String::new());
+    let columns = if beside.is_some() {
+        "columns"
+    } else {
+        "adapters"
+    };
+    let plot = Plot::new((
+        "bench",
+        suite.as_str(),
+        columns,
+        report_generation(ui, report),
+    ))
+    .legend(Legend::default())
+    .height(240.0)
+    .y_axis_label(unit.clone())
+    // A grid line on every case; their names are drawn below the plot, turned upright,
+    // since egui_plot drops every horizontal label wider than a case's slot.
+    .x_grid_spacer(case_marks)
+    .x_axis_formatter(|_, _| String::new());
     let plot = match scale {
         Scale::Linear => plot.include_y(0.0),
         Scale::Log { floor } => plot
@@ -142,12 +201,8 @@ pub fn show(ui: &mut Ui, report: &Report, suite: &mut String) {
         }
     });
     bar_hover(&shown, &placed, width, |x, k, value| {
-        let adapter = report
-            .adapters
-            .get(k)
-            .map(|a| a.label())
-            .unwrap_or_default();
-        format!("{}\n{adapter}\n{} {unit}", cases[x], number(value))
+        let label = series.get(k).map(|(l, _)| l.as_str()).unwrap_or_default();
+        format!("{}\n{label}\n{} {unit}", cases[x], number(value))
     });
     case_names(ui, &shown.transform, &cases);
     // A region of its own: a suite with many cases scrolls here, not the page.
@@ -239,6 +294,9 @@ fn report_generation(ui: &Ui, report: &Report) -> u64 {
         generation
     })
 }
+
+/// A bar series of the chart: its legend, and its bars as (case index, value).
+type Series = (String, Vec<(usize, f64)>);
 
 /// How a suite's chart draws its values.
 #[derive(Debug, Clone, Copy, PartialEq)]

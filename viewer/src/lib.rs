@@ -11,7 +11,8 @@
 //! - [`moe_panel`]: MoE training on the devices: loss, aux loss, dropped fraction, tokens per
 //!   expert per step;
 //! - [`files`]: Chrome trace JSON in and out, `gangway bench --json` reports ([`bench_view`]),
-//!   compared with another report, of this machine or another ([`bench_compare`]);
+//!   compared with another report, of this machine or another ([`bench_compare`]), or shown
+//!   beside several others, a column per machine and adapter ([`bench_side_by_side`]);
 //! - [`attach_view`] + [`attach`]: jobs of other processes served with `--live`, followed over
 //!   the live protocol: their timeline, devices, utilization and training metrics.
 
@@ -20,6 +21,7 @@ pub mod attach;
 pub mod attach_view;
 pub mod background;
 pub mod bench_compare;
+pub mod bench_side_by_side;
 pub mod bench_view;
 pub mod bubble_lab;
 pub mod devices_panel;

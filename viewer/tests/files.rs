@@ -751,13 +751,12 @@ fn click_and_time_frames(h: &mut Harness<'static, ViewerApp>, button: &str) -> (
 /// has llvmpipe on Vulkan as 0 and on GL as 1; the new one a single "NVIDIA GeForce RTX 4090",
 /// its cases twice as fast as Vulkan llvmpipe's). Before, the viewer paired them by adapter only:
 /// "compared: 0 cases", and a paragraph of "only in" keys.
-#[test]
-fn two_machines_reports_compare_by_choosing_an_adapter_a_side() {
-    let old_path = dev_report();
-    let mut new: Value =
-        serde_json::from_str(&std::fs::read_to_string(&old_path).unwrap()).unwrap();
+/// The development machine's report as another machine's: its Vulkan adapter's results only,
+/// renamed `adapter`, every time scaled by `factor`.
+fn other_machine(dev: &Path, adapter: &str, factor: f64) -> Value {
+    let mut new: Value = serde_json::from_str(&std::fs::read_to_string(dev).unwrap()).unwrap();
     new["adapters"] = json!([{
-        "index": 0, "name": "NVIDIA GeForce RTX 4090", "backend": "vulkan",
+        "index": 0, "name": adapter, "backend": "vulkan",
         "device_type": "discrete", "driver": "nvidia", "driver_info": "560.35",
         "virtual_devices": 1, "timestamp_query": true, "peak": null
     }]);
@@ -770,22 +769,89 @@ fn two_machines_reports_compare_by_choosing_an_adapter_a_side() {
         .map(|mut r| {
             if let Some(stats) = r.get_mut("stats").filter(|s| s.is_object()) {
                 for key in ["min_s", "median_s", "max_s"] {
-                    stats[key] = json!(stats[key].as_f64().unwrap() / 2.0);
+                    stats[key] = json!(stats[key].as_f64().unwrap() * factor);
                 }
-                let halved: Vec<f64> = stats["samples_s"]
+                let scaled: Vec<f64> = stats["samples_s"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|x| x.as_f64().unwrap() / 2.0)
+                    .map(|x| x.as_f64().unwrap() * factor)
                     .collect();
-                stats["samples_s"] = json!(halved);
+                stats["samples_s"] = json!(scaled);
+            }
+            if let Some(f) = r.get_mut("figure").filter(|f| f.is_object()) {
+                f["value"] = json!(f["value"].as_f64().unwrap() / factor);
             }
             r
         })
         .collect();
+    new["results"] = json!(results);
+    new
+}
+
+/// Issue 57: several reports side by side, a column per machine and adapter, in the table and
+/// the chart.
+#[test]
+fn three_machines_reports_show_side_by_side() {
+    let dev = dev_report();
+    let b = temp(
+        "side-b.json",
+        &other_machine(&dev, "NVIDIA GeForce RTX 4090", 0.5).to_string(),
+    );
+    let c = temp(
+        "side-c.json",
+        &other_machine(&dev, "Apple M2", 2.0).to_string(),
+    );
+    let mut h = open_in_ui(&dev);
+    for path in [&b, &c] {
+        h.state_mut().files.compare.path = path.display().to_string();
+        h.run();
+        h.get_by_label("Add side by side").click();
+        h.step();
+        settle(&mut h);
+    }
+    assert_eq!(h.state().files.beside.others.len(), 2);
+    h.get_by_label("matmul side by side: 4 columns, one per machine and adapter");
+    h.get_by_label_contains("column 1: dev-2core.json: llvmpipe (LLVM 15.0.6, 256 bits) (vulkan)");
+    h.get_by_label_contains("column 3: side-b.json: NVIDIA GeForce RTX 4090 (vulkan)");
+    h.get_by_label_contains("column 4: side-c.json: Apple M2 (vulkan)");
+    // The suite's geometric means against column 1: half the time, twice the time.
+    let means: Vec<String> = h
+        .query_all_by_label_contains("×")
+        .filter_map(|n| {
+            let n = n.accesskit_node();
+            n.value().or_else(|| n.label())
+        })
+        .collect();
+    assert!(means.iter().any(|m| m.starts_with("0.500× (")), "{means:?}");
+    assert!(means.iter().any(|m| m.starts_with("2.000× (")), "{means:?}");
+    // A bar series per column: the chart's legend names each.
+    h.get_by_label("side-b.json: NVIDIA GeForce RTX 4090 (vulkan)");
+    h.get_by_label("side-c.json: Apple M2 (vulkan)");
+    // Removed, the chart is the report's own again.
+    h.get_by_label("side-b.json ✕").click();
+    h.run();
+    h.get_by_label("matmul side by side: 3 columns, one per machine and adapter");
+    h.get_by_label("side-c.json ✕").click();
+    h.run();
+    assert!(h.query_by_label_contains("side by side: ").is_none());
+    // A report that cannot be read is an error, and adds nothing.
+    h.state_mut().files.compare.path = temp("side-bad.json", "{ no").display().to_string();
+    h.run();
+    h.get_by_label("Add side by side").click();
+    h.step();
+    settle(&mut h);
+    h.get_by_label_contains("error: ");
+    assert!(h.state().files.beside.others.is_empty());
+}
+
+#[test]
+fn two_machines_reports_compare_by_choosing_an_adapter_a_side() {
+    let old_path = dev_report();
+    let new = other_machine(&old_path, "NVIDIA GeForce RTX 4090", 0.5);
+    let results: Vec<Value> = new["results"].as_array().unwrap().clone();
     let cases = results.len();
     let measured = results.iter().filter(|r| r["status"] == "ok").count();
-    new["results"] = json!(results);
     let new_path = temp("machine-b.json", &new.to_string());
     let mut h = open_in_ui(&new_path);
     h.state_mut().files.compare.path = old_path.display().to_string();

@@ -10,6 +10,7 @@ use gangway::bench::harness::SLOWDOWN_VAR;
 use gangway::bench::noise::Rule;
 use gangway::bench::report::Status;
 use gangway::bench::run::{Progress, run};
+use gangway::bench::side_by_side::SideBySide;
 use gangway::bench::{BenchOptions, Report, Suite, select_adapters};
 use gangway::kernels::matmul::MatmulVariant;
 use gangway::sched::Runtime;
@@ -201,6 +202,31 @@ pub fn bench_suites(
             failed.join(", ")
         );
     }
+    Ok(())
+}
+
+/// Several reports side by side, a column per machine and adapter, optionally only some suites.
+pub fn bench_side_by_side(paths: &[PathBuf], suites: &[String]) -> Result<()> {
+    let reports = paths
+        .iter()
+        .map(|p| Ok((p.display().to_string(), Report::load(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let named: Vec<(String, &Report)> = reports.iter().map(|(n, r)| (n.clone(), r)).collect();
+    let mut s = SideBySide::new(&named);
+    if !suites.is_empty() {
+        let known: Vec<String> = s.suites().iter().map(|x| x.to_string()).collect();
+        if let Some(missing) = suites.iter().find(|x| !known.contains(x)) {
+            bail!(
+                "no report has the suite {missing:?}; they have: {}",
+                known.join(", ")
+            );
+        }
+        s.rows.retain(|r| suites.contains(&r.suite));
+    }
+    if s.columns.is_empty() {
+        bail!("the reports hold no results");
+    }
+    print!("{}", s.table());
     Ok(())
 }
 

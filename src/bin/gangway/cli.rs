@@ -925,6 +925,17 @@ pub(crate) enum BenchSub {
         #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
         noise_threshold: f64,
     },
+    /// Several reports side by side, one column per machine and adapter: each case's fastest
+    /// sample, its time over the first column's, and per suite the geometric mean of those.
+    SideBySide {
+        /// Two or more reports; the first one's first adapter is the column the others are
+        /// measured against.
+        #[arg(num_args = 2.., required = true)]
+        reports: Vec<PathBuf>,
+        /// Only these suites [default: all].
+        #[arg(long, value_delimiter = ',')]
+        suites: Vec<String>,
+    },
     /// Print the JSON Schema of the report `--json` writes.
     Schema,
 }

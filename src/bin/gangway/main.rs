@@ -43,7 +43,7 @@ use gangway::trace::{Tracer, Track};
 use gangway::{Device, DiscoveryOptions, discover};
 
 mod bench_command;
-use bench_command::{bench_compare, bench_suites};
+use bench_command::{bench_compare, bench_side_by_side, bench_suites};
 
 mod cli;
 use cli::*;
@@ -307,6 +307,7 @@ fn run(cli: Cli, job: &Job) -> Result<()> {
                 *fail_on_slower,
                 *noise_threshold,
             )?,
+            Some(BenchSub::SideBySide { reports, suites }) => bench_side_by_side(reports, suites)?,
             Some(BenchSub::Schema) => println!(
                 "{}",
                 serde_json::to_string_pretty(&bench::Report::json_schema())?

@@ -1,7 +1,7 @@
 //! Opening and saving files: Chrome trace JSON, gzipped or not (gangway's own, and what
 //! PyTorch's, JAX's and Perfetto's tools write: see `gangway::trace::chrome::ChromeTrace`), and
-//! `gangway bench --json` reports, shown ([`crate::bench_view`]) and compared
-//! ([`crate::bench_compare`]). What a file holds is told by the library's
+//! `gangway bench --json` reports, shown ([`crate::bench_view`]), compared
+//! ([`crate::bench_compare`]) and shown beside others ([`crate::bench_side_by_side`]). What a file holds is told by the library's
 //! [`gangway::trace::chrome::sniff`] before it is read whole (`files/loaded.rs`). A bad file is an
 //! error shown in the UI, never a panic.
 //!
@@ -14,7 +14,7 @@
 //! in gangway's layout ([`gangway::trace::chrome::to_string`]).
 //!
 //! No file I/O runs on the UI thread: reading, parsing and interpreting a file, serializing and
-//! writing a trace, and loading the report to compare with all run on a worker thread
+//! writing a trace, and loading the reports to compare with or show beside all run on a worker thread
 //! (`files/work.rs`) that hands its result back through a channel and asks for a repaint; every
 //! frame polls ([`FilesTab::poll`]) and, meanwhile, shows what is under way with a spinner. This
 //! file is the tab's UI. Saving goes
@@ -34,6 +34,7 @@ use gangway::trace::chrome::Dialect;
 
 use crate::background::{Job, spawn};
 use crate::bench_compare::{Asked, BenchCompare};
+use crate::bench_side_by_side::{BenchSideBySide, report_name};
 pub use gangway::trace::PipelineBubble;
 
 use crate::timeline::{self, TimelineData, TimelineState};
@@ -81,6 +82,8 @@ pub struct FilesTab {
     pub suite: String,
     /// The opened report's comparison with another.
     pub compare: BenchCompare,
+    /// Other reports shown beside the opened one.
+    pub beside: BenchSideBySide,
     /// Files opened lately, newest first, at most [`RECENT_MAX`]; the app persists them (set
     /// with [`FilesTab::set_recent`]).
     pub recent: Vec<PathBuf>,
@@ -109,6 +112,7 @@ impl Default for FilesTab {
             save_what: SaveWhat::Live,
             suite: String::new(),
             compare: BenchCompare::default(),
+            beside: BenchSideBySide::default(),
             recent: Vec::new(),
             work: None,
             dialog: None,
@@ -315,7 +319,7 @@ impl FilesTab {
                 let title = if purpose == Purpose::Open {
                     "Open a Chrome trace or a gangway bench report"
                 } else {
-                    "The old report to compare with"
+                    "Another report: to compare with, or to show side by side"
                 };
                 let picked = dialog.set_title(title).pick_file();
                 spawn("gangway-viewer-files", self.ctx.clone(), move || {
@@ -537,6 +541,7 @@ impl FilesTab {
             loaded,
             loaded_from,
             compare,
+            beside,
             suite,
             timeline: timeline_state,
             ..
@@ -588,13 +593,19 @@ impl FilesTab {
                             ui.weak(format!("file: {}", from.display()));
                         }
                         asked = compare.ui(ui, report, idle, no_dialog);
-                        crate::bench_view::show(ui, report, suite);
+                        beside.ui(ui);
+                        let name = loaded_from
+                            .as_deref()
+                            .map_or_else(|| "opened".to_string(), report_name);
+                        let s = beside.side_by_side(&name, report);
+                        crate::bench_view::show(ui, report, suite, s.as_ref());
                     });
             }
         }
         match asked {
             Asked::Nothing => {}
             Asked::Load(old) => self.compare(old),
+            Asked::Add(path) => self.add_report(path),
             Asked::Browse => self.browse(Purpose::Compare),
         }
     }

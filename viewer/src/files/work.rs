@@ -94,6 +94,8 @@ pub(super) enum Done {
     Saved(Result<String, String>),
     /// The report to compare with, read.
     Compared(Result<Box<Report>, String>),
+    /// A report to show side by side, read.
+    Added(PathBuf, Result<Box<Report>, String>),
 }
 
 /// File I/O under way on a worker thread.
@@ -194,6 +196,7 @@ impl FilesTab {
             },
             Done::Saved(result) => self.message = Some(result),
             Done::Compared(result) => self.compare.loaded(result),
+            Done::Added(path, result) => self.beside.added(path, result),
         }
     }
 
@@ -247,6 +250,14 @@ impl FilesTab {
                 Payload::Events(events, tracks) => save_trace(&path, &events, &tracks, overwrite)
                     .map(|()| format!("saved {} events to {shown}", events.len())),
             })
+        });
+    }
+
+    /// Reads the report at `path` to show beside the opened one, in the background.
+    pub(super) fn add_report(&mut self, path: PathBuf) {
+        self.start(format!("reading {}", path.display()), true, move || {
+            let result = Report::load(&path).map(Box::new).map_err(|e| e.to_string());
+            Done::Added(path, result)
         });
     }
 
