@@ -356,8 +356,6 @@ pub enum MeshError {
         holds: usize,
         devices: usize,
     },
-    #[error("{names} axis names for a {dims}-d shape")]
-    Names { names: usize, dims: usize },
     #[error("a mesh needs at least one axis")]
     NoAxes,
     #[error("axis {0:?} has size 0")]

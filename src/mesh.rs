@@ -145,6 +145,12 @@ impl Mesh {
         Ok(Self { devices, shape })
     }
 
+    /// Arranges `devices` row-major as `shape`, which must hold exactly as many.
+    pub fn with_shape(devices: &(impl DeviceList + ?Sized), shape: &MeshShape) -> Result<Self> {
+        let axes: Vec<(&str, usize)> = shape.axes().iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        Self::new(devices, &axes)
+    }
+
     /// A 1-d mesh over all of `devices`.
     pub fn line(devices: &(impl DeviceList + ?Sized), axis: &str) -> Self {
         let devices = devices.mesh_devices();

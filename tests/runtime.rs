@@ -15,7 +15,7 @@ use gangway::sched::{
     DispatchMode, Policy, ResourceManager, RunOptions, Runtime, RuntimeOptions, SliceRequest,
 };
 use gangway::trace::{Clock, EventKind, Tracer, chrome};
-use gangway::{Device, DiscoveryOptions, Error};
+use gangway::{Device, DiscoveryOptions, Error, MeshShape};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -356,10 +356,9 @@ fn the_resource_manager_lends_least_shared_devices_and_takes_them_back(adapters:
         "a full slice overlaps (time-multiplexed)"
     );
     let mesh = manager
-        .acquire(&SliceRequest::Mesh {
-            shape: vec![2, n / 2],
-            axes: vec!["data".into(), "expert".into()],
-        })
+        .acquire(&SliceRequest::Mesh(
+            MeshShape::new(&[("data", 2), ("expert", n / 2)], n).unwrap(),
+        ))
         .unwrap();
     assert_eq!(mesh.mesh().unwrap().axis_size("expert").unwrap(), n / 2);
     drop((a, b, c, mesh));

@@ -2,7 +2,7 @@
 //! physical devices for it. Slices may overlap; the devices are then time-multiplexed by the gang
 //! scheduler. Dropping a slice returns its devices.
 
-use crate::{Device, Error, Mesh, MeshError, Result};
+use crate::{Device, Error, Mesh, MeshShape, Result};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What a client asks for.
@@ -10,18 +10,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub enum SliceRequest {
     /// Any `n` distinct devices.
     Devices(usize),
-    /// A mesh of this shape with these axis names (`shape.len()` names).
-    Mesh {
-        shape: Vec<usize>,
-        axes: Vec<String>,
-    },
+    /// A mesh of this shape (named axes, row-major), as many devices as it holds.
+    Mesh(MeshShape),
 }
 
 impl SliceRequest {
     fn devices(&self) -> usize {
         match self {
             Self::Devices(n) => *n,
-            Self::Mesh { shape, .. } => shape.iter().product(),
+            Self::Mesh(shape) => shape.devices(),
         }
     }
 }
@@ -93,20 +90,7 @@ impl ResourceManager {
         let devices: Vec<Device> = physical.iter().map(|&d| self.devices[d].clone()).collect();
         let mesh = match request {
             SliceRequest::Devices(_) => None,
-            SliceRequest::Mesh { shape, axes } => {
-                if axes.len() != shape.len() {
-                    return Err(Error::Mesh(MeshError::Names {
-                        names: axes.len(),
-                        dims: shape.len(),
-                    }));
-                }
-                let named: Vec<(&str, usize)> = axes
-                    .iter()
-                    .map(String::as_str)
-                    .zip(shape.iter().copied())
-                    .collect();
-                Some(Mesh::new(&devices, &named)?)
-            }
+            SliceRequest::Mesh(shape) => Some(Mesh::with_shape(&devices, shape)?),
         };
         for &d in &physical {
             holds.per_device[d] += 1;

@@ -429,7 +429,16 @@ fn the_flow_toggle_is_on_the_files_tab() {
     // Issue 57's tryout found 70 of its 80 threads undrawn, those with instants only: every
     // thread with a slice or a thread-scoped instant is a row (79; the one left has a global
     // instant alone, drawn across every row).
-    assert_eq!(opened(&h).data.row_titles.len(), 79);
+    let data = &opened(&h).data;
+    assert_eq!(data.row_titles.len(), 79);
+    // And every one of them is drawn: each thread instant's track is a row of the timeline.
+    let rows: std::collections::BTreeSet<_> =
+        data.tracks().iter().map(|t| (t.device, t.lane)).collect();
+    let marked: std::collections::BTreeSet<_> =
+        data.instants.iter().filter_map(|i| i.track).collect();
+    assert!(marked.len() >= 70, "{} tracks with instants", marked.len());
+    assert!(marked.is_subset(&rows), "{:?}", marked.difference(&rows));
+    assert_eq!(rows.len(), 79);
     assert!(h.state().files.timeline.show_flows);
     h.get_by_label_contains("flow arrows").click();
     h.run();

@@ -190,6 +190,7 @@ mod tests {
             "pipeline costs_from",
             "bench compare old",
             "bench compare new",
+            "bench side-by-side reports",
         ];
         let named = |(path, id): &(Vec<String>, String)| format!("{} {id}", path.join(" "));
         for flag in &found {

@@ -175,6 +175,7 @@ fn opened_trace(trace: ChromeTrace, source: Arc<[u8]>) -> Loaded {
             name: i.name,
         })
         .collect();
+    data.add_instant_rows();
     if bubble.is_some() {
         // Titled as the run's tracks say its lanes are: stages, or folded, devices or gangs.
         data.device_prefix = Some(gangway::trace::track::kind_of(&tracks).word().into());

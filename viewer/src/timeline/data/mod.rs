@@ -31,7 +31,7 @@ mod track;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use gangway::trace::{Event, PipelineOp};
+use gangway::trace::{Event, Lane, PipelineOp};
 
 pub use bars::{Bar, bars, bars_by_row};
 pub use kind::{BarKind, NAME_COLORS, figure_color};
@@ -81,6 +81,30 @@ impl TimelineData {
         };
         data.extend(events);
         data
+    }
+
+    /// A row for every track an instant is on, slices or not: a thread with only instants is
+    /// drawn, its marks on an empty row, as Perfetto draws it (Chromium's startup trace has 70
+    /// such threads of 80). Call it once [`TimelineData::instants`] is set.
+    pub fn add_instant_rows(&mut self) {
+        let keys: Vec<(usize, Lane)> = self.instants.iter().filter_map(|i| i.track).collect();
+        for key in keys {
+            self.track_at(key);
+        }
+    }
+
+    /// The index of the track of `key` (device, lane), made (empty) where there is none.
+    fn track_at(&mut self, key: (usize, Lane)) -> usize {
+        let at = self.tracks.partition_point(|t| (t.device, t.lane) < key);
+        if self
+            .tracks
+            .get(at)
+            .is_none_or(|t| (t.device, t.lane) != key)
+        {
+            self.tracks
+                .insert(at, Track::new(key.0, key.1, self.by_name));
+        }
+        at
     }
 
     /// Whether bars are coloured by name.
@@ -170,16 +194,7 @@ impl TimelineData {
             Some(s) => s.start.min(start)..s.end.max(end),
         });
         self.count += 1;
-        let key = (e.device, e.lane);
-        let at = self.tracks.partition_point(|t| (t.device, t.lane) < key);
-        if self
-            .tracks
-            .get(at)
-            .is_none_or(|t| (t.device, t.lane) != key)
-        {
-            self.tracks
-                .insert(at, Track::new(e.device, e.lane, self.by_name));
-        }
+        let at = self.track_at((e.device, e.lane));
         if let Some(track) = self.tracks.get_mut(at) {
             track.insert(e);
         }
