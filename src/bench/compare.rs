@@ -172,9 +172,7 @@ pub fn compare_with(
         let (verdict, time_ratio, noise, note) = match (ok(o), ok(n)) {
             (Some(so), Some(sn)) => {
                 // Different sizes (other --runs, --tokens, ...): compare time per unit of work.
-                let amount =
-                    |r: &CaseResult| r.work.map_or(1.0, |w| w.amount).max(f64::MIN_POSITIVE);
-                let (ao, an) = (amount(o), amount(n));
+                let (ao, an) = (o.work_amount(), n.work_amount());
                 let same_work = (ao - an).abs() <= 1e-9 * ao.max(an);
                 let (ko, kn) = if same_work {
                     (1.0, 1.0)

@@ -290,6 +290,12 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
+    /// How much work one run did ([`Work::amount`]; 1 where the case does not say), never 0:
+    /// what a time is divided by when two runs did different amounts.
+    pub fn work_amount(&self) -> f64 {
+        self.work.map_or(1.0, |w| w.amount).max(f64::MIN_POSITIVE)
+    }
+
     /// A case that did not produce samples.
     pub fn not_run(suite: &str, case: String, adapter: usize, status: Status, why: String) -> Self {
         Self {

@@ -5,7 +5,7 @@
 //! by), its figure, and its time over the first column's, per unit of work where the two did
 //! different amounts. Each suite gets the geometric mean of each column's ratios.
 
-use super::format::{number, seconds};
+use super::format::seconds;
 use super::report::{CaseResult, Figure, Report, Status};
 use serde::Serialize;
 
@@ -266,13 +266,7 @@ impl SideBySide {
 /// A measured case's fastest sample per unit of its work.
 fn per_unit(r: &CaseResult) -> Option<f64> {
     let s = r.stats.as_ref().filter(|_| r.status == Status::Ok)?;
-    let amount = r.work.map_or(1.0, |w| w.amount).max(f64::MIN_POSITIVE);
-    Some(s.min_s / amount)
-}
-
-/// `value` with its unit, as a cell's figure reads: `12.5 GFLOP/s`.
-pub fn figure_text(f: &Figure) -> String {
-    format!("{} {}", number(f.value), f.unit)
+    Some(s.min_s / r.work_amount())
 }
 
 #[cfg(test)]

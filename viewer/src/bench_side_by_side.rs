@@ -15,9 +15,12 @@ use gangway::bench::side_by_side::SideBySide;
 #[derive(Debug, Default)]
 pub struct BenchSideBySide {
     /// The reports added, in order: their names (file names) and contents.
-    pub others: Vec<(String, Arc<Report>)>,
+    others: Vec<(String, Arc<Report>)>,
     /// Why the last report could not be added.
     pub error: Option<String>,
+    /// The opened report and those added, laid out once: made again only when a report is
+    /// added, removed or opened, not every frame.
+    made: Option<Arc<SideBySide>>,
 }
 
 /// The name a report's columns go by: its file name.
@@ -35,21 +38,36 @@ impl BenchSideBySide {
             Ok(r) => {
                 self.others.push((report_name(&path), Arc::new(*r)));
                 self.error = None;
+                self.made = None;
             }
             // The library's error names the file.
             Err(e) => self.error = Some(e),
         }
     }
 
-    /// The opened report (named `name`) and those added, side by side; `None` before any was
-    /// added.
-    pub fn side_by_side(&self, name: &str, report: &Report) -> Option<SideBySide> {
+    /// The reports added, in order: their names and contents.
+    pub fn others(&self) -> &[(String, Arc<Report>)] {
+        &self.others
+    }
+
+    /// Another report was opened: the side-by-side view is made again for it.
+    pub fn new_report_opened(&mut self) {
+        self.made = None;
+    }
+
+    /// The opened report (named `name`) and those added, side by side (made when stale);
+    /// `None` before any was added.
+    pub fn side_by_side(&mut self, name: &str, report: &Report) -> Option<Arc<SideBySide>> {
         if self.others.is_empty() {
             return None;
         }
-        let mut all: Vec<(String, &Report)> = vec![(name.to_owned(), report)];
-        all.extend(self.others.iter().map(|(n, r)| (n.clone(), r.as_ref())));
-        Some(SideBySide::new(&all))
+        let others = &self.others;
+        let made = self.made.get_or_insert_with(|| {
+            let mut all: Vec<(String, &Report)> = vec![(name.to_owned(), report)];
+            all.extend(others.iter().map(|(n, r)| (n.clone(), r.as_ref())));
+            Arc::new(SideBySide::new(&all))
+        });
+        Some(Arc::clone(made))
     }
 
     /// The reports added, each removable, and why the last could not be (the path and the
@@ -75,6 +93,7 @@ impl BenchSideBySide {
         }
         if let Some(k) = remove {
             self.others.remove(k);
+            self.made = None;
         }
     }
 }

@@ -810,7 +810,7 @@ fn three_machines_reports_show_side_by_side() {
         h.step();
         settle(&mut h);
     }
-    assert_eq!(h.state().files.beside.others.len(), 2);
+    assert_eq!(h.state().files.beside.others().len(), 2);
     h.get_by_label("matmul side by side: 4 columns, one per machine and adapter");
     h.get_by_label_contains("column 1: dev-2core.json: llvmpipe (LLVM 15.0.6, 256 bits) (vulkan)");
     h.get_by_label_contains("column 3: side-b.json: NVIDIA GeForce RTX 4090 (vulkan)");
@@ -842,7 +842,7 @@ fn three_machines_reports_show_side_by_side() {
     h.step();
     settle(&mut h);
     h.get_by_label_contains("error: ");
-    assert!(h.state().files.beside.others.is_empty());
+    assert!(h.state().files.beside.others().is_empty());
 }
 
 #[test]

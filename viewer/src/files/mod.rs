@@ -598,7 +598,7 @@ impl FilesTab {
                             .as_deref()
                             .map_or_else(|| "opened".to_string(), report_name);
                         let s = beside.side_by_side(&name, report);
-                        crate::bench_view::show(ui, report, suite, s.as_ref());
+                        crate::bench_view::show(ui, report, suite, s.as_deref());
                     });
             }
         }

@@ -185,6 +185,7 @@ impl FilesTab {
                     }
                     self.timeline = TimelineState::default();
                     self.compare.new_report_opened();
+                    self.beside.new_report_opened();
                 }
                 Err(e) => {
                     // A recent file that is gone leaves the list.
