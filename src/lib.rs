@@ -4,9 +4,9 @@
 //!   [`table`] (Markdown tables), [`fsutil`] (crash-safe writes); and [`Error`], whose file
 //!   imports no feature module (the schedules' and meshes' own error enums are defined there).
 //! - [`device`]: find every adapter on every backend, split adapters into virtual devices.
-//! - [`mesh`]: the one [`Mesh`] (devices plus named axes; the job's global mesh and its local
-//!   view are the same type) and its shape [`MeshShape`], which a program's gang is laid out as
-//!   and a slice of the resource manager is asked for by;
+//! - [`mesh`]: the one [`Mesh`] (devices plus named axes: the job's global mesh, and what every
+//!   workload takes) and its shape [`MeshShape`], which a program's [`program::Gang`] is laid
+//!   out as and a slice of the resource manager is asked for by;
 //!   [`NamedSharding`]: how values lie over a mesh.
 //! - [`kernels`]: WGSL kernels, each a [`kernels::Kernel`] type a program node holds: matmul
 //!   (five variants and an autotuner), attention, MoE router, dispatch/combine, the training

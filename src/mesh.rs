@@ -1,23 +1,28 @@
 //! The one mesh, after JAX's `Mesh(devices, axis_names)`: devices in an n-d, row-major grid with
-//! named axes (`data`, `expert`, `stage`, ...). The same type is the job's global mesh (every
-//! rank's devices: [`crate::sched::Runtime::mesh`], [`crate::Job::mesh`]) and a local view of it
-//! ([`Mesh::local`]). Its shape ([`MeshShape`]) is what a program's gang is laid out as and what a
-//! [`crate::NamedSharding`] names axes of. A mesh is a [`DeviceList`], so every workload that
-//! takes devices takes one, and the trainer reads its `{data, expert}` axes.
-//!
-//! What is not so yet: a program's gang is a list of device indices with its [`MeshShape`] beside
-//! it in the builder, not a sub-mesh, and workloads take a [`DeviceList`] rather than a `Mesh`;
-//! [`Mesh::sub`], [`Mesh::groups`] and [`Mesh::device`] (slices of a mesh along an axis) serve
-//! tests and callers outside the library. Errors are [`MeshError`]s.
+//! named axes ([`DATA_AXIS`], [`EXPERT_AXIS`], [`STAGE_AXIS`], ...). The same type is the job's
+//! global mesh (every rank's devices: [`crate::sched::Runtime::mesh`], [`crate::Job::mesh`]) and
+//! what workloads take: the trainer (`{data, expert}`, or one axis of experts), the pipelines
+//! (which lay their devices out as `{stage, expert}` and give stage `k` the row
+//! `mesh.sub("stage", k)`), Branch-Train-Merge and the benchmarks. A plain device list is
+//! [`Mesh::line`]. Its shape ([`MeshShape`]) is what a program's gang is laid out as (inside a
+//! program, a [`crate::program::Gang`]: slice indices with their axes, what a `Mesh` is to a
+//! workload) and what a [`crate::NamedSharding`] names axes of. Errors are [`MeshError`]s.
 
 use crate::device::{DeviceList, MeshDevice};
 pub use crate::error::MeshError;
-use crate::{Device, Error, Result};
+use crate::{Error, Result};
 use std::fmt;
 
 /// The axis of a mesh laid out as one line when nobody named its axes (a runtime's devices, a
 /// job's, a program's gang).
 pub const LINE_AXIS: &str = "d";
+/// The data axis of a `{data, expert}` mesh (GShard, DeepSpeed-MoE): replicas of every expert.
+pub const DATA_AXIS: &str = "data";
+/// The axis experts are split over: a trainer's gang, a data row, a pipeline stage's gang.
+pub const EXPERT_AXIS: &str = "expert";
+/// The pipeline axis of a `{stage, expert}` mesh: one row of devices per stage (or per gang the
+/// stages fold onto).
+pub const STAGE_AXIS: &str = "stage";
 
 /// A mesh's named axes, row-major: device `i` sits at the coordinates of `i` in this grid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -151,9 +156,13 @@ impl Mesh {
         Self::new(devices, &axes)
     }
 
-    /// A 1-d mesh over all of `devices`.
-    pub fn line(devices: &(impl DeviceList + ?Sized), axis: &str) -> Self {
-        let devices = devices.mesh_devices();
+    /// A 1-d mesh over all of `devices`, its axis [`LINE_AXIS`]: what a plain device list is
+    /// to a workload.
+    pub fn line(devices: &(impl DeviceList + ?Sized)) -> Self {
+        Self::line_along(devices.mesh_devices(), LINE_AXIS)
+    }
+
+    fn line_along(devices: Vec<MeshDevice>, axis: &str) -> Self {
         let shape = MeshShape::line(axis, devices.len());
         Self { devices, shape }
     }
@@ -172,61 +181,22 @@ impl Mesh {
         &self.shape
     }
 
-    /// The axis sizes, in order.
-    pub fn sizes(&self) -> Vec<usize> {
-        self.shape.axes().iter().map(|(_, s)| *s).collect()
-    }
-
-    pub fn axis_names(&self) -> Vec<&str> {
-        self.shape.axes().iter().map(|(n, _)| n.as_str()).collect()
-    }
-
-    /// Position of `axis` among the mesh's axes.
-    pub fn axis(&self, axis: &str) -> Result<usize> {
-        Ok(self.shape.position(axis)?)
-    }
-
-    pub fn axis_size(&self, axis: &str) -> Result<usize> {
-        Ok(self.shape.axes()[self.axis(axis)?].1)
-    }
-
-    /// Coordinates of the device at row-major index `linear`.
-    pub fn coords(&self, linear: usize) -> Vec<usize> {
-        self.shape.coords(linear)
-    }
-
-    /// The device at `coords`.
-    pub fn device(&self, coords: &[usize]) -> Result<&MeshDevice> {
-        let axes = self.shape.axes();
-        if coords.len() != axes.len() || coords.iter().zip(axes).any(|(c, (_, s))| c >= s) {
-            return Err(Error::Mesh(MeshError::Coords {
-                coords: coords.to_vec(),
-                shape: self.sizes(),
-            }));
-        }
-        let linear = coords
-            .iter()
-            .zip(axes)
-            .fold(0, |acc, (c, (_, s))| acc * s + c);
-        Ok(&self.devices[linear])
-    }
-
     /// The sub-mesh at index `i` of `axis`: the devices whose coordinate along `axis` is `i`, over
     /// the other axes (a 1-d mesh of one device when `axis` was the only one). One data row of a
     /// `{data, expert}` mesh is `sub("data", i)`: a gang that holds every expert once.
     pub fn sub(&self, axis: &str, i: usize) -> Result<Mesh> {
-        let a = self.axis(axis)?;
-        let size = self.shape.axes()[a].1;
-        if i >= size {
-            let mut coords = vec![0; self.shape.axes().len()];
+        let axes = self.shape.axes();
+        let a = self.shape.position(axis)?;
+        if i >= axes[a].1 {
+            let mut coords = vec![0; axes.len()];
             coords[a] = i;
             return Err(Error::Mesh(MeshError::Coords {
                 coords,
-                shape: self.sizes(),
+                shape: axes.iter().map(|(_, s)| *s).collect(),
             }));
         }
         let devices: Vec<MeshDevice> = (self.devices.iter().enumerate())
-            .filter(|(k, _)| self.coords(*k)[a] == i)
+            .filter(|(k, _)| self.shape.coords(*k)[a] == i)
             .map(|(_, d)| d.clone())
             .collect();
         let rest: Vec<(&str, usize)> = (self.shape.axes().iter().enumerate())
@@ -234,38 +204,9 @@ impl Mesh {
             .map(|(_, (n, s))| (n.as_str(), *s))
             .collect();
         if rest.is_empty() {
-            return Ok(Self::line(&devices, axis));
+            return Ok(Self::line_along(devices, axis));
         }
         Self::new(&devices, &rest)
-    }
-
-    /// Every 1-d group along `axis`: the devices that differ only in that coordinate, in order.
-    pub fn groups(&self, axis: &str) -> Result<Vec<Vec<MeshDevice>>> {
-        let a = self.axis(axis)?;
-        let mut groups: Vec<Vec<MeshDevice>> = Vec::new();
-        let mut keys: Vec<Vec<usize>> = Vec::new();
-        for (i, device) in self.devices.iter().enumerate() {
-            let mut key = self.coords(i);
-            key.remove(a);
-            match keys.iter().position(|k| *k == key) {
-                Some(g) => groups[g].push(device.clone()),
-                None => {
-                    keys.push(key);
-                    groups.push(vec![device.clone()]);
-                }
-            }
-        }
-        Ok(groups)
-    }
-
-    /// The local view: this process's devices, in mesh order (all of them outside a job of
-    /// several ranks).
-    pub fn local(&self) -> Vec<Device> {
-        self.devices
-            .iter()
-            .filter_map(MeshDevice::local)
-            .cloned()
-            .collect()
     }
 }
 
@@ -280,10 +221,6 @@ impl std::ops::Deref for Mesh {
 impl DeviceList for Mesh {
     fn mesh_devices(&self) -> Vec<MeshDevice> {
         self.devices.clone()
-    }
-
-    fn mesh_axes(&self) -> Vec<(String, usize)> {
-        self.shape.axes().to_vec()
     }
 }
 

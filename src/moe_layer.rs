@@ -77,10 +77,9 @@ pub fn run_expert_parallel(
 
     // The program: every device routes and dispatches its tokens, the slots go to the experts'
     // devices, the experts run as one grouped matmul per device, and the rows come back.
-    let gang: Vec<usize> = (0..n).collect();
     let mut p = ProgramBuilder::new("moe layer");
     // One axis carries both the token groups and the experts, as in training.
-    p.mesh(&gang, &[("expert", n)]);
+    let gang = p.mesh(&(0..n).collect::<Vec<_>>(), &[("expert", n)]);
     let x = p.typed_arg(&gang, TensorType::f32(&[t, d]));
     let every = p.spec(&gang, &[&[], &[]], &[]);
     let wr = p.sharded_arg(&gang, TensorType::f32(&[d, e_n]), every);

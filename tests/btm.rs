@@ -66,12 +66,27 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
     )
     .unwrap();
     let client = runtime.client("seed", 1);
-    let seed = train(&client, &devices[..1], &all, &init, &opts(5), |_| {})
-        .unwrap()
-        .params;
+    let seed = train(
+        &client,
+        &gangway::Mesh::line(&devices[..1]),
+        &all,
+        &init,
+        &opts(5),
+        |_| {},
+    )
+    .unwrap()
+    .params;
 
     drop(tracer.take_events());
-    let elms = branch(&runtime, devices, &domains, &seed, &opts(6), |_, _| {}).unwrap();
+    let elms = branch(
+        &runtime,
+        &gangway::Mesh::line(devices),
+        &domains,
+        &seed,
+        &opts(6),
+        |_, _| {},
+    )
+    .unwrap();
     let events = tracer.take_events();
     assert!(!events.is_empty(), "the branch phase was traced");
     // Batches go up and statistics come back (host transfers), but nothing moves between
@@ -100,7 +115,7 @@ fn branches_train_without_transfers_and_merge(adapters: &Adapters) {
     let persian = vec![("persian".to_string(), Corpus::bundled("persian").unwrap())];
     let new = branch(
         &runtime,
-        &devices[..1],
+        &gangway::Mesh::line(&devices[..1]),
         &persian,
         &averaged,
         &opts(3),

@@ -62,7 +62,7 @@ fn every_byte_after_the_first_is_scored_once_as_the_reference_scores_it(device: 
         .collect();
     let mut trainer = TransformerTrainer::new(
         &client,
-        std::slice::from_ref(device),
+        &gangway::Mesh::line(std::slice::from_ref(device)),
         &params,
         AdamConfig::new(1e-3),
         1,

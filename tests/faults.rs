@@ -129,7 +129,7 @@ fn losing_one_of_four_devices_mid_training_ends_the_run_and_keeps_the_checkpoint
     let (_runtime, client) = common::runtime_client(&devices, "test");
     let err = train(
         &client,
-        &devices,
+        &gangway::Mesh::line(&devices),
         &corpus,
         &MoeLmParams::init(cfg).unwrap(),
         &train_opts,

@@ -50,7 +50,8 @@ fn it_matches_its_reference_and_finite_differences(device: &Device) {
     let (_runtime, client) = common::runtime_client(one, "test");
     let adam = AdamConfig::new(0.01);
     for groups in [1, 2] {
-        let trainer = Trainer::new(&client, one, &params, adam, groups).unwrap();
+        let trainer =
+            Trainer::new(&client, &gangway::Mesh::line(one), &params, adam, groups).unwrap();
         let want = reference_loss(&params, &ctx, &tgt).unwrap();
         let got = trainer.eval(&ctx, &tgt).unwrap();
         assert!(
@@ -78,7 +79,7 @@ fn it_matches_its_reference_and_finite_differences(device: &Device) {
         }
     }
     let bad = vec![VOCAB as u32; cfg.context];
-    let trainer = Trainer::new(&client, one, &params, adam, 1).unwrap();
+    let trainer = Trainer::new(&client, &gangway::Mesh::line(one), &params, adam, 1).unwrap();
     assert!(trainer.eval(&bad, &[0]).is_err());
     assert!(trainer.eval(&ctx[1..], &tgt).is_err());
 }
@@ -101,8 +102,9 @@ fn it_trains_on_two_devices_as_on_one_and_resumes(adapters: &Adapters) {
     let params = MlpLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.02);
     let (_runtime, client) = common::runtime_client(pair, "test");
-    let mut one = Trainer::new(&client, &pair[..1], &params, adam, 2).unwrap();
-    let mut two = Trainer::new(&client, pair, &params, adam, 2).unwrap();
+    let mut one =
+        Trainer::new(&client, &gangway::Mesh::line(&pair[..1]), &params, adam, 2).unwrap();
+    let mut two = Trainer::new(&client, &gangway::Mesh::line(pair), &params, adam, 2).unwrap();
     let mut rng = Rng::new(3);
     let batches: Vec<_> = (0..12).map(|_| batch(&cfg, 32, &mut rng)).collect();
     let mut losses = Vec::new();
@@ -122,18 +124,19 @@ fn it_trains_on_two_devices_as_on_one_and_resumes(adapters: &Adapters) {
     assert!(last < 0.9 * first, "training lowers the loss: {losses:?}");
 
     // A checkpoint taken after 6 steps resumes on the pair and takes the same steps.
-    let mut straight = Trainer::new(&client, pair, &params, adam, 2).unwrap();
+    let mut straight = Trainer::new(&client, &gangway::Mesh::line(pair), &params, adam, 2).unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| straight.step(c, t).unwrap().loss)
         .collect();
-    let mut first_half = Trainer::new(&client, pair, &params, adam, 2).unwrap();
+    let mut first_half =
+        Trainer::new(&client, &gangway::Mesh::line(pair), &params, adam, 2).unwrap();
     for (c, t) in &batches[..6] {
         first_half.step(c, t).unwrap();
     }
     let bytes = first_half.checkpoint().unwrap().to_bytes().unwrap();
     let loaded = Checkpoint::<MlpLmConfig>::from_bytes(&bytes).unwrap();
-    let mut resumed = Trainer::resume(&client, pair, &loaded).unwrap();
+    let mut resumed = Trainer::resume(&client, &gangway::Mesh::line(pair), &loaded).unwrap();
     for (i, (c, t)) in batches[6..].iter().enumerate() {
         assert_eq!(
             resumed.step(c, t).unwrap().loss,

@@ -51,8 +51,14 @@ fn one_device_matches_the_reference(device: &Device) {
     let t0 = Instant::now();
     let (_runtime, client) = common::runtime_client(std::slice::from_ref(device), "test");
     for groups in [1, 2] {
-        let trainer =
-            MoeTrainer::new(&client, std::slice::from_ref(device), &params, adam, groups).unwrap();
+        let trainer = MoeTrainer::new(
+            &client,
+            &Mesh::line(std::slice::from_ref(device)),
+            &params,
+            adam,
+            groups,
+        )
+        .unwrap();
         let (want_fwd, want) = loss_and_grads_grouped(&params, &ctx, &tgt, groups).unwrap();
         let got = trainer.grads(&ctx, &tgt).unwrap();
         for (spec, (g, w)) in cfg
@@ -68,8 +74,14 @@ fn one_device_matches_the_reference(device: &Device) {
     }
 
     // Three Adam steps: the same losses, stats and parameters as the reference's.
-    let mut trainer =
-        MoeTrainer::new(&client, std::slice::from_ref(device), &params, adam, 1).unwrap();
+    let mut trainer = MoeTrainer::new(
+        &client,
+        &Mesh::line(std::slice::from_ref(device)),
+        &params,
+        adam,
+        1,
+    )
+    .unwrap();
     let mut ref_params = params.clone();
     let mut ref_adam = Adam::new(&params, adam).unwrap();
     for step in 1..=3u32 {
@@ -127,7 +139,7 @@ fn a_data_by_expert_mesh_follows_one_device(adapters: &Adapters) {
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(&devices[..4], "test");
     let grid = Mesh::new(&devices[..4], &[("data", 2), ("expert", 2)]).unwrap();
-    let mut one = MoeTrainer::new(&client, &devices[..1], &params, adam, 4).unwrap();
+    let mut one = MoeTrainer::new(&client, &Mesh::line(&devices[..1]), &params, adam, 4).unwrap();
     let mut two_by_two = MoeTrainer::new(&client, &grid, &params, adam, 4).unwrap();
     let mut rng = Rng::new(5);
     for _ in 0..6 {
@@ -167,8 +179,8 @@ fn four_devices_follow_one_device_with_four_groups(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(mesh, "test");
-    let mut one = MoeTrainer::new(&client, &mesh[..1], &params, adam, 4).unwrap();
-    let mut four = MoeTrainer::new(&client, mesh, &params, adam, mesh.len()).unwrap();
+    let mut one = MoeTrainer::new(&client, &Mesh::line(&mesh[..1]), &params, adam, 4).unwrap();
+    let mut four = MoeTrainer::new(&client, &Mesh::line(mesh), &params, adam, mesh.len()).unwrap();
     assert_eq!(four.groups(), 4);
     four.set_trace(true);
     let mut events = Vec::new();
@@ -270,7 +282,8 @@ fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
     meshes.push((virt[..2].to_vec(), 2));
     for (mesh, groups) in meshes {
         let want = forward_grouped(&params, &ctx, &tgt, groups).unwrap();
-        let mut trainer = MoeTrainer::new(&client, &mesh, &params, adam, groups).unwrap();
+        let mut trainer =
+            MoeTrainer::new(&client, &Mesh::line(&mesh), &params, adam, groups).unwrap();
         let got = trainer.step(&ctx, &tgt).unwrap();
         let b0 = &got.blocks[0];
         assert!(
@@ -309,16 +322,34 @@ fn bad_inputs_are_errors(device: &Device) {
     // Experts not divisible by the devices, groups not by the devices, no devices, bad Adam.
     let (_runtime, client) = common::runtime_client(one, "test");
     let three = vec![device.clone(), device.clone(), device.clone()];
-    assert!(MoeTrainer::new(&client, &three, &params, adam, three.len()).is_err());
-    assert!(MoeTrainer::new(&client, &three[..2], &params, adam, 3).is_err());
-    assert!(MoeTrainer::new(&client, one, &params, adam, 0).is_err());
-    assert!(MoeTrainer::new(&client, &Vec::<Device>::new(), &params, adam, 0).is_err());
-    assert!(MoeTrainer::new(&client, one, &params, AdamConfig::new(f32::NAN), one.len()).is_err());
+    assert!(MoeTrainer::new(&client, &Mesh::line(&three), &params, adam, three.len()).is_err());
+    assert!(MoeTrainer::new(&client, &Mesh::line(&three[..2]), &params, adam, 3).is_err());
+    assert!(MoeTrainer::new(&client, &Mesh::line(one), &params, adam, 0).is_err());
+    assert!(
+        MoeTrainer::new(
+            &client,
+            &Mesh::line(&Vec::<Device>::new()),
+            &params,
+            adam,
+            0
+        )
+        .is_err()
+    );
+    assert!(
+        MoeTrainer::new(
+            &client,
+            &Mesh::line(one),
+            &params,
+            AdamConfig::new(f32::NAN),
+            one.len()
+        )
+        .is_err()
+    );
     let mut broken = params.clone();
     broken.tensors[1].pop();
-    assert!(MoeTrainer::new(&client, one, &broken, adam, one.len()).is_err());
+    assert!(MoeTrainer::new(&client, &Mesh::line(one), &broken, adam, one.len()).is_err());
 
-    let mut trainer = MoeTrainer::new(&client, one, &params, adam, 4).unwrap();
+    let mut trainer = MoeTrainer::new(&client, &Mesh::line(one), &params, adam, 4).unwrap();
     let mut rng = Rng::new(5);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);
     let mut bad_ctx = ctx.clone();
@@ -353,8 +384,8 @@ fn eight_devices_follow_one_device_with_eight_groups(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(&devices[..8], "test");
-    let mut one = MoeTrainer::new(&client, &devices[..1], &params, adam, 8).unwrap();
-    let mut eight = MoeTrainer::new(&client, &devices[..8], &params, adam, 8).unwrap();
+    let mut one = MoeTrainer::new(&client, &Mesh::line(&devices[..1]), &params, adam, 8).unwrap();
+    let mut eight = MoeTrainer::new(&client, &Mesh::line(&devices[..8]), &params, adam, 8).unwrap();
     let mut rng = Rng::new(6);
     for _ in 0..3 {
         let (ctx, tgt) = batch(&cfg, 64, &mut rng);
@@ -387,14 +418,14 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     let batches: Vec<_> = (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect();
 
     let (_runtime, client) = common::runtime_client(after, "test");
-    let mut straight = MoeTrainer::new(&client, before, &params, adam, 4).unwrap();
+    let mut straight = MoeTrainer::new(&client, &Mesh::line(before), &params, adam, 4).unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| straight.step(c, t).unwrap().loss)
         .collect();
     let want_params = straight.params().unwrap();
 
-    let mut first = MoeTrainer::new(&client, before, &params, adam, 4).unwrap();
+    let mut first = MoeTrainer::new(&client, &Mesh::line(before), &params, adam, 4).unwrap();
     for (c, t) in &batches[..3] {
         first.step(c, t).unwrap();
     }
@@ -410,7 +441,7 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert_eq!(loaded, ckpt);
 
     for (mesh, exact) in [(before, true), (after, before.len() == after.len())] {
-        let mut resumed = MoeTrainer::resume(&client, mesh, &loaded).unwrap();
+        let mut resumed = MoeTrainer::resume(&client, &Mesh::line(mesh), &loaded).unwrap();
         assert_eq!((resumed.steps(), resumed.groups()), (3, 4));
         for (i, (c, t)) in batches[3..].iter().enumerate() {
             let got = resumed.step(c, t).unwrap();
@@ -479,13 +510,13 @@ fn a_checkpointed_run_resumes_where_it_stopped(adapters: &Adapters) {
     assert!(Checkpoint::<MoeLmConfig>::load(&corrupt).is_err());
     assert!(Checkpoint::<MoeLmConfig>::load(&dir.join("missing.gwckpt")).is_err());
     let three = vec![before[0].clone(); 3];
-    assert!(MoeTrainer::resume(&client, &three, &loaded).is_err());
+    assert!(MoeTrainer::resume(&client, &Mesh::line(&three), &loaded).is_err());
     // Weights alone hold nothing to resume.
     let weights = Checkpoint::<MoeLmConfig>::from_bytes(&params.to_bytes().unwrap()).unwrap();
-    assert!(MoeTrainer::resume(&client, before, &weights).is_err());
+    assert!(MoeTrainer::resume(&client, &Mesh::line(before), &weights).is_err());
     let mut mismatched = loaded.clone();
     mismatched.train.as_mut().unwrap().m.tensors[0].pop();
-    assert!(MoeTrainer::resume(&client, before, &mismatched).is_err());
+    assert!(MoeTrainer::resume(&client, &Mesh::line(before), &mismatched).is_err());
     assert!(mismatched.to_bytes().is_err());
     std::fs::remove_dir_all(&dir).unwrap();
     eprintln!(
@@ -519,8 +550,8 @@ fn an_uneven_split_follows_one_device(adapters: &Adapters) {
     let params = MoeLmParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(pair, "test");
-    let mut one = MoeTrainer::new(&client, &pair[..1], &params, adam, 8).unwrap();
-    let mut two = MoeTrainer::new(&client, pair, &params, adam, 8).unwrap();
+    let mut one = MoeTrainer::new(&client, &Mesh::line(&pair[..1]), &params, adam, 8).unwrap();
+    let mut two = MoeTrainer::new(&client, &Mesh::line(pair), &params, adam, 8).unwrap();
     assert!(two.split().is_even());
     let mut rng = Rng::new(9);
     let (ctx, tgt) = batch(&cfg, 64, &mut rng);

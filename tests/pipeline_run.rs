@@ -104,7 +104,7 @@ fn every_schedule_matches_single_device_gradient_accumulation(adapters: &Adapter
             let run = execute(
                 &client,
                 &schedule,
-                &devices[..p],
+                &gangway::Mesh::line(&devices[..p]),
                 &mlp,
                 &batch,
                 LR,
@@ -186,7 +186,7 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
     let (_runtime, client) = common::runtime_client(&devices[..2], "test");
     let s = Schedule::new(ScheduleKind::OneFOneB, 2, M, 1).unwrap();
     let folded = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch], f: Fold| {
-        execute(&client, s, d, m, b, LR, f, false).unwrap_err()
+        execute(&client, s, &gangway::Mesh::line(d), m, b, LR, f, false).unwrap_err()
     };
     let err = |s: &Schedule, d: &[gangway::Device], m: &Mlp, b: &[Microbatch]| {
         folded(s, d, m, b, Fold::OnePerStage)
@@ -240,7 +240,7 @@ fn bad_inputs_are_clear_errors(adapters: &Adapters) {
     let run = execute(
         &client,
         &s,
-        &devices[..2],
+        &gangway::Mesh::line(&devices[..2]),
         &tiny,
         &tb,
         LR,
@@ -277,7 +277,7 @@ fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
         let run = execute(
             &client,
             &schedule,
-            &devices[..d],
+            &gangway::Mesh::line(&devices[..d]),
             &mlp,
             &batch,
             LR,
@@ -381,7 +381,7 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     let stack = MoeStack::new(config).unwrap();
     let batch = stack.batch(4, 9);
     let want = stack
-        .reference_step(&client, &devices[..2], &batch, LR)
+        .reference_step(&client, &gangway::Mesh::line(&devices[..2]), &batch, LR)
         .unwrap();
     assert_eq!(want.weights.len(), 3 * config.layers);
     let moved = want
@@ -448,7 +448,7 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     let err = execute(
         &client,
         &schedule,
-        &devices[..2],
+        &gangway::Mesh::line(&devices[..2]),
         &stack,
         &batch,
         LR,
@@ -465,7 +465,7 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     let short = execute(
         &client,
         &schedule,
-        &devices[..3],
+        &gangway::Mesh::line(&devices[..3]),
         &stack,
         &batch,
         LR,
@@ -482,7 +482,7 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
     let err = execute(
         &client,
         &schedule,
-        &devices[..4],
+        &gangway::Mesh::line(&devices[..4]),
         &stack,
         &bad,
         LR,
@@ -521,7 +521,14 @@ fn takes_the_step(
     what: &str,
 ) -> gangway::pipeline::RunReport {
     let run = execute(
-        client, schedule, on.devices, stack, batch, LR, on.fold, on.overlap,
+        client,
+        schedule,
+        &gangway::Mesh::line(on.devices),
+        stack,
+        batch,
+        LR,
+        on.fold,
+        on.overlap,
     )
     .unwrap_or_else(|e| panic!("{what}: {e}"));
     for (i, (got, want)) in run.weights.iter().zip(&want.weights).enumerate() {
@@ -580,7 +587,7 @@ fn dualpipe_runs_its_f_and_b_pairs_overlapped(adapters: &Adapters) {
     .unwrap();
     let batch = stack.batch(8, 3);
     let want = stack
-        .reference_step(&client, &devices[..2], &batch, LR)
+        .reference_step(&client, &gangway::Mesh::line(&devices[..2]), &batch, LR)
         .unwrap();
     let schedule = Schedule::new(ScheduleKind::DualPipe, 2, 8, 2).unwrap();
     let mut overlap_ns = Vec::new();

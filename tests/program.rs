@@ -110,10 +110,12 @@ fn collectives_over_one_axis_of_a_2d_mesh(adapters: &Adapters) {
     let devices = &adapters.mesh(4);
     let n = devices.len();
     let (data, experts) = (2, n / 2);
-    let gang: Vec<usize> = (0..n).collect();
     let shard = 5 * experts; // chunks of 5
     let mut p = ProgramBuilder::new("2-d collectives");
-    p.mesh(&gang, &[("data", data), ("expert", experts)]);
+    let gang = p.mesh(
+        &(0..n).collect::<Vec<_>>(),
+        &[("data", data), ("expert", experts)],
+    );
     // Each data replica holds a partial sum of rows split over the experts (a gradient).
     let laid = p.spec(&gang, &[&["expert"]], &["data"]);
     let x = p.sharded_arg(&gang, TensorType::f32(&[shard]), laid);

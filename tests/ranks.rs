@@ -155,7 +155,14 @@ fn moe_training_over_two_ranks_follows_one_process(adapters: &Adapters) {
         (0..6).map(|_| batch(&cfg, 64, &mut rng)).collect()
     };
     let (_runtime, client) = common::runtime_client(devices, "one process");
-    let mut one = MoeTrainer::new(&client, devices, &params, adam, devices.len()).unwrap();
+    let mut one = MoeTrainer::new(
+        &client,
+        &gangway::Mesh::line(devices),
+        &params,
+        adam,
+        devices.len(),
+    )
+    .unwrap();
     let want: Vec<f64> = batches
         .iter()
         .map(|(c, t)| one.step(c, t).unwrap().loss)
@@ -165,7 +172,7 @@ fn moe_training_over_two_ranks_follows_one_process(adapters: &Adapters) {
         let client = runtime.client("trainer", 1);
         let mut trainer =
             MoeTrainer::new(&client, runtime.mesh(), &params, adam, runtime.mesh().len()).unwrap();
-        assert_eq!(trainer.devices().len(), 4);
+        assert_eq!(trainer.mesh().len(), 4);
         let losses: Vec<f64> = batches
             .iter()
             .map(|(c, t)| trainer.step(c, t).unwrap().loss)

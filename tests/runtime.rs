@@ -360,7 +360,7 @@ fn the_resource_manager_lends_least_shared_devices_and_takes_them_back(adapters:
             MeshShape::new(&[("data", 2), ("expert", n / 2)], n).unwrap(),
         ))
         .unwrap();
-    assert_eq!(mesh.mesh().unwrap().axis_size("expert").unwrap(), n / 2);
+    assert_eq!(mesh.mesh().unwrap().shape().size("expert").unwrap(), n / 2);
     drop((a, b, c, mesh));
     assert_eq!(
         manager.load(),

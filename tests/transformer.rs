@@ -106,9 +106,14 @@ fn the_forward_matches_the_reference(device: &Device) {
         let p = params(cfg);
         let (tokens, targets) = batch(&cfg, 4, &mut rng);
         let adam = AdamConfig::new(0.01);
-        let trainer =
-            TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, groups)
-                .unwrap();
+        let trainer = TransformerTrainer::new(
+            &client,
+            &Mesh::line(std::slice::from_ref(device)),
+            &p,
+            adam,
+            groups,
+        )
+        .unwrap();
         let got = trainer.token_nats(&tokens, &targets).unwrap();
         let want = forward(&p, &tokens, &targets, groups).unwrap();
         let err = got
@@ -151,7 +156,7 @@ fn gradients_match_finite_differences(device: &Device) {
         let groups = 2;
         let trainer = TransformerTrainer::new(
             &client,
-            std::slice::from_ref(device),
+            &Mesh::line(std::slice::from_ref(device)),
             &p,
             AdamConfig::new(0.01),
             groups,
@@ -251,7 +256,8 @@ fn weights_written_by_numpy_fine_tune(device: &Device) {
     let groups = 2;
     let one = std::slice::from_ref(device);
     let mut trainer =
-        TransformerTrainer::new(&client, one, &p, AdamConfig::new(0.01), groups).unwrap();
+        TransformerTrainer::new(&client, &Mesh::line(one), &p, AdamConfig::new(0.01), groups)
+            .unwrap();
     let grads = trainer.grads(&tokens, &targets).unwrap();
     let data = (tokens, targets, groups);
     assert_gradients_match(&p, &grads, &data, &mut rng, "numpy's weights");
@@ -278,8 +284,8 @@ fn two_devices_follow_one_device(adapters: &Adapters) {
     let p = TransformerParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
     let (_runtime, client) = common::runtime_client(mesh, "test");
-    let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, 2).unwrap();
-    let mut two = TransformerTrainer::new(&client, mesh, &p, adam, 2).unwrap();
+    let mut one = TransformerTrainer::new(&client, &Mesh::line(&mesh[..1]), &p, adam, 2).unwrap();
+    let mut two = TransformerTrainer::new(&client, &Mesh::line(mesh), &p, adam, 2).unwrap();
     let mut rng = Rng::new(9);
     let (tokens, targets) = batch(&cfg, 4, &mut rng);
     let mut losses = Vec::new();
@@ -347,7 +353,7 @@ fn data_by_expert_meshes_follow_one_device(adapters: &Adapters) {
     let (_runtime, client) = common::runtime_client(mesh, "test");
     let mut rng = Rng::new(12);
     let batches: Vec<_> = (0..5).map(|_| batch(&cfg, 8, &mut rng)).collect();
-    let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, 4).unwrap();
+    let mut one = TransformerTrainer::new(&client, &Mesh::line(&mesh[..1]), &p, adam, 4).unwrap();
     let want: Vec<_> = batches
         .iter()
         .map(|(x, y)| one.step(x, y).unwrap())
@@ -411,7 +417,8 @@ fn uneven_splits_follow_one_device(adapters: &Adapters) {
     for (n, data, groups, counts) in [(2, 1, 4, vec![3, 1]), (4, 2, 8, vec![1, 3, 2, 2])] {
         let mut rng = Rng::new(13);
         let batches: Vec<_> = (0..4).map(|_| batch(&cfg, 8, &mut rng)).collect();
-        let mut one = TransformerTrainer::new(&client, &mesh[..1], &p, adam, groups).unwrap();
+        let mut one =
+            TransformerTrainer::new(&client, &Mesh::line(&mesh[..1]), &p, adam, groups).unwrap();
         let grid = Mesh::new(&mesh[..n], &[("data", data), ("expert", n / data)]).unwrap();
         let mut t = TransformerTrainer::new(&client, &grid, &p, adam, groups).unwrap();
         let balanced = t.balance(&batches[0].0, &batches[0].1).unwrap();
@@ -462,8 +469,14 @@ fn bad_inputs_are_errors(device: &Device) {
     let cfg = tiny(false, 1);
     let p = TransformerParams::init(cfg).unwrap();
     let adam = AdamConfig::new(0.01);
-    let mut trainer =
-        TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, 2).unwrap();
+    let mut trainer = TransformerTrainer::new(
+        &client,
+        &Mesh::line(std::slice::from_ref(device)),
+        &p,
+        adam,
+        2,
+    )
+    .unwrap();
     let mut rng = Rng::new(2);
     let (tokens, targets) = batch(&cfg, 4, &mut rng);
     // Not whole sequences, fewer targets, a byte id of 256, 3 sequences in 2 groups.
@@ -480,13 +493,29 @@ fn bad_inputs_are_errors(device: &Device) {
     }
     assert_eq!(trainer.steps(), 0, "a refused batch is no step");
     // Groups that the devices do not divide, no devices, a wrong tensor.
-    assert!(TransformerTrainer::new(&client, std::slice::from_ref(device), &p, adam, 0).is_err());
+    assert!(
+        TransformerTrainer::new(
+            &client,
+            &Mesh::line(std::slice::from_ref(device)),
+            &p,
+            adam,
+            0
+        )
+        .is_err()
+    );
     let none: &[Device] = &[];
-    assert!(TransformerTrainer::new(&client, none, &p, adam, 1).is_err());
+    assert!(TransformerTrainer::new(&client, &Mesh::line(none), &p, adam, 1).is_err());
     let mut short = p.clone();
     short.tensors[3].pop();
     assert!(
-        TransformerTrainer::new(&client, std::slice::from_ref(device), &short, adam, 1).is_err()
+        TransformerTrainer::new(
+            &client,
+            &Mesh::line(std::slice::from_ref(device)),
+            &short,
+            adam,
+            1
+        )
+        .is_err()
     );
 }
 
@@ -581,11 +610,11 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
         ..TrainOptions::default()
     };
     let one = std::slice::from_ref(device);
-    let whole = train(&client, one, &text, &p, &opts(4), |_| {}).unwrap();
-    let half = train(&client, one, &text, &p, &opts(2), |_| {}).unwrap();
+    let whole = train(&client, &Mesh::line(one), &text, &p, &opts(4), |_| {}).unwrap();
+    let half = train(&client, &Mesh::line(one), &text, &p, &opts(2), |_| {}).unwrap();
     let saved = TransformerCheckpoint::load(&path).unwrap();
     assert_eq!(saved.train.as_ref().unwrap().step, 2);
-    let resumed = TransformerTrainer::resume(&client, mesh, &saved).unwrap();
+    let resumed = TransformerTrainer::resume(&client, &Mesh::line(mesh), &saved).unwrap();
     // Onto a mesh whose rows hold one device each: data 2 × expert 1.
     let grid = Mesh::new(mesh, &[("data", 2), ("expert", 1)]).unwrap();
     let on_grid = TransformerTrainer::resume(&client, &grid, &saved).unwrap();
@@ -597,7 +626,7 @@ fn a_resumed_run_takes_the_same_steps(adapters: &Adapters) {
         "the same weights score the same on either layout"
     );
     assert_eq!(resumed.steps(), 2);
-    let rest = resume(&client, mesh, &text, &saved, &opts(2), |_| {}).unwrap();
+    let rest = resume(&client, &Mesh::line(mesh), &text, &saved, &opts(2), |_| {}).unwrap();
     let joined: Vec<f64> = half.losses.iter().chain(&rest.losses).copied().collect();
     assert_eq!(
         whole.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
@@ -705,8 +734,8 @@ fn exported_weights_give_the_same_logits(device: &Device) {
     let one = std::slice::from_ref(device);
     let mut rng = Rng::new(8);
     let (tokens, targets) = batch(&cfg, 2, &mut rng);
-    let a = TransformerTrainer::new(&client, one, &p, adam, 1).unwrap();
-    let b = TransformerTrainer::new(&client, one, &back.params, adam, 1).unwrap();
+    let a = TransformerTrainer::new(&client, &Mesh::line(one), &p, adam, 1).unwrap();
+    let b = TransformerTrainer::new(&client, &Mesh::line(one), &back.params, adam, 1).unwrap();
     assert_eq!(
         a.token_nats(&tokens, &targets).unwrap(),
         b.token_nats(&tokens, &targets).unwrap()
@@ -748,7 +777,7 @@ fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
     let mut runs = 0;
     let table = moe_vs_dense(
         &client,
-        std::slice::from_ref(device),
+        &Mesh::line(std::slice::from_ref(device)),
         &corpus(),
         &opts,
         &mut |_, _, bpb| {
@@ -795,7 +824,7 @@ fn moe_vs_dense_compares_equal_active_parameters(device: &Device) {
     assert!(
         moe_vs_dense(
             &client,
-            std::slice::from_ref(device),
+            &Mesh::line(std::slice::from_ref(device)),
             &corpus(),
             &none,
             &mut |_, _, _| {}
@@ -838,9 +867,15 @@ fn btm_with_transformer_elms_scores_every_domain(adapters: &Adapters) {
     let dir = common::scratch_path("transformer-btm", &mesh[0]);
     let phases = std::sync::Mutex::new(Vec::new());
     let init = TransformerParams::init(config).unwrap();
-    let models = train_all(&runtime, mesh, &text, &init, &opts, &dir, |p, i, _| {
-        phases.lock().unwrap().push(format!("{p} {i}"))
-    })
+    let models = train_all(
+        &runtime,
+        &Mesh::line(mesh),
+        &text,
+        &init,
+        &opts,
+        &dir,
+        |p, i, _| phases.lock().unwrap().push(format!("{p} {i}")),
+    )
     .unwrap();
     let scores = evaluate(&client, &mesh[0], &text, &models, &opts).unwrap();
     let mut domains: Vec<&str> = scores.iter().map(|r| r.domain.as_str()).collect();
@@ -863,6 +898,17 @@ fn btm_with_transformer_elms_scores_every_domain(adapters: &Adapters) {
     assert!(phases.contains(&"random 1".to_string()), "{phases:?}");
     // One domain is no comparison.
     let one = Corpus::from_documents(corpus().documents().to_vec());
-    assert!(train_all(&runtime, mesh, &one, &init, &opts, &dir, |_, _, _| {}).is_err());
+    assert!(
+        train_all(
+            &runtime,
+            &Mesh::line(mesh),
+            &one,
+            &init,
+            &opts,
+            &dir,
+            |_, _, _| {}
+        )
+        .is_err()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,7 @@ use crate::data::Corpus;
 use crate::moe::{MoeLmConfig, MoeLmParams};
 use crate::sched::Runtime;
 use crate::train::TrainOptions;
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Mesh, Result};
 
 #[derive(Debug, Clone)]
 pub struct BtmBenchOptions {
@@ -43,7 +43,7 @@ impl BtmBenchOptions {
 
 struct Branching {
     runtime: Runtime,
-    devices: Vec<Device>,
+    devices: Mesh,
     domains: Vec<(String, Corpus)>,
     seed: MoeLmParams,
     opts: TrainOptions,
@@ -89,7 +89,7 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &BtmBenchOptions) -> Resul
     Ok(counts
         .into_iter()
         .map(|count| {
-            let (devices, domains) = (devices[..count].to_vec(), domains.clone());
+            let (devices, domains) = (Mesh::line(&devices[..count]), domains.clone());
             let (config, steps, batch) = (o.config, o.steps, o.batch);
             let runtime = runtime.clone();
             let bench = Blocking::new(case_name(n, count), work, move || {

@@ -54,7 +54,7 @@ use crate::kernels::optim::AdamConfig;
 use crate::moe::{MoeLmConfig, MoeLmParams, MoeTrainer};
 use crate::sched::Runtime;
 use crate::trace::{self, BusyTime, EventKind, Lane};
-use crate::{Device, Error, Result, Rng};
+use crate::{Device, Error, Mesh, Result, Rng};
 
 /// Sizes of the suite.
 #[derive(Debug, Clone)]
@@ -410,7 +410,13 @@ fn dealt_case<D: DeviceList + ?Sized>(
     Blocking::new(name, work, move || {
         let init = MoeLmParams::init(cfg)?;
         let groups = deal.groups_per_device * devices.len();
-        let mut trainer = MoeTrainer::new(&client, &devices, &init, AdamConfig::new(1e-3), groups)?;
+        let mut trainer = MoeTrainer::new(
+            &client,
+            &Mesh::line(&devices),
+            &init,
+            AdamConfig::new(1e-3),
+            groups,
+        )?;
         trainer.set_trace(traced);
         let data = Data::new(cfg.context, tokens, BATCHES, seed);
         let mut across = across;

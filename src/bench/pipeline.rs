@@ -12,7 +12,7 @@ use super::work::{Work, WorkUnit};
 use crate::pipeline::workload::{PipelineResult, PreparedCase, ROWS, WIDTH, layers};
 use crate::pipeline::{Fold, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Mesh, Result};
 
 /// The suite's sizes: every schedule on `stages` devices for each microbatch count.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ impl PipelineOptions {
 /// One schedule's training step, checked against the single-device reference every time.
 struct Step {
     client: Client,
-    devices: Vec<Device>,
+    mesh: Mesh,
     /// The model, batch and reference step, made once.
     case: PreparedCase,
     fold: Fold,
@@ -58,7 +58,7 @@ struct Step {
 
 impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
-        let (r, _) = self.case.run(&self.client, &self.devices, self.fold)?;
+        let (r, _) = self.case.run(&self.client, &self.mesh, self.fold)?;
         // NaN fails too.
         if r.max_weight_error.is_nan() || r.max_weight_error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
@@ -170,14 +170,14 @@ pub fn plan(runtime: &Runtime, devices: &[Device], o: &PipelineOptions) -> Resul
             let samples = m * ROWS;
             // Each kind's own model: interleaved may have more layers.
             let weights = layers(o.stages, chunks) * WIDTH * WIDTH;
-            let (devices, stages) = (devices[..need].to_vec(), o.stages);
+            let (mesh, stages) = (Mesh::line(&devices[..need]), o.stages);
             let work = Work::new(samples as f64, WorkUnit::Sample)
                 .with_flops(6.0 * (weights * samples) as f64);
             let client = client.clone();
             let bench = Blocking::new(name, work, move || {
                 Ok(Step {
                     client,
-                    devices,
+                    mesh,
                     case: PreparedCase::new(kind, stages, m, chunks, None)?,
                     fold,
                     results: Vec::new(),

@@ -12,7 +12,7 @@ use super::work::{Work, WorkUnit};
 use crate::pipeline::workload::{PreparedMoeCase, moe_config};
 use crate::pipeline::{Fold, RunReport, Schedule, ScheduleKind};
 use crate::sched::{Client, Runtime};
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Mesh, Result};
 
 const STAGES: usize = 2;
 /// Largest |pipelined − one-stage| weight a step may show.
@@ -20,7 +20,7 @@ const MAX_WEIGHT_ERROR: f32 = 1e-3;
 
 struct Step {
     client: Client,
-    devices: Vec<Device>,
+    mesh: Mesh,
     case: PreparedMoeCase,
     kind: ScheduleKind,
     overlap: bool,
@@ -31,7 +31,7 @@ impl BlockingRun for Step {
     fn run(&mut self) -> Result<()> {
         let (r, error) =
             self.case
-                .run(&self.client, &self.devices, Fold::OnePerStage, self.overlap)?;
+                .run(&self.client, &self.mesh, Fold::OnePerStage, self.overlap)?;
         // NaN fails too.
         if error.is_nan() || error > MAX_WEIGHT_ERROR {
             return Err(Error::Mismatch {
@@ -120,12 +120,12 @@ pub fn plan(runtime: &Runtime, devices: &[Device], microbatches: &[usize]) -> Re
                 let per_token = c.model * c.experts + c.top_k * 2 * c.model * c.hidden;
                 let work = Work::new(samples as f64, WorkUnit::Sample)
                     .with_flops(6.0 * (per_token * c.layers * samples) as f64);
-                let (client, devices) = (client.clone(), devices[..need].to_vec());
+                let (client, mesh) = (client.clone(), Mesh::line(&devices[..need]));
                 let bench = Blocking::new(name, work, move || {
                     Ok(Step {
-                        case: PreparedMoeCase::new(&client, &devices, kind, STAGES, m, 1)?,
+                        case: PreparedMoeCase::new(&client, &mesh, kind, STAGES, m, 1)?,
                         client,
-                        devices,
+                        mesh,
                         kind,
                         overlap,
                         runs: Vec::new(),

@@ -5,8 +5,8 @@ use super::{
     Elm, EnsembleOptions, average, branch, ensemble_bits_per_byte, save_elms, validation_windows,
     window_nats,
 };
+use crate::Mesh;
 use crate::data::{Corpus, bits_per_byte};
-use crate::device::DeviceList;
 use crate::sched::{Client, Runtime};
 use crate::train::{Params, StepModel, TrainOptions, train};
 use crate::{Device, Error, Result};
@@ -57,15 +57,14 @@ fn with_steps(opts: &TrainOptions, steps: u32) -> TrainOptions {
 /// results), each rank trains the ELMs of its own devices, and rank 0 saves.
 pub fn train_all<M: StepModel>(
     runtime: &Runtime,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     corpus: &Corpus,
     init: &Params<M>,
     opts: &BtmOptions,
     dir: &Path,
     progress: impl Fn(&str, usize, u32) + Sync,
 ) -> Result<BtmModels<M>> {
-    let devices = devices.mesh_devices();
-    let first = devices.first().ok_or_else(|| Error::InvalidArgument {
+    let first = mesh.first().ok_or_else(|| Error::InvalidArgument {
         what: "BTM",
         reason: "no devices".into(),
     })?;
@@ -77,7 +76,7 @@ pub fn train_all<M: StepModel>(
             reason: format!("needs at least 2 domains, the corpus has {k}"),
         });
     }
-    let one = std::slice::from_ref(first);
+    let one = &Mesh::line(std::slice::from_ref(first));
     let client = runtime.client("btm seed and dense", 1);
     let seed = train(
         &client,
@@ -90,7 +89,7 @@ pub fn train_all<M: StepModel>(
     .params;
     let branch_opts = with_steps(&opts.train, opts.branch_steps);
     let start = std::time::Instant::now();
-    let elms = branch(runtime, &devices, &domains, &seed, &branch_opts, |i, s| {
+    let elms = branch(runtime, mesh, &domains, &seed, &branch_opts, |i, s| {
         progress("branch", i, s)
     })?;
     let branch_seconds = start.elapsed().as_secs_f64();
@@ -100,7 +99,7 @@ pub fn train_all<M: StepModel>(
         .enumerate()
         .map(|(i, c)| (format!("random{i}"), c))
         .collect();
-    let random_elms = branch(runtime, &devices, &random, &seed, &branch_opts, |i, s| {
+    let random_elms = branch(runtime, mesh, &random, &seed, &branch_opts, |i, s| {
         progress("random", i, s)
     })?;
     let total = opts.seed_steps + opts.branch_steps * k as u32;

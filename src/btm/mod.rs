@@ -20,8 +20,8 @@ mod merge;
 pub use ensemble::{EnsembleOptions, ensemble_bits_per_byte};
 pub use merge::average;
 
+use crate::Mesh;
 use crate::data::Corpus;
-use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::{Client, Runtime};
 use crate::train::{Params, StepModel, TrainOptions, TrainReport, Trainer, TrainingRun};
@@ -48,13 +48,13 @@ pub struct Elm<M: StepModel> {
 /// while they train, and the trained ELMs are then shared so every rank returns all of them.
 pub fn branch<M: StepModel>(
     runtime: &Runtime,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     domains: &[(String, Corpus)],
     seed: &Params<M>,
     opts: &TrainOptions,
     progress: impl Fn(usize, u32) + Sync,
 ) -> Result<Vec<Elm<M>>> {
-    let devices = devices.mesh_devices();
+    let devices = mesh.devices();
     if devices.is_empty() || domains.is_empty() {
         return Err(Error::InvalidArgument {
             what: "BTM branch",
@@ -70,8 +70,14 @@ pub fn branch<M: StepModel>(
         .map(|(i, (domain, corpus))| {
             // This rank's work alone: the other ranks neither submit nor hear of it.
             let client = runtime.local_client(&format!("elm {domain}"), 1);
-            TrainingRun::fresh(&client, &devices[i % n..i % n + 1], corpus, seed, opts)
-                .map(|run| (i, run))
+            TrainingRun::fresh(
+                &client,
+                &Mesh::line(&devices[i % n..i % n + 1]),
+                corpus,
+                seed,
+                opts,
+            )
+            .map(|run| (i, run))
         })
         .collect::<Result<Vec<_>>>()?;
     loop {
@@ -154,7 +160,7 @@ pub fn window_nats<M: StepModel>(
     let cfg = params.config;
     crate::data::check_batch("window_nats", cfg.window(), batch)?;
     let one = std::slice::from_ref(device);
-    let trainer = Trainer::new(client, one, params, AdamConfig::new(1e-3), 1)?;
+    let trainer = Trainer::new(client, &Mesh::line(one), params, AdamConfig::new(1e-3), 1)?;
     let rows = cfg.unit_rows();
     let mut out = Vec::with_capacity(windows.len() * rows);
     for chunk in windows.chunks(batch.max(1)) {

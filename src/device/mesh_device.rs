@@ -94,12 +94,6 @@ impl MeshDevice {
 /// job's mesh (where some are other ranks').
 pub trait DeviceList {
     fn mesh_devices(&self) -> Vec<MeshDevice>;
-
-    /// The named axes the devices are laid out on, row-major (`crate::Mesh`'s); none for a plain
-    /// list, which workloads lay out as one axis.
-    fn mesh_axes(&self) -> Vec<(String, usize)> {
-        Vec::new()
-    }
 }
 
 impl DeviceList for [Device] {

@@ -181,7 +181,7 @@ impl Job {
                 })));
             }
         }
-        Ok(Mesh::line(&mesh, crate::mesh::LINE_AXIS))
+        Ok(Mesh::line(&mesh))
     }
 
     /// Every rank's `value`, in rank order (a collective: every rank calls it, between runs).

@@ -46,6 +46,7 @@ use crate::kernels::{
     Combine, CombineBackwardSlots, Dispatch, DispatchBackward, ExpertWeightGrad, Kernel, Matmul,
     RouterBackward, RouterLinear,
 };
+use crate::program::Gang;
 use crate::program::{ProgramBuilder, Value};
 use std::sync::Arc;
 
@@ -159,7 +160,7 @@ pub type Names<'a> = &'a dyn Fn(&str) -> String;
 /// gradient.
 #[derive(Clone, Copy)]
 pub struct BackwardCall<'a> {
-    pub gang: &'a [usize],
+    pub gang: &'a Gang,
     pub at: Names<'a>,
     pub saved: &'a MoeFfnSaved,
     pub weights: &'a MoeFfnWeights,
@@ -191,7 +192,7 @@ impl std::fmt::Debug for BackwardCall<'_> {
 impl MoeFfn {
     fn k(
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         name: &str,
         op: impl Kernel + 'static,
         inputs: &[Value],
@@ -238,7 +239,7 @@ impl MoeFfn {
     pub fn forward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         at: Names,
         (x, residual): (Value, Option<Value>),
         w: &MoeFfnWeights,
@@ -410,7 +411,7 @@ impl MoeFfn {
     pub fn weight_grads(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         at: Names,
         d: &MoeFfnDeferred,
     ) -> MoeFfnGrads {
@@ -429,7 +430,7 @@ impl MoeFfn {
     fn expert_weight_grads(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         at: Names,
         d: &MoeFfnDeferred,
     ) -> (Value, Value) {

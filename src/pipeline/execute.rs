@@ -30,18 +30,19 @@ use super::measure::{RunReport, all_to_all_waits, report, stage_events};
 use super::schedule::Schedule;
 use super::stage_model::Microbatch;
 use super::stage_model::StageModel;
-use crate::device::DeviceList;
+use crate::Mesh;
 use crate::program::{CompileOptions, HostData, Variables};
 use crate::sched::{Client, RunOptions};
 use crate::trace::shifted_ns;
 use crate::{DType, Error, Result, Tensor};
 
 /// Runs one pipelined training step of `model` over `batch` (one [`Microbatch`] per schedule
-/// microbatch) with learning rate `lr`, as one run of `client`: stage `s` runs on gang
-/// `k = fold(s)`, `devices[k·g..(k + 1)·g]` (`g` = [`StageModel::gang`]: one device per stage for
-/// the MLP; with [`Fold::OnePerStage`] one gang per stage, else several stages to a gang, see
-/// [`super::fold`]), all its chunks there; devices beyond those are left out. With `overlap`, each F&B pair of the schedule runs
-/// overlapped (see [`super::lower`]); without, as its F and then its B. The report holds the
+/// microbatch) with learning rate `lr`, as one run of `client`. The first devices of `mesh` the
+/// placement needs are laid out as `{stage, expert}` (a row of `g` = [`StageModel::gang`] devices
+/// per gang: one device per stage for the MLP; with [`Fold::OnePerStage`] one gang per stage,
+/// else several stages to a gang, see [`super::fold`]); stage `s` runs on row `k = fold(s)`,
+/// `mesh.sub("stage", k)`, all its chunks there, its experts split over the row; devices beyond
+/// those are left out. With `overlap`, each F&B pair of the schedule runs overlapped (see [`super::lower`]); without, as its F and then its B. The report holds the
 /// run's events in the pipeline's view; the runtime's own tracer, when on, also gets them as they
 /// happen, in the runtime's view (device ids).
 ///
@@ -52,39 +53,38 @@ use crate::{DType, Error, Result, Tensor};
 pub fn execute<M: StageModel>(
     client: &Client,
     schedule: &Schedule,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     model: &M,
     batch: &[Microbatch],
     lr: f32,
     fold: Fold,
     overlap: bool,
 ) -> Result<RunReport> {
-    let devices = devices.mesh_devices();
     // The first devices the placement needs; too few is the plan's error, naming the placement.
     let want = fold.device_count(schedule.stages) * model.gang();
-    let devices = &devices[..want.min(devices.len())];
+    let devices = &mesh[..want.min(mesh.len())];
     let plan = Plan::new(schedule, devices, model, batch, lr, fold, overlap)?;
     run(client, &plan)
 }
 
 /// Runs `plan` (any model, gangs of any size): the one way a pipelined step runs.
 pub(super) fn run<M: StageModel>(client: &Client, plan: &Plan<'_, M>) -> Result<RunReport> {
-    let (schedule, model, devices) = (plan.schedule, plan.model, plan.devices);
+    let (schedule, model, devices) = (plan.schedule, plan.model, &plan.mesh);
     let lowered = lower(plan)?;
     let mut variables = Variables::new();
     for l in 0..model.layers() {
         let values = model.initial(l);
         for (copy, stage) in plan.holders_of_layer(l).into_iter().enumerate() {
             // This rank's stages' weights (each copy's); other ranks upload theirs.
-            let gang = plan.gang(stage);
+            let gang = plan.stage_mesh(plan.dev(stage))?;
             for (param, host) in model.params(l).iter().zip(&values) {
                 let shape = param.shard_shape(gang.len());
                 let shards = gang
                     .iter()
                     .enumerate()
-                    .map(|(i, &d)| {
+                    .map(|(i, device)| {
                         let data = param.shard(host, i, gang.len());
-                        devices[d]
+                        device
                             .local()
                             .map(|d| Tensor::from_f32(d, &shape, DType::F32, data))
                             .transpose()

@@ -43,6 +43,8 @@ use super::validate::validate;
 use crate::device::MeshDevice;
 use crate::kernels::TensorType;
 use crate::kernels::{Accumulate, Kernel, MseGrad, Sgd};
+use crate::mesh::{EXPERT_AXIS, Mesh, STAGE_AXIS};
+use crate::program::Gang;
 use crate::program::{DEFAULT_AXIS, Program, ProgramBuilder, Value};
 use crate::trace::PipelineOp;
 use crate::{Error, Result};
@@ -63,12 +65,13 @@ pub(super) fn weight_var(layer: usize, param: &Param, copy: usize) -> String {
 /// Checked inputs of a run.
 pub(super) struct Plan<'a, M: StageModel> {
     pub(super) schedule: &'a Schedule,
-    /// `gang` per device the stages fold onto (per stage unless folded), gang-major.
-    pub(super) devices: &'a [MeshDevice],
+    /// The devices as `{stage, expert}`: a row of `gang` devices ([`Self::stage_mesh`]) per
+    /// gang the stages fold onto (per stage unless folded).
+    pub(super) mesh: Mesh,
     /// Devices per stage ([`StageModel::gang`]).
     pub(super) gang: usize,
     pub(super) fold: Fold,
-    /// Each stage's gang index (its gang is `devices[g · gang..(g + 1) · gang]`).
+    /// Each stage's gang index (its gang is `mesh.sub(STAGE_AXIS, g)`).
     pub(super) device_of: Vec<usize>,
     pub(super) model: &'a M,
     pub(super) batch: &'a [Microbatch],
@@ -84,7 +87,7 @@ impl<'a, M: StageModel> Plan<'a, M> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         schedule: &'a Schedule,
-        devices: &'a [MeshDevice],
+        devices: &[MeshDevice],
         model: &'a M,
         batch: &'a [Microbatch],
         lr: f32,
@@ -129,9 +132,10 @@ impl<'a, M: StageModel> Plan<'a, M> {
             .collect::<Result<Vec<_>>>()?;
         let split =
             super::stage_model::split_layers(WHAT, model.layers(), schedule.virtual_stages())?;
+        let mesh = Mesh::new(devices, &[(STAGE_AXIS, d), (EXPERT_AXIS, gang)])?;
         Ok(Plan {
             schedule,
-            devices,
+            mesh,
             gang,
             fold,
             device_of,
@@ -153,13 +157,18 @@ impl<'a, M: StageModel> Plan<'a, M> {
         self.device_of[stage]
     }
 
-    /// The program devices of gang `g`.
-    pub(super) fn gang_of(&self, g: usize) -> Vec<usize> {
-        (g * self.gang..(g + 1) * self.gang).collect()
+    /// The devices of gang `g`, as one axis of experts.
+    pub(super) fn stage_mesh(&self, g: usize) -> Result<Mesh> {
+        self.mesh.sub(STAGE_AXIS, g)
+    }
+
+    /// The program devices of gang `g` (row `g` of the mesh).
+    pub(super) fn gang_of(&self, g: usize) -> Gang {
+        Gang::line((g * self.gang..(g + 1) * self.gang).collect::<Vec<_>>())
     }
 
     /// Stage `stage`'s program devices.
-    pub(super) fn gang(&self, stage: usize) -> Vec<usize> {
+    pub(super) fn gang(&self, stage: usize) -> Gang {
         self.gang_of(self.dev(stage))
     }
 
@@ -291,7 +300,7 @@ impl<M: StageModel> Lowering<'_, '_, M> {
         op: impl Kernel + 'static,
         inputs: &[Value],
     ) -> Value {
-        self.b.kernel1(name, &self.plan.gang(stage), op, inputs)
+        self.b.kernel1(name, self.plan.gang(stage), op, inputs)
     }
 
     /// `grads[copy][layer] += layer's gradients` (the first contribution makes the accumulator).
@@ -582,13 +591,7 @@ fn param_label(p: &Param) -> &'static str {
 
 /// Declares `param` of `layer` (copy `copy`) on `gang`: replicated, or its first axis split over
 /// the gang.
-fn declare(
-    b: &mut ProgramBuilder,
-    gang: &[usize],
-    layer: usize,
-    param: &Param,
-    copy: usize,
-) -> Value {
+fn declare(b: &mut ProgramBuilder, gang: &Gang, layer: usize, param: &Param, copy: usize) -> Value {
     let name = weight_var(layer, param, copy);
     let ty = TensorType::f32(&param.shard_shape(gang.len()));
     if param.experts {
@@ -706,7 +709,7 @@ pub(super) fn lower<M: StageModel>(plan: &Plan<'_, M>) -> Result<Lowered> {
                         g
                     } else {
                         let sent = x.b.send("send dW", g);
-                        x.b.recv("recv dW", sent, &plan.gang(to))
+                        x.b.recv("recv dW", sent, plan.gang(to))
                     };
                     x.tag_from(at, Tag::Sgd { stage: to });
                     received

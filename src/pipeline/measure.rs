@@ -290,7 +290,7 @@ pub(super) fn report<M: StageModel>(
             let label = plan
                 .gang_of(d)
                 .iter()
-                .filter_map(|&i| plan.devices.get(i).map(|x| x.label()))
+                .filter_map(|&i| plan.mesh.get(i).map(|x| x.label()))
                 .collect::<Vec<_>>()
                 .join(" + ");
             if !folded {

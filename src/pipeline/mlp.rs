@@ -13,6 +13,7 @@ use std::ops::Range;
 use super::stage_model::{Grads, Microbatch, Param, StageModel};
 use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::{ElementwiseOp, Matmul};
+use crate::program::Gang;
 use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result, Rng};
 
@@ -242,7 +243,7 @@ const NAIVE: MatmulVariant = MatmulVariant::Naive;
 #[allow(clippy::too_many_arguments)]
 fn matmul_node(
     b: &mut ProgramBuilder,
-    gang: &[usize],
+    gang: &Gang,
     name: &str,
     a: Value,
     w: Value,
@@ -300,7 +301,7 @@ impl StageModel for Mlp {
     fn forward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         h: Value,
@@ -317,7 +318,7 @@ impl StageModel for Mlp {
     fn backward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         h: Value,
@@ -344,7 +345,7 @@ impl StageModel for Mlp {
     fn weight_grads(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         (h, dz): (Value, Value),
     ) -> Vec<Value> {

@@ -17,11 +17,12 @@ use super::schedule::Schedule;
 use super::stage_model::Microbatch;
 use super::stage_model::{Grads, Param, StageModel};
 use super::{Fold, ScheduleKind};
-use crate::device::DeviceList;
+use crate::Mesh;
 use crate::kernels::router::{RouterConfig, RouterLoss};
 use crate::moe::ffn_program::{
     BackwardCall, ExpertActivation, MoeFfn, MoeFfnDeferred, MoeFfnSaved, MoeFfnWeights,
 };
+use crate::program::Gang;
 use crate::program::{ProgramBuilder, Value};
 use crate::sched::Client;
 use crate::{Error, Result, Rng};
@@ -149,7 +150,7 @@ impl MoeStack {
     pub fn reference_step(
         &self,
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         batch: &[Microbatch],
         lr: f32,
     ) -> Result<RunReport> {
@@ -157,7 +158,7 @@ impl MoeStack {
         super::execute(
             client,
             &schedule,
-            devices,
+            mesh,
             self,
             batch,
             lr,
@@ -236,7 +237,7 @@ impl StageModel for MoeStack {
     fn forward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         h: Value,
@@ -250,7 +251,7 @@ impl StageModel for MoeStack {
     fn backward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         saved: MoeFfnSaved,
@@ -281,7 +282,7 @@ impl StageModel for MoeStack {
     fn weight_grads(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         kept: MoeFfnDeferred,
     ) -> Vec<Value> {

@@ -8,6 +8,7 @@
 //! (then each device's gradient is a partial sum over its rows, all-reduced before the update)
 //! or split over the gang by its first axis (experts, whose gradients are whole where they live).
 
+use crate::program::Gang;
 use crate::program::{ProgramBuilder, Value};
 use crate::{Error, Result};
 
@@ -83,7 +84,7 @@ pub trait StageModel {
     fn forward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         h: Value,
@@ -94,7 +95,7 @@ pub trait StageModel {
     fn backward(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         w: &[Value],
         saved: Self::Saved,
@@ -105,7 +106,7 @@ pub trait StageModel {
     fn weight_grads(
         &self,
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         layer: usize,
         kept: Self::Kept,
     ) -> Vec<Value>;
@@ -116,7 +117,7 @@ pub trait StageModel {
     }
     /// The gradient of [`Self::loss`] with respect to the output, as a node on the last stage's
     /// `gang`: where the lowering turns the last forward into the first backward.
-    fn loss_grad(&self, b: &mut ProgramBuilder, gang: &[usize], y: Value, target: Value) -> Value {
+    fn loss_grad(&self, b: &mut ProgramBuilder, gang: &Gang, y: Value, target: Value) -> Value {
         b.kernel1("mse_grad", gang, crate::kernels::MseGrad, &[y, target])
     }
 }

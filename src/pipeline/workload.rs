@@ -11,7 +11,7 @@ use super::{
     ScheduleKind, bubble_formula,
 };
 use super::{execute, validate};
-use crate::device::DeviceList;
+use crate::Mesh;
 use crate::sched::Client;
 use crate::{Error, Result, Rng};
 
@@ -121,38 +121,28 @@ impl PreparedCase {
         })
     }
 
-    /// Runs the step on the first `stages` devices (the first `d` with stages folded onto `d`),
+    /// Runs the step on the first `stages` devices of `mesh` (the first `d` with stages folded onto `d`),
     /// as a run of `client`; its weights are compared with the reference.
     pub fn run(
         &self,
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         fold: Fold,
     ) -> Result<(PipelineResult, RunReport)> {
-        let devices = devices.mesh_devices();
         let s = &self.schedule;
         fold.devices_of(s.stages)?;
         let d = fold.device_count(s.stages);
-        if devices.len() < d {
+        if mesh.len() < d {
             return Err(Error::InvalidArgument {
                 what: "pipeline run",
                 reason: format!(
                     "{} stages on {d} devices need {d}, {} found (split each adapter into more virtual devices: `DiscoveryOptions::virtual_devices`, $GANGWAY_VIRTUAL_DEVICES)",
                     s.stages,
-                    devices.len()
+                    mesh.len()
                 ),
             });
         }
-        let report = execute(
-            client,
-            s,
-            &devices[..d],
-            &self.mlp,
-            &self.data,
-            LR,
-            fold,
-            false,
-        )?;
+        let report = execute(client, s, mesh, &self.mlp, &self.data, LR, fold, false)?;
         let max_weight_error = max_difference(&report.weights, &self.reference);
         let step_s = report.makespan_ns as f64 / 1e9;
         Ok((
@@ -188,14 +178,14 @@ impl PreparedCase {
 /// ([`PreparedCase::new`] then [`PreparedCase::run`], which also plan for given costs).
 pub fn run_case(
     client: &Client,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     kind: ScheduleKind,
     stages: usize,
     microbatches: usize,
     chunks: usize,
     fold: Fold,
 ) -> Result<(PipelineResult, RunReport)> {
-    PreparedCase::new(kind, stages, microbatches, chunks, None)?.run(client, devices, fold)
+    PreparedCase::new(kind, stages, microbatches, chunks, None)?.run(client, mesh, fold)
 }
 
 /// The largest |a − b| over two sets of weights (NaN when either has one).
@@ -242,10 +232,10 @@ pub struct PreparedMoeCase {
 
 impl PreparedMoeCase {
     /// Builds the schedule (with `chunks` per stage where the kind takes them) and the stack, and
-    /// runs the one-stage step on the first pair of `devices`, as a run of `client`.
+    /// runs the one-stage step on the first pair of `mesh`, as a run of `client`.
     pub fn new(
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         kind: ScheduleKind,
         stages: usize,
         microbatches: usize,
@@ -254,7 +244,7 @@ impl PreparedMoeCase {
         let schedule = Schedule::new(kind, stages, microbatches, kind.chunks(chunks))?;
         let stack = MoeStack::new(moe_config(schedule.virtual_stages()))?;
         let batch = stack.batch(microbatches, 5);
-        let reference = stack.reference_step(client, devices, &batch, LR)?.weights;
+        let reference = stack.reference_step(client, mesh, &batch, LR)?.weights;
         Ok(Self {
             schedule,
             stack,
@@ -272,14 +262,14 @@ impl PreparedMoeCase {
     pub fn run(
         &self,
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         fold: Fold,
         overlap: bool,
     ) -> Result<(RunReport, f32)> {
         let report = execute(
             client,
             &self.schedule,
-            devices,
+            mesh,
             &self.stack,
             &self.batch,
             LR,

@@ -19,6 +19,7 @@
 //! # Ok::<(), gangway::Error>(())
 //! ```
 
+use super::gang::{DEFAULT_AXIS, Gang};
 use super::ir::{Collective, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
@@ -32,8 +33,6 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct ProgramBuilder {
     program: Program,
-    /// Named axes declared for gangs; any other gang is one axis, [`DEFAULT_AXIS`].
-    meshes: Vec<(Vec<usize>, MeshShape)>,
     /// The shards kernel nodes added now run on ([`Self::only_where`]); `None`: every shard.
     active: Option<Vec<bool>>,
     /// Values a kernel updated in place, by that node's name: their storage holds the update, so
@@ -44,9 +43,6 @@ pub struct ProgramBuilder {
     overlap_group: u32,
     overlap_groups: u32,
 }
-
-/// The axis of a gang whose axes were not declared with [`ProgramBuilder::mesh`].
-pub const DEFAULT_AXIS: &str = crate::mesh::LINE_AXIS;
 
 impl ProgramBuilder {
     pub fn new(name: impl Into<String>) -> Self {
@@ -63,7 +59,6 @@ impl ProgramBuilder {
             },
             overlap_group: 0,
             overlap_groups: 0,
-            meshes: Vec::new(),
             active: None,
             updated: HashMap::new(),
             error: None,
@@ -118,7 +113,7 @@ impl ProgramBuilder {
         self.error.get_or_insert(reason);
     }
 
-    fn check_gang(&mut self, what: &str, gang: &[usize]) {
+    fn check_gang(&mut self, what: &str, gang: &Gang) {
         let mut sorted = gang.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -160,7 +155,7 @@ impl ProgramBuilder {
         &mut self,
         name: &str,
         op: Op,
-        gang: &[usize],
+        gang: &Gang,
         inputs: Vec<Value>,
         len: usize,
         sharding: NamedSharding,
@@ -187,7 +182,7 @@ impl ProgramBuilder {
         &mut self,
         name: &str,
         op: Op,
-        gang: &[usize],
+        gang: &Gang,
         inputs: Vec<Value>,
         outputs_of: Vec<(TensorType, NamedSharding)>,
     ) -> Vec<Value> {
@@ -211,7 +206,7 @@ impl ProgramBuilder {
         for (output, (ty, sharding)) in outputs_of.into_iter().enumerate() {
             outputs.push(Value(self.program.values.len()));
             self.program.values.push(ValueInfo {
-                gang: gang.to_vec(),
+                gang: gang.clone(),
                 shard_len: ty.len(),
                 ty,
                 sharding,
@@ -223,7 +218,7 @@ impl ProgramBuilder {
         self.program.nodes.push(Node {
             name: name.to_string(),
             op,
-            gang: gang.to_vec(),
+            gang: gang.clone(),
             inputs,
             outputs: outputs.clone(),
             active,
@@ -245,43 +240,26 @@ impl ProgramBuilder {
             .unwrap_or_else(|| NamedSharding::replicated(&MeshShape::line(DEFAULT_AXIS, 1), 1))
     }
 
-    /// Names the axes of `gang` (sizes multiplying to its device count, row-major: device `i`
-    /// of the gang sits at the coordinates of `i`), before any value lives on it. Collectives can
-    /// then run over one axis, and shardings name them.
-    pub fn mesh(&mut self, gang: &[usize], axes: &[(&str, usize)]) -> MeshShape {
-        let declared = match MeshShape::new(axes, gang.len()) {
-            Ok(a) => a,
-            Err(e) => {
-                self.fail(format!("gang {gang:?}: {e}"));
-                return self.axes_of(gang);
-            }
-        };
-        if self.program.values.iter().any(|v| v.gang == gang) {
-            self.fail(format!(
-                "gang {gang:?}: axes are named before any value lives on the gang"
-            ));
-        } else if let Some((_, a)) = self.meshes.iter().find(|(g, _)| g == gang) {
-            if *a != declared {
-                self.fail(format!("gang {gang:?} already has axes {a}"));
-            }
-        } else {
-            self.meshes.push((gang.to_vec(), declared.clone()));
-        }
-        declared
-    }
-
-    /// The axes of `gang`: declared with [`Self::mesh`], or one axis [`DEFAULT_AXIS`].
-    pub fn axes_of(&self, gang: &[usize]) -> MeshShape {
-        self.meshes
-            .iter()
-            .find(|(g, _)| g == gang)
-            .map(|(_, a)| a.clone())
-            .unwrap_or_else(|| MeshShape::line(DEFAULT_AXIS, gang.len()))
+    /// `gang` over named `axes` (sizes multiplying to its device count, row-major: device `i`
+    /// of the gang sits at the coordinates of `i`): [`Gang::new`] whose error waits for
+    /// [`Self::build`] (the gang is then one axis). Collectives over that gang's values can run
+    /// over one axis, and shardings name them.
+    pub fn mesh(&mut self, gang: &[usize], axes: &[(&str, usize)]) -> Gang {
+        Gang::new(gang, axes).unwrap_or_else(|e| {
+            self.fail(format!("gang {gang:?}: {e}"));
+            Gang::line(gang)
+        })
     }
 
     /// A sharding on `gang`'s axes (see [`NamedSharding::new`]); a bad spec is a build error.
-    pub fn spec(&mut self, gang: &[usize], dims: &[&[&str]], partial: &[&str]) -> NamedSharding {
-        let axes = self.axes_of(gang);
+    pub fn spec(
+        &mut self,
+        gang: impl Into<Gang>,
+        dims: &[&[&str]],
+        partial: &[&str],
+    ) -> NamedSharding {
+        let gang: &Gang = &gang.into();
+        let axes = gang.shape().clone();
         NamedSharding::new(&axes, dims, partial).unwrap_or_else(|e| {
             self.fail(format!("gang {gang:?}: {e}"));
             NamedSharding::replicated(&axes, dims.len())
@@ -289,19 +267,20 @@ impl ProgramBuilder {
     }
 
     /// Checks that `sharding` describes a `ty` value on `gang`.
-    fn check_sharding(&mut self, what: &str, gang: &[usize], ty: &TensorType, s: &NamedSharding) {
-        if *s.mesh() != self.axes_of(gang) || s.rank() != ty.shape.len() {
+    fn check_sharding(&mut self, what: &str, gang: &Gang, ty: &TensorType, s: &NamedSharding) {
+        if s.mesh() != gang.shape() || s.rank() != ty.shape.len() {
             self.fail(format!(
                 "{what}: sharding {s} does not fit a {ty} value on gang {gang:?} with axes {}",
-                self.axes_of(gang)
+                gang.shape()
             ));
         }
     }
 
     /// An argument of `ty` per device of `gang`, given at every run (shard-major), whose rows are
     /// split over the gang's axes: the host array is the global value.
-    pub fn typed_arg(&mut self, gang: &[usize], ty: TensorType) -> Value {
-        let sharding = NamedSharding::rows(&self.axes_of(gang), ty.shape.len());
+    pub fn typed_arg(&mut self, gang: impl Into<Gang>, ty: TensorType) -> Value {
+        let gang: &Gang = &gang.into();
+        let sharding = NamedSharding::rows(gang.shape(), ty.shape.len());
         self.sharded_arg(gang, ty, sharding)
     }
 
@@ -309,10 +288,11 @@ impl ProgramBuilder {
     /// (a replicated argument repeats the value for every device).
     pub fn sharded_arg(
         &mut self,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         ty: TensorType,
         sharding: NamedSharding,
     ) -> Value {
+        let gang: &Gang = &gang.into();
         self.check_sharding("argument", gang, &ty, &sharding);
         if ty.is_empty() {
             self.fail("an argument with empty shards".into());
@@ -332,8 +312,9 @@ impl ProgramBuilder {
 
     /// State named `name` of the [`super::Variables`] the program will be compiled against: one
     /// `ty` tensor per device of `gang`, replicated (the same on every device, as dense weights).
-    pub fn variable(&mut self, name: &str, gang: &[usize], ty: TensorType) -> Value {
-        let sharding = NamedSharding::replicated(&self.axes_of(gang), ty.shape.len());
+    pub fn variable(&mut self, name: &str, gang: impl Into<Gang>, ty: TensorType) -> Value {
+        let gang: &Gang = &gang.into();
+        let sharding = NamedSharding::replicated(gang.shape(), ty.shape.len());
         self.sharded_variable(name, gang, ty, sharding)
     }
 
@@ -341,10 +322,11 @@ impl ProgramBuilder {
     pub fn sharded_variable(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         ty: TensorType,
         sharding: NamedSharding,
     ) -> Value {
+        let gang: &Gang = &gang.into();
         self.check_sharding(name, gang, &ty, &sharding);
         let op = Op::Variable {
             name: name.to_string(),
@@ -383,10 +365,11 @@ impl ProgramBuilder {
     pub fn kernel1(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         kernel: impl Kernel + 'static,
         inputs: &[Value],
     ) -> Value {
+        let gang: &Gang = &gang.into();
         let [v] = self.kernel(name, gang, Arc::new(kernel), inputs);
         v
     }
@@ -396,10 +379,11 @@ impl ProgramBuilder {
     pub fn kernel<const N: usize>(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         kernel: Arc<dyn Kernel>,
         inputs: &[Value],
     ) -> [Value; N] {
+        let gang: &Gang = &gang.into();
         let bad = [Value(usize::MAX); N];
         let inputs: Vec<Value> = inputs.iter().map(|&x| self.on(gang, x)).collect();
         let types: Vec<TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
@@ -437,7 +421,7 @@ impl ProgramBuilder {
     fn push_kernel(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: &Gang,
         kernel: Arc<dyn Kernel>,
         inputs: Vec<Value>,
         outputs: Vec<(TensorType, NamedSharding)>,
@@ -458,10 +442,11 @@ impl ProgramBuilder {
     pub fn kernels(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         kernel: Arc<dyn Kernel>,
         inputs: &[Value],
     ) -> Vec<Value> {
+        let gang: &Gang = &gang.into();
         let inputs: Vec<Value> = inputs.iter().map(|&x| self.on(gang, x)).collect();
         let types: Vec<TensorType> = inputs.iter().map(|&v| self.ty(v)).collect();
         match kernel.outputs(&types) {
@@ -482,13 +467,15 @@ impl ProgramBuilder {
     }
 
     /// An argument of `shard_len` f32 values per device of `gang`, given at every run.
-    pub fn arg(&mut self, gang: &[usize], shard_len: usize) -> Value {
+    pub fn arg(&mut self, gang: impl Into<Gang>, shard_len: usize) -> Value {
+        let gang: &Gang = &gang.into();
         self.typed_arg(gang, TensorType::f32(&[shard_len]))
     }
 
     /// Data fixed at compile time: `data` holds every shard, one after the other (rows split
     /// over the gang's axes).
-    pub fn constant(&mut self, name: &str, gang: &[usize], data: Vec<f32>) -> Value {
+    pub fn constant(&mut self, name: &str, gang: impl Into<Gang>, data: Vec<f32>) -> Value {
+        let gang: &Gang = &gang.into();
         let len = data.len() / gang.len().max(1);
         if data.is_empty() || len * gang.len() != data.len() {
             self.fail(format!(
@@ -497,23 +484,34 @@ impl ProgramBuilder {
                 gang.len()
             ));
         }
-        let sharding = NamedSharding::rows(&self.axes_of(gang), 1);
+        let sharding = NamedSharding::rows(gang.shape(), 1);
         self.push(name, Op::Constant { data }, gang, vec![], len, sharding)
     }
 
     /// `x` on `gang`: itself when it lives there, else a transfer node (same shard count).
-    pub fn on(&mut self, gang: &[usize], x: Value) -> Value {
+    pub fn on(&mut self, gang: impl Into<Gang>, x: Value) -> Value {
+        let gang: &Gang = &gang.into();
         let Some(info) = self.known(x) else {
             return x;
         };
-        if info.gang == gang {
-            return x;
+        if info.gang.devices() != gang.devices() {
+            return self.transfer(x, gang);
         }
-        self.transfer(x, gang)
+        if info.gang.shape() != gang.shape() {
+            self.fail(format!(
+                "value {} lives on gang {:?} as {}, not {}: one gang, two layouts",
+                x.0,
+                gang.devices(),
+                info.gang.shape(),
+                gang.shape()
+            ));
+        }
+        x
     }
 
     /// Sends shard i of `x` to device i of `to`.
-    pub fn transfer(&mut self, x: Value, to: &[usize]) -> Value {
+    pub fn transfer(&mut self, x: Value, to: impl Into<Gang>) -> Value {
+        let to: &Gang = &to.into();
         let Some(info) = self.known(x) else {
             return x;
         };
@@ -547,7 +545,8 @@ impl ProgramBuilder {
     }
 
     /// The receiving half: shard i of what `sent` sent, on device i of `to`.
-    pub fn recv(&mut self, name: &str, sent: Value, to: &[usize]) -> Value {
+    pub fn recv(&mut self, name: &str, sent: Value, to: impl Into<Gang>) -> Value {
+        let to: &Gang = &to.into();
         let Some(info) = self.known(sent) else {
             return sent;
         };
@@ -571,8 +570,8 @@ impl ProgramBuilder {
     }
 
     /// The sharding of `info`'s value moved shard for shard onto `to`, whose axes must match.
-    fn moved(&mut self, name: &str, info: &ValueInfo, to: &[usize]) -> NamedSharding {
-        let axes = self.axes_of(to);
+    fn moved(&mut self, name: &str, info: &ValueInfo, to: &Gang) -> NamedSharding {
+        let axes = to.shape().clone();
         info.sharding.on(&axes).unwrap_or_else(|e| {
             self.fail(format!("{name}: {e}"));
             info.sharding.clone()
@@ -584,13 +583,7 @@ impl ProgramBuilder {
         self.program.nodes.len()
     }
 
-    fn elementwise(
-        &mut self,
-        name: &str,
-        gang: &[usize],
-        op: ElementwiseOp,
-        xs: &[Value],
-    ) -> Value {
+    fn elementwise(&mut self, name: &str, gang: &Gang, op: ElementwiseOp, xs: &[Value]) -> Value {
         let [y] = self.kernel(name, gang, Arc::new(op), xs);
         y
     }
@@ -599,11 +592,12 @@ impl ProgramBuilder {
     pub fn affine(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         x: Value,
         scale: f32,
         shift: f32,
     ) -> Value {
+        let gang: &Gang = &gang.into();
         self.fused_affine(name, gang, x, scale, shift, 1)
     }
 
@@ -611,12 +605,13 @@ impl ProgramBuilder {
     pub fn fused_affine(
         &mut self,
         name: &str,
-        gang: &[usize],
+        gang: impl Into<Gang>,
         x: Value,
         scale: f32,
         shift: f32,
         repeat: u32,
     ) -> Value {
+        let gang: &Gang = &gang.into();
         let op = ElementwiseOp::Affine {
             scale,
             shift,
@@ -625,11 +620,13 @@ impl ProgramBuilder {
         self.elementwise(name, gang, op, &[x])
     }
 
-    pub fn relu(&mut self, name: &str, gang: &[usize], x: Value) -> Value {
+    pub fn relu(&mut self, name: &str, gang: impl Into<Gang>, x: Value) -> Value {
+        let gang: &Gang = &gang.into();
         self.elementwise(name, gang, ElementwiseOp::Relu, &[x])
     }
 
-    pub fn add(&mut self, name: &str, gang: &[usize], x: Value, z: Value) -> Value {
+    pub fn add(&mut self, name: &str, gang: impl Into<Gang>, x: Value, z: Value) -> Value {
+        let gang: &Gang = &gang.into();
         self.elementwise(name, gang, ElementwiseOp::Add, &[x, z])
     }
 

@@ -3,6 +3,7 @@
 //! groups of a gang axis ([`Collective`]), an all-to-all's rows regrouped on the way by the host
 //! where its consumer wants another order ([`Regroup`]).
 
+use super::gang::Gang;
 use crate::kernels::{Kernel, TensorType};
 use crate::named_sharding::NamedSharding;
 use crate::{DType, Error, Result};
@@ -23,8 +24,8 @@ impl Value {
 /// What a value is: where its shards live, their type, and who makes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueInfo {
-    /// Logical devices of the slice the program runs on, one per shard.
-    pub gang: Vec<usize>,
+    /// Logical devices of the slice the program runs on, one per shard, and their axes.
+    pub gang: Gang,
     /// Elements per shard.
     pub shard_len: usize,
     /// Element type and shape of every shard.
@@ -309,7 +310,7 @@ pub struct Node {
     pub name: String,
     pub op: Op,
     /// Where the node's output lives (for a transfer: the destination gang).
-    pub gang: Vec<usize>,
+    pub gang: Gang,
     pub inputs: Vec<Value>,
     /// What the node makes (a result: nothing; most nodes: one value; kernels: any number).
     pub outputs: Vec<Value>,
@@ -371,7 +372,7 @@ impl Program {
         for (i, n) in self.nodes.iter().enumerate() {
             eat(n.name.as_bytes());
             eat(n.op.kind().as_bytes());
-            for &d in &n.gang {
+            for &d in n.gang.iter() {
                 eat(&(d as u64).to_le_bytes());
             }
             if let Some(&group) = self.overlap.get(i) {
@@ -452,10 +453,10 @@ impl Program {
     /// Every logical device a node touches: for a transfer, its sources and its destinations.
     pub fn node_devices(&self, node: usize) -> Vec<usize> {
         let n = &self.nodes[node];
-        let mut devices = n.gang.clone();
+        let mut devices = n.gang.to_vec();
         if matches!(n.op, Op::Transfer | Op::Recv) {
             for v in &n.inputs {
-                devices.extend(&self.values[v.0].gang);
+                devices.extend(self.values[v.0].gang.iter());
             }
         }
         devices.sort_unstable();

@@ -6,11 +6,13 @@ pub mod access;
 mod builder;
 mod chain;
 mod compile;
+mod gang;
 mod ir;
 mod variables;
 
-pub use builder::{DEFAULT_AXIS, ProgramBuilder};
+pub use builder::ProgramBuilder;
 pub use chain::{chain, chain_reference};
 pub use compile::{CompileOptions, Executable};
+pub use gang::{DEFAULT_AXIS, Gang};
 pub use ir::{HostData, KernelNode, Node, Op, Program, Regroup, RowBlock, Value, ValueInfo};
 pub use variables::Variables;

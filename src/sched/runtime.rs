@@ -25,7 +25,7 @@ use super::state::{GangRecord, SchedState, Shared};
 use super::worker;
 use crate::device::MeshDevice;
 use crate::job::Job;
-use crate::mesh::{LINE_AXIS, Mesh};
+use crate::mesh::Mesh;
 use crate::program::{Executable, HostData};
 use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
@@ -93,7 +93,7 @@ impl Runtime {
         let mesh = if opts.job.size() > 1 {
             opts.job.mesh(&devices)?
         } else {
-            Mesh::line(&devices[..], LINE_AXIS)
+            Mesh::line(&devices[..])
         };
         let remote = opts.job.transport().map(|t| Remote::new(t.clone()));
         let shared = Arc::new(Shared {
@@ -141,7 +141,8 @@ impl Runtime {
 
     /// The job's mesh, one axis ([`crate::mesh::LINE_AXIS`]): every rank's devices in rank order
     /// (this process's as in [`Self::devices`]); just this process's devices when it is alone.
-    /// [`Mesh::local`] is this process's view, and [`Mesh::reshape`] lays it out on other axes.
+    /// [`Mesh::reshape`] lays it out on other axes; [`crate::MeshDevice::local`] says which
+    /// devices are this process's.
     pub fn mesh(&self) -> &Mesh {
         &self.0.shared.mesh
     }

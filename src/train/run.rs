@@ -13,8 +13,8 @@
 //! finished, unless step `n` evaluates or checkpoints.
 
 use super::{Balance, Checkpoint, GroupSplit, Params, PendingStep, StepModel, StepStats, Trainer};
+use crate::Mesh;
 use crate::data::{Batches, Corpus, bits_per_byte, unigram_bits_per_byte};
-use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::{Client, DispatchMode};
 use crate::{Error, Result};
@@ -292,24 +292,24 @@ pub fn evaluate<M: StepModel>(
     })
 }
 
-/// Trains fresh `start` parameters on `corpus` over `devices`, as runs of `client` (the devices
+/// Trains fresh `start` parameters on `corpus` over `mesh`, as runs of `client` (the devices
 /// must be its runtime's). Its steps go to the runtime's tracer when that is on.
 pub fn train<M: StepModel>(
     client: &Client,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     corpus: &Corpus,
     start: &Params<M>,
     opts: &TrainOptions,
     progress: impl FnMut(&Progress),
 ) -> Result<TrainReport<M>> {
-    run(client, devices, corpus, Start::Fresh(start), opts, progress)
+    run(client, mesh, corpus, Start::Fresh(start), opts, progress)
 }
 
 /// Continues a run saved by [`train`] (parameters, Adam's moments and the step count) for
 /// `opts.steps` more steps; the batches continue where the saved run's stopped.
 pub fn resume<M: StepModel>(
     client: &Client,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     corpus: &Corpus,
     checkpoint: &Checkpoint<M>,
     opts: &TrainOptions,
@@ -317,7 +317,7 @@ pub fn resume<M: StepModel>(
 ) -> Result<TrainReport<M>> {
     run(
         client,
-        devices,
+        mesh,
         corpus,
         Start::Resume(checkpoint),
         opts,
@@ -332,13 +332,13 @@ enum Start<'a, M> {
 
 fn run<M: StepModel>(
     client: &Client,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     corpus: &Corpus,
     start: Start<'_, M>,
     opts: &TrainOptions,
     mut progress: impl FnMut(&Progress),
 ) -> Result<TrainReport<M>> {
-    let mut run = TrainingRun::new(client, devices, corpus, start, opts)?;
+    let mut run = TrainingRun::new(client, mesh, corpus, start, opts)?;
     let mut pending = run.submit()?;
     while let Some(step) = pending {
         // Step n + 1 goes to the runtime before step n is finished (its batch drawn, its
@@ -395,7 +395,7 @@ impl<M: StepModel> std::fmt::Debug for TrainingRun<M> {
 impl<M: StepModel> TrainingRun<M> {
     fn new(
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         corpus: &Corpus,
         start: Start<'_, M>,
         opts: &TrainOptions,
@@ -411,11 +411,9 @@ impl<M: StepModel> TrainingRun<M> {
             }
         };
         let config: M = start.config;
-        let mesh = devices;
-        let devices = devices.mesh_devices();
         let groups = match resumed_from {
             Some((_, groups)) => groups,
-            None => opts.groups.unwrap_or(devices.len()),
+            None => opts.groups.unwrap_or(mesh.len()),
         };
         if opts.batch == 0 || groups == 0 || !opts.batch.is_multiple_of(groups) {
             return Err(Error::InvalidArgument {
@@ -515,12 +513,12 @@ impl<M: StepModel> TrainingRun<M> {
     /// A fresh run of `start` whose trainer submits through `client`.
     pub fn fresh(
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         corpus: &Corpus,
         start: &Params<M>,
         opts: &TrainOptions,
     ) -> Result<Self> {
-        Self::new(client, devices, corpus, Start::Fresh(start), opts)
+        Self::new(client, mesh, corpus, Start::Fresh(start), opts)
     }
 
     /// Submits the next step, or `None` once the run has taken its steps or was stopped.
@@ -624,7 +622,7 @@ impl<M: StepModel> TrainingRun<M> {
         let tokens = u64::from(done) * self.batch_rows();
         Ok(TrainReport {
             config: *self.trainer.config(),
-            devices: self.trainer.devices().len(),
+            devices: self.trainer.mesh().len(),
             steps: done,
             last_step,
             tokens,

@@ -30,6 +30,8 @@ use crate::kernels::{
     Accumulate, Adam, CrossEntropy, CrossEntropyPack, Kernel, Matmul, Pack, TensorType, Unpack,
     WeightGradPair,
 };
+use crate::mesh::MeshShape;
+use crate::program::Gang;
 use crate::program::{Program, ProgramBuilder, Value};
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -82,10 +84,8 @@ impl Kind {
 pub struct StepShape<M> {
     pub config: M,
     pub adam: AdamConfig,
-    pub devices: usize,
-    /// The data axis's size: the gang is a `{data, expert}` mesh of `data × devices/data`
-    /// (row-major) when it is above 1, else one axis of experts.
-    pub data: usize,
+    /// The gang's axes: `{expert}`, or `{data, expert}` (row-major) with data parallelism.
+    pub mesh: MeshShape,
     /// The routing groups per device.
     pub split: GroupSplit,
     /// Batch units per routing group.
@@ -93,11 +93,37 @@ pub struct StepShape<M> {
 }
 
 impl<M: StepModel> StepShape<M> {
+    pub fn new(
+        config: M,
+        adam: AdamConfig,
+        mesh: &MeshShape,
+        split: GroupSplit,
+        group_units: usize,
+    ) -> Self {
+        Self {
+            config,
+            adam,
+            mesh: mesh.clone(),
+            split,
+            group_units,
+        }
+    }
+
+    /// The gang's device count.
+    pub fn devices(&self) -> usize {
+        self.mesh.devices()
+    }
+
+    /// The data axis's size (1 without one).
+    pub fn data(&self) -> usize {
+        self.mesh.size(DATA_AXIS).unwrap_or(1)
+    }
+
     /// Devices along the expert axis, and the axis the expert all-to-all runs over (`None`: the
     /// gang's one axis).
     pub fn expert_mesh(&self) -> (usize, Option<&'static str>) {
-        let along = self.devices / self.data.max(1);
-        (along, (self.data > 1).then_some(EXPERT_AXIS))
+        let two_d = self.mesh.axes().len() > 1;
+        (expert_along(&self.mesh), two_d.then_some(EXPERT_AXIS))
     }
 
     pub fn rounds(&self) -> usize {
@@ -128,11 +154,12 @@ impl<M: StepModel> StepShape<M> {
     }
 }
 
-/// The variable names of parameter `p`, its first and its second moment.
-/// The step program's one gang axis (the expert axis of a `{data, expert}` mesh).
-pub const EXPERT_AXIS: &str = "expert";
-/// The data axis of a `{data, expert}` mesh (GShard, DeepSpeed-MoE): replicas of every expert.
-pub const DATA_AXIS: &str = "data";
+/// The devices along a step mesh's expert axis (all of them on a mesh of one axis).
+pub(crate) fn expert_along(mesh: &MeshShape) -> usize {
+    mesh.size(EXPERT_AXIS).unwrap_or(mesh.devices())
+}
+
+pub use crate::mesh::{DATA_AXIS, EXPERT_AXIS};
 
 pub(crate) fn param_var(p: usize) -> String {
     format!("param {p}")
@@ -150,7 +177,7 @@ pub(crate) fn v_var(p: usize) -> String {
 pub(crate) struct Builder<'a, S> {
     pub b: ProgramBuilder,
     pub shape: &'a S,
-    pub gang: Vec<usize>,
+    pub gang: Gang,
     pub params: Vec<Value>,
     /// Gradient accumulators: made by the first contribution, added to in place after.
     pub grads: Vec<Option<Value>>,
@@ -180,22 +207,20 @@ impl<'a, M: StepModel> Builder<'a, StepShape<M>> {
             Mode::Forward => "forward",
             Mode::Read(_) => "read variables",
         };
-        let gang: Vec<usize> = (0..shape.devices).collect();
+        let axes: Vec<(&str, usize)> = (shape.mesh.axes().iter())
+            .map(|(name, size)| (name.as_str(), *size))
+            .collect();
+        let devices: Vec<usize> = (0..shape.devices()).collect();
+        let mut b = ProgramBuilder::new(format!("{model} {what}"));
+        let gang = b.mesh(&devices, &axes);
         let expert = shape.config.expert_tensors();
         let mut x = Builder {
-            b: ProgramBuilder::new(format!("{model} {what}")),
+            b,
             shape,
             gang: gang.clone(),
             params: Vec::new(),
             grads: vec![None; expert.len()],
             later: Vec::new(),
-        };
-        match shape.data {
-            0 | 1 => x.b.mesh(&gang, &[(EXPERT_AXIS, shape.devices)]),
-            data => {
-                let along = shape.expert_mesh().0;
-                x.b.mesh(&gang, &[(DATA_AXIS, data), (EXPERT_AXIS, along)])
-            }
         };
         let kind = match mode {
             Mode::Read(kind) => kind,
@@ -263,7 +288,7 @@ impl<'a, M: StepModel> Builder<'a, StepShape<M>> {
             groups: shape.split.groups(),
             adam: shape.adam,
             bias,
-            data_axis: (shape.data > 1).then_some(DATA_AXIS),
+            data_axis: shape.mesh.size(DATA_AXIS).map(|_| DATA_AXIS),
         };
         end.finish(&mut self.b, &self.grads, mode, early)?;
         self.b.build()
@@ -278,9 +303,7 @@ impl<S> Builder<'_, S> {
                 self.weight_grads_reading(v);
             }
         }
-        let [v] = self
-            .b
-            .kernel(name, &self.gang.clone(), Arc::new(op), inputs);
+        let [v] = self.b.kernel(name, self.gang.clone(), Arc::new(op), inputs);
         v
     }
 
@@ -592,7 +615,7 @@ impl<S> Builder<'_, S> {
 /// [`EXPERT_AXIS`], the rest replicated.
 pub(crate) fn declare_params(
     b: &mut ProgramBuilder,
-    gang: &[usize],
+    gang: &Gang,
     shapes: &[Vec<usize>],
     expert: &[bool],
     kind: Kind,
@@ -620,7 +643,7 @@ pub(crate) fn declare_params(
 /// either packed as the result ([`Mode::Grads`]) or applied by Adam with moments laid out as
 /// their parameters ([`Mode::Train`]).
 pub(crate) struct StepEnd<'a> {
-    pub gang: &'a [usize],
+    pub gang: &'a Gang,
     pub params: &'a [Value],
     pub expert: &'a [bool],
     /// Per-device shapes.
@@ -657,7 +680,7 @@ impl StepEnd<'_> {
     /// (`pack dense grads <bucket>`, `all-reduce <bucket>`).
     pub fn start_reduce(
         b: &mut ProgramBuilder,
-        gang: &[usize],
+        gang: &Gang,
         grads: &[Option<Value>],
         which: &[usize],
         bucket: &str,

@@ -31,11 +31,12 @@
 
 use super::layout::{ShardLayout, StatsLayout, check_gang, gather_read, unpack_grads};
 use super::stats::ForwardPass;
-use super::step_program::{DATA_AXIS, EXPERT_AXIS, Kind, Mode};
+use super::step_program::{DATA_AXIS, EXPERT_AXIS, Kind, Mode, expert_along};
 use super::{
     Balanced, Checkpoint, GroupSplit, Params, StepModel, StepShape, StepStats, TrainState,
 };
-use crate::device::{DeviceList, MeshDevice};
+use crate::Mesh;
+use crate::device::MeshDevice;
 use crate::kernels::optim::{self, AdamConfig};
 use crate::kernels::router::RoutingStats;
 use crate::program::Variables;
@@ -74,9 +75,8 @@ pub struct Trainer<M: StepModel> {
     /// How the groups are dealt to the devices (even unless [`Trainer::set_split`] said
     /// otherwise).
     split: GroupSplit,
-    devices: Vec<MeshDevice>,
-    /// The data axis of the `{data, expert}` mesh (1: one axis).
-    data: usize,
+    /// The devices, as `{expert}` or `{data, expert}` ([`step_mesh`]).
+    mesh: Mesh,
     /// Per parameter: whether it is an expert tensor (split over the expert axis).
     expert: Vec<bool>,
     variables: Variables,
@@ -91,14 +91,20 @@ pub struct Trainer<M: StepModel> {
     eval_capacity: Option<f32>,
 }
 
-/// The data axis's size of a trainer's mesh: 1 for a list or a 1-d mesh, `A` for
-/// `{data: A, expert: B}`; any other layout is refused by name.
-fn data_rows(axes: &[(String, usize)]) -> Result<usize> {
-    match axes {
-        [] | [_] => Ok(1),
-        [(data, a), (expert, _)] if data == DATA_AXIS && expert == EXPERT_AXIS => Ok(*a),
-        other => Err(invalid(format!(
-            "a trainer's mesh is one axis or {{{DATA_AXIS}, {EXPERT_AXIS}}}, not {other:?}"
+/// The trainer's layout of `mesh`: one axis (whatever its name) is `{expert}`, experts split
+/// over all of its devices; `{data: A, expert: B}` is kept (`{data: 1, ...}` is one axis again);
+/// any other layout is refused by name.
+fn step_mesh(mesh: &Mesh) -> Result<Mesh> {
+    let n = mesh.len();
+    match mesh.shape().axes() {
+        [_] => mesh.reshape(&[(EXPERT_AXIS, n)]),
+        [(data, 1), (expert, _)] if data == DATA_AXIS && expert == EXPERT_AXIS => {
+            mesh.reshape(&[(EXPERT_AXIS, n)])
+        }
+        [(data, _), (expert, _)] if data == DATA_AXIS && expert == EXPERT_AXIS => Ok(mesh.clone()),
+        _ => Err(invalid(format!(
+            "a trainer's mesh is one axis or {{{DATA_AXIS}, {EXPERT_AXIS}}}, not {}",
+            mesh.shape()
         ))),
     }
 }
@@ -111,30 +117,26 @@ fn invalid(reason: String) -> Error {
 }
 
 impl<M: StepModel> Trainer<M> {
-    /// A trainer over `devices` (devices of `client`'s runtime: a list, laid out as one axis,
-    /// or a [`crate::Mesh`] with axes `{data, expert}`, row-major) routing each batch in `groups`
+    /// A trainer over `mesh` (devices of `client`'s runtime: one axis, [`Mesh::line`] of a
+    /// device list, or axes `{data, expert}`, row-major) routing each batch in `groups`
     /// groups, a multiple of the device count; the experts must split evenly over a data row.
     /// Steps run as runs of `client`, so other clients of the runtime (another trainer, a live
     /// view) share the devices in gang order.
     pub fn new(
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         params: &Params<M>,
         adam: AdamConfig,
         groups: usize,
     ) -> Result<Self> {
-        Self::build(client, devices, params, None, adam, groups)
+        Self::build(client, mesh, params, None, adam, groups)
     }
 
-    /// A trainer continuing from `checkpoint`'s parameters and Adam state on any devices (a
-    /// list or a mesh, as [`Self::new`] takes) that divide its groups and experts (a checkpoint
+    /// A trainer continuing from `checkpoint`'s parameters and Adam state on any mesh (as
+    /// [`Self::new`] takes) whose devices divide its groups and experts (a checkpoint
     /// does not remember how its devices were laid out, only the groups): the next step is its
     /// step + 1, and the steps are those of a run that never stopped.
-    pub fn resume(
-        client: &Client,
-        devices: &(impl DeviceList + ?Sized),
-        checkpoint: &Checkpoint<M>,
-    ) -> Result<Self> {
+    pub fn resume(client: &Client, mesh: &Mesh, checkpoint: &Checkpoint<M>) -> Result<Self> {
         checkpoint.check()?;
         let Some(train) = &checkpoint.train else {
             return Err(invalid(
@@ -143,7 +145,7 @@ impl<M: StepModel> Trainer<M> {
         };
         Self::build(
             client,
-            devices,
+            mesh,
             &checkpoint.params,
             Some(train),
             train.adam,
@@ -170,7 +172,7 @@ impl<M: StepModel> Trainer<M> {
 
     fn build(
         client: &Client,
-        devices: &(impl DeviceList + ?Sized),
+        mesh: &Mesh,
         params: &Params<M>,
         train: Option<&TrainState<M>>,
         adam: AdamConfig,
@@ -178,11 +180,10 @@ impl<M: StepModel> Trainer<M> {
     ) -> Result<Self> {
         params.check()?;
         let cfg = params.config;
-        let data = data_rows(&devices.mesh_axes())?;
-        let devices = devices.mesh_devices();
-        let n = devices.len();
-        check_gang(M::NAME, client, &devices, groups)?;
-        let along = n / data;
+        let mesh = step_mesh(mesh)?;
+        let n = mesh.len();
+        check_gang(M::NAME, client, &mesh, groups)?;
+        let along = expert_along(mesh.shape());
         if let Some(r) = cfg.routing()
             && !r.router.experts.is_multiple_of(along)
         {
@@ -195,10 +196,10 @@ impl<M: StepModel> Trainer<M> {
         optim::adam_reference(&mut [], &mut [], &mut [], &[], adam, 1)?;
         let expert = cfg.expert_tensors();
         let split = GroupSplit::even(groups, n)?;
-        let shapes = Self::shape_of(cfg, adam, n, data, split.clone(), 0).shard_shapes();
+        let shapes = StepShape::new(cfg, adam, mesh.shape(), split.clone(), 0).shard_shapes();
         let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
         let layout = ShardLayout {
-            devices: &devices,
+            devices: &mesh,
             expert_devices: along,
             shapes: &shapes,
             expert: &expert,
@@ -212,8 +213,7 @@ impl<M: StepModel> Trainer<M> {
             step: train.map_or(0, |t| t.step),
             groups,
             split,
-            devices,
-            data,
+            mesh,
             expert,
             variables,
             client: client.clone(),
@@ -245,22 +245,15 @@ impl<M: StepModel> Trainer<M> {
         self.eval_capacity
     }
 
-    fn shape_of(
-        config: M,
-        adam: AdamConfig,
-        devices: usize,
-        data: usize,
-        split: GroupSplit,
-        group_units: usize,
-    ) -> StepShape<M> {
-        StepShape {
+    /// The step's shape for batches of `group_units` a routing group dealt as `split`.
+    fn shape(&self, config: M, split: &GroupSplit, group_units: usize) -> StepShape<M> {
+        StepShape::new(
             config,
-            adam,
-            devices,
-            data,
-            split,
+            self.adam,
+            self.mesh.shape(),
+            split.clone(),
             group_units,
-        }
+        )
     }
 
     pub fn config(&self) -> &M {
@@ -279,13 +272,13 @@ impl<M: StepModel> Trainer<M> {
 
     /// The data axis of the mesh (1: one axis).
     pub fn data(&self) -> usize {
-        self.data
+        self.mesh.shape().size(DATA_AXIS).unwrap_or(1)
     }
 
     /// The devices the trainer is spread over (in a job of several ranks, some are other
-    /// ranks').
-    pub fn devices(&self) -> &[MeshDevice] {
-        &self.devices
+    /// ranks'), as `{expert}` or `{data, expert}`.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
     }
 
     /// The client the steps run as.
@@ -302,7 +295,7 @@ impl<M: StepModel> Trainer<M> {
     /// [`GroupSplit`]): the same groups and losses, with the token side's work where the devices'
     /// speeds put it.
     pub fn set_split(&mut self, split: GroupSplit) -> Result<()> {
-        split.check_fits(self.groups, self.devices.len())?;
+        split.check_fits(self.groups, self.mesh.len())?;
         self.split = split;
         Ok(())
     }
@@ -313,7 +306,7 @@ impl<M: StepModel> Trainer<M> {
     /// and keeps the faster ([`GroupSplit::choose`]). Every device must be this process's
     /// (another rank's device leaves no events here).
     pub fn balance(&mut self, inputs: &[u32], targets: &[u32]) -> Result<Balanced> {
-        let balanced = GroupSplit::balance(&self.devices, self.groups, |split, traced| {
+        let balanced = GroupSplit::balance(&self.mesh, self.groups, |split, traced| {
             let how = Submit {
                 trace: traced,
                 drive: false,
@@ -366,21 +359,14 @@ impl<M: StepModel> Trainer<M> {
             (Mode::Forward, Some(factor)) => self.config.with_capacity_factor(factor),
             _ => self.config,
         };
-        let shape = Self::shape_of(
-            config,
-            self.adam,
-            self.devices.len(),
-            self.data,
-            split.clone(),
-            units / self.groups,
-        );
+        let shape = self.shape(config, split, units / self.groups);
         let program = M::build_step(&shape, mode)?;
         // Two training steps may be in flight (the next one submitted while this one runs).
         let opts = CompileOptions {
             in_flight: if mode == Mode::Train { 2 } else { 1 },
             ..CompileOptions::default()
         };
-        let exec = Arc::new(program.compile_with(&self.devices, opts, &self.variables)?);
+        let exec = Arc::new(program.compile_with(&self.mesh, opts, &self.variables)?);
         programs.insert(key, exec.clone());
         Ok(exec)
     }
@@ -414,7 +400,7 @@ impl<M: StepModel> Trainer<M> {
     ) -> Result<(RunHandle, usize)> {
         let units = self.config.check_batch(inputs, targets, self.groups)?;
         let exec = self.program(mode, units, split)?;
-        let d = self.devices.len();
+        let d = self.mesh.len();
         let rows = self.group_rows(units);
         let words = self.config.row_inputs();
         let mut args: Vec<HostData> = self.config.leading_args(d, rows);
@@ -559,7 +545,7 @@ impl<M: StepModel> Trainer<M> {
                 stats.tokens_per_expert,
                 stats.expert_cv()
             );
-            for device in self.devices.iter().filter_map(MeshDevice::local) {
+            for device in self.mesh.iter().filter_map(MeshDevice::local) {
                 let e = EventMeta::host_encode(device.id()).event(name.clone(), begin, now);
                 process.emit_with(|| e.clone());
                 if self.trace {
@@ -619,7 +605,7 @@ impl<M: StepModel> Trainer<M> {
     pub fn grads(&self, inputs: &[u32], targets: &[u32]) -> Result<Params<M>> {
         let (results, _) = self.run(Mode::Grads, inputs, targets, None)?;
         let shapes = self.shard_shapes();
-        let along = self.devices.len() / self.data;
+        let along = expert_along(self.mesh.shape());
         let tensors = unpack_grads(&results, &shapes, &self.expert, along)?;
         let out = Params {
             config: self.config,
@@ -635,8 +621,7 @@ impl<M: StepModel> Trainer<M> {
     }
 
     fn shard_shapes(&self) -> Vec<Vec<usize>> {
-        let n = self.devices.len();
-        Self::shape_of(self.config, self.adam, n, self.data, self.split.clone(), 0).shard_shapes()
+        self.shape(self.config, &self.split, 0).shard_shapes()
     }
 
     /// Variable `kind` of every parameter, gathered: replicated ones from device 0, expert ones
@@ -649,10 +634,14 @@ impl<M: StepModel> Trainer<M> {
             ..RunOptions::default()
         };
         let results = self.client.run(&exec, Vec::<Vec<f32>>::new(), opts)?;
-        let n = self.devices.len();
         let out = Params {
             config: self.config,
-            tensors: gather_read(results, &self.expert, n, n / self.data),
+            tensors: gather_read(
+                results,
+                &self.expert,
+                self.mesh.len(),
+                expert_along(self.mesh.shape()),
+            ),
         };
         out.check()?;
         Ok(out)
@@ -667,15 +656,11 @@ impl<M: StepModel> std::fmt::Debug for Trainer<M> {
             .field("adam", &self.adam)
             .field("step", &self.step)
             .field("groups", &self.groups)
-            .field("data", &self.data)
+            .field("mesh", &self.mesh.shape().to_string())
             .field("split", &self.split.to_string())
             .field(
                 "devices",
-                &self
-                    .devices
-                    .iter()
-                    .map(MeshDevice::label)
-                    .collect::<Vec<_>>(),
+                &self.mesh.iter().map(MeshDevice::label).collect::<Vec<_>>(),
             )
             .field("tracing", &self.trace)
             .finish()

@@ -7,8 +7,8 @@
 //! model's mean ± sample standard deviation over the seeds.
 
 use super::{TransformerConfig, TransformerParams};
+use crate::Mesh;
 use crate::data::Corpus;
-use crate::device::DeviceList;
 use crate::kernels::optim::AdamConfig;
 use crate::sched::Client;
 use crate::train::{TrainOptions, train};
@@ -117,11 +117,11 @@ pub fn active_parameters(cfg: &TransformerConfig) -> usize {
         .sum()
 }
 
-/// Runs every model over every seed on `devices` (one after another, seed by seed), reporting
+/// Runs every model over every seed on `mesh` (one after another, seed by seed), reporting
 /// each run as it ends through `progress(model, seed, valid_bpb)`.
 pub fn moe_vs_dense(
     client: &Client,
-    devices: &(impl DeviceList + ?Sized),
+    mesh: &Mesh,
     corpus: &Corpus,
     opts: &CompareOptions,
     progress: &mut dyn FnMut(&str, u64, f64),
@@ -167,7 +167,7 @@ pub fn moe_vs_dense(
             cfg,
         ));
     }
-    let groups = devices.mesh_devices().len();
+    let groups = mesh.len();
     let mut unigram_bpb = f64::NAN;
     // Seed by seed, every model in turn: a slow spell of a noisy machine then lands on every
     // model's runs alike, not on one model's row.
@@ -185,7 +185,7 @@ pub fn moe_vs_dense(
                 groups: Some(groups),
                 ..opts.run.clone()
             };
-            let report = train(client, devices, corpus, &params, &run, |_| {})?;
+            let report = train(client, mesh, corpus, &params, &run, |_| {})?;
             unigram_bpb = report.unigram_bpb;
             let d = &report.dropped_fractions;
             dropped.push(d.iter().sum::<f64>() / d.len().max(1) as f64);

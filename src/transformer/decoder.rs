@@ -15,10 +15,11 @@ use super::{TransformerConfig, TransformerParams, VOCAB};
 use crate::kernels::attention::default_scale;
 use crate::kernels::cached_attention::check_positions;
 use crate::kernels::{CachedAttention, TensorType};
+use crate::mesh::MeshShape;
 use crate::program::{CompileOptions, Executable, HostData, Program, Variables};
 use crate::sched::{Client, RunOptions};
 use crate::train::layout::ShardLayout;
-use crate::train::step_program::{Builder, Mode};
+use crate::train::step_program::{Builder, EXPERT_AXIS, Mode};
 use crate::train::{GroupSplit, StepModel, StepShape};
 use crate::{DType, Error, MeshDevice, Result, Tensor};
 use std::collections::HashMap;
@@ -71,14 +72,13 @@ impl Decoder {
             cfg.experts,
             cfg.top_k,
         ));
-        let shape = StepShape {
+        let shape = StepShape::new(
             config,
-            adam: crate::kernels::optim::AdamConfig::new(1e-3),
-            devices: 1,
-            data: 1,
-            split: GroupSplit::even(1, 1)?,
-            group_units: batch,
-        };
+            crate::kernels::optim::AdamConfig::new(1e-3),
+            &MeshShape::line(EXPERT_AXIS, 1),
+            GroupSplit::even(1, 1)?,
+            batch,
+        );
         let names: Vec<String> = cfg.param_specs().into_iter().map(|s| s.name).collect();
         let devices = [device.clone()];
         let layout = ShardLayout {

@@ -72,7 +72,7 @@ impl Builder<'_, StepShape<TransformerConfig>> {
         let (gamma, beta) = (self.params[g], self.params[b]);
         let [y, stats] = self.b.kernel(
             name,
-            &self.gang.clone(),
+            self.gang.clone(),
             Arc::new(LayerNorm { eps }),
             &[x, gamma, beta],
         );
@@ -94,7 +94,7 @@ impl Builder<'_, StepShape<TransformerConfig>> {
         inputs.extend(residual);
         let [dx, dg, db] = self.b.kernel(
             name,
-            &self.gang.clone(),
+            self.gang.clone(),
             Arc::new(LayerNormBackward),
             &inputs,
         );

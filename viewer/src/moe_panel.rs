@@ -176,7 +176,7 @@ pub fn run_training(
     let start = MoeLmParams::init(settings.config()).map_err(|e| e.to_string())?;
     train(
         &runtime.client("viewer: MoE training", 1),
-        devices,
+        &gangway::Mesh::line(devices),
         &corpus,
         &start,
         &settings.options(stop),

@@ -283,12 +283,12 @@ pub(crate) fn eval_lm(runtime: &Runtime, args: &EvalLmArgs) -> Result<()> {
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let len = bytes.len();
     let context = checkpoint.config().context;
-    let devices = &runtime.mesh()[..1];
+    let mesh = gangway::Mesh::line(&runtime.mesh()[..1]);
     let client = runtime.client("eval lm", 1);
     let adam = AdamConfig::new(1e-3);
     let params = &checkpoint.params;
     let c = params.config;
-    let mut trainer = TransformerTrainer::new(&client, devices, params, adam, 1)?;
+    let mut trainer = TransformerTrainer::new(&client, &mesh, params, adam, 1)?;
     trainer.set_eval_capacity(args.eval_capacity.factor(c.experts, c.top_k))?;
     let name = args.file.display().to_string();
     let score = score_text(
@@ -481,10 +481,16 @@ pub(crate) fn moe_vs_dense(runtime: &Runtime, args: &MoeVsDenseArgs) -> Result<(
     let runs = (1 + opts.capacities.len()) as u64 * opts.seeds;
     let pb = progress::bar(runs);
     let client = runtime.client("eval moe-vs-dense", 1);
-    let table = moe_vs_dense(&client, devices, &corpus, &opts, &mut |name, seed, bpb| {
-        pb.inc(1);
-        progress::line(&pb, format!("{name}, seed {seed}: {bpb:.3} bits per byte"));
-    })?;
+    let table = moe_vs_dense(
+        &client,
+        &gangway::Mesh::line(devices),
+        &corpus,
+        &opts,
+        &mut |name, seed, bpb| {
+            pb.inc(1);
+            progress::line(&pb, format!("{name}, seed {seed}: {bpb:.3} bits per byte"));
+        },
+    )?;
     pb.finish();
     print!("{}", table.markdown());
     write_json(args.json.as_deref(), &table)?;
@@ -531,7 +537,7 @@ pub(crate) fn btm_lm(runtime: &Runtime, args: &EvalBtmArgs) -> Result<()> {
     let init = TransformerParams::init(config)?;
     let models = train_all(
         runtime,
-        devices,
+        &gangway::Mesh::line(devices),
         &corpus,
         &init,
         &opts,

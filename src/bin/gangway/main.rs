@@ -464,7 +464,7 @@ pub(crate) fn first_devices(runtime: &Runtime, n: usize) -> Result<Vec<gangway::
 pub(crate) fn mesh_of(runtime: &Runtime, n: usize, axes: Option<&str>) -> Result<gangway::Mesh> {
     let devices = first_devices(runtime, n)?;
     let Some(text) = axes else {
-        return Ok(gangway::Mesh::line(&devices, gangway::mesh::LINE_AXIS));
+        return Ok(gangway::Mesh::line(&devices));
     };
     let axes = gangway::MeshShape::parse_axes(text)?;
     let named: Vec<(&str, usize)> = axes.iter().map(|(a, n)| (a.as_str(), *n)).collect();
@@ -566,7 +566,7 @@ fn train_btm(runtime: &Runtime, args: &BtmArgs) -> Result<()> {
     let domains = corpus.domains();
     let models = train_all(
         runtime,
-        &devices,
+        &gangway::Mesh::line(&devices),
         &corpus,
         &init,
         &opts,
@@ -630,7 +630,7 @@ fn train_btm_branch(runtime: &Runtime, args: &BtmBranchArgs) -> Result<()> {
     let pb = progress::bar(u64::from(args.branch_steps));
     let new = branch(
         runtime,
-        std::slice::from_ref(device),
+        &gangway::Mesh::line(std::slice::from_ref(device)),
         &[(name, corpus)],
         &averaged,
         &opts,

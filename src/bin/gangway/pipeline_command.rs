@@ -149,13 +149,18 @@ fn pipeline_run_moe(
 ) -> Result<(gangway::pipeline::RunReport, f32, String)> {
     let case = gangway::pipeline::workload::PreparedMoeCase::new(
         client,
-        devices,
+        &gangway::Mesh::line(devices),
         args.schedule,
         args.stages,
         args.microbatches,
         args.chunks,
     )?;
-    let (report, max_error) = case.run(client, devices, args.fold(), !args.no_overlap)?;
+    let (report, max_error) = case.run(
+        client,
+        &gangway::Mesh::line(devices),
+        args.fold(),
+        !args.no_overlap,
+    )?;
     let c = case.stack().config();
     let what = format!(
         "one step of {} residual MoE layers (d {}, {} experts of {}, top-{}, {} rows per \

@@ -209,9 +209,8 @@ fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
         })
     };
     for all_reduce in [true, false] {
-        let gang = [0, 1, 2, 3];
         let mut p = ProgramBuilder::new("dp linear");
-        p.mesh(&gang, &[("data", 4)]);
+        let gang = p.mesh(&[0, 1, 2, 3], &[("data", 4)]);
         let x = p.typed_arg(&gang, TensorType::f32(&[8, 3]));
         let dy = p.typed_arg(&gang, TensorType::f32(&[8, 5]));
         let w = p.variable("w", &gang, TensorType::f32(&[3, 5]));
@@ -247,12 +246,9 @@ fn shardings_follow_the_kernels_and_catch_a_missing_all_reduce() {
 
 #[test]
 fn layouts_that_would_compute_something_else_are_build_errors() {
-    let gang = [0, 1, 2, 3];
-    let fresh = || {
-        let mut p = ProgramBuilder::new("2-d");
-        p.mesh(&gang, &[("data", 2), ("expert", 2)]);
-        p
-    };
+    let devices = [0, 1, 2, 3];
+    let gang = Gang::new(devices, &[("data", 2), ("expert", 2)]).unwrap();
+    let fresh = || ProgramBuilder::new("2-d");
     // Summing blocks over one axis leaves them split over the other.
     let mut p = fresh();
     let x = p.arg(&gang, 8);
@@ -281,12 +277,26 @@ fn layouts_that_would_compute_something_else_are_build_errors() {
             .to_string()
             .contains("laid out differently")
     );
-    // A collective over an axis the gang does not have; axes named too late.
+    // A collective over an axis the gang does not have.
     let mut p = fresh();
     let x = p.arg(&gang, 8);
     let r = p.all_to_all_over("a2a", x, "pipe");
-    p.mesh(&gang, &[("x", 4)]);
     p.result(r);
     let e = p.build().unwrap_err().to_string();
     assert!(e.contains("no axis \"pipe\""), "{e}");
+    // The same devices under two layouts: a value of the 2-d gang read on them as one axis.
+    let mut p = fresh();
+    let x = p.arg(&gang, 8);
+    let r = p.relu("relu", &devices, x);
+    p.result(r);
+    let e = p.build().unwrap_err().to_string();
+    assert!(e.contains("one gang, two layouts"), "{e}");
+    // Axes that do not fit the gang.
+    let mut p = fresh();
+    let bad = p.mesh(&devices, &[("x", 3)]);
+    assert_eq!(bad.shape().to_string(), "{d=4}");
+    let x = p.arg(&bad, 8);
+    p.result(x);
+    let e = p.build().unwrap_err().to_string();
+    assert!(e.contains("gang [0, 1, 2, 3]"), "{e}");
 }

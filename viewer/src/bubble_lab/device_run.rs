@@ -100,7 +100,7 @@ pub fn run_on_devices(runtime: &Runtime, shape: RunShape) -> Result<DeviceRun, S
         .and_then(|case| {
             case.run(
                 &runtime.client("viewer: bubble lab", 1),
-                runtime.devices(),
+                &gangway::Mesh::line(runtime.devices()),
                 shape.fold,
             )
         })
