@@ -25,6 +25,7 @@ fn event(i: u64) -> Event {
         clock: Clock::Gpu,
         flow: None,
         op: None,
+        moved: None,
     }
 }
 

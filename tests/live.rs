@@ -305,6 +305,11 @@ fn a_killed_or_interrupted_job_leaves_a_trace_that_opens(device: &Device) {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("compute"), "{text}");
+        // Its transfers say what they moved: the batches' uploads at least.
+        assert!(
+            text.contains("moved ") && text.contains("host in "),
+            "{text}"
+        );
     }
     let _ = std::fs::remove_dir_all(&d);
 }

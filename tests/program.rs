@@ -8,6 +8,7 @@ use common::{Adapters, Span, case};
 use gangway::kernels::{Accumulate, TensorType};
 use gangway::program::{CompileOptions, Program, ProgramBuilder, chain, chain_reference};
 use gangway::sched::{DispatchMode, RunOptions, Runtime, RuntimeOptions};
+use gangway::trace::{Direction, TransferKind};
 use gangway::{Device, Rng};
 use std::sync::Arc;
 
@@ -100,6 +101,41 @@ fn collectives_match_the_host(adapters: &Adapters) {
         let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
         common::assert_close("all-to-all", &out[0], &a2a, 1e-6);
         common::assert_close("all-reduce", &out[1], &all_reduced, 1e-5);
+        // Every transfer says what it moved: per device, the argument in, each collective's
+        // shard out and its result in, and the two results out, a shard's bytes each.
+        let traced = RunOptions {
+            trace: true,
+            ..opts(mode)
+        };
+        let (_, events) = client
+            .submit(&exec, vec![input.clone()], traced)
+            .unwrap()
+            .wait_traced()
+            .unwrap();
+        let bytes = (shard * 4) as u64;
+        for device in devices {
+            let mut moved: Vec<(TransferKind, Direction, u64)> = events
+                .iter()
+                .filter(|e| e.device == device.id())
+                .filter_map(|e| e.moved.map(|m| (m.kind, m.direction, m.bytes)))
+                .collect();
+            moved.sort();
+            let want = vec![
+                (TransferKind::Host, Direction::In, bytes),
+                (TransferKind::Host, Direction::Out, bytes),
+                (TransferKind::Host, Direction::Out, bytes),
+                (TransferKind::AllToAll, Direction::In, bytes),
+                (TransferKind::AllToAll, Direction::Out, bytes),
+                (TransferKind::AllReduce, Direction::In, bytes),
+                (TransferKind::AllReduce, Direction::Out, bytes),
+            ];
+            assert_eq!(moved, want, "{mode:?} on {}", device.label());
+            let transfers = events.iter().filter(|e| {
+                e.device == device.id() && e.kind == gangway::trace::EventKind::Transfer
+            });
+            assert_eq!(transfers.clone().count(), want.len());
+            assert!(transfers.clone().all(|e| e.moved.is_some()));
+        }
     }
 }
 

@@ -53,7 +53,7 @@ use crate::device::{DeviceList, MeshDevice};
 use crate::kernels::optim::AdamConfig;
 use crate::moe::{MoeLmConfig, MoeLmParams, MoeTrainer};
 use crate::sched::Runtime;
-use crate::trace::{self, BusyTime, EventKind, Lane};
+use crate::trace::{self, BusyTime, Direction, EventKind, TransferKind};
 use crate::{Device, Error, Mesh, Result, Rng};
 
 /// Sizes of the suite.
@@ -217,6 +217,10 @@ pub(super) struct TrainStep {
     dropped: f64,
     all_to_all_shares: Vec<f64>,
     all_reduce_shares: Vec<f64>,
+    /// Per step: the bytes the all-to-alls and the all-reduces wrote to their devices, every
+    /// device together.
+    all_to_all_bytes: Vec<f64>,
+    all_reduce_bytes: Vec<f64>,
     /// Per step: the largest share of the step a device sat idle waiting on a collective.
     exposed_shares: Vec<f64>,
     /// Per step: the share of its traced span during which 2 or more devices were busy.
@@ -248,24 +252,34 @@ impl BlockingRun for TrainStep {
         self.dropped = stats.dropped_fraction;
         if self.traced {
             let events = &stats.trace;
-            let sum = |device: usize, what: &str| -> f64 {
+            let of = |kind: TransferKind| {
                 events
                     .iter()
-                    .filter(|e| {
-                        e.device == device && e.lane == Lane::Transfer && e.name.contains(what)
-                    })
-                    .map(|e| e.duration_ns() as f64 * 1e-9)
-                    .sum()
+                    .filter_map(move |e| Some((e, e.moved.filter(|m| m.kind == kind)?)))
             };
-            let slowest = |what: &str| {
-                self.devices
-                    .iter()
-                    .map(|&d| sum(d, what))
-                    .fold(0.0f64, f64::max)
+            let slowest = |kind: TransferKind| {
+                let on = |device: usize| -> f64 {
+                    of(kind)
+                        .filter(|(e, _)| e.device == device)
+                        .map(|(e, _)| e.duration_ns() as f64 * 1e-9)
+                        .sum()
+                };
+                self.devices.iter().map(|&d| on(d)).fold(0.0f64, f64::max)
+            };
+            let written = |kind: TransferKind| -> f64 {
+                let bytes: u64 = of(kind)
+                    .filter(|(_, m)| m.direction == Direction::In)
+                    .map(|(_, m)| m.bytes)
+                    .sum();
+                bytes as f64
             };
             let wall = stats.seconds.max(1e-12);
-            self.all_to_all_shares.push(slowest("all-to-all") / wall);
-            self.all_reduce_shares.push(slowest("all-reduce") / wall);
+            self.all_to_all_shares
+                .push(slowest(TransferKind::AllToAll) / wall);
+            self.all_reduce_shares
+                .push(slowest(TransferKind::AllReduce) / wall);
+            self.all_to_all_bytes.push(written(TransferKind::AllToAll));
+            self.all_reduce_bytes.push(written(TransferKind::AllReduce));
             let collective = |n: &str| n.contains("all_to_all") || n.contains("all_reduce");
             let exposed = self
                 .devices
@@ -313,6 +327,14 @@ impl BlockingRun for TrainStep {
             m.insert(
                 "all-reduce share".into(),
                 median(&mut self.all_reduce_shares),
+            );
+            m.insert(
+                "all-to-all bytes per step".into(),
+                median(&mut self.all_to_all_bytes),
+            );
+            m.insert(
+                "all-reduce bytes per step".into(),
+                median(&mut self.all_reduce_bytes),
             );
             m.insert(
                 "collectives exposed".into(),
@@ -442,6 +464,8 @@ fn dealt_case<D: DeviceList + ?Sized>(
             step: 0,
             dropped: 0.0,
             all_to_all_shares: Vec::new(),
+            all_to_all_bytes: Vec::new(),
+            all_reduce_bytes: Vec::new(),
             all_reduce_shares: Vec::new(),
             exposed_shares: Vec::new(),
             overlap_shares: Vec::new(),

@@ -472,6 +472,7 @@ impl Engine<'_> {
                     role: FlowRole::Out,
                 }),
                 op: None,
+                moved: None,
             });
             self.run.order.push(OpAt {
                 stage,
@@ -626,6 +627,7 @@ impl Engine<'_> {
                     role: FlowRole::In,
                 }),
                 op: op.kind.pipeline_op(),
+                moved: None,
             });
             self.run.order.push(OpAt {
                 stage,

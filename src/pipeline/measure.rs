@@ -172,9 +172,12 @@ pub(super) fn stage_events(lowered: &Lowered, program: u64, raw: Vec<Event>) -> 
                     }
                     (FlowRole::In, _) => "recv",
                 };
-                let meta = EventMeta::transfer(lane(*stage))
-                    .microbatch(*mb as u32)
-                    .flow(f.id, f.role);
+                let meta = EventMeta {
+                    moved: e.moved,
+                    ..EventMeta::transfer(lane(*stage))
+                        .microbatch(*mb as u32)
+                        .flow(f.id, f.role)
+                };
                 out.push(meta.event(format!("{verb} {}", what.name()), e.start_ns, e.end_ns));
             }
             (Tag::Recv { stage, what, mb }, EventKind::Wait) => {

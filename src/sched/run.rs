@@ -3,7 +3,7 @@
 
 use crate::job::transport::{Message, RunKey, Transport};
 use crate::program::{Executable, HostData, Op};
-use crate::trace::{EventMeta, Tracer};
+use crate::trace::{Direction, EventMeta, Tracer, TransferKind};
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
@@ -112,6 +112,23 @@ impl Role {
             | Role::Download { .. } => true,
             Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => false,
         }
+    }
+    /// What a transfer of this role moves data for on a node of `op`, and which way; `None`
+    /// for a kernel.
+    pub fn transfer(self, op: &Op) -> Option<(TransferKind, Direction)> {
+        let collective = match op {
+            Op::AllReduce(_) => TransferKind::AllReduce,
+            _ => TransferKind::AllToAll,
+        };
+        Some(match self {
+            Role::Kernel { .. } => return None,
+            Role::Upload { .. } => (TransferKind::Host, Direction::In),
+            Role::Download { .. } => (TransferKind::Host, Direction::Out),
+            Role::Send { .. } => (TransferKind::PointToPoint, Direction::Out),
+            Role::Recv { .. } => (TransferKind::PointToPoint, Direction::In),
+            Role::Stage { .. } => (collective, Direction::Out),
+            Role::Gather { .. } => (collective, Direction::In),
+        })
     }
 }
 

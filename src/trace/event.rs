@@ -53,6 +53,81 @@ pub enum FlowRole {
     In,
 }
 
+/// What a transfer event moved data for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferKind {
+    /// Between the device and the host: an argument written, a result read back.
+    Host,
+    /// From one device to another: a send's read-back, a receive's write.
+    PointToPoint,
+    /// A member of an all-to-all: its shard read back, or its chunks gathered.
+    AllToAll,
+    /// A member of an all-reduce: its shard read back, or the sum written.
+    AllReduce,
+}
+
+/// Which way a transfer moved its bytes, seen from its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Written to the device.
+    In,
+    /// Read back from it.
+    Out,
+}
+
+/// What a transfer event moved: its kind, its direction and its bytes, as Perfetto and Nsight
+/// show a copy's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Moved {
+    pub kind: TransferKind,
+    pub direction: Direction,
+    pub bytes: u64,
+}
+
+impl TransferKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [TransferKind; 4] = [
+        TransferKind::Host,
+        TransferKind::PointToPoint,
+        TransferKind::AllToAll,
+        TransferKind::AllReduce,
+    ];
+
+    /// Snake-case name, as a Chrome trace's `transfer` arg carries it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TransferKind::Host => "host",
+            TransferKind::PointToPoint => "point_to_point",
+            TransferKind::AllToAll => "all_to_all",
+            TransferKind::AllReduce => "all_reduce",
+        }
+    }
+
+    /// The kind named `name` ([`Self::name`]).
+    pub fn of_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl Direction {
+    /// `in` or `out`, as a Chrome trace's `direction` arg carries it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+
+    /// The direction named `name` ([`Self::name`]).
+    pub fn of_name(name: &str) -> Option<Self> {
+        [Direction::In, Direction::Out]
+            .into_iter()
+            .find(|d| d.name() == name)
+    }
+}
+
 /// Links the sending and receiving events of one transfer (Chrome flow events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Flow {
@@ -77,6 +152,11 @@ pub struct Event {
     /// The pipeline op this event is, where a pipeline's simulator or executor made it.
     #[serde(default)]
     pub op: Option<PipelineOp>,
+    /// For a transfer the runtime made: what it moved ([`Moved`]). An upload, a receive or a
+    /// collective's gather wrote its bytes to its device; a read-back read them from it. `None`
+    /// for every other event, and for traces that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<Moved>,
 }
 
 impl EventKind {

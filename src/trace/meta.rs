@@ -2,7 +2,7 @@
 //! hand it to [`Tracer::record`](super::Tracer::record) without allocating when tracing is off.
 
 use super::event::PipelineOp;
-use super::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+use super::event::{Clock, Direction, Event, EventKind, Flow, FlowRole, Lane, Moved, TransferKind};
 
 /// An event template: device, lane, kind, ids, clock and flow.
 ///
@@ -18,6 +18,7 @@ pub struct EventMeta {
     pub clock: Clock,
     pub flow: Option<Flow>,
     pub op: Option<PipelineOp>,
+    pub moved: Option<Moved>,
 }
 
 impl EventMeta {
@@ -33,6 +34,7 @@ impl EventMeta {
             clock: Clock::Host,
             flow: None,
             op: None,
+            moved: None,
         }
     }
 
@@ -82,6 +84,16 @@ impl EventMeta {
         self
     }
 
+    /// A transfer of `bytes` for `kind`, `direction` (see [`Event::moved`]).
+    pub const fn moved(mut self, kind: TransferKind, direction: Direction, bytes: u64) -> Self {
+        self.moved = Some(Moved {
+            kind,
+            direction,
+            bytes,
+        });
+        self
+    }
+
     /// Marks this event as one end of the cross-device flow `id`.
     pub const fn flow(mut self, id: u64, role: FlowRole) -> Self {
         self.flow = Some(Flow { id, role });
@@ -103,6 +115,7 @@ impl EventMeta {
             clock: self.clock,
             flow: self.flow,
             op: self.op,
+            moved: self.moved,
         }
     }
 }
@@ -119,6 +132,7 @@ impl From<&Event> for EventMeta {
             clock: e.clock,
             flow: e.flow,
             op: e.op,
+            moved: e.moved,
         }
     }
 }

@@ -18,7 +18,9 @@ pub mod track;
 pub mod utilization;
 
 pub use bubble::{PipelineBubble, pipeline_bubble};
-pub use event::{Clock, Event, EventKind, Flow, FlowRole, Lane, PipelineOp};
+pub use event::{
+    Clock, Direction, Event, EventKind, Flow, FlowRole, Lane, Moved, PipelineOp, TransferKind,
+};
 pub use meta::EventMeta;
 pub use tracer::{SpanStart, Tracer, ns_since_epoch, process_epoch, shifted_ns};
 pub use track::{Track, TrackKind};

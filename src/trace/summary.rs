@@ -1,19 +1,19 @@
 //! A trace summed up for a machine with no display (`gangway trace`) and for the viewer's
 //! Files tab: events by phase and what is not drawn, processes and threads with the span, busy
 //! time and utilization of each thread, the names that took the most time, counter tracks, and
-//! for gangway's own traces each device's kernels against transfers, each program's kernels per
-//! run, and the pipeline bubble.
+//! for gangway's own traces each device's kernels against transfers (with the bytes its transfers
+//! moved, by kind), each program's kernels per run, and the pipeline bubble.
 //!
 //! Pure data: the CLI and the viewer format it. One pass over the (start-sorted) events, so a
 //! million-event trace sums up in well under a second.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
 use super::bubble::{PipelineBubble, pipeline_bubble};
 use super::chrome::{ChromeTrace, Dialect};
-use super::event::{Event, EventKind};
+use super::event::{Direction, Event, EventKind, TransferKind};
 
 /// A count of something, by what it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -80,6 +80,31 @@ pub struct DeviceSummary {
     pub busy_ns: u64,
     /// `busy / trace span` (see [`utilization`](mod@super::utilization)).
     pub utilization: f64,
+    /// The bytes its transfers moved, every kind together (0 where the trace has none).
+    pub transfer_bytes: u64,
+    /// Its transfers that say what they moved, by kind and direction (only those it had).
+    pub moved: Vec<MovedBytes>,
+}
+
+/// A device's transfers of one kind and direction, and the bytes they moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MovedBytes {
+    pub kind: TransferKind,
+    pub direction: Direction,
+    pub transfers: u64,
+    pub bytes: u64,
+}
+
+/// A device being summed.
+#[derive(Debug, Default)]
+struct DeviceSum {
+    kernels: u64,
+    kernel: Union,
+    transfers: u64,
+    transfer: Union,
+    busy: Union,
+    bytes: u64,
+    moved: BTreeMap<(TransferKind, Direction), (u64, u64)>,
 }
 
 /// One compiled program of a gangway trace (events carry its id): what one run of it runs. A run
@@ -193,7 +218,7 @@ impl TraceSummary {
         // Rows: (device, lane) for gangway's traces; a foreign trace's lane is always compute.
         let mut rows: HashMap<(usize, u8), RowSum> = HashMap::new();
         let mut names: HashMap<&str, (u64, u64)> = HashMap::new();
-        let mut devices: HashMap<usize, (u64, Union, u64, Union, Union)> = HashMap::new();
+        let mut devices: HashMap<usize, DeviceSum> = HashMap::new();
         let mut programs: HashMap<u64, ProgramSum<'_>> = HashMap::new();
         // Events are sorted by start: every union below is fed in order.
         for e in events {
@@ -211,13 +236,19 @@ impl TraceSummary {
             if trace.dialect == Dialect::Gangway && e.is_device_work() {
                 let d = devices.entry(e.device).or_default();
                 if e.kind == EventKind::Kernel {
-                    d.0 += 1;
-                    d.1.add(s, t);
+                    d.kernels += 1;
+                    d.kernel.add(s, t);
                 } else {
-                    d.2 += 1;
-                    d.3.add(s, t);
+                    d.transfers += 1;
+                    d.transfer.add(s, t);
+                    if let Some(m) = e.moved {
+                        d.bytes += m.bytes;
+                        let sum = d.moved.entry((m.kind, m.direction)).or_default();
+                        sum.0 += 1;
+                        sum.1 += m.bytes;
+                    }
                 }
-                d.4.add(s, t);
+                d.busy.add(s, t);
                 if let Some(id) = e.program {
                     let p = programs.entry(id).or_default();
                     if e.kind == EventKind::Kernel {
@@ -312,19 +343,28 @@ impl TraceSummary {
         let span_ns = end - origin;
         let mut devices: Vec<DeviceSummary> = devices
             .into_iter()
-            .map(|(device, (kernels, k, transfers, t, busy))| DeviceSummary {
+            .map(|(device, d)| DeviceSummary {
                 device,
                 name: device_name(trace, device),
-                kernels,
-                kernel_ns: k.total(),
-                transfers,
-                transfer_ns: t.total(),
-                busy_ns: busy.total(),
+                kernels: d.kernels,
+                kernel_ns: d.kernel.total(),
+                transfers: d.transfers,
+                transfer_ns: d.transfer.total(),
+                busy_ns: d.busy.total(),
                 utilization: if span_ns > 0 {
-                    busy.total() as f64 / span_ns as f64
+                    d.busy.total() as f64 / span_ns as f64
                 } else {
                     0.0
                 },
+                transfer_bytes: d.bytes,
+                moved: (d.moved.into_iter())
+                    .map(|((kind, direction), (transfers, bytes))| MovedBytes {
+                        kind,
+                        direction,
+                        transfers,
+                        bytes,
+                    })
+                    .collect(),
             })
             .collect();
         devices.sort_by_key(|d| d.device);
@@ -465,7 +505,14 @@ mod tests {
                 .event("send".into(), 100, 150),
             EventMeta::transfer(1)
                 .flow(1, FlowRole::In)
+                .moved(TransferKind::PointToPoint, Direction::In, 3_000)
                 .event("recv".into(), 120, 160),
+            EventMeta::transfer(1)
+                .moved(TransferKind::AllToAll, Direction::In, 500)
+                .event("gather".into(), 300, 310),
+            EventMeta::transfer(1)
+                .moved(TransferKind::AllToAll, Direction::In, 700)
+                .event("gather".into(), 320, 330),
             k(1, Forward, "F0", 160, 200),
             k(1, Backward, "B0", 200, 260),
             EventMeta::host_encode(1).event("encode".into(), 0, 400),
@@ -491,7 +538,23 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(d, [(0, 2, 200, 1, 50, 250), (1, 2, 100, 1, 40, 140)]);
+        assert_eq!(d, [(0, 2, 200, 1, 50, 250), (1, 2, 100, 3, 60, 160)]);
+        // Bytes by kind and direction: the send said none, device 1's three transfers did.
+        assert_eq!(
+            (s.devices[0].transfer_bytes, s.devices[0].moved.len()),
+            (0, 0)
+        );
+        assert_eq!(s.devices[1].transfer_bytes, 4_200);
+        let moved: Vec<(TransferKind, Direction, u64, u64)> = (s.devices[1].moved.iter())
+            .map(|m| (m.kind, m.direction, m.transfers, m.bytes))
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                (TransferKind::PointToPoint, Direction::In, 1, 3_000),
+                (TransferKind::AllToAll, Direction::In, 2, 1_200)
+            ]
+        );
         // Events of no program count for no program.
         assert!(s.programs.is_empty(), "{:?}", s.programs);
         assert_eq!(s.devices[0].name.as_deref(), Some("gpu A"));

@@ -452,6 +452,7 @@ fn a_pipeline_trace_shows_its_bubble() {
         clock: Clock::Host,
         flow: None,
         op: None,
+        moved: None,
     };
     let events = vec![
         kernel(0, "matmul", 0),

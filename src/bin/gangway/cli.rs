@@ -105,8 +105,8 @@ pub(crate) enum Command {
     /// Sum up a Chrome trace (gangway's, PyTorch's or JAX's profiler's, Perfetto's; .json.gz
     /// too) for a machine with no display: events by phase, processes and threads with their
     /// span, busy time and utilization, the names that took the most time, and for gangway's
-    /// traces each device's kernels against transfers, each program's kernels per run,
-    /// and the pipeline bubble.
+    /// traces each device's kernels against transfers (with the bytes they moved, by kind and
+    /// direction), each program's kernels per run, and the pipeline bubble.
     Trace(TraceArgs),
     /// Watch a job served with `--live`, from a terminal: its step, loss, tokens/s, each device's
     /// utilization and the events dropped, once a second; exits with the job's status when it ends.

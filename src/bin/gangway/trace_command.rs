@@ -128,6 +128,17 @@ fn text(s: &TraceSummary) -> String {
                 ns(d.busy_ns),
                 percent(d.utilization)
             );
+            if !d.moved.is_empty() {
+                let kinds: Vec<String> = (d.moved.iter())
+                    .map(|m| {
+                        let b = gangway::bench::format::bytes(m.bytes);
+                        let (kind, way) = (m.kind.name(), m.direction.name());
+                        format!("{kind} {way} {b} ({}×)", m.transfers)
+                    })
+                    .collect();
+                let total = gangway::bench::format::bytes(d.transfer_bytes);
+                let _ = writeln!(out, "    moved {total}: {}", kinds.join(", "));
+            }
         }
     }
     if !s.programs.is_empty() {

@@ -25,7 +25,7 @@ use super::run::{DispatchMode, Recorded, Role, RunState};
 use super::state::{GANG_ORDER_KEEP, GangRecord, Shared};
 use super::timestamps::BATCH;
 use crate::program::Op;
-use crate::trace::{EventMeta, FlowRole};
+use crate::trace::{Direction, EventMeta, FlowRole, TransferKind};
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
@@ -496,11 +496,9 @@ impl<'a> Worker<'a> {
                     })?;
                 let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, data);
-                trace.finish(
-                    start,
-                    run.event_meta(EventMeta::transfer(device.id()), node),
-                    || format!("upload arg{index}"),
-                );
+                let meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                let meta = meta.moved(TransferKind::Host, Direction::In, data.len() as u64);
+                trace.finish(start, meta, || format!("upload arg{index}"));
                 run.role_done(node);
             }
             Role::Recv { shard } => {
@@ -519,7 +517,13 @@ impl<'a> Worker<'a> {
                 };
                 let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
-                let mut meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                let mut meta = run
+                    .event_meta(EventMeta::transfer(device.id()), node)
+                    .moved(
+                        TransferKind::PointToPoint,
+                        Direction::In,
+                        bytes.len() as u64,
+                    );
                 if let Some(id) = run.flow_id(mail_node, shard) {
                     meta = meta.flow(id, FlowRole::In);
                 }
@@ -562,11 +566,13 @@ impl<'a> Worker<'a> {
                         .get_or_init(|| reduce::sum_in_order(dtype, &shards.collect::<Vec<_>>()));
                     device.write_buffer(out, 0, sum);
                 }
-                trace.finish(
-                    start,
-                    run.event_meta(EventMeta::transfer(device.id()), node),
-                    || format!("gather {}", n.name),
-                );
+                let meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                let (kind, to) = role
+                    .transfer(&n.op)
+                    .unwrap_or((TransferKind::AllToAll, Direction::In));
+                trace.finish(start, meta.moved(kind, to, len_bytes as u64), || {
+                    format!("gather {}", n.name)
+                });
                 run.role_done(node);
             }
             Role::Kernel { .. }

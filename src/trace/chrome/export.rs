@@ -130,6 +130,13 @@ pub(super) struct SliceArgs {
     /// The pipeline op (`F`, `B`, `W`) the event is: the import reads it back.
     #[serde(skip_serializing_if = "Option::is_none")]
     op: Option<&'static str>,
+    /// What a transfer moved ([`Event::moved`]): the import reads it back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    direction: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -321,6 +328,9 @@ pub(super) fn complete(e: &Event, slot: usize) -> Element<'_> {
             microbatch: e.microbatch,
             clock: e.clock.name(),
             op: e.op.map(PipelineOp::letter),
+            transfer: e.moved.map(|m| m.kind.name()),
+            direction: e.moved.map(|m| m.direction.name()),
+            bytes: e.moved.map(|m| m.bytes),
         },
     }
 }

@@ -39,13 +39,15 @@ use serde::de::{IgnoredAny, SeqAccess};
 use serde_json::Value;
 
 use flows::{bind_flows, flow_id};
-use reader::{EventFields, Fields, Read, Scalar, Shape, Top, TrackMeta};
+use reader::{Args, EventFields, Fields, Read, Scalar, Shape, Top, TrackMeta};
 
 use super::imported::{
     BoundFlow, ChromeTrace, CounterTrack, Dialect, Id, InstantEvent, InstantScope, ThreadRow,
 };
 use crate::trace::PipelineOp;
-use crate::trace::event::{Clock, Event, EventKind, Flow, FlowRole, Lane};
+use crate::trace::event::{
+    Clock, Direction, Event, EventKind, Flow, FlowRole, Lane, Moved, TransferKind,
+};
 use crate::trace::track::{Track, TrackKind};
 
 /// The trace in a file's bytes: gzip is unpacked first (by its magic number, whatever the
@@ -650,7 +652,17 @@ fn slice(ev: &Fields<'_>, thread: ThreadIx, start_ns: u64, end_ns: u64) -> Event
             .as_ref()
             .and_then(Scalar::as_str)
             .and_then(PipelineOp::of_letter),
+        moved: moved(args),
     }
+}
+
+/// A gangway transfer's `transfer`, `direction` and `bytes` args, when all three are there.
+fn moved(args: &Args<'_>) -> Option<Moved> {
+    Some(Moved {
+        kind: TransferKind::of_name(args.transfer.as_ref()?.as_str()?)?,
+        direction: Direction::of_name(args.direction.as_ref()?.as_str()?)?,
+        bytes: uint(&args.bytes)?,
+    })
 }
 
 /// The lane gangway's `tid` numbers ([`thread_id`](super::thread_id)): 1, 2, 3, and their

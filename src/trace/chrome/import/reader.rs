@@ -70,6 +70,10 @@ pub(super) struct Args<'a> {
     pub(super) name: Option<Scalar<'a>>,
     /// gangway's pipeline op of a slice (`F`, `B`, `W`).
     pub(super) op: Option<Scalar<'a>>,
+    /// gangway's transfer slice: its kind, direction and bytes.
+    pub(super) transfer: Option<Scalar<'a>>,
+    pub(super) direction: Option<Scalar<'a>>,
+    pub(super) bytes: Option<Scalar<'a>>,
     /// gangway's [`Track`] of a process, beside its name.
     pub(super) track: Option<TrackMeta>,
     /// The numbers under other keys, each key once (the last, as in a `Value`). Allocated only
@@ -87,6 +91,9 @@ impl Args<'_> {
             ("clock", &self.clock),
             ("name", &self.name),
             ("op", &self.op),
+            ("transfer", &self.transfer),
+            ("direction", &self.direction),
+            ("bytes", &self.bytes),
         ];
         known
             .into_iter()
@@ -462,6 +469,9 @@ impl<'de> Shape<'de> for ArgFields {
                 "clock" => &mut args.clock,
                 "name" => &mut args.name,
                 "op" => &mut args.op,
+                "transfer" => &mut args.transfer,
+                "direction" => &mut args.direction,
+                "bytes" => &mut args.bytes,
                 "track" => {
                     args.track = map.next_value_seed(Read(TrackFields))?;
                     continue;

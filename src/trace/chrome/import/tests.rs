@@ -46,11 +46,13 @@ fn export_then_parse_round_trips_events() {
         k("B0", 6_000, 7_001),
         EventMeta::transfer(0)
             .flow(7, FlowRole::Out)
+            .moved(TransferKind::PointToPoint, Direction::Out, 4_096)
             .event("send".into(), 7_001, 9_000),
         EventMeta::transfer(1)
             .microbatch(2)
             .clock(Clock::Simulated)
             .flow(7, FlowRole::In)
+            .moved(TransferKind::AllToAll, Direction::In, (1 << 40) + 3)
             .event("recv".into(), 7_500, 9_500),
         EventMeta::wait(1).event("wait".into(), 0, 7_500),
         EventMeta::kernel(2).event("big".into(), 1_234_567_891, 2_345_678_912),

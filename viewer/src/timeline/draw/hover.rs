@@ -2,7 +2,7 @@
 //! hover text shown for it.
 
 use egui::{Pos2, Rect, Ui};
-use gangway::trace::Event;
+use gangway::trace::{Event, Moved};
 
 use super::layout::{Item, Look, Placed, layout};
 use super::state::TimeAxis;
@@ -42,6 +42,9 @@ pub(super) fn event_tooltip(
         ui.label(format!("microbatch {}", u64::from(mb) + 1));
     }
     ui.label(format!("duration {}", format_ns(e.duration_ns() as f64)));
+    if let Some(m) = e.moved {
+        ui.label(moved_text(&m, e.duration_ns()));
+    }
     match origin {
         Some((origin, TimeAxis::BeforeNewest)) => ui.label(format!(
             "start {} before the newest event",
@@ -56,6 +59,19 @@ pub(super) fn event_tooltip(
     if data.row_titles.is_empty() {
         ui.label(format!("clock: {}", e.clock.name()));
     }
+}
+
+/// What a transfer moved, as its hover says it: "all_to_all in: 12.0 KiB (1.50 GiB/s)" (the rate
+/// only where the transfer took time).
+pub(crate) fn moved_text(m: &Moved, duration_ns: u64) -> String {
+    let bytes = gangway::bench::format::bytes(m.bytes);
+    let (kind, way) = (m.kind.name(), m.direction.name());
+    if duration_ns == 0 {
+        return format!("{kind} {way}: {bytes}");
+    }
+    let per_s = (m.bytes as f64 / (duration_ns as f64 * 1e-9)) as u64;
+    let rate = gangway::bench::format::bytes(per_s);
+    format!("{kind} {way}: {bytes} ({rate}/s)")
 }
 
 /// A tooltip beside the pointer, for a widget drawing many items (a timeline's bars, a figure's
@@ -136,4 +152,24 @@ pub fn event_at<'a>(
     let sub = (dy / look.row_h).floor().max(0.0) as usize;
     let t = view.ns_at(pos.x - bar_rect.left());
     track.pick(sub, t, 2.0 * view.ns_per_px)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway::trace::{Direction, TransferKind};
+
+    #[test]
+    fn a_transfer_says_what_it_moved_and_how_fast() {
+        let m = Moved {
+            kind: TransferKind::AllToAll,
+            direction: Direction::In,
+            bytes: 3 << 20,
+        };
+        assert_eq!(
+            moved_text(&m, 2_000_000),
+            "all_to_all in: 3.00 MiB (1.46 GiB/s)"
+        );
+        assert_eq!(moved_text(&m, 0), "all_to_all in: 3.00 MiB");
+    }
 }
