@@ -360,7 +360,7 @@ fn folded_stages_run_on_fewer_devices(adapters: &Adapters) {
 
 /// An MoE stack (residual expert layers, top-2) pipelined over 2 stages of 2 devices each, the
 /// experts and each microbatch's rows split over a stage's pair: every schedule kind, and
-/// DualPipe(V) with their F&B pairs overlapped and not, takes the step of the same layers at one
+/// DualPipe(V) and the two 1F1B orders with overlap with their F&B pairs overlapped, takes the step of the same layers at one
 /// stage on one pair, and every op ran. Time waited on all-to-alls is measured, and what of it
 /// no compute hid is part of it. Bad shapes are clear errors.
 fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
@@ -400,6 +400,8 @@ fn moe_stages_on_gangs_take_the_one_stage_step(adapters: &Adapters) {
         (ScheduleKind::DualPipe, false),
         (ScheduleKind::DualPipe, true),
         (ScheduleKind::DualPipeV, true),
+        (ScheduleKind::OneFOneBOverlap, true),
+        (ScheduleKind::InterleavedOverlap, true),
     ];
     for (kind, overlap) in cases {
         let schedule = Schedule::new(kind, 2, 4, kind.chunks(2)).unwrap();

@@ -34,9 +34,11 @@ pub(crate) fn compute_orders(
     let each = |order: &dyn Fn(usize) -> ComputeOrder| (0..p).map(order).collect();
     match kind {
         ScheduleKind::GPipe => each(&|_| gpipe(m)),
-        ScheduleKind::OneFOneB => each(&|s| one_f_one_b(p, m, s, p - s - 1)),
-        ScheduleKind::Eager1F1B => each(&|s| one_f_one_b(p, m, s, 2 * (p - s - 1))),
-        ScheduleKind::Interleaved => each(&|s| interleaved(p, m, chunks, s)),
+        ScheduleKind::OneFOneB => each(&|s| one_f_one_b(m, p - s - 1, false)),
+        ScheduleKind::Eager1F1B => each(&|s| one_f_one_b(m, 2 * (p - s - 1), false)),
+        ScheduleKind::OneFOneBOverlap => each(&|s| one_f_one_b(m, 2 * (p - s - 1) + 1, true)),
+        ScheduleKind::Interleaved => each(&|s| interleaved(p, m, chunks, s, false)),
+        ScheduleKind::InterleavedOverlap => each(&|s| interleaved(p, m, chunks, s, true)),
         ScheduleKind::LoopedBfs => each(&|_| looped_bfs(m, chunks)),
         // The automatic scheduler's plan at F = B = W under ZB-H1's memory is ZB-H1.
         ScheduleKind::ZbH1 | ScheduleKind::ZbAuto => each(&|s| zb_h1(p, m, s)),
@@ -65,13 +67,17 @@ fn gpipe(m: usize) -> ComputeOrder {
 
 /// PipeDream-Flush: `min(warmup, m)` warm-up forwards, then F/B pairs, then the remaining
 /// backwards. With 1F1B's warm-up of `p - s - 1`, stage `s` never holds more than `min(p - s,
-/// m)` activations; eager 1F1B's `2(p - s - 1)` holds up to `2(p - s) - 1`.
-fn one_f_one_b(_p: usize, m: usize, _s: usize, warmup: usize) -> ComputeOrder {
+/// m)` activations; eager 1F1B's `2(p - s - 1)` holds up to `2(p - s) - 1`. With `overlap`, each
+/// pair's F runs overlapped with its B (F&B), as 1F1B with overlap's steady state does.
+fn one_f_one_b(m: usize, warmup: usize, overlap: bool) -> ComputeOrder {
     let warmup = warmup.min(m);
     let mut order = Vec::with_capacity(2 * m);
     order.extend((0..warmup).map(|mb| f(mb, 0)));
     for k in 0..m - warmup {
-        order.push(f(warmup + k, 0));
+        order.push(Step {
+            overlapped: overlap,
+            ..f(warmup + k, 0)
+        });
         order.push(b(k, 0));
     }
     order.extend((m - warmup..m).map(|mb| b(mb, 0)));
@@ -86,7 +92,7 @@ pub(crate) fn one_f_one_b_split(p: usize, m: usize, cap: usize) -> Vec<ComputeOr
     (0..p)
         .map(|s| {
             let warmup = (p - s - 1).min(cap.saturating_sub(1));
-            one_f_one_b(p, m, s, warmup)
+            one_f_one_b(m, warmup, false)
                 .into_iter()
                 .flat_map(|step| {
                     let weight = (step.kind == OpKind::Backward).then(|| w(step.mb, 0));
@@ -101,8 +107,10 @@ pub(crate) fn one_f_one_b_split(p: usize, m: usize, cap: usize) -> Vec<ComputeOr
 /// backward, chunks reversed) walks microbatches in groups of `p` per chunk, the last group
 /// taking whatever is left (Megatron's `get_schedule_table`, so any `m >= p` works); warm-up is
 /// `2(p - s - 1) + (v - 1)p` forwards, capped at `m v`. Megatron's special case of running the
-/// whole batch as warm-up when `m == p` is left out: it changes nothing but memory.
-fn interleaved(p: usize, m: usize, v: usize, s: usize) -> ComputeOrder {
+/// whole batch as warm-up when `m == p` is left out: it changes nothing but memory. With
+/// `overlap` (interleaved 1F1B with overlap) the warm-up takes one forward more and each steady
+/// pair's F runs overlapped with its B.
+fn interleaved(p: usize, m: usize, v: usize, s: usize, overlap: bool) -> ComputeOrder {
     let total = m * v;
     let mut table = Vec::with_capacity(total);
     let mut first = 0;
@@ -117,11 +125,14 @@ fn interleaved(p: usize, m: usize, v: usize, s: usize) -> ComputeOrder {
     let bwd = |k: usize| b(table[k].0, v - 1 - table[k].1);
     // The largest group: p, or p plus the remainder when m is not a multiple of p.
     let group = if m < 2 * p { m } else { p + m % p };
-    let warmup = (2 * (p - s - 1) + (v - 1) * group).min(total);
+    let warmup = (2 * (p - s - 1) + (v - 1) * group + usize::from(overlap)).min(total);
     let mut order = Vec::with_capacity(2 * total);
     order.extend((0..warmup).map(fwd));
     for k in 0..total - warmup {
-        order.push(fwd(warmup + k));
+        order.push(Step {
+            overlapped: overlap,
+            ..fwd(warmup + k)
+        });
         order.push(bwd(k));
     }
     order.extend((total - warmup..total).map(bwd));
@@ -543,3 +554,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod overlap_tests;

@@ -291,7 +291,11 @@ fn check_shape(
             }
         }
     }
-    if kind == ScheduleKind::Interleaved && microbatches < stages {
+    if matches!(
+        kind,
+        ScheduleKind::Interleaved | ScheduleKind::InterleavedOverlap
+    ) && microbatches < stages
+    {
         return Err(ScheduleError::MicrobatchesBelowStages {
             microbatches,
             stages,
@@ -455,7 +459,8 @@ mod tests {
         assert_eq!(
             "pipedream".parse::<ScheduleKind>().unwrap_err().to_string(),
             "unknown schedule \"pipedream\": expected one of gpipe, 1f1b, eager-1f1b, \
-             interleaved, bfs, zb-h1, zb-auto, zb-v, v-half, v-min, dualpipe, dualpipev"
+             interleaved, bfs, zb-h1, zb-auto, zb-v, v-half, v-min, dualpipe, dualpipev, \
+             1f1b-overlap, interleaved-overlap"
         );
     }
 

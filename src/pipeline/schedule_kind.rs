@@ -26,10 +26,22 @@ pub enum ScheduleKind {
     /// `2(p - s) - 1` activations. The overlapped variant of 1F1B.
     #[serde(rename = "eager-1f1b")]
     Eager1F1B,
+    /// 1F1B with overlap (PP-Schedule-Visualization's `1f1b_overlap`, the steady state MoE
+    /// models use to hide their all-to-alls): a warm-up of `2(p - s - 1) + 1` forwards, then
+    /// each forward overlapped with the backward of an earlier microbatch (an F&B pair, costed
+    /// as DualPipe's: see [`super::Costs::all_to_all_ns`]), then the remaining backwards. Stage
+    /// `s` holds up to `2(p - s)` activations.
+    #[serde(rename = "1f1b-overlap")]
+    OneFOneBOverlap,
     /// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): `v` model chunks per device, which
     /// divides the bubble by `v` at the price of `v` times more transfers.
     #[serde(rename = "interleaved")]
     Interleaved,
+    /// Interleaved 1F1B with overlap (PP-Schedule-Visualization's `1f1b_interleave_overlap`):
+    /// interleaved 1F1B's order with one more warm-up forward, its steady F/B pairs run
+    /// overlapped (F&B).
+    #[serde(rename = "interleaved-overlap")]
+    InterleavedOverlap,
     /// Looped BFS (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism"): the interleaved
     /// placement, but every microbatch through chunk 0 before any enters chunk 1 (GPipe per
     /// chunk), backwards in the reverse chunk order. Holds every microbatch's activations.
@@ -91,8 +103,8 @@ pub enum Placement {
 }
 
 impl ScheduleKind {
-    /// Every kind, in the order a CLI should list them.
-    pub const ALL: [ScheduleKind; 12] = [
+    /// Every kind, in the order a CLI lists them.
+    pub const ALL: [ScheduleKind; 14] = [
         ScheduleKind::GPipe,
         ScheduleKind::OneFOneB,
         ScheduleKind::Eager1F1B,
@@ -105,6 +117,9 @@ impl ScheduleKind {
         ScheduleKind::VMin,
         ScheduleKind::DualPipe,
         ScheduleKind::DualPipeV,
+        // Last, so that the lab's saved comparison sets (bits in this order) keep their meaning.
+        ScheduleKind::OneFOneBOverlap,
+        ScheduleKind::InterleavedOverlap,
     ];
 
     /// The model chunks per device this kind is built with: `requested` for interleaved and
@@ -127,9 +142,24 @@ impl ScheduleKind {
         }
     }
 
-    /// Whether the user chooses the chunk count (`--chunks`): interleaved and looped BFS.
+    /// Whether the user chooses the chunk count (`--chunks`): interleaved (with overlap or not)
+    /// and looped BFS.
     pub fn takes_chunks(self) -> bool {
-        matches!(self, ScheduleKind::Interleaved | ScheduleKind::LoopedBfs)
+        matches!(
+            self,
+            ScheduleKind::Interleaved | ScheduleKind::InterleavedOverlap | ScheduleKind::LoopedBfs
+        )
+    }
+
+    /// Whether the steady state runs each forward overlapped with a backward (F&B pairs).
+    pub fn overlaps_pairs(self) -> bool {
+        matches!(
+            self,
+            ScheduleKind::OneFOneBOverlap
+                | ScheduleKind::InterleavedOverlap
+                | ScheduleKind::DualPipe
+                | ScheduleKind::DualPipeV
+        )
     }
 
     /// Where this kind puts the model's slices.
@@ -163,14 +193,17 @@ impl ScheduleKind {
         if self == ScheduleKind::DualPipe { 2 } else { 1 }
     }
 
-    /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `interleaved`, `bfs`, `zb-h1`, `zb-auto`,
-    /// `zb-v`, `v-half`, `v-min`, `dualpipe` or `dualpipev`.
+    /// The CLI name: `gpipe`, `1f1b`, `eager-1f1b`, `1f1b-overlap`, `interleaved`,
+    /// `interleaved-overlap`, `bfs`, `zb-h1`, `zb-auto`, `zb-v`, `v-half`, `v-min`, `dualpipe` or
+    /// `dualpipev`.
     pub fn name(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "gpipe",
             ScheduleKind::OneFOneB => "1f1b",
             ScheduleKind::Eager1F1B => "eager-1f1b",
+            ScheduleKind::OneFOneBOverlap => "1f1b-overlap",
             ScheduleKind::Interleaved => "interleaved",
+            ScheduleKind::InterleavedOverlap => "interleaved-overlap",
             ScheduleKind::LoopedBfs => "bfs",
             ScheduleKind::ZbH1 => "zb-h1",
             ScheduleKind::ZbAuto => "zb-auto",
@@ -187,14 +220,16 @@ impl ScheduleKind {
         ScheduleKind::ALL.map(ScheduleKind::name).join(", ")
     }
 
-    /// The papers' name, for titles: "GPipe", "1F1B", "Eager 1F1B", "Interleaved 1F1B",
-    /// "Looped BFS", "ZB-H1", "ZB auto", "ZB-V", "V-Half", "V-Min", "DualPipe", "DualPipeV".
+    /// The papers' name, for titles: "GPipe", "1F1B", "Eager 1F1B", "1F1B overlap",
+    /// "Interleaved 1F1B", "Interleaved overlap", "Looped BFS", "ZB-H1", "ZB auto", "ZB-V", "V-Half", "V-Min", "DualPipe", "DualPipeV".
     pub fn title(self) -> &'static str {
         match self {
             ScheduleKind::GPipe => "GPipe",
             ScheduleKind::OneFOneB => "1F1B",
             ScheduleKind::Eager1F1B => "Eager 1F1B",
+            ScheduleKind::OneFOneBOverlap => "1F1B overlap",
             ScheduleKind::Interleaved => "Interleaved 1F1B",
+            ScheduleKind::InterleavedOverlap => "Interleaved overlap",
             ScheduleKind::LoopedBfs => "Looped BFS",
             ScheduleKind::ZbH1 => "ZB-H1",
             ScheduleKind::ZbAuto => "ZB auto",

@@ -60,6 +60,11 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
         ScheduleKind::Interleaved | ScheduleKind::LoopedBfs => {
             (m >= p).then_some(hops * (f + full + 2 * a))
         }
+        // With nothing to hide (no all-to-all) an F&B pair costs F + B and the overlapped orders
+        // take 1F1B's and interleaved's time (PP-Schedule-Visualization's figures); what a pair
+        // hides of a real all-to-all has no closed form.
+        ScheduleKind::OneFOneBOverlap => (a == 0).then_some(hops * (f + full)),
+        ScheduleKind::InterleavedOverlap => (a == 0 && m >= p).then_some(hops * (f + full)),
         // The paper's form holds once the pipeline is full and W fits in the gaps it fills.
         ScheduleKind::ZbH1 => (f + b + 2 * a)
             .checked_sub(w)
@@ -74,6 +79,9 @@ pub fn textbook(kind: ScheduleKind, p: usize, m: usize, v: usize, c: &Costs) -> 
     let peak = match kind {
         ScheduleKind::OneFOneB | ScheduleKind::ZbH1 => Some(p.min(m)),
         ScheduleKind::Eager1F1B => Some((2 * p - 1).min(m)),
+        // The warm-up and the first pair's F.
+        ScheduleKind::OneFOneBOverlap => Some((2 * p).min(m)),
+        ScheduleKind::InterleavedOverlap => Some((2 * (p - 1) + (v - 1) * group + 2).min(m * v)),
         ScheduleKind::GPipe => Some(m),
         ScheduleKind::LoopedBfs => Some(m * v),
         ScheduleKind::Interleaved => Some((2 * (p - 1) + (v - 1) * group + 1).min(m * v)),

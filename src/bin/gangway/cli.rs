@@ -728,7 +728,7 @@ pub(crate) struct PipelineArgs {
     /// microbatches]. With --compare, both.
     #[arg(long, value_name = "K")]
     pub(crate) memory_limit: Option<usize>,
-    /// The schedules --compare stacks, comma separated (default: all twelve).
+    /// The schedules --compare stacks, comma separated (default: all fourteen).
     #[arg(
         long,
         value_delimiter = ',',

@@ -69,6 +69,19 @@ pub fn formula_text(kind: ScheduleKind, p: usize, m: usize, v: usize) -> String 
             "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}",
             v * m + q
         ),
+        // An F&B pair costs F + B with no all-to-all to hide, so the order keeps 1F1B's (or
+        // interleaved's) bubble; with one, the pairs hide it and no closed form holds.
+        ScheduleKind::OneFOneBOverlap => format!(
+            "bubble = (p - 1) / (m + p - 1) = {q} / ({m} + {q}) = {q}/{}; 1F1B's, with no \
+             all-to-all to hide (an F&B pair costs F + B); shorter where the pairs hide one",
+            m + q
+        ),
+        ScheduleKind::InterleavedOverlap => format!(
+            "bubble = (p - 1) / (v*m + p - 1) = {q} / ({v}*{m} + {q}) = {q}/{}; interleaved \
+             1F1B's, with no all-to-all to hide (an F&B pair costs F + B); shorter where the \
+             pairs hide one",
+            v * m + q
+        ),
         ScheduleKind::ZbH1 => format!(
             "bubble = (p - 1) / (3m + p - 1) = {q} / (3*{m} + {q}) = {q}/{} if F = B = W",
             3 * m + q
