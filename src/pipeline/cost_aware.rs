@@ -31,8 +31,10 @@ impl Schedule {
     /// ties, so the plan is never slower than it, and it holds no more activations (each stage
     /// at most `2p` chunks', 1F1B's `p` microbatches). At F = B = W with free transfers it is
     /// the paper's pattern, op for op, except where the search finds a shorter schedule, as the
-    /// authors' own scheduler (their `zbv.py`) does at p = 4, m = 8 and 16; over their grid it
-    /// matches that scheduler's makespan everywhere (a test holds their figures).
+    /// authors' own scheduler (their `zbv.py`) does at p = 4, m = 8 and 16. Over their grid
+    /// (p 2, 4, 8; m 4, 8, 16) it matches that scheduler's makespan at F/B/W = 1/1/1 and 1/2/1,
+    /// and is as short or shorter at 2/3/1 and 1/2/2 but for one setting, p = 8, m = 8, 2/3/1:
+    /// 124 against 123 (tests hold their figures).
     ///
     /// `zb-auto` plans one chunk a stage holding at most `memory` activations (microbatches
     /// between their F and W; default `p`, ZB-H1's and 1F1B's): the same list scheduler on a
@@ -344,6 +346,50 @@ mod tests {
                 assert!(got <= 1000 * want, "{what} {at}: {got} against {want}");
             }
         }
+    }
+
+    /// The same V scheduler (`zbv.py` at 39f2c18, its four fill choices and their re-runs with
+    /// the bubbles approved, 2p chunk activations, free transfers) at F/B/W = 2/3/1 and 1/2/2.
+    /// ZB-V planned for those costs is as short or shorter at 17 of the 18 settings; at p = 8,
+    /// m = 8, 2/3/1 it takes 124 against their 123 (0.8% longer; no threshold of its choices,
+    /// tried exhaustively from 0 to 2p, closes it: their round-based fill differs from this list
+    /// scheduler). The test holds that gap, so a change that widens or closes it shows.
+    #[test]
+    fn zb_v_against_the_authors_at_uneven_costs() {
+        let theirs: [(usize, usize, [u64; 3], u64); 18] = [
+            (2, 4, [2, 3, 1], 51),
+            (2, 8, [2, 3, 1], 99),
+            (2, 16, [2, 3, 1], 195),
+            (4, 4, [2, 3, 1], 59),
+            (4, 8, [2, 3, 1], 107),
+            (4, 16, [2, 3, 1], 203),
+            (8, 4, [2, 3, 1], 99),
+            (8, 8, [2, 3, 1], 123),
+            (8, 16, [2, 3, 1], 219),
+            (2, 4, [1, 2, 2], 42),
+            (2, 8, [1, 2, 2], 82),
+            (2, 16, [1, 2, 2], 162),
+            (4, 4, [1, 2, 2], 46),
+            (4, 8, [1, 2, 2], 86),
+            (4, 16, [1, 2, 2], 166),
+            (8, 4, [1, 2, 2], 65),
+            (8, 8, [1, 2, 2], 94),
+            (8, 16, [1, 2, 2], 174),
+        ];
+        let mut longer = Vec::new();
+        for (p, m, c, want) in theirs {
+            let costs = Costs::compute_only(1000 * c[0], 1000 * c[1], 1000 * c[2]);
+            let v = Schedule::for_costs(ScheduleKind::ZbV, p, m, 2, &costs).unwrap();
+            let got = makespan(&v, &costs);
+            if got > 1000 * want {
+                longer.push(format!("p={p} m={m} {c:?}: {got} against {want}"));
+            }
+        }
+        assert_eq!(
+            longer,
+            ["p=8 m=8 [2, 3, 1]: 124000 against 123"],
+            "{longer:#?}"
+        );
     }
 
     #[test]
