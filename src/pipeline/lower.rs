@@ -1,9 +1,9 @@
 //! Lowering a [`Schedule`] to one [`Program`]: the checked inputs of a run ([`Plan`]), and the
 //! nodes each op becomes on its stage's gang.
 //!
-//! Stage `s` runs on a gang of `gang` devices (one for the MLP; a stage's microbatch rows are
-//! split over its gang), gang `s` of `devices`, or with a [`Fold`] gang `fold(s)` beside other
-//! stages, and holds the virtual stages its chunks map to ([`Schedule::virtual_stage`]); each
+//! The plan lays its devices out as a `{stage, expert}` mesh. Stage `s` runs on a gang of
+//! `gang` devices (one for the MLP; a stage's microbatch rows are split over its gang), row `s`
+//! of that mesh, or with a [`Fold`] row `fold(s)` beside other stages, and holds the virtual stages its chunks map to ([`Schedule::virtual_stage`]); each
 //! virtual stage holds a contiguous block of the model's layers ([`StageModel`]), and with
 //! DualPipe's two parameter copies each block lives on two stages. The lowering walks the stages'
 //! op lists in a causal order (each stage's ops in its own order; a receive only after its send;

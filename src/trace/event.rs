@@ -1,7 +1,8 @@
 //! One traced interval: a kernel, a transfer, host encoding or a wait, on one lane of one device.
 //! A pipeline op's event says which op it is ([`PipelineOp`], set by the simulator and the
-//! pipeline executor, carried in a Chrome trace as the slice's `op` arg); its name is never read
-//! for it.
+//! pipeline executor, carried in a Chrome trace as the slice's `op` arg); a transfer the runtime
+//! made says what it moved ([`Moved`]: kind, direction, bytes; the `transfer`, `direction` and
+//! `bytes` args). Names are never read for either.
 //!
 //! Times are nanoseconds on the host clock since the process's trace epoch
 //! ([`super::process_epoch`]). GPU times taken from

@@ -15,8 +15,8 @@
 //!   token-side kernels are idle shards of their nodes, while its experts serve the others. The
 //!   groups and the losses are those of the even split; the gradients' sums add the groups in
 //!   another order.
-//! - **The mesh**: the devices as one axis (a device list, or a 1-d [`crate::Mesh`]: experts
-//!   split over all of them), or a [`crate::Mesh`] with axes `{data, expert}`: each of `data`
+//! - **The mesh**: a [`crate::Mesh`] of one axis ([`crate::Mesh::line`] of a device list:
+//!   experts split over all of them), or with axes `{data, expert}`: each of `data`
 //!   rows (`mesh.sub("data", i)`) holds every expert once, the all-to-alls run within rows, and
 //!   the expert gradients are all-reduced over `data` (GShard, DeepSpeed-MoE), for the models
 //!   whose step supports it.
