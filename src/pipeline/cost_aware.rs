@@ -31,10 +31,10 @@ impl Schedule {
     /// ties, so the plan is never slower than it, and it holds no more activations (each stage
     /// at most `2p` chunks', 1F1B's `p` microbatches). At F = B = W with free transfers it is
     /// the paper's pattern, op for op, except where the search finds a shorter schedule, as the
-    /// authors' own scheduler (their `zbv.py`) does at p = 4, m = 8 and 16. Over their grid
-    /// (p 2, 4, 8; m 4, 8, 16) it matches that scheduler's makespan at F/B/W = 1/1/1 and 1/2/1,
-    /// and is as short or shorter at 2/3/1 and 1/2/2 but for one setting, p = 8, m = 8, 2/3/1:
-    /// 124 against 123 (tests hold their figures).
+    /// authors' own scheduler (their `zbv.py`) does at p = 4, m = 8 and 16. Their own
+    /// round-based fill is among the candidates too ([`super::v_rounds`], each of its choices),
+    /// so ZB-V is never longer than their scheduler: over their grid (p 2, 4, 8; m 4, 8, 16) at
+    /// F/B/W = 1/1/1, 1/2/1, 2/3/1 and 1/2/2 it is as short or shorter (tests hold their figures).
     ///
     /// `zb-auto` plans one chunk a stage holding at most `memory` activations (microbatches
     /// between their F and W; default `p`, ZB-H1's and 1F1B's): the same list scheduler on a
@@ -121,6 +121,12 @@ impl Schedule {
                     choices,
                     limit,
                 )))?;
+            }
+        }
+        if shape == ListShape::V {
+            // The authors' own round-based fill, each of its choices: never longer than theirs.
+            for plan in super::v_rounds::orders(stages, microbatches, times) {
+                consider(from(plan))?;
             }
         }
         best.map(|b| b.1).ok_or_else(|| ScheduleError::Shape {
@@ -349,11 +355,9 @@ mod tests {
     }
 
     /// The same V scheduler (`zbv.py` at 39f2c18, its four fill choices and their re-runs with
-    /// the bubbles approved, 2p chunk activations, free transfers) at F/B/W = 2/3/1 and 1/2/2.
-    /// ZB-V planned for those costs is as short or shorter at 17 of the 18 settings; at p = 8,
-    /// m = 8, 2/3/1 it takes 124 against their 123 (0.8% longer; no threshold of its choices,
-    /// tried exhaustively from 0 to 2p, closes it: their round-based fill differs from this list
-    /// scheduler). The test holds that gap, so a change that widens or closes it shows.
+    /// the bubbles approved, 2p chunk activations, free transfers) at F/B/W = 2/3/1 and 1/2/2:
+    /// ZB-V planned for those costs is never longer. (Before their fill joined the candidates,
+    /// p = 8, m = 8, 2/3/1 took 124 against their 123.)
     #[test]
     fn zb_v_against_the_authors_at_uneven_costs() {
         let theirs: [(usize, usize, [u64; 3], u64); 18] = [
@@ -385,11 +389,7 @@ mod tests {
                 longer.push(format!("p={p} m={m} {c:?}: {got} against {want}"));
             }
         }
-        assert_eq!(
-            longer,
-            ["p=8 m=8 [2, 3, 1]: 124000 against 123"],
-            "{longer:#?}"
-        );
+        assert!(longer.is_empty(), "{longer:#?}");
     }
 
     #[test]

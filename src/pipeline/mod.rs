@@ -67,6 +67,7 @@ mod step;
 mod study;
 mod textbook;
 mod v_block;
+mod v_rounds;
 mod validate;
 pub mod workload;
 
