@@ -20,7 +20,10 @@
 //!   devices were busy with kernels or transfers, [`crate::trace::overlap_ns`]), the
 //!   collectives' exposed share (`collectives exposed`: the most any device of the step sat idle,
 //!   no kernel running, while its host waited on an all-to-all's or the all-reduce's data,
-//!   [`crate::trace::exposed_wait_ns`], over the step's wall time) and the five kernels with the
+//!   [`crate::trace::exposed_wait_ns`], over the step's wall time), the bytes the all-to-alls and
+//!   the all-reduce wrote to the devices per step (from each transfer's
+//!   [`crate::trace::Moved`]; collectives are found by that kind, never by name) and the five
+//!   kernels with the
 //!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
 //!   timestamps). `D=1 with D=4's 4 groups` routes the batch as the 4 devices do (the same
 //!   model math; D = 1 uses one group), compared with `D=4`: the groups' cost apart from the

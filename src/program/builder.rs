@@ -6,6 +6,11 @@
 //! it would read the update under the old name. Collectives are checked as they are added: an
 //! all-to-all's shards must cut into equal chunks, of whole rows where it regroups them.
 //!
+//! Every node runs on a [`Gang`]: a plain list of devices (`&[0, 1]`) is one axis; a gang with
+//! named axes ([`ProgramBuilder::mesh`], [`Gang::new`]) lets collectives run over one axis and
+//! shardings name them. Values carry their gang, so reading one on the same devices laid out
+//! otherwise is a build error.
+//!
 //! ```no_run
 //! # use gangway::program::ProgramBuilder;
 //! // Pathways Fig. 4: A on device 0, then B on device 1, then C on device 2.

@@ -103,7 +103,6 @@ struct DeviceSum {
     transfers: u64,
     transfer: Union,
     busy: Union,
-    bytes: u64,
     moved: BTreeMap<(TransferKind, Direction), (u64, u64)>,
 }
 
@@ -242,7 +241,6 @@ impl TraceSummary {
                     d.transfers += 1;
                     d.transfer.add(s, t);
                     if let Some(m) = e.moved {
-                        d.bytes += m.bytes;
                         let sum = d.moved.entry((m.kind, m.direction)).or_default();
                         sum.0 += 1;
                         sum.1 += m.bytes;
@@ -356,7 +354,7 @@ impl TraceSummary {
                 } else {
                     0.0
                 },
-                transfer_bytes: d.bytes,
+                transfer_bytes: d.moved.values().map(|&(_, bytes)| bytes).sum(),
                 moved: (d.moved.into_iter())
                     .map(|((kind, direction), (transfers, bytes))| MovedBytes {
                         kind,

@@ -16,8 +16,9 @@
 //! with nothing to sum, one Adam node steps every tensor). None of this
 //! changes a bit: the same products, each added to its accumulator in the same order.
 //!
-//! `Builder::begin` lays the step's gang out as the `{data, expert}` mesh of its [`StepShape`]
-//! (one `expert` axis when there is no data parallelism).
+//! `Builder::begin` lays the step's gang out as its [`StepShape`]'s mesh, a
+//! [`crate::program::Gang`] of axes `{expert}` or `{data, expert}` (the trainer's), which every
+//! node of the step then runs on.
 //!
 //! The models' own steps: [`crate::moe`]'s (`moe/step_program.rs`), [`crate::transformer`]'s
 //! (`transformer/step_program.rs`, and its cached decoding in `transformer/decoder.rs`) and

@@ -115,18 +115,16 @@ impl Worker<'_> {
             } => {
                 result.map_err(|e| self.gpu_error(e))?;
                 let bytes = self.device.take_mapped(&buffer, len)?;
-                let moved = bytes.len() as u64;
+                let moved = bytes.len();
                 if let (Some(remote), Some(key)) = (&self.shared.remote, run.key) {
                     // Other ranks' devices read it too: on its way to them now.
                     remote.send_mail(&run, key, node, shard, &bytes);
                 }
                 let _ = run.mail[node][shard].set(bytes);
                 let start = run.submitted_ns[node][shard].load(Ordering::Acquire);
-                let mut meta = run.event_meta(EventMeta::transfer(self.device.id()), node);
                 let op = &run.exec.program().nodes()[node].op;
-                if let Some((kind, direction)) = role.transfer(op) {
-                    meta = meta.moved(kind, direction, moved);
-                }
+                let meta = run.event_meta(EventMeta::transfer(self.device.id()), node);
+                let mut meta = super::moved(meta, role, op, moved);
                 if role == (Role::Send { shard })
                     && let Some(id) = run.flow_id(node, shard)
                 {

@@ -25,7 +25,7 @@ use super::run::{DispatchMode, Recorded, Role, RunState};
 use super::state::{GANG_ORDER_KEEP, GangRecord, Shared};
 use super::timestamps::BATCH;
 use crate::program::Op;
-use crate::trace::{Direction, EventMeta, FlowRole, TransferKind};
+use crate::trace::{EventMeta, FlowRole};
 use crate::{Device, Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
@@ -497,7 +497,7 @@ impl<'a> Worker<'a> {
                 let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, data);
                 let meta = run.event_meta(EventMeta::transfer(device.id()), node);
-                let meta = meta.moved(TransferKind::Host, Direction::In, data.len() as u64);
+                let meta = moved(meta, role, &n.op, data.len());
                 trace.finish(start, meta, || format!("upload arg{index}"));
                 run.role_done(node);
             }
@@ -517,13 +517,8 @@ impl<'a> Worker<'a> {
                 };
                 let start = trace.span();
                 device.write_buffer(res.outputs.first().ok_or_else(missing)?, 0, bytes);
-                let mut meta = run
-                    .event_meta(EventMeta::transfer(device.id()), node)
-                    .moved(
-                        TransferKind::PointToPoint,
-                        Direction::In,
-                        bytes.len() as u64,
-                    );
+                let meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                let mut meta = moved(meta, role, &n.op, bytes.len());
                 if let Some(id) = run.flow_id(mail_node, shard) {
                     meta = meta.flow(id, FlowRole::In);
                 }
@@ -567,10 +562,7 @@ impl<'a> Worker<'a> {
                     device.write_buffer(out, 0, sum);
                 }
                 let meta = run.event_meta(EventMeta::transfer(device.id()), node);
-                let (kind, to) = role
-                    .transfer(&n.op)
-                    .unwrap_or((TransferKind::AllToAll, Direction::In));
-                trace.finish(start, meta.moved(kind, to, len_bytes as u64), || {
+                trace.finish(start, moved(meta, role, &n.op, len_bytes), || {
                     format!("gather {}", n.name)
                 });
                 run.role_done(node);
@@ -628,5 +620,14 @@ impl<'a> Worker<'a> {
             self.device
                 .submit_all(std::mem::take(&mut self.core.unsubmitted));
         }
+    }
+}
+
+/// `meta` saying what a transfer of `role` on a node of `op` moved: `bytes` of the kind and
+/// direction [`Role::transfer`] gives (nothing for a kernel).
+pub(super) fn moved(meta: EventMeta, role: Role, op: &Op, bytes: usize) -> EventMeta {
+    match role.transfer(op) {
+        Some((kind, direction)) => meta.moved(kind, direction, bytes as u64),
+        None => meta,
     }
 }
