@@ -30,6 +30,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: the_resource_manager_lends_least_shared_devices_and_takes_them_back),
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
+        case!(device: the_gang_order_is_kept_as_long_as_asked),
         case!(adapters: a_run_waited_for_at_once_is_driven_by_its_caller),
         case!(adapters: a_compiled_programs_later_runs_create_no_gpu_objects),
         case!(adapters: each_run_handle_returns_its_own_events),
@@ -416,6 +417,45 @@ fn a_wait_that_cannot_finish_times_out_naming_what_it_awaited(adapters: &Adapter
 /// A long-lived runtime that makes a client per request (the viewer's live workload made one per
 /// batch) forgets each once its handle is dropped and its runs are done: the client table stays
 /// one slot, and the counts survive, summed by name.
+/// The gang order's record keeps the newest gangs, from `gang_order_keep` down to half of it,
+/// and none at 0 (the viewer's runtime, which never reads it).
+fn the_gang_order_is_kept_as_long_as_asked(device: &Device) {
+    let devices = std::slice::from_ref(device);
+    let exec = Arc::new(
+        gangway::program::chain(&[0], 16)
+            .unwrap()
+            .compile(devices, CompileOptions::default())
+            .unwrap(),
+    );
+    for keep in [0, 1, 4] {
+        let runtime = Runtime::new(
+            devices.to_vec(),
+            RuntimeOptions {
+                gang_order_keep: keep,
+                ..RuntimeOptions::default()
+            },
+        )
+        .unwrap();
+        let client = runtime.client("c", 1);
+        for _ in 0..9 {
+            client
+                .run(&exec, vec![vec![1.0; 16]], RunOptions::default())
+                .unwrap();
+        }
+        let order = &runtime.gang_order()[0];
+        assert!(
+            order.len() <= keep && order.len() >= keep.div_ceil(2),
+            "keep {keep}: {} kept",
+            order.len()
+        );
+        if let Some(last) = order.last() {
+            // The newest run's gang is the last one kept.
+            let runs_seen: std::collections::BTreeSet<u64> = order.iter().map(|g| g.run).collect();
+            assert_eq!(runs_seen.last(), Some(&last.run), "keep {keep}");
+        }
+    }
+}
+
 fn a_client_per_request_does_not_grow_the_runtime(device: &Device) {
     let devices = std::slice::from_ref(device);
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();

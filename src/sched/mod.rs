@@ -31,8 +31,8 @@ pub mod threads;
 mod timestamps;
 mod worker;
 
-pub use options::{ClientStats, Policy, RuntimeOptions};
+pub use options::{ClientStats, GANG_ORDER_KEEP, Policy, RuntimeOptions};
 pub use resources::{ResourceManager, Slice, SliceRequest};
 pub use run::{DispatchMode, RunOptions};
 pub use runtime::{Client, RunHandle, Runtime};
-pub use state::{GANG_ORDER_KEEP, GangRecord};
+pub use state::GangRecord;

@@ -29,6 +29,11 @@ pub struct RuntimeOptions {
     /// The job the runtime is part of: alone (the default), or one rank of several, whose
     /// devices form one mesh ([`super::Runtime::mesh`]) that programs may span.
     pub job: Job,
+    /// Gangs each device remembers for [`super::Runtime::gang_order`]: the newest, from this
+    /// many down to half of it ([`GANG_ORDER_KEEP`] by default, about 4 MB a device once
+    /// full). 0 records none: a long-lived runtime that never reads its order (the viewer's)
+    /// keeps no memory for it, where the record would grow for its first twenty minutes.
+    pub gang_order_keep: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -39,9 +44,14 @@ impl Default for RuntimeOptions {
             tracer: Tracer::off(),
             gpu_timestamps: std::env::var("GANGWAY_GPU_TIMESTAMPS").map_or(true, |v| v != "off"),
             job: Job::single(),
+            gang_order_keep: GANG_ORDER_KEEP,
         }
     }
 }
+
+/// Gangs each device remembers by default ([`RuntimeOptions::gang_order_keep`]). Unbounded,
+/// every gang added 40 bytes for good: the viewer's live workload grew by about 14 MB a minute.
+pub const GANG_ORDER_KEEP: usize = 1 << 16;
 
 /// What a client has been given so far.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -202,8 +202,8 @@ impl Runtime {
     }
 
     /// The order in which every device ran its gangs, per device: the last
-    /// [`super::GANG_ORDER_KEEP`] to [`super::GANG_ORDER_KEEP`]` / 2` of them (older ones are forgotten in
-    /// halves, so a long-lived runtime's memory stays bounded).
+    /// [`RuntimeOptions::gang_order_keep`] to half of it (older ones are forgotten in halves, so
+    /// a long-lived runtime's memory stays bounded); nothing where that is 0.
     pub fn gang_order(&self) -> Vec<Vec<GangRecord>> {
         self.0.shared.lock().order.clone()
     }

@@ -17,10 +17,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Gangs each device remembers for [`super::Runtime::gang_order`]. Every gang added 40 bytes for
-/// good: the viewer's live workload grew by about 14 MB a minute.
-pub const GANG_ORDER_KEEP: usize = 1 << 16;
-
 /// One gang as one device saw it: the device ran node `node` of run `run` in this position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct GangRecord {

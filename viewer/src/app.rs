@@ -15,6 +15,7 @@ use crate::frame_stats::FrameStats;
 use crate::live::{DeviceHub, Discovery};
 use crate::live_view::{LiveView, Workload};
 use crate::moe_panel::MoePanel;
+use crate::pace::{self, FramePace, PaceMeter};
 use crate::{fonts, theme};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +109,9 @@ pub struct ViewerApp {
     /// The theme last applied to the context (`Some(projector)`), so it is set on change only.
     applied_theme: Option<bool>,
     frame_stats: Option<FrameStats>,
+    /// Sets the window's [`FramePace`] from what its frames cost (in a real window only: a test
+    /// harness's frames are not the window's).
+    pace: PaceMeter,
 }
 
 impl ViewerApp {
@@ -133,6 +137,7 @@ impl ViewerApp {
             settings: Settings::default(),
             applied_theme: None,
             frame_stats: options.frame_stats.then(FrameStats::default),
+            pace: PaceMeter::default(),
         }
     }
 
@@ -270,6 +275,9 @@ impl eframe::App for ViewerApp {
         {
             eprintln!("{window}");
         }
+        let now = std::time::Instant::now();
+        self.pace
+            .frame(now, pace::process_cpu(), &FramePace::of(Some(ui.ctx())));
         self.show(ui);
     }
 

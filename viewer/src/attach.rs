@@ -1,8 +1,8 @@
 //! Following a job that runs in another process: an [`Attachment`] reads one job served with
 //! `--live` (the live protocol: the book's `reference/live-protocol.md`) through the library's
 //! one client, [`LiveClient`], on a reader thread of its own ([`background::spawn_stream`]). The
-//! reader sends what arrived in batches, at most about every [`REPAINT_EVERY`], and asks for a
-//! repaint with each; the UI takes them every frame ([`Attachment::poll`]) into a timeline of the
+//! reader sends what arrived in batches, at most one per the window's [`FramePace`], and asks
+//! for a repaint with each; the UI takes them every frame ([`Attachment::poll`]) into a timeline of the
 //! last minute, each device's utilization over a sliding window (the Live tab's measure), a
 //! series per metric and a [`Recording`] that "Save trace" writes as a gangway trace.
 //!
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use gangway::live::{End, EndStatus, Hello, LiveClient, LiveError, Metric, Record, Recording};
 
 use crate::background::{self, Job, Sink, Stream};
-use crate::live::REPAINT_EVERY;
+use crate::pace::FramePace;
 use crate::timeline::{TimeAxis, TimelineData, TimelineState};
 use crate::utilization::Utilization;
 
@@ -323,8 +323,9 @@ impl Attachment {
         let pending = Arc::new(AtomicUsize::new(0));
         let (addr, token) = (self.addr.clone(), self.token.clone());
         let (s, p) = (stop.clone(), pending.clone());
+        let pace = FramePace::of(self.ctx.as_ref());
         let spawned = background::spawn_stream("gangway-viewer-attach", self.ctx.clone(), {
-            move |sink: &Sink<Msg>| read(&addr, token.as_deref(), &s, &p, sink)
+            move |sink: &Sink<Msg>| read(&addr, token.as_deref(), &s, &p, &pace, sink)
         });
         match spawned {
             Ok(stream) => {
@@ -689,6 +690,7 @@ fn read(
     token: Option<&str>,
     stop: &AtomicBool,
     pending: &AtomicUsize,
+    pace: &FramePace,
     sink: &Sink<Msg>,
 ) -> Finish {
     loop {
@@ -698,7 +700,7 @@ fn read(
         match LiveClient::connect(addr, token, CONNECT_TIMEOUT) {
             Ok(mut client) => {
                 sink.send(Msg::Attached(Box::new(client.hello().clone())));
-                match pump(&mut client, stop, pending, sink) {
+                match pump(&mut client, stop, pending, pace, sink) {
                     Ok(finish) => return finish,
                     Err(e) => sink.send(Msg::Lost(e)),
                 }
@@ -724,6 +726,7 @@ fn pump(
     client: &mut LiveClient,
     stop: &AtomicBool,
     pending: &AtomicUsize,
+    pace: &FramePace,
     sink: &Sink<Msg>,
 ) -> Result<Finish, String> {
     let mut batch: Vec<Record> = Vec::new();
@@ -760,7 +763,7 @@ fn pump(
             }
         }
         // One batch (and one repaint) per frame budget, however fast records come.
-        if sent.elapsed() >= REPAINT_EVERY || batch.len() >= 8192 {
+        if sent.elapsed() >= pace.every() || batch.len() >= 8192 {
             flush(&mut batch);
             sent = Instant::now();
         }

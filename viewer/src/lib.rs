@@ -32,6 +32,7 @@ pub mod frame_stats;
 pub mod live;
 pub mod live_view;
 pub mod moe_panel;
+pub mod pace;
 pub mod theme;
 pub mod timeline;
 pub mod utilization;

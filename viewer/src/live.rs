@@ -17,19 +17,12 @@ use gangway::trace::{Event, Tracer, Track};
 use gangway::{Device, DeviceInfo, DiscoveryOptions, discover};
 
 use crate::background::{self, Job, Sink, Stream};
+use crate::pace::FramePace;
 
 /// Elements each chain kernel touches.
 const CHAIN_LEN: usize = 4096;
 /// How long the worker runs without the UI taking its events before it holds.
 const UNPOLLED_NS: u64 = 1_000_000_000;
-
-/// The live tabs' frame budget: a batch of new events asks for a frame within this time, not at
-/// once, so frames come at most 4 times a second (as often as utilization is sampled) and only
-/// when events arrived; input (a pan, a hover) still draws at once. A frame of the whole window
-/// costs egui's software rendering about 40 ms at 1280 × 800 on a machine without a GPU (the
-/// book's viewer guide, docs/src/guide/viewer.md): drawn as fast as events came, the Live tab
-/// took 92-98 % of a core to show devices 2-5 % busy; at 10 Hz it took 44 %.
-pub const REPAINT_EVERY: Duration = Duration::from_millis(250);
 
 /// Devices found at start-up, shared by everything that runs real work.
 #[derive(Debug, Clone)]
@@ -111,6 +104,9 @@ impl DeviceHub {
                 .and_then(|devices| {
                     let traced = RuntimeOptions {
                         tracer: Tracer::new(),
+                        // Nothing here reads the gang order: its record would grow for the
+                        // first twenty minutes of the Live tab (16 MB over 4 devices).
+                        gang_order_keep: 0,
                         ..RuntimeOptions::default()
                     };
                     let started = Runtime::new(devices.clone(), traced)?;
@@ -373,14 +369,15 @@ fn work(
 }
 
 /// Follows the stream served at `addr` on a thread of its own: its events in batches, at most
-/// one every [`REPAINT_EVERY`] (each asks for a frame), until the handle is dropped. A
+/// one per the window's [`FramePace`] (each asks for a frame), until the handle is dropped. A
 /// connection that fails or is lost is tried again every second; the thread's result says
 /// why it stopped.
 pub fn follow(addr: SocketAddr, ctx: Option<egui::Context>) -> Result<Follower, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
+    let pace = FramePace::of(ctx.as_ref());
     let stream = background::spawn_stream("gangway-viewer-follow", ctx, move |sink| {
-        follow_until(addr, &s, sink)
+        follow_until(addr, &s, &pace, sink)
     })?;
     Ok(Follower { stream, stop })
 }
@@ -398,7 +395,12 @@ impl Drop for Follower {
     }
 }
 
-fn follow_until(addr: SocketAddr, stop: &AtomicBool, sink: &Sink<Vec<Event>>) -> String {
+fn follow_until(
+    addr: SocketAddr,
+    stop: &AtomicBool,
+    pace: &FramePace,
+    sink: &Sink<Vec<Event>>,
+) -> String {
     // The end of the newest event taken: connected again, the server's history repeats what
     // came before, which is skipped.
     let mut newest: Option<u64> = None;
@@ -431,7 +433,7 @@ fn follow_until(addr: SocketAddr, stop: &AtomicBool, sink: &Sink<Vec<Event>>) ->
                 // Lost: what came is sent, and the connection is made again.
                 Err(_) => break,
             }
-            if !batch.is_empty() && (sent.elapsed() >= REPAINT_EVERY || batch.len() >= 8192) {
+            if !batch.is_empty() && (sent.elapsed() >= pace.every() || batch.len() >= 8192) {
                 sink.send(std::mem::take(&mut batch));
                 sent = Instant::now();
             }

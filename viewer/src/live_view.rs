@@ -10,6 +10,7 @@ use gangway::sched::DispatchMode;
 use gangway::trace::{Event, Tracer};
 
 use crate::live::{DeviceHub, Follower, LiveRunner, follow};
+use crate::pace::FramePace;
 use crate::timeline::{self, TimeAxis, TimelineData, TimelineState, format_ns};
 use crate::utilization::Utilization;
 
@@ -252,9 +253,10 @@ impl LiveView {
         if let Some(e) = &self.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("workload error: {e}"));
         }
+        ui.weak(FramePace::of(Some(ui.ctx())).describe());
         timeline::legend(ui);
-        // No frames of its own: the workload asks for one when events arrive, at most every
-        // `live::REPAINT_EVERY`.
+        // No frames of its own: the follower asks for one when events arrive, at most one per
+        // the window's pace.
         egui::ScrollArea::vertical().show(ui, |ui| {
             timeline::timeline(ui, "live", &self.data, &mut self.timeline);
         });

@@ -289,3 +289,76 @@ fn a_lost_connection_reconnects_and_takes_the_resent_history_once() {
         .collect();
     assert_eq!(steps, [0.0, 1.0, 2.0, 3.0], "each metric once");
 }
+
+/// On a window whose frames are expensive (llvmpipe's 150 ms of CPU each, fed to the window's
+/// pace meter), the reader gathers a job's events for about a second before it asks for a
+/// frame, where a cheap window's reader asks four times a second: events published every
+/// 50 ms reach the timeline in batches about a second apart.
+#[test]
+fn an_expensive_window_takes_a_jobs_events_about_once_a_second() {
+    use gangway_viewer::pace::{FramePace, PaceMeter};
+    let server = LiveServer::bind(
+        "127.0.0.1:0",
+        ServeOptions::default(),
+        Hello::for_this_process(),
+    )
+    .unwrap();
+    let mut h = common::harness([1400.0, 2400.0]);
+    h.run();
+    // Frames of 150 ms of CPU with a little background, 0.2 and 0.3 s apart.
+    let pace = FramePace::of(Some(&h.ctx));
+    let mut meter = PaceMeter::default();
+    let (mut t, mut cpu) = (Instant::now(), Duration::ZERO);
+    for i in 0..20 {
+        meter.frame(t, Some(cpu), &pace);
+        let d = Duration::from_millis(if i % 2 == 0 { 200 } else { 300 });
+        t += d;
+        cpu += Duration::from_millis(150) + d / 20;
+    }
+    let every = pace.every();
+    assert!(
+        (Duration::from_millis(750)..=Duration::from_millis(1250)).contains(&every),
+        "{every:?}"
+    );
+    assert!(
+        pace.describe().contains("a frame costs 150 ms of CPU"),
+        "{}",
+        pace.describe()
+    );
+
+    h.get_by_label(Tab::Attached.title()).click();
+    h.step();
+    h.state_mut().attached.addr = server.local_addr().to_string();
+    h.step();
+    h.get_by_label("Attach").click();
+    h.step();
+    step_until(&mut h, "attached", |a| state(a) == State::Running);
+
+    let started = Instant::now();
+    let mut arrivals: Vec<Duration> = Vec::new();
+    let mut seen = 0;
+    let mut next = 0u64;
+    while started.elapsed() < Duration::from_secs(4) {
+        let now = ns_since_epoch(Instant::now());
+        server.publish_events(
+            0,
+            &[EventMeta::kernel(0).event(format!("k{next}"), now, now + 1)],
+        );
+        next += 1;
+        std::thread::sleep(Duration::from_millis(50));
+        h.step();
+        let len = h.state().attached.shown().unwrap().data.len();
+        if len > seen {
+            seen = len;
+            arrivals.push(started.elapsed());
+        }
+    }
+    // A cheap window's pace would bring them in about 16 batches.
+    assert!((3..=6).contains(&arrivals.len()), "{arrivals:?}");
+    for gap in arrivals.windows(2).map(|w| w[1] - w[0]) {
+        assert!(
+            gap >= every.mul_f64(0.9),
+            "{gap:?} apart at a pace of {every:?}: {arrivals:?}"
+        );
+    }
+}

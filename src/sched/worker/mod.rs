@@ -22,7 +22,7 @@ use super::mailbox::{Ahead, Core, Inbox, Task};
 use super::record::record;
 use super::reduce;
 use super::run::{DispatchMode, Recorded, Role, RunState};
-use super::state::{GANG_ORDER_KEEP, GangRecord, Shared};
+use super::state::{GangRecord, Shared};
 use super::timestamps::BATCH;
 use crate::program::Op;
 use crate::trace::{EventMeta, FlowRole};
@@ -172,10 +172,14 @@ impl<'a> Worker<'a> {
             return None;
         }
         let task = queue.pop_front()?;
+        let keep = self.shared.opts.gang_order_keep;
+        if keep == 0 {
+            return Some(task);
+        }
         let order = &mut state.order[self.index];
-        if order.len() >= GANG_ORDER_KEEP {
+        if order.len() >= keep {
             // Bounded, so a runtime that runs for hours keeps constant memory.
-            order.drain(..GANG_ORDER_KEEP / 2);
+            order.drain(..(keep / 2).max(1));
         }
         order.push(GangRecord {
             seq: task.seq,
