@@ -339,7 +339,8 @@ fn devices_verbose_lists_each_kernels_needs_against_the_limits(_: &Adapters) {
 
 /// `--optimal`: the shortest one-chunk schedule, proven, and the schedule's gap to it; under
 /// 1F1B's memory ZB-H1 is that optimum at F/B/W 1/2/1. `--compare` at a small setting adds
-/// every one-chunk schedule's gap (none negative), and too large a setting is a clear error.
+/// every one-chunk schedule's gap (none negative), at a smaller one the two-chunk schedules'
+/// gaps to their families' optima, and too large a setting is a clear error.
 fn the_optimum_bounds_every_one_chunk_schedule() {
     let base = [
         "pipeline",
@@ -374,9 +375,29 @@ fn the_optimum_bounds_every_one_chunk_schedule() {
         .collect();
     assert!(gaps.len() >= 4, "{out}");
     assert!(gaps.iter().all(|g| g.starts_with('+')), "{gaps:?}");
+    // At m = 4 the two-chunk searches run too: each V and interleaved schedule has its gap to
+    // the optimum of its own family.
+    let mut small = base.to_vec();
+    small[4] = "4";
+    small.push("--compare");
+    let out = gangway(&small);
+    for line in [
+        "optimal two-chunk V schedule (B and W split): ",
+        "optimal two-chunk interleaved schedule (whole backwards): ",
+    ] {
+        assert!(out.contains(line), "{line} in:\n{out}");
+    }
+    for kind in ["| zb-v |", "| v-half |", "| v-min |", "| interleaved v=2 |"] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(kind))
+            .unwrap_or_else(|| panic!("{kind}\n{out}"));
+        let gap = row.trim_end_matches('|').rsplit('|').next().unwrap().trim();
+        assert!(gap.starts_with('+'), "{kind} {gap}\n{out}");
+    }
     let err = gangway_fails(&["pipeline", "--stages", "8", "--optimal"]);
     assert!(
-        err.contains("--optimal: the exact search takes up to 4 stages"),
+        err.contains("--optimal: the exact search over one-chunk schedules takes up to 4 stages"),
         "{err}"
     );
     // zb-auto plans under its memory: given ZB-H2's (7) with a transfer of 5 µs, it is the

@@ -2,7 +2,8 @@
 //! F = B = W with free transfers; once B costs more than F it loses to 1F1B. Given the costs it
 //! will meet, the same scheduler plans with them instead ([`Schedule::for_costs`]), and on one
 //! chunk a stage, under a memory limit, it is the automatic zero-bubble scheduler (`zb-auto`,
-//! [`Schedule::for_costs_within`]).
+//! [`Schedule::for_costs_within`]). V-Half and V-Min are their greedy pattern or a schedule of
+//! the authors' building-block search at the pattern's peak, whichever the costs make shorter.
 
 use super::orders::{self, ChunkTimes, ListShape, ZbVChoices};
 use super::schedule::Schedule;
@@ -41,8 +42,10 @@ impl Schedule {
     /// line of stages with each of its choices, ZB-H1's pattern where it fits, and 1F1B's order
     /// with each W right after its B, whichever simulates shortest. So it is never slower than
     /// 1F1B under the same memory, nor than ZB-H1 at ZB-H1's; at F = B = W with free transfers
-    /// and `memory = p` it is ZB-H1, op for op. Every other kind is [`Schedule::new`]'s: their
-    /// orders depend on neither. A memory limit of 0 is an error.
+    /// and `memory = p` it is ZB-H1, op for op. V-Half and V-Min are the shortest of their
+    /// pattern and the authors' building-block search within the pattern's peak
+    /// ([`super::v_search`]); `memory` does not apply to them. Every other kind is
+    /// [`Schedule::new`]'s: their orders depend on neither. A memory limit of 0 is an error.
     pub fn for_costs_within(
         kind: ScheduleKind,
         stages: usize,
@@ -52,6 +55,9 @@ impl Schedule {
         memory: Option<usize>,
     ) -> Result<Schedule, ScheduleError> {
         let pattern = Schedule::new(kind, stages, microbatches, chunks)?;
+        if matches!(kind, ScheduleKind::VHalf | ScheduleKind::VMin) {
+            return Self::v_searched(pattern, costs);
+        }
         if !matches!(kind, ScheduleKind::ZbV | ScheduleKind::ZbAuto) {
             return Ok(pattern);
         }
@@ -81,27 +87,13 @@ impl Schedule {
         if unit && shape == ListShape::Line && cap == stages {
             return Ok(pattern);
         }
-        let fits =
-            |s: &Schedule| validate(s).is_ok_and(|v| v.peak_activations.iter().all(|&a| a <= cap));
-        let mut best: Option<(u64, Schedule)> = None;
-        let mut consider = |candidate: Schedule| -> Result<(), ScheduleError> {
-            // A plan that stalls is incomplete, and one over the memory is not allowed:
-            // validation says so, and it is passed over.
-            if !fits(&candidate) {
-                return Ok(());
-            }
-            let makespan = simulate(&candidate, costs)?.makespan_ns;
-            if best.as_ref().is_none_or(|b| makespan < b.0) {
-                best = Some((makespan, candidate));
-            }
-            Ok(())
-        };
+        let mut shortest = Shortest::new(costs, cap);
         let from = |orders: Vec<ComputeOrder>| {
             Schedule::from_orders(kind, stages, microbatches, chunks, orders)
         };
-        consider(pattern)?;
+        shortest.consider(pattern)?;
         if shape == ListShape::Line {
-            consider(from(orders::one_f_one_b_split(stages, microbatches, cap)))?;
+            shortest.consider(from(orders::one_f_one_b_split(stages, microbatches, cap)))?;
         }
         // On a line, a cap above p is also planned at p, so more memory is never slower; the
         // deeper-chunk choice means nothing there.
@@ -113,7 +105,7 @@ impl Schedule {
             ZbVChoices::candidates(stages).filter(|c| shape == ListShape::V || c.deeper_b_first);
         for choices in choices {
             for &limit in &caps {
-                consider(from(orders::zb_list(
+                shortest.consider(from(orders::zb_list(
                     shape,
                     stages,
                     microbatches,
@@ -126,10 +118,67 @@ impl Schedule {
         if shape == ListShape::V {
             // The authors' own round-based fill, each of its choices: never longer than theirs.
             for plan in super::v_rounds::orders(stages, microbatches, times) {
-                consider(from(plan))?;
+                shortest.consider(from(plan))?;
             }
         }
-        best.map(|b| b.1).ok_or_else(|| ScheduleError::Shape {
+        shortest.found(kind)
+    }
+
+    /// V-Half or V-Min for `costs`: the greedy pattern and every schedule of the authors'
+    /// building-block search ([`super::v_search`]) that holds no more than the pattern's peak,
+    /// whichever simulates shortest (the pattern on a tie).
+    fn v_searched(pattern: Schedule, costs: &Costs) -> Result<Schedule, ScheduleError> {
+        let (kind, p, m) = (pattern.kind, pattern.stages, pattern.microbatches);
+        let cap = validate(&pattern)?
+            .peak_activations
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        let chunks = pattern.chunks;
+        let mut shortest = Shortest::new(costs, cap);
+        shortest.consider(pattern)?;
+        for plan in super::v_search::candidates(p, m, cap).iter() {
+            shortest.consider(Schedule::from_orders(kind, p, m, chunks, plan.clone()))?;
+        }
+        shortest.found(kind)
+    }
+}
+
+/// The shortest, simulated with `costs`, of the schedules offered that are complete and hold
+/// at most `cap` activations a stage; the first offered wins a tie.
+struct Shortest<'a> {
+    costs: &'a Costs,
+    cap: usize,
+    best: Option<(u64, Schedule)>,
+}
+
+impl<'a> Shortest<'a> {
+    fn new(costs: &'a Costs, cap: usize) -> Self {
+        Self {
+            costs,
+            cap,
+            best: None,
+        }
+    }
+
+    fn consider(&mut self, candidate: Schedule) -> Result<(), ScheduleError> {
+        // A plan that stalls is incomplete, and one over the memory is not allowed: validation
+        // says so, and it is passed over.
+        let fits =
+            validate(&candidate).is_ok_and(|v| v.peak_activations.iter().all(|&a| a <= self.cap));
+        if !fits {
+            return Ok(());
+        }
+        let makespan = simulate(&candidate, self.costs)?.makespan_ns;
+        if self.best.as_ref().is_none_or(|b| makespan < b.0) {
+            self.best = Some((makespan, candidate));
+        }
+        Ok(())
+    }
+
+    fn found(self, kind: ScheduleKind) -> Result<Schedule, ScheduleError> {
+        let cap = self.cap;
+        self.best.map(|b| b.1).ok_or_else(|| ScheduleError::Shape {
             kind: kind.name(),
             reason: format!("no schedule found holds at most {cap} activations a stage"),
         })
@@ -299,7 +348,9 @@ mod tests {
         assert_eq!(makespan(&h1, &costs), 36_000);
         assert_eq!(makespan(&f1b1, &costs), 42_000);
         let optimum = |k| {
-            let best = crate::pipeline::optimal(4, 6, &costs, Some(k)).unwrap();
+            let best =
+                crate::pipeline::optimal(crate::pipeline::Family::OneChunk, 4, 6, &costs, Some(k))
+                    .unwrap();
             assert!(best.proven);
             best.makespan_ns
         };

@@ -9,14 +9,16 @@
 //! | `schedule.rs` | [`Op`], [`Schedule`] and its shape rules |
 //! | `orders.rs` | each kind's compute order (the generators), the zero-bubble list scheduler among them |
 //! | `v_block.rs` | V-Half and V-Min: the paper's building blocks, their Ws, and its squeeze |
-//! | `cost_aware.rs` | [`Schedule::for_costs_within`]: ZB-V and zb-auto planned for the costs they will meet, zb-auto under a memory limit |
+//! | `v_rounds.rs` | ZB-V: the authors' round-based V fill, one of its plan's candidates |
+//! | `v_search.rs` | V-Half and V-Min: the authors' building-block search, its schedules candidates beside the pattern |
+//! | `cost_aware.rs` | [`Schedule::for_costs_within`]: ZB-V, zb-auto, V-Half and V-Min planned for the costs they will meet, zb-auto under a memory limit |
 //! | `validate.rs`, `engine.rs` | the symbolic run: dependencies, transfers, deadlock, memory |
 //! | `simulate.rs` | [`Costs`] (compute, link, all-to-all, overlapped or waited-for sends), [`simulate`], [`simulate_uneven`] (stages of different costs) and [`simulate_folded`] (more stages than devices) |
 //! | `fold.rs` | [`Fold`]: several stages to a device, in blocks or round robin |
 //! | `link.rs` | [`Link`]: presets for the link's latency and bandwidth |
 //! | `textbook.rs` | the papers' bubble, activation and parameter figures, in integers |
 //! | `study.rs` | [`study`]: one schedule planned, simulated, its lanes, its textbook bubble, its optimum and gap, which the CLI and the lab only present |
-//! | `optimal.rs` | [`optimal`]: the shortest one-chunk schedule under a memory limit, by branch and bound, and how far its search reached |
+//! | `optimal.rs` | [`optimal`]: the shortest schedule of a [`Family`] (one chunk; two in a V; two looped) under a memory limit, by branch and bound, and how far its search reached |
 //! | `ascii.rs`, `figure/` | the plain-text timeline; the textbook figure (`style`, `layout`, `build`, `svg`) |
 //! | `stage_model.rs` | what a stage computes as nodes (`StageModel`): the one interface the lowering drives; the `Microbatch` every stage model trains on |
 //! | `mlp.rs` | the MLP a pipeline trains, its split into virtual stages, its reference step, its stages as nodes |
@@ -24,7 +26,8 @@
 //! | `workload.rs` | the benchmark model and batch, one checked step on devices ([`workload::run_case`]) |
 //! | `lower.rs`, `execute.rs`, `measure.rs` | a schedule as one program, run, and measured into a [`RunReport`] (and the costs a run's events measure, [`measured_share`]) |
 //!
-//! The schedule side (`schedule_kind`, `step`, `schedule`, `orders`, `v_block`, `cost_aware`,
+//! The schedule side (`schedule_kind`, `step`, `schedule`, `orders`, `v_block`, `v_rounds`,
+//! `v_search`, `cost_aware`,
 //! `validate`, `engine`, `simulate`, `textbook`, `optimal`) knows nothing of wgpu.
 //!
 //! A model is cut into `p` stages (one per device, or several to a device with a [`Fold`]), optionally each into `v` chunks; a batch is
@@ -68,6 +71,7 @@ mod study;
 mod textbook;
 mod v_block;
 mod v_rounds;
+mod v_search;
 mod validate;
 pub mod workload;
 
@@ -81,7 +85,7 @@ pub use link::Link;
 pub use measure::{RunReport, measured_chunk_costs, measured_share};
 pub use mlp::{Mlp, MlpConfig, StepResult};
 pub use moe_stack::{MoeStack, MoeStackConfig};
-pub use optimal::{Optimum, beyond_the_search, optimal, optimal_within};
+pub use optimal::{Family, Optimum, beyond_the_search, optimal, optimal_within};
 pub use schedule::{MAX_OPS, Op, Schedule};
 pub use schedule_kind::{OpKind, Placement, ScheduleKind};
 pub use simulate::{Costs, Simulation, simulate, simulate_folded, simulate_uneven};

@@ -1,39 +1,47 @@
-//! The shortest schedule there is, for small settings: a branch and bound over one-chunk
-//! schedules with B and W split (ZB-H1's shape), under the same dependencies, costs and memory
-//! limit as the schedules it is compared with. What the zero-bubble authors computed with an ILP
-//! solver for their own figures; here every schedule's gap to it can be shown.
+//! The shortest schedule there is, for small settings: a branch and bound over the schedules of
+//! a [`Family`] (one chunk a stage with B and W split, ZB-H1's shape; two chunks a stage in a V
+//! with B and W split, ZB-V's, V-Half's and V-Min's; or two chunks looped with whole backwards,
+//! interleaved's), under the same dependencies, costs and memory limit as the schedules it is
+//! compared with. What the zero-bubble authors computed with an ILP solver for their own
+//! one-chunk figures; here every schedule's gap to it can be shown.
 //!
-//! The problem: stage `s` runs `F`, `B` and `W` of every microbatch, one op at a time. `F(s, j)`
-//! needs `F(s − 1, j)` plus a hand-off; `B(s, j)` needs `F(s, j)` and `B(s + 1, j)` plus a
-//! hand-off; `W(s, j)` needs `B(s, j)`. A stage holds an activation from its `F` until its `W`,
-//! at most `memory` at a time. Sends do not hold a stage (the simulator's default), so a hand-off
-//! only delays its receiver.
+//! The problem: the model is cut into virtual stages, one or two on each stage (device) as the
+//! family places them. Virtual stage `v` runs `F`, `B` and `W` of every microbatch, and its
+//! device one op at a time. `F(v, j)` needs `F(v − 1, j)`; `B(v, j)` needs `F(v, j)` and
+//! `B(v + 1, j)`; `W(v, j)` needs `B(v, j)` (in the interleaved family there is no `W`: a `B`
+//! computes the weight gradient too). Between virtual stages on different devices a hand-off
+//! comes in between (the V's turn is on one device and has none). A device holds an activation
+//! from each `F` until its `W` (its `B` where it has none), at most `memory` at a time. Sends do
+//! not hold a device (the simulator's default), so a hand-off only delays its receiver.
 //!
 //! The search:
-//! - microbatches are identical, so each stage runs its `F`s, its `B`s and its `W`s each in
-//!   microbatch order (symmetry breaking; the published schedules all do, and the brute-force
-//!   test, which does not assume it, finds nothing shorter);
+//! - microbatches are identical, so each virtual stage runs its `F`s, its `B`s and its `W`s each
+//!   in microbatch order (symmetry breaking; the published schedules all do, and the brute-force
+//!   tests, which do not assume it, find nothing shorter);
 //! - branching is Giffler and Thompson's: of the ops that may start, the one that could finish
-//!   first fixes a stage, and every op of that stage that could start before then is a branch,
-//!   so every active schedule, one of them optimal, is in the tree;
-//! - bounds: each stage's free time plus its remaining work, and each op's earliest start plus
+//!   first fixes a device, and every op of that device that could start before then is a
+//!   branch, so every active schedule, one of them optimal, is in the tree;
+//! - bounds: each device's free time plus its remaining work, and each op's earliest start plus
 //!   the longest chain after it (its tail);
 //! - states reached before with every time no later are cut (dominance by a table keyed by how
-//!   many ops of each kind each stage has run).
+//!   many ops of each kind each virtual stage has run).
 //!
 //! A search that passes its node budget stops with the best schedule found and says it is not
 //! proven. [`super::Schedule::for_costs`]'s plans and the patterns are the starting bound.
 
 use super::schedule::Schedule;
-use super::schedule_kind::{OpKind, ScheduleKind};
+use super::schedule_kind::{OpKind, Placement, ScheduleKind};
 use super::simulate::Costs;
 use super::step::{ComputeOrder, Step};
 use crate::error::ScheduleError;
 use std::collections::HashMap;
 
-/// The largest settings the exact search takes.
+/// The largest settings the exact search takes: one chunk a stage.
 pub const MAX_STAGES: usize = 4;
 pub const MAX_MICROBATCHES: usize = 6;
+/// The largest settings it takes with two chunks a stage, twice the ops a microbatch.
+pub const MAX_TWO_CHUNK_STAGES: usize = 4;
+pub const MAX_TWO_CHUNK_MICROBATCHES: usize = 4;
 
 /// Nodes a search may visit before it stops unproven.
 pub(super) const NODE_BUDGET: u64 = 20_000_000;
@@ -41,14 +49,80 @@ pub(super) const NODE_BUDGET: u64 = 20_000_000;
 /// Time-vectors kept per state for the dominance test, at most.
 const TABLE_LIMIT: usize = 4_000_000;
 
+/// The schedules a search ranges over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// One chunk a stage, B and W split (ZB-H1's shape; 1F1B's and GPipe's orders among them).
+    OneChunk,
+    /// Two chunks a stage in a V, B and W split (ZB-V's, V-Half's, V-Min's, DualPipeV's).
+    V,
+    /// Two chunks a stage looped, whole backwards (interleaved 1F1B's and looped BFS's at v = 2).
+    Interleaved,
+}
+
+impl Family {
+    /// The family a schedule of `kind` with `chunks` a stage belongs to, if a search covers it.
+    pub fn of(kind: ScheduleKind, chunks: usize) -> Option<Family> {
+        match (kind.placement(), chunks) {
+            (Placement::Looped, 1) => Some(Family::OneChunk),
+            (Placement::V, 2) => Some(Family::V),
+            (Placement::Looped, 2) if !kind.splits_backward() => Some(Family::Interleaved),
+            _ => None,
+        }
+    }
+
+    /// Chunks a stage.
+    pub fn chunks(self) -> usize {
+        match self {
+            Family::OneChunk => 1,
+            Family::V | Family::Interleaved => 2,
+        }
+    }
+
+    fn split(self) -> bool {
+        self != Family::Interleaved
+    }
+
+    /// The kind its optimum is written as.
+    fn kind(self) -> ScheduleKind {
+        match self {
+            Family::OneChunk => ScheduleKind::ZbH1,
+            Family::V => ScheduleKind::ZbV,
+            Family::Interleaved => ScheduleKind::Interleaved,
+        }
+    }
+
+    /// In words, for a line that states the optimum.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Family::OneChunk => "one-chunk schedule",
+            Family::V => "two-chunk V schedule (B and W split)",
+            Family::Interleaved => "two-chunk interleaved schedule (whole backwards)",
+        }
+    }
+
+    /// The device of virtual stage `v` of `p` stages.
+    fn device(self, p: usize, v: usize) -> usize {
+        match self {
+            Family::V if v >= p => 2 * p - 1 - v,
+            _ => v % p,
+        }
+    }
+}
+
 /// The best schedule found, and whether the search proved that nothing is shorter.
 #[derive(Debug, Clone)]
 pub struct Optimum {
     pub makespan_ns: u64,
-    /// Its orders as a one-chunk, split-backward schedule (ZB-H1's shape and kind).
+    /// Its orders, as a schedule of the family's shape (ZB-H1's kind for one chunk, ZB-V's for
+    /// the V, interleaved's for two looped chunks).
     pub schedule: Schedule,
+    pub family: Family,
     /// True when the search finished: no schedule under the limit is shorter.
     pub proven: bool,
+    /// No schedule under the limit is shorter than this: the makespan where proven, else the
+    /// search's lower bound at its root (how far it reached: the optimum lies between the two).
+    pub lower_bound_ns: u64,
     pub nodes: u64,
 }
 
@@ -57,8 +131,8 @@ const F: usize = 0;
 const B: usize = 1;
 const W: usize = 2;
 
-/// Per stage, its ops in order: `(kind, microbatch)`.
-type Orders = Vec<Vec<(usize, usize)>>;
+/// Per device, its ops in order: `(kind, virtual stage, microbatch)`.
+type Orders = Vec<Vec<(usize, usize, usize)>>;
 
 #[derive(Clone, Copy)]
 struct Times {
@@ -66,13 +140,23 @@ struct Times {
     hop: u64,
 }
 
-/// Why the exact search does not take `stages` × `microbatches` under `costs`, if it does not:
-/// what callers that show the optimum only where it applies ask first.
-pub fn beyond_the_search(stages: usize, microbatches: usize, costs: &Costs) -> Option<String> {
-    if stages > MAX_STAGES || microbatches > MAX_MICROBATCHES {
+/// Why the exact search does not take `stages` × `microbatches` of `family` under `costs`, if it
+/// does not: what callers that show the optimum only where it applies ask first.
+pub fn beyond_the_search(
+    family: Family,
+    stages: usize,
+    microbatches: usize,
+    costs: &Costs,
+) -> Option<String> {
+    let (most_p, most_m) = match family {
+        Family::OneChunk => (MAX_STAGES, MAX_MICROBATCHES),
+        Family::V | Family::Interleaved => (MAX_TWO_CHUNK_STAGES, MAX_TWO_CHUNK_MICROBATCHES),
+    };
+    if stages > most_p || microbatches > most_m {
         Some(format!(
-            "the exact search takes up to {MAX_STAGES} stages and {MAX_MICROBATCHES} \
-             microbatches, got {stages} and {microbatches}"
+            "the exact search over {}s takes up to {most_p} stages and {most_m} microbatches, \
+             got {stages} and {microbatches}",
+            family.describe()
         ))
     } else if costs.blocking_sends {
         Some("the exact search models sends that run beside compute, not blocking ones".into())
@@ -81,25 +165,41 @@ pub fn beyond_the_search(stages: usize, microbatches: usize, costs: &Costs) -> O
     }
 }
 
-/// The shortest schedule of `stages` × `microbatches` under `costs` holding at most `memory`
-/// activations a stage (`None`: as many as the microbatches). `costs` must not block on sends.
+/// The shortest schedule of `family` with `stages` × `microbatches` under `costs` (one chunk
+/// op's) holding at most `memory` chunk activations a stage (`None`: all of them), with the
+/// full node budget. `costs` must not block on sends.
 pub fn optimal(
+    family: Family,
     stages: usize,
     microbatches: usize,
     costs: &Costs,
     memory: Option<usize>,
 ) -> Result<Optimum, ScheduleError> {
-    optimal_within(stages, microbatches, costs, memory, NODE_BUDGET)
+    optimal_within(
+        family,
+        stages,
+        microbatches,
+        costs,
+        memory,
+        NODE_BUDGET,
+        None,
+    )
 }
 
-/// [`optimal`] visiting about `budget` nodes at most (an interactive caller's bound on its time);
-/// past it, the best schedule found (the first complete one at least), not proven.
+/// The shortest schedule of `family`, `costs` being one chunk op's and `memory` in chunk
+/// activations a stage (`None`: all of them), visiting about `budget` nodes at most (an
+/// interactive caller's bound on its time); past it, the best schedule found (the first
+/// complete one at least), not proven. `seed`, a schedule of the family within the memory
+/// (the one compared, say), is the first bound: the search starts from it, so what it gives is
+/// never longer, even unproven.
 pub fn optimal_within(
+    family: Family,
     stages: usize,
     microbatches: usize,
     costs: &Costs,
     memory: Option<usize>,
     budget: u64,
+    seed: Option<&Schedule>,
 ) -> Result<Optimum, ScheduleError> {
     let (p, m) = (stages, microbatches);
     if p == 0 || m == 0 {
@@ -107,25 +207,38 @@ pub fn optimal_within(
             what: if p == 0 { "stages" } else { "microbatches" },
         });
     }
-    if let Some(reason) = beyond_the_search(p, m, costs) {
+    if let Some(reason) = beyond_the_search(family, p, m, costs) {
         return Err(ScheduleError::Shape {
             kind: "optimal",
             reason,
         });
     }
-    let memory = memory.unwrap_or(m).min(m);
+    let all = m * family.chunks();
+    let memory = memory.unwrap_or(all).min(all);
     if memory == 0 {
         return Err(ScheduleError::Zero { what: "memory" });
     }
+    let backward = costs.backward_ns.saturating_add(costs.all_to_all_ns);
     let times = Times {
-        dur: [
-            costs.forward_ns.saturating_add(costs.all_to_all_ns),
-            costs.backward_ns.saturating_add(costs.all_to_all_ns),
-            costs.weight_grad_ns,
-        ],
+        dur: if family.split() {
+            [
+                costs.forward_ns.saturating_add(costs.all_to_all_ns),
+                backward,
+                costs.weight_grad_ns,
+            ]
+        } else {
+            [
+                costs.forward_ns.saturating_add(costs.all_to_all_ns),
+                backward.saturating_add(costs.weight_grad_ns),
+                0,
+            ]
+        },
         hop: costs.transfer_ns()?,
     };
-    let mut search = Search::new(p, m, memory, times, budget);
+    let mut search = Search::new(family, p, m, memory, times, budget);
+    if let Some(seed) = seed {
+        search.seed(family, seed);
+    }
     search.run();
     let (makespan_ns, orders) = search.best.clone().ok_or_else(|| ScheduleError::Shape {
         kind: "optimal",
@@ -136,37 +249,53 @@ pub fn optimal_within(
         .map(|order| {
             order
                 .into_iter()
-                .map(|(k, j)| Step {
-                    kind: [OpKind::Forward, OpKind::Backward, OpKind::WeightGrad][k],
-                    mb: j,
-                    chunk: 0,
-                    overlapped: false,
-                    glued: false,
+                .map(|(k, v, j)| {
+                    let kind = [OpKind::Forward, OpKind::Backward, OpKind::WeightGrad][k];
+                    Step::new(kind, j, search.chunk[v])
                 })
                 .collect::<ComputeOrder>()
         })
         .collect();
+    let proven = !search.cut;
     Ok(Optimum {
         makespan_ns,
-        schedule: Schedule::from_orders(ScheduleKind::ZbH1, p, m, 1, orders),
-        proven: !search.cut,
+        schedule: Schedule::from_orders(family.kind(), p, m, family.chunks(), orders),
+        family,
+        proven,
+        lower_bound_ns: if proven {
+            makespan_ns
+        } else {
+            search.root_bound.min(makespan_ns)
+        },
         nodes: search.nodes,
     })
 }
 
-/// Search state: per stage, how many of each kind it ran, when it is free, and when each op
-/// finished.
+/// Search state: per virtual stage, how many of each kind it ran and when each op finished;
+/// per device, when it is free.
 struct Search {
     p: usize,
     m: usize,
+    /// Virtual stages.
+    n: usize,
+    split: bool,
     memory: usize,
     t: Times,
+    /// Per virtual stage: its device, its chunk there, and the hand-off to the next one.
+    device: Vec<usize>,
+    chunk: Vec<usize>,
+    hop_next: Vec<u64>,
     done: Vec<[usize; 3]>,
     free: Vec<u64>,
-    /// `[kind][stage][mb]`.
+    /// Per device, by chunk: Fs it may not start until it runs another op (see [`Self::dfs`]).
+    blocked: Vec<u8>,
+    /// Whether a device may decline its first F ([`Self::dfs`]): with two chunks a stage.
+    declines: bool,
+    /// `[kind][virtual stage][mb]`.
     fin: [Vec<Vec<u64>>; 3],
     order: Orders,
-    /// `[kind][stage]`: the longest chain from an op's start to the end, its own time included.
+    /// `[kind][virtual stage]`: the longest chain from an op's start to the end, its own time
+    /// included.
     tail: [Vec<u64>; 3],
     best: Option<(u64, Orders)>,
     nodes: u64,
@@ -175,37 +304,64 @@ struct Search {
     cut: bool,
     seen: HashMap<Vec<u8>, Vec<Vec<u64>>>,
     stored: usize,
+    /// The bound before anything is scheduled.
+    root_bound: u64,
 }
 
 impl Search {
-    fn new(p: usize, m: usize, memory: usize, t: Times, budget: u64) -> Self {
-        let [fd, bd, wd] = t.dur;
-        // B(s) → B(s−1) → … → B(0) → W(0) (at least B(s) → W(s)).
-        let mut tail = [
-            vec![0; p],
-            (0..p).map(|s| bd + s as u64 * (t.hop + bd) + wd).collect(),
-            vec![wd; p],
-        ];
-        for s in (0..p).rev() {
-            // F(s) → F(s+1) … F(p−1) → B(p−1) → … ; or F(s) → B(s).
-            tail[F][s] = fd
-                + if s + 1 < p {
-                    (t.hop + tail[F][s + 1]).max(tail[B][s])
+    fn new(family: Family, p: usize, m: usize, memory: usize, t: Times, budget: u64) -> Self {
+        let n = p * family.chunks();
+        let device: Vec<usize> = (0..n).map(|v| family.device(p, v)).collect();
+        let chunk = (0..n)
+            .map(|v| (0..v).filter(|&u| device[u] == device[v]).count())
+            .collect();
+        let hop_next: Vec<u64> = (0..n)
+            .map(|v| {
+                if v + 1 < n && device[v + 1] != device[v] {
+                    t.hop
                 } else {
-                    tail[B][s]
+                    0
+                }
+            })
+            .collect();
+        let [fd, bd, wd] = t.dur;
+        // B(v) → B(v−1) → … → B(0) → W(0) (at least B(v) → W(v)).
+        let mut tail = [vec![0; n], vec![0; n], vec![wd; n]];
+        for v in 0..n {
+            tail[B][v] = bd
+                + if v == 0 {
+                    wd
+                } else {
+                    wd.max(hop_next[v - 1] + tail[B][v - 1])
+                };
+        }
+        for v in (0..n).rev() {
+            // F(v) → F(v+1) … → B(last) → … ; or F(v) → B(v).
+            tail[F][v] = fd
+                + if v + 1 < n {
+                    (hop_next[v] + tail[F][v + 1]).max(tail[B][v])
+                } else {
+                    tail[B][v]
                 };
         }
         Self {
             p,
             m,
+            n,
+            split: family.split(),
             memory,
             t,
-            done: vec![[0; 3]; p],
+            device,
+            chunk,
+            hop_next,
+            done: vec![[0; 3]; n],
             free: vec![0; p],
+            blocked: vec![0; p],
+            declines: family.chunks() > 1,
             fin: [
-                vec![vec![0; m]; p],
-                vec![vec![0; m]; p],
-                vec![vec![0; m]; p],
+                vec![vec![0; m]; n],
+                vec![vec![0; m]; n],
+                vec![vec![0; m]; n],
             ],
             order: vec![Vec::new(); p],
             tail,
@@ -215,114 +371,213 @@ impl Search {
             cut: false,
             seen: HashMap::new(),
             stored: 0,
+            root_bound: 0,
         }
     }
 
-    /// When the next op of kind `k` on stage `s` could start, if it may start now.
-    fn ready(&self, s: usize, k: usize) -> Option<u64> {
-        let j = self.done[s][k];
+    /// Starts from `seed`'s orders, timed as this search times them, if it is a schedule of
+    /// the family's shape within the memory (anything else is ignored).
+    fn seed(&mut self, family: Family, seed: &Schedule) {
+        if Family::of(seed.kind, seed.chunks) != Some(family)
+            || seed.stages != self.p
+            || seed.microbatches != self.m
+        {
+            return;
+        }
+        let orders: Orders = (0..self.p)
+            .map(|stage| {
+                seed.ops[stage]
+                    .iter()
+                    .filter(|op| op.kind.is_compute())
+                    .map(|op| {
+                        let k = match op.kind {
+                            OpKind::Forward => F,
+                            OpKind::Backward => B,
+                            _ => W,
+                        };
+                        (k, seed.virtual_stage(stage, op.chunk), op.microbatch)
+                    })
+                    .collect()
+            })
+            .collect();
+        if let Some(span) = self.time(&orders) {
+            self.best = Some((span, orders));
+        }
+    }
+
+    /// The makespan of fixed per-device orders, each op as early as its inputs and its device
+    /// allow, under the memory; `None` where they are not a complete schedule of this search's
+    /// shape or wait on each other forever.
+    fn time(&mut self, orders: &Orders) -> Option<u64> {
+        let total: usize = orders.iter().map(Vec::len).sum();
+        if total != self.kinds().len() * self.n * self.m {
+            return None;
+        }
+        let mut next = vec![0usize; self.p];
+        let mut makespan = 0;
+        let mut left = total;
+        while left > 0 {
+            let mut moved = false;
+            for d in 0..self.p {
+                let Some(&(k, v, j)) = orders[d].get(next[d]) else {
+                    continue;
+                };
+                let ready = (self.device.get(v) == Some(&d) && self.done[v][k] == j)
+                    .then(|| self.ready(v, k))
+                    .flatten();
+                if let Some(start) = ready {
+                    let finish = start + self.t.dur[k];
+                    self.free[d] = finish;
+                    self.fin[k][v][j] = finish;
+                    self.done[v][k] += 1;
+                    makespan = makespan.max(finish);
+                    next[d] += 1;
+                    left -= 1;
+                    moved = true;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        // Back to the empty state the search starts from.
+        self.done.iter_mut().for_each(|d| *d = [0; 3]);
+        self.free.iter_mut().for_each(|f| *f = 0);
+        (left == 0).then_some(makespan)
+    }
+
+    /// The op kinds each virtual stage runs.
+    fn kinds(&self) -> &'static [usize] {
+        if self.split { &[F, B, W] } else { &[F, B] }
+    }
+
+    /// Activations device `d` holds: its Fs whose W (whole B) has not run.
+    fn held(&self, d: usize) -> usize {
+        let last = if self.split { W } else { B };
+        (0..self.n)
+            .filter(|&v| self.device[v] == d)
+            .map(|v| self.done[v][F] - self.done[v][last])
+            .sum()
+    }
+
+    /// When the next op of kind `k` of virtual stage `v` could start, if it may start now.
+    fn ready(&self, v: usize, k: usize) -> Option<u64> {
+        let j = self.done[v][k];
         if j >= self.m {
             return None;
         }
-        let hop = self.t.hop;
         let at = match k {
             F => {
-                if self.done[s][F] - self.done[s][W] >= self.memory {
+                let d = self.device[v];
+                if self.held(d) >= self.memory || self.blocked[d] & (1 << self.chunk[v]) != 0 {
                     return None;
                 }
-                if s == 0 {
+                if v == 0 {
                     0
-                } else if self.done[s - 1][F] > j {
-                    self.fin[F][s - 1][j] + hop
+                } else if self.done[v - 1][F] > j {
+                    self.fin[F][v - 1][j] + self.hop_next[v - 1]
                 } else {
                     return None;
                 }
             }
             B => {
-                if self.done[s][F] <= j {
+                if self.done[v][F] <= j {
                     return None;
                 }
-                let own = self.fin[F][s][j];
-                if s + 1 == self.p {
+                let own = self.fin[F][v][j];
+                if v + 1 == self.n {
                     own
-                } else if self.done[s + 1][B] > j {
-                    own.max(self.fin[B][s + 1][j] + hop)
+                } else if self.done[v + 1][B] > j {
+                    own.max(self.fin[B][v + 1][j] + self.hop_next[v])
                 } else {
                     return None;
                 }
             }
             _ => {
-                if self.done[s][B] <= j {
+                if self.done[v][B] <= j {
                     return None;
                 }
-                self.fin[B][s][j]
+                self.fin[B][v][j]
             }
         };
-        Some(at.max(self.free[s]))
+        Some(at.max(self.free[self.device[v]]))
     }
 
     /// A lower bound on the makespan of any completion of this state.
     // Indexes several `[kind][stage][mb]` arrays at once: ranges read plainer than zips.
     #[allow(clippy::needless_range_loop)]
     fn bound(&self, makespan: u64) -> u64 {
-        let (p, m) = (self.p, self.m);
-        let hop = self.t.hop;
+        let (n, m) = (self.n, self.m);
         let mut lb = makespan;
-        // Earliest starts of every unscheduled op, ignoring the other ops of its stage except
-        // through the stage's free time: F in stage order, B in reverse, W after B.
+        let free = |v: usize| self.free[self.device[v]];
+        // Earliest finishes of every unscheduled op, ignoring the other ops of its device
+        // except through the device's free time: F in virtual-stage order, B in reverse, W
+        // after B.
         let mut est = [
-            vec![vec![0u64; m]; p],
-            vec![vec![0u64; m]; p],
-            vec![vec![0u64; m]; p],
+            vec![vec![0u64; m]; n],
+            vec![vec![0u64; m]; n],
+            vec![vec![0u64; m]; n],
         ];
-        for s in 0..p {
+        for v in 0..n {
             for j in 0..m {
-                est[F][s][j] = if j < self.done[s][F] {
-                    self.fin[F][s][j]
+                est[F][v][j] = if j < self.done[v][F] {
+                    self.fin[F][v][j]
                 } else {
-                    let pred = if s == 0 { 0 } else { est[F][s - 1][j] + hop };
-                    pred.max(self.free[s]) + self.t.dur[F]
+                    let pred = if v == 0 {
+                        0
+                    } else {
+                        est[F][v - 1][j] + self.hop_next[v - 1]
+                    };
+                    pred.max(free(v)) + self.t.dur[F]
                 };
             }
         }
-        for s in (0..p).rev() {
+        for v in (0..n).rev() {
             for j in 0..m {
-                est[B][s][j] = if j < self.done[s][B] {
-                    self.fin[B][s][j]
+                est[B][v][j] = if j < self.done[v][B] {
+                    self.fin[B][v][j]
                 } else {
-                    let after = if s + 1 == p {
+                    let after = if v + 1 == n {
                         0
                     } else {
-                        est[B][s + 1][j] + hop
+                        est[B][v + 1][j] + self.hop_next[v]
                     };
-                    after.max(est[F][s][j]).max(self.free[s]) + self.t.dur[B]
+                    after.max(est[F][v][j]).max(free(v)) + self.t.dur[B]
                 };
-                est[W][s][j] = if j < self.done[s][W] {
-                    self.fin[W][s][j]
+                est[W][v][j] = if !self.split {
+                    est[B][v][j]
+                } else if j < self.done[v][W] {
+                    self.fin[W][v][j]
                 } else {
-                    est[B][s][j].max(self.free[s]) + self.t.dur[W]
+                    est[B][v][j].max(free(v)) + self.t.dur[W]
                 };
-                lb = lb.max(est[W][s][j]);
+                lb = lb.max(est[W][v][j]);
             }
         }
         // est holds finish times here: the tail after each op's finish bounds the end.
-        for s in 0..p {
+        for v in 0..n {
             for k in [F, B] {
-                if let Some(j) = (self.done[s][k]..m).next() {
-                    let start = est[k][s][j] - self.t.dur[k];
-                    lb = lb.max(start + self.tail[k][s]);
+                if let Some(j) = (self.done[v][k]..m).next() {
+                    let start = est[k][v][j] - self.t.dur[k];
+                    lb = lb.max(start + self.tail[k][v]);
                 }
             }
-            // The stage's remaining work, from its first possible start.
-            let work: u64 = (0..3)
-                .map(|k| (m - self.done[s][k]) as u64 * self.t.dur[k])
-                .sum();
-            let first = (0..3)
-                .filter(|&k| self.done[s][k] < m)
-                .map(|k| est[k][s][self.done[s][k]] - self.t.dur[k])
-                .min()
-                .unwrap_or(self.free[s]);
-            lb = lb.max(first.max(self.free[s]) + work);
+        }
+        // Each device's remaining work, from its first possible start.
+        for d in 0..self.p {
+            let (mut work, mut first) = (0u64, None::<u64>);
+            for v in (0..n).filter(|&v| self.device[v] == d) {
+                for &k in self.kinds() {
+                    let left = m - self.done[v][k];
+                    work += left as u64 * self.t.dur[k];
+                    if left > 0 {
+                        let start = est[k][v][self.done[v][k]] - self.t.dur[k];
+                        first = Some(first.map_or(start, |f: u64| f.min(start)));
+                    }
+                }
+            }
+            let first = first.unwrap_or(self.free[d]);
+            lb = lb.max(first.max(self.free[d]) + work);
         }
         lb
     }
@@ -333,21 +588,22 @@ impl Search {
             .done
             .iter()
             .flat_map(|d| d.iter().map(|&n| n as u8))
+            .chain(self.blocked.iter().copied())
             .collect();
         let mut times = self.free.clone();
         times.push(makespan);
-        for s in 0..self.p {
-            let d = self.done[s];
+        for v in 0..self.n {
+            let d = self.done[v];
             for j in 0..d[F] {
-                let needed = (s + 1 < self.p && j >= self.done[s + 1][F]) || j >= d[B];
+                let needed = (v + 1 < self.n && j >= self.done[v + 1][F]) || j >= d[B];
                 if needed {
-                    times.push(self.fin[F][s][j]);
+                    times.push(self.fin[F][v][j]);
                 }
             }
             for j in 0..d[B] {
-                let needed = (s > 0 && j >= self.done[s - 1][B]) || j >= d[W];
+                let needed = (v > 0 && j >= self.done[v - 1][B]) || (self.split && j >= d[W]);
                 if needed {
-                    times.push(self.fin[B][s][j]);
+                    times.push(self.fin[B][v][j]);
                 }
             }
         }
@@ -373,6 +629,7 @@ impl Search {
     }
 
     fn run(&mut self) {
+        self.root_bound = self.bound(0);
         self.dfs(0, 0);
     }
 
@@ -383,7 +640,7 @@ impl Search {
             self.cut = true;
             return;
         }
-        if scheduled == 3 * self.p * self.m {
+        if scheduled == self.kinds().len() * self.n * self.m {
             if self.best.as_ref().is_none_or(|b| makespan < b.0) {
                 self.best = Some((makespan, self.order.clone()));
             }
@@ -397,247 +654,66 @@ impl Search {
         if self.dominated(makespan) {
             return;
         }
-        // Giffler–Thompson: the op that could finish first fixes the stage.
-        let mut first: Option<(u64, usize)> = None;
-        for s in 0..self.p {
-            for k in 0..3 {
-                if let Some(start) = self.ready(s, k) {
+        // Giffler–Thompson: the op that could finish first fixes the device.
+        let mut first: Option<(u64, usize, usize, usize)> = None;
+        for v in 0..self.n {
+            for &k in self.kinds() {
+                if let Some(start) = self.ready(v, k) {
                     let end = start + self.t.dur[k];
-                    if first.is_none_or(|(e, _)| end < e) {
-                        first = Some((end, s));
+                    if first.is_none_or(|(e, ..)| end < e) {
+                        first = Some((end, self.device[v], k, v));
                     }
                 }
             }
         }
-        let Some((end, s)) = first else {
-            // Nothing may start: the memory limit holds every stage (no W can run).
+        let Some((end, d, first_kind, first_v)) = first else {
+            // Nothing may start: the memory limit holds every device (no W can run).
             return;
         };
         // B first: it is on the critical path; then W, which frees memory; then F.
         for k in [B, W, F] {
-            let Some(start) = self.ready(s, k) else {
-                continue;
-            };
-            if start >= end {
+            if k == W && !self.split {
                 continue;
             }
-            let j = self.done[s][k];
-            let finish = start + self.t.dur[k];
-            let (free, fin) = (self.free[s], self.fin[k][s][j]);
-            self.free[s] = finish;
-            self.fin[k][s][j] = finish;
-            self.done[s][k] += 1;
-            self.order[s].push((k, j));
-            self.dfs(scheduled + 1, makespan.max(finish));
-            self.order[s].pop();
-            self.done[s][k] -= 1;
-            self.fin[k][s][j] = fin;
-            self.free[s] = free;
+            for v in 0..self.n {
+                if self.device[v] != d {
+                    continue;
+                }
+                let Some(start) = self.ready(v, k) else {
+                    continue;
+                };
+                if start >= end {
+                    continue;
+                }
+                let j = self.done[v][k];
+                let finish = start + self.t.dur[k];
+                let (free, fin, blocked) = (self.free[d], self.fin[k][v][j], self.blocked[d]);
+                self.free[d] = finish;
+                self.fin[k][v][j] = finish;
+                self.blocked[d] = 0;
+                self.done[v][k] += 1;
+                self.order[d].push((k, v, j));
+                self.dfs(scheduled + 1, makespan.max(finish));
+                self.order[d].pop();
+                self.done[v][k] -= 1;
+                self.blocked[d] = blocked;
+                self.fin[k][v][j] = fin;
+                self.free[d] = free;
+            }
+        }
+        // Under a memory limit the active schedules need not hold an optimal one, nor any: a
+        // device with two chunks that starts every F it can may fill its memory with one arm's
+        // activations while the other arm's F, still on its way, needs room (the V's return).
+        // So the device may also decline that F: it runs another op first, whenever one is
+        // ready, and every schedule stays in the tree.
+        if self.declines && first_kind == F {
+            let bit = 1 << self.chunk[first_v];
+            self.blocked[d] |= bit;
+            self.dfs(scheduled, makespan);
+            self.blocked[d] &= !bit;
         }
     }
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::pipeline::{simulate, validate};
-
-    fn costs(f: u64, b: u64, w: u64, latency: u64) -> Costs {
-        Costs {
-            latency_ns: latency,
-            ..Costs::compute_only(f, b, w)
-        }
-    }
-
-    /// Every per-stage order (any order of each stage's ops that keeps F before B before W of
-    /// each microbatch and the memory limit) timed as early as its dependencies allow: the
-    /// shortest. No symmetry assumed, no branching rule: what the search must equal.
-    fn brute_force(p: usize, m: usize, t: Times, memory: usize) -> u64 {
-        fn orders(m: usize, memory: usize) -> Vec<Vec<(usize, usize)>> {
-            fn go(
-                m: usize,
-                memory: usize,
-                state: &mut Vec<u8>,
-                cur: &mut Vec<(usize, usize)>,
-                out: &mut Vec<Vec<(usize, usize)>>,
-            ) {
-                if cur.len() == 3 * m {
-                    out.push(cur.clone());
-                    return;
-                }
-                let live = state.iter().filter(|&&x| x == 1 || x == 2).count();
-                for j in 0..m {
-                    let k = state[j] as usize;
-                    if k == 3 || (k == F && live >= memory) {
-                        continue;
-                    }
-                    state[j] += 1;
-                    cur.push((k, j));
-                    go(m, memory, state, cur, out);
-                    cur.pop();
-                    state[j] -= 1;
-                }
-            }
-            let mut out = Vec::new();
-            go(m, memory, &mut vec![0; m], &mut Vec::new(), &mut out);
-            out
-        }
-        let per_stage = orders(m, memory);
-        let mut best = u64::MAX;
-        let mut pick = vec![0usize; p];
-        loop {
-            if let Some(span) = time(
-                p,
-                m,
-                t,
-                &pick.iter().map(|&i| &per_stage[i]).collect::<Vec<_>>(),
-            ) {
-                best = best.min(span);
-            }
-            // Next combination.
-            let mut s = 0;
-            loop {
-                if s == p {
-                    return best;
-                }
-                pick[s] += 1;
-                if pick[s] < per_stage.len() {
-                    break;
-                }
-                pick[s] = 0;
-                s += 1;
-            }
-        }
-    }
-
-    /// The makespan of fixed per-stage orders, each op as early as possible; `None` when the
-    /// orders wait on each other forever.
-    fn time(p: usize, m: usize, t: Times, orders: &[&Vec<(usize, usize)>]) -> Option<u64> {
-        let mut fin = vec![[[None::<u64>; 8]; 3]; p];
-        let mut next = vec![0usize; p];
-        let mut free = vec![0u64; p];
-        let mut left = 3 * p * m;
-        while left > 0 {
-            let mut moved = false;
-            for s in 0..p {
-                let Some(&(k, j)) = orders[s].get(next[s]) else {
-                    continue;
-                };
-                let ready = match k {
-                    F if s == 0 => Some(0),
-                    F => fin[s - 1][F][j].map(|e| e + t.hop),
-                    B => {
-                        let own = fin[s][F][j];
-                        if s + 1 == p {
-                            own
-                        } else {
-                            own.zip(fin[s + 1][B][j]).map(|(a, b)| a.max(b + t.hop))
-                        }
-                    }
-                    _ => fin[s][B][j],
-                };
-                if let Some(r) = ready {
-                    let end = r.max(free[s]) + t.dur[k];
-                    fin[s][k][j] = Some(end);
-                    free[s] = end;
-                    next[s] += 1;
-                    left -= 1;
-                    moved = true;
-                }
-            }
-            if !moved {
-                return None;
-            }
-        }
-        free.into_iter().max()
-    }
-
-    #[test]
-    fn the_search_equals_brute_force_on_tiny_settings() {
-        for (p, m) in [(2, 2), (3, 2), (4, 2)] {
-            for (f, b, w, hop) in [(1, 1, 1, 0), (1, 2, 1, 0), (2, 3, 1, 1), (1, 2, 2, 2)] {
-                for memory in 1..=m {
-                    let c = costs(f, b, w, hop);
-                    let t = Times {
-                        dur: [f, b, w],
-                        hop,
-                    };
-                    let want = brute_force(p, m, t, memory);
-                    let got = optimal(p, m, &c, Some(memory)).unwrap();
-                    assert!(got.proven);
-                    assert_eq!(
-                        got.makespan_ns, want,
-                        "p {p} m {m} F/B/W {f}/{b}/{w} hop {hop} memory {memory}"
-                    );
-                }
-            }
-        }
-        // Three microbatches on two stages: 1,680 orders a stage, every pair of them.
-        for (f, b, w, hop, memory) in [(1, 2, 1, 0, 2), (2, 3, 1, 1, 3)] {
-            let t = Times {
-                dur: [f, b, w],
-                hop,
-            };
-            let got = optimal(2, 3, &costs(f, b, w, hop), Some(memory)).unwrap();
-            assert_eq!(
-                got.makespan_ns,
-                brute_force(2, 3, t, memory),
-                "m 3 {f}/{b}/{w}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_optimum_is_a_valid_schedule_no_longer_than_any_other() {
-        for (f, b, w) in [(1, 1, 1), (1, 2, 1), (2, 3, 1)] {
-            let c = costs(f * 10, b * 10, w * 10, 3);
-            let best = optimal(4, 6, &c, None).unwrap();
-            assert!(best.proven, "F/B/W {f}/{b}/{w}: {} nodes", best.nodes);
-            let v = validate(&best.schedule).unwrap();
-            assert!(v.peak_activations.iter().all(|&a| a <= 6));
-            // The simulator times its orders as the search did.
-            assert_eq!(
-                simulate(&best.schedule, &c).unwrap().makespan_ns,
-                best.makespan_ns
-            );
-            for kind in [
-                ScheduleKind::OneFOneB,
-                ScheduleKind::ZbH1,
-                ScheduleKind::GPipe,
-            ] {
-                let other = Schedule::new(kind, 4, 6, 1).unwrap();
-                let span = simulate(&other, &c).unwrap().makespan_ns;
-                assert!(
-                    best.makespan_ns <= span,
-                    "{kind:?}: {span} < {}",
-                    best.makespan_ns
-                );
-            }
-        }
-        // Under 1F1B's memory (p activations on stage 0) it is still no longer than ZB-H1.
-        let c = costs(10, 20, 10, 0);
-        let best = optimal(4, 6, &c, Some(4)).unwrap();
-        let h1 = simulate(&Schedule::new(ScheduleKind::ZbH1, 4, 6, 1).unwrap(), &c).unwrap();
-        assert!(best.proven && best.makespan_ns <= h1.makespan_ns);
-        assert!(
-            validate(&best.schedule)
-                .unwrap()
-                .peak_activations
-                .iter()
-                .all(|&a| a <= 4)
-        );
-    }
-
-    #[test]
-    fn settings_past_the_exact_search_are_refused() {
-        let c = costs(1, 1, 1, 0);
-        assert!(optimal(5, 4, &c, None).is_err());
-        assert!(optimal(4, 7, &c, None).is_err());
-        assert!(optimal(0, 4, &c, None).is_err());
-        assert!(optimal(2, 2, &c, Some(0)).is_err());
-        // A budget too small to finish says so, with the best found.
-        let short = optimal_within(4, 6, &costs(10, 20, 10, 3), None, 5).unwrap();
-        assert!(!short.proven && short.makespan_ns > 0);
-    }
-}
+mod tests;

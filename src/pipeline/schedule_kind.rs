@@ -68,11 +68,14 @@ pub enum ScheduleKind {
     /// V-Half (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): the V placement
     /// from a repeating building block of a stage's F, F, B, B offsets that holds about half of
     /// 1F1B's activations (6 half-stage chunks a stage at p = 4, where 1F1B holds 8), each W in
-    /// the first free slot after its B, warm-up and cool-down squeezed (`v_block.rs`).
+    /// the first free slot after its B, warm-up and cool-down squeezed (`v_block.rs`). Planned
+    /// for costs ([`Schedule::for_costs`](super::Schedule::for_costs)), the shortest of that
+    /// pattern and the authors' building-block search within its peak (`v_search.rs`).
     #[serde(rename = "v-half")]
     VHalf,
     /// V-Min (the same paper): the building block that holds about a third of 1F1B's
-    /// activations (4 half-stage chunks a stage at p = 4), for a larger bubble.
+    /// activations (4 half-stage chunks a stage at p = 4), for a larger bubble; planned for
+    /// costs, searched as V-Half is.
     #[serde(rename = "v-min")]
     VMin,
     /// DualPipe (DeepSeek-V3, 2024): bidirectional. Every stage holds two copies of the model's

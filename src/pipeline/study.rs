@@ -1,10 +1,11 @@
 //! One schedule studied ([`study`]): built for the costs it will meet, simulated (its figure's
 //! row), its lanes as trace tracks, the textbook bubble, and, where the exact search takes the
-//! setting, the shortest one-chunk schedule and this one's gap to it. `gangway pipeline` and the
+//! setting, the shortest schedule of its [`Family`] (one chunk; two in a V; two looped) and
+//! this one's gap to it. `gangway pipeline` and the
 //! viewer's lab only present a [`Study`]; neither plans, simulates or searches itself.
 
 use super::fold::Fold;
-use super::optimal::{NODE_BUDGET, Optimum, beyond_the_search, optimal_within};
+use super::optimal::{Family, NODE_BUDGET, Optimum, beyond_the_search, optimal_within};
 use super::schedule_kind::ScheduleKind;
 use super::simulate::Costs;
 use super::textbook::bubble_formula;
@@ -31,12 +32,14 @@ pub struct Spec {
     pub search: Search,
 }
 
-/// Whether, and under which memory, to search for the shortest one-chunk schedule.
+/// Whether, and under which memory, to search for the shortest schedule of the studied one's
+/// family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Search {
     Off,
-    /// Under [`Spec::memory_limit`] (none: unlimited) with the full budget; a setting the search
-    /// cannot take is an error (`gangway pipeline --optimal`).
+    /// Under [`Spec::memory_limit`] (none: unlimited; activations a stage, each a chunk
+    /// activation times the chunks) with the full budget; a setting the search cannot take is
+    /// an error (`gangway pipeline --optimal`).
     UnderTheLimit,
     /// Under the studied schedule's own peak activations, within `budget` nodes; nothing where
     /// the search cannot take the setting (the lab, which searches as its sliders move).
@@ -45,11 +48,11 @@ pub enum Search {
     },
 }
 
-/// The shortest one-chunk schedule found, and how this schedule compares.
+/// The shortest schedule of the family found, and how this schedule compares.
 #[derive(Debug, Clone)]
 pub struct Found {
     pub optimum: Optimum,
-    /// The activations a stage the optimum was allowed (none: unlimited).
+    /// The chunk activations a stage the optimum was allowed (none: unlimited).
     pub memory: Option<usize>,
     /// This schedule's makespan over the optimum's, minus 1; or why the optimum does not bound
     /// it.
@@ -98,16 +101,23 @@ pub fn lanes(stages: usize, fold: Fold) -> Result<Vec<Track>, ScheduleError> {
     })
 }
 
-/// Why the exact search cannot take a setting: too large, sends that block, or stages that are
-/// not even or share devices. `None` where it can.
+/// Why the exact search cannot take a setting: a schedule no search covers, too large, sends
+/// that block, or stages that are not even or share devices. `None` where it can.
 pub fn beyond_search(
+    family: Option<Family>,
     stages: usize,
     microbatches: usize,
     share: &Costs,
     stage_costs: &[f64],
     fold: Fold,
 ) -> Option<String> {
-    beyond_the_search(stages, microbatches, share).or_else(|| {
+    let Some(family) = family else {
+        return Some(
+            "the exact search covers one chunk a stage, and two in a V or looped (v = 2) only"
+                .into(),
+        );
+    };
+    beyond_the_search(family, stages, microbatches, share).or_else(|| {
         (!stage_costs.is_empty() || fold.shares(stages))
             .then(|| "the exact search takes even stages, one device each".to_string())
     })
@@ -116,19 +126,19 @@ pub fn beyond_search(
 /// Why the optimum does not bound a schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unbounded {
-    /// It has several chunks a stage; the optimum is over one-chunk schedules.
-    Chunks,
+    /// It is not of the optimum's family (its chunks or their placement differ).
+    Family,
     /// It holds more activations a stage than the optimum was allowed.
     Memory,
 }
 
-/// How much longer `row`'s schedule is than `optimum`, which was allowed `memory` activations a
-/// stage (none: unlimited), as a fraction; or why the optimum does not bound it.
+/// How much longer `row`'s schedule is than `optimum`, which was allowed `memory` chunk
+/// activations a stage (none: unlimited), as a fraction; or why the optimum does not bound it.
 pub fn gap(optimum: &Optimum, memory: Option<usize>, row: &FigureRow) -> Result<f64, Unbounded> {
-    let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
-    if row.schedule.chunks != 1 {
-        Err(Unbounded::Chunks)
-    } else if memory.is_some_and(|k| peak > k as f64) {
+    let peak = row.sim.peak_activations.iter().copied().max().unwrap_or(0);
+    if Family::of(row.schedule.kind, row.schedule.chunks) != Some(optimum.family) {
+        Err(Unbounded::Family)
+    } else if memory.is_some_and(|k| peak > k) {
         Err(Unbounded::Memory)
     } else {
         Ok(row.sim.makespan_ns as f64 / optimum.makespan_ns.max(1) as f64 - 1.0)
@@ -158,8 +168,10 @@ pub fn study(spec: &Spec) -> Result<Study, ScheduleError> {
         textbook,
         optimum: None,
     };
+    let family = Family::of(spec.kind, chunks);
     let why_not = || {
         beyond_search(
+            family,
             spec.stages,
             spec.microbatches,
             &spec.share,
@@ -173,26 +185,27 @@ pub fn study(spec: &Spec) -> Result<Study, ScheduleError> {
             if let Some(reason) = why_not() {
                 return Err(ScheduleError::BeyondTheSearch { reason });
             }
-            (spec.memory_limit, NODE_BUDGET)
+            (spec.memory_limit.map(|k| k * chunks), NODE_BUDGET)
         }
         Search::AtItsPeak { budget } => {
             if why_not().is_some() {
                 return Ok(study);
             }
-            let peak = study
-                .row()
-                .peak_microbatches()
-                .into_iter()
-                .fold(0.0, f64::max);
-            (Some((peak.ceil() as usize).max(1)), budget)
+            let peak = study.row().sim.peak_activations.iter().copied().max();
+            (Some(peak.unwrap_or(1).max(1)), budget)
         }
     };
+    let Some(family) = family else {
+        return Ok(study);
+    };
     let searched = optimal_within(
+        family,
         spec.stages,
         spec.microbatches,
-        &spec.share.per_chunk(1),
+        &spec.share.per_chunk(family.chunks()),
         memory,
         budget,
+        Some(&study.row().schedule),
     );
     let optimum = match (searched, spec.search) {
         (Ok(optimum), _) => optimum,
@@ -237,13 +250,22 @@ mod tests {
         // ZB-H1 holds more than 3 activations a stage: an optimum held to 3 does not bound it.
         let held = study(&spec(ScheduleKind::ZbH1, Some(3), Search::UnderTheLimit)).unwrap();
         assert_eq!(held.optimum.unwrap().gap, Err(Unbounded::Memory));
-        let chunks = study(&spec(
+        // Interleaved is bounded by the two-chunk looped optimum, not the one-chunk one.
+        let mut interleaved = spec(
             ScheduleKind::Interleaved,
             None,
-            Search::UnderTheLimit,
-        ))
-        .unwrap();
-        assert_eq!(chunks.optimum.unwrap().gap, Err(Unbounded::Chunks));
+            Search::AtItsPeak { budget: 200_000 },
+        );
+        interleaved.microbatches = 4;
+        let chunks = study(&interleaved).unwrap();
+        let found = chunks.optimum.unwrap();
+        assert_eq!(found.optimum.family, Family::Interleaved);
+        assert!(found.gap.unwrap() >= 0.0);
+        let row = study(&spec(ScheduleKind::OneFOneB, None, Search::Off)).unwrap();
+        assert_eq!(
+            super::gap(&found.optimum, None, row.row()),
+            Err(Unbounded::Family)
+        );
         // At its own peak, the lab's search bounds the schedule.
         let lab = study(&spec(
             ScheduleKind::ZbH1,

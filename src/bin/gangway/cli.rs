@@ -716,16 +716,18 @@ pub(crate) struct PipelineArgs {
     /// and left out.
     #[arg(long, conflicts_with = "run")]
     pub(crate) compare: bool,
-    /// Also the shortest one-chunk schedule there is under these costs (B and W split, a branch
-    /// and bound proven optimal; up to 4 stages and 6 microbatches, one device per stage), and
-    /// the schedule's gap to it. `--compare` shows every one-chunk schedule's gap whenever the
-    /// setting is that small.
+    /// Also the shortest schedule of the schedule's family there is under these costs (one
+    /// chunk a stage with B and W split, up to 4 stages and 6 microbatches; two chunks in a V
+    /// with B and W split, or two looped with whole backwards, up to 4 and 4; one device per
+    /// stage; a branch and bound proven optimal), and the schedule's gap to it. `--compare`
+    /// shows each schedule's gap to its family's optimum whenever the setting is that small.
     #[arg(long, conflicts_with = "run")]
     pub(crate) optimal: bool,
     /// At most this many activations held by a stage (microbatches between their F and W):
     /// the memory `--schedule zb-auto` plans under [default: the stages, ZB-H1's and 1F1B's],
     /// and with --optimal the memory the search keeps to [default: as many as the
-    /// microbatches]. With --compare, both.
+    /// microbatches; a two-chunk search keeps to twice it in chunk activations]. With
+    /// --compare, both.
     #[arg(long, value_name = "K")]
     pub(crate) memory_limit: Option<usize>,
     /// The schedules --compare stacks, comma separated (default: all fourteen).

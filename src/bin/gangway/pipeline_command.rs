@@ -332,8 +332,8 @@ pub(crate) fn pipeline(
             &args.stage_costs,
             fold,
         )?;
-        let optimum = optimum(args, &share, !args.optimal)?;
-        print_comparison(args, &figure, &share, optimum.as_ref());
+        let optima = optima(args, &figure, &share)?;
+        print_comparison(args, &figure, &share, &optima);
         if let Some(path) = &args.svg {
             write_figure(path, &figure, args)?;
         }
@@ -405,9 +405,9 @@ pub(crate) fn pipeline(
         println!("{}", describe_optimum(&found.optimum, found.memory));
         match found.gap {
             Ok(g) => println!("{}'s gap to it: {:+.1}%", args.schedule.name(), g * 100.0),
-            Err(Unbounded::Chunks) => println!(
-                "(the optimum is over one-chunk schedules: {} has {chunks} chunks a stage, so it \
-                 may be shorter)",
+            Err(Unbounded::Family) => println!(
+                "(the optimum is over {}s: {} is not one, so it may be shorter)",
+                found.optimum.family.describe(),
                 args.schedule.name()
             ),
             Err(Unbounded::Memory) => println!(
@@ -465,42 +465,69 @@ fn print_stage_costs(stage_costs: &[f64]) {
     );
 }
 
-/// The shortest one-chunk schedule under `share`'s costs and `--memory-limit`, when asked for
-/// (`--optimal`; an error where the setting is past the exact search) or, with `quiet_refusal`,
-/// wherever the setting is small enough (`--compare`'s gap column). `None` otherwise.
-fn optimum(
+/// The shortest schedule of each family among `figure`'s schedules (one chunk a stage; two in a
+/// V; two looped) under `share`'s costs and `--memory-limit` (activations a stage: a two-chunk
+/// family may hold twice as many chunk activations), each with the chunk activations it was
+/// allowed, wherever the setting is small enough for the exact search (`--compare`'s gap
+/// column). `--optimal` asks for the one-chunk one whatever the schedules, and it is an error
+/// where that setting is past the search.
+fn optima(
     args: &PipelineArgs,
+    figure: &gangway::pipeline::Figure,
     share: &gangway::pipeline::Costs,
-    quiet_refusal: bool,
-) -> Result<Option<gangway::pipeline::Optimum>> {
-    use gangway::pipeline::{beyond_search, optimal};
-    if !args.optimal && !quiet_refusal {
-        return Ok(None);
+) -> Result<Vec<(gangway::pipeline::Optimum, Option<usize>)>> {
+    use gangway::pipeline::{Family, beyond_search, optimal};
+    let mut families: Vec<Family> = Vec::new();
+    if args.optimal {
+        families.push(Family::OneChunk);
     }
-    let why_not = beyond_search(
-        args.stages,
-        args.microbatches,
-        share,
-        &args.stage_costs,
-        args.fold(),
-    );
-    match why_not {
-        Some(_) if quiet_refusal => Ok(None),
-        Some(why) => bail!("--optimal: {why}"),
-        None => Ok(Some(optimal(
+    for row in &figure.rows {
+        if let Some(f) = Family::of(row.schedule.kind, row.schedule.chunks)
+            && !families.contains(&f)
+        {
+            families.push(f);
+        }
+    }
+    let mut found = Vec::new();
+    for family in families {
+        let why_not = beyond_search(
+            Some(family),
             args.stages,
             args.microbatches,
-            &share.per_chunk(1),
-            args.memory_limit,
-        )?)),
+            share,
+            &args.stage_costs,
+            args.fold(),
+        );
+        match why_not {
+            Some(why) if args.optimal && family == Family::OneChunk => bail!("--optimal: {why}"),
+            Some(_) => {}
+            None => {
+                let memory = args.memory_limit.map(|k| k * family.chunks());
+                let best = optimal(
+                    family,
+                    args.stages,
+                    args.microbatches,
+                    &share.per_chunk(family.chunks()),
+                    memory,
+                )?;
+                found.push((best, memory));
+            }
+        }
     }
+    Ok(found)
 }
 
 fn describe_optimum(best: &gangway::pipeline::Optimum, memory: Option<usize>) -> String {
+    let unit = if best.family.chunks() == 1 {
+        "activations"
+    } else {
+        "chunk activations"
+    };
     format!(
-        "optimal one-chunk schedule{}: {:.3} ms ({}, {} nodes searched)",
+        "optimal {}{}: {:.3} ms ({}, {} nodes searched)",
+        best.family.describe(),
         memory.map_or_else(String::new, |k| format!(
-            " holding at most {k} activations a stage"
+            " holding at most {k} {unit} a stage"
         )),
         best.makespan_ns as f64 / 1e6,
         if best.proven {
@@ -520,7 +547,7 @@ fn print_comparison(
     args: &PipelineArgs,
     figure: &gangway::pipeline::Figure,
     share: &gangway::pipeline::Costs,
-    optimum: Option<&gangway::pipeline::Optimum>,
+    optima: &[(gangway::pipeline::Optimum, Option<usize>)],
 ) {
     use gangway::pipeline::textbook;
     let us = |ns: u64| ns as f64 / 1e3;
@@ -536,8 +563,8 @@ fn print_comparison(
     );
     print_stage_costs(&args.stage_costs);
     print_fold(args.fold(), args.stages);
-    if let Some(best) = optimum {
-        println!("{}", describe_optimum(best, args.memory_limit));
+    for (best, memory) in optima {
+        println!("{}", describe_optimum(best, *memory));
     }
     let rows: Vec<Vec<String>> = figure
         .rows
@@ -555,9 +582,12 @@ fn print_comparison(
             let idle_max = idle.iter().copied().max().unwrap_or(0);
             let peak = row.peak_microbatches().into_iter().fold(0.0, f64::max);
             let units = |chunks: f64| format!("{}", chunks);
-            let to_optimum = optimum.map(|best| {
-                gangway::pipeline::gap(best, args.memory_limit, row)
-                    .map_or_else(|_| "—".to_owned(), |g| format!("{:+.1}%", g * 100.0))
+            // The optimum of the row's own family, if one was searched.
+            let to_optimum = (!optima.is_empty()).then(|| {
+                optima
+                    .iter()
+                    .find_map(|(best, memory)| gangway::pipeline::gap(best, *memory, row).ok())
+                    .map_or_else(|| "—".to_owned(), |g| format!("{:+.1}%", g * 100.0))
             });
             let mut cells = vec![
                 name,
@@ -587,14 +617,16 @@ fn print_comparison(
         "textbook peak",
         "parameter copies",
     ];
-    if optimum.is_some() {
+    if !optima.is_empty() {
         header.push("gap to the optimum");
     }
     print!("{}", gangway::table::markdown_table(&header, &rows));
-    if optimum.is_some() {
+    if !optima.is_empty() {
         println!(
-            "the optimum is over one-chunk schedules with B and W split (— for schedules of \
-             several chunks a stage, which it does not bound, or holding more than --memory-limit)"
+            "each gap is to the optimum of the schedule's own family: one chunk a stage with B \
+             and W split, two chunks in a V with B and W split, or two looped chunks with whole \
+             backwards (— where none was searched for its family or it holds more than \
+             --memory-limit)"
         );
     }
     println!(

@@ -521,20 +521,12 @@ impl BubbleLab {
         });
         if let Some(o) = r.optimum {
             ui.horizontal_wrapped(|ui| {
-                let gap = match o.gap {
-                    Some(g) => format!("gap {:+.1}%", g * 100.0),
-                    None => "a schedule of several chunks a stage may be shorter".into(),
-                };
-                let proof = if o.proven { "" } else { ", not proven" };
-                ui.label(format!(
-                    "optimal under this memory ({} a stage): {} ({gap}{proof})",
-                    o.memory,
-                    format_ns(o.makespan_ns as f64)
-                ))
-                .on_hover_text(
-                    "the shortest one-chunk schedule with B and W split under the same costs, \
-                     holding no more activations a stage than this one: a branch and bound, \
-                     for p ≤ 4 and m ≤ 6",
+                ui.label(o.text()).on_hover_text(
+                    "the shortest schedule of this one's family (one chunk a stage with B and W \
+                     split; two chunks in a V with B and W split; two looped chunks with whole \
+                     backwards) under the same costs, holding no more activations a stage than \
+                     this one: a branch and bound, for p ≤ 4 and m ≤ 6 with one chunk, m ≤ 4 \
+                     with two",
                 );
             });
         }

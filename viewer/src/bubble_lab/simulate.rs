@@ -4,11 +4,11 @@
 //! the shape's numbers in it.
 
 use gangway::pipeline::figure::{Figure, FigureRow};
-use gangway::pipeline::{ScheduleKind, Search, Spec};
+use gangway::pipeline::{Family, ScheduleKind, Search, Spec};
 use gangway::trace::{Lane, TrackKind};
 
 use super::LabParams;
-use crate::timeline::TimelineData;
+use crate::timeline::{TimelineData, format_ns};
 
 /// The result of one simulation, kept until the inputs change.
 #[derive(Debug, Clone)]
@@ -21,8 +21,8 @@ pub struct LabResult {
     pub figure: Figure,
     /// The compared schedules at this p, m and v and the same total cost, on one time axis.
     pub comparison: Result<Figure, String>,
-    /// The shortest one-chunk schedule under this schedule's memory, where the setting is small
-    /// enough for the exact search.
+    /// The shortest schedule of this one's family (one chunk; two in a V; two looped) under
+    /// its memory, where the setting is small enough for the exact search.
     pub optimum: Option<OptimumLine>,
 }
 
@@ -30,12 +30,48 @@ pub struct LabResult {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OptimumLine {
     pub makespan_ns: u64,
-    /// Activations a stage the optimum may hold: the schedule's own peak.
+    pub family: Family,
+    /// Chunk activations a stage the optimum may hold: the schedule's own peak.
     pub memory: usize,
     pub proven: bool,
-    /// The schedule's gap to it; `None` for a schedule of several chunks a stage, which the
-    /// one-chunk optimum does not bound.
+    /// Where not proven, no schedule is shorter than this (the search's root bound).
+    pub lower_bound_ns: u64,
+    /// Nodes the search visited.
+    pub nodes: u64,
+    /// The schedule's gap to it; `None` where the optimum does not bound it.
     pub gap: Option<f64>,
+}
+
+impl OptimumLine {
+    /// The lab's line: the optimum, the gap, and how far an unfinished search reached.
+    pub fn text(&self) -> String {
+        let gap = match self.gap {
+            Some(g) => format!("gap {:+.1}%", g * 100.0),
+            None => "it does not bound this schedule".into(),
+        };
+        let unit = if self.family.chunks() == 1 {
+            "activations"
+        } else {
+            "chunk activations"
+        };
+        let reach = if self.proven {
+            String::new()
+        } else {
+            format!(
+                "; not proven: the search stopped at its budget of {} nodes, and the optimum \
+                 lies between {} and {}",
+                self.nodes,
+                format_ns(self.lower_bound_ns as f64),
+                format_ns(self.makespan_ns as f64)
+            )
+        };
+        format!(
+            "optimal {} under this memory ({} {unit} a stage): {} ({gap}{reach})",
+            self.family.describe(),
+            self.memory,
+            format_ns(self.makespan_ns as f64)
+        )
+    }
 }
 
 /// Nodes the lab's search may visit: it runs as the sliders move, so it must be quick; past
@@ -204,8 +240,11 @@ pub fn compute(p: &LabParams) -> Result<LabResult, String> {
     data.device_prefix = Some(TrackKind::of_pipeline(row.folded()).word().into());
     let optimum = study.optimum.as_ref().map(|found| OptimumLine {
         makespan_ns: found.optimum.makespan_ns,
+        family: found.optimum.family,
         memory: found.memory.unwrap_or(0),
         proven: found.optimum.proven,
+        lower_bound_ns: found.optimum.lower_bound_ns,
+        nodes: found.optimum.nodes,
         gap: found.gap.ok(),
     });
     Ok(LabResult {
