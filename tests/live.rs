@@ -23,6 +23,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn main() -> std::process::ExitCode {
@@ -82,6 +83,12 @@ fn train_args(device: &Device, steps: u32, json: &Path) -> Vec<String> {
 /// A child served live: its address (the first line of its stderr) and the child. The rest
 /// of its stderr is drained on a thread, so it never blocks on a full pipe.
 fn serve(args: &[String], extra: &[&str]) -> (String, Child) {
+    let (addr, child, _) = serve_logged(args, extra);
+    (addr, child)
+}
+
+/// [`serve`], and the job's later stderr lines as they come (for a failure to show).
+fn serve_logged(args: &[String], extra: &[&str]) -> (String, Child, Arc<Mutex<Vec<String>>>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args(["--live", "127.0.0.1:0"])
         .args(extra)
@@ -97,8 +104,14 @@ fn serve(args: &[String], extra: &[&str]) -> (String, Child) {
         .strip_prefix("live: serving this job at ")
         .unwrap_or_else(|| panic!("the first line names the address: {first}"))
         .to_string();
-    std::thread::spawn(move || for _ in lines {});
-    (addr, child)
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    (addr, child, log)
 }
 
 fn connect(addr: &str, token: Option<&str>) -> LiveClient {
@@ -264,7 +277,7 @@ fn a_killed_or_interrupted_job_leaves_a_trace_that_opens(device: &Device) {
         let json = d.join("report.json");
         let mut args = vec!["--trace".to_string(), trace.display().to_string()];
         args.extend(train_args(device, 100_000, &json));
-        let (addr, mut child) = serve(&args, &[]);
+        let (addr, mut child, log) = serve_logged(&args, &[]);
         // Wait until the job has run some steps.
         let mut client = connect(&addr, None);
         let mut seen = 0;
@@ -281,8 +294,11 @@ fn a_killed_or_interrupted_job_leaves_a_trace_that_opens(device: &Device) {
             .unwrap();
         assert!(kill.success());
         let status = child.wait().unwrap();
+        // The reader has the job's last words once its stderr closed.
+        std::thread::sleep(Duration::from_millis(200));
+        let said = log.lock().unwrap().join("\n");
         match signal {
-            "INT" => assert_eq!(status.code(), Some(130), "{status:?}"),
+            "INT" => assert_eq!(status.code(), Some(130), "{status:?}; its stderr:\n{said}"),
             _ => assert_eq!(status.code(), None, "killed: {status:?}"),
         }
         let bytes = std::fs::read(&trace).unwrap();

@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: a_wait_that_cannot_finish_times_out_naming_what_it_awaited),
         case!(device: a_client_per_request_does_not_grow_the_runtime),
         case!(device: the_gang_order_is_kept_as_long_as_asked),
+        case!(device: a_quieted_runtime_finishes_its_runs_and_admits_no_more),
         case!(adapters: a_run_waited_for_at_once_is_driven_by_its_caller),
         case!(adapters: a_compiled_programs_later_runs_create_no_gpu_objects),
         case!(adapters: each_run_handle_returns_its_own_events),
@@ -454,6 +455,45 @@ fn the_gang_order_is_kept_as_long_as_asked(device: &Device) {
             assert_eq!(runs_seen.last(), Some(&last.run), "keep {keep}");
         }
     }
+}
+
+/// What a Ctrl-C does before the process exits: the runs in flight finish, later ones wait
+/// (here, until admission resumes), and a quieter outlives nothing (the runtime gone, it
+/// answers at once).
+fn a_quieted_runtime_finishes_its_runs_and_admits_no_more(device: &Device) {
+    let devices = std::slice::from_ref(device);
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let exec = Arc::new(
+        gangway::program::chain(&[0, 0, 0], 4096)
+            .unwrap()
+            .compile(devices, CompileOptions::default())
+            .unwrap(),
+    );
+    let client = runtime.client("c", 1);
+    let running = client
+        .submit(&exec, vec![vec![1.0; 4096]], RunOptions::default())
+        .unwrap();
+    let quieter = runtime.quieter();
+    assert!(quieter.quiet(Duration::from_secs(30)));
+    assert_eq!(running.wait().unwrap()[0], vec![4.0; 4096]);
+    let later = client
+        .submit(&exec, vec![vec![1.0; 4096]], RunOptions::default())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        runtime
+            .client_stats()
+            .iter()
+            .map(|c| c.admitted)
+            .sum::<u64>(),
+        1,
+        "a run was admitted after the runtime was quieted"
+    );
+    runtime.resume_admission();
+    assert_eq!(later.wait().unwrap()[0], vec![4.0; 4096]);
+    drop(client);
+    drop(runtime);
+    assert!(quieter.quiet(Duration::ZERO));
 }
 
 fn a_client_per_request_does_not_grow_the_runtime(device: &Device) {

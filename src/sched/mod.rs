@@ -34,5 +34,5 @@ mod worker;
 pub use options::{ClientStats, GANG_ORDER_KEEP, Policy, RuntimeOptions};
 pub use resources::{ResourceManager, Slice, SliceRequest};
 pub use run::{DispatchMode, RunOptions};
-pub use runtime::{Client, RunHandle, Runtime};
+pub use runtime::{Client, Quieter, RunHandle, Runtime};
 pub use state::GangRecord;

@@ -31,8 +31,8 @@ use crate::trace::{Event, Tracer};
 use crate::{Device, Error, Result};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 
@@ -41,6 +41,34 @@ static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
 /// dropped (after the runs already queued).
 #[derive(Debug, Clone)]
 pub struct Runtime(Arc<Owner>);
+
+/// Quiets a runtime from another thread ([`Runtime::quieter`]).
+#[derive(Debug, Clone)]
+pub struct Quieter(Weak<Shared>);
+
+impl Quieter {
+    /// Stops admitting runs and waits, at most `timeout`, until none is in flight; true when
+    /// none is (or the runtime is gone). A process about to exit on a signal calls it first:
+    /// `exit` runs the drivers' own teardown (Mesa's EGL display among them), and a device
+    /// thread still in a driver call meanwhile can crash the exit (a Ctrl-C'd job on the GL
+    /// adapter ended by SIGABRT about once in twenty). Queued runs stay queued.
+    pub fn quiet(&self, timeout: Duration) -> bool {
+        let Some(shared) = self.0.upgrade() else {
+            return true;
+        };
+        shared.lock().paused = true;
+        let until = Instant::now() + timeout;
+        loop {
+            if shared.lock().in_flight == 0 {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
 
 /// What the last [`Runtime`] handle shuts down.
 #[derive(Debug)]
@@ -227,6 +255,12 @@ impl Runtime {
     pub fn admission(&self) -> (Policy, usize) {
         let state = self.0.shared.lock();
         (state.policy, state.max_in_flight)
+    }
+
+    /// A handle that quiets this runtime from another thread (a Ctrl-C handler) without
+    /// keeping it alive: see [`Quieter::quiet`].
+    pub fn quieter(&self) -> Quieter {
+        Quieter(Arc::downgrade(&self.0.shared))
     }
 
     pub fn resume_admission(&self) {

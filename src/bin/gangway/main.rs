@@ -418,6 +418,7 @@ fn process_runtime(devices: &[Device], tracer: &Tracer, job: &Job) -> Result<Run
         },
     )?;
     live_command::join_mesh(runtime.mesh(), tracer, job)?;
+    trace_file::quiet_on_interrupt(&runtime);
     Ok(runtime)
 }
 

@@ -98,12 +98,24 @@ pub(crate) fn stop() {
     }
 }
 
-/// Ctrl-C: the trace file closed whole, the live stream told, then the exit status of a tool
-/// ended by SIGINT (130).
+/// The process's runtime, quieted before a Ctrl-C exits ([`on_interrupt`]).
+static QUIET: std::sync::OnceLock<gangway::sched::Quieter> = std::sync::OnceLock::new();
+
+/// Lets Ctrl-C quiet `runtime` before the process exits.
+pub(crate) fn quiet_on_interrupt(runtime: &gangway::sched::Runtime) {
+    let _ = QUIET.set(runtime.quieter());
+}
+
+/// Ctrl-C: the trace file closed whole, the live stream told, the runtime's runs in flight
+/// finished (at most 2 s; none admitted after), then the exit status of a tool ended by SIGINT
+/// (130).
 pub(crate) fn on_interrupt() {
     let handler = || {
         stop();
         crate::live_command::interrupted();
+        if let Some(runtime) = QUIET.get() {
+            runtime.quiet(std::time::Duration::from_secs(2));
+        }
         std::eprintln!("interrupted");
         std::process::exit(130);
     };
