@@ -34,8 +34,17 @@ type Grid = Vec<Vec<u8>>;
 /// Per letter of [`LETTERS`].
 type PerLetter<T> = [T; 6];
 
+/// Its index in [`LETTERS`].
 fn letter(c: u8) -> Option<usize> {
-    LETTERS.iter().position(|&l| l == c)
+    match c {
+        b'F' => Some(0),
+        b'f' => Some(1),
+        b'B' => Some(2),
+        b'b' => Some(3),
+        b'W' => Some(4),
+        b'w' => Some(5),
+        _ => None,
+    }
 }
 
 /// A Python index into a row of `len`: negative counts from the end; past it is `None`.
@@ -137,12 +146,9 @@ fn squeeze(s: &Grid, m: usize) -> Option<Grid> {
     let mut next = vec![0usize; p];
     for j in 0..len {
         for dir in 0..2 {
-            let stages: Vec<usize> = if dir == 0 {
-                (0..p).collect()
-            } else {
-                (0..p).rev().collect()
-            };
-            for i in stages {
+            for k in 0..p {
+                // Down the stages for F, B and W; back up for f, b and w.
+                let i = if dir == 0 { k } else { p - 1 - k };
                 let id = s[i][j];
                 let Some(l) = letter(id) else { continue };
                 let down = matches!(id, b'F' | b'B' | b'W');
@@ -683,6 +689,9 @@ fn search(p: usize, m: usize, max_mem: usize) -> Vec<Vec<ComputeOrder>> {
     let offsets: Vec<[i64; 4]> = (1..=5).map(|k| [k, -1, k, -1]).collect();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
+    // Many of their (start, offsets, length) triples make the same block (with equal offsets
+    // the length does not matter): each block is built once.
+    let mut built: HashMap<Vec<[i64; 6]>, (Option<Grid>, i64)> = HashMap::new();
     for &start in &starts {
         for i0 in 0..offsets.len() {
             for i1 in 0..=i0 {
@@ -690,7 +699,10 @@ fn search(p: usize, m: usize, max_mem: usize) -> Vec<Vec<ComputeOrder>> {
                     let Some(b) = block(start, offsets[i0], offsets[i1], len_first, p) else {
                         continue;
                     };
-                    let (s, peak_mem) = by_block(p, m, &b, max_mem.min(2 * p as i64));
+                    let (s, peak_mem) = built
+                        .entry(b)
+                        .or_insert_with_key(|b| by_block(p, m, b, max_mem.min(2 * p as i64)))
+                        .clone();
                     if peak_mem > 2 * p as i64 || peak_mem > max_mem {
                         break;
                     }
