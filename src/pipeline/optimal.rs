@@ -426,10 +426,7 @@ impl Search {
                     .then(|| self.ready(v, k))
                     .flatten();
                 if let Some(start) = ready {
-                    let finish = start + self.t.dur[k];
-                    self.free[d] = finish;
-                    self.fin[k][v][j] = finish;
-                    self.done[v][k] += 1;
+                    let finish = self.place(d, k, v, start).0;
                     makespan = makespan.max(finish);
                     next[d] += 1;
                     left -= 1;
@@ -444,6 +441,25 @@ impl Search {
         self.done.iter_mut().for_each(|d| *d = [0; 3]);
         self.free.iter_mut().for_each(|f| *f = 0);
         (left == 0).then_some(makespan)
+    }
+
+    /// Runs the next op of kind `k` of virtual stage `v` on device `d` from `start`: its
+    /// finish, and what [`Self::unplace`] needs to take it back.
+    fn place(&mut self, d: usize, k: usize, v: usize, start: u64) -> (u64, (u64, u64)) {
+        let j = self.done[v][k];
+        let finish = start + self.t.dur[k];
+        let undo = (self.free[d], self.fin[k][v][j]);
+        self.free[d] = finish;
+        self.fin[k][v][j] = finish;
+        self.done[v][k] += 1;
+        (finish, undo)
+    }
+
+    fn unplace(&mut self, d: usize, k: usize, v: usize, (free, fin): (u64, u64)) {
+        self.done[v][k] -= 1;
+        let j = self.done[v][k];
+        self.fin[k][v][j] = fin;
+        self.free[d] = free;
     }
 
     /// The op kinds each virtual stage runs.
@@ -686,19 +702,13 @@ impl Search {
                     continue;
                 }
                 let j = self.done[v][k];
-                let finish = start + self.t.dur[k];
-                let (free, fin, blocked) = (self.free[d], self.fin[k][v][j], self.blocked[d]);
-                self.free[d] = finish;
-                self.fin[k][v][j] = finish;
-                self.blocked[d] = 0;
-                self.done[v][k] += 1;
+                let (finish, undo) = self.place(d, k, v, start);
+                let blocked = std::mem::take(&mut self.blocked[d]);
                 self.order[d].push((k, v, j));
                 self.dfs(scheduled + 1, makespan.max(finish));
                 self.order[d].pop();
-                self.done[v][k] -= 1;
                 self.blocked[d] = blocked;
-                self.fin[k][v][j] = fin;
-                self.free[d] = free;
+                self.unplace(d, k, v, undo);
             }
         }
         // Under a memory limit the active schedules need not hold an optimal one, nor any: a

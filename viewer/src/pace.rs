@@ -184,8 +184,7 @@ impl PaceMeter {
                     .push_back((interval.as_secs_f64(), cpu.saturating_sub(c).as_secs_f64()));
             }
         }
-        let samples: Vec<(f64, f64)> = self.samples.iter().copied().collect();
-        self.fit = fit(&samples);
+        self.fit = fit(self.samples.make_contiguous());
         if let Some(fit) = self.fit {
             self.over = !self.over;
             let swing = if self.over { 1.0 + SWING } else { 1.0 - SWING };

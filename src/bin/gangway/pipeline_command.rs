@@ -2,9 +2,10 @@
 //! peak activations, an SVG figure), several compared, or with `--run` one training step run on
 //! the devices (the MLP, or with `--moe` the MoE stack on pairs of devices) and measured beside
 //! the simulation. Costs come from `--costs-us` or a pipelined run's trace (`--costs-from`), and
-//! ZB-V is planned for them. `--optimal`, and `--compare` wherever the setting is small enough,
-//! add the shortest one-chunk schedule there is ([`gangway::pipeline::optimal`]) and each
-//! schedule's gap to it. One schedule is the library's [`gangway::pipeline::study`], which this
+//! ZB-V, zb-auto, V-Half and V-Min are planned for them. `--optimal` adds the shortest schedule
+//! of the schedule's family there is ([`gangway::pipeline::optimal`]: one chunk a stage, two in
+//! a V, or two looped) and its gap to it; `--compare`, wherever the setting is small enough,
+//! the optimum of each family among its rows and every row's gap to its own. One schedule is the library's [`gangway::pipeline::study`], which this
 //! only prints. Returns what the trace's lanes are, for `--trace`.
 
 use anyhow::{Context, Result, bail};
