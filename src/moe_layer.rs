@@ -2,15 +2,16 @@
 //! program on the runtime.
 //!
 //! Each device routes its own tokens (the router's logits, softmax, top-k, capacity, in the
-//! router's launches) and dispatches them; the capacity-padded all-to-all
-//! ([`crate::moe::exchange`], the training step's) sends them to the experts' devices; each device runs its local experts with one grouped matmul; the
-//! reverse all-to-all brings the results back and combine weights them by the gates. The result
-//! is checked against a plain-Rust computation of the same layer.
+//! router's launches) and dispatches them; the all-to-all ([`crate::moe::exchange`], the
+//! training step's, kept rows only) sends them to the experts' devices; each device runs its
+//! local experts with one grouped matmul over the kept rows; the reverse all-to-all brings the
+//! results back and combine weights them by the gates. The result is checked against a
+//! plain-Rust computation of the same layer.
 
 use crate::kernels::matmul::{MatmulVariant, VariantChoice};
 use crate::kernels::router::{self, ExpertStat, RouterConfig};
 use crate::kernels::{Combine, Dispatch, Matmul, RouterLinear, TensorType};
-use crate::moe::exchange::ExpertExchange;
+use crate::moe::exchange::{ExpertExchange, Kept};
 use crate::program::{CompileOptions, HostData, ProgramBuilder};
 use crate::sched::{Client, RunOptions};
 use crate::{DType, Device, Error, Result, Rng};
@@ -118,10 +119,17 @@ pub fn run_expert_parallel(
         row_words: d_out,
         ..there
     };
-    let tokens = there.to_experts(&mut p, "all-to-all forward", slots);
-    let expert = matmul(Some(there.expert_offsets()));
-    let [out] = p.kernel("experts", &gang, Arc::new(expert), &[tokens, we]);
-    let returned = back.to_tokens(&mut p, "all-to-all reverse", out);
+    // The kept counts go first; with them only the kept rows travel, and the grouped matmul
+    // runs over each slot block's kept rows.
+    let counts = there.per_expert(router::STAT_WORDS);
+    let live = counts.to_experts(&mut p, "all-to-all kept counts", stats, None);
+    let tokens = there.to_experts(&mut p, "all-to-all forward", slots, Some(Kept(stats)));
+    let expert = Matmul {
+        limits: Some(router::STAT_WORDS),
+        ..matmul(Some(there.block_offsets()))
+    };
+    let [out] = p.kernel("experts", &gang, Arc::new(expert), &[tokens, we, live]);
+    let returned = back.to_tokens(&mut p, "all-to-all reverse", out, Some(Kept(live)));
     let [y] = p.kernel(
         "combine",
         &gang,

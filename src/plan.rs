@@ -293,11 +293,12 @@ pub fn moe(step: &MoeStep, fabric: &Fabric) -> Result<MoePrediction> {
     let compute_s = step.one_device_s * step.tokens_per_device as f64
         / step.one_device_tokens as f64
         / step.speedup;
-    // Capacity per expert for one device's routing group, as the router sizes it.
-    let capacity = (step.tokens_per_device as f64 * step.top_k as f64 / experts as f64
-        * f64::from(step.capacity_factor))
-    .ceil() as u64;
-    let all_to_all_bytes = experts as u64 * capacity * step.model as u64 * 4;
+    // Capacity per expert for one device's routing group, as the router sizes it; the exchange
+    // moves only the kept rows, here of an even routing (each expert gets T·K/E choices).
+    let share = step.tokens_per_device as f64 * step.top_k as f64 / experts as f64;
+    let capacity = (share * f64::from(step.capacity_factor)).ceil();
+    let kept = share.min(capacity);
+    let all_to_all_bytes = (experts as f64 * kept).round() as u64 * step.model as u64 * 4;
     let off_host = (n - fabric.devices_per_host) as f64;
     let a2a = all_to_all(all_to_all_bytes as f64, fabric)?;
     let all_to_all_s = 4.0 * step.blocks as f64 * a2a.seconds;
@@ -427,7 +428,7 @@ mod tests {
             (0.0, 0.0, 0.0)
         );
         assert!((p.compute_s - 0.025).abs() < 1e-12);
-        // 2 hosts × 2: each all-to-all sends 4 chunks of E·cap·d·4 / 4 bytes, 1 to the host's
+        // 2 hosts × 2: each all-to-all sends 4 chunks of E·kept·d·4 / 4 bytes, 1 to the host's
         // other device and 2 off host (pairwise: 1 round on each link, 2 on the network);
         // Bruck takes 2 steps of 2 chunks each over the network.
         let two = Fabric {
@@ -436,8 +437,9 @@ mod tests {
             ..one
         };
         let p = moe(&step(), &two).unwrap();
+        // An even share of 8 choices per expert, under its capacity of 10: all kept.
         let cap = (32.0_f64 * 2.0 / 8.0 * 1.25).ceil();
-        let bytes = 8.0 * cap * 64.0 * 4.0;
+        let bytes = 8.0 * cap.min(8.0) * 64.0 * 4.0;
         assert_eq!(p.all_to_all_bytes, bytes as u64);
         let chunk = bytes / 4.0;
         let pairwise = (5e-6 + chunk / 900e9).max(2.0 * (5e-6 + chunk / 50e9));

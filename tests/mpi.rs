@@ -28,6 +28,7 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(host: devices_under_mpirun_are_one_global_mesh),
         case!(host: training_over_two_and_four_ranks_equals_one_process),
+        case!(host: dropless_training_over_two_ranks_is_one_process_bit_for_bit),
         case!(host: a_killed_rank_ends_the_job_naming_it),
         case!(host: a_stopped_rank_is_caught_by_the_watchdog),
         case!(host: a_failing_rank_ends_the_job_with_its_error),
@@ -167,10 +168,16 @@ pub(crate) fn train_steps(json: &Path, steps: usize) -> Vec<String> {
 }
 
 fn one_process_losses(dir: &Path) -> Vec<f64> {
+    one_process_losses_with(dir, &[])
+}
+
+/// [`one_process_losses`] with more `train moe` arguments.
+fn one_process_losses_with(dir: &Path, extra: &[&str]) -> Vec<f64> {
     let json = dir.join("one.json");
     let mut c = Command::new(BIN);
     c.args(["--backends", "vulkan", "--virtual-devices", "4"])
         .args(train_args(&json))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     run_ok(c, Duration::from_secs(120), "one process");
@@ -245,6 +252,33 @@ fn training_over_two_and_four_ranks_equals_one_process() {
         }
         assert!(ran.stderr.contains("trace clock"), "{}", ran.stderr);
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Dropless routing (E/K), whose all-to-alls move only the kept rows (the exchange is ragged:
+/// the packed rows and their counts are what MPI carries): two ranks of two devices train to the
+/// losses of one process of four, bit for bit.
+fn dropless_training_over_two_ranks_is_one_process_bit_for_bit() {
+    if !have_mpirun("dropless") {
+        return;
+    }
+    let dir = scratch("dropless");
+    let dropless = ["--capacity-factor", "dropless"];
+    let want = one_process_losses_with(&dir, &dropless);
+    let two = dir.join("two.json");
+    let mut c = mpirun(&["-np", "2", BIN]);
+    c.args(["--backends", "vulkan", "--virtual-devices", "2"])
+        .args(train_args(&two))
+        .args(dropless);
+    run_ok(c, Duration::from_secs(240), "2 ranks, dropless");
+    let got = common::report_losses(&two);
+    assert_eq!(want.len(), 4);
+    let bits = |v: &[f64]| v.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&got),
+        bits(&want),
+        "2 ranks {got:?}, one process {want:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

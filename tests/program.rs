@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::programs::RaggedExchange;
 use common::{Adapters, Span, case};
 use gangway::kernels::{Accumulate, TensorType};
 use gangway::program::{CompileOptions, Program, ProgramBuilder, chain, chain_reference};
@@ -17,6 +18,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: fig4_chain_matches_the_host_in_both_modes).span(Span::EachAndCross),
         case!(adapters: collectives_match_the_host).span(Span::EachAndCross),
         case!(adapters: collectives_over_one_axis_of_a_2d_mesh).span(Span::EachAndCross),
+        case!(adapters: a_ragged_exchange_moves_only_live_rows).span(Span::EachAndCross),
         case!(adapters: idle_shards_leave_zeros_and_keep_in_place_inputs).span(Span::EachAndCross),
         case!(device: wrong_arguments_are_errors),
     ])
@@ -187,6 +189,63 @@ fn collectives_over_one_axis_of_a_2d_mesh(adapters: &Adapters) {
         let out = client.run(&exec, vec![input.clone()], opts(mode)).unwrap();
         common::assert_close("all-to-all over experts", &out[0], &a2a, 1e-6);
         common::assert_close("all-reduce over data", &out[1], &reduced, 1e-5);
+    }
+}
+
+/// The expert exchange's all-to-all, ragged: every device's `[expert][capacity]` slot blocks to
+/// the devices of their experts, expert-major, only each block's counted rows, over four virtual
+/// devices of each adapter and in both dispatch modes. Against a plain-Rust model of the output
+/// buffers: counted rows land where the full exchange puts them, and the rest keep what they
+/// held, over runs whose counts differ (none, some, every row). Each device writes the counted
+/// rows' bytes and reads back its whole shard and its counts.
+fn a_ragged_exchange_moves_only_live_rows(adapters: &Adapters) {
+    let devices = &adapters.mesh(4);
+    let n = devices.len();
+    let exchange = RaggedExchange {
+        devices: n,
+        experts: 2,
+        capacity: 3,
+        words: 5,
+    };
+    // One slot of buffers, so that every run writes the buffers the one before wrote.
+    let one_slot = CompileOptions {
+        in_flight: 1,
+        ..CompileOptions::default()
+    };
+    let exec = Arc::new(exchange.program().compile(devices, one_slot).unwrap());
+    let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
+    let client = runtime.client("test", 1);
+    // The model of every device's output buffer, zero before the first run.
+    let mut held = vec![0.0f32; n * exchange.shard()];
+    let mut rng = Rng::new(11);
+    for mode in MODES {
+        for run in 0..4 {
+            let input = rng.vec(n * exchange.shard());
+            let live = exchange.apply(run, &input, &mut held);
+            let traced = RunOptions {
+                trace: true,
+                ..opts(mode)
+            };
+            let (out, events) = client
+                .submit(&exec, exchange.args(run, &input), traced)
+                .unwrap()
+                .wait_traced()
+                .unwrap();
+            let got: Vec<f32> = bytemuck::pod_collect_to_vec(&out[0]);
+            assert_eq!(got, held, "{mode:?}, run {run}");
+            let moved = |direction| -> u64 {
+                events
+                    .iter()
+                    .filter_map(|e| e.moved)
+                    .filter(|m| m.kind == TransferKind::AllToAll && m.direction == direction)
+                    .map(|m| m.bytes)
+                    .sum()
+            };
+            let words = exchange.words;
+            assert_eq!(moved(Direction::In), (live * words * 4) as u64, "run {run}");
+            let staged = n * (exchange.shard() + n * exchange.experts * 2) * 4;
+            assert_eq!(moved(Direction::Out), staged as u64, "run {run}");
+        }
     }
 }
 

@@ -9,8 +9,8 @@ mod common;
 
 use common::moe::{batch, config};
 use common::programs::{
-    assert_consistent_order, exchange_program, exchange_reference, mixed_program, mixed_reference,
-    run_exchanges,
+    RaggedExchange, assert_consistent_order, exchange_program, exchange_reference, mixed_program,
+    mixed_reference, run_exchanges,
 };
 use common::{Adapters, case};
 use gangway::kernels::optim::AdamConfig;
@@ -24,6 +24,7 @@ fn main() -> std::process::ExitCode {
     common::run(vec![
         case!(adapters: programs_over_ranks_compute_what_one_process_computes),
         case!(adapters: moe_training_over_two_ranks_follows_one_process),
+        case!(adapters: a_ragged_exchange_over_ranks_moves_only_live_rows),
         case!(adapters: many_clients_over_ranks_keep_one_gang_order),
         case!(adapters: ranks_running_different_programs_fail_instead_of_hanging),
     ])
@@ -60,6 +61,49 @@ fn spmd<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The expert exchange's ragged all-to-all over two ranks of two devices each (what MPI carries
+/// between hosts is the packed live rows): every rank gets the plain-Rust model's buffers, over
+/// runs whose counts differ (none, some, all).
+fn a_ragged_exchange_over_ranks_moves_only_live_rows(adapters: &Adapters) {
+    let devices = &adapters.mesh(4)[..4];
+    let exchange = RaggedExchange {
+        devices: 4,
+        experts: 2,
+        capacity: 3,
+        words: 6,
+    };
+    let runs = 4;
+    let inputs: Vec<Vec<f32>> = (0..runs)
+        .map(|r| Rng::new(20 + r as u64).vec(4 * exchange.shard()))
+        .collect();
+    let outputs = spmd(devices, 2, |_, runtime| {
+        let one_slot = CompileOptions {
+            in_flight: 1,
+            ..CompileOptions::default()
+        };
+        let exec = Arc::new(
+            exchange
+                .program()
+                .compile(runtime.mesh(), one_slot)
+                .unwrap(),
+        );
+        let client = runtime.client("ragged", 1);
+        (0..runs)
+            .map(|r| {
+                let args = exchange.args(r, &inputs[r]);
+                client.run(&exec, args, Default::default()).unwrap()
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut held = vec![0.0f32; 4 * exchange.shard()];
+    for (r, input) in inputs.iter().enumerate() {
+        exchange.apply(r, input, &mut held);
+        for (rank, out) in outputs.iter().enumerate() {
+            assert_eq!(out[r][0], held, "rank {rank}, run {r}");
+        }
+    }
 }
 
 /// Four virtual devices of the adapter, two per rank.

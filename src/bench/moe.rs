@@ -22,7 +22,9 @@
 //!   no kernel running, while its host waited on an all-to-all's or the all-reduce's data,
 //!   [`crate::trace::exposed_wait_ns`], over the step's wall time), the bytes the all-to-alls and
 //!   the all-reduce wrote to the devices per step (from each transfer's
-//!   [`crate::trace::Moved`]; collectives are found by that kind, never by name) and the five
+//!   [`crate::trace::Moved`]; collectives are found by that kind, never by name), the bytes the
+//!   all-to-alls read back (whole slot buffers) beside the routed rows' bytes (every kept
+//!   choice's row, in each of the four exchanges of a block: what a ragged exchange writes), and the five
 //!   kernels with the
 //!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
 //!   timestamps). `D=1 with D=4's 4 groups` routes the batch as the 4 devices do (the same
@@ -224,6 +226,11 @@ pub(super) struct TrainStep {
     /// device together.
     all_to_all_bytes: Vec<f64>,
     all_reduce_bytes: Vec<f64>,
+    /// Per step: the bytes the all-to-alls read back from their devices (each device's whole
+    /// slot buffers and counts, staged), and the bytes of the rows routed: every kept choice's
+    /// row in each of a block's four exchanges (forward, reverse and their backward).
+    all_to_all_staged: Vec<f64>,
+    routed_bytes: Vec<f64>,
     /// Per step: the largest share of the step a device sat idle waiting on a collective.
     exposed_shares: Vec<f64>,
     /// Per step: the share of its traced span during which 2 or more devices were busy.
@@ -269,13 +276,14 @@ impl BlockingRun for TrainStep {
                 };
                 self.devices.iter().map(|&d| on(d)).fold(0.0f64, f64::max)
             };
-            let written = |kind: TransferKind| -> f64 {
+            let moved = |kind: TransferKind, direction: Direction| -> f64 {
                 let bytes: u64 = of(kind)
-                    .filter(|(_, m)| m.direction == Direction::In)
+                    .filter(|(_, m)| m.direction == direction)
                     .map(|(_, m)| m.bytes)
                     .sum();
                 bytes as f64
             };
+            let written = |kind: TransferKind| moved(kind, Direction::In);
             let wall = stats.seconds.max(1e-12);
             self.all_to_all_shares
                 .push(slowest(TransferKind::AllToAll) / wall);
@@ -283,6 +291,14 @@ impl BlockingRun for TrainStep {
                 .push(slowest(TransferKind::AllReduce) / wall);
             self.all_to_all_bytes.push(written(TransferKind::AllToAll));
             self.all_reduce_bytes.push(written(TransferKind::AllReduce));
+            self.all_to_all_staged
+                .push(moved(TransferKind::AllToAll, Direction::Out));
+            let kept: usize = (stats.blocks.iter())
+                .flat_map(|b| &b.tokens_per_expert)
+                .sum();
+            let row = (self.config.model * 4) as f64;
+            let exchanged = if self.devices.len() > 1 { 4.0 } else { 0.0 };
+            self.routed_bytes.push(kept as f64 * row * exchanged);
             let collective = |n: &str| n.contains("all_to_all") || n.contains("all_reduce");
             let exposed = self
                 .devices
@@ -338,6 +354,14 @@ impl BlockingRun for TrainStep {
             m.insert(
                 "all-reduce bytes per step".into(),
                 median(&mut self.all_reduce_bytes),
+            );
+            m.insert(
+                "all-to-all bytes read back per step".into(),
+                median(&mut self.all_to_all_staged),
+            );
+            m.insert(
+                "routed rows' bytes per step".into(),
+                median(&mut self.routed_bytes),
             );
             m.insert(
                 "collectives exposed".into(),
@@ -469,6 +493,8 @@ fn dealt_case<D: DeviceList + ?Sized>(
             all_to_all_shares: Vec::new(),
             all_to_all_bytes: Vec::new(),
             all_reduce_bytes: Vec::new(),
+            all_to_all_staged: Vec::new(),
+            routed_bytes: Vec::new(),
             all_reduce_shares: Vec::new(),
             exposed_shares: Vec::new(),
             overlap_shares: Vec::new(),

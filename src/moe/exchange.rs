@@ -1,22 +1,36 @@
-//! Expert parallelism's capacity-padded exchange, as program nodes: one way for every program
-//! that sends routed slots to their experts' devices and back (the MoE training step and the
-//! `gangway moe` layer).
+//! Expert parallelism's exchange, as program nodes: one way for every program that sends routed
+//! slots to their experts' devices and back (the MoE training step and the `gangway moe` layer).
 //!
 //! Device `s` holds its tokens' slots slot-major, `[expert][capacity]` for every expert, and each
-//! device holds `E/D` experts. The all-to-all sends each device the `[E/D · capacity]` block of its
-//! experts, kept or not (empty slots are zero rows, which add exact zeros), so every shape is
-//! static; on device `j` the plain exchange would leave them `[source][local expert][capacity]`,
-//! and the exchange regroups them on the way ([`Regroup`]: the host places each block as it writes
-//! the gathered shards) into `[local expert][source][capacity]`, the groups of `D · capacity` rows
-//! the grouped matmul wants. The way back is the inverse, regrouped as each source's block is
+//! device holds `E/D` experts. The all-to-all sends each device the `[E/D · capacity]` block of
+//! its experts, so every shape is static; on device `j` the plain exchange would leave them
+//! `[source][local expert][capacity]`, and the exchange regroups them on the way ([`Regroup`]:
+//! the host places each block as it writes the gathered shards) into
+//! `[local expert][source][capacity]`, the groups of `D · capacity` rows the grouped matmul
+//! wants. The way back is the inverse, regrouped as each source's block is
 //! read. No device runs a permute kernel on either side.
 //!
 //! The same exchange with one record per expert ([`ExpertExchange::per_expert`]) takes the
 //! router's per-expert statistics to the experts' devices in the slot blocks' order, so the expert
 //! kernels know each block's kept rows and skip its empty slots.
+//!
+//! Given those records ([`Kept`]), the exchange is ragged ([`crate::program::Ragged`]): only each
+//! block's kept rows cross between devices and are written on the other side, its counts riding
+//! with them, so what moves is the tokens routed, not `E/K` times them when the capacity is
+//! dropless. The empty slots on the receiving side are not written; every kernel after the
+//! exchange reads only the kept rows (the grouped matmuls' limits, the combine's and the router
+//! backward's kept choices). The shapes stay static: each device's staging read-back is still its
+//! whole slot buffer.
 
-use crate::program::RowBlock;
-use crate::program::{ProgramBuilder, Regroup, Value};
+use crate::kernels::router::STAT_WORDS;
+use crate::program::{ProgramBuilder, Ragged, Regroup, RowBlock, Value};
+
+/// The router's per-expert records (`[E, STAT_WORDS]` u32, whose first word is the kept rows)
+/// of the slot blocks an exchange moves, in the order of the side they leave: the router's own
+/// statistics on the token side, or their exchanged copy (`[E/D][source]`) on the expert side.
+/// With them, only the kept rows move.
+#[derive(Debug, Clone, Copy)]
+pub struct Kept(pub Value);
 
 /// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), to be used
 /// no earlier than [`ExpertExchange::arrived`] says: the nodes a caller adds in between run while
@@ -84,36 +98,66 @@ impl ExpertExchange {
     }
 
     /// The exchange, regrouped: `back` (to the tokens) reads each source's expert-major blocks
-    /// slot-major; otherwise the arrived slots are laid out expert-major.
-    fn all_to_all(&self, b: &mut ProgramBuilder, name: &str, x: Value, back: bool) -> Value {
+    /// slot-major; otherwise the arrived slots are laid out expert-major. With `kept`, only the
+    /// kept rows of each block move.
+    fn all_to_all(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &str,
+        (x, kept): (Value, Option<Kept>),
+        back: bool,
+    ) -> Value {
         let rows = self.devices * self.local_experts * self.capacity;
         let blocks = self.blocks(back);
         let (send, recv): (&[RowBlock], &[RowBlock]) =
             if back { (&blocks, &[]) } else { (&[], &blocks) };
-        match Regroup::from_blocks(rows, self.row_words * 4, send, recv) {
-            Ok(regroup) => b.all_to_all_regrouped(name, x, self.axis, regroup),
+        let mut regroup = match Regroup::from_blocks(rows, self.row_words * 4, send, recv) {
+            Ok(regroup) => regroup,
             Err(e) => {
                 b.fail(format!("{name}: {e}"));
-                x
+                return x;
             }
+        };
+        match kept {
+            Some(Kept(counts)) => {
+                regroup.ragged = Some(Ragged {
+                    block_rows: self.capacity as u32,
+                    record_words: STAT_WORDS as u32,
+                });
+                b.all_to_all_ragged(name, (x, counts), self.axis, regroup)
+            }
+            None => b.all_to_all_regrouped(name, x, self.axis, regroup),
         }
     }
 
     /// Every device's slots to the devices of their experts, expert-major (nothing to move on
     /// one device): [`Self::send_to_experts`], then [`Self::arrived`].
-    pub fn to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Value {
-        let moving = self.send_to_experts(b, name, slots);
+    pub fn to_experts(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &str,
+        slots: Value,
+        kept: Option<Kept>,
+    ) -> Value {
+        let moving = self.send_to_experts(b, name, slots, kept);
         self.arrived(moving)
     }
 
-    /// The all-to-all of [`Self::to_experts`] alone. Nodes added before [`Self::arrived`] that do
-    /// not need the slots run while they travel: a device runs later nodes while one waits on
-    /// other devices, up to the first that needs the awaited data.
-    pub fn send_to_experts(&self, b: &mut ProgramBuilder, name: &str, slots: Value) -> Moving {
+    /// The all-to-all of [`Self::to_experts`] alone (only the kept rows, given the router's
+    /// statistics). Nodes added before [`Self::arrived`] that do not need the slots run while
+    /// they travel: a device runs later nodes while one waits on other devices, up to the first
+    /// that needs the awaited data.
+    pub fn send_to_experts(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &str,
+        slots: Value,
+        kept: Option<Kept>,
+    ) -> Moving {
         let value = if self.devices == 1 {
             slots
         } else {
-            self.all_to_all(b, name, slots, false)
+            self.all_to_all(b, name, (slots, kept), false)
         };
         Moving { value }
     }
@@ -124,11 +168,18 @@ impl ExpertExchange {
         moving.value
     }
 
-    /// The expert devices' rows back to the devices of their tokens, slot-major.
-    pub fn to_tokens(&self, b: &mut ProgramBuilder, name: &str, rows: Value) -> Value {
+    /// The expert devices' rows back to the devices of their tokens, slot-major (only the kept
+    /// rows, given the exchanged statistics).
+    pub fn to_tokens(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &str,
+        rows: Value,
+        kept: Option<Kept>,
+    ) -> Value {
         if self.devices == 1 {
             return rows;
         }
-        self.all_to_all(b, name, rows, true)
+        self.all_to_all(b, name, (rows, kept), true)
     }
 }

@@ -7,8 +7,8 @@
 //! ```text
 //! logits = x · W_r                        [N, E]
 //! route (top-K, capacity, Switch priority), dispatch to slots [E·capacity, d]
-//! all-to-all to the experts' devices (capacity-padded, super::exchange), and each expert's kept
-//! counts with them
+//! all-to-all to the experts' devices (the kept rows only, super::exchange), each expert's kept
+//! counts ahead of them
 //! o = act(slots · W1[e]) · W2[e]          per local expert (grouped matmuls over the kept rows)
 //! all-to-all back; y = Σ_kept gate · o    [N, d]   (dropped choices add nothing; plus the
 //! caller's residual, in the combine's launch)
@@ -34,11 +34,14 @@
 //! The expert side skips empty slots (MegaBlocks' point, on static buffers): the router's kept
 //! counts travel with the slots, the expert matmuls and weight gradients run over each slot
 //! block's kept rows only ([`crate::kernels::matmul::Limits`]) and store zeros for the rest, and so
-//! compute the bits they computed over every slot. So a capacity factor of `E/K` (every expert's
-//! slots can hold the whole group: dropless) costs the expert matmuls what the kept tokens cost,
-//! not what the slots cost; the all-to-all, dispatch and the activation still move every slot.
+//! compute the bits they computed over every slot; and the four all-to-alls move only the kept
+//! rows (the exchange is ragged, [`super::exchange::Kept`]: the router's statistics on the token
+//! side, their exchanged copy on the expert side). So a capacity factor of `E/K` (every expert's
+//! slots can hold the whole group: dropless) costs the expert matmuls and the exchanges what the
+//! kept tokens cost, not what the slots cost; the buffers (slots, expert activations), the
+//! dispatch and each device's staging read-back are still sized by the slots.
 
-use super::exchange::{ExpertExchange, Moving};
+use super::exchange::{ExpertExchange, Kept, Moving};
 use crate::kernels::matmul::{Activation, Epilogue, MatmulVariant, VariantChoice};
 use crate::kernels::router::RouterConfig;
 use crate::kernels::router::{RouterLoss, STAT_WORDS};
@@ -255,7 +258,7 @@ impl MoeFfn {
         // counts go first: they travel while the token side dispatches.
         let counts = self.exchange.per_expert(STAT_WORDS);
         let live = b.only_where(None, |b| {
-            counts.send_to_experts(b, &at("all-to-all kept counts"), stats)
+            counts.send_to_experts(b, &at("all-to-all kept counts"), stats, None)
         });
         let slots = Self::k(
             b,
@@ -265,9 +268,12 @@ impl MoeFfn {
             &[x, probs, routes, stats],
         );
         let (tokens, live, pre, hidden, expert_out) = b.only_where(None, |b| {
-            let moving = self
-                .exchange
-                .send_to_experts(b, &at("all-to-all forward"), slots);
+            let moving = self.exchange.send_to_experts(
+                b,
+                &at("all-to-all forward"),
+                slots,
+                Some(Kept(stats)),
+            );
             let live = counts.arrived(live);
             let tokens = self.exchange.arrived(moving);
             // The activation is the matmul's epilogue: a relu's backward needs only its output;
@@ -298,7 +304,8 @@ impl MoeFfn {
                 self.grouped(false),
                 &[hidden, w.w2, live],
             );
-            let expert_out = self.exchange.to_tokens(b, &at("all-to-all reverse"), out);
+            let reverse = at("all-to-all reverse");
+            let expert_out = self.exchange.to_tokens(b, &reverse, out, Some(Kept(live)));
             (tokens, live, pre, hidden, expert_out)
         });
         let mut inputs = vec![expert_out, probs, routes, stats];
@@ -349,7 +356,7 @@ impl MoeFfn {
         );
         b.only_where(None, |b| {
             self.exchange
-                .send_to_experts(b, &at("all-to-all backward"), d_out)
+                .send_to_experts(b, &at("all-to-all backward"), d_out, Some(Kept(stats)))
         })
     }
 
@@ -508,9 +515,12 @@ impl MoeFfn {
                 self.grouped(true),
                 &[d_pre, w.w1, s.live],
             );
-            let d_slots = self
-                .exchange
-                .to_tokens(b, &at("all-to-all backward reverse"), d_tok);
+            let d_slots = self.exchange.to_tokens(
+                b,
+                &at("all-to-all backward reverse"),
+                d_tok,
+                Some(Kept(s.live)),
+            );
             let kept = MoeFfnDeferred {
                 input: s.input,
                 d_r,

@@ -4,11 +4,10 @@
 //! [`crate::train::step_program`]'s builder. The runtime runs it with parallel asynchronous
 //! dispatch; the trainer only submits batches and reads back statistics.
 //!
-//! Expert parallelism is capacity-padded: each device sends every other device its
-//! `[E/D · capacity, d]` block of slots, kept or not (empty slots are zero rows, which contribute
-//! exact zeros to every sum), so every shape is static and the grouped matmuls run over fixed
-//! groups of `D · capacity` rows per local expert ([`super::exchange`], shared with the demo
-//! layer). D devices compute the bits one device computes with D groups: every matmul sums in an
+//! Expert parallelism keeps static shapes: each device holds `[E · capacity, d]` slots, and the
+//! grouped matmuls run over fixed blocks of `capacity` rows per local expert and source, each
+//! over its kept rows only; the all-to-alls move only the kept rows of each block, their counts
+//! riding with them ([`super::exchange`], shared with the demo layer). D devices compute the bits one device computes with D groups: every matmul sums in an
 //! order independent of M, and the expert weight gradient sums one slot block at a time. The
 //! gang is one axis (GShard: device `i` routes its groups and holds experts `[i·E/D, (i+1)·E/D)`),
 //! or a `{data, expert}` mesh whose rows each hold every expert once: the all-to-alls run within

@@ -25,7 +25,8 @@
 //! ```
 
 use super::gang::{DEFAULT_AXIS, Gang};
-use super::ir::{Collective, KernelNode, Node, Op, Program, Regroup, Value, ValueInfo};
+use super::ir::{Collective, KernelNode, Node, Op, Program, Value, ValueInfo};
+use super::regroup::Regroup;
 use crate::kernels::elementwise::ElementwiseOp;
 use crate::kernels::{Kernel, TensorType};
 use crate::mesh::MeshShape;
@@ -675,6 +676,35 @@ impl ProgramBuilder {
         axis: Option<&str>,
         regroup: Regroup,
     ) -> Value {
+        self.all_to_all_with(name, (x, None), axis, regroup)
+    }
+
+    /// [`Self::all_to_all_regrouped`] moving only the live rows of each block of `x`, as
+    /// `regroup`'s [`crate::program::Ragged`] says and `counts` (u32, one record per block of a
+    /// shard) counts: the rows that hold routed tokens, not the empty slots. Rows past a block's
+    /// count are not written on the receiving side.
+    pub fn all_to_all_ragged(
+        &mut self,
+        name: &str,
+        (x, counts): (Value, Value),
+        axis: Option<&str>,
+        regroup: Regroup,
+    ) -> Value {
+        if regroup.ragged.is_none() {
+            self.fail(format!(
+                "{name}: a ragged all-to-all needs a ragged regroup"
+            ));
+        }
+        self.all_to_all_with(name, (x, Some(counts)), axis, regroup)
+    }
+
+    fn all_to_all_with(
+        &mut self,
+        name: &str,
+        (x, counts): (Value, Option<Value>),
+        axis: Option<&str>,
+        regroup: Regroup,
+    ) -> Value {
         let Some(info) = self.known(x) else {
             return x;
         };
@@ -685,9 +715,9 @@ impl ProgramBuilder {
                 info.shard_len, group.size
             ));
         }
+        let bytes = info.shard_len * info.ty.dtype.size();
+        let rows = bytes / regroup.row_bytes.max(1);
         if !regroup.is_plain() {
-            let bytes = info.shard_len * info.ty.dtype.size();
-            let rows = bytes / regroup.row_bytes.max(1);
             let sides_fit = [&regroup.send, &regroup.recv]
                 .iter()
                 .all(|m| m.is_empty() || m.len() == rows);
@@ -697,7 +727,8 @@ impl ProgramBuilder {
                 || !sides_fit
             {
                 self.fail(format!(
-                    "{name}: a regroup of {}-byte rows does not fit shards of {bytes} bytes                      cut into {} chunks of whole rows (maps of {} and {} rows)",
+                    "{name}: a regroup of {}-byte rows does not fit shards of {bytes} bytes \
+                     cut into {} chunks of whole rows (maps of {} and {} rows)",
                     regroup.row_bytes,
                     group.size,
                     regroup.send.len(),
@@ -705,9 +736,27 @@ impl ProgramBuilder {
                 ));
             }
         }
+        let mut inputs = vec![x];
+        if let Some(counts) = counts {
+            let Some(c) = self.known(counts) else {
+                return x;
+            };
+            let words = (c.ty.dtype == crate::DType::U32).then_some(c.shard_len);
+            let wrong = match words {
+                None => Some("its counts are not u32".to_string()),
+                Some(_) if c.gang != info.gang => {
+                    Some("its counts live on another gang".to_string())
+                }
+                Some(w) => regroup.check_ragged(rows, group.size, w),
+            };
+            if let Some(reason) = wrong {
+                self.fail(format!("{name}: {reason}"));
+            }
+            inputs.push(counts);
+        }
         let sharding = info.sharding.clone();
         let op = Op::AllToAll(group, Arc::new(regroup));
-        self.push(name, op, &info.gang, vec![x], info.shard_len, sharding)
+        self.push(name, op, &info.gang, inputs, info.shard_len, sharding)
     }
 
     /// Sum of all shards of `x`, on every device of its gang: partial sums become whole.

@@ -8,11 +8,13 @@ mod chain;
 mod compile;
 mod gang;
 mod ir;
+mod regroup;
 mod variables;
 
 pub use builder::ProgramBuilder;
 pub use chain::{chain, chain_reference};
 pub use compile::{CompileOptions, Executable};
 pub use gang::{DEFAULT_AXIS, Gang};
-pub use ir::{HostData, KernelNode, Node, Op, Program, Regroup, RowBlock, Value, ValueInfo};
+pub use ir::{HostData, KernelNode, Node, Op, Program, Value, ValueInfo};
+pub use regroup::{Placed, Ragged, Regroup, RowBlock};
 pub use variables::Variables;

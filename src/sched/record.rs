@@ -5,6 +5,7 @@
 
 use super::mailbox::{Completion, Inbox};
 use super::run::{Recorded, Role, RunState};
+use crate::program::Op;
 use crate::trace::EventMeta;
 use crate::{Device, Error, Result};
 use std::sync::Arc;
@@ -162,8 +163,21 @@ fn encode(
                 .staging
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "staging"))?;
-            let len = prog.value(input).shard_bytes();
+            let mut len = prog.value(input).shard_bytes();
             encoder.copy_buffer_to_buffer(src, 0, staging, 0, len);
+            // A ragged all-to-all's counts go after its rows, in the same read-back.
+            if let (Role::Stage { .. }, Op::AllToAll(_, regroup), Some(&counts)) =
+                (role, &n.op, n.inputs.get(1))
+                && regroup.ragged.is_some()
+            {
+                let info = prog.value(counts);
+                let buffer = run.exec.slots[run.slot].nodes[info.producer][shard]
+                    .outputs
+                    .get(info.output)
+                    .ok_or_else(|| missing(run, info.producer, "output"))?;
+                encoder.copy_buffer_to_buffer(buffer, 0, staging, len, info.shard_bytes());
+                len += info.shard_bytes();
+            }
             let (inbox, run, buffer) = (inbox.clone(), run.clone(), staging.clone());
             encoder.map_buffer_on_submit(staging, wgpu::MapMode::Read, .., move |r| {
                 inbox.push(Completion::Mapped {

@@ -1,7 +1,9 @@
 //! Programs over overlapping gangs and their plain-Rust references, shared by the runtime tests
-//! and the soak, plus the check that every shared device ran gangs in one order.
+//! and the soak, plus the check that every shared device ran gangs in one order; and the expert
+//! exchange's ragged all-to-all with a plain-Rust model of its output buffers.
 
-use gangway::program::{Program, ProgramBuilder};
+use gangway::kernels::TensorType;
+use gangway::program::{HostData, Program, ProgramBuilder, Ragged, Regroup, RowBlock};
 use gangway::sched::GangRecord;
 use std::collections::HashMap;
 
@@ -130,5 +132,91 @@ pub fn run_exchanges(
     }
     for (h, want) in pending {
         super::assert_close("exchange", &h.wait().unwrap()[0], &want, 1e-6);
+    }
+}
+
+/// The expert exchange's all-to-all, ragged, over `devices` devices holding `experts` local
+/// experts of `capacity` slots of `words` values: every device's `[expert][capacity]` slot blocks
+/// go to the devices of their experts, expert-major, only each block's counted rows.
+#[derive(Debug, Clone, Copy)]
+pub struct RaggedExchange {
+    pub devices: usize,
+    pub experts: usize,
+    pub capacity: usize,
+    pub words: usize,
+}
+
+impl RaggedExchange {
+    /// Values of a shard.
+    pub fn shard(&self) -> usize {
+        self.devices * self.experts * self.capacity * self.words
+    }
+
+    /// Arguments: the slots (f32), the counts (u32 records of two words, the count first).
+    pub fn program(&self) -> Program {
+        let (n, el, cap) = (self.devices, self.experts, self.capacity);
+        let rows = n * el * cap;
+        let blocks: Vec<RowBlock> = (0..n)
+            .flat_map(|s| {
+                (0..el).map(move |e| RowBlock::new((s * el + e) * cap, (e * n + s) * cap, cap))
+            })
+            .collect();
+        let mut regroup = Regroup::from_blocks(rows, self.words * 4, &[], &blocks).unwrap();
+        regroup.ragged = Some(Ragged {
+            block_rows: cap as u32,
+            record_words: 2,
+        });
+        let gang: Vec<usize> = (0..n).collect();
+        let mut p = ProgramBuilder::new("ragged exchange");
+        let x = p.arg(&gang, self.shard());
+        let counts = p.typed_arg(&gang[..], TensorType::u32(&[n * el * 2]));
+        let y = p.all_to_all_ragged("ragged a2a", (x, counts), None, regroup);
+        p.result(y);
+        p.build().expect("a valid ragged exchange")
+    }
+
+    /// Run `run`'s counts for source `s`'s block `b`: run 0 counts nothing, run 2 every row,
+    /// the others some, different per block.
+    pub fn count(&self, run: usize, s: usize, b: usize) -> usize {
+        match run {
+            0 => 0,
+            2 => self.capacity,
+            _ => (s * 7 + b * 3 + run) % (self.capacity + 1),
+        }
+    }
+
+    /// The arguments of run `run` with slots `input`.
+    pub fn args(&self, run: usize, input: &[f32]) -> Vec<HostData> {
+        let blocks = self.devices * self.experts;
+        let records: Vec<u32> = (0..self.devices)
+            .flat_map(|s| (0..blocks).flat_map(move |b| [self.count(run, s, b) as u32, 0xDEAD]))
+            .collect();
+        vec![input.to_vec().into(), records.into()]
+    }
+
+    /// Run `run` on the host: writes the counted rows into `held`, the output buffers (rows not
+    /// counted keep what they held); returns how many rows moved.
+    pub fn apply(&self, run: usize, input: &[f32], held: &mut [f32]) -> usize {
+        let (n, el, cap, words, shard) = (
+            self.devices,
+            self.experts,
+            self.capacity,
+            self.words,
+            self.shard(),
+        );
+        let mut live = 0;
+        // Source s's block b (expert e of device j) lands on j at block [e][s].
+        for s in 0..n {
+            for b in 0..n * el {
+                let (j, e) = (b / el, b % el);
+                for r in 0..self.count(run, s, b) {
+                    let from = s * shard + (b * cap + r) * words;
+                    let to = j * shard + ((e * n + s) * cap + r) * words;
+                    held[to..to + words].copy_from_slice(&input[from..from + words]);
+                    live += 1;
+                }
+            }
+        }
+        live
     }
 }

@@ -44,6 +44,7 @@ fn bad_programs_are_errors() {
         row_bytes: 8,
         send: Vec::new(),
         recv: (0..rows as u32).collect(),
+        ragged: None,
     };
     for (len, regroup, fits) in [
         (8, identity(3), false),

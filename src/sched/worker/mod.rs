@@ -550,7 +550,23 @@ impl<'a> Worker<'a> {
                 let shards = members
                     .iter()
                     .map(|&m| mail[m].get().map_or(&[][..], Vec::as_slice));
-                if let Op::AllToAll(_, regroup) = &n.op {
+                let mut written = len_bytes;
+                if let Op::AllToAll(_, regroup) = &n.op
+                    && regroup.ragged.is_some()
+                {
+                    // Only the live rows, where the consumer wants them, a write per run.
+                    let shards: Vec<&[u8]> = shards.collect();
+                    let placed = regroup
+                        .place(group.position(shard), &shards, len_bytes)
+                        .map_err(|e| Error::Program {
+                            program: prog.name().to_string(),
+                            reason: format!("{}: {e}", n.name),
+                        })?;
+                    for (at, range) in &placed.runs {
+                        device.write_buffer(out, *at as u64, &placed.bytes[range.clone()]);
+                    }
+                    written = placed.bytes.len();
+                } else if let Op::AllToAll(_, regroup) = &n.op {
                     // Each member's chunk, its rows where the consumer wants them (expert-major
                     // slots, say), placed by the host in place of a permute kernel.
                     let shards: Vec<&[u8]> = shards.collect();
@@ -566,7 +582,7 @@ impl<'a> Worker<'a> {
                     device.write_buffer(out, 0, sum);
                 }
                 let meta = run.event_meta(EventMeta::transfer(device.id()), node);
-                trace.finish(start, moved(meta, role, &n.op, len_bytes), || {
+                trace.finish(start, moved(meta, role, &n.op, written), || {
                     format!("gather {}", n.name)
                 });
                 run.role_done(node);
