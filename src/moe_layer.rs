@@ -123,13 +123,18 @@ pub fn run_expert_parallel(
     // runs over each slot block's kept rows.
     let counts = there.per_expert(router::STAT_WORDS);
     let live = counts.to_experts(&mut p, "all-to-all kept counts", stats, None);
-    let tokens = there.to_experts(&mut p, "all-to-all forward", slots, Some(Kept(stats)));
+    let tokens = there.to_experts(&mut p, "all-to-all forward", slots, Some(Kept::sent(live)));
     let expert = Matmul {
         limits: Some(router::STAT_WORDS),
         ..matmul(Some(there.block_offsets()))
     };
     let [out] = p.kernel("experts", &gang, Arc::new(expert), &[tokens, we, live]);
-    let returned = back.to_tokens(&mut p, "all-to-all reverse", out, Some(Kept(live)));
+    let returned = back.to_tokens(
+        &mut p,
+        "all-to-all reverse",
+        out,
+        Some(Kept::received(live)),
+    );
     let [y] = p.kernel(
         "combine",
         &gang,

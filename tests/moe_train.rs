@@ -1,7 +1,8 @@
 //! The GPU trainer of the MoE language model against the plain-Rust reference: one device's
 //! gradients and steps, 4 devices (expert- and data-parallel) against 1 device with the same
-//! routing groups, capacity drops under forced imbalance, and bad inputs, on each adapter (its
-//! virtual devices for the meshes).
+//! routing groups, capacity drops under forced imbalance, dropless routing under the same skew
+//! moving only the routed rows, and bad inputs, on each adapter (its virtual devices for the
+//! meshes).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -9,10 +10,11 @@ mod common;
 use common::moe::{batch, config};
 use common::{Adapters, Span, case};
 use gangway::kernels::optim::AdamConfig;
+use gangway::kernels::router::{STAT_WORDS, dropless_factor};
 use gangway::moe::{
     Adam, MoeLmConfig, MoeLmParams, MoeTrainer, forward_grouped, loss_and_grads_grouped,
 };
-use gangway::trace::EventKind;
+use gangway::trace::{Direction, EventKind, TransferKind};
 use gangway::train::{Checkpoint, GroupSplit, coefficient_of_variation};
 use gangway::{Device, Mesh, Rng};
 use std::time::Instant;
@@ -23,6 +25,7 @@ fn main() -> std::process::ExitCode {
         case!(adapters: four_devices_follow_one_device_with_four_groups),
         case!(adapters: a_data_by_expert_mesh_follows_one_device),
         case!(adapters: capacity_drops_match_the_reference_router),
+        case!(adapters: a_skewed_router_dropless_moves_only_its_routed_rows),
         case!(device: bad_inputs_are_errors),
         case!(adapters: eight_devices_follow_one_device_with_eight_groups),
         case!(adapters: an_uneven_split_follows_one_device).span(Span::EachAndCross),
@@ -311,6 +314,63 @@ fn capacity_drops_match_the_reference_router(adapters: &Adapters) {
             .map(|e| want.stats.iter().map(|s| s.tokens_per_expert[e]).sum())
             .collect();
         assert!((got.expert_cv() - coefficient_of_variation(&per_expert)).abs() < 1e-12);
+    }
+}
+
+/// Dropless routing under a router that sends nearly every token to expert 0 first: nothing is
+/// dropped, four devices follow one with the same groups bit for bit, and each step's
+/// all-to-alls read back and write exactly the routed rows (every kept choice's row in the four
+/// exchanges of each block) and the kept counts' own exchange, however skewed the load.
+fn a_skewed_router_dropless_moves_only_its_routed_rows(adapters: &Adapters) {
+    let cfg = MoeLmConfig {
+        capacity_factor: dropless_factor(config().experts, config().top_k),
+        ..config()
+    };
+    let mut params = MoeLmParams::init(cfg).unwrap();
+    for l in 0..cfg.blocks {
+        for row in params.tensors[cfg.block_index(l).router].chunks_mut(cfg.experts) {
+            row[0] = 1.0;
+        }
+    }
+    let devices = adapters.mesh(4);
+    let (_runtime, client) = common::runtime_client(&devices[..4], "test");
+    let adam = AdamConfig::new(0.01);
+    let mut one = MoeTrainer::new(&client, &Mesh::line(&devices[..1]), &params, adam, 4).unwrap();
+    let mut four = MoeTrainer::new(&client, &Mesh::line(&devices[..4]), &params, adam, 4).unwrap();
+    four.set_trace(true);
+    let mut rng = Rng::new(8);
+    let tokens = 64;
+    for _ in 0..3 {
+        let (ctx, tgt) = batch(&cfg, tokens, &mut rng);
+        let (a, b) = (
+            one.step(&ctx, &tgt).unwrap(),
+            four.step(&ctx, &tgt).unwrap(),
+        );
+        assert_eq!(a.loss.to_bits(), b.loss.to_bits(), "step {}", a.step);
+        assert_eq!(a.tokens_per_expert, b.tokens_per_expert, "step {}", a.step);
+        let b0 = &b.blocks[0];
+        assert_eq!(b.dropped_fraction, 0.0, "dropless drops nothing: {b0:?}");
+        assert!(
+            b0.tokens_per_expert[0] * 10 >= tokens * 9,
+            "expert 0 should hold nearly every token: {b0:?}"
+        );
+        let kept: usize = b.blocks.iter().flat_map(|s| &s.tokens_per_expert).sum();
+        assert_eq!(kept, tokens * cfg.top_k * cfg.blocks);
+        let rows = kept * cfg.model * 4 * 4;
+        let counts = cfg.blocks * 4 * cfg.experts * STAT_WORDS * 4;
+        for direction in [Direction::In, Direction::Out] {
+            let moved: u64 = (b.trace.iter())
+                .filter_map(|e| e.moved)
+                .filter(|m| m.kind == TransferKind::AllToAll && m.direction == direction)
+                .map(|m| m.bytes)
+                .sum();
+            assert_eq!(
+                moved,
+                (rows + counts) as u64,
+                "{direction:?}, step {}",
+                b.step
+            );
+        }
     }
 }
 

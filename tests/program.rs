@@ -215,13 +215,14 @@ fn a_ragged_exchange_moves_only_live_rows(adapters: &Adapters) {
     let exec = Arc::new(exchange.program().compile(devices, one_slot).unwrap());
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
     let client = runtime.client("test", 1);
-    // The model of every device's output buffer, zero before the first run.
+    // The model of every device's output buffers, zero before the first run.
     let mut held = vec![0.0f32; n * exchange.shard()];
+    let mut home = held.clone();
     let mut rng = Rng::new(11);
     for mode in MODES {
         for run in 0..4 {
             let input = rng.vec(n * exchange.shard());
-            let live = exchange.apply(run, &input, &mut held);
+            let live = exchange.apply(run, &input, &mut held, &mut home);
             let traced = RunOptions {
                 trace: true,
                 ..opts(mode)
@@ -231,8 +232,12 @@ fn a_ragged_exchange_moves_only_live_rows(adapters: &Adapters) {
                 .unwrap()
                 .wait_traced()
                 .unwrap();
-            let got: Vec<f32> = bytemuck::pod_collect_to_vec(&out[0]);
-            assert_eq!(got, held, "{mode:?}, run {run}");
+            let there: Vec<f32> = bytemuck::pod_collect_to_vec(&out[0]);
+            let back: Vec<f32> = bytemuck::pod_collect_to_vec(&out[1]);
+            assert_eq!(there, held, "{mode:?}, run {run}: there");
+            assert_eq!(back, home, "{mode:?}, run {run}: back");
+            // Both ways, each device reads back and writes only the counted rows; the counts'
+            // exchange moves its records whole.
             let moved = |direction| -> u64 {
                 events
                     .iter()
@@ -241,10 +246,10 @@ fn a_ragged_exchange_moves_only_live_rows(adapters: &Adapters) {
                     .map(|m| m.bytes)
                     .sum()
             };
-            let words = exchange.words;
-            assert_eq!(moved(Direction::In), (live * words * 4) as u64, "run {run}");
-            let staged = n * (exchange.shard() + n * exchange.experts * 2) * 4;
-            assert_eq!(moved(Direction::Out), staged as u64, "run {run}");
+            let rows = (2 * live * exchange.words * 4) as u64;
+            let counts = (n * n * exchange.experts * 8) as u64;
+            assert_eq!(moved(Direction::In), rows + counts, "run {run}");
+            assert_eq!(moved(Direction::Out), rows + counts, "run {run}");
         }
     }
 }

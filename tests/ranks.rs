@@ -98,10 +98,12 @@ fn a_ragged_exchange_over_ranks_moves_only_live_rows(adapters: &Adapters) {
             .collect::<Vec<_>>()
     });
     let mut held = vec![0.0f32; 4 * exchange.shard()];
+    let mut home = held.clone();
     for (r, input) in inputs.iter().enumerate() {
-        exchange.apply(r, input, &mut held);
+        exchange.apply(r, input, &mut held, &mut home);
         for (rank, out) in outputs.iter().enumerate() {
-            assert_eq!(out[r][0], held, "rank {rank}, run {r}");
+            assert_eq!(out[r][0], held, "rank {rank}, run {r}: there");
+            assert_eq!(out[r][1], home, "rank {rank}, run {r}: back");
         }
     }
 }

@@ -23,8 +23,8 @@
 //!   [`crate::trace::exposed_wait_ns`], over the step's wall time), the bytes the all-to-alls and
 //!   the all-reduce wrote to the devices per step (from each transfer's
 //!   [`crate::trace::Moved`]; collectives are found by that kind, never by name), the bytes the
-//!   all-to-alls read back (whole slot buffers) beside the routed rows' bytes (every kept
-//!   choice's row, in each of the four exchanges of a block: what a ragged exchange writes), and the five
+//!   all-to-alls read back beside the routed rows' bytes (every kept choice's row, in each of
+//!   the four exchanges of a block: what a ragged exchange reads back and writes), and the five
 //!   kernels with the
 //!   largest share of the devices' time (`kernel share: …`, GPU-timestamped where the adapter has
 //!   timestamps). `D=1 with D=4's 4 groups` routes the batch as the 4 devices do (the same
@@ -226,9 +226,9 @@ pub(super) struct TrainStep {
     /// device together.
     all_to_all_bytes: Vec<f64>,
     all_reduce_bytes: Vec<f64>,
-    /// Per step: the bytes the all-to-alls read back from their devices (each device's whole
-    /// slot buffers and counts, staged), and the bytes of the rows routed: every kept choice's
-    /// row in each of a block's four exchanges (forward, reverse and their backward).
+    /// Per step: the bytes the all-to-alls read back from their devices, and the bytes of the
+    /// rows routed: every kept choice's row in each of a block's four exchanges (forward,
+    /// reverse and their backward).
     all_to_all_staged: Vec<f64>,
     routed_bytes: Vec<f64>,
     /// Per step: the largest share of the step a device sat idle waiting on a collective.

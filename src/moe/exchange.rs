@@ -19,18 +19,40 @@
 //! with them, so what moves is the tokens routed, not `E/K` times them when the capacity is
 //! dropless. The empty slots on the receiving side are not written; every kernel after the
 //! exchange reads only the kept rows (the grouped matmuls' limits, the combine's and the router
-//! backward's kept choices). The shapes stay static: each device's staging read-back is still its
-//! whole slot buffer.
+//! backward's kept choices). The counts' exchange goes first, so each device has its counts on
+//! the host before it copies its kept rows out (one copy per block). The shapes stay static: the
+//! buffers are still sized by the slots.
 
 use crate::kernels::router::STAT_WORDS;
-use crate::program::{ProgramBuilder, Ragged, Regroup, RowBlock, Value};
+use crate::program::{CountsSide, ProgramBuilder, Ragged, Regroup, RowBlock, Value};
 
-/// The router's per-expert records (`[E, STAT_WORDS]` u32, whose first word is the kept rows)
-/// of the slot blocks an exchange moves, in the order of the side they leave: the router's own
-/// statistics on the token side, or their exchanged copy (`[E/D][source]`) on the expert side.
-/// With them, only the kept rows move.
+/// The kept counts of the slot blocks an exchange moves: the output of the counts' own exchange
+/// ([`ExpertExchange::per_expert`] of the router's `[E, STAT_WORDS]` u32 statistics, whose first
+/// word is the kept rows), which went first, and which side of it holds them. With them, only
+/// the kept rows move, and each device knows its counts before it copies its rows out.
 #[derive(Debug, Clone, Copy)]
-pub struct Kept(pub Value);
+pub struct Kept {
+    pub counts: Value,
+    pub side: CountsSide,
+}
+
+impl Kept {
+    /// The token side's counts: what each device sent in the counts' exchange.
+    pub fn sent(counts: Value) -> Self {
+        Self {
+            counts,
+            side: CountsSide::Sent,
+        }
+    }
+
+    /// The expert side's counts: what each device received in it, `[E/D][source]`.
+    pub fn received(counts: Value) -> Self {
+        Self {
+            counts,
+            side: CountsSide::Received,
+        }
+    }
+}
 
 /// Slots on their way to the experts' devices ([`ExpertExchange::send_to_experts`]), to be used
 /// no earlier than [`ExpertExchange::arrived`] says: the nodes a caller adds in between run while
@@ -119,10 +141,11 @@ impl ExpertExchange {
             }
         };
         match kept {
-            Some(Kept(counts)) => {
+            Some(Kept { counts, side }) => {
                 regroup.ragged = Some(Ragged {
                     block_rows: self.capacity as u32,
                     record_words: STAT_WORDS as u32,
+                    counts: side,
                 });
                 b.all_to_all_ragged(name, (x, counts), self.axis, regroup)
             }

@@ -38,8 +38,8 @@
 //! rows (the exchange is ragged, [`super::exchange::Kept`]: the router's statistics on the token
 //! side, their exchanged copy on the expert side). So a capacity factor of `E/K` (every expert's
 //! slots can hold the whole group: dropless) costs the expert matmuls and the exchanges what the
-//! kept tokens cost, not what the slots cost; the buffers (slots, expert activations), the
-//! dispatch and each device's staging read-back are still sized by the slots.
+//! kept tokens cost, not what the slots cost; the buffers (slots, expert activations) and the
+//! dispatch are still sized by the slots.
 
 use super::exchange::{ExpertExchange, Kept, Moving};
 use crate::kernels::matmul::{Activation, Epilogue, MatmulVariant, VariantChoice};
@@ -268,13 +268,14 @@ impl MoeFfn {
             &[x, probs, routes, stats],
         );
         let (tokens, live, pre, hidden, expert_out) = b.only_where(None, |b| {
+            // The counts' exchange went first: its output says which rows move.
+            let live = counts.arrived(live);
             let moving = self.exchange.send_to_experts(
                 b,
                 &at("all-to-all forward"),
                 slots,
-                Some(Kept(stats)),
+                Some(Kept::sent(live)),
             );
-            let live = counts.arrived(live);
             let tokens = self.exchange.arrived(moving);
             // The activation is the matmul's epilogue: a relu's backward needs only its output;
             // GELU's backward needs its input, which the matmul keeps as a second output.
@@ -305,7 +306,9 @@ impl MoeFfn {
                 &[hidden, w.w2, live],
             );
             let reverse = at("all-to-all reverse");
-            let expert_out = self.exchange.to_tokens(b, &reverse, out, Some(Kept(live)));
+            let expert_out = self
+                .exchange
+                .to_tokens(b, &reverse, out, Some(Kept::received(live)));
             (tokens, live, pre, hidden, expert_out)
         });
         let mut inputs = vec![expert_out, probs, routes, stats];
@@ -355,8 +358,12 @@ impl MoeFfn {
             &[dy, probs, routes, stats],
         );
         b.only_where(None, |b| {
-            self.exchange
-                .send_to_experts(b, &at("all-to-all backward"), d_out, Some(Kept(stats)))
+            self.exchange.send_to_experts(
+                b,
+                &at("all-to-all backward"),
+                d_out,
+                Some(Kept::sent(s.live)),
+            )
         })
     }
 
@@ -519,7 +526,7 @@ impl MoeFfn {
                 b,
                 &at("all-to-all backward reverse"),
                 d_tok,
-                Some(Kept(s.live)),
+                Some(Kept::received(s.live)),
             );
             let kept = MoeFfnDeferred {
                 input: s.input,

@@ -680,9 +680,11 @@ impl ProgramBuilder {
     }
 
     /// [`Self::all_to_all_regrouped`] moving only the live rows of each block of `x`, as
-    /// `regroup`'s [`crate::program::Ragged`] says and `counts` (u32, one record per block of a
-    /// shard) counts: the rows that hold routed tokens, not the empty slots. Rows past a block's
-    /// count are not written on the receiving side.
+    /// `regroup`'s [`crate::program::Ragged`] says and `counts` counts: the rows that hold routed
+    /// tokens, not the empty slots. `counts` (u32 records) is the output of a plain all-to-all
+    /// over the same group, which went first: each member reads its shard's records on the
+    /// side of that exchange the ragged one names. Rows past a block's count are not written on
+    /// the receiving side.
     pub fn all_to_all_ragged(
         &mut self,
         name: &str,
@@ -742,11 +744,21 @@ impl ProgramBuilder {
                 return x;
             };
             let words = (c.ty.dtype == crate::DType::U32).then_some(c.shard_len);
+            // The counts must be on the host before the rows are copied out: the output of their
+            // own plain exchange over the same group, whose mail the runtime reads.
+            let first = matches!(
+                &self.program.nodes[c.producer].op,
+                Op::AllToAll(g, r) if *g == group && r.ragged.is_none()
+            );
             let wrong = match words {
                 None => Some("its counts are not u32".to_string()),
                 Some(_) if c.gang != info.gang => {
                     Some("its counts live on another gang".to_string())
                 }
+                Some(_) if !first => Some(
+                    "its counts are not the output of a plain all-to-all over the same group"
+                        .to_string(),
+                ),
                 Some(w) => regroup.check_ragged(rows, group.size, w),
             };
             if let Some(reason) = wrong {

@@ -143,8 +143,6 @@ impl Program {
         let bytes = |v: Option<&super::Value>| v.map_or(0, |v| self.values[v.0].shard_bytes());
         let out_len = bytes(n.outputs.first());
         let in_len = bytes(n.inputs.first());
-        // A ragged all-to-all stages its counts beside its rows.
-        let staged = in_len + bytes(n.inputs.get(1).filter(|_| matches!(n.op, Op::AllToAll(..))));
         let kernel_out: u64 = match &n.op {
             Op::Kernel(k) => {
                 let in_place: Vec<usize> = k.0.in_place().iter().map(|&(o, _)| o).collect();
@@ -170,7 +168,7 @@ impl Program {
                 }
                 Op::Send => vec![(d, in_len)],
                 Op::Recv => vec![(d, out_len)],
-                Op::AllToAll(..) => vec![(d, out_len), (d, staged)],
+                Op::AllToAll(..) => vec![(d, out_len), (d, in_len)],
                 Op::AllReduce(_) => vec![(d, out_len), (d, in_len)],
                 Op::Result { .. } => vec![(d, in_len)],
             })
@@ -263,12 +261,7 @@ impl Program {
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::AllToAll(..) => {
-                        // A ragged one's counts are staged after its rows.
-                        let counts = n
-                            .inputs
-                            .get(1)
-                            .map_or(0, |v| self.values[v.0].shard_bytes());
-                        res.staging = Some(device.readback_buffer(&label, out_bytes + counts));
+                        res.staging = Some(device.readback_buffer(&label, out_bytes));
                         res.outputs = vec![device.storage_buffer(&label, out_bytes)?];
                     }
                     Op::AllReduce(_) => {

@@ -16,5 +16,5 @@ pub use chain::{chain, chain_reference};
 pub use compile::{CompileOptions, Executable};
 pub use gang::{DEFAULT_AXIS, Gang};
 pub use ir::{HostData, KernelNode, Node, Op, Program, Value, ValueInfo};
-pub use regroup::{Placed, Ragged, Regroup, RowBlock};
+pub use regroup::{CountsSide, Placed, Ragged, Regroup, RowBlock};
 pub use variables::Variables;

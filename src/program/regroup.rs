@@ -3,12 +3,12 @@
 //! moves only each block's live rows (the slots that hold routed tokens), their counts riding
 //! with them.
 //!
-//! A ragged exchange, as the runtime runs it:
-//! - **stage**: the device copies its shard and the shard of the node's second input (one record
-//!   of counts per block) into one staging buffer; the GPU → host read-back is the whole shard,
-//!   since its commands are recorded before the counts exist;
-//! - **pack** ([`Regroup::pack`]): the host keeps a header of every block's live rows and those
-//!   rows alone; this is what crosses to the other devices (the mailbox, and MPI between ranks);
+//! A ragged exchange, as the runtime runs it on each member:
+//! - **stage**: the counts went first, in an exchange of their own whose host copy the member
+//!   reads ([`CountsSide`]); from them ([`Regroup::live`]) it copies only the live rows out of
+//!   its device ([`Regroup::live_ranges`]), one copy per run of rows, into its staging buffer;
+//! - **pack** ([`Regroup::packed`]): a header of every block's live rows, then those rows: what
+//!   crosses to the other devices (the mailbox, and MPI between ranks);
 //! - **place** ([`Regroup::place`]): each member writes the live rows of its chunk of every
 //!   member's packed shard where the plain exchange and `recv` put them, a write per run of
 //!   rows. Rows past a block's count are not written: the output keeps what it held (zeros
@@ -138,13 +138,27 @@ impl Regroup {
 }
 
 /// An all-to-all that moves only the live rows of each block. The input shard is blocks of
-/// `block_rows` rows, and the node's second input holds one record of `record_words` u32 words
-/// per block, in the input's own (pre-`send`) block order, whose first word is how many of the
-/// block's first rows are live. A chunk is whole blocks, and `send` moves whole blocks.
+/// `block_rows` rows, with one record of `record_words` u32 words per block, in the input's own
+/// (pre-`send`) block order, whose first word is how many of the block's first rows are live.
+/// The records come from the node's second input, the output of a plain all-to-all over the
+/// same group that ran first (the counts' own exchange), whose host copy the runtime reads as
+/// `counts` says; so the counts are on the host before the rows are copied out. A chunk is whole
+/// blocks, and `send` moves whole blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ragged {
     pub block_rows: u32,
     pub record_words: u32,
+    pub counts: CountsSide,
+}
+
+/// Which side of the counts' exchange holds a ragged exchange's records for a member's shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountsSide {
+    /// What the member sent in it: its own records (the token side's router statistics).
+    Sent,
+    /// What the member received from it: every source's records for its blocks (the expert
+    /// side's).
+    Received,
 }
 
 /// What one member writes of a ragged gather: `bytes`, whose `runs` each go to a byte offset of
@@ -203,42 +217,55 @@ impl Regroup {
         (!whole).then(|| "its send map does not move whole blocks".to_string())
     }
 
-    /// A member's staged bytes (its shard, then its counts) as they cross to the other devices:
-    /// one u32 of live rows per block in the sent order, then those rows, block by block.
-    pub fn pack(&self, staged: &[u8], shard_bytes: usize) -> Result<Vec<u8>> {
+    /// The live rows of each block of a shard of `shard_bytes` bytes, in the sent order, from
+    /// the shard's counts (one record per block in the shard's own order). A count past its
+    /// block is an error.
+    pub fn live(&self, counts: &[u8], shard_bytes: usize) -> Result<Vec<usize>> {
         let Some(ragged) = self.ragged else {
-            return Ok(staged.to_vec());
+            return Err(malformed("the exchange is not ragged".into()));
         };
-        let (row, br) = (self.row_bytes.max(1), ragged.block_rows as usize);
-        let blocks = self.blocks(ragged, shard_bytes);
-        let (shard, counts) = staged.split_at(shard_bytes.min(staged.len()));
-        let mut live = Vec::with_capacity(blocks);
-        for j in 0..blocks {
-            let block = self.sent_row(j * br) / br.max(1);
-            let n = word(counts, block * ragged.record_words as usize)
-                .ok_or_else(|| malformed(format!("no count for block {block}")))?;
-            if n as usize > br {
-                return Err(malformed(format!(
-                    "block {block} counts {n} live rows of {br}"
-                )));
+        let br = ragged.block_rows as usize;
+        (0..self.blocks(ragged, shard_bytes))
+            .map(|j| {
+                let block = self.sent_row(j * br) / br.max(1);
+                let n = word(counts, block * ragged.record_words as usize)
+                    .ok_or_else(|| malformed(format!("no count for block {block}")))?;
+                if n as usize > br {
+                    return Err(malformed(format!(
+                        "block {block} counts {n} live rows of {br}"
+                    )));
+                }
+                Ok(n as usize)
+            })
+            .collect()
+    }
+
+    /// The byte ranges of a shard that hold its `live` rows, in the sent order, joined where
+    /// they touch: what a member copies out of its device.
+    pub fn live_ranges(&self, live: &[usize]) -> Vec<Range<usize>> {
+        let row = self.row_bytes.max(1);
+        let br = self.ragged.map_or(1, |r| r.block_rows as usize);
+        let mut ranges: Vec<Range<usize>> = Vec::new();
+        for (j, &n) in live.iter().enumerate().filter(|(_, n)| **n > 0) {
+            // A block moves whole (`check_ragged`): its live rows are one range.
+            let at = self.sent_row(j * br) * row;
+            match ranges.last_mut() {
+                Some(last) if last.end == at => last.end += n * row,
+                _ => ranges.push(at..at + n * row),
             }
-            live.push(n as usize);
         }
-        let total: usize = live.iter().sum();
-        let mut out = Vec::with_capacity(4 * blocks + total * row);
-        for &n in &live {
+        ranges
+    }
+
+    /// What crosses to the other devices: one u32 of live rows per block in the sent order,
+    /// then `rows`, the live rows block by block (the bytes of [`Self::live_ranges`]).
+    pub fn packed(live: &[usize], rows: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 * live.len() + rows.len());
+        for &n in live {
             out.extend_from_slice(&(n as u32).to_le_bytes());
         }
-        for (j, &n) in live.iter().enumerate() {
-            for r in 0..n {
-                let at = self.sent_row(j * br + r) * row;
-                let src = shard
-                    .get(at..at + row)
-                    .ok_or_else(|| malformed(format!("row {} is past the shard", at / row)))?;
-                out.extend_from_slice(src);
-            }
-        }
-        Ok(out)
+        out.extend_from_slice(rows);
+        out
     }
 
     /// What the member at `place` of its group writes from the group's packed shards (member
@@ -305,7 +332,16 @@ impl Regroup {
 
 #[cfg(test)]
 mod tests {
-    use super::{Ragged, Regroup, RowBlock};
+    use super::{CountsSide, Ragged, Regroup, RowBlock};
+
+    /// What a member sends, as the runtime makes it: its live rows out of `shard`, packed.
+    fn pack(regroup: &Regroup, shard: &[u8], counts: &[u8]) -> crate::Result<Vec<u8>> {
+        let live = regroup.live(counts, shard.len())?;
+        let rows: Vec<u8> = (regroup.live_ranges(&live).into_iter())
+            .flat_map(|r| shard[r].to_vec())
+            .collect();
+        Ok(Regroup::packed(&live, &rows))
+    }
 
     /// Each member's shard: `rows` rows of one byte, row `i` of member `k` holding `k·rows + i`.
     fn shards(members: usize, rows: usize) -> Vec<Vec<u8>> {
@@ -444,15 +480,13 @@ mod tests {
                 ragged: Some(Ragged {
                     block_rows: cap as u32,
                     record_words: 3,
+                    counts: CountsSide::Sent,
                 }),
                 ..full.clone()
             };
             assert_eq!(ragged.check_ragged(rows, d, 3 * d * el), None);
             let packed: Vec<Vec<u8>> = (0..d)
-                .map(|k| {
-                    let staged = [shards[k].clone(), records(&counts[k], 3)].concat();
-                    ragged.pack(&staged, rows * row).unwrap()
-                })
+                .map(|k| pack(&ragged, &shards[k], &records(&counts[k], 3)).unwrap())
                 .collect();
             let live: usize = counts.iter().flatten().map(|&c| c as usize).sum();
             let moved: usize = packed.iter().map(Vec::len).sum();
@@ -508,18 +542,15 @@ mod tests {
             ragged: Some(Ragged {
                 block_rows: cap as u32,
                 record_words: 1,
+                counts: CountsSide::Received,
             }),
             ..Regroup::default()
         };
         let shard = vec![1u8; rows * row];
-        let too_many = [shard.clone(), records(&[3, 0], 1)].concat();
-        let err = ragged.pack(&too_many, rows * row).unwrap_err();
+        let err = pack(&ragged, &shard, &records(&[3, 0], 1)).unwrap_err();
         assert!(err.to_string().contains("3 live rows of 2"), "{err}");
-        let short = [shard.clone(), records(&[1], 1)].concat();
-        assert!(ragged.pack(&short, rows * row).is_err());
-        let good = ragged
-            .pack(&[shard, records(&[1, 2], 1)].concat(), rows * row)
-            .unwrap();
+        assert!(pack(&ragged, &shard, &records(&[1], 1)).is_err());
+        let good = pack(&ragged, &shard, &records(&[1, 2], 1)).unwrap();
         assert_eq!(good.len(), 8 + 3 * row);
         for (bad, says) in [
             (&good[..6], "cut short"),

@@ -8,6 +8,7 @@
 //!   are the runtime's), `timestamps.rs`, `resources.rs` (slices), `options.rs` (the runtime's
 //!   options, admission policy and client stats);
 //! - `run.rs`: one submitted run's state, its roles per device and its pre-recorded buffers;
+//! - `ragged.rs`: a ragged all-to-all member's counts and live rows, read from its run's mail;
 //! - `mailbox.rs`: what a device's worker is handed and holds (completions, inbox, tasks, its
 //!   doorbell and its state between turns);
 //! - `record.rs`: recording a role's command buffer; `remote.rs`: the link to other ranks;
@@ -20,6 +21,7 @@ mod clients;
 mod clock;
 mod mailbox;
 mod options;
+mod ragged;
 mod record;
 mod reduce;
 mod remote;

@@ -4,8 +4,8 @@
 //! untraced run into one buffer where nothing in it waits ([`record_together`]).
 
 use super::mailbox::{Completion, Inbox};
+use super::ragged;
 use super::run::{Recorded, Role, RunState};
-use crate::program::Op;
 use crate::trace::EventMeta;
 use crate::{Device, Error, Result};
 use std::sync::Arc;
@@ -46,7 +46,8 @@ fn record_commands(
     device: &Device,
     inbox: &Arc<Inbox>,
 ) -> Result<Option<Recorded>> {
-    if !role.records_commands() {
+    // A ragged stage records late, but it records.
+    if !role.records_commands() && !matches!(role, Role::StageLive { .. }) {
         return Ok(None);
     }
     let mut encoder = device.encoder(&run.exec.program().nodes()[node].name);
@@ -152,7 +153,7 @@ fn encode(
             });
             callbacks += 1;
         }
-        Role::Send { .. } | Role::Stage { .. } | Role::Download { .. } => {
+        Role::Send { .. } | Role::Stage { .. } | Role::StageLive { .. } | Role::Download { .. } => {
             let input = n.inputs[0];
             let producer = prog.value(input).producer;
             let src = run.exec.slots[run.slot].nodes[producer][shard]
@@ -163,20 +164,24 @@ fn encode(
                 .staging
                 .as_ref()
                 .ok_or_else(|| missing(run, node, "staging"))?;
-            let mut len = prog.value(input).shard_bytes();
-            encoder.copy_buffer_to_buffer(src, 0, staging, 0, len);
-            // A ragged all-to-all's counts go after its rows, in the same read-back.
-            if let (Role::Stage { .. }, Op::AllToAll(_, regroup), Some(&counts)) =
-                (role, &n.op, n.inputs.get(1))
-                && regroup.ragged.is_some()
-            {
-                let info = prog.value(counts);
-                let buffer = run.exec.slots[run.slot].nodes[info.producer][shard]
-                    .outputs
-                    .get(info.output)
-                    .ok_or_else(|| missing(run, info.producer, "output"))?;
-                encoder.copy_buffer_to_buffer(buffer, 0, staging, len, info.shard_bytes());
-                len += info.shard_bytes();
+            let whole = prog.value(input).shard_bytes();
+            let ranges: Vec<std::ops::Range<usize>> = match role {
+                // Recorded only once the counts are on the host (`ragged::live`): the live rows
+                // alone, packed, one copy per run of rows.
+                Role::StageLive { .. } => {
+                    let live = ragged::live(run, node, shard)?
+                        .ok_or_else(|| missing(run, node, "counts"))?;
+                    let regroup =
+                        ragged::regroup(run, node).ok_or_else(|| missing(run, node, "regroup"))?;
+                    regroup.live_ranges(&live)
+                }
+                _ => std::iter::once(0..whole as usize).collect(),
+            };
+            let mut len = 0u64;
+            for r in ranges {
+                let bytes = (r.end - r.start) as u64;
+                encoder.copy_buffer_to_buffer(src, r.start as u64, staging, len, bytes);
+                len += bytes;
             }
             let (inbox, run, buffer) = (inbox.clone(), run.clone(), staging.clone());
             encoder.map_buffer_on_submit(staging, wgpu::MapMode::Read, .., move |r| {

@@ -71,6 +71,11 @@ pub(crate) enum Role {
     Stage {
         shard: usize,
     },
+    /// Ragged all-to-all member: once its counts are on the host, copy its shard's live rows
+    /// to staging and map them (recorded then, never up front).
+    StageLive {
+        shard: usize,
+    },
     /// Result: copy to staging and map it.
     Download {
         shard: usize,
@@ -92,6 +97,7 @@ impl Role {
             | Role::Kernel { shard }
             | Role::Send { shard }
             | Role::Stage { shard }
+            | Role::StageLive { shard }
             | Role::Download { shard }
             | Role::Recv { shard }
             | Role::Gather { shard } => shard,
@@ -110,7 +116,10 @@ impl Role {
             | Role::Send { .. }
             | Role::Stage { .. }
             | Role::Download { .. } => true,
-            Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => false,
+            Role::Upload { .. }
+            | Role::Recv { .. }
+            | Role::Gather { .. }
+            | Role::StageLive { .. } => false,
         }
     }
     /// What a transfer of this role moves data for on a node of `op`, and which way; `None`
@@ -126,7 +135,7 @@ impl Role {
             Role::Download { .. } => (TransferKind::Host, Direction::Out),
             Role::Send { .. } => (TransferKind::PointToPoint, Direction::Out),
             Role::Recv { .. } => (TransferKind::PointToPoint, Direction::In),
-            Role::Stage { .. } => (collective, Direction::Out),
+            Role::Stage { .. } | Role::StageLive { .. } => (collective, Direction::Out),
             Role::Gather { .. } => (collective, Direction::In),
         })
     }
@@ -163,6 +172,10 @@ pub(crate) fn roles(exec: &Executable, node: usize) -> NodeRoles {
             }
             Op::Send => add(d, Role::Send { shard }),
             Op::Recv => add(d, Role::Recv { shard }),
+            Op::AllToAll(_, ref regroup) if regroup.ragged.is_some() => {
+                add(d, Role::StageLive { shard });
+                add(d, Role::Gather { shard });
+            }
             Op::AllToAll(..) | Op::AllReduce(_) => {
                 add(d, Role::Stage { shard });
                 add(d, Role::Gather { shard });

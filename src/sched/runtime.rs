@@ -516,7 +516,8 @@ impl Client {
                 }
                 return Ok(());
             }
-            for &(node, role) in work {
+            // A ragged stage waits for its counts, and records then.
+            for &(node, role) in work.iter().filter(|(_, r)| r.records_commands()) {
                 if let Some(r) = record(run, node, role, device, inbox)? {
                     run.put_prepared(node, role, r);
                 }

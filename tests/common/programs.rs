@@ -3,7 +3,7 @@
 //! exchange's ragged all-to-all with a plain-Rust model of its output buffers.
 
 use gangway::kernels::TensorType;
-use gangway::program::{HostData, Program, ProgramBuilder, Ragged, Regroup, RowBlock};
+use gangway::program::{CountsSide, HostData, Program, ProgramBuilder, Ragged, Regroup, RowBlock};
 use gangway::sched::GangRecord;
 use std::collections::HashMap;
 
@@ -137,7 +137,9 @@ pub fn run_exchanges(
 
 /// The expert exchange's all-to-all, ragged, over `devices` devices holding `experts` local
 /// experts of `capacity` slots of `words` values: every device's `[expert][capacity]` slot blocks
-/// go to the devices of their experts, expert-major, only each block's counted rows.
+/// go to the devices of their experts, expert-major, only each block's counted rows, and back.
+/// The counts (one record of two words per block, the count first) go first, in an exchange of
+/// their own, as the MoE layers' do.
 #[derive(Debug, Clone, Copy)]
 pub struct RaggedExchange {
     pub devices: usize,
@@ -152,26 +154,56 @@ impl RaggedExchange {
         self.devices * self.experts * self.capacity * self.words
     }
 
-    /// Arguments: the slots (f32), the counts (u32 records of two words, the count first).
+    /// The slot-major ↔ expert-major blocks of `rows` rows each: `(there, back)`.
+    fn blocks(&self, rows: usize) -> (Vec<RowBlock>, Vec<RowBlock>) {
+        let (n, el) = (self.devices, self.experts);
+        let mut there = Vec::new();
+        let mut back = Vec::new();
+        for s in 0..n {
+            for e in 0..el {
+                let (slot, expert) = ((s * el + e) * rows, (e * n + s) * rows);
+                there.push(RowBlock::new(slot, expert, rows));
+                back.push(RowBlock::new(expert, slot, rows));
+            }
+        }
+        (there, back)
+    }
+
+    /// Arguments: the slots (f32), the counts. Results: the slots at the experts' devices, and
+    /// back at their own.
     pub fn program(&self) -> Program {
         let (n, el, cap) = (self.devices, self.experts, self.capacity);
         let rows = n * el * cap;
-        let blocks: Vec<RowBlock> = (0..n)
-            .flat_map(|s| {
-                (0..el).map(move |e| RowBlock::new((s * el + e) * cap, (e * n + s) * cap, cap))
-            })
-            .collect();
-        let mut regroup = Regroup::from_blocks(rows, self.words * 4, &[], &blocks).unwrap();
-        regroup.ragged = Some(Ragged {
-            block_rows: cap as u32,
-            record_words: 2,
-        });
         let gang: Vec<usize> = (0..n).collect();
         let mut p = ProgramBuilder::new("ragged exchange");
         let x = p.arg(&gang, self.shard());
         let counts = p.typed_arg(&gang[..], TensorType::u32(&[n * el * 2]));
-        let y = p.all_to_all_ragged("ragged a2a", (x, counts), None, regroup);
+        let (records, _) = self.blocks(1);
+        let per_block = Regroup::from_blocks(n * el, 8, &[], &records).unwrap();
+        let live = p.all_to_all_regrouped("counts a2a", counts, None, per_block);
+        let (there, back) = self.blocks(cap);
+        let ragged = |send: &[RowBlock], recv: &[RowBlock], counts| Regroup {
+            ragged: Some(Ragged {
+                block_rows: cap as u32,
+                record_words: 2,
+                counts,
+            }),
+            ..Regroup::from_blocks(rows, self.words * 4, send, recv).unwrap()
+        };
+        let y = p.all_to_all_ragged(
+            "ragged a2a",
+            (x, live),
+            None,
+            ragged(&[], &there, CountsSide::Sent),
+        );
+        let z = p.all_to_all_ragged(
+            "ragged a2a back",
+            (y, live),
+            None,
+            ragged(&back, &[], CountsSide::Received),
+        );
         p.result(y);
+        p.result(z);
         p.build().expect("a valid ragged exchange")
     }
 
@@ -194,9 +226,10 @@ impl RaggedExchange {
         vec![input.to_vec().into(), records.into()]
     }
 
-    /// Run `run` on the host: writes the counted rows into `held`, the output buffers (rows not
-    /// counted keep what they held); returns how many rows moved.
-    pub fn apply(&self, run: usize, input: &[f32], held: &mut [f32]) -> usize {
+    /// Run `run` on the host: writes the counted rows into `held` (the expert side's output
+    /// buffers) and `home` (the way back's), whose rows not counted keep what they held;
+    /// returns how many rows moved each way.
+    pub fn apply(&self, run: usize, input: &[f32], held: &mut [f32], home: &mut [f32]) -> usize {
         let (n, el, cap, words, shard) = (
             self.devices,
             self.experts,
@@ -205,7 +238,7 @@ impl RaggedExchange {
             self.shard(),
         );
         let mut live = 0;
-        // Source s's block b (expert e of device j) lands on j at block [e][s].
+        // Source s's block b (expert e of device j) lands on j at block [e][s], and comes back.
         for s in 0..n {
             for b in 0..n * el {
                 let (j, e) = (b / el, b % el);
@@ -213,6 +246,7 @@ impl RaggedExchange {
                     let from = s * shard + (b * cap + r) * words;
                     let to = j * shard + ((e * n + s) * cap + r) * words;
                     held[to..to + words].copy_from_slice(&input[from..from + words]);
+                    home[from..from + words].copy_from_slice(&input[from..from + words]);
                     live += 1;
                 }
             }

@@ -5,7 +5,6 @@ use super::super::mailbox::Completion;
 use super::super::run::{DispatchMode, Role, RunState};
 use super::super::timestamps::BATCH;
 use super::Worker;
-use crate::program::Op;
 use crate::trace::{Clock, EventMeta, FlowRole};
 use crate::{Error, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -117,26 +116,11 @@ impl Worker<'_> {
                 result.map_err(|e| self.gpu_error(e))?;
                 let mut bytes = self.device.take_mapped(&buffer, len)?;
                 let moved = bytes.len();
-                let n = &run.exec.program().nodes()[node];
-                if let (Role::Stage { .. }, Op::AllToAll(_, regroup)) = (role, &n.op)
-                    && regroup.ragged.is_some()
-                {
-                    // Only the live rows and their counts go on to the other devices.
-                    let shard = n
-                        .output()
-                        .map_or(0, |v| run.exec.program().value(v).shard_bytes());
-                    bytes = regroup
-                        .pack(&bytes, shard as usize)
-                        .map_err(|e| Error::Program {
-                            program: run.exec.program().name().to_string(),
-                            reason: format!("{}: {e}", n.name),
-                        })?;
+                if let Role::StageLive { .. } = role {
+                    // The live rows, behind their counts: what goes on to the other devices.
+                    bytes = super::super::ragged::packed(&run, node, shard, &bytes)?;
                 }
-                if let (Some(remote), Some(key)) = (&self.shared.remote, run.key) {
-                    // Other ranks' devices read it too: on its way to them now.
-                    remote.send_mail(&run, key, node, shard, &bytes);
-                }
-                let _ = run.mail[node][shard].set(bytes);
+                self.post(&run, node, shard, bytes);
                 let start = run.submitted_ns[node][shard].load(Ordering::Acquire);
                 let op = &run.exec.program().nodes()[node].op;
                 let meta = run.event_meta(EventMeta::transfer(self.device.id()), node);

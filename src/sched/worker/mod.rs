@@ -587,6 +587,28 @@ impl<'a> Worker<'a> {
                 });
                 run.role_done(node);
             }
+            Role::StageLive { shard } => {
+                let Some(live) = super::ragged::live(run, node, shard)? else {
+                    return Ok(Some(format!("the kept counts of {}", n.name)));
+                };
+                if live.iter().any(|&rows| rows > 0) {
+                    self.submit(run, node, role)?;
+                } else {
+                    // No live row: the counts alone go on, and the device copies nothing.
+                    let start = trace.span();
+                    self.post(
+                        run,
+                        node,
+                        shard,
+                        crate::program::Regroup::packed(&live, &[]),
+                    );
+                    let meta = run.event_meta(EventMeta::transfer(device.id()), node);
+                    trace.finish(start, moved(meta, role, &n.op, 0), || {
+                        format!("read back {}", n.name)
+                    });
+                    run.role_done(node);
+                }
+            }
             Role::Kernel { .. }
             | Role::Send { .. }
             | Role::Stage { .. }
@@ -632,6 +654,15 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Puts what shard `shard` of `node` read back in its mailbox, for this rank's devices and
+    /// on its way to other ranks' that read it.
+    fn post(&self, run: &Arc<RunState>, node: usize, shard: usize, bytes: Vec<u8>) {
+        if let (Some(remote), Some(key)) = (&self.shared.remote, run.key) {
+            remote.send_mail(run, key, node, shard, &bytes);
+        }
+        let _ = run.mail[node][shard].set(bytes);
     }
 
     /// Hands the command buffers not yet submitted to the queue, in one submission.
