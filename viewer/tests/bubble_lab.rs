@@ -814,3 +814,42 @@ fn the_lab_shows_the_gap_to_the_optimum_under_the_same_memory() {
             .is_none()
     );
 }
+
+/// Large settings are studied off the UI thread (ZB-V at p = 16, m = 64 takes a second even in a
+/// release build): the frame that changes them returns with the figure before still shown and a
+/// line saying what is being studied; the new figure arrives when the study ends. Small ones
+/// are studied in the frame that changes them, as before.
+#[test]
+fn a_large_setting_is_studied_off_the_ui_thread() {
+    let mut h = common::harness([1400.0, 1000.0]);
+    h.get_by_label("ZB-V").click();
+    h.run();
+    assert!(h.state().lab.computing().is_none(), "p = 4, m = 8 is small");
+    let small = h.state().lab.result.as_ref().unwrap().row().sim.makespan_ns;
+    h.state_mut().lab.params.stages = 16;
+    h.state_mut().lab.params.microbatches = 16;
+    h.step();
+    let busy = h
+        .state()
+        .lab
+        .computing()
+        .expect("a study off the UI thread");
+    assert_eq!((busy.stages, busy.microbatches), (16, 16));
+    let shown = h.state().lab.result.as_ref().unwrap().row().sim.makespan_ns;
+    assert_eq!(shown, small, "the figure before stays up");
+    h.step();
+    h.get_by_label_contains("studying ZB-V at p = 16, m = 16");
+    let start = std::time::Instant::now();
+    while h.state().lab.computing().is_some() {
+        assert!(start.elapsed().as_secs() < 300, "the study never ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        h.step();
+    }
+    h.step();
+    let lab = &h.state().lab;
+    let want = gangway_viewer::bubble_lab::compute(&lab.params).unwrap();
+    let got = lab.result.as_ref().unwrap().row();
+    assert_eq!(got.sim.makespan_ns, want.row().sim.makespan_ns);
+    assert_ne!(got.sim.makespan_ns, small);
+    assert!(h.query_by_label_contains("off the UI thread").is_none());
+}

@@ -1,28 +1,30 @@
 //! The pipeline bubble lab: pick a schedule and its shape, and see the textbook figure of its
-//! simulation (or any set of the twelve schedules stacked on one time axis at the same total
-//! cost; those that cannot take the shape are named and left out), the
-//! bubble against the textbook formula, the gap to the shortest one-chunk schedule under the
-//! same memory where the setting is small enough, peak activations, and an animation that plays or steps
-//! from one op start time to the next saying what each stage waits for; a slow stage makes the
-//! stages uneven, and transfers cost tenths of a µs up; ZB-V and "ZB auto" are re-planned for the
-//! sliders' costs, ZB auto under its memory slider. A figure wider than the window is drawn
-//! smaller; "figure only" shows it with the player alone, fitted to the window. The figure
-//! exports as SVG and as a PNG drawn off screen, whole, for slides. With fewer devices than
-//! stages, the stages fold onto them (blocks or round robin) and the figure has a lane per
-//! device. "Run on devices" trains one MLP step with the same
-//! schedule (as planned for the sliders) on the first `p` devices (the fold's `d`), in the background, and shows the measured timeline under
-//! the simulated one, with the measured bubble beside the simulator's (fed the run's own op
-//! times) and the textbook's.
+//! simulation (or any set of the fourteen schedules stacked on one time axis at the same total
+//! cost; those that cannot take the shape are named and left out), the bubble against the
+//! textbook formula, the gap to the shortest schedule of its family (one chunk a stage, or two)
+//! under the same memory where the setting is small enough, peak activations, and an animation
+//! that plays or steps from one op start time to the next saying what each stage waits for; a
+//! slow stage makes the stages uneven, and transfers cost tenths of a µs up; ZB-V and "ZB auto"
+//! are re-planned for the sliders' costs, ZB auto under its memory slider. Large settings are
+//! studied off the UI thread, the figure before staying up meanwhile. A figure wider than the
+//! window is drawn smaller; "figure only" shows it with the player alone, fitted to the window.
+//! The figure exports as SVG and as a PNG drawn off screen, whole, for slides. With fewer
+//! devices than stages, the stages fold onto them (blocks or round robin) and the figure has a
+//! lane per device. "Run on devices" trains one MLP step with the same schedule (as planned for
+//! the sliders) on the first `p` devices (the fold's `d`), in the background, and shows the
+//! measured timeline under the simulated one, with the measured bubble beside the simulator's
+//! (fed the run's own op times) and the textbook's.
 //!
-//! Here: the inputs and the UI. The simulation and the formulas are in `simulate.rs`, the run on
-//! devices in `device_run.rs`, the animation in `player.rs`, painting in `paint.rs` and SVG and
-//! PNG export in `export.rs`.
+//! Here: the inputs and the UI. The simulation and the formulas are in `simulate.rs`, where it
+//! runs (here or off the UI thread) in `studying.rs`, the run on devices in `device_run.rs`, the
+//! animation in `player.rs`, painting in `paint.rs` and SVG and PNG export in `export.rs`.
 
 mod device_run;
 mod export;
 mod paint;
 mod player;
 mod simulate;
+mod studying;
 
 use std::path::PathBuf;
 
@@ -36,6 +38,7 @@ pub use device_run::{DeviceRun, RunShape, run_blocker, run_on_devices};
 pub use export::{Exporter, Format, PNG_SCALE, png_of_svg};
 pub use player::Player;
 pub use simulate::{LabResult, compute, formula_line, formula_text, label};
+use studying::Studying;
 
 use crate::background::{self, Job};
 use crate::live::DeviceHub;
@@ -176,7 +179,8 @@ pub enum LabView {
 #[derive(Debug)]
 pub struct BubbleLab {
     pub params: LabParams,
-    computed_for: Option<LabParams>,
+    /// Where the result comes from: computed here, or off the UI thread for large settings.
+    study: Studying,
     pub result: Result<LabResult, String>,
     pub view: LabView,
     /// The animation over the figure's compute ops.
@@ -204,7 +208,7 @@ impl Default for BubbleLab {
     fn default() -> Self {
         let mut lab = Self {
             params: LabParams::default(),
-            computed_for: None,
+            study: Studying::default(),
             result: Err(String::new()),
             view: LabView::default(),
             player: Player::new([]),
@@ -217,19 +221,24 @@ impl Default for BubbleLab {
             pending: None,
             measured: None,
         };
-        lab.recompute();
+        lab.recompute(None);
         lab
     }
 }
 
 impl BubbleLab {
-    fn recompute(&mut self) {
-        if self.computed_for == Some(self.params) {
-            return;
+    /// Brings the result up to the controls ([`Studying`]); `ctx` wakes the window when a study
+    /// run off the UI thread ends.
+    fn recompute(&mut self, ctx: Option<&egui::Context>) {
+        if self.study.update(self.params, &mut self.result, ctx) {
+            self.reset_player();
         }
-        self.result = compute(&self.params);
-        self.computed_for = Some(self.params);
-        self.reset_player();
+    }
+
+    /// The settings whose study runs off the UI thread now, while one does (the figure shown is
+    /// the one before).
+    pub fn computing(&self) -> Option<LabParams> {
+        self.study.computing()
     }
 
     /// A new player over what the figure shows now.
@@ -336,7 +345,7 @@ impl BubbleLab {
                 ui.toggle_value(&mut self.fit, "fit")
                     .on_hover_text("scale the whole figure into the window: nothing to scroll");
             });
-            self.recompute();
+            self.recompute(Some(ui.ctx()));
             self.player_ui(ui);
             self.figure_ui(ui, theme);
             return;
@@ -463,7 +472,7 @@ impl BubbleLab {
             ui.selectable_value(&mut p.round_robin, true, "round robin")
                 .on_hover_text("stage s on device s mod d: 0, 2 | 1, 3, as Megatron places chunks");
         });
-        self.recompute();
+        self.recompute(Some(ui.ctx()));
         self.simulated_ui(ui, theme);
         self.measured_ui(ui);
     }
@@ -471,6 +480,18 @@ impl BubbleLab {
     /// The simulation of the controls' shape: bubble, formula, the figure with its animation
     /// and export.
     fn simulated_ui(&mut self, ui: &mut Ui, theme: Theme) {
+        if let Some(p) = self.study.computing() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!(
+                    "studying {} at p = {}, m = {} off the UI thread; the figure below is the \
+                     one before",
+                    label(p.kind),
+                    p.stages,
+                    p.microbatches
+                ));
+            });
+        }
         let r = match &self.result {
             Ok(r) => r,
             Err(e) => {

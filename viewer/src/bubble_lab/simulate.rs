@@ -1,6 +1,6 @@
 //! The lab's simulation: the schedule studied (`gangway::pipeline::study`: its figure, its
-//! textbook bubble, and where the setting is small enough the shortest one-chunk schedule under
-//! its own peak memory), the compared schedules on one time axis, and the textbook formula with
+//! textbook bubble, and where the setting is small enough the shortest schedule of its family,
+//! one chunk a stage or two, under its own peak memory), the compared schedules on one time axis, and the textbook formula with
 //! the shape's numbers in it.
 
 use gangway::pipeline::figure::{Figure, FigureRow};
