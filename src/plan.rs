@@ -9,8 +9,9 @@
 //! **The MoE step** (weak scaling: each device keeps its tokens and its experts):
 //! - compute per device: the measured one-device step time scaled to the device's tokens, divided
 //!   by `speedup` (how much faster the target device computes than the measured one);
-//! - 4 all-to-alls per MoE block (there and back, forward and backward) and one all-reduce of the
-//!   replicated gradients, each costed as collective libraries run them ([`all_to_all`],
+//! - 4 all-to-alls per MoE block (there and back, forward and backward), each moving the kept
+//!   rows of an even routing (`T·K/E` choices an expert, up to its capacity: the exchange is
+//!   ragged), and one all-reduce of the replicated gradients, each costed as collective libraries run them ([`all_to_all`],
 //!   [`all_reduce`]): every algorithm's α–β cost over the host's link and the network, and the
 //!   cheaper one taken, as MPI libraries choose by message size;
 //! - of that communication, the share the measured trace found exposed (a device idle, waiting)
