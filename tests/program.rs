@@ -78,6 +78,9 @@ fn collectives_match_the_host(adapters: &Adapters) {
     p.result(t);
     p.result(r);
     let exec = compile(&p.build().unwrap(), devices);
+    // Every device holds, for each of its two slots of runs, nine shards: the argument, the
+    // constant and the sum, each collective's output and staging, and each result's staging.
+    assert_eq!(exec.buffer_bytes(), vec![2 * 9 * shard as u64 * 4; n]);
     let runtime = Runtime::new(devices.to_vec(), RuntimeOptions::default()).unwrap();
     let client = runtime.client("test", 1);
     let input = Rng::new(5).vec(n * shard);

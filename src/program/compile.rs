@@ -109,12 +109,7 @@ impl Program {
             }
         }
         // Reserve every slot's bytes first: all or nothing, in device order.
-        let mut bytes = vec![0u64; devices.len()];
-        for node in 0..self.nodes.len() {
-            for (logical, b) in self.shard_buffers(node) {
-                bytes[logical] += padded_size(b);
-            }
-        }
+        let bytes = self.slot_bytes();
         let mut memory = Vec::new();
         for (device, &b) in devices.iter().zip(&bytes) {
             if let Some(device) = device.local().filter(|_| b > 0) {
@@ -135,6 +130,21 @@ impl Program {
             freed: Condvar::new(),
             _memory: memory,
         })
+    }
+
+    /// The bytes of the buffers one slot of runs needs on each logical device, as allocated
+    /// (padded): everything a run writes, and the staging it reads back through, but not the
+    /// variables (parameters, optimizer moments), which outlive runs.
+    pub fn slot_bytes(&self) -> Vec<u64> {
+        let mut bytes = vec![0u64; self.devices_needed()];
+        for node in 0..self.nodes.len() {
+            for (logical, b) in self.shard_buffers(node) {
+                if let Some(total) = bytes.get_mut(logical) {
+                    *total += padded_size(b);
+                }
+            }
+        }
+        bytes
     }
 
     /// `(logical device, bytes)` of every buffer one slot needs for `node`.
@@ -300,6 +310,17 @@ impl Executable {
     pub fn id(&self) -> u64 {
         self.id
     }
+    /// The bytes of its runs' buffers on each logical device: [`Program::slot_bytes`] for every
+    /// run it can hold in flight.
+    pub fn buffer_bytes(&self) -> Vec<u64> {
+        let slots = self.slots.len() as u64;
+        self.program
+            .slot_bytes()
+            .iter()
+            .map(|b| b * slots)
+            .collect()
+    }
+
     pub fn in_flight(&self) -> usize {
         self.slots.len()
     }

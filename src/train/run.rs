@@ -169,6 +169,10 @@ pub struct TrainReport<M> {
     /// Routing groups per device, in device order (`6,2`).
     #[serde(default)]
     pub split: String,
+    /// The bytes of a training step's buffers on its largest device
+    /// ([`crate::train::Trainer::step_buffer_bytes`]).
+    #[serde(default)]
+    pub step_buffer_bytes: u64,
     /// Seconds spent measuring the devices' speeds before training (`Balance::Measured`), not
     /// counted in `seconds`.
     #[serde(default)]
@@ -207,6 +211,7 @@ impl<M: StepModel> TrainReport<M> {
             valid_dropped_fraction: None,
             unigram_bpb: f64::NAN,
             split: String::new(),
+            step_buffer_bytes: 0,
             calibration_seconds: 0.0,
             speeds: Vec::new(),
             balancing: String::new(),
@@ -640,6 +645,7 @@ impl<M: StepModel> TrainingRun<M> {
             unigram_bpb: self.unigram_bpb,
             parameters: self.parameters,
             split: self.trainer.split().to_string(),
+            step_buffer_bytes: self.trainer.step_buffer_bytes(),
             calibration_seconds: self.calibration_seconds,
             speeds: self.speeds,
             balancing: self.balancing,

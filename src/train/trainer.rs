@@ -343,6 +343,18 @@ impl<M: StepModel> Trainer<M> {
             .collect()
     }
 
+    /// The bytes of a training step's buffers on its largest device (its activations, slots,
+    /// gradients and staging, for every step it holds in flight; not the parameters or Adam's
+    /// moments), over the training programs compiled so far; 0 before the first step.
+    pub fn step_buffer_bytes(&self) -> u64 {
+        let programs = self.programs.lock().unwrap_or_else(PoisonError::into_inner);
+        (programs.iter())
+            .filter(|((mode, ..), _)| *mode == Mode::Train)
+            .flat_map(|(_, exec)| exec.buffer_bytes())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Token rows of one routing group of a batch of `units`.
     fn group_rows(&self, units: usize) -> usize {
         units / self.groups * self.config.unit_rows()

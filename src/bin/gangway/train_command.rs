@@ -93,6 +93,10 @@ pub(crate) fn train<M: StepModel>(
         report.devices
     );
     print_groups(&report.split, &report.balancing, report.calibration_seconds);
+    println!(
+        "a step's buffers: {:.2} MiB on its largest device (parameters and Adam's moments apart)",
+        report.step_buffer_bytes as f64 / (1u64 << 20) as f64
+    );
     println!("training cross-entropy: {first:.3} → {last:.3} nats");
     if plan.routed {
         println!(
