@@ -4,7 +4,9 @@
 //! A kernel that updates an input in place (an accumulation, Adam) hands back the updated value
 //! as its output; a later node or result that reads the input it updated is a build error, since
 //! it would read the update under the old name. Collectives are checked as they are added: an
-//! all-to-all's shards must cut into equal chunks, of whole rows where it regroups them.
+//! all-to-all's shards must cut into equal chunks, of whole rows where it regroups them, and a
+//! ragged one's ([`ProgramBuilder::all_to_all_ragged`]) into whole blocks, with counts (u32)
+//! from a plain all-to-all over the same group, so that they are on the host first.
 //!
 //! Every node runs on a [`Gang`]: a plain list of devices (`&[0, 1]`) is one axis; a gang with
 //! named axes ([`ProgramBuilder::mesh`], [`Gang::new`]) lets collectives run over one axis and
@@ -692,11 +694,6 @@ impl ProgramBuilder {
         axis: Option<&str>,
         regroup: Regroup,
     ) -> Value {
-        if regroup.ragged.is_none() {
-            self.fail(format!(
-                "{name}: a ragged all-to-all needs a ragged regroup"
-            ));
-        }
         self.all_to_all_with(name, (x, Some(counts)), axis, regroup)
     }
 
@@ -737,6 +734,12 @@ impl ProgramBuilder {
                     regroup.recv.len()
                 ));
             }
+        }
+        if regroup.ragged.is_some() != counts.is_some() {
+            self.fail(format!(
+                "{name}: a ragged regroup and its counts go together \
+                 (ProgramBuilder::all_to_all_ragged)"
+            ));
         }
         let mut inputs = vec![x];
         if let Some(counts) = counts {

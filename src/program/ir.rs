@@ -1,7 +1,8 @@
 //! The dataflow IR: one node per *sharded* computation, edges are sharded values. Data movement
 //! is nodes too: transfers (whole, or as send and receive halves), and collectives within the
 //! groups of a gang axis ([`Collective`]), an all-to-all's rows regrouped on the way by the host
-//! where its consumer wants another order ([`Regroup`]).
+//! where its consumer wants another order, or only each block's live rows moved, counted by a
+//! second input ([`Regroup`] and its ragged form, in `regroup.rs`).
 
 use super::gang::Gang;
 use crate::kernels::{Kernel, TensorType};
@@ -166,6 +167,8 @@ pub enum Op {
     Recv,
     /// Within each group of the collective, shard j of the output is chunk j of every member's
     /// input shard, in member order; with its rows regrouped on the way as the [`Regroup`] says.
+    /// A ragged one ([`crate::program::Ragged`]) has a second input, its counts, and writes only
+    /// each block's counted rows: the rest of its output keeps what it held.
     AllToAll(Collective, Arc<Regroup>),
     /// Every output shard is the elementwise sum of its group's input shards, in member order.
     AllReduce(Collective),

@@ -161,13 +161,13 @@ pub enum CountsSide {
     Received,
 }
 
-/// What one member writes of a ragged gather: `bytes`, whose `runs` each go to a byte offset of
-/// the output shard.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// One write of a ragged gather: the bytes `from` of member `member`'s packed shard go to byte
+/// `at` of the output shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
-    pub bytes: Vec<u8>,
-    /// `(output byte offset, range of bytes)`, in order.
-    pub runs: Vec<(usize, Range<usize>)>,
+    pub at: usize,
+    pub member: usize,
+    pub from: Range<usize>,
 }
 
 fn malformed(reason: String) -> Error {
@@ -268,16 +268,13 @@ impl Regroup {
         out
     }
 
-    /// What the member at `place` of its group writes from the group's packed shards (member
-    /// order) into its output shard of `out_bytes` bytes: the live rows of chunk `place` of each,
-    /// where the plain exchange and `recv` put them. A packed shard whose header or length does
-    /// not add up (another rank's bad data) is an error.
-    pub fn place(&self, place: usize, packed: &[&[u8]], out_bytes: usize) -> Result<Placed> {
+    /// The writes the member at `place` of its group makes from the group's packed shards
+    /// (member order) into its output shard of `out_bytes` bytes: the live rows of chunk `place`
+    /// of each, where the plain exchange and `recv` put them, joined where they touch. A packed
+    /// shard whose header or length does not add up (another rank's bad data) is an error.
+    pub fn place(&self, place: usize, packed: &[&[u8]], out_bytes: usize) -> Result<Vec<Placed>> {
         let Some(ragged) = self.ragged else {
-            return Ok(Placed {
-                bytes: self.gather(place, packed, out_bytes),
-                runs: vec![(0, 0..out_bytes)],
-            });
+            return Err(malformed("the exchange is not ragged".into()));
         };
         let (row, br) = (self.row_bytes.max(1), ragged.block_rows as usize);
         let members = packed.len().max(1);
@@ -290,7 +287,7 @@ impl Regroup {
                 *slot = f;
             }
         }
-        let mut placed = Placed::default();
+        let mut writes: Vec<Placed> = Vec::new();
         for (k, shard) in packed.iter().enumerate() {
             let mut live = Vec::with_capacity(blocks);
             for j in 0..blocks {
@@ -314,19 +311,23 @@ impl Regroup {
             for t in 0..chunk_blocks {
                 for r in 0..live[place * chunk_blocks + t] {
                     let out = to_out[k * chunk_rows + t * br + r] * row;
-                    let from = placed.bytes.len();
-                    placed.bytes.extend_from_slice(&shard[at..at + row]);
-                    at += row;
-                    match placed.runs.last_mut() {
-                        Some((o, range)) if *o + range.len() == out && range.end == from => {
-                            range.end += row;
+                    match writes.last_mut() {
+                        Some(w)
+                            if w.member == k && w.at + w.from.len() == out && w.from.end == at =>
+                        {
+                            w.from.end += row;
                         }
-                        _ => placed.runs.push((out, from..from + row)),
+                        _ => writes.push(Placed {
+                            at: out,
+                            member: k,
+                            from: at..at + row,
+                        }),
                     }
+                    at += row;
                 }
             }
         }
-        Ok(placed)
+        Ok(writes)
     }
 }
 
@@ -497,8 +498,9 @@ mod tests {
                 let want = full.gather(place, &views, rows * row);
                 let placed = ragged.place(place, &packed_views, rows * row).unwrap();
                 let mut out = vec![0xABu8; rows * row];
-                for (at, range) in &placed.runs {
-                    out[*at..*at + range.len()].copy_from_slice(&placed.bytes[range.clone()]);
+                for w in &placed {
+                    let from = &packed[w.member][w.from.clone()];
+                    out[w.at..w.at + from.len()].copy_from_slice(from);
                 }
                 // Which output rows are live: mark the inputs' live rows and gather the marks.
                 let marks: Vec<Vec<u8>> = (0..d)
@@ -528,7 +530,7 @@ mod tests {
                     }
                 }
                 // A run per block at most.
-                assert!(placed.runs.len() <= d * el, "{} runs", placed.runs.len());
+                assert!(placed.len() <= d * el, "{} writes", placed.len());
             }
         }
     }

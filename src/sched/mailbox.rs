@@ -21,6 +21,9 @@ pub(crate) enum Completion {
         role: Role,
         buffer: wgpu::Buffer,
         len: u64,
+        /// What the host puts before the bytes read back: a ragged stage's counts header
+        /// ([`crate::program::Regroup::packed`]); empty for the rest.
+        head: Vec<u8>,
         result: std::result::Result<(), wgpu::BufferAsyncError>,
     },
     WorkDone {

@@ -1,14 +1,13 @@
 //! A ragged all-to-all's part on one member ([`crate::program::Ragged`]): its shard's counts,
 //! read from the host copy of the counts' own exchange (which went first), and from them the
-//! live rows the member copies out of its device and hands on.
+//! live rows the member copies out of its device and hands on (`record::record_live`).
 
 use super::run::RunState;
-use crate::program::{CountsSide, Op, Regroup};
+use crate::program::{CountsSide, Op};
 use crate::{Error, Result};
 use std::borrow::Cow;
 
-/// The live rows of each block of `node`'s shard `shard`, in the sent order, and the node's
-/// regroup; `None` while the counts are not on the host yet (a member's data of their exchange
+/// The live rows of each block of `node`'s shard `shard`, in the sent order; `None` while the counts are not on the host yet (a member's data of their exchange
 /// has not come).
 pub(crate) fn live(run: &RunState, node: usize, shard: usize) -> Result<Option<Vec<usize>>> {
     let prog = run.exec.program();
@@ -48,21 +47,4 @@ pub(crate) fn live(run: &RunState, node: usize, shard: usize) -> Result<Option<V
     (regroup.live(&records, shard_bytes))
         .map(Some)
         .map_err(|e| fail(e.to_string()))
-}
-
-/// What `node`'s member `shard` hands on, from the `rows` it copied out (live rows only).
-pub(crate) fn packed(run: &RunState, node: usize, shard: usize, rows: &[u8]) -> Result<Vec<u8>> {
-    let live = live(run, node, shard)?.ok_or_else(|| Error::Program {
-        program: run.exec.program().name().to_string(),
-        reason: format!("node {node}: its counts went missing"),
-    })?;
-    Ok(Regroup::packed(&live, rows))
-}
-
-/// The node's regroup (a ragged all-to-all's).
-pub(crate) fn regroup(run: &RunState, node: usize) -> Option<&Regroup> {
-    match &run.exec.program().nodes()[node].op {
-        Op::AllToAll(_, regroup) if regroup.ragged.is_some() => Some(regroup),
-        _ => None,
-    }
 }

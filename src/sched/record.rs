@@ -4,8 +4,8 @@
 //! untraced run into one buffer where nothing in it waits ([`record_together`]).
 
 use super::mailbox::{Completion, Inbox};
-use super::ragged;
 use super::run::{Recorded, Role, RunState};
+use crate::program::{Op, Regroup};
 use crate::trace::EventMeta;
 use crate::{Device, Error, Result};
 use std::sync::Arc;
@@ -26,8 +26,41 @@ pub(crate) fn record(
     device: &Device,
     inbox: &Arc<Inbox>,
 ) -> Result<Option<Recorded>> {
+    traced(run, node, device, || {
+        record_commands(run, node, role, device, inbox)
+    })
+}
+
+/// Records a ragged all-to-all member's stage ([`Role::StageLive`]) once its counts are on the
+/// host: `live`, its blocks' live rows ([`super::ragged::live`]), alone are copied out, one copy
+/// per run of rows, and their counts' header goes with the completion.
+pub(crate) fn record_live(
+    run: &Arc<RunState>,
+    node: usize,
+    role: Role,
+    (device, inbox): (&Device, &Arc<Inbox>),
+    live: &[usize],
+) -> Result<Option<Recorded>> {
+    traced(run, node, device, || {
+        let mut encoder = device.encoder(&run.exec.program().nodes()[node].name);
+        let callbacks = stage(run, node, role, inbox, &mut encoder, Some(live))?;
+        Ok(Some(Recorded {
+            commands: Some(encoder.finish()),
+            callbacks,
+            stamp: None,
+        }))
+    })
+}
+
+/// `record`'s commands, the host's encoding traced.
+fn traced(
+    run: &Arc<RunState>,
+    node: usize,
+    device: &Device,
+    record: impl FnOnce() -> Result<Option<Recorded>>,
+) -> Result<Option<Recorded>> {
     let start = run.trace.span();
-    let recorded = record_commands(run, node, role, device, inbox)?;
+    let recorded = record()?;
     if recorded.is_some() {
         let name = &run.exec.program().nodes()[node].name;
         run.trace.finish(
@@ -46,8 +79,7 @@ fn record_commands(
     device: &Device,
     inbox: &Arc<Inbox>,
 ) -> Result<Option<Recorded>> {
-    // A ragged stage records late, but it records.
-    if !role.records_commands() && !matches!(role, Role::StageLive { .. }) {
+    if !role.records_commands() {
         return Ok(None);
     }
     let mut encoder = device.encoder(&run.exec.program().nodes()[node].name);
@@ -117,8 +149,6 @@ fn encode(
     inbox: &Arc<Inbox>,
     encoder: &mut wgpu::CommandEncoder,
 ) -> Result<(usize, Option<u32>)> {
-    let prog = run.exec.program();
-    let n = &prog.nodes()[node];
     let shard = role.shard();
     let res = &run.exec.slots[run.slot].nodes[node][shard];
     let mut callbacks = 0;
@@ -153,51 +183,66 @@ fn encode(
             });
             callbacks += 1;
         }
-        Role::Send { .. } | Role::Stage { .. } | Role::StageLive { .. } | Role::Download { .. } => {
-            let input = n.inputs[0];
-            let producer = prog.value(input).producer;
-            let src = run.exec.slots[run.slot].nodes[producer][shard]
-                .outputs
-                .get(prog.value(input).output)
-                .ok_or_else(|| missing(run, producer, "output"))?;
-            let staging = res
-                .staging
-                .as_ref()
-                .ok_or_else(|| missing(run, node, "staging"))?;
-            let whole = prog.value(input).shard_bytes();
-            let ranges: Vec<std::ops::Range<usize>> = match role {
-                // Recorded only once the counts are on the host (`ragged::live`): the live rows
-                // alone, packed, one copy per run of rows.
-                Role::StageLive { .. } => {
-                    let live = ragged::live(run, node, shard)?
-                        .ok_or_else(|| missing(run, node, "counts"))?;
-                    let regroup =
-                        ragged::regroup(run, node).ok_or_else(|| missing(run, node, "regroup"))?;
-                    regroup.live_ranges(&live)
-                }
-                _ => std::iter::once(0..whole as usize).collect(),
-            };
-            let mut len = 0u64;
-            for r in ranges {
-                let bytes = (r.end - r.start) as u64;
-                encoder.copy_buffer_to_buffer(src, r.start as u64, staging, len, bytes);
-                len += bytes;
-            }
-            let (inbox, run, buffer) = (inbox.clone(), run.clone(), staging.clone());
-            encoder.map_buffer_on_submit(staging, wgpu::MapMode::Read, .., move |r| {
-                inbox.push(Completion::Mapped {
-                    run,
-                    node,
-                    shard,
-                    role,
-                    buffer,
-                    len,
-                    result: r,
-                });
-            });
-            callbacks += 1;
+        Role::Send { .. } | Role::Stage { .. } | Role::Download { .. } => {
+            callbacks += stage(run, node, role, inbox, encoder, None)?;
         }
+        // Recorded only with its counts ([`record_live`]).
+        Role::StageLive { .. } => return Err(missing(run, node, "counts")),
         Role::Upload { .. } | Role::Recv { .. } | Role::Gather { .. } => {}
     }
     Ok((callbacks, stamp))
+}
+
+/// Copies `node`'s input shard to staging and maps it (one callback); with `live`, a ragged
+/// stage's live rows alone, packed, their counts' header carried to the completion.
+fn stage(
+    run: &Arc<RunState>,
+    node: usize,
+    role: Role,
+    inbox: &Arc<Inbox>,
+    encoder: &mut wgpu::CommandEncoder,
+    live: Option<&[usize]>,
+) -> Result<usize> {
+    let prog = run.exec.program();
+    let n = &prog.nodes()[node];
+    let shard = role.shard();
+    let input = prog.value(n.inputs[0]);
+    let src = run.exec.slots[run.slot].nodes[input.producer][shard]
+        .outputs
+        .get(input.output)
+        .ok_or_else(|| missing(run, input.producer, "output"))?;
+    let staging = run.exec.slots[run.slot].nodes[node][shard]
+        .staging
+        .as_ref()
+        .ok_or_else(|| missing(run, node, "staging"))?;
+    let (ranges, head): (Vec<std::ops::Range<usize>>, Vec<u8>) = match (live, &n.op) {
+        (Some(live), Op::AllToAll(_, regroup)) => {
+            (regroup.live_ranges(live), Regroup::packed(live, &[]))
+        }
+        (Some(_), _) => return Err(missing(run, node, "ragged all-to-all")),
+        (None, _) => (
+            std::iter::once(0..input.shard_bytes() as usize).collect(),
+            Vec::new(),
+        ),
+    };
+    let mut len = 0u64;
+    for r in ranges {
+        let bytes = (r.end - r.start) as u64;
+        encoder.copy_buffer_to_buffer(src, r.start as u64, staging, len, bytes);
+        len += bytes;
+    }
+    let (inbox, run, buffer) = (inbox.clone(), run.clone(), staging.clone());
+    encoder.map_buffer_on_submit(staging, wgpu::MapMode::Read, .., move |r| {
+        inbox.push(Completion::Mapped {
+            run,
+            node,
+            shard,
+            role,
+            buffer,
+            len,
+            head,
+            result: r,
+        });
+    });
+    Ok(1)
 }

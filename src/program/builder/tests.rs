@@ -59,6 +59,45 @@ fn bad_programs_are_errors() {
         assert_eq!(built.is_ok(), fits, "{len} values: {:?}", built.err());
     }
 
+    // A ragged exchange needs its counts, from a plain all-to-all over its group that went
+    // first, and counts need a ragged regroup.
+    let ragged = Regroup {
+        row_bytes: 8,
+        ragged: Some(super::super::Ragged {
+            block_rows: 1,
+            record_words: 1,
+            counts: super::super::CountsSide::Sent,
+        }),
+        ..Regroup::default()
+    };
+    let mut p = ProgramBuilder::new("ragged, no counts");
+    let x = p.arg(&[0, 1], 8);
+    let y = p.all_to_all_regrouped("a2a", x, None, ragged.clone());
+    p.result(y);
+    assert!(p.build().unwrap_err().to_string().contains("go together"));
+    let mut p = ProgramBuilder::new("counts, not ragged");
+    let x = p.arg(&[0, 1], 8);
+    let c = p.typed_arg(&[0, 1], TensorType::u32(&[4]));
+    let c = p.all_to_all("counts", c);
+    let y = p.all_to_all_ragged("a2a", (x, c), None, Regroup::default());
+    p.result(y);
+    assert!(p.build().unwrap_err().to_string().contains("go together"));
+    for from_exchange in [false, true] {
+        let mut p = ProgramBuilder::new("ragged");
+        let x = p.arg(&[0, 1], 8);
+        let mut c = p.typed_arg(&[0, 1], TensorType::u32(&[4]));
+        if from_exchange {
+            c = p.all_to_all("counts", c);
+        }
+        let y = p.all_to_all_ragged("a2a", (x, c), None, ragged.clone());
+        p.result(y);
+        let built = p.build();
+        assert_eq!(built.is_ok(), from_exchange, "{:?}", built.err());
+        if let Err(e) = built {
+            assert!(e.to_string().contains("plain all-to-all"), "{e}");
+        }
+    }
+
     let mut p = ProgramBuilder::new("bad");
     let x = p.arg(&[0, 1], 4);
     let _ = p.transfer(x, &[2]);

@@ -111,14 +111,16 @@ impl Worker<'_> {
                 role,
                 buffer,
                 len,
+                mut head,
                 result,
             } => {
                 result.map_err(|e| self.gpu_error(e))?;
                 let mut bytes = self.device.take_mapped(&buffer, len)?;
                 let moved = bytes.len();
-                if let Role::StageLive { .. } = role {
-                    // The live rows, behind their counts: what goes on to the other devices.
-                    bytes = super::super::ragged::packed(&run, node, shard, &bytes)?;
+                if !head.is_empty() {
+                    // A ragged stage's live rows, behind their counts: what goes on.
+                    head.append(&mut bytes);
+                    bytes = head;
                 }
                 self.post(&run, node, shard, bytes);
                 let start = run.submitted_ns[node][shard].load(Ordering::Acquire);

@@ -19,7 +19,7 @@ mod drive;
 pub(crate) use drive::drive;
 
 use super::mailbox::{Ahead, Core, Inbox, Task};
-use super::record::record;
+use super::record::{record, record_live};
 use super::reduce;
 use super::run::{DispatchMode, Recorded, Role, RunState};
 use super::state::{GangRecord, Shared};
@@ -562,10 +562,11 @@ impl<'a> Worker<'a> {
                             program: prog.name().to_string(),
                             reason: format!("{}: {e}", n.name),
                         })?;
-                    for (at, range) in &placed.runs {
-                        device.write_buffer(out, *at as u64, &placed.bytes[range.clone()]);
+                    written = 0;
+                    for w in &placed {
+                        device.write_buffer(out, w.at as u64, &shards[w.member][w.from.clone()]);
+                        written += w.from.len();
                     }
-                    written = placed.bytes.len();
                 } else if let Op::AllToAll(_, regroup) = &n.op {
                     // Each member's chunk, its rows where the consumer wants them (expert-major
                     // slots, say), placed by the host in place of a permute kernel.
@@ -592,7 +593,8 @@ impl<'a> Worker<'a> {
                     return Ok(Some(format!("the kept counts of {}", n.name)));
                 };
                 if live.iter().any(|&rows| rows > 0) {
-                    self.submit(run, node, role)?;
+                    let recorded = record_live(run, node, role, (self.device, self.inbox), &live)?;
+                    self.submit_recorded(run, node, role, recorded)?;
                 } else {
                     // No live row: the counts alone go on, and the device copies nothing.
                     let start = trace.span();
@@ -625,6 +627,17 @@ impl<'a> Worker<'a> {
             Some(r) => Some(r),
             None => record(run, node, role, self.device, self.inbox)?,
         };
+        self.submit_recorded(run, node, role, recorded)
+    }
+
+    /// Submits the role's `recorded` commands (none: the role is done).
+    fn submit_recorded(
+        &mut self,
+        run: &Arc<RunState>,
+        node: usize,
+        role: Role,
+        recorded: Option<Recorded>,
+    ) -> Result<()> {
         let Some(Recorded {
             commands,
             callbacks,
